@@ -1,0 +1,261 @@
+//! Engine configuration: one struct, loadable from TOML or JSON, defaults for everything, and
+//! `MINDLITE_<SECTION>_<KEY>` environment variables that override the file (for example
+//! `MINDLITE_HTTP_PORT=8080` or `MINDLITE_STORAGE_BATCH_CACHE_MB=0`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Which edition the engine runs as (DESIGN §2, §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Edition {
+    /// One implicit tenant; HTTP auth optional.
+    #[default]
+    Local,
+    /// Many tenants, every request authenticated.
+    Hosted,
+}
+
+/// Storage settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// The redb file used by fronts that open "the default store" (the HTTP server, the shell).
+    pub path: PathBuf,
+    /// redb's page cache, in MiB.
+    pub page_cache_mb: u64,
+    /// Decoded table chunks kept in memory between queries, in MiB; 0 turns the cache off.
+    pub batch_cache_mb: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            path: PathBuf::from("./mindlite-data/mindlite.redb"),
+            page_cache_mb: 256,
+            batch_cache_mb: 512,
+        }
+    }
+}
+
+/// Query execution settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueryConfig {
+    /// Parallel partitions per query; 0 means one per CPU core.
+    pub target_partitions: usize,
+    /// Rows per record batch inside DataFusion.
+    pub batch_size: usize,
+    /// The project a query runs in when its context names none.
+    pub default_project: String,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        QueryConfig {
+            target_partitions: 0,
+            batch_size: 8192,
+            default_project: "mindsdb".to_string(),
+        }
+    }
+}
+
+/// HTTP settings, read by the example server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Bind address.
+    pub host: String,
+    /// TCP port; MindsDB's is 47334.
+    pub port: u16,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            host: "127.0.0.1".to_string(),
+            port: 47334,
+            max_body_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Authentication settings (local edition: off unless username and password are both set).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Login name; empty means HTTP auth is off.
+    pub username: String,
+    /// Password; empty means HTTP auth is off.
+    pub password: String,
+    /// How long a login token stays valid, in seconds.
+    pub token_lifetime_secs: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            username: String::new(),
+            password: String::new(),
+            token_lifetime_secs: 31 * 24 * 3600,
+        }
+    }
+}
+
+/// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `local` or `hosted`.
+    pub edition: Edition,
+    /// Storage settings.
+    pub storage: StorageConfig,
+    /// Query execution settings.
+    pub query: QueryConfig,
+    /// HTTP settings for the example server.
+    pub http: HttpConfig,
+    /// Authentication settings.
+    pub auth: AuthConfig,
+}
+
+impl Config {
+    /// Parses a config from TOML or JSON text (JSON when the text starts with `{`).
+    /// Unknown keys are errors, so a typo never silently falls back to a default.
+    pub fn parse(text: &str) -> Result<Config> {
+        if text.trim_start().starts_with('{') {
+            serde_json::from_str(text)
+                .map_err(|e| Error::invalid(format!("invalid JSON config: {e}")))
+        } else {
+            toml::from_str(text).map_err(|e| Error::invalid(format!("invalid TOML config: {e}")))
+        }
+    }
+
+    /// Reads and parses a config file (TOML, or JSON when the name ends in `.json` or the text
+    /// starts with `{`).
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::invalid(format!("cannot read config file '{}': {e}", path.display()))
+        })?;
+        Config::parse(&text).map_err(|e| {
+            Error::invalid(format!("config file '{}': {}", path.display(), e.message()))
+        })
+    }
+
+    /// Applies `MINDLITE_<SECTION>_<KEY>` (or `MINDLITE_<KEY>` for top-level keys) overrides from
+    /// the process environment.
+    pub fn with_env_overrides(self) -> Result<Config> {
+        self.with_overrides(std::env::vars())
+    }
+
+    /// Applies overrides given as `(name, value)` pairs named like the environment variables.
+    /// Names that do not start with `MINDLITE_` are ignored; unknown `MINDLITE_` names are errors.
+    pub fn with_overrides(
+        self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config> {
+        let mut tree = serde_json::to_value(&self)?;
+        for (name, value) in vars {
+            let Some(rest) = name.strip_prefix("MINDLITE_") else {
+                continue;
+            };
+            let slot = find_slot(&mut tree, &rest.to_ascii_lowercase())
+                .ok_or_else(|| Error::invalid(format!("unknown configuration variable {name}")))?;
+            *slot = match slot {
+                serde_json::Value::Number(_) => serde_json::from_str(&value).map_err(|_| {
+                    Error::invalid(format!("{name} must be a number, got '{value}'"))
+                })?,
+                serde_json::Value::Bool(_) => match value.to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => serde_json::Value::Bool(true),
+                    "0" | "false" | "no" | "off" => serde_json::Value::Bool(false),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "{name} must be true or false, got '{value}'"
+                        )))
+                    }
+                },
+                _ => serde_json::Value::String(value),
+            };
+        }
+        serde_json::from_value(tree)
+            .map_err(|e| Error::invalid(format!("invalid configuration override: {e}")))
+    }
+}
+
+/// Finds the leaf named by `key`: a top-level key, or `<section>_<key>` for a nested one.
+fn find_slot<'a>(tree: &'a mut serde_json::Value, key: &str) -> Option<&'a mut serde_json::Value> {
+    let map = tree.as_object_mut()?;
+    let section = map
+        .keys()
+        .find(|section| {
+            key == section.as_str()
+                || key
+                    .strip_prefix(section.as_str())
+                    .is_some_and(|rest| rest.starts_with('_'))
+        })?
+        .clone();
+    let entry = map.get_mut(&section)?;
+    if key == section {
+        return (!entry.is_object()).then_some(entry);
+    }
+    entry.as_object_mut()?.get_mut(&key[section.len() + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_and_json_give_the_same_config() {
+        let from_toml = Config::parse("edition = \"hosted\"\n[http]\nport = 8080\n").unwrap();
+        let from_json = Config::parse(r#"{"edition":"hosted","http":{"port":8080}}"#).unwrap();
+        assert_eq!(from_toml, from_json);
+        assert_eq!(from_toml.http.port, 8080);
+        assert_eq!(from_toml.http.host, "127.0.0.1");
+        assert_eq!(from_toml.edition, Edition::Hosted);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = Config::parse("[http]\nprot = 1\n").unwrap_err();
+        assert!(err.message().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let vars = [
+            ("MINDLITE_HTTP_PORT".to_string(), "9000".to_string()),
+            (
+                "MINDLITE_STORAGE_BATCH_CACHE_MB".to_string(),
+                "0".to_string(),
+            ),
+            ("MINDLITE_EDITION".to_string(), "hosted".to_string()),
+            (
+                "MINDLITE_QUERY_DEFAULT_PROJECT".to_string(),
+                "p".to_string(),
+            ),
+            ("PATH".to_string(), "/bin".to_string()),
+        ];
+        let config = Config::default().with_overrides(vars).unwrap();
+        assert_eq!(config.http.port, 9000);
+        assert_eq!(config.storage.batch_cache_mb, 0);
+        assert_eq!(config.edition, Edition::Hosted);
+        assert_eq!(config.query.default_project, "p");
+    }
+
+    #[test]
+    fn bad_overrides_name_the_variable() {
+        let err = Config::default()
+            .with_overrides([("MINDLITE_HTTP_PORT".to_string(), "abc".to_string())])
+            .unwrap_err();
+        assert!(err.message().contains("MINDLITE_HTTP_PORT"), "{err}");
+        let err = Config::default()
+            .with_overrides([("MINDLITE_NOPE".to_string(), "1".to_string())])
+            .unwrap_err();
+        assert!(err.message().contains("MINDLITE_NOPE"), "{err}");
+    }
+}

@@ -1,0 +1,224 @@
+//! [`Engine`]: one open database. Cheap to clone (an `Arc`), `Send + Sync`, owning its tokio
+//! runtime, its redb store and its DataFusion setup. Async methods for async callers; blocking
+//! ones (`*_blocking`, [`Engine::block_on`]) for the C and Python fronts.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{Stream, StreamExt};
+use tokio::runtime::{Handle, Runtime};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::sql::{Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
+use crate::store::Store;
+use crate::tenant::TenantId;
+use crate::{projects, tables};
+
+/// An open mindlite database.
+///
+/// ```
+/// use mindlite::{Config, Engine};
+/// let engine = Engine::open_in_memory(Config::default()).unwrap();
+/// let rows = engine.sql_blocking("SELECT 1 + 1 AS two").unwrap();
+/// assert_eq!(rows.column_names, ["two"]);
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    sql: SqlRunner,
+    /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
+    runtime: Option<Runtime>,
+    handle: Handle,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A fully read result, for callers that want rows rather than a stream.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// Column names as shown (empty for statements without rows).
+    pub column_names: Vec<String>,
+    /// All record batches.
+    pub batches: Vec<RecordBatch>,
+    /// Rows changed, for INSERT / UPDATE / DELETE / CREATE TABLE AS.
+    pub affected_rows: Option<u64>,
+}
+
+impl Collected {
+    /// Total number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+impl QueryResult {
+    /// Reads the whole result; an SQL error becomes `Err`.
+    pub async fn collect(self) -> Result<Collected> {
+        match self.outcome {
+            Outcome::Error(e) => Err(e),
+            Outcome::Ok { affected_rows } => Ok(Collected {
+                column_names: Vec::new(),
+                batches: Vec::new(),
+                affected_rows,
+            }),
+            Outcome::Table(TableResult {
+                column_names,
+                mut stream,
+            }) => {
+                let mut batches = Vec::new();
+                while let Some(batch) = stream.next().await {
+                    batches.push(batch?);
+                }
+                Ok(Collected {
+                    column_names,
+                    batches,
+                    affected_rows: None,
+                })
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Opens the database file at `path`, creating it (and its directory) when missing.
+    pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Engine> {
+        let store = Store::open(
+            path.as_ref(),
+            mib(config.storage.page_cache_mb),
+            mib(config.storage.batch_cache_mb),
+        )?;
+        Engine::start(store, config)
+    }
+
+    /// Opens a fresh database in memory; it is gone when the last clone is dropped.
+    pub fn open_in_memory(config: Config) -> Result<Engine> {
+        let store = Store::open_in_memory(mib(config.storage.batch_cache_mb))?;
+        Engine::start(store, config)
+    }
+
+    fn start(store: Store, config: Config) -> Result<Engine> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("mindlite")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
+        let store = Arc::new(store);
+        let sql = SqlRunner::new(Arc::clone(&store), &config);
+        let default = sql.default_project().to_string();
+        runtime.block_on(async {
+            let guard = store.begin_write(store.lock_writes().await)?;
+            tables::init(&guard.txn)?;
+            projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
+            guard.commit()
+        })?;
+        let handle = runtime.handle().clone();
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                config,
+                sql,
+                runtime: Some(runtime),
+                handle,
+            }),
+        })
+    }
+
+    /// The configuration the engine was opened with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Runs a request. Work happens on the engine's runtime, so this can be awaited from any
+    /// executor; a table result's stream also runs its tasks there.
+    pub async fn query(&self, request: QueryRequest) -> QueryResult {
+        self.query_as(TenantId::LOCAL, request).await
+    }
+
+    /// Runs a request as `tenant` (the hosted edition's entry point).
+    pub(crate) async fn query_as(&self, tenant: TenantId, request: QueryRequest) -> QueryResult {
+        let inner = Arc::clone(&self.inner);
+        let context_db = request.context.db.clone();
+        let task = self.inner.handle.spawn(async move {
+            let mut result = inner.sql.run(tenant, &request).await;
+            if let Outcome::Table(table) = result.outcome {
+                result.outcome = Outcome::Table(TableResult {
+                    column_names: table.column_names,
+                    stream: Box::pin(RecordBatchStreamAdapter::new(
+                        table.stream.schema(),
+                        InRuntime {
+                            inner: table.stream,
+                            handle: inner.handle.clone(),
+                        },
+                    )),
+                });
+            }
+            result
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => QueryResult {
+                context: crate::sql::ResultContext {
+                    show_secrets: false,
+                    db: context_db.unwrap_or_else(|| self.inner.sql.default_project().to_string()),
+                },
+                outcome: Outcome::Error(Error::internal(format!("query task failed: {e}"))),
+            },
+        }
+    }
+
+    /// [`Engine::query`] for callers outside async code. Must not be called from inside an async task.
+    pub fn query_blocking(&self, request: QueryRequest) -> QueryResult {
+        self.block_on(self.query(request))
+    }
+
+    /// Runs `sql` in the default project and reads the whole result.
+    pub async fn sql(&self, sql: &str) -> Result<Collected> {
+        self.query(QueryRequest::new(sql)).await.collect().await
+    }
+
+    /// [`Engine::sql`] for callers outside async code.
+    pub fn sql_blocking(&self, sql: &str) -> Result<Collected> {
+        self.block_on(self.sql(sql))
+    }
+
+    /// Drives `future` to completion on the engine's runtime, blocking this thread. For the
+    /// blocking fronts: pulling a stream's next batch, or an encoder's next piece.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.inner.handle.block_on(future)
+    }
+}
+
+fn mib(mb: u64) -> usize {
+    usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+}
+
+/// Polls a stream inside the engine's runtime context, so tasks DataFusion spawns while
+/// producing batches land on the engine's runtime whatever executor the caller uses.
+struct InRuntime<S> {
+    inner: S,
+    handle: Handle,
+}
+
+impl<S: Stream + Unpin> Stream for InRuntime<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let _entered = self.handle.clone().enter();
+        self.inner.poll_next_unpin(cx)
+    }
+}

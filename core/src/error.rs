@@ -1,0 +1,146 @@
+//! The one error type of mindlite. Every front maps [`ErrorKind`] to its own convention
+//! (an HTTP status, a C status code, a Python exception class); the message is for people.
+
+use std::fmt;
+
+/// What kind of failure an [`Error`] is, so a front can choose its status code without parsing text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The caller sent something wrong: bad SQL, an unknown name, a bad parameter, a bad config.
+    InvalidInput,
+    /// Authentication is required or failed.
+    Unauthorized,
+    /// Authenticated, but not allowed to do this.
+    Forbidden,
+    /// The named object does not exist.
+    NotFound,
+    /// The object already exists, or the change conflicts with the current state.
+    Conflict,
+    /// A plan-tier quota would be exceeded.
+    QuotaExceeded,
+    /// A resource is unavailable: the database file is locked, a datasource is down.
+    Unavailable,
+    /// A bug or an I/O failure inside the engine.
+    Internal,
+}
+
+/// An error with a kind and a message that names what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+/// `Result` with mindlite's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`ErrorKind::InvalidInput`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// Shorthand for [`ErrorKind::NotFound`].
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Conflict`].
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Conflict, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Internal`].
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(err: datafusion::error::DataFusionError) -> Self {
+        use datafusion::error::DataFusionError as E;
+        // Unwrap DataFusion's context layers so the message names the real problem.
+        match err.find_root() {
+            E::External(inner) => match inner.downcast_ref::<Error>() {
+                Some(ours) => ours.clone(),
+                None => Error::internal(inner.to_string()),
+            },
+            E::ArrowError(inner, _) => Error::invalid(inner.to_string()),
+            E::IoError(inner) => Error::internal(inner.to_string()),
+            E::ResourcesExhausted(msg) => Error::new(
+                ErrorKind::Unavailable,
+                format!("Resources exhausted: {msg}"),
+            ),
+            E::Internal(msg) => Error::internal(msg.clone()),
+            E::Execution(msg) => Error::invalid(msg.clone()),
+            E::Plan(msg) | E::Configuration(msg) | E::NotImplemented(msg) => {
+                Error::invalid(msg.clone())
+            }
+            E::SchemaError(inner, _) => Error::invalid(inner.to_string()),
+            E::SQL(inner, _) => Error::invalid(inner.to_string()),
+            other => Error::invalid(other.to_string()),
+        }
+    }
+}
+
+impl From<Error> for datafusion::error::DataFusionError {
+    fn from(err: Error) -> Self {
+        datafusion::error::DataFusionError::External(Box::new(err))
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(err: datafusion::arrow::error::ArrowError) -> Self {
+        Error::invalid(err.to_string())
+    }
+}
+
+/// Storage failures are internal: they mean the disk or the file, not the caller, is at fault.
+macro_rules! storage_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(err: $t) -> Self {
+                Error::internal(format!("storage: {err}"))
+            }
+        }
+    )*};
+}
+storage_error!(
+    redb::Error,
+    redb::StorageError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::CommitError
+);
+
+impl From<serde_json::Error> for Error {
+    fn from(err: serde_json::Error) -> Self {
+        Error::internal(format!("corrupt catalog record: {err}"))
+    }
+}

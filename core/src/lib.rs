@@ -1,0 +1,35 @@
+//! mindlite: an embeddable data-and-AI query engine. SQL over tables stored in one redb file,
+//! run by Apache DataFusion, with results as Arrow record batches or MindsDB's wire formats.
+//!
+//! ```
+//! use mindlite::{Config, Engine, QueryRequest, WireFormat, encode_document};
+//! let engine = Engine::open_in_memory(Config::default()).unwrap();
+//! engine.sql_blocking("CREATE TABLE t (a INT, b VARCHAR)").unwrap();
+//! engine.sql_blocking("INSERT INTO t VALUES (1, 'x'), (2, 'y')").unwrap();
+//! let result = engine.query_blocking(QueryRequest::new("SELECT a, b FROM t ORDER BY a"));
+//! let body = engine.block_on(encode_document(result));
+//! assert_eq!(
+//!     String::from_utf8(body).unwrap(),
+//!     r#"{"type":"table","data":[[1,"x"],[2,"y"]],"column_names":["a","b"],"context":{"show_secrets":false,"db":"mindsdb"}}"#
+//! );
+//! ```
+
+mod config;
+mod engine;
+mod error;
+mod projects;
+mod sql;
+mod store;
+mod tables;
+mod tenant;
+mod time;
+
+pub use config::{AuthConfig, Config, Edition, HttpConfig, QueryConfig, StorageConfig};
+pub use engine::{Collected, Engine};
+pub use error::{Error, ErrorKind, Result};
+pub use sql::encode::{encode_document, WireFormat, WireStream};
+pub use sql::{Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult};
+pub use tenant::TenantId;
+
+/// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.
+pub use datafusion::arrow;

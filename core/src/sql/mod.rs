@@ -1,0 +1,498 @@
+//! SQL: a request's statements, parsed (MindsDB's own statements on tokens, the rest by
+//! sqlparser), planned by DataFusion against the tenant's catalog at one read snapshot, and run.
+//! Results stream as Arrow record batches; [`encode`] turns them into MindsDB's wire formats.
+
+mod catalog;
+mod dml;
+pub mod encode;
+mod names;
+mod parse;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
+use datafusion::common::TableReference;
+use datafusion::execution::{SendableRecordBatchStream, SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::prelude::{DataFrame, SessionConfig};
+use datafusion::sql::sqlparser::ast::Statement;
+use serde::{Deserialize, Serialize};
+
+use self::catalog::{Namespace, Snapshot, TenantCatalog, CATALOG};
+use self::parse::Command;
+use crate::error::{Error, Result};
+use crate::projects;
+use crate::store::Store;
+use crate::tables;
+use crate::tenant::TenantId;
+
+/// A query as MindsDB's `POST /api/sql/query` takes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryRequest {
+    /// SQL text: one statement, or several separated by `;` (the result is the last one's).
+    pub query: String,
+    /// Where one-part names resolve.
+    #[serde(default)]
+    pub context: QueryContext,
+    /// Values for `:name` placeholders.
+    #[serde(default)]
+    pub params: HashMap<String, serde_json::Value>,
+}
+
+impl QueryRequest {
+    /// A request for `query` in the default project, without parameters.
+    pub fn new(query: impl Into<String>) -> Self {
+        QueryRequest {
+            query: query.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the current database (`context.db`).
+    pub fn with_db(mut self, db: impl Into<String>) -> Self {
+        self.context.db = Some(db.into());
+        self
+    }
+
+    /// Adds a `:name` parameter.
+    pub fn with_param(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.params.insert(name.into(), value);
+        self
+    }
+}
+
+/// The request context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryContext {
+    /// The current database; the configured default project when absent.
+    #[serde(default)]
+    pub db: Option<String>,
+}
+
+/// The context returned with every result (`USE` changes `db`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultContext {
+    /// Whether secrets are shown in `CONNECTION_DATA`; always false here.
+    pub show_secrets: bool,
+    /// The current database after the request ran.
+    pub db: String,
+}
+
+/// What a request produced.
+pub struct QueryResult {
+    /// The context after the request.
+    pub context: ResultContext,
+    /// The outcome of the last statement.
+    pub outcome: Outcome,
+}
+
+/// A table, an ok with a row count, or an error: SQL failures are results, not transport errors.
+pub enum Outcome {
+    /// Rows, as a lazy stream of record batches.
+    Table(TableResult),
+    /// A statement without rows; `affected_rows` is `None` for DDL.
+    Ok {
+        /// Rows inserted, updated or deleted.
+        affected_rows: Option<u64>,
+    },
+    /// The statement failed; nothing it would have changed was changed.
+    Error(Error),
+}
+
+/// Rows with the column names to show (which may differ from the Arrow field names).
+pub struct TableResult {
+    /// Column names as MindsDB shows them.
+    pub column_names: Vec<String>,
+    /// The batches, produced as they are pulled.
+    pub stream: SendableRecordBatchStream,
+}
+
+impl std::fmt::Debug for TableResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableResult")
+            .field("column_names", &self.column_names)
+            .finish()
+    }
+}
+
+/// Runs SQL for the engine.
+pub(crate) struct SqlRunner {
+    pub(crate) store: Arc<Store>,
+    base: SessionState,
+    default_project: String,
+    target_partitions: usize,
+    batch_size: usize,
+}
+
+impl SqlRunner {
+    pub(crate) fn new(store: Arc<Store>, config: &crate::Config) -> Self {
+        let target_partitions = match config.query.target_partitions {
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            n => n,
+        };
+        SqlRunner {
+            store,
+            base: SessionStateBuilder::new().with_default_features().build(),
+            default_project: config.query.default_project.to_ascii_lowercase(),
+            target_partitions,
+            batch_size: config.query.batch_size.max(1),
+        }
+    }
+
+    /// The default project's name.
+    pub(crate) fn default_project(&self) -> &str {
+        &self.default_project
+    }
+
+    /// Runs every statement of `request` in order and returns the last result; the first
+    /// failure stops the request and is its result.
+    pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
+        let mut context = ResultContext {
+            show_secrets: false,
+            db: request
+                .context
+                .db
+                .clone()
+                .unwrap_or_else(|| self.default_project.clone()),
+        };
+        let outcome = match parse::parse(&request.query, &request.params) {
+            Err(e) => Outcome::Error(e),
+            Ok(commands) => {
+                let mut last = Outcome::Ok {
+                    affected_rows: None,
+                };
+                for command in commands {
+                    match self.execute(tenant, &mut context, command).await {
+                        Ok(outcome) => last = outcome,
+                        Err(e) => {
+                            last = Outcome::Error(e);
+                            break;
+                        }
+                    }
+                }
+                last
+            }
+        };
+        QueryResult { context, outcome }
+    }
+
+    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> SessionState {
+        let mut config = SessionConfig::new()
+            .with_target_partitions(partitions)
+            .with_batch_size(self.batch_size)
+            .with_information_schema(false)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, db.to_ascii_lowercase());
+        config.options_mut().sql_parser.enable_ident_normalization = true;
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(CATALOG.to_string(), Arc::new(TenantCatalog { snapshot }));
+        SessionStateBuilder::new_from_existing(self.base.clone())
+            .with_config(config)
+            .with_catalog_list(Arc::new(catalogs))
+            .build()
+    }
+
+    async fn execute(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        command: Command,
+    ) -> Result<Outcome> {
+        let ok = |affected_rows| Ok(Outcome::Ok { affected_rows });
+        match command {
+            Command::CreateProject {
+                name,
+                if_not_exists,
+            } => {
+                let lock = self.store.lock_writes().await;
+                self.job(tenant, context)?
+                    .run(lock, move |_, guard, _| {
+                        projects::create(&guard.txn, tenant, &name, if_not_exists)?;
+                        guard.commit()
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::DropProject { name, if_exists } => {
+                let lock = self.store.lock_writes().await;
+                let default = self.default_project.clone();
+                self.job(tenant, context)?
+                    .run(lock, move |_, guard, _| {
+                        if projects::remove(&guard.txn, tenant, &name, if_exists, &default)? {
+                            tables::drop_all(&guard.txn, tenant, &name)?;
+                        }
+                        guard.commit()
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::Use(name) => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if snapshot.namespace(&name)?.is_none() {
+                    return Err(Error::not_found(format!("Database '{name}' not found")));
+                }
+                context.db = name.to_ascii_lowercase();
+                ok(None)
+            }
+            Command::ShowDatabases { full } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let dbs = snapshot.databases()?;
+                let mut columns = vec![(
+                    "Database",
+                    dbs.iter().map(|d| Some(d.0.clone())).collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push(("TYPE", dbs.iter().map(|d| Some(d.1.to_string())).collect()));
+                    columns.push((
+                        "ENGINE",
+                        dbs.iter().map(|d| d.2.map(str::to_string)).collect(),
+                    ));
+                }
+                text_table(columns)
+            }
+            Command::ShowProjects => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let names = snapshot
+                    .projects()?
+                    .into_iter()
+                    .map(|p| Some(p.name))
+                    .collect();
+                text_table(vec![("project", names)])
+            }
+            Command::ShowTables { db, full } => {
+                let db = db
+                    .unwrap_or_else(|| context.db.clone())
+                    .to_ascii_lowercase();
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let (names, kind): (Vec<String>, &str) = match snapshot.namespace(&db)? {
+                    None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+                    Some(Namespace::System) => (
+                        ["databases", "tables", "columns"]
+                            .map(String::from)
+                            .to_vec(),
+                        "SYSTEM VIEW",
+                    ),
+                    Some(Namespace::Files) => (Vec::new(), "BASE TABLE"),
+                    Some(Namespace::Project(p)) => (
+                        snapshot
+                            .tables(&p.name)?
+                            .into_iter()
+                            .map(|t| t.name)
+                            .collect(),
+                        "BASE TABLE",
+                    ),
+                };
+                let header = format!("Tables_in_{db}");
+                let mut columns = vec![(
+                    header.as_str(),
+                    names.iter().map(|n| Some(n.clone())).collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push((
+                        "Table_type",
+                        names.iter().map(|_| Some(kind.to_string())).collect(),
+                    ));
+                }
+                text_table(columns)
+            }
+            Command::Sql(statement) => self.execute_sql(tenant, context, *statement).await,
+        }
+    }
+
+    fn job(&self, tenant: TenantId, context: &ResultContext) -> Result<dml::WriteJob> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        Ok(dml::WriteJob {
+            store: Arc::clone(&self.store),
+            state: self.session(Arc::clone(&snapshot), &context.db, 1),
+            snapshot,
+            tenant,
+            db: context.db.clone(),
+        })
+    }
+
+    async fn execute_sql(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        statement: Statement,
+    ) -> Result<Outcome> {
+        let hints = names::hints(&statement);
+        let writes = matches!(
+            statement,
+            Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_)
+                | Statement::CreateTable(_)
+                | Statement::Drop { .. }
+                | Statement::Truncate(_)
+        );
+        // A write takes the writer lock before its snapshot, so what it read is what it replaces.
+        let lock = if writes {
+            Some(self.store.lock_writes().await)
+        } else {
+            None
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        // Rewrites keep row order, so they run on one partition.
+        let partitions = match statement {
+            Statement::Update(_) | Statement::Delete(_) => 1,
+            _ => self.target_partitions,
+        };
+        let state = self.session(Arc::clone(&snapshot), &context.db, partitions);
+        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        let plan = match state.statement_to_plan(df_statement.clone()).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                return Err(self.explain_plan_error(
+                    &state,
+                    &snapshot,
+                    &df_statement,
+                    &context.db,
+                    e,
+                ))
+            }
+        };
+        let job = dml::WriteJob {
+            store: Arc::clone(&self.store),
+            snapshot,
+            state: state.clone(),
+            tenant,
+            db: context.db.clone(),
+        };
+        match (plan, lock) {
+            (LogicalPlan::Dml(statement), Some(lock)) => {
+                let n = job
+                    .run(lock, move |job, guard, handle| {
+                        dml::run_dml(job, guard, handle, statement)
+                    })
+                    .await?;
+                Ok(Outcome::Ok {
+                    affected_rows: Some(n),
+                })
+            }
+            (LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)), Some(lock)) => {
+                let n = job
+                    .run(lock, move |job, guard, handle| {
+                        dml::create_table(job, guard, handle, create, hints)
+                    })
+                    .await?;
+                Ok(Outcome::Ok { affected_rows: n })
+            }
+            (LogicalPlan::Ddl(DdlStatement::DropTable(drop)), Some(lock)) => {
+                job.run(lock, move |job, guard, _| dml::drop_table(job, guard, drop))
+                    .await?;
+                Ok(Outcome::Ok {
+                    affected_rows: None,
+                })
+            }
+            (LogicalPlan::Ddl(ddl), _) => Err(Error::invalid(format!(
+                "{} is not supported yet",
+                ddl.name()
+            ))),
+            (LogicalPlan::Statement(s), _) => Err(Error::invalid(format!(
+                "{} is not supported: every statement commits on its own",
+                s.name()
+            ))),
+            (LogicalPlan::Copy(_), _) => Err(Error::invalid("COPY is not supported")),
+            (plan, _) => {
+                let frame = DataFrame::new(state, plan);
+                let stream = frame.execute_stream().await?;
+                let column_names = names::column_names(&stream.schema(), hints.as_deref());
+                Ok(Outcome::Table(TableResult {
+                    column_names,
+                    stream,
+                }))
+            }
+        }
+    }
+
+    /// Names the missing table or database when planning failed for one; otherwise passes
+    /// DataFusion's message on.
+    fn explain_plan_error(
+        &self,
+        state: &SessionState,
+        snapshot: &Snapshot,
+        statement: &datafusion::sql::parser::Statement,
+        db: &str,
+        error: datafusion::error::DataFusionError,
+    ) -> Error {
+        let error = Error::from(error);
+        if !error.message().contains("not found") {
+            return error;
+        }
+        let Ok(references) = state.resolve_table_references(statement) else {
+            return error;
+        };
+        for reference in references {
+            let (schema, table) = match &reference {
+                TableReference::Bare { table } => (db.to_string(), table.to_string()),
+                TableReference::Partial { schema, table } => {
+                    (schema.to_string(), table.to_string())
+                }
+                TableReference::Full {
+                    catalog,
+                    schema,
+                    table,
+                } if catalog.as_ref() == CATALOG => (schema.to_string(), table.to_string()),
+                TableReference::Full { catalog, .. } => {
+                    return Error::not_found(format!("Database '{catalog}' not found"))
+                }
+            };
+            match snapshot.namespace(&schema) {
+                Ok(None) => return Error::not_found(format!("Database '{schema}' not found")),
+                Ok(Some(Namespace::Project(p))) => {
+                    if matches!(snapshot.table(&p.name, &table), Ok(None)) {
+                        return Error::not_found(format!(
+                            "Table '{table}' not found in database: {}",
+                            p.name
+                        ));
+                    }
+                }
+                Ok(Some(Namespace::System))
+                    if !["databases", "tables", "columns"]
+                        .contains(&table.to_ascii_lowercase().as_str()) =>
+                {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        catalog::SYSTEM_DB
+                    ));
+                }
+                Ok(Some(Namespace::Files)) => {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        catalog::FILES_DB
+                    ));
+                }
+                _ => {}
+            }
+        }
+        error
+    }
+}
+
+/// A one-batch table of text columns (SHOW results).
+fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(name, _)| Field::new(*name, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .map(|(_, values)| Arc::new(StringArray::from(values.clone())) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(Arc::clone(&schema), arrays)?;
+    let column_names = columns.iter().map(|(name, _)| name.to_string()).collect();
+    let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+    Ok(Outcome::Table(TableResult {
+        column_names,
+        stream: Box::pin(stream),
+    }))
+}

@@ -1,0 +1,527 @@
+//! Turns request text into commands: sqlparser's tokenizer (MySQL rules, so `'it\'s'` and
+//! backticks work as MindsDB clients send them), MindsDB's own statements recognised on tokens,
+//! and everything else parsed by sqlparser for DataFusion. `:name` parameters are bound on the
+//! syntax tree as literal values, never spliced into text.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, Statement, Value, ValueWithSpan, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::{GenericDialect, MySqlDialect};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
+
+use crate::error::{Error, Result};
+
+/// One statement of a request, ready to run.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// `CREATE PROJECT` / `CREATE DATABASE` without a foreign engine.
+    CreateProject { name: String, if_not_exists: bool },
+    /// `DROP PROJECT|DATABASE|SCHEMA`.
+    DropProject { name: String, if_exists: bool },
+    /// `SHOW [FULL] DATABASES`.
+    ShowDatabases { full: bool },
+    /// `SHOW PROJECTS`.
+    ShowProjects,
+    /// `SHOW [FULL] TABLES [FROM|IN db]`.
+    ShowTables { db: Option<String>, full: bool },
+    /// `USE db`.
+    Use(String),
+    /// Anything else: standard SQL for DataFusion, parameters already bound.
+    Sql(Box<Statement>),
+}
+
+/// Parses a request into commands, binding `params` into the SQL ones.
+pub(crate) fn parse(
+    sql: &str,
+    params: &HashMap<String, serde_json::Value>,
+) -> Result<Vec<Command>> {
+    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    let tokens = normalise_tokens(tokens);
+    let mut commands = Vec::new();
+    for statement in split_statements(tokens) {
+        let statement = mindsdb_forms(statement);
+        let words: Vec<&Token> = statement
+            .iter()
+            .map(|t| &t.token)
+            .filter(|t| !is_space(t))
+            .collect();
+        if words.is_empty() {
+            continue;
+        }
+        if let Some(command) = mindsdb_command(&words)? {
+            commands.push(command);
+            continue;
+        }
+        let mut parser = Parser::new(&GenericDialect {}).with_tokens_with_locations(statement);
+        let mut parsed = parser
+            .parse_statement()
+            .map_err(|e| syntax_error(sql, &e.to_string()))?;
+        if parser.peek_token().token != Token::EOF {
+            let rest = parser.peek_token();
+            return Err(syntax_error(
+                sql,
+                &format!("unexpected '{}' at {}", rest.token, rest.span.start),
+            ));
+        }
+        bind_params(&mut parsed, params)?;
+        commands.push(Command::Sql(Box::new(parsed)));
+    }
+    if commands.is_empty() {
+        return Err(Error::invalid("The query is empty"));
+    }
+    Ok(commands)
+}
+
+fn syntax_error(sql: &str, detail: &str) -> Error {
+    Error::invalid(format!(
+        "The SQL statement cannot be parsed - {sql}: {detail}"
+    ))
+}
+
+fn is_space(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+/// Token fixes so the generic parser reads what MindsDB clients send: `"x"` is an identifier
+/// (MySQL's tokenizer calls it a string), and a bare `None` (the Python SDK's null) is NULL.
+fn normalise_tokens(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            t.token = match t.token {
+                Token::DoubleQuotedString(value) => Token::Word(Word {
+                    value,
+                    quote_style: Some('"'),
+                    keyword: Keyword::NoKeyword,
+                }),
+                Token::Word(w) if w.quote_style.is_none() && w.value == "None" => {
+                    Token::make_keyword("NULL")
+                }
+                other => other,
+            };
+            t
+        })
+        .collect()
+}
+
+fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
+    let mut out = vec![Vec::new()];
+    for token in tokens {
+        match token.token {
+            Token::SemiColon => out.push(Vec::new()),
+            Token::EOF => {}
+            _ => out
+                .last_mut()
+                .expect("starts with one statement")
+                .push(token),
+        }
+    }
+    out.retain(|s| s.iter().any(|t| !is_space(&t.token)));
+    out
+}
+
+fn keyword(token: &Token) -> Option<Keyword> {
+    match token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    }
+}
+
+fn is_word(token: &Token, text: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text))
+}
+
+fn synthetic(token: Token) -> TokenWithSpan {
+    TokenWithSpan::new(token, Span::empty())
+}
+
+/// Rewrites MindsDB spellings into standard ones on tokens:
+/// `CREATE [OR REPLACE] TABLE t [(] SELECT …` gets its `AS`, and `IN :ids` gets parentheses.
+fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    let mut insert_as_before = None;
+    if at(0).and_then(keyword) == Some(Keyword::CREATE) {
+        let mut k = 1;
+        if at(k).and_then(keyword) == Some(Keyword::OR)
+            && at(k + 1).and_then(keyword) == Some(Keyword::REPLACE)
+        {
+            k += 2;
+        }
+        if at(k).and_then(keyword) == Some(Keyword::TABLE) {
+            k += 1;
+            if at(k).and_then(keyword) == Some(Keyword::IF) {
+                k += 3;
+            }
+            // The table name: word(.word)*
+            if matches!(at(k), Some(Token::Word(_))) {
+                k += 1;
+                while at(k) == Some(&Token::Period) && matches!(at(k + 1), Some(Token::Word(_))) {
+                    k += 2;
+                }
+                let starts_query = |t: Option<&Token>| {
+                    matches!(t.and_then(keyword), Some(Keyword::SELECT | Keyword::WITH))
+                };
+                if starts_query(at(k)) || (at(k) == Some(&Token::LParen) && starts_query(at(k + 1)))
+                {
+                    insert_as_before = positions.get(k).copied();
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 4);
+    let mut i = 0;
+    while i < tokens.len() {
+        if Some(i) == insert_as_before {
+            out.push(synthetic(Token::make_keyword("AS")));
+            out.push(synthetic(Token::Whitespace(
+                datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+            )));
+        }
+        let token = tokens[i].clone();
+        let is_in = keyword(&token.token) == Some(Keyword::IN);
+        out.push(token);
+        if is_in {
+            // IN :ids  ->  IN (:ids)
+            let mut j = i + 1;
+            while j < tokens.len() && is_space(&tokens[j].token) {
+                j += 1;
+            }
+            if j + 1 < tokens.len()
+                && tokens[j].token == Token::Colon
+                && matches!(tokens[j + 1].token, Token::Word(_))
+            {
+                out.push(synthetic(Token::LParen));
+                out.push(tokens[j].clone());
+                out.push(tokens[j + 1].clone());
+                out.push(synthetic(Token::RParen));
+                i = j + 2;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Recognises MindsDB's own statements; `None` means "standard SQL".
+fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
+    let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
+    let name_at = |k: usize| -> Result<String> {
+        match words.get(k) {
+            Some(Token::Word(w)) => Ok(w.value.clone()),
+            Some(other) => Err(Error::invalid(format!(
+                "Expected a database name, found '{other}'"
+            ))),
+            None => Err(Error::invalid("Expected a database name")),
+        }
+    };
+    let is_db_word = |k: usize| {
+        matches!(kw(k), Some(Keyword::DATABASE | Keyword::SCHEMA))
+            || words.get(k).is_some_and(|t| is_word(t, "PROJECT"))
+    };
+    let end_at = |k: usize| -> Result<()> {
+        match words.get(k) {
+            None => Ok(()),
+            Some(extra) => Err(Error::invalid(format!(
+                "Unexpected '{extra}' after the statement"
+            ))),
+        }
+    };
+    match kw(0) {
+        Some(Keyword::CREATE) if is_db_word(1) => {
+            let is_project = words.get(1).is_some_and(|t| is_word(t, "PROJECT"));
+            let (if_not_exists, k) = if kw(2) == Some(Keyword::IF)
+                && kw(3) == Some(Keyword::NOT)
+                && kw(4) == Some(Keyword::EXISTS)
+            {
+                (true, 5)
+            } else {
+                (false, 2)
+            };
+            let name = name_at(k)?;
+            if !is_project {
+                check_project_engine(&words[k + 1..])?;
+            } else {
+                end_at(k + 1)?;
+            }
+            Ok(Some(Command::CreateProject {
+                name,
+                if_not_exists,
+            }))
+        }
+        Some(Keyword::DROP) if is_db_word(1) => {
+            let (if_exists, k) = if kw(2) == Some(Keyword::IF) && kw(3) == Some(Keyword::EXISTS) {
+                (true, 4)
+            } else {
+                (false, 2)
+            };
+            let name = name_at(k)?;
+            end_at(k + 1)?;
+            Ok(Some(Command::DropProject { name, if_exists }))
+        }
+        Some(Keyword::SHOW) => {
+            let (full, k) = if kw(1) == Some(Keyword::FULL) {
+                (true, 2)
+            } else {
+                (false, 1)
+            };
+            match kw(k) {
+                Some(Keyword::DATABASES | Keyword::SCHEMAS) => {
+                    end_at(k + 1)?;
+                    Ok(Some(Command::ShowDatabases { full }))
+                }
+                Some(Keyword::TABLES) => {
+                    let db = if matches!(kw(k + 1), Some(Keyword::FROM | Keyword::IN)) {
+                        let db = name_at(k + 2)?;
+                        end_at(k + 3)?;
+                        Some(db)
+                    } else {
+                        end_at(k + 1)?;
+                        None
+                    };
+                    Ok(Some(Command::ShowTables { db, full }))
+                }
+                _ if !full && words.get(k).is_some_and(|t| is_word(t, "PROJECTS")) => {
+                    end_at(k + 1)?;
+                    Ok(Some(Command::ShowProjects))
+                }
+                _ => Ok(None),
+            }
+        }
+        Some(Keyword::USE) => {
+            let name = name_at(1)?;
+            end_at(2)?;
+            Ok(Some(Command::Use(name)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// After `CREATE DATABASE name`: accepts `[WITH] [ENGINE [=] 'mindsdb']`; other engines belong
+/// to datasources, which this build does not have yet.
+fn check_project_engine(rest: &[&Token]) -> Result<()> {
+    let mut k = 0;
+    if rest.get(k).and_then(|t| keyword(t)) == Some(Keyword::WITH) {
+        k += 1;
+    }
+    if rest.get(k).and_then(|t| keyword(t)) == Some(Keyword::ENGINE) {
+        k += 1;
+        if rest.get(k) == Some(&&Token::Eq) {
+            k += 1;
+        }
+        let engine = match rest.get(k) {
+            Some(Token::SingleQuotedString(s)) | Some(Token::DoubleQuotedString(s)) => s.clone(),
+            Some(Token::Word(w)) => w.value.clone(),
+            _ => return Err(Error::invalid("ENGINE must be followed by an engine name")),
+        };
+        k += 1;
+        if !engine.eq_ignore_ascii_case("mindsdb") {
+            return Err(Error::invalid(format!(
+                "Database engine '{engine}' is not available in this build; only 'mindsdb' (a project) is"
+            )));
+        }
+    }
+    match rest.get(k) {
+        None => Ok(()),
+        Some(_) => Err(Error::invalid(
+            "A project takes no PARAMETERS or other options",
+        )),
+    }
+}
+
+/// Replaces `:name` placeholders with literal values from `params`. A JSON array expands into
+/// the list of an `IN (…)`; an empty array makes the IN false (NOT IN true).
+fn bind_params(
+    statement: &mut Statement,
+    params: &HashMap<String, serde_json::Value>,
+) -> Result<()> {
+    struct Binder<'p> {
+        params: &'p HashMap<String, serde_json::Value>,
+    }
+    impl Binder<'_> {
+        fn lookup(&self, placeholder: &str) -> Result<Option<&serde_json::Value>> {
+            let Some(name) = placeholder.strip_prefix(':') else {
+                return Ok(None);
+            };
+            self.params.get(name).map(Some).ok_or_else(|| {
+                Error::invalid(format!(
+                    "Unknown parameter ':{name}': it is not in the query's params"
+                ))
+            })
+        }
+    }
+    impl VisitorMut for Binder<'_> {
+        type Break = Error;
+        fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Error> {
+            if let Expr::InList { list, negated, .. } = expr {
+                let mut expanded = Vec::with_capacity(list.len());
+                for item in list.drain(..) {
+                    match placeholder(&item).map(|p| self.lookup(p)) {
+                        Some(Err(e)) => return ControlFlow::Break(e),
+                        Some(Ok(Some(serde_json::Value::Array(values)))) => {
+                            expanded.extend(values.iter().map(literal));
+                        }
+                        _ => expanded.push(item),
+                    }
+                }
+                if expanded.is_empty() {
+                    *expr = Expr::Value(Value::Boolean(*negated).into());
+                } else {
+                    *list = expanded;
+                }
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Error> {
+            if let Some(p) = placeholder(expr) {
+                match self.lookup(p) {
+                    Err(e) => return ControlFlow::Break(e),
+                    Ok(Some(serde_json::Value::Array(_))) => {
+                        return ControlFlow::Break(Error::invalid(format!(
+                            "Parameter '{p}' is a list; a list can only stand in IN (…)"
+                        )))
+                    }
+                    Ok(Some(value)) => *expr = literal(value),
+                    Ok(None) => {}
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    match statement.visit(&mut Binder { params }) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+fn placeholder(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Value(ValueWithSpan {
+            value: Value::Placeholder(p),
+            ..
+        }) => Some(p.as_str()),
+        _ => None,
+    }
+}
+
+/// A JSON value as a SQL literal node.
+fn literal(value: &serde_json::Value) -> Expr {
+    let value = match value {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        serde_json::Value::Number(n) => Value::Number(n.to_string(), false),
+        serde_json::Value::String(s) => Value::SingleQuotedString(s.clone()),
+        other => Value::SingleQuotedString(other.to_string()),
+    };
+    Expr::Value(value.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sql_of(text: &str, params: serde_json::Value) -> String {
+        let params: HashMap<String, serde_json::Value> = serde_json::from_value(params).unwrap();
+        match parse(text, &params).unwrap().pop().unwrap() {
+            Command::Sql(s) => s.to_string(),
+            other => panic!("not SQL: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mindsdb_create_table_forms_get_their_as() {
+        assert_eq!(
+            sql_of("CREATE TABLE db.t SELECT 1", serde_json::json!({})),
+            "CREATE TABLE db.t AS SELECT 1"
+        );
+        assert_eq!(
+            sql_of(
+                "CREATE OR REPLACE TABLE db.t (SELECT * FROM x)",
+                serde_json::json!({})
+            ),
+            "CREATE OR REPLACE TABLE db.t AS (SELECT * FROM x)"
+        );
+        assert_eq!(
+            sql_of("CREATE TABLE t (a INT)", serde_json::json!({})),
+            "CREATE TABLE t (a INT)"
+        );
+    }
+
+    #[test]
+    fn parameters_become_literals_and_lists() {
+        let sql = sql_of(
+            "SELECT * FROM t WHERE a = :a AND b IN :ids AND c = :c AND d = :d",
+            serde_json::json!({"a": "it's \\ here", "ids": [1, 2, 3], "c": null, "d": 1.5}),
+        );
+        assert_eq!(
+            sql,
+            "SELECT * FROM t WHERE a = 'it''s \\ here' AND b IN (1, 2, 3) AND c = NULL AND d = 1.5"
+        );
+    }
+
+    #[test]
+    fn unknown_parameter_is_an_error() {
+        let err = parse("SELECT :nope", &HashMap::new()).unwrap_err();
+        assert!(err.message().contains(":nope"), "{err}");
+    }
+
+    #[test]
+    fn sdk_literals_are_tolerated() {
+        assert_eq!(
+            sql_of(
+                "select * from t where n = None and s = 'it\\'s'",
+                serde_json::json!({})
+            ),
+            "SELECT * FROM t WHERE n = NULL AND s = 'it''s'"
+        );
+    }
+
+    #[test]
+    fn mindsdb_statements_are_recognised() {
+        let none = HashMap::new();
+        assert!(matches!(
+            parse("create project if not exists p1", &none).unwrap()[0],
+            Command::CreateProject {
+                if_not_exists: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse("CREATE DATABASE p ENGINE = 'mindsdb'", &none).unwrap()[0],
+            Command::CreateProject { .. }
+        ));
+        assert!(parse(
+            "CREATE DATABASE pg ENGINE = 'postgres', PARAMETERS = {}",
+            &none
+        )
+        .unwrap_err()
+        .message()
+        .contains("postgres"));
+        assert!(matches!(
+            parse("SHOW FULL DATABASES", &none).unwrap()[0],
+            Command::ShowDatabases { full: true }
+        ));
+        assert!(
+            matches!(&parse("show tables from p", &none).unwrap()[0], Command::ShowTables { db: Some(d), .. } if d == "p")
+        );
+        assert!(matches!(
+            parse("DROP PROJECT IF EXISTS p", &none).unwrap()[0],
+            Command::DropProject {
+                if_exists: true,
+                ..
+            }
+        ));
+        assert_eq!(parse("USE p; SELECT 1;", &none).unwrap().len(), 2);
+    }
+}

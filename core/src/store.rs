@@ -1,0 +1,262 @@
+//! The redb file: opening it (format version, clear errors for foreign or locked files), the
+//! `meta` and `sequences` tables, the in-process writer lock, and the decoded-chunk cache.
+//! Record tables belong to their modules (`projects`, `tables`); this module owns none of their rows.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The on-disk format this build reads and writes. Bump it when a record layout changes.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
+
+/// The opened redb database plus what every writer must share.
+pub(crate) struct Store {
+    db: Database,
+    /// Serialises writers inside this process without blocking tokio workers: redb's own
+    /// `begin_write` would park a worker thread while another write transaction runs.
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Where the file is, for error messages; `None` in memory.
+    path: Option<PathBuf>,
+    /// Decoded chunks, shared by all queries.
+    pub(crate) chunk_cache: ChunkCache,
+}
+
+/// The right to be the one writer of this process, held from before a write's read snapshot
+/// is taken until its transaction ends, so no other commit can slip in between.
+pub(crate) struct WriteLock(tokio::sync::OwnedMutexGuard<()>);
+
+/// A write transaction that also holds the in-process writer lock until it commits or drops.
+pub(crate) struct WriteGuard {
+    pub(crate) txn: WriteTransaction,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl WriteGuard {
+    /// Commits the transaction durably.
+    pub(crate) fn commit(self) -> Result<()> {
+        self.txn.commit()?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the redb file at `path`.
+    pub(crate) fn open(
+        path: &Path,
+        page_cache_bytes: usize,
+        chunk_cache_bytes: usize,
+    ) -> Result<Store> {
+        let shown = path.display();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::invalid(format!(
+                    "cannot create directory '{}' for '{shown}': {e}",
+                    parent.display()
+                ))
+            })?;
+        }
+        let exists = path.exists();
+        if exists && path.is_dir() {
+            return Err(Error::invalid(format!(
+                "'{shown}' is a directory, not a mindlite database file"
+            )));
+        }
+        let mut builder = Database::builder();
+        builder.set_cache_size(page_cache_bytes);
+        let opened = if exists {
+            builder.open(path)
+        } else {
+            builder.create(path)
+        };
+        let db = opened.map_err(|e| open_error(path, e))?;
+        let store = Store {
+            db,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            path: Some(path.to_path_buf()),
+            chunk_cache: ChunkCache::new(chunk_cache_bytes),
+        };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// Creates a database in memory (redb's in-memory backend); it vanishes when dropped.
+    pub(crate) fn open_in_memory(chunk_cache_bytes: usize) -> Result<Store> {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| Error::internal(format!("cannot create in-memory database: {e}")))?;
+        let store = Store {
+            db,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            path: None,
+            chunk_cache: ChunkCache::new(chunk_cache_bytes),
+        };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// How to name this store in messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.path {
+            Some(path) => format!("'{}'", path.display()),
+            None => "the in-memory database".to_string(),
+        }
+    }
+
+    /// Writes the format version into a new file, or checks it in an existing one.
+    fn check_format(&self) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            let found = meta.get("format_version")?.map(|v| v.value().to_string());
+            match found {
+                None => {
+                    let is_empty = {
+                        use redb::ReadableTableMetadata;
+                        meta.len()? == 0
+                    };
+                    if !is_empty {
+                        return Err(Error::invalid(format!(
+                            "{} is a redb file but not a mindlite database (no format version)",
+                            self.describe()
+                        )));
+                    }
+                    meta.insert("format_version", FORMAT_VERSION.to_string().as_str())?;
+                    meta.insert("created_by", concat!("mindlite ", env!("CARGO_PKG_VERSION")))?;
+                }
+                Some(version) if version == FORMAT_VERSION.to_string() => {}
+                Some(version) => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "{} has on-disk format version {version}, but this build of mindlite reads version {FORMAT_VERSION}",
+                            self.describe()
+                        ),
+                    ))
+                }
+            }
+            txn.open_table(SEQUENCES)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// A consistent read snapshot.
+    pub(crate) fn read(&self) -> Result<ReadTransaction> {
+        Ok(self.db.begin_read()?)
+    }
+
+    /// Waits, without blocking a thread, until this caller is the only writer.
+    pub(crate) async fn lock_writes(&self) -> WriteLock {
+        WriteLock(self.write_lock.clone().lock_owned().await)
+    }
+
+    /// Begins the write transaction that `lock` entitles the caller to. Never waits: the lock
+    /// already excludes every other writer of this process, and redb's file lock all others.
+    pub(crate) fn begin_write(&self, lock: WriteLock) -> Result<WriteGuard> {
+        let txn = self.db.begin_write()?;
+        Ok(WriteGuard { txn, _lock: lock.0 })
+    }
+}
+
+/// Turns redb's open failures into messages that name the file and the problem.
+fn open_error(path: &Path, err: redb::DatabaseError) -> Error {
+    let shown = path.display();
+    match err {
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::new(
+            ErrorKind::Unavailable,
+            format!("'{shown}' is already open in another process (or another engine in this one)"),
+        ),
+        redb::DatabaseError::UpgradeRequired(version) => Error::new(
+            ErrorKind::Unavailable,
+            format!("'{shown}' uses redb file format {version}, which this build cannot open"),
+        ),
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            Error::invalid(format!(
+                "'{shown}' is not a mindlite database (not a valid redb file: {io})"
+            ))
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) => Error::new(
+            ErrorKind::Unavailable,
+            format!("cannot open '{shown}': {io}"),
+        ),
+        redb::DatabaseError::Storage(other) => Error::invalid(format!(
+            "'{shown}' is not a mindlite database (not a valid redb file: {other})"
+        )),
+        other => Error::new(
+            ErrorKind::Unavailable,
+            format!("cannot open '{shown}': {other}"),
+        ),
+    }
+}
+
+/// Returns the next value of the named sequence (1, 2, 3, …) inside `txn`. Values are never
+/// reused once committed, which is what lets [`ChunkCache`] key on ids without invalidation.
+pub(crate) fn next_id(txn: &WriteTransaction, sequence: &str) -> Result<u64> {
+    let mut table = txn.open_table(SEQUENCES)?;
+    let next = table.get(sequence)?.map(|v| v.value()).unwrap_or(0) + 1;
+    table.insert(sequence, next)?;
+    Ok(next)
+}
+
+/// Decoded chunks keyed by (table id, chunk number). Chunk keys are written once and never
+/// rewritten (rewrites take fresh numbers), so entries never go stale; they only get evicted.
+pub(crate) struct ChunkCache {
+    budget: usize,
+    inner: Mutex<CacheInner>,
+}
+
+struct CacheInner {
+    entries: lru::LruCache<(u64, u64), RecordBatch>,
+    bytes: usize,
+}
+
+impl ChunkCache {
+    fn new(budget: usize) -> Self {
+        ChunkCache {
+            budget,
+            inner: Mutex::new(CacheInner {
+                entries: lru::LruCache::unbounded(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// Whether caching is on at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    pub(crate) fn get(&self, key: (u64, u64)) -> Option<RecordBatch> {
+        self.inner.lock().entries.get(&key).cloned()
+    }
+
+    pub(crate) fn insert(&self, key: (u64, u64), batch: RecordBatch) {
+        let size = batch.get_array_memory_size();
+        if size > self.budget {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.entries.put(key, batch) {
+            inner.bytes -= old.get_array_memory_size();
+        }
+        inner.bytes += size;
+        while inner.bytes > self.budget {
+            match inner.entries.pop_lru() {
+                Some((_, evicted)) => inner.bytes -= evicted.get_array_memory_size(),
+                None => break,
+            }
+        }
+    }
+}

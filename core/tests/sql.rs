@@ -1,0 +1,532 @@
+//! SQL behaviour end to end: projects, tables, DML, SHOW, information_schema, parameters,
+//! error messages, and persistence across close and reopen.
+
+use mindlite::{encode_document, Config, Engine, Outcome, QueryRequest};
+use serde_json::{json, Value};
+
+fn engine() -> Engine {
+    Engine::open_in_memory(Config::default()).unwrap()
+}
+
+/// The JSON document of a request, parsed.
+fn doc(engine: &Engine, request: QueryRequest) -> Value {
+    let result = engine.query_blocking(request);
+    serde_json::from_slice(&engine.block_on(encode_document(result))).unwrap()
+}
+
+/// The `data` rows of a query that must succeed.
+fn rows(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, QueryRequest::new(sql));
+    assert_eq!(d["type"], "table", "{sql}: {d}");
+    d["data"].clone()
+}
+
+fn columns(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, QueryRequest::new(sql));
+    assert_eq!(d["type"], "table", "{sql}: {d}");
+    d["column_names"].clone()
+}
+
+/// Runs a statement that must succeed and returns `affected_rows`.
+fn exec(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, QueryRequest::new(sql));
+    assert_eq!(d["type"], "ok", "{sql}: {d}");
+    d["affected_rows"].clone()
+}
+
+/// The error message of a statement that must fail.
+fn error(engine: &Engine, sql: &str) -> String {
+    let d = doc(engine, QueryRequest::new(sql));
+    assert_eq!(d["type"], "error", "{sql}: {d}");
+    assert_eq!(d["error_code"], 0);
+    d["error_message"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn default_project_exists_and_cannot_be_dropped() {
+    let e = engine();
+    assert_eq!(
+        rows(&e, "SHOW DATABASES"),
+        json!([["information_schema"], ["mindsdb"], ["files"]])
+    );
+    assert!(error(&e, "DROP DATABASE mindsdb").contains("cannot be dropped"));
+    assert!(error(&e, "DROP PROJECT information_schema").contains("cannot be dropped"));
+}
+
+#[test]
+fn projects_are_created_listed_and_dropped_in_every_spelling() {
+    let e = engine();
+    exec(&e, "CREATE PROJECT p1");
+    exec(&e, "create database p2");
+    exec(&e, "CREATE DATABASE p3 ENGINE = 'mindsdb' ");
+    exec(&e, "CREATE DATABASE IF NOT EXISTS p3 WITH ENGINE 'mindsdb'");
+    assert!(error(&e, "CREATE PROJECT p1").contains("already exists"));
+    exec(&e, "CREATE PROJECT IF NOT EXISTS p1");
+    assert_eq!(
+        rows(&e, "SHOW PROJECTS"),
+        json!([["mindsdb"], ["p1"], ["p2"], ["p3"]])
+    );
+    assert_eq!(columns(&e, "SHOW PROJECTS"), json!(["project"]));
+    assert_eq!(
+        rows(&e, "SHOW FULL DATABASES"),
+        json!([
+            ["information_schema", "system", null],
+            ["mindsdb", "project", "mindsdb"],
+            ["p1", "project", "mindsdb"],
+            ["p2", "project", "mindsdb"],
+            ["p3", "project", "mindsdb"],
+            ["files", "data", "files"]
+        ])
+    );
+    assert_eq!(
+        rows(
+            &e,
+            "select NAME from information_schema.databases where TYPE='project'"
+        ),
+        json!([["mindsdb"], ["p1"], ["p2"], ["p3"]])
+    );
+    assert_eq!(
+        columns(&e, "select NAME, TYPE from information_schema.databases"),
+        json!(["NAME", "TYPE"])
+    );
+    assert_eq!(
+        columns(&e, "SELECT * FROM information_schema.databases"),
+        json!(["NAME", "TYPE", "ENGINE", "CONNECTION_DATA"])
+    );
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT connection_data FROM information_schema.databases WHERE name = 'files'"
+        ),
+        json!([["{}"]])
+    );
+    exec(&e, "DROP PROJECT p1");
+    exec(&e, "DROP DATABASE p2");
+    exec(&e, "DROP DATABASE IF EXISTS p2");
+    assert!(error(&e, "DROP DATABASE p2").contains("does not exist"));
+    assert_eq!(rows(&e, "SHOW PROJECTS"), json!([["mindsdb"], ["p3"]]));
+    assert!(error(
+        &e,
+        "CREATE DATABASE pg ENGINE = 'postgres', PARAMETERS = {\"host\": \"h\"}"
+    )
+    .contains("postgres"));
+    assert!(error(&e, "CREATE PROJECT files").contains("already exists"));
+    assert!(error(&e, "CREATE PROJECT `bad-name`").contains("Invalid project name"));
+}
+
+#[test]
+fn use_changes_the_returned_context() {
+    let e = engine();
+    exec(&e, "CREATE PROJECT p");
+    let d = doc(&e, QueryRequest::new("USE p"));
+    assert_eq!(d["context"], json!({"show_secrets": false, "db": "p"}));
+    let d = doc(
+        &e,
+        QueryRequest::new("USE p; CREATE TABLE t (a INT); INSERT INTO t VALUES (1)"),
+    );
+    assert_eq!(d["context"]["db"], "p");
+    assert_eq!(rows(&e, "SELECT a FROM p.t"), json!([[1]]));
+    assert_eq!(
+        doc(&e, QueryRequest::new("SELECT a FROM t").with_db("p"))["data"],
+        json!([[1]])
+    );
+    assert!(error(&e, "USE nowhere").contains("nowhere"));
+}
+
+#[test]
+fn tables_are_created_filled_changed_and_dropped() {
+    let e = engine();
+    exec(
+        &e,
+        "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR, score DOUBLE, ok BOOLEAN, born DATE)",
+    );
+    assert_eq!(
+        exec(&e, "INSERT INTO t VALUES (1, 'a', 1.5, true, '2024-01-02'), (2, 'b', NULL, false, NULL), (3, 'c', 3.5, NULL, '2024-03-04')"),
+        json!(3)
+    );
+    assert_eq!(
+        exec(&e, "INSERT INTO t (id, name) VALUES (4, 'd')"),
+        json!(1)
+    );
+    assert_eq!(
+        rows(&e, "SELECT * FROM t ORDER BY id"),
+        json!([
+            [1, "a", 1.5, true, "2024-01-02"],
+            [2, "b", null, false, null],
+            [3, "c", 3.5, null, "2024-03-04"],
+            [4, "d", null, null, null]
+        ])
+    );
+    assert!(error(&e, "INSERT INTO t (name) VALUES ('x')").contains("id"));
+    assert_eq!(
+        exec(
+            &e,
+            "UPDATE t SET score = score * 2, name = upper(name) WHERE id <= 2"
+        ),
+        json!(2)
+    );
+    assert_eq!(
+        rows(&e, "SELECT id, name, score FROM t ORDER BY id LIMIT 2"),
+        json!([[1, "A", 3.0], [2, "B", null]])
+    );
+    assert_eq!(exec(&e, "DELETE FROM t WHERE score IS NULL"), json!(2));
+    assert_eq!(rows(&e, "SELECT id FROM t ORDER BY id"), json!([[1], [3]]));
+    assert_eq!(exec(&e, "DELETE FROM t WHERE id = 99"), json!(0));
+    assert_eq!(
+        exec(
+            &e,
+            "INSERT INTO t SELECT id + 10, name, score, ok, born FROM t"
+        ),
+        json!(2)
+    );
+    assert_eq!(
+        rows(&e, "SELECT count(*), sum(id) FROM t"),
+        json!([[4, 28]])
+    );
+    assert_eq!(exec(&e, "DELETE FROM t"), json!(4));
+    assert_eq!(rows(&e, "SELECT count(*) FROM t"), json!([[0]]));
+    exec(&e, "DROP TABLE t");
+    assert!(error(&e, "SELECT * FROM t").contains("Table 't' not found in database: mindsdb"));
+    exec(&e, "DROP TABLE IF EXISTS t");
+    assert!(error(&e, "DROP TABLE t").contains("not found"));
+}
+
+#[test]
+fn create_table_as_select_in_every_mindsdb_spelling() {
+    let e = engine();
+    exec(&e, "CREATE PROJECT p");
+    assert_eq!(
+        exec(&e, "CREATE TABLE p.a AS SELECT 1 AS x, 'y' AS y"),
+        json!(1)
+    );
+    assert_eq!(
+        exec(&e, "CREATE TABLE p.b SELECT x + 1 AS x FROM p.a"),
+        json!(1)
+    );
+    assert_eq!(
+        exec(&e, "CREATE TABLE p.c (SELECT x * 10 AS x FROM p.b)"),
+        json!(1)
+    );
+    assert_eq!(rows(&e, "SELECT x FROM p.c"), json!([[20]]));
+    assert!(error(&e, "CREATE TABLE p.c SELECT 1 AS x").contains("already exists"));
+    assert_eq!(
+        exec(
+            &e,
+            "CREATE OR REPLACE TABLE p.c SELECT 5 AS z UNION ALL SELECT 6"
+        ),
+        json!(2)
+    );
+    assert_eq!(rows(&e, "SELECT * FROM p.c ORDER BY z"), json!([[5], [6]]));
+    assert_eq!(columns(&e, "SELECT * FROM p.c"), json!(["z"]));
+    exec(&e, "CREATE TABLE IF NOT EXISTS p.c SELECT 1 AS other");
+    assert_eq!(columns(&e, "SELECT * FROM p.c"), json!(["z"]));
+    // A table made from a query accepts NULLs later.
+    exec(&e, "INSERT INTO p.c VALUES (NULL)");
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM p.c WHERE z IS NULL"),
+        json!([[1]])
+    );
+    assert_eq!(rows(&e, "SHOW TABLES FROM p"), json!([["a"], ["b"], ["c"]]));
+    assert_eq!(columns(&e, "SHOW TABLES FROM p"), json!(["Tables_in_p"]));
+    assert_eq!(
+        doc(&e, QueryRequest::new("show tables").with_db("p"))["column_names"],
+        json!(["Tables_in_p"])
+    );
+    assert_eq!(
+        rows(&e, "SHOW FULL TABLES IN p"),
+        json!([
+            ["a", "BASE TABLE"],
+            ["b", "BASE TABLE"],
+            ["c", "BASE TABLE"]
+        ])
+    );
+}
+
+#[test]
+fn information_schema_lists_tables_and_columns() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR)");
+    exec(&e, "INSERT INTO t VALUES (1, 'a')");
+    assert_eq!(
+        rows(&e, "SELECT table_schema, table_name, table_type, table_rows FROM information_schema.tables WHERE table_schema = 'mindsdb'"),
+        json!([["mindsdb", "t", "BASE TABLE", 1]])
+    );
+    assert_eq!(
+        rows(&e, "SELECT COLUMN_NAME, ORDINAL_POSITION, IS_NULLABLE, DATA_TYPE FROM information_schema.columns WHERE TABLE_NAME = 't'"),
+        json!([["id", 1, "NO", "BIGINT"], ["name", 2, "YES", "VARCHAR"]])
+    );
+    assert!(error(
+        &e,
+        "INSERT INTO information_schema.tables SELECT * FROM information_schema.tables"
+    )
+    .contains("read-only"));
+}
+
+#[test]
+fn full_select_is_datafusion() {
+    let e = engine();
+    exec(&e, "CREATE TABLE s (k VARCHAR, v INT)");
+    exec(
+        &e,
+        "INSERT INTO s VALUES ('a', 1), ('a', 2), ('b', 3), ('c', 4)",
+    );
+    exec(&e, "CREATE TABLE n (k VARCHAR, label VARCHAR)");
+    exec(&e, "INSERT INTO n VALUES ('a', 'alpha'), ('b', 'beta')");
+    assert_eq!(
+        rows(
+            &e,
+            "WITH totals AS (SELECT k, sum(v) AS total FROM s GROUP BY k) \
+                  SELECT t.k, n.label, t.total, rank() OVER (ORDER BY t.total DESC) AS r \
+                  FROM totals t LEFT JOIN n ON t.k = n.k ORDER BY t.k"
+        ),
+        json!([["a", "alpha", 3, 2], ["b", "beta", 3, 2], ["c", null, 4, 1]])
+    );
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT k FROM s WHERE v > (SELECT avg(v) FROM s) ORDER BY k"
+        ),
+        json!([["b"], ["c"]])
+    );
+    assert_eq!(
+        rows(&e, "SELECT upper(k), length(label) FROM n ORDER BY 1"),
+        json!([["A", 5], ["B", 4]])
+    );
+    assert_eq!(
+        columns(&e, "SELECT count(*), 1, 'x', v + 1 FROM s GROUP BY v"),
+        json!(["count(*)", "1", "x", "v + 1"])
+    );
+    assert_eq!(
+        columns(&e, "SELECT K AS Key FROM s LIMIT 1"),
+        json!(["Key"])
+    );
+    assert_eq!(rows(&e, "SELECT count(*) FROM mindsdb.s"), json!([[4]]));
+}
+
+#[test]
+fn parameters_bind_as_values_never_as_text() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id INT, s VARCHAR)");
+    let tricky = "it's a \"quote\" \\ and '); DROP TABLE t; --";
+    let insert = QueryRequest::new("INSERT INTO t VALUES (:id, :s), (:id2, :nothing)")
+        .with_param("id", json!(1))
+        .with_param("s", json!(tricky))
+        .with_param("id2", json!(2))
+        .with_param("nothing", Value::Null);
+    assert_eq!(doc(&e, insert)["affected_rows"], json!(2));
+    let select = QueryRequest::new("SELECT id FROM t WHERE s = :s").with_param("s", json!(tricky));
+    assert_eq!(doc(&e, select)["data"], json!([[1]]));
+    let in_list = QueryRequest::new("SELECT id FROM t WHERE id IN :ids ORDER BY id")
+        .with_param("ids", json!([1, 2, 3]));
+    assert_eq!(doc(&e, in_list)["data"], json!([[1], [2]]));
+    let in_parens =
+        QueryRequest::new("SELECT id FROM t WHERE id NOT IN (:ids)").with_param("ids", json!([1]));
+    assert_eq!(doc(&e, in_parens)["data"], json!([[2]]));
+    let empty =
+        QueryRequest::new("SELECT count(*) FROM t WHERE id IN :ids").with_param("ids", json!([]));
+    assert_eq!(doc(&e, empty)["data"], json!([[0]]));
+    let nulls = QueryRequest::new("SELECT id FROM t WHERE s IS NULL AND :x IS NULL")
+        .with_param("x", Value::Null);
+    assert_eq!(doc(&e, nulls)["data"], json!([[2]]));
+    let unknown = doc(&e, QueryRequest::new("SELECT :missing"));
+    assert_eq!(unknown["type"], "error");
+    assert!(unknown["error_message"]
+        .as_str()
+        .unwrap()
+        .contains(":missing"));
+    assert_eq!(rows(&e, "SELECT count(*) FROM t"), json!([[2]]));
+}
+
+#[test]
+fn errors_are_results_that_name_the_object() {
+    let e = engine();
+    assert_eq!(
+        error(&e, "SELECT * FROM nosuch"),
+        "Table 'nosuch' not found in database: mindsdb"
+    );
+    assert_eq!(
+        error(&e, "SELECT * FROM nodb.t"),
+        "Database 'nodb' not found"
+    );
+    exec(&e, "CREATE PROJECT p");
+    exec(&e, "CREATE TABLE mindsdb.y (a INT)");
+    assert_eq!(
+        error(&e, "SELECT * FROM p.x JOIN mindsdb.y ON true"),
+        "Table 'x' not found in database: p"
+    );
+    assert!(error(&e, "SELEC 1").starts_with("The SQL statement cannot be parsed - SELEC 1"));
+    assert!(error(&e, "INSERT INTO nosuch VALUES (1)").contains("Table 'nosuch' not found"));
+    exec(&e, "CREATE TABLE t (a INT)");
+    assert!(error(&e, "SELECT b FROM t").contains("b"));
+    assert!(error(&e, "CREATE TABLE u (a INT PRIMARY KEY)").contains("not supported"));
+    assert!(error(&e, "").contains("empty"));
+    assert!(error(&e, "SELECT 1/0")
+        .to_lowercase()
+        .contains("divide by zero"));
+}
+
+#[test]
+fn hostile_input_never_panics() {
+    let e = engine();
+    for sql in [
+        "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((",
+        "SELECT 'unterminated",
+        "\u{0}\u{1}\u{ffff}",
+        "SELECT * FROM (SELECT * FROM (SELECT 1)) x WHERE",
+        "CREATE TABLE",
+        "DROP",
+        "SHOW",
+        "USE",
+        "CREATE DATABASE",
+        "INSERT INTO t VALUES",
+        ";;;",
+        "SELECT 1; SELEC 2",
+    ] {
+        let d = doc(&e, QueryRequest::new(sql));
+        assert_eq!(d["type"], "error", "{sql:?} gave {d}");
+    }
+    let deep = format!("SELECT {}1{}", "(".repeat(2000), ")".repeat(2000));
+    assert_eq!(doc(&e, QueryRequest::new(deep))["type"], "error");
+}
+
+#[test]
+fn a_failed_statement_changes_nothing() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (a INT NOT NULL)");
+    exec(&e, "INSERT INTO t VALUES (1), (2)");
+    assert!(error(&e, "INSERT INTO t VALUES (3), (NULL)").contains("non-nullable"));
+    assert!(error(&e, "INSERT INTO t SELECT NULL").contains("NOT NULL"));
+    assert!(error(&e, "UPDATE t SET a = a / (a - 2)")
+        .to_lowercase()
+        .contains("divide by zero"));
+    assert_eq!(rows(&e, "SELECT a FROM t ORDER BY a"), json!([[1], [2]]));
+}
+
+#[test]
+fn data_and_catalog_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub").join("db.redb");
+    {
+        let e = Engine::open(&path, Config::default()).unwrap();
+        exec(&e, "CREATE PROJECT p");
+        exec(&e, "CREATE TABLE p.t (id BIGINT, s VARCHAR)");
+        exec(
+            &e,
+            "INSERT INTO p.t SELECT value, 'row' || value FROM generate_series(1, 150000)",
+        );
+        exec(&e, "DELETE FROM p.t WHERE id % 2 = 0");
+        exec(&e, "INSERT INTO p.t VALUES (0, 'zero')");
+    }
+    let e = Engine::open(&path, Config::default()).unwrap();
+    assert_eq!(rows(&e, "SHOW PROJECTS"), json!([["mindsdb"], ["p"]]));
+    assert_eq!(
+        rows(&e, "SELECT count(*), min(id), max(id) FROM p.t"),
+        json!([[75001, 0, 149999]])
+    );
+    assert_eq!(
+        rows(&e, "SELECT s FROM p.t WHERE id = 99999"),
+        json!([["row99999"]])
+    );
+}
+
+#[test]
+fn opening_bad_files_gives_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.redb");
+    std::fs::write(
+        &junk,
+        b"this is not a database file at all, just some text that is long enough",
+    )
+    .unwrap();
+    let err = Engine::open(&junk, Config::default()).err().unwrap();
+    assert!(
+        err.message().contains("junk.redb") && err.message().contains("not a mindlite database"),
+        "{err}"
+    );
+
+    let held = dir.path().join("held.redb");
+    let _first = Engine::open(&held, Config::default()).unwrap();
+    let err = Engine::open(&held, Config::default()).err().unwrap();
+    assert!(
+        err.message().contains("held.redb") && err.message().contains("already open"),
+        "{err}"
+    );
+
+    let err = Engine::open(dir.path(), Config::default()).err().unwrap();
+    assert!(err.message().contains("directory"), "{err}");
+}
+
+#[test]
+fn another_format_version_is_refused_with_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn
+                .open_table(redb::TableDefinition::<&str, &str>::new("meta"))
+                .unwrap();
+            meta.insert("format_version", "999").unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let err = Engine::open(&path, Config::default()).err().unwrap();
+    assert!(
+        err.message().contains("999") && err.message().contains("old.redb"),
+        "{err}"
+    );
+}
+
+#[test]
+fn small_inserts_are_merged_and_large_ones_split_into_chunks() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (a BIGINT)");
+    for i in 0..50 {
+        exec(&e, &format!("INSERT INTO t VALUES ({i})"));
+    }
+    exec(
+        &e,
+        "INSERT INTO t SELECT value FROM generate_series(1000, 200999)",
+    );
+    assert_eq!(
+        rows(&e, "SELECT count(*), sum(a) FROM t"),
+        json!([[200050, 20199901225i64]])
+    );
+    // The stream never hands out more than batch_size rows at a time.
+    let result = e.query_blocking(QueryRequest::new("SELECT a FROM t"));
+    let Outcome::Table(mut table) = result.outcome else {
+        panic!("not a table")
+    };
+    let mut total = 0;
+    while let Some(batch) = e.block_on(futures::StreamExt::next(&mut table.stream)) {
+        let batch = batch.unwrap();
+        assert!(batch.num_rows() <= 8192);
+        total += batch.num_rows();
+    }
+    assert_eq!(total, 200050);
+}
+
+#[test]
+fn engine_is_shared_across_threads() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (a BIGINT)");
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                for j in 0..25 {
+                    exec(&e, &format!("INSERT INTO t VALUES ({})", i * 100 + j));
+                    rows(&e, "SELECT count(*) FROM t");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        rows(&e, "SELECT count(*), count(DISTINCT a) FROM t"),
+        json!([[100, 100]])
+    );
+}
