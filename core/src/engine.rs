@@ -191,6 +191,28 @@ impl Engine {
         self.query(QueryRequest::new(sql)).await.collect().await
     }
 
+    /// Appends record batches to the stored table `db.table`, in one transaction: all rows or
+    /// none. Columns are matched by position and cast to the table's types; returns the rows written.
+    pub async fn insert_batches(
+        &self,
+        db: &str,
+        table: &str,
+        batches: Vec<RecordBatch>,
+    ) -> Result<u64> {
+        let inner = Arc::clone(&self.inner);
+        let (db, table) = (db.to_string(), table.to_string());
+        self.inner
+            .handle
+            .spawn(async move {
+                inner
+                    .sql
+                    .append(TenantId::LOCAL, &db, &table, batches)
+                    .await
+            })
+            .await
+            .map_err(|e| Error::internal(format!("insert task failed: {e}")))?
+    }
+
     /// [`Engine::sql`] for callers outside async code.
     pub fn sql_blocking(&self, sql: &str) -> Result<Collected> {
         self.block_on(self.sql(sql))

@@ -530,3 +530,82 @@ fn engine_is_shared_across_threads() {
         json!([[100, 100]])
     );
 }
+
+#[test]
+fn engine_and_its_futures_are_send() {
+    fn assert_send_sync<T: Send + Sync>(_: &T) {}
+    fn assert_send<T: Send>(_: T) {}
+    let e = engine();
+    assert_send_sync(&e);
+    assert_send(e.query(QueryRequest::new("SELECT 1")));
+    assert_send(e.insert_batches("mindsdb", "t", Vec::new()));
+}
+
+#[test]
+fn record_batches_append_atomically() {
+    use mindlite::arrow::array::{Int64Array, StringArray};
+    use mindlite::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id BIGINT NOT NULL, s VARCHAR)");
+    let batch = |ids: Vec<Option<i64>>| {
+        let n = ids.len();
+        RecordBatch::try_from_iter(vec![
+            ("id", Arc::new(Int64Array::from(ids)) as _),
+            ("s", Arc::new(StringArray::from(vec!["v"; n])) as _),
+        ])
+        .unwrap()
+    };
+    let n = e
+        .block_on(e.insert_batches(
+            "mindsdb",
+            "t",
+            vec![batch(vec![Some(1), Some(2)]), batch(vec![Some(3)])],
+        ))
+        .unwrap();
+    assert_eq!(n, 3);
+    let err = e
+        .block_on(e.insert_batches(
+            "mindsdb",
+            "t",
+            vec![batch(vec![Some(4)]), batch(vec![None])],
+        ))
+        .unwrap_err();
+    assert!(err.message().contains("NOT NULL"), "{err}");
+    assert!(e
+        .block_on(e.insert_batches("mindsdb", "nope", vec![]))
+        .unwrap_err()
+        .message()
+        .contains("nope"));
+    assert_eq!(rows(&e, "SELECT count(*), sum(id) FROM t"), json!([[3, 6]]));
+}
+
+#[test]
+fn rows_come_back_in_insertion_order_without_order_by() {
+    let e = engine();
+    exec(
+        &e,
+        "CREATE TABLE t AS SELECT value AS id FROM generate_series(1, 300000) ORDER BY id",
+    );
+    exec(&e, "INSERT INTO t VALUES (300001), (300002)");
+    let all = e.sql_blocking("SELECT id FROM t").unwrap();
+    let ids: Vec<i64> = all
+        .batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<mindlite::arrow::array::Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(ids, (1..=300002).collect::<Vec<i64>>());
+    for _ in 0..20 {
+        assert_eq!(
+            rows(&e, "SELECT 1 AS x UNION ALL SELECT 2 UNION ALL SELECT 3"),
+            json!([[1], [2], [3]])
+        );
+    }
+}

@@ -358,15 +358,69 @@ struct InformationSchema {
 
 const INFO_TABLES: [&str; 3] = ["databases", "tables", "columns"];
 
-fn info_field(display: &str, data_type: DataType) -> Field {
-    Field::new(display.to_ascii_lowercase(), data_type, true).with_metadata(HashMap::from([(
-        DISPLAY_NAME.to_string(),
-        display.to_string(),
-    )]))
+/// Builds a system table column by column; columns are lower-case for SQL and keep their
+/// upper-case display names (MindsDB's) in field metadata.
+#[derive(Default)]
+struct SystemTable {
+    fields: Vec<Field>,
+    arrays: Vec<ArrayRef>,
 }
 
-fn utf8(values: Vec<Option<String>>) -> ArrayRef {
-    Arc::new(StringArray::from(values))
+impl SystemTable {
+    fn column(mut self, display: &str, array: ArrayRef) -> Self {
+        let field = Field::new(
+            display.to_ascii_lowercase(),
+            array.data_type().clone(),
+            true,
+        )
+        .with_metadata(HashMap::from([(
+            DISPLAY_NAME.to_string(),
+            display.to_string(),
+        )]));
+        self.fields.push(field);
+        self.arrays.push(array);
+        self
+    }
+
+    fn text<'a>(self, display: &str, values: impl IntoIterator<Item = Option<&'a str>>) -> Self {
+        self.column(
+            display,
+            Arc::new(values.into_iter().collect::<StringArray>()),
+        )
+    }
+
+    fn number(self, display: &str, values: impl IntoIterator<Item = Option<u64>>) -> Self {
+        self.column(
+            display,
+            Arc::new(values.into_iter().collect::<UInt64Array>()),
+        )
+    }
+
+    fn build(self) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new(
+            Arc::new(Schema::new(self.fields)),
+            self.arrays,
+        )?)
+    }
+}
+
+/// A row of `information_schema.tables`.
+struct TableRow {
+    schema: String,
+    name: String,
+    kind: &'static str,
+    rows: Option<u64>,
+    created_at: Option<String>,
+}
+
+/// A row of `information_schema.columns`.
+struct ColumnRow {
+    schema: String,
+    table: String,
+    column: String,
+    position: u64,
+    nullable: bool,
+    data_type: String,
 }
 
 impl InformationSchema {
@@ -375,115 +429,75 @@ impl InformationSchema {
         let batch = match name {
             "databases" => {
                 let dbs = snap.databases()?;
-                let schema = Schema::new(vec![
-                    info_field("NAME", DataType::Utf8),
-                    info_field("TYPE", DataType::Utf8),
-                    info_field("ENGINE", DataType::Utf8),
-                    info_field("CONNECTION_DATA", DataType::Utf8),
-                ]);
-                RecordBatch::try_new(
-                    Arc::new(schema),
-                    vec![
-                        utf8(dbs.iter().map(|d| Some(d.0.clone())).collect()),
-                        utf8(dbs.iter().map(|d| Some(d.1.to_string())).collect()),
-                        utf8(dbs.iter().map(|d| d.2.map(str::to_string)).collect()),
-                        utf8(dbs.iter().map(|_| Some("{}".to_string())).collect()),
-                    ],
-                )?
+                SystemTable::default()
+                    .text("NAME", dbs.iter().map(|d| Some(d.0.as_str())))
+                    .text("TYPE", dbs.iter().map(|d| Some(d.1)))
+                    .text("ENGINE", dbs.iter().map(|d| d.2))
+                    .text("CONNECTION_DATA", dbs.iter().map(|_| Some("{}")))
+                    .build()?
             }
             "tables" => {
-                let mut rows: Vec<(String, String, &str, Option<u64>, Option<String>)> =
-                    INFO_TABLES
-                        .iter()
-                        .map(|t| {
-                            (
-                                SYSTEM_DB.to_string(),
-                                t.to_string(),
-                                "SYSTEM VIEW",
-                                None,
-                                None,
-                            )
-                        })
-                        .collect();
+                let mut rows: Vec<TableRow> = INFO_TABLES
+                    .iter()
+                    .map(|t| TableRow {
+                        schema: SYSTEM_DB.to_string(),
+                        name: t.to_string(),
+                        kind: "SYSTEM VIEW",
+                        rows: None,
+                        created_at: None,
+                    })
+                    .collect();
                 for project in snap.projects()? {
                     for table in snap.tables(&project.name)? {
-                        rows.push((
-                            project.name.clone(),
-                            table.name,
-                            "BASE TABLE",
-                            Some(table.row_count),
-                            Some(table.created_at),
-                        ));
+                        rows.push(TableRow {
+                            schema: project.name.clone(),
+                            name: table.name,
+                            kind: "BASE TABLE",
+                            rows: Some(table.row_count),
+                            created_at: Some(table.created_at),
+                        });
                     }
                 }
-                let schema = Schema::new(vec![
-                    info_field("TABLE_CATALOG", DataType::Utf8),
-                    info_field("TABLE_SCHEMA", DataType::Utf8),
-                    info_field("TABLE_NAME", DataType::Utf8),
-                    info_field("TABLE_TYPE", DataType::Utf8),
-                    info_field("TABLE_ROWS", DataType::UInt64),
-                    info_field("CREATE_TIME", DataType::Utf8),
-                ]);
-                RecordBatch::try_new(
-                    Arc::new(schema),
-                    vec![
-                        utf8(rows.iter().map(|_| Some("def".to_string())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.0.clone())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.1.clone())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.2.to_string())).collect()),
-                        Arc::new(UInt64Array::from(
-                            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
-                        )),
-                        utf8(rows.iter().map(|r| r.4.clone()).collect()),
-                    ],
-                )?
+                SystemTable::default()
+                    .text("TABLE_CATALOG", rows.iter().map(|_| Some("def")))
+                    .text("TABLE_SCHEMA", rows.iter().map(|r| Some(r.schema.as_str())))
+                    .text("TABLE_NAME", rows.iter().map(|r| Some(r.name.as_str())))
+                    .text("TABLE_TYPE", rows.iter().map(|r| Some(r.kind)))
+                    .number("TABLE_ROWS", rows.iter().map(|r| r.rows))
+                    .text("CREATE_TIME", rows.iter().map(|r| r.created_at.as_deref()))
+                    .build()?
             }
             "columns" => {
-                let mut rows: Vec<(String, String, String, u64, bool, String)> = Vec::new();
+                let mut rows = Vec::new();
                 for project in snap.projects()? {
                     for table in snap.tables(&project.name)? {
                         let schema = snap.table_schema(table.id)?;
                         for (i, field) in schema.fields().iter().enumerate() {
-                            rows.push((
-                                project.name.clone(),
-                                table.name.clone(),
-                                field.name().clone(),
-                                i as u64 + 1,
-                                field.is_nullable(),
-                                sql_type_name(field.data_type()),
-                            ));
+                            rows.push(ColumnRow {
+                                schema: project.name.clone(),
+                                table: table.name.clone(),
+                                column: field.name().clone(),
+                                position: i as u64 + 1,
+                                nullable: field.is_nullable(),
+                                data_type: sql_type_name(field.data_type()),
+                            });
                         }
                     }
                 }
-                let schema = Schema::new(vec![
-                    info_field("TABLE_CATALOG", DataType::Utf8),
-                    info_field("TABLE_SCHEMA", DataType::Utf8),
-                    info_field("TABLE_NAME", DataType::Utf8),
-                    info_field("COLUMN_NAME", DataType::Utf8),
-                    info_field("ORDINAL_POSITION", DataType::UInt64),
-                    info_field("COLUMN_DEFAULT", DataType::Utf8),
-                    info_field("IS_NULLABLE", DataType::Utf8),
-                    info_field("DATA_TYPE", DataType::Utf8),
-                ]);
-                RecordBatch::try_new(
-                    Arc::new(schema),
-                    vec![
-                        utf8(rows.iter().map(|_| Some("def".to_string())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.0.clone())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.1.clone())).collect()),
-                        utf8(rows.iter().map(|r| Some(r.2.clone())).collect()),
-                        Arc::new(UInt64Array::from(
-                            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
-                        )),
-                        utf8(rows.iter().map(|_| None).collect()),
-                        utf8(
-                            rows.iter()
-                                .map(|r| Some(if r.4 { "YES" } else { "NO" }.to_string()))
-                                .collect(),
-                        ),
-                        utf8(rows.iter().map(|r| Some(r.5.clone())).collect()),
-                    ],
-                )?
+                SystemTable::default()
+                    .text("TABLE_CATALOG", rows.iter().map(|_| Some("def")))
+                    .text("TABLE_SCHEMA", rows.iter().map(|r| Some(r.schema.as_str())))
+                    .text("TABLE_NAME", rows.iter().map(|r| Some(r.table.as_str())))
+                    .text("COLUMN_NAME", rows.iter().map(|r| Some(r.column.as_str())))
+                    .number("ORDINAL_POSITION", rows.iter().map(|r| Some(r.position)))
+                    .text("COLUMN_DEFAULT", rows.iter().map(|_| None))
+                    .text(
+                        "IS_NULLABLE",
+                        rows.iter()
+                            .map(|r| Some(if r.nullable { "YES" } else { "NO" })),
+                    )
+                    .text("DATA_TYPE", rows.iter().map(|r| Some(r.data_type.as_str())))
+                    .build()?
             }
             _ => return Ok(None),
         };

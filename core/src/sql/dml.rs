@@ -14,7 +14,6 @@ use datafusion::logical_expr::{
     lit, when, CreateMemoryTable, DmlStatement, DropTable, Expr, LogicalPlan, LogicalPlanBuilder,
     WriteOp,
 };
-use datafusion::physical_plan::execute_stream;
 use futures::StreamExt;
 use tokio::runtime::Handle;
 
@@ -91,7 +90,8 @@ impl WriteJob {
         mut sink: impl FnMut(datafusion::arrow::record_batch::RecordBatch) -> Result<()>,
     ) -> Result<()> {
         let physical = handle.block_on(self.state.create_physical_plan(plan))?;
-        let mut stream = execute_stream(physical, self.state.task_ctx())?;
+        let mut stream =
+            handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
         while let Some(batch) = handle.block_on(stream.next()) {
             sink(batch?)?;
         }

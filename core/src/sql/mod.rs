@@ -6,6 +6,7 @@ mod catalog;
 mod dml;
 pub mod encode;
 mod names;
+mod order;
 mod parse;
 
 use std::collections::HashMap;
@@ -401,8 +402,10 @@ impl SqlRunner {
             ))),
             (LogicalPlan::Copy(_), _) => Err(Error::invalid("COPY is not supported")),
             (plan, _) => {
-                let frame = DataFrame::new(state, plan);
-                let stream = frame.execute_stream().await?;
+                let physical = DataFrame::new(state.clone(), plan)
+                    .create_physical_plan()
+                    .await?;
+                let stream = order::execute(physical, state.task_ctx())?;
                 let column_names = names::column_names(&stream.schema(), hints.as_deref());
                 Ok(Outcome::Table(TableResult {
                     column_names,
@@ -410,6 +413,45 @@ impl SqlRunner {
                 }))
             }
         }
+    }
+
+    /// Appends batches to a stored table in one transaction; returns the rows written.
+    pub(crate) async fn append(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        table: &str,
+        batches: Vec<RecordBatch>,
+    ) -> Result<u64> {
+        let lock = self.store.lock_writes().await;
+        let context = ResultContext {
+            show_secrets: false,
+            db: db.to_ascii_lowercase(),
+        };
+        let job = self.job(tenant, &context)?;
+        let project = match job.snapshot.namespace(db)? {
+            Some(Namespace::Project(p)) => p.name,
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "Database '{db}' is read-only: tables can only be written in a project"
+                )))
+            }
+            None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+        };
+        let record = job.snapshot.table(&project, table)?.ok_or_else(|| {
+            Error::not_found(format!("Table '{table}' not found in database: {project}"))
+        })?;
+        job.run(lock, move |job, guard, _| {
+            let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
+            for batch in batches {
+                writer.push(batch)?;
+            }
+            let n = writer.rows_written();
+            writer.finish()?;
+            guard.commit()?;
+            Ok(n)
+        })
+        .await
     }
 
     /// Names the missing table or database when planning failed for one; otherwise passes

@@ -1,0 +1,141 @@
+//! Durability under SIGKILL: a child process (this test binary, re-run in writer mode) inserts
+//! multi-row statements in a loop and acknowledges each one after it returns; the parent kills
+//! it at a random moment, reopens the file, and checks that every acknowledged statement is there
+//! whole and that no statement is there in part.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mindlite::{Config, Engine};
+use rand::Rng;
+
+const CHILD_ENV: &str = "MINDLITE_CRASH_WRITER_DB";
+const TRIALS: usize = 24;
+
+/// Rows per statement varies so statements straddle chunk and tail-merge boundaries.
+fn rows_in(statement: u64) -> u64 {
+    [1, 7, 300, 5000, 70_000][(statement % 5) as usize]
+}
+
+/// Writer mode: only active when the parent sets the environment variable.
+#[test]
+fn crash_writer_child() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let engine = Engine::open(&path, Config::default()).expect("child opens the database");
+    engine
+        .sql_blocking("CREATE TABLE IF NOT EXISTS t (stmt BIGINT, n BIGINT, pad VARCHAR)")
+        .unwrap();
+    let start = engine
+        .sql_blocking("SELECT coalesce(max(stmt), 0) FROM t")
+        .unwrap()
+        .batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<mindlite::arrow::array::Int64Array>()
+        .unwrap()
+        .value(0)
+        + 1;
+    for stmt in start as u64.. {
+        let rows = rows_in(stmt);
+        let sql = format!(
+            "INSERT INTO t SELECT {stmt}, value, repeat('x', 20) FROM generate_series(1, {rows})"
+        );
+        engine.sql_blocking(&sql).unwrap();
+        // Printed only after the commit returned: an acknowledged statement is durable.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ack {stmt}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn killed_writers_never_lose_acknowledged_rows_or_leave_partial_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.redb");
+    let me = std::env::current_exe().unwrap();
+    let mut rng = rand::thread_rng();
+    let mut acknowledged: Vec<u64> = Vec::new();
+    for trial in 0..TRIALS {
+        let mut child = Command::new(&me)
+            .args([
+                "--exact",
+                "crash_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                // libtest prints "test crash_writer_child ... " before the first ack, on the same line.
+                .filter_map(|line| {
+                    line.split("ack ")
+                        .nth(1)
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                })
+                .collect::<Vec<u64>>()
+        });
+        std::thread::sleep(Duration::from_millis(rng.gen_range(50..700)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        acknowledged.extend(reader.join().unwrap());
+
+        let engine = Engine::open(&path, Config::default())
+            .unwrap_or_else(|e| panic!("trial {trial}: the file does not reopen: {e}"));
+        let result = engine
+            .sql_blocking("SELECT stmt, count(*), count(DISTINCT n), min(n), max(n) FROM t GROUP BY stmt ORDER BY stmt")
+            .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+        let mut present = std::collections::BTreeMap::new();
+        for batch in &result.batches {
+            let col = |i: usize| {
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<mindlite::arrow::array::Int64Array>()
+                    .unwrap()
+                    .clone()
+            };
+            let (stmt, count, distinct, min, max) = (col(0), col(1), col(2), col(3), col(4));
+            for r in 0..batch.num_rows() {
+                let s = stmt.value(r) as u64;
+                let expected = rows_in(s) as i64;
+                assert!(
+                    count.value(r) == expected
+                        && distinct.value(r) == expected
+                        && min.value(r) == 1
+                        && max.value(r) == expected,
+                    "trial {trial}: statement {s} is partial: {} of {expected} rows",
+                    count.value(r)
+                );
+                present.insert(s, ());
+            }
+        }
+        for s in &acknowledged {
+            assert!(
+                present.contains_key(s),
+                "trial {trial}: acknowledged statement {s} was lost"
+            );
+        }
+        // At most the one statement in flight at the kill may be there without its ack.
+        let unacknowledged = present.keys().filter(|s| !acknowledged.contains(s)).count();
+        assert!(
+            unacknowledged <= 1,
+            "trial {trial}: {unacknowledged} statements committed without an ack: present {:?}, acknowledged {acknowledged:?}",
+            present.keys().collect::<Vec<_>>()
+        );
+        acknowledged = present.keys().copied().collect();
+    }
+    assert!(
+        acknowledged.len() >= TRIALS,
+        "the writers made too little progress to test anything: {acknowledged:?}"
+    );
+}
