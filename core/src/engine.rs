@@ -163,6 +163,7 @@ impl Engine {
                         InRuntime {
                             inner: table.stream,
                             handle: inner.handle.clone(),
+                            failed: false,
                         },
                     )),
                 });
@@ -230,17 +231,44 @@ fn mib(mb: u64) -> usize {
 }
 
 /// Polls a stream inside the engine's runtime context, so tasks DataFusion spawns while
-/// producing batches land on the engine's runtime whatever executor the caller uses.
+/// producing batches land on the engine's runtime whatever executor the caller uses. A panic
+/// inside the query engine ends the stream with an error instead of unwinding into the caller.
 struct InRuntime<S> {
     inner: S,
     handle: Handle,
+    failed: bool,
 }
 
-impl<S: Stream + Unpin> Stream for InRuntime<S> {
+impl<S> Stream for InRuntime<S>
+where
+    S: Stream<Item = datafusion::error::Result<RecordBatch>> + Unpin,
+{
     type Item = S::Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        let _entered = self.handle.clone().enter();
-        self.inner.poll_next_unpin(cx)
+        if self.failed {
+            return Poll::Ready(None);
+        }
+        let handle = self.handle.clone();
+        let _entered = handle.enter();
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.inner.poll_next_unpin(cx)
+        }));
+        match polled {
+            Ok(poll) => poll,
+            Err(panic) => {
+                self.failed = true;
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_string());
+                Poll::Ready(Some(Err(datafusion::error::DataFusionError::External(
+                    Box::new(Error::internal(format!(
+                        "internal error while producing rows: {what}"
+                    ))),
+                ))))
+            }
+        }
     }
 }

@@ -6,10 +6,12 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
+use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use datafusion::arrow::ipc::CompressionType;
 use datafusion::arrow::record_batch::RecordBatch;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -210,15 +212,35 @@ pub(crate) fn decode_chunk(bytes: &[u8], projection: Option<Vec<usize>>) -> Resu
     }
 }
 
+/// Chunks are LZ4-compressed Arrow IPC: decompression is cheaper than reading the extra bytes
+/// through redb, and compressed chunks stay clear of redb's power-of-two rounding of large values.
 fn encode_batches(schema: &Schema, batches: &[RecordBatch]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut out, schema)?;
+    let options =
+        IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME))?;
+    let mut writer = StreamWriter::try_new_with_options(&mut out, schema, options)?;
     for batch in batches {
         writer.write(batch)?;
     }
     writer.finish()?;
     std::mem::drop(writer);
     Ok(out)
+}
+
+/// Copies the live bytes of string and binary view columns into fresh buffers. A view array
+/// (DataFusion's default for VARCHAR) keeps whole data buffers alive through slices and concats;
+/// written as is, a chunk would carry the bytes of every batch it was cut from.
+fn compact(batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Utf8View => Arc::new(column.as_string_view().gc()) as ArrayRef,
+            DataType::BinaryView => Arc::new(column.as_binary_view().gc()) as ArrayRef,
+            _ => Arc::clone(column),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 /// Appends rows to a table inside a write transaction: buffers batches into chunks of
@@ -296,10 +318,15 @@ impl<'t> TableWriter<'t> {
         self.pending.push(batch);
         while self.pending_rows >= CHUNK_ROWS {
             let all = concat_batches(&self.schema, &self.pending)?;
+            self.pending.clear();
             self.write_chunk(&all.slice(0, CHUNK_ROWS))?;
-            let rest = all.slice(CHUNK_ROWS, all.num_rows() - CHUNK_ROWS);
-            self.pending_rows = rest.num_rows();
-            self.pending = vec![rest];
+            self.pending_rows = all.num_rows() - CHUNK_ROWS;
+            if self.pending_rows > 0 {
+                // Copied, so the remainder does not keep the whole concatenated chunk alive
+                // (and, through it, into the next chunk's buffers).
+                self.pending
+                    .push(compact(&all.slice(CHUNK_ROWS, self.pending_rows))?);
+            }
         }
         Ok(())
     }
@@ -330,7 +357,7 @@ impl<'t> TableWriter<'t> {
     }
 
     fn write_chunk(&mut self, batch: &RecordBatch) -> Result<()> {
-        let bytes = encode_batches(&self.schema, std::slice::from_ref(batch))?;
+        let bytes = encode_batches(&self.schema, &[compact(batch)?])?;
         let mut chunks = self.txn.open_table(CHUNKS)?;
         chunks.insert((self.record.id, self.record.next_chunk), bytes.as_slice())?;
         self.record.next_chunk += 1;

@@ -1,7 +1,12 @@
-//! The Python front of mindlite (`mindlite._native`). The pyo3 module and the pure-Python
-//! package land with the Python issue; until then this crate only pins the dependency on core.
+//! `mindlite._native`: the private extension module under the `mindlite` Python package. It only
+//! converts types; the engine decides. The DB-API connection and results land with the Python
+//! issue; until then the module reports the engine version it wraps.
 
-/// The version of the engine this module wraps.
-pub fn engine_version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
 }

@@ -236,7 +236,7 @@ pub(crate) fn create_table(
     let from_query =
         !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
     let input_schema = create.input.schema().as_arrow().clone();
-    let names = names::column_names(&input_schema, hints.as_deref());
+    let names = names::column_names(&input_schema, hints.as_deref(), names::Purpose::Store);
     // A table made from a query takes its column names as the query shows them, and allows NULLs
     // everywhere, as DuckDB and SQLite do.
     let fields: Vec<Field> = input_schema

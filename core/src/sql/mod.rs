@@ -406,7 +406,8 @@ impl SqlRunner {
                     .create_physical_plan()
                     .await?;
                 let stream = order::execute(physical, state.task_ctx())?;
-                let column_names = names::column_names(&stream.schema(), hints.as_deref());
+                let column_names =
+                    names::column_names(&stream.schema(), hints.as_deref(), names::Purpose::Show);
                 Ok(Outcome::Table(TableResult {
                     column_names,
                     stream,

@@ -10,7 +10,9 @@ use super::catalog::DISPLAY_NAME;
 /// How one select item names its output column(s).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum NameHint {
-    /// Use this text.
+    /// An alias: shown as written; stored as SQL resolves it (the field name).
+    Alias(String),
+    /// An expression without alias: its SQL text.
     Written(String),
     /// Use the field's name (or display name).
     Field,
@@ -42,7 +44,7 @@ fn set_expr_hints(body: &SetExpr) -> Option<Vec<NameHint>> {
 
 fn item_hint(item: &SelectItem) -> NameHint {
     match item {
-        SelectItem::ExprWithAlias { alias, .. } => NameHint::Written(alias.value.clone()),
+        SelectItem::ExprWithAlias { alias, .. } => NameHint::Alias(alias.value.clone()),
         SelectItem::UnnamedExpr(Expr::Identifier(_) | Expr::CompoundIdentifier(_)) => {
             NameHint::Field
         }
@@ -67,8 +69,22 @@ pub(crate) fn field_name(field: &datafusion::arrow::datatypes::Field) -> String 
         .unwrap_or_else(|| field.name().clone())
 }
 
+/// Whether names are for showing a result or for storing a new table's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Result column names, as MindsDB shows them.
+    Show,
+    /// Column names of a table made from a query: aliases as SQL resolves them, so
+    /// `CREATE TABLE t AS SELECT a AS Foo` can be queried as `SELECT foo FROM t`.
+    Store,
+}
+
 /// Column names for `schema`, following `hints` where they line up with the fields.
-pub(crate) fn column_names(schema: &Schema, hints: Option<&[NameHint]>) -> Vec<String> {
+pub(crate) fn column_names(
+    schema: &Schema,
+    hints: Option<&[NameHint]>,
+    purpose: Purpose,
+) -> Vec<String> {
     let fields = schema.fields();
     let by_field = || fields.iter().map(|f| field_name(f)).collect();
     let Some(hints) = hints else {
@@ -84,7 +100,11 @@ pub(crate) fn column_names(schema: &Schema, hints: Option<&[NameHint]>) -> Vec<S
     let mut index = 0;
     for hint in hints {
         match hint {
-            NameHint::Written(text) => {
+            NameHint::Alias(_) if purpose == Purpose::Store => {
+                names.push(fields[index].name().clone());
+                index += 1;
+            }
+            NameHint::Alias(text) | NameHint::Written(text) => {
                 names.push(text.clone());
                 index += 1;
             }
