@@ -759,3 +759,48 @@ fn stored_size_stays_proportional_to_the_data() {
         size / 1_000_000
     );
 }
+
+#[test]
+fn update_and_delete_take_subqueries_in_where() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id INT, name VARCHAR)");
+    exec(
+        &e,
+        "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
+    );
+    exec(&e, "CREATE TABLE u (id INT)");
+    exec(&e, "INSERT INTO u VALUES (2), (3)");
+    assert_eq!(
+        exec(
+            &e,
+            "UPDATE t SET name = upper(name) WHERE id IN (SELECT id FROM u)"
+        ),
+        json!(2)
+    );
+    assert_eq!(
+        exec(
+            &e,
+            "UPDATE t SET name = 'x' WHERE id > (SELECT max(id) FROM u)"
+        ),
+        json!(1)
+    );
+    assert_eq!(
+        rows(&e, "SELECT id, name FROM t ORDER BY id"),
+        json!([[1, "a"], [2, "B"], [3, "C"], [4, "x"]])
+    );
+    assert_eq!(
+        exec(
+            &e,
+            "DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id)"
+        ),
+        json!(2)
+    );
+    assert_eq!(
+        exec(&e, "UPDATE t AS x SET name = 'q' WHERE x.id = 1"),
+        json!(1)
+    );
+    assert_eq!(
+        rows(&e, "SELECT id, name FROM t ORDER BY id"),
+        json!([[1, "q"], [4, "x"]])
+    );
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, TableReference};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::dml::InsertOp;
@@ -114,6 +115,7 @@ pub(crate) fn run_dml(
     handle: &Handle,
     dml: DmlStatement,
 ) -> Result<u64> {
+    // Refuses writes outside projects with a message naming the database.
     job.resolve(&dml.table_name)?;
     let record = stored_target(&dml)?;
     let affected = match &dml.op {
@@ -150,29 +152,43 @@ pub(crate) fn run_dml(
                 return Err(Error::invalid("UPDATE: unexpected plan shape"));
             };
             let (predicate, scan) = split_filter(&projection.input)?;
-            let hit = predicate.is_true();
-            let mut exprs = Vec::with_capacity(projection.expr.len() + 1);
-            for (i, new_value) in projection.expr.iter().enumerate() {
-                let (qualifier, field) = scan.schema().qualified_field(i);
-                let old = Expr::Column(Column::from((qualifier, field)));
-                let new_value = new_value.clone().unalias();
-                let value = if new_value == old {
-                    old
-                } else {
-                    when(hit.clone(), new_value).otherwise(old)?
-                };
-                exprs.push(value.alias(field.name()));
-            }
-            exprs.push(hit.alias(HIT));
-            let rewrite = LogicalPlanBuilder::from(scan).project(exprs)?.build()?;
             let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
             let mut updated = 0u64;
-            job.drain(handle, &rewrite, |batch| {
-                let last = batch.num_columns() - 1;
-                let hits = batch.column(last).as_boolean();
-                updated += hits.true_count() as u64;
-                writer.push(batch.project(&(0..last).collect::<Vec<_>>())?)
-            })?;
+            if has_subquery(&predicate) {
+                // DataFusion runs IN / EXISTS subqueries only inside filters, so rows are taken in
+                // two filtered passes: the untouched ones, then the updated ones (which thereby
+                // move to the end of the table).
+                let kept = LogicalPlanBuilder::from(scan)
+                    .filter(predicate.is_not_true())?
+                    .build()?;
+                job.drain(handle, &kept, |batch| writer.push(batch))?;
+                job.drain(handle, &dml.input, |batch| {
+                    updated += batch.num_rows() as u64;
+                    writer.push(batch)
+                })?;
+            } else {
+                // One pass in table order: each column becomes CASE WHEN hit THEN new ELSE old.
+                let hit = predicate.is_true();
+                let mut exprs = Vec::with_capacity(projection.expr.len() + 1);
+                for (i, new_value) in projection.expr.iter().enumerate() {
+                    let (qualifier, field) = scan.schema().qualified_field(i);
+                    let old = Expr::Column(Column::from((qualifier, field)));
+                    let new_value = new_value.clone().unalias();
+                    let value = if new_value == old {
+                        old
+                    } else {
+                        when(hit.clone(), new_value).otherwise(old)?
+                    };
+                    exprs.push(value.alias(field.name()));
+                }
+                exprs.push(hit.alias(HIT));
+                let rewrite = LogicalPlanBuilder::from(scan).project(exprs)?.build()?;
+                job.drain(handle, &rewrite, |batch| {
+                    let last = batch.num_columns() - 1;
+                    updated += batch.column(last).as_boolean().true_count() as u64;
+                    writer.push(batch.project(&(0..last).collect::<Vec<_>>())?)
+                })?;
+            }
             writer.finish()?;
             updated
         }
@@ -185,6 +201,17 @@ pub(crate) fn run_dml(
     };
     guard.commit()?;
     Ok(affected)
+}
+
+fn has_subquery(predicate: &Expr) -> bool {
+    predicate
+        .exists(|e| {
+            Ok(matches!(
+                e,
+                Expr::InSubquery(_) | Expr::Exists(_) | Expr::ScalarSubquery(_)
+            ))
+        })
+        .unwrap_or(true)
 }
 
 /// Splits `Filter(p, scan)` into `(p, scan)`; a bare scan gets the predicate `true`.
