@@ -11,6 +11,7 @@ if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all --check
 else
   echo "SKIPPED: rustfmt is not installed (rustup component add rustfmt)"
+  if [ "${CI:-}" = "true" ]; then exit 1; fi
 fi
 
 step "lint"
@@ -18,6 +19,7 @@ if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --workspace --all-targets -- -D warnings
 else
   echo "SKIPPED: clippy is not installed (rustup component add clippy)"
+  if [ "${CI:-}" = "true" ]; then exit 1; fi
 fi
 
 step "build"
@@ -31,14 +33,14 @@ cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"
 rust_passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i == "passed;") n += $(i - 1) } END { print n + 0 }' "$tmp/cargo-test.log")
 
 step "example: mindlite-shell end to end"
-shell=target/debug/mindlite-shell
-"$shell" "$tmp/demo.redb" "CREATE TABLE demo (id INT, name VARCHAR)" "INSERT INTO demo VALUES (1, 'one'), (2, 'two')" >/dev/null
-printf 'SELECT name FROM demo\nWHERE id = 2;\n' | "$shell" --format json "$tmp/demo.redb" > "$tmp/out.json"
+shell() { cargo run -q -p mindlite-shell -- "$@"; }
+shell "$tmp/demo.redb" "CREATE TABLE demo (id INT, name VARCHAR)" "INSERT INTO demo VALUES (1, 'one'), (2, 'two')" >/dev/null
+printf 'SELECT name FROM demo\nWHERE id = 2;\n' | shell --format json "$tmp/demo.redb" > "$tmp/out.json"
 expected='{"type":"table","data":[["two"]],"column_names":["name"],"context":{"show_secrets":false,"db":"mindsdb"}}'
 if [ "$(cat "$tmp/out.json")" != "$expected" ]; then
   echo "mindlite-shell printed: $(cat "$tmp/out.json")"; echo "expected:              $expected"; exit 1
 fi
-if "$shell" "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
+if shell "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
   echo "mindlite-shell should fail on a missing table"; exit 1
 fi
 

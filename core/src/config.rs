@@ -51,6 +51,9 @@ pub struct QueryConfig {
     pub batch_size: usize,
     /// The project a query runs in when its context names none.
     pub default_project: String,
+    /// Memory for query operators (sorts, aggregations, joins), in MiB; beyond it they spill to
+    /// temporary files instead of growing.
+    pub memory_limit_mb: u64,
 }
 
 impl Default for QueryConfig {
@@ -59,6 +62,7 @@ impl Default for QueryConfig {
             target_partitions: 0,
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
+            memory_limit_mb: 2048,
         }
     }
 }

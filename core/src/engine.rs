@@ -119,14 +119,14 @@ impl Engine {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let store = Arc::new(store);
-        let sql = SqlRunner::new(Arc::clone(&store), &config);
+        let sql = SqlRunner::new(Arc::clone(&store), &config)?;
         let default = sql.default_project().to_string();
-        runtime.block_on(async {
-            let guard = store.begin_write(store.lock_writes().await)?;
-            tables::init(&guard.txn)?;
-            projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
-            guard.commit()
-        })?;
+        // No block_on here: the engine may be opened from inside async code, and nobody else
+        // can hold the writer lock of a store that is still being opened.
+        let guard = store.begin_write(store.try_lock_writes()?)?;
+        tables::init(&guard.txn)?;
+        projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
+        guard.commit()?;
         let handle = runtime.handle().clone();
         Ok(Engine {
             inner: Arc::new(Inner {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, TableHandle,
+    WriteTransaction,
 };
 
 use crate::error::{Error, ErrorKind, Result};
@@ -65,20 +66,15 @@ impl Store {
                 ))
             })?;
         }
-        let exists = path.exists();
-        if exists && path.is_dir() {
+        if path.is_dir() {
             return Err(Error::invalid(format!(
                 "'{shown}' is a directory, not a mindlite database file"
             )));
         }
         let mut builder = Database::builder();
         builder.set_cache_size(page_cache_bytes);
-        let opened = if exists {
-            builder.open(path)
-        } else {
-            builder.create(path)
-        };
-        let db = opened.map_err(|e| open_error(path, e))?;
+        // `create` opens an existing database, and initialises a missing or empty file.
+        let db = builder.create(path).map_err(|e| open_error(path, e))?;
         let store = Store {
             db,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -116,6 +112,8 @@ impl Store {
     fn check_format(&self) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
+            // A redb file with tables but no `meta` belongs to another application: never adopt it.
+            let foreign = txn.list_tables()?.any(|t| t.name() != META.name());
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value().to_string());
             match found {
@@ -124,7 +122,7 @@ impl Store {
                         use redb::ReadableTableMetadata;
                         meta.len()? == 0
                     };
-                    if !is_empty {
+                    if foreign || !is_empty {
                         return Err(Error::invalid(format!(
                             "{} is a redb file but not a mindlite database (no format version)",
                             self.describe()
@@ -158,6 +156,15 @@ impl Store {
     /// Waits, without blocking a thread, until this caller is the only writer.
     pub(crate) async fn lock_writes(&self) -> WriteLock {
         WriteLock(self.write_lock.clone().lock_owned().await)
+    }
+
+    /// Takes the writer lock if it is free, without waiting.
+    pub(crate) fn try_lock_writes(&self) -> Result<WriteLock> {
+        self.write_lock
+            .clone()
+            .try_lock_owned()
+            .map(WriteLock)
+            .map_err(|_| Error::new(ErrorKind::Unavailable, "another write is in progress"))
     }
 
     /// Begins the write transaction that `lock` entitles the caller to. Never waits: the lock

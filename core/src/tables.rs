@@ -7,7 +7,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::compute::{cast_with_options, concat_batches, CastOptions};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
@@ -377,6 +377,23 @@ impl<'t> TableWriter<'t> {
         }
         let mut columns = Vec::with_capacity(batch.num_columns());
         for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+            let column = if column.data_type() == field.data_type() {
+                column.clone()
+            } else {
+                // Unsafe casts fail on values that do not fit instead of turning them into NULLs.
+                let options = CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                cast_with_options(column, field.data_type(), &options).map_err(|e| {
+                    Error::invalid(format!(
+                        "Column '{}' of table '{}' takes {}: {e}",
+                        field.name(),
+                        self.record.name,
+                        crate::sql::sql_type_name(field.data_type())
+                    ))
+                })?
+            };
             if !field.is_nullable() && column.null_count() > 0 {
                 return Err(Error::invalid(format!(
                     "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
@@ -384,11 +401,6 @@ impl<'t> TableWriter<'t> {
                     self.record.name
                 )));
             }
-            let column = if column.data_type() == field.data_type() {
-                column.clone()
-            } else {
-                datafusion::arrow::compute::cast(column, field.data_type())?
-            };
             columns.push(column);
         }
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)

@@ -359,7 +359,7 @@ fn errors_are_results_that_name_the_object() {
     assert!(error(&e, "SELEC 1").starts_with("The SQL statement cannot be parsed - SELEC 1"));
     assert!(error(&e, "INSERT INTO nosuch VALUES (1)").contains("Table 'nosuch' not found"));
     exec(&e, "CREATE TABLE t (a INT)");
-    assert!(error(&e, "SELECT b FROM t").contains("b"));
+    assert!(error(&e, "SELECT b FROM t").contains("No field named b"));
     assert!(error(&e, "CREATE TABLE u (a INT PRIMARY KEY)").contains("not supported"));
     assert!(error(&e, "").contains("empty"));
     assert!(error(&e, "SELECT 1/0")
@@ -475,7 +475,9 @@ fn another_format_version_is_refused_with_both_versions() {
     }
     let err = Engine::open(&path, Config::default()).err().unwrap();
     assert!(
-        err.message().contains("999") && err.message().contains("old.redb"),
+        err.message().contains("999")
+            && err.message().contains("reads version 1")
+            && err.message().contains("old.redb"),
         "{err}"
     );
 }
@@ -803,4 +805,105 @@ fn update_and_delete_take_subqueries_in_where() {
         rows(&e, "SELECT id, name FROM t ORDER BY id"),
         json!([[1, "q"], [4, "x"]])
     );
+}
+
+#[test]
+fn engine_opens_and_runs_inside_async_code() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("async.redb");
+    runtime.block_on(async {
+        let e = Engine::open(&path, Config::default()).unwrap();
+        e.sql("CREATE TABLE t (a INT)").await.unwrap();
+        e.sql("INSERT INTO t VALUES (1), (2)").await.unwrap();
+        assert_eq!(e.sql("SELECT sum(a) FROM t").await.unwrap().num_rows(), 1);
+        // Dropped inside the runtime: must not panic.
+        drop(e);
+    });
+}
+
+#[test]
+fn empty_files_open_and_foreign_redb_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.redb");
+    std::fs::write(&empty, b"").unwrap();
+    let e = Engine::open(&empty, Config::default()).unwrap();
+    assert_eq!(rows(&e, "SHOW PROJECTS"), json!([["mindsdb"]]));
+    drop(e);
+
+    let foreign = dir.path().join("foreign.redb");
+    {
+        let db = redb::Database::create(&foreign).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<&str, &str>::new("their_data"))
+            .unwrap()
+            .insert("k", "v")
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Engine::open(&foreign, Config::default()).err().unwrap();
+    assert!(err.message().contains("not a mindlite database"), "{err}");
+    // Refusing it left their file as it was.
+    let db = redb::Database::open(&foreign).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let names: Vec<String> = txn
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_string())
+        .collect();
+    assert_eq!(names, ["their_data"]);
+}
+
+#[test]
+fn inserted_batches_that_do_not_fit_are_refused_not_nulled() {
+    use mindlite::arrow::array::{ArrayRef, Int64Array, StringArray};
+    use mindlite::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id INT NOT NULL, n BIGINT)");
+    let batch = |ids: ArrayRef, n: ArrayRef| {
+        RecordBatch::try_from_iter(vec![("id", ids), ("n", n)]).unwrap()
+    };
+    let text = batch(
+        Arc::new(Int64Array::from(vec![1])),
+        Arc::new(StringArray::from(vec!["abc"])),
+    );
+    let err = e
+        .block_on(e.insert_batches("mindsdb", "t", vec![text]))
+        .unwrap_err();
+    assert!(
+        err.message().contains("Column 'n'") && err.message().contains("BIGINT"),
+        "{err}"
+    );
+    let overflow = batch(
+        Arc::new(Int64Array::from(vec![i64::MAX])),
+        Arc::new(Int64Array::from(vec![1])),
+    );
+    let err = e
+        .block_on(e.insert_batches("mindsdb", "t", vec![overflow]))
+        .unwrap_err();
+    assert!(err.message().contains("Column 'id'"), "{err}");
+    let fits = batch(
+        Arc::new(Int64Array::from(vec![7])),
+        Arc::new(StringArray::from(vec!["42"])),
+    );
+    assert_eq!(
+        e.block_on(e.insert_batches("mindsdb", "t", vec![fits]))
+            .unwrap(),
+        1
+    );
+    assert_eq!(rows(&e, "SELECT id, n FROM t"), json!([[7, 42]]));
+}
+
+#[test]
+fn dml_shapes_that_are_not_supported_say_so() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (id INT)");
+    exec(&e, "INSERT INTO t VALUES (1), (2)");
+    assert!(error(
+        &e,
+        "UPDATE t SET id = 3 WHERE id IN (SELECT id FROM t) AND random() < 0.5"
+    )
+    .contains("volatile"));
+    assert_eq!(rows(&e, "SELECT id FROM t ORDER BY id"), json!([[1], [2]]));
 }

@@ -148,3 +148,28 @@ fn cells_encode_per_design() {
         ])
     );
 }
+
+/// MindsDB executes before it streams, so a failing query is one error item, never a table
+/// header followed by an error.
+#[test]
+fn a_query_failing_before_its_first_row_streams_one_error_item() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    let body = answer(
+        &engine,
+        &serde_json::json!({"query": "SELECT 1/0 AS x", "response_format": "jsonlines"}),
+    );
+    let body = String::from_utf8(body).unwrap();
+    assert_eq!(body.lines().count(), 1, "{body}");
+    assert!(
+        body.starts_with("{\"type\":\"error\",\"error_code\":0,"),
+        "{body}"
+    );
+    let body = answer(
+        &engine,
+        &serde_json::json!({"query": "SELECT 1 WHERE false", "response_format": "sse"}),
+    );
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "data: {\"type\":\"table\",\"column_names\":[\"1\"]}\n\n"
+    );
+}

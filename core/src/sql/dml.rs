@@ -155,6 +155,11 @@ pub(crate) fn run_dml(
             let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
             let mut updated = 0u64;
             if has_subquery(&predicate) {
+                if predicate.is_volatile() {
+                    return Err(Error::invalid(
+                        "UPDATE … WHERE with both a subquery and a volatile function (such as random()) is not supported",
+                    ));
+                }
                 // DataFusion runs IN / EXISTS subqueries only inside filters, so rows are taken in
                 // two filtered passes: the untouched ones, then the updated ones (which thereby
                 // move to the end of the table).
@@ -233,7 +238,7 @@ fn check_scan(plan: &LogicalPlan) -> Result<()> {
         LogicalPlan::TableScan(_) => Ok(()),
         LogicalPlan::SubqueryAlias(alias) => check_scan(&alias.input),
         _ => Err(Error::invalid(
-            "UPDATE … FROM and DELETE … USING are not supported; use a subquery in WHERE",
+            "UPDATE and DELETE take one table and a WHERE clause; FROM, USING, ORDER BY and LIMIT are not supported (use a subquery in WHERE)",
         )),
     }
 }

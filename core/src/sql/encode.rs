@@ -93,7 +93,8 @@ pub struct WireStream {
 
 enum StreamState {
     Pending(QueryResult),
-    Rows(TableResult, ResultContext),
+    /// Rows still to send, and a batch already pulled from the stream.
+    Rows(TableResult, ResultContext, Option<RecordBatch>),
     /// An error met after some rows: sent as its own item after them.
     Failed(Vec<u8>),
     Done,
@@ -116,23 +117,39 @@ impl WireStream {
                 Some(encode_document(result).await)
             }
             StreamState::Pending(QueryResult { context, outcome }) => match outcome {
-                Outcome::Table(table) => {
+                Outcome::Table(mut table) => {
+                    // The first batch is pulled before the header goes out, so a query that fails
+                    // before producing rows answers with one error item, as MindsDB does.
+                    let first = loop {
+                        match table.stream.next().await {
+                            Some(Ok(batch)) if batch.num_rows() == 0 => continue,
+                            Some(Ok(batch)) => break Some(batch),
+                            Some(Err(e)) => {
+                                return Some(self.frame(error_item(&Error::from(e), &context)))
+                            }
+                            None => break None,
+                        }
+                    };
                     let mut header = b"{\"type\":\"table\",\"column_names\":".to_vec();
                     write_json(&mut header, &table.column_names);
                     header.push(b'}');
-                    self.state = StreamState::Rows(table, context);
+                    self.state = StreamState::Rows(table, context, first);
                     Some(self.frame(header))
                 }
                 Outcome::Ok { affected_rows } => Some(self.frame(ok_item(affected_rows, &context))),
                 Outcome::Error(e) => Some(self.frame(error_item(&e, &context))),
             },
             StreamState::Failed(piece) => Some(piece),
-            StreamState::Rows(mut table, context) => {
+            StreamState::Rows(mut table, context, mut pulled) => {
                 let mut line = Vec::new();
                 let mut rows = 0;
                 let mut first = true;
                 loop {
-                    match table.stream.next().await {
+                    let next = match pulled.take() {
+                        Some(batch) => Some(Ok(batch)),
+                        None => table.stream.next().await,
+                    };
+                    match next {
                         None => break,
                         Some(Err(e)) => {
                             let piece = self.frame(error_item(&Error::from(e), &context));
@@ -153,7 +170,7 @@ impl WireStream {
                             write_rows(&batch, &mut line, &mut first);
                             rows += batch.num_rows();
                             if rows >= LINE_ROWS {
-                                self.state = StreamState::Rows(table, context);
+                                self.state = StreamState::Rows(table, context, None);
                                 break;
                             }
                         }
@@ -336,12 +353,15 @@ fn write_cell(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
             };
             write_text(out, when.map(|t| t.format("%Y-%m-%d %H:%M:%S%.6f")));
         }
-        DataType::Decimal128(_, _)
-        | DataType::Decimal256(_, _)
-        | DataType::Decimal32(_, _)
-        | DataType::Decimal64(_, _) => {
-            // The exact decimal text is a valid JSON number; clients read it as a float, as MindsDB sends it.
-            out.extend_from_slice(formatted(array, row).as_bytes());
+        DataType::Decimal32(_, _)
+        | DataType::Decimal64(_, _)
+        | DataType::Decimal128(_, _)
+        | DataType::Decimal256(_, _) => {
+            // MindsDB sends decimals as floats (12.50 → 12.5).
+            match formatted(array, row).parse::<f64>() {
+                Ok(value) => write_float(out, value, false),
+                Err(_) => out.extend_from_slice(b"null"),
+            }
         }
         DataType::List(_)
         | DataType::LargeList(_)

@@ -9,6 +9,8 @@ mod names;
 mod order;
 mod parse;
 
+pub(crate) use self::catalog::sql_type_name;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,6 +18,8 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::common::TableReference;
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
@@ -130,20 +134,29 @@ pub(crate) struct SqlRunner {
 }
 
 impl SqlRunner {
-    pub(crate) fn new(store: Arc<Store>, config: &crate::Config) -> Self {
+    pub(crate) fn new(store: Arc<Store>, config: &crate::Config) -> Result<Self> {
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
             n => n,
         };
-        SqlRunner {
+        let memory = usize::try_from(config.query.memory_limit_mb.saturating_mul(1024 * 1024))
+            .unwrap_or(usize::MAX);
+        // Operators that outgrow the pool spill to files in the OS temp directory.
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
+            .build_arc()?;
+        Ok(SqlRunner {
             store,
-            base: SessionStateBuilder::new().with_default_features().build(),
+            base: SessionStateBuilder::new()
+                .with_default_features()
+                .with_runtime_env(runtime)
+                .build(),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
             batch_size: config.query.batch_size.max(1),
-        }
+        })
     }
 
     /// The default project's name.

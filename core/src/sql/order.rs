@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan, ExecutionPlanProperties};
@@ -26,11 +26,11 @@ pub(crate) fn execute(
         return execute_stream(plan, context);
     }
     let schema = plan.schema();
-    let mut receivers = Vec::with_capacity(partitions);
+    let mut parts = Vec::with_capacity(partitions);
     for partition in 0..partitions {
         let mut stream = plan.execute(partition, Arc::clone(&context))?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(PREFETCH);
-        tokio::spawn(async move {
+        let (sender, mut receiver) = tokio::sync::mpsc::channel(PREFETCH);
+        let task = tokio::spawn(async move {
             while let Some(batch) = stream.next().await {
                 let failed = batch.is_err();
                 if sender.send(batch).await.is_err() || failed {
@@ -38,16 +38,21 @@ pub(crate) fn execute(
                 }
             }
         });
-        receivers.push(tokio_stream_of(receiver));
+        // When the channel closes, the task's fate decides: a panic or cancellation becomes an
+        // error item instead of a silently shorter result.
+        let batches = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx));
+        let outcome = futures::stream::once(async move {
+            task.await.err().map(|e| {
+                Err(DataFusionError::Execution(format!(
+                    "a query task failed: {e}"
+                )))
+            })
+        })
+        .filter_map(futures::future::ready);
+        parts.push(batches.chain(outcome).boxed());
     }
-    let ordered = futures::stream::iter(receivers).flatten();
+    let ordered = futures::stream::iter(parts).flatten();
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, ordered)))
-}
-
-fn tokio_stream_of<T: Send + 'static>(
-    mut receiver: tokio::sync::mpsc::Receiver<T>,
-) -> futures::stream::BoxStream<'static, T> {
-    Box::pin(futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)))
 }
 
 fn has_repartition(plan: &dyn ExecutionPlan) -> bool {
