@@ -226,6 +226,14 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+impl Engine {
+    /// The store, for tests that look at what is on disk.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.inner.sql.store
+    }
+}
+
 fn mib(mb: u64) -> usize {
     usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
 }

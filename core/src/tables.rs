@@ -1,7 +1,9 @@
-//! Stored tables. Owns three redb tables: `tables` (records keyed by tenant, project and
-//! lower-cased name), `table_schemas` (Arrow IPC schema by table id) and `chunks` (Arrow IPC
-//! record batches of up to [`CHUNK_ROWS`] rows keyed by (table id, chunk number)).
-//! Chunk numbers only grow: a rewrite writes new chunks and removes old ones in one transaction.
+//! Stored tables. Owns four redb tables: `tables` (records keyed by tenant, project and
+//! lower-cased name), `table_schemas` (Arrow IPC schema by table id), `chunks` (LZ4 Arrow IPC
+//! record batches of up to [`CHUNK_ROWS`] rows keyed by (table id, chunk id)) and `chunk_order`
+//! ((table id, position) → chunk id, the table's row order). Chunk ids are never reused: a
+//! rewritten chunk gets a new id at the same position, in the same transaction, so a chunk id
+//! always names the same bytes.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use crate::tenant::TenantId;
 pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");
 pub(crate) const TABLE_SCHEMAS: TableDefinition<u64, &[u8]> = TableDefinition::new("table_schemas");
 pub(crate) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
+pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
+    TableDefinition::new("chunk_order");
 
 /// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
 /// holds little memory.
@@ -46,10 +50,23 @@ pub struct TableRecord {
     pub created_at: String,
     /// Rows in the table.
     pub row_count: u64,
-    /// The number the next chunk gets.
+    /// The id the next chunk gets.
     pub next_chunk: u64,
-    /// The last chunk and its row count, when it is small enough to merge into.
-    pub tail: Option<(u64, u64)>,
+    /// The position the next appended chunk takes.
+    pub next_position: u64,
+    /// The last chunk, while nothing has rewritten it: small ones are merged into by the next insert.
+    pub tail: Option<Tail>,
+}
+
+/// The last chunk of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tail {
+    /// Its position in `chunk_order`.
+    pub position: u64,
+    /// Its chunk id.
+    pub chunk: u64,
+    /// Its row count.
+    pub rows: u64,
 }
 
 /// Creates this module's redb tables in a new file, so read snapshots always find them.
@@ -57,6 +74,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(TABLES)?;
     txn.open_table(TABLE_SCHEMAS)?;
     txn.open_table(CHUNKS)?;
+    txn.open_table(CHUNK_ORDER)?;
     Ok(())
 }
 
@@ -139,6 +157,7 @@ pub(crate) fn create(
         created_at: crate::time::now_text(),
         row_count: 0,
         next_chunk: 0,
+        next_position: 0,
         tail: None,
     };
     tables.insert(
@@ -151,7 +170,7 @@ pub(crate) fn create(
 }
 
 /// Drops a table and all its chunks. Returns false when it did not exist.
-pub(crate) fn drop(
+pub(crate) fn drop_table(
     txn: &WriteTransaction,
     tenant: TenantId,
     project: &str,
@@ -178,28 +197,86 @@ pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) 
             .collect()
     };
     for name in names {
-        drop(txn, tenant, project, &name)?;
+        drop_table(txn, tenant, project, &name)?;
     }
     Ok(())
 }
 
 fn remove_chunks(txn: &WriteTransaction, id: u64) -> Result<()> {
-    let mut chunks = txn.open_table(CHUNKS)?;
-    chunks.retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+    txn.open_table(CHUNKS)?
+        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+    txn.open_table(CHUNK_ORDER)?
+        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
     Ok(())
 }
 
-/// Chunk numbers of a table, in order.
-pub(crate) fn chunk_numbers(
-    chunks: &impl ReadableTable<(u64, u64), &'static [u8]>,
+/// A table's (position, chunk id) pairs, in row order.
+pub(crate) fn chunk_order(
+    order: &impl ReadableTable<(u64, u64), u64>,
     id: u64,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
-    for entry in chunks.range((id, 0)..=(id, u64::MAX))? {
-        let (key, _) = entry?;
-        out.push(key.value().1);
+    for entry in order.range((id, 0)..=(id, u64::MAX))? {
+        let (key, chunk) = entry?;
+        out.push((key.value().1, chunk.value()));
     }
     Ok(out)
+}
+
+/// Writes a table record back.
+fn save(txn: &WriteTransaction, tenant: TenantId, record: &TableRecord) -> Result<()> {
+    let key = record.name.to_ascii_lowercase();
+    txn.open_table(TABLES)?.insert(
+        (tenant.0, record.project.as_str(), key.as_str()),
+        serde_json::to_string(record)?.as_str(),
+    )?;
+    Ok(())
+}
+
+/// Rewrites a table chunk by chunk, in place: `change` gets each chunk's rows and returns `None`
+/// to leave the chunk untouched, or its new rows (possibly none). Changed chunks get new ids at
+/// their old positions, so row order holds and untouched chunks are never copied.
+pub(crate) fn rewrite_chunks(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    mut record: TableRecord,
+    mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
+) -> Result<TableRecord> {
+    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let mut chunks = txn.open_table(CHUNKS)?;
+    let mut order = txn.open_table(CHUNK_ORDER)?;
+    for (position, chunk) in chunk_order(&order, record.id)? {
+        let batch = {
+            let bytes = chunks.get((record.id, chunk))?.ok_or_else(|| {
+                Error::internal(format!(
+                    "chunk {chunk} of table id {} is missing",
+                    record.id
+                ))
+            })?;
+            decode_chunk(bytes.value(), None)?
+        };
+        let old_rows = batch.num_rows() as u64;
+        let Some(new) = change(batch)? else {
+            continue;
+        };
+        chunks.remove((record.id, chunk))?;
+        record.row_count = record.row_count - old_rows + new.num_rows() as u64;
+        if record.tail.is_some_and(|t| t.position == position) {
+            record.tail = None;
+        }
+        if new.num_rows() == 0 {
+            order.remove((record.id, position))?;
+            continue;
+        }
+        let new = RecordBatch::try_new(Arc::clone(&schema), new.columns().to_vec())?;
+        let bytes = encode_batches(&schema, &[compact(&new)?])?;
+        chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
+        order.insert((record.id, position), record.next_chunk)?;
+        record.next_chunk += 1;
+    }
+    drop((chunks, order));
+    save(txn, tenant, &record)?;
+    Ok(record)
 }
 
 /// Decodes one stored chunk, reading only the `projection` columns when given.
@@ -223,7 +300,7 @@ fn encode_batches(schema: &Schema, batches: &[RecordBatch]) -> Result<Vec<u8>> {
         writer.write(batch)?;
     }
     writer.finish()?;
-    std::mem::drop(writer);
+    drop(writer);
     Ok(out)
 }
 
@@ -273,10 +350,12 @@ impl<'t> TableWriter<'t> {
             pending_rows: 0,
             written: 0,
         };
-        if let Some((chunk, rows)) = record.tail.take() {
-            if rows < SMALL_TAIL_ROWS {
+        if let Some(tail) = record.tail.take() {
+            if tail.rows < SMALL_TAIL_ROWS {
+                txn.open_table(CHUNK_ORDER)?
+                    .remove((record.id, tail.position))?;
                 let mut chunks = txn.open_table(CHUNKS)?;
-                if let Some(bytes) = chunks.remove((record.id, chunk))? {
+                if let Some(bytes) = chunks.remove((record.id, tail.chunk))? {
                     let batch = decode_chunk(bytes.value(), None)?;
                     // The rows are counted again when the merged chunk is written.
                     writer.record.row_count -= batch.num_rows() as u64;
@@ -340,27 +419,33 @@ impl<'t> TableWriter<'t> {
     pub(crate) fn finish(mut self) -> Result<TableRecord> {
         if self.pending_rows > 0 {
             let all = concat_batches(&self.schema, &self.pending)?;
-            let chunk = self.record.next_chunk;
+            let tail = Tail {
+                position: self.record.next_position,
+                chunk: self.record.next_chunk,
+                rows: all.num_rows() as u64,
+            };
             self.write_chunk(&all)?;
-            self.record.tail = Some((chunk, all.num_rows() as u64));
+            self.record.tail = Some(tail);
         }
-        let (project, key) = (
-            self.record.project.clone(),
-            self.record.name.to_ascii_lowercase(),
-        );
-        let mut tables = self.txn.open_table(TABLES)?;
-        tables.insert(
-            (self.tenant.0, project.as_str(), key.as_str()),
-            serde_json::to_string(&self.record)?.as_str(),
-        )?;
+        save(self.txn, self.tenant, &self.record)?;
         Ok(self.record)
     }
 
     fn write_chunk(&mut self, batch: &RecordBatch) -> Result<()> {
         let bytes = encode_batches(&self.schema, &[compact(batch)?])?;
-        let mut chunks = self.txn.open_table(CHUNKS)?;
-        chunks.insert((self.record.id, self.record.next_chunk), bytes.as_slice())?;
+        let (id, chunk, position) = (
+            self.record.id,
+            self.record.next_chunk,
+            self.record.next_position,
+        );
+        self.txn
+            .open_table(CHUNKS)?
+            .insert((id, chunk), bytes.as_slice())?;
+        self.txn
+            .open_table(CHUNK_ORDER)?
+            .insert((id, position), chunk)?;
         self.record.next_chunk += 1;
+        self.record.next_position += 1;
         self.record.row_count += batch.num_rows() as u64;
         Ok(())
     }

@@ -25,7 +25,7 @@ use redb::{ReadOnlyTable, ReadTransaction};
 use crate::error::{Error, Result};
 use crate::projects::{self, Project, PROJECTS};
 use crate::store::Store;
-use crate::tables::{self, TableRecord, CHUNKS, TABLES, TABLE_SCHEMAS};
+use crate::tables::{self, TableRecord, CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 /// Field metadata key holding the column name to show when it differs from the (lower-case)
@@ -213,7 +213,15 @@ impl TableProvider for StoredTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let chunks = Arc::new(self.snapshot.txn.open_table(CHUNKS).map_err(Error::from)?);
-        let numbers = tables::chunk_numbers(&*chunks, self.record.id)?;
+        let order = self
+            .snapshot
+            .txn
+            .open_table(CHUNK_ORDER)
+            .map_err(Error::from)?;
+        let numbers: Vec<u64> = tables::chunk_order(&order, self.record.id)?
+            .into_iter()
+            .map(|(_, chunk)| chunk)
+            .collect();
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => Arc::clone(&self.schema),

@@ -1,11 +1,13 @@
 //! Statements that change stored tables: INSERT, UPDATE, DELETE, TRUNCATE, CREATE TABLE [AS],
 //! DROP TABLE. DataFusion plans them; this module runs the plans into one redb write
 //! transaction, on a blocking thread so the transaction never crosses an `.await`.
-//! UPDATE and DELETE rewrite the table in order, keeping rows whose predicate is not true.
+//! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it matches,
+//! in place; a WHERE with a subquery (which DataFusion runs only inside a plan) rewrites the table.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::compute::{filter_record_batch, not};
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, TableReference};
@@ -15,6 +17,7 @@ use datafusion::logical_expr::{
     lit, when, CreateMemoryTable, DmlStatement, DropTable, Expr, LogicalPlan, LogicalPlanBuilder,
     WriteOp,
 };
+use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
 use tokio::runtime::Handle;
 
@@ -24,8 +27,6 @@ use crate::error::{Error, Result};
 use crate::store::{Store, WriteGuard, WriteLock};
 use crate::tables::{self, TableWriter};
 use crate::tenant::TenantId;
-
-const HIT: &str = "__mindlite_hit";
 
 /// Everything a write needs on its blocking thread.
 pub(crate) struct WriteJob {
@@ -83,6 +84,12 @@ impl WriteJob {
         }
     }
 
+    /// Plans `expr` over the rows of `scan` for evaluation on stored chunks (with DataFusion's
+    /// type coercion, so `id = 1.5` on an integer column works as in a query).
+    fn physical(&self, expr: Expr, scan: &LogicalPlan) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(self.state.create_physical_expr(expr, scan.schema())?)
+    }
+
     /// Pulls every batch of `plan` through `sink`, inside this blocking thread.
     fn drain(
         &self,
@@ -137,22 +144,37 @@ pub(crate) fn run_dml(
         }
         WriteOp::Delete => {
             let (predicate, scan) = split_filter(&dml.input)?;
-            let keep = LogicalPlanBuilder::from(scan)
-                .filter(predicate.is_not_true())?
-                .build()?;
-            let before = record.row_count;
-            let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
-            job.drain(handle, &keep, |batch| writer.push(batch))?;
-            let kept = writer.rows_written();
-            writer.finish()?;
-            before - kept
+            if has_subquery(&predicate) {
+                // Subqueries run only inside DataFusion plans: keep what does not match, in one pass.
+                let keep = LogicalPlanBuilder::from(scan)
+                    .filter(predicate.is_not_true())?
+                    .build()?;
+                let before = record.row_count;
+                let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+                job.drain(handle, &keep, |batch| writer.push(batch))?;
+                let kept = writer.rows_written();
+                writer.finish()?;
+                before - kept
+            } else {
+                let hit = job.physical(predicate.is_true(), &scan)?;
+                let mut deleted = 0u64;
+                tables::rewrite_chunks(&guard.txn, job.tenant, record, |batch| {
+                    let hits = evaluate(&hit, &batch)?;
+                    let hits = hits.as_boolean();
+                    if hits.true_count() == 0 {
+                        return Ok(None);
+                    }
+                    deleted += hits.true_count() as u64;
+                    Ok(Some(filter_record_batch(&batch, &not(hits)?)?))
+                })?;
+                deleted
+            }
         }
         WriteOp::Update => {
             let LogicalPlan::Projection(projection) = dml.input.as_ref() else {
                 return Err(Error::invalid("UPDATE: unexpected plan shape"));
             };
             let (predicate, scan) = split_filter(&projection.input)?;
-            let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
             let mut updated = 0u64;
             if has_subquery(&predicate) {
                 if predicate.is_volatile() {
@@ -166,15 +188,18 @@ pub(crate) fn run_dml(
                 let kept = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
+                let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
                 job.drain(handle, &kept, |batch| writer.push(batch))?;
                 job.drain(handle, &dml.input, |batch| {
                     updated += batch.num_rows() as u64;
                     writer.push(batch)
                 })?;
+                writer.finish()?;
             } else {
-                // One pass in table order: each column becomes CASE WHEN hit THEN new ELSE old.
+                // Chunk by chunk: chunks without a matching row stay as they are; in the others
+                // each column becomes CASE WHEN hit THEN new ELSE old.
                 let hit = predicate.is_true();
-                let mut exprs = Vec::with_capacity(projection.expr.len() + 1);
+                let mut columns = Vec::with_capacity(projection.expr.len());
                 for (i, new_value) in projection.expr.iter().enumerate() {
                     let (qualifier, field) = scan.schema().qualified_field(i);
                     let old = Expr::Column(Column::from((qualifier, field)));
@@ -184,17 +209,23 @@ pub(crate) fn run_dml(
                     } else {
                         when(hit.clone(), new_value).otherwise(old)?
                     };
-                    exprs.push(value.alias(field.name()));
+                    columns.push(job.physical(value, &scan)?);
                 }
-                exprs.push(hit.alias(HIT));
-                let rewrite = LogicalPlanBuilder::from(scan).project(exprs)?.build()?;
-                job.drain(handle, &rewrite, |batch| {
-                    let last = batch.num_columns() - 1;
-                    updated += batch.column(last).as_boolean().true_count() as u64;
-                    writer.push(batch.project(&(0..last).collect::<Vec<_>>())?)
+                let hit = job.physical(hit, &scan)?;
+                tables::rewrite_chunks(&guard.txn, job.tenant, record, |batch| {
+                    let hits = evaluate(&hit, &batch)?;
+                    let hits = hits.as_boolean().true_count();
+                    if hits == 0 {
+                        return Ok(None);
+                    }
+                    updated += hits as u64;
+                    let values = columns
+                        .iter()
+                        .map(|column| evaluate(column, &batch))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok(Some(RecordBatch::try_new(batch.schema(), values)?))
                 })?;
             }
-            writer.finish()?;
             updated
         }
         WriteOp::Truncate => {
@@ -206,6 +237,11 @@ pub(crate) fn run_dml(
     };
     guard.commit()?;
     Ok(affected)
+}
+
+/// Evaluates a planned expression on a chunk's rows.
+fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
 }
 
 fn has_subquery(predicate: &Expr) -> bool {
@@ -294,7 +330,7 @@ pub(crate) fn create_table(
                 "Table '{name}' already exists in database: {project}"
             )));
         }
-        tables::drop(&guard.txn, job.tenant, &project, &name)?;
+        tables::drop_table(&guard.txn, job.tenant, &project, &name)?;
     }
     let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema)?;
     let mut affected = None;
@@ -317,10 +353,99 @@ pub(crate) fn create_table(
 /// DROP TABLE [IF EXISTS].
 pub(crate) fn drop_table(job: &WriteJob, guard: WriteGuard, drop: DropTable) -> Result<()> {
     let (project, name) = job.resolve(&drop.name)?;
-    if !tables::drop(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
+    if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
         return Err(Error::not_found(format!(
             "Table '{name}' not found in database: {project}"
         )));
     }
     guard.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tables::{self, CHUNK_ORDER, TABLES};
+    use crate::{Config, Engine, TenantId};
+
+    /// Chunk ids of `mindsdb.t`, in row order.
+    fn chunk_ids(engine: &Engine) -> Vec<u64> {
+        let txn = engine.store().read().unwrap();
+        let tables_table = txn.open_table(TABLES).unwrap();
+        let record = tables::get(&tables_table, TenantId::LOCAL, "mindsdb", "t")
+            .unwrap()
+            .unwrap();
+        let order = txn.open_table(CHUNK_ORDER).unwrap();
+        tables::chunk_order(&order, record.id)
+            .unwrap()
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    #[test]
+    fn update_and_delete_rewrite_only_the_chunks_they_touch() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE t AS SELECT value AS id, 'x' AS s FROM generate_series(1, 200000) ORDER BY id");
+        let before = chunk_ids(&engine);
+        assert_eq!(before.len(), 4, "200,000 rows make four chunks");
+
+        assert_eq!(
+            sql("UPDATE t SET s = 'y' WHERE id = 70000").affected_rows,
+            Some(1)
+        );
+        let after = chunk_ids(&engine);
+        assert_eq!(
+            (after[0], after[2], after[3]),
+            (before[0], before[2], before[3])
+        );
+        assert_ne!(
+            after[1], before[1],
+            "the chunk holding id 70000 is rewritten"
+        );
+
+        assert_eq!(
+            sql("DELETE FROM t WHERE id > 196608").affected_rows,
+            Some(3392)
+        );
+        assert_eq!(
+            chunk_ids(&engine).len(),
+            3,
+            "the emptied last chunk is gone"
+        );
+        assert_eq!(sql("DELETE FROM t WHERE id = -1").affected_rows, Some(0));
+        assert_eq!(
+            chunk_ids(&engine)[..3],
+            after[..3],
+            "a DELETE matching nothing writes nothing"
+        );
+
+        let rows = sql(
+            "SELECT count(*), min(id), max(id), sum(CASE WHEN s = 'y' THEN 1 ELSE 0 END) FROM t",
+        );
+        let row: Vec<String> = (0..4)
+            .map(|i| {
+                datafusion::arrow::util::display::array_value_to_string(
+                    rows.batches[0].column(i),
+                    0,
+                )
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(row, ["196608", "1", "196608", "1"]);
+        // Row order survives the in-place rewrites.
+        let ids = sql("SELECT id FROM t");
+        let ids: Vec<i64> = ids
+            .batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(ids, (1..=196608).collect::<Vec<i64>>());
+    }
 }
