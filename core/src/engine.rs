@@ -113,11 +113,6 @@ impl Engine {
     }
 
     fn start(store: Store, config: Config) -> Result<Engine> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .thread_name("mindlite")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let store = Arc::new(store);
         let sql = SqlRunner::new(Arc::clone(&store), &config)?;
         let default = sql.default_project().to_string();
@@ -127,6 +122,12 @@ impl Engine {
         tables::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
+        // Built last: a runtime dropped on an error path inside async code would panic.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("mindlite")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
         Ok(Engine {
             inner: Arc::new(Inner {
