@@ -1,4 +1,4 @@
-//! Durability under SIGKILL: a child process (this test binary, re-run in writer mode) inserts
+//! Cross-process behaviour of the file. Durability under SIGKILL: a child process (this test binary, re-run in writer mode) inserts
 //! multi-row statements in a loop and acknowledges each one after it returns; the parent kills
 //! it at a random moment, reopens the file, and checks that every acknowledged statement is there
 //! whole and that no statement is there in part.
@@ -138,4 +138,55 @@ fn killed_writers_never_lose_acknowledged_rows_or_leave_partial_statements() {
         acknowledged.len() >= TRIALS,
         "the writers made too little progress to test anything: {acknowledged:?}"
     );
+}
+
+const OPENER_ENV: &str = "MINDLITE_SECOND_OPENER_DB";
+
+/// Second-opener mode: tries to open the file the parent holds and prints the outcome.
+#[test]
+fn second_opener_child() {
+    let Ok(path) = std::env::var(OPENER_ENV) else {
+        return;
+    };
+    match Engine::open(&path, Config::default()) {
+        Ok(_) => println!("opened"),
+        Err(e) => println!("refused: {e}"),
+    }
+}
+
+#[test]
+fn a_file_open_in_another_process_is_refused_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("held.redb");
+    let holder = Engine::open(&path, Config::default()).unwrap();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "second_opener_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OPENER_ENV, &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("refused:")
+            && stdout.contains("held.redb")
+            && stdout.contains("already open"),
+        "the second process said: {stdout}"
+    );
+    drop(holder);
+    // Once the holder closes it, another process opens it fine.
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "second_opener_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OPENER_ENV, &path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("opened"));
 }
