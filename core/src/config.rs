@@ -77,6 +77,10 @@ pub struct HttpConfig {
     pub port: u16,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: u64,
+    /// Largest accepted request head (request line and headers), in bytes.
+    pub max_header_bytes: usize,
+    /// Seconds a connection may wait for (or in the middle of) a request before it is closed.
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
@@ -85,6 +89,8 @@ impl Default for HttpConfig {
             host: "127.0.0.1".to_string(),
             port: 47334,
             max_body_bytes: 64 * 1024 * 1024,
+            max_header_bytes: 64 * 1024,
+            idle_timeout_secs: 60,
         }
     }
 }

@@ -13,12 +13,15 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
+use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::projects::{self, Project};
 use crate::sql::{Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
+use crate::status::Status;
 use crate::store::Store;
+use crate::tables;
 use crate::tenant::TenantId;
-use crate::{projects, tables};
 
 /// An open mindlite database.
 ///
@@ -120,6 +123,7 @@ impl Engine {
         // can hold the writer lock of a store that is still being opened.
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
+        auth::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
         // Built last: a runtime dropped on an error path inside async code would panic.
@@ -218,6 +222,64 @@ impl Engine {
     /// [`Engine::sql`] for callers outside async code.
     pub fn sql_blocking(&self, sql: &str) -> Result<Collected> {
         self.block_on(self.sql(sql))
+    }
+
+    /// The engine's status in MindsDB's shape (`GET /api/status`).
+    pub fn status(&self) -> Status {
+        crate::status::status(&self.inner.config)
+    }
+
+    /// Whether callers must log in (and send the token) before anything else.
+    pub fn auth_required(&self) -> bool {
+        auth::required(&self.inner.config)
+    }
+
+    /// Checks a username and password against the configured ones and issues a bearer token
+    /// valid for `auth.token_lifetime_secs`. Missing or empty fields are
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind), wrong ones
+    /// [`ErrorKind::Unauthorized`](crate::ErrorKind).
+    pub async fn login(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<LoginToken> {
+        let config = &self.inner.config.auth;
+        auth::check_credentials(config, username, password)?;
+        let lifetime = config.token_lifetime_secs;
+        self.inner
+            .sql
+            .store
+            .write(move |txn| auth::issue(txn, TenantId::LOCAL, lifetime))
+            .await
+    }
+
+    /// The tenant a bearer token belongs to, or [`ErrorKind::Unauthorized`](crate::ErrorKind)
+    /// for a token that is unknown, revoked or expired.
+    pub fn verify_token(&self, token: &str) -> Result<TenantId> {
+        auth::verify(&self.inner.sql.store.read()?, token)
+    }
+
+    /// Revokes a bearer token; returns whether it was live. Revoking an unknown token is no error.
+    pub async fn logout(&self, token: &str) -> Result<bool> {
+        let token = token.to_string();
+        self.inner
+            .sql
+            .store
+            .write(move |txn| auth::revoke(txn, &token))
+            .await
+    }
+
+    /// The projects, by name.
+    pub fn list_projects(&self) -> Result<Vec<Project>> {
+        let txn = self.inner.sql.store.read()?;
+        projects::list(&txn.open_table(projects::PROJECTS)?, TenantId::LOCAL)
+    }
+
+    /// One project by name (case-insensitive), or [`ErrorKind::NotFound`](crate::ErrorKind).
+    pub fn get_project(&self, name: &str) -> Result<Project> {
+        let txn = self.inner.sql.store.read()?;
+        projects::get(&txn.open_table(projects::PROJECTS)?, TenantId::LOCAL, name)?
+            .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
     }
 
     /// Drives `future` to completion on the engine's runtime, blocking this thread. For the

@@ -14,21 +14,26 @@
 //! );
 //! ```
 
+mod auth;
 mod config;
 mod engine;
 mod error;
 mod projects;
 mod sql;
+mod status;
 mod store;
 mod tables;
 mod tenant;
 mod time;
 
+pub use auth::LoginToken;
 pub use config::{AuthConfig, Config, Edition, HttpConfig, QueryConfig, StorageConfig};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
+pub use projects::Project;
 pub use sql::encode::{encode_document, WireFormat, WireStream};
 pub use sql::{Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult};
+pub use status::{AuthStatus, Status};
 pub use tenant::TenantId;
 
 /// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.

@@ -175,6 +175,26 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Runs `f` in one write transaction on a blocking thread and commits it: the whole change
+    /// or, when `f` fails, none of it. Waits for other writers without blocking a worker thread.
+    pub(crate) async fn write<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let lock = self.lock_writes().await;
+        let store = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let guard = store.begin_write(lock)?;
+            let out = f(&guard.txn)?;
+            guard.commit()?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("write task failed: {e}")))?
+    }
+}
+
 /// Turns redb's open failures into messages that name the file and the problem.
 fn open_error(path: &Path, err: redb::DatabaseError) -> Error {
     let shown = path.display();

@@ -37,7 +37,7 @@ impl WireFormat {
             Some("jsonlines") => Ok(WireFormat::JsonLines),
             Some("sse") => Ok(WireFormat::Sse),
             Some(other) => Err(Error::invalid(format!(
-                "Invalid stream format '{other}': use null, \"jsonlines\" or \"sse\""
+                "Invalid stream format '{other}' in 'response_format': use null, \"jsonlines\" or \"sse\""
             ))),
         }
     }

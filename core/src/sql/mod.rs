@@ -57,6 +57,61 @@ impl QueryRequest {
         }
     }
 
+    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format}`.
+    /// Returns the request and the wire format asked for; anything malformed is an
+    /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
+    /// Other `context` keys MindsDB knows (`show_secrets`, `profiling`, …) are accepted and ignored.
+    ///
+    /// ```
+    /// use mindlite::{QueryRequest, WireFormat};
+    /// let (request, format) = QueryRequest::from_wire_json(
+    ///     br#"{"query": "SELECT :x", "params": {"x": 1}, "response_format": "jsonlines"}"#,
+    /// ).unwrap();
+    /// assert_eq!(request.query, "SELECT :x");
+    /// assert_eq!(format, WireFormat::JsonLines);
+    /// ```
+    pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
+        let value: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))?;
+        let serde_json::Value::Object(mut fields) = value else {
+            return Err(Error::invalid("The request body must be a JSON object"));
+        };
+        let query = match fields.remove("query") {
+            Some(serde_json::Value::String(query)) => query,
+            Some(_) => return Err(Error::invalid("'query' must be a string")),
+            None => return Err(Error::invalid("The request body has no 'query'")),
+        };
+        let db = match fields.remove("context") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Object(mut context)) => match context.remove("db") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(db)) => Some(db),
+                Some(_) => return Err(Error::invalid("'context.db' must be a string")),
+            },
+            Some(_) => return Err(Error::invalid("'context' must be an object")),
+        };
+        let params = match fields.remove("params") {
+            None | Some(serde_json::Value::Null) => HashMap::new(),
+            Some(serde_json::Value::Object(params)) => params.into_iter().collect(),
+            Some(_) => return Err(Error::invalid("'params' must be an object")),
+        };
+        let format = match fields.remove("response_format") {
+            None | Some(serde_json::Value::Null) => encode::WireFormat::Json,
+            Some(serde_json::Value::String(name)) => encode::WireFormat::parse(Some(&name))?,
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'response_format' must be null, \"jsonlines\" or \"sse\"",
+                ))
+            }
+        };
+        let request = QueryRequest {
+            query,
+            context: QueryContext { db },
+            params,
+        };
+        Ok((request, format))
+    }
+
     /// Sets the current database (`context.db`).
     pub fn with_db(mut self, db: impl Into<String>) -> Self {
         self.context.db = Some(db.into());

@@ -1,10 +1,278 @@
-//! `mindlite-server`: MindsDB's HTTP wire protocol over a mindlite engine. The server itself
-//! lands with the HTTP server issue; until then this binary only explains that and exits.
+//! `mindlite-server`: MindsDB's HTTP wire protocol over a mindlite engine, so MindsDB's own
+//! clients (`mindsdb_sdk`, curl scripts) work unchanged. tokio for I/O, `httparse` for requests;
+//! every decision is the engine's, this binary only translates HTTP to engine calls and back.
 
-fn main() -> std::process::ExitCode {
-    eprintln!(
-        "mindlite-server {}: the HTTP server is not built yet; use mindlite-shell (see README.md)",
-        env!("CARGO_PKG_VERSION")
+mod http;
+mod routes;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use mindlite::{Config, Engine};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::http::{Connection, Limits, ReadError};
+
+const USAGE: &str = "\
+mindlite-server: MindsDB's HTTP API over an embedded mindlite database
+
+Usage: mindlite-server [--config FILE] [--data PATH] [--host HOST] [--port PORT]
+
+Options:
+  --config FILE   TOML or JSON configuration (see README.md); MINDLITE_* variables override it
+  --data PATH     the database file [default: ./mindlite-data/mindlite.redb, created if missing]
+  --host HOST     address to listen on [default: 127.0.0.1]
+  --port PORT     TCP port, 0 for any free one [default: 47334]
+  -h, --help      print this help
+  -V, --version   print the version
+
+One log line per request goes to stderr. SIGINT or SIGTERM stops accepting connections, lets
+requests in flight finish, and closes the database cleanly.";
+
+/// How long a shutdown waits for requests in flight before closing the database anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the command line asked for.
+struct Options {
+    config: Option<PathBuf>,
+    data: Option<PathBuf>,
+    host: Option<String>,
+    port: Option<u16>,
+}
+
+fn main() -> ExitCode {
+    let options = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(options)) => options,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mindlite-server: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .init();
+    let config = match load_config(&options) {
+        Ok(config) => config,
+        Err(message) => {
+            tracing::error!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("mindlite-http")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!("cannot start the I/O runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads the options; `Ok(None)` when `--help` or `--version` was answered.
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let mut options = Options {
+        config: None,
+        data: None,
+        host: None,
+        port: None,
+    };
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => {
+                (name.to_string(), Some(value.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match name.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            "-V" | "--version" => {
+                println!("mindlite-server {}", env!("CARGO_PKG_VERSION"));
+                return Ok(None);
+            }
+            "--config" => options.config = Some(PathBuf::from(value()?)),
+            "--data" => options.data = Some(PathBuf::from(value()?)),
+            "--host" => options.host = Some(value()?),
+            "--port" => {
+                let text = value()?;
+                let port = text.parse().map_err(|_| {
+                    format!("--port must be a number from 0 to 65535, got '{text}'")
+                })?;
+                options.port = Some(port);
+            }
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    Ok(Some(options))
+}
+
+/// Defaults, then the config file, then `MINDLITE_*` variables, then the command line.
+fn load_config(options: &Options) -> Result<Config, String> {
+    let config = match &options.config {
+        Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    let mut config = config.with_env_overrides().map_err(|e| e.to_string())?;
+    if let Some(data) = &options.data {
+        config.storage.path = data.clone();
+    }
+    if let Some(host) = &options.host {
+        config.http.host = host.clone();
+    }
+    if let Some(port) = options.port {
+        config.http.port = port;
+    }
+    Ok(config)
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let started = Instant::now();
+    let address = format!("{}:{}", config.http.host, config.http.port);
+    let limits = Limits {
+        max_header_bytes: config.http.max_header_bytes,
+        max_body_bytes: config.http.max_body_bytes,
+        idle_timeout: Duration::from_secs(config.http.idle_timeout_secs.max(1)),
+    };
+    let path = config.storage.path.clone();
+    let engine = Engine::open(&path, config).map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind(&address)
+        .await
+        .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    tracing::info!(
+        "listening on http://{local} (database {}, auth {}, ready in {} ms)",
+        path.display(),
+        if engine.auth_required() { "on" } else { "off" },
+        started.elapsed().as_millis()
     );
-    std::process::ExitCode::from(2)
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => {
+                    let engine = engine.clone();
+                    let stop = stop_rx.clone();
+                    connections.spawn(serve_connection(engine, Connection::new(socket, limits), stop));
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            signal = &mut shutdown => {
+                tracing::info!("{signal}: no new connections; finishing requests in flight");
+                break;
+            }
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; closing anyway");
+        connections.shutdown().await;
+    }
+    // The last clone of the engine: dropping it closes the database file cleanly.
+    drop(engine);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM and names which came.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop the server by killing it");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
+}
+
+/// Serves requests on one connection until the client closes it, asks to, misbehaves, idles
+/// too long, or the server is stopping.
+async fn serve_connection(
+    engine: Engine,
+    mut connection: Connection,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        if !connection.has_buffered_input() {
+            tokio::select! {
+                readable = connection.readable() => if !readable { return },
+                _ = stop.changed() => return,
+            }
+        }
+        let request = match connection.read_request().await {
+            Ok(request) => request,
+            Err(ReadError::Closed) | Err(ReadError::Io) => return,
+            Err(ReadError::Reject(status, detail)) => {
+                tracing::info!(status, "rejected request: {detail}");
+                let response = routes::problem(status, &detail);
+                if connection.send(response, false).await.is_ok() {
+                    connection.linger_close().await;
+                }
+                return;
+            }
+        };
+        let started = Instant::now();
+        let response = routes::handle(&engine, &request).await;
+        let status = response.status;
+        let keep_alive = request.keep_alive && !*stop.borrow();
+        let sent = connection.send(response, keep_alive).await;
+        tracing::info!(
+            "{} {} {} {:.3} ms{}",
+            request.method,
+            request.path,
+            status,
+            started.elapsed().as_secs_f64() * 1000.0,
+            if sent.is_err() { " (client gone)" } else { "" }
+        );
+        if sent.is_err() || !keep_alive {
+            return;
+        }
+    }
 }

@@ -1,0 +1,186 @@
+//! Logins: checks the configured username and password in constant time, issues random bearer
+//! tokens, and keeps only their SHA-256 hashes with the owner and expiry in the redb table
+//! `auth_tokens`, so sessions survive a restart and a copied file reveals no live token.
+
+use base64::Engine as _;
+use redb::{ReadTransaction, TableDefinition, WriteTransaction};
+use sha2::{Digest, Sha256};
+
+use crate::config::{AuthConfig, Config, Edition};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tenant::TenantId;
+
+/// SHA-256 of a token → (tenant, expiry in Unix seconds).
+const TOKENS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("auth_tokens");
+
+/// Random bytes per token: 256 bits, well above the 128 a guess would have to beat.
+const TOKEN_BYTES: usize = 32;
+
+/// MindsDB's message for a login with missing, empty or non-string fields.
+const MALFORMED_LOGIN: &str = "Username and password should be string";
+const BAD_CREDENTIALS: &str = "Invalid username or password";
+const UNAUTHORIZED: &str = "Authorization is required to complete the request";
+
+/// Creates the token table in a new file.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(TOKENS)?;
+    Ok(())
+}
+
+/// Whether requests must carry a token: always in the hosted edition, and in the local edition
+/// when both a username and a password are configured.
+pub(crate) fn required(config: &Config) -> bool {
+    config.edition == Edition::Hosted
+        || (!config.auth.username.is_empty() && !config.auth.password.is_empty())
+}
+
+/// A freshly issued login token. The text exists only here and in the caller's hands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginToken {
+    /// The bearer token, `pat_` followed by 43 URL-safe base64 characters.
+    pub token: String,
+    /// When it stops being accepted, in Unix seconds.
+    pub expires_at: u64,
+}
+
+/// Checks credentials against the local edition's configured ones. Missing or empty fields are
+/// [`ErrorKind::InvalidInput`]; a mismatch (or a server without credentials configured, as
+/// MindsDB's default empty password never matches) is [`ErrorKind::Unauthorized`].
+pub(crate) fn check_credentials(
+    auth: &AuthConfig,
+    username: Option<&str>,
+    password: Option<&str>,
+) -> Result<()> {
+    let (Some(username), Some(password)) = (username, password) else {
+        return Err(Error::invalid(MALFORMED_LOGIN));
+    };
+    if username.is_empty() || password.is_empty() {
+        return Err(Error::invalid(MALFORMED_LOGIN));
+    }
+    // Both sides are compared in full, whatever matches first, so timing tells nothing.
+    let user_ok = constant_time_eq(username, &auth.username);
+    let password_ok = constant_time_eq(password, &auth.password);
+    if user_ok & password_ok & !auth.password.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorKind::Unauthorized, BAD_CREDENTIALS))
+    }
+}
+
+/// Issues a token for `tenant` valid for `lifetime_secs`, and drops tokens that have expired.
+pub(crate) fn issue(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    lifetime_secs: u64,
+) -> Result<LoginToken> {
+    let mut secret = [0u8; TOKEN_BYTES];
+    getrandom::fill(&mut secret)
+        .map_err(|e| Error::internal(format!("no randomness for a login token: {e}")))?;
+    let token = format!(
+        "pat_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+    );
+    let now = now_secs();
+    let expires_at = now.saturating_add(lifetime_secs);
+    let mut table = txn.open_table(TOKENS)?;
+    table.retain(|_, (_, expiry)| expiry > now)?;
+    table.insert(hash(&token).as_slice(), (tenant.0, expires_at))?;
+    Ok(LoginToken { token, expires_at })
+}
+
+/// The tenant a live token belongs to; [`ErrorKind::Unauthorized`] for unknown, revoked or
+/// expired tokens (one message for all, so a caller learns nothing about which).
+pub(crate) fn verify(txn: &ReadTransaction, token: &str) -> Result<TenantId> {
+    let table = txn.open_table(TOKENS)?;
+    match table.get(hash(token).as_slice())? {
+        Some(entry) => {
+            let (tenant, expires_at) = entry.value();
+            if now_secs() < expires_at {
+                Ok(TenantId(tenant))
+            } else {
+                Err(unauthorized())
+            }
+        }
+        None => Err(unauthorized()),
+    }
+}
+
+/// Revokes a token; returns whether it was live.
+pub(crate) fn revoke(txn: &WriteTransaction, token: &str) -> Result<bool> {
+    let mut table = txn.open_table(TOKENS)?;
+    let removed = table.remove(hash(token).as_slice())?;
+    Ok(removed.is_some_and(|entry| now_secs() < entry.value().1))
+}
+
+/// The error for a request without valid credentials.
+pub(crate) fn unauthorized() -> Error {
+    Error::new(ErrorKind::Unauthorized, UNAUTHORIZED)
+}
+
+fn hash(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// Compares the hashes of both strings byte by byte without stopping early, so neither the
+/// position of the first difference nor the configured length shows in the time taken.
+fn constant_time_eq(given: &str, expected: &str) -> bool {
+    let (a, b) = (hash(given), hash(expected));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configured() -> AuthConfig {
+        AuthConfig {
+            username: "admin".into(),
+            password: "secret".into(),
+            ..AuthConfig::default()
+        }
+    }
+
+    #[test]
+    fn credentials_are_checked_as_mindsdb_does() {
+        let auth = configured();
+        assert!(check_credentials(&auth, Some("admin"), Some("secret")).is_ok());
+        let wrong = check_credentials(&auth, Some("admin"), Some("nope")).unwrap_err();
+        assert_eq!(wrong.kind(), ErrorKind::Unauthorized);
+        assert_eq!(wrong.message(), "Invalid username or password");
+        for (user, password) in [(None, Some("x")), (Some("admin"), Some("")), (None, None)] {
+            let err = check_credentials(&auth, user, password).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert_eq!(err.message(), "Username and password should be string");
+        }
+    }
+
+    #[test]
+    fn without_configured_credentials_no_login_succeeds() {
+        let err =
+            check_credentials(&AuthConfig::default(), Some("mindsdb"), Some("x")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unauthorized);
+    }
+
+    #[test]
+    fn auth_is_required_only_when_configured_or_hosted() {
+        let mut config = Config::default();
+        assert!(!required(&config));
+        config.auth = configured();
+        assert!(required(&config));
+        let hosted = Config {
+            edition: Edition::Hosted,
+            ..Config::default()
+        };
+        assert!(required(&hosted));
+    }
+}

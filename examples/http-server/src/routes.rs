@@ -1,0 +1,231 @@
+//! The routes: each parses its request, calls the engine, and encodes the answer in MindsDB's
+//! shape (wire reference §0–§2, §5). No rule lives here; the engine decides, this translates.
+
+use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
+use serde_json::json;
+
+use crate::http::{reason, Body, Request, Response};
+
+const JSON: &str = "application/json";
+const PROBLEM: &str = "application/problem+json";
+
+/// Answers one request.
+pub async fn handle(engine: &Engine, request: &Request) -> Response {
+    let path = request.path.as_str();
+    let method = request.method.as_str();
+    let route = match Route::find(path) {
+        Some(route) => route,
+        None => {
+            return problem(
+                404,
+                "The endpoint you are trying to access does not exist on the server.",
+            )
+        }
+    };
+    if method != route.method() {
+        return problem(
+            405,
+            &format!("The method {method} is not allowed for {path}"),
+        )
+        .with_header("allow", route.method());
+    }
+    if route.needs_auth() && engine.auth_required() {
+        let verified = bearer(request)
+            .ok_or_else(unauthorized)
+            .and_then(|token| engine.verify_token(token));
+        if let Err(e) = verified {
+            return error_response(&e);
+        }
+    }
+    match route {
+        Route::SqlQuery => sql_query(engine, request).await,
+        Route::Status => json_response(200, &engine.status()),
+        Route::Ping => json_response(200, &json!({"status": "ok"})),
+        Route::Projects => match engine.list_projects() {
+            Ok(projects) => json_response(
+                200,
+                &projects
+                    .iter()
+                    .map(|p| json!({"name": p.name}))
+                    .collect::<Vec<_>>(),
+            ),
+            Err(e) => error_response(&e),
+        },
+        Route::Project(name) => match decode(name).and_then(|name| engine.get_project(&name)) {
+            Ok(project) => json_response(200, &json!({"name": project.name})),
+            Err(e) => error_response(&e),
+        },
+        Route::Login => login(engine, request).await,
+        Route::Logout => {
+            if let Some(token) = bearer(request) {
+                if let Err(e) = engine.logout(token).await {
+                    return error_response(&e);
+                }
+            }
+            json_response(200, &"")
+        }
+        // The local edition has no cloud login; a 404 sends MindsDB's SDK on to /api/login.
+        Route::CloudLogin => problem(404, "This server has no cloud login; use /api/login"),
+    }
+}
+
+/// The routes this server knows.
+enum Route<'a> {
+    SqlQuery,
+    Status,
+    Ping,
+    Projects,
+    Project(&'a str),
+    Login,
+    Logout,
+    CloudLogin,
+}
+
+impl<'a> Route<'a> {
+    fn find(path: &'a str) -> Option<Route<'a>> {
+        Some(match path {
+            "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
+            "/api/status" | "/api/status/" => Route::Status,
+            "/api/util/ping" | "/api/util/ping/" => Route::Ping,
+            "/api/projects" | "/api/projects/" => Route::Projects,
+            "/api/login" => Route::Login,
+            "/api/logout" => Route::Logout,
+            "/cloud/login" => Route::CloudLogin,
+            _ => {
+                let name = path.strip_prefix("/api/projects/")?;
+                let name = name.strip_suffix('/').unwrap_or(name);
+                if name.is_empty() || name.contains('/') {
+                    return None;
+                }
+                Route::Project(name)
+            }
+        })
+    }
+
+    fn method(&self) -> &'static str {
+        match self {
+            Route::SqlQuery | Route::Login | Route::Logout | Route::CloudLogin => "POST",
+            Route::Status | Route::Ping | Route::Projects | Route::Project(_) => "GET",
+        }
+    }
+
+    /// MindsDB leaves these open even with auth on (wire reference §1).
+    fn needs_auth(&self) -> bool {
+        !matches!(
+            self,
+            Route::Status | Route::Ping | Route::Login | Route::Logout | Route::CloudLogin
+        )
+    }
+}
+
+async fn sql_query(engine: &Engine, request: &Request) -> Response {
+    let (query, format) = match QueryRequest::from_wire_json(&request.body) {
+        Ok(parsed) => parsed,
+        Err(e) => return error_response(&e),
+    };
+    let result = engine.query(query).await;
+    match format {
+        WireFormat::Json => Response::full(200, JSON, mindlite::encode_document(result).await),
+        WireFormat::JsonLines | WireFormat::Sse => Response {
+            status: 200,
+            content_type: Some(format.content_type()),
+            headers: Vec::new(),
+            body: Body::Stream(WireStream::new(result, format)),
+        },
+    }
+}
+
+async fn login(engine: &Engine, request: &Request) -> Response {
+    let body: serde_json::Value = if request.body.is_empty() {
+        serde_json::Value::Null
+    } else {
+        match serde_json::from_slice(&request.body) {
+            Ok(body) => body,
+            Err(e) => {
+                return problem(400, &format!("The request body is not valid JSON: {e}"));
+            }
+        }
+    };
+    let field = |name| body.get(name).and_then(|v| v.as_str());
+    match engine.login(field("username"), field("password")).await {
+        Ok(login) => json_response(200, &json!({"token": login.token})),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request.header("authorization")?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+fn unauthorized() -> Error {
+    Error::new(
+        ErrorKind::Unauthorized,
+        "Authorization is required to complete the request",
+    )
+}
+
+fn decode(segment: &str) -> mindlite::Result<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| Error::invalid(format!("The path segment '{segment}' is not valid UTF-8")))
+}
+
+/// The HTTP status for an engine error (DESIGN §10).
+pub fn status_of(kind: ErrorKind) -> u16 {
+    match kind {
+        ErrorKind::InvalidInput => 400,
+        ErrorKind::Unauthorized => 401,
+        ErrorKind::Forbidden => 403,
+        ErrorKind::NotFound => 404,
+        ErrorKind::Conflict => 409,
+        ErrorKind::QuotaExceeded => 429,
+        ErrorKind::Unavailable => 503,
+        ErrorKind::Internal => 500,
+    }
+}
+
+fn error_response(error: &Error) -> Response {
+    problem(status_of(error.kind()), error.message())
+}
+
+/// The fields of a problem+json body, in MindsDB's order.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    title: &'a str,
+    detail: &'a str,
+    timestamp: String,
+}
+
+/// A problem+json response as MindsDB sends them: `{"title", "detail", "timestamp"}`.
+pub fn problem(status: u16, detail: &str) -> Response {
+    let title = match status {
+        404 => "Not found",
+        other => reason(other),
+    };
+    let timestamp = chrono::Utc::now()
+        .format("%Y-%m-%d %H:%M:%S%.6f")
+        .to_string();
+    json_response(
+        status,
+        &Problem {
+            title,
+            detail,
+            timestamp,
+        },
+    )
+    .with_content_type(PROBLEM)
+}
+
+fn json_response(status: u16, value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => Response::full(status, JSON, body),
+        Err(e) => problem(500, &format!("cannot encode the response: {e}")),
+    }
+}
