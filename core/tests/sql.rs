@@ -907,3 +907,37 @@ fn dml_shapes_that_are_not_supported_say_so() {
     .contains("volatile"));
     assert_eq!(rows(&e, "SELECT id FROM t ORDER BY id"), json!([[1], [2]]));
 }
+
+#[test]
+fn wire_bodies_are_read_with_errors_naming_the_field() {
+    use mindlite::WireFormat;
+    let (request, format) = QueryRequest::from_wire_json(
+        br#"{"query":"SELECT 1","context":{"db":"p","show_secrets":false},"params":{"a":null},"response_format":"sse"}"#,
+    )
+    .unwrap();
+    assert_eq!(request.query, "SELECT 1");
+    assert_eq!(request.context.db.as_deref(), Some("p"));
+    assert_eq!(request.params["a"], serde_json::Value::Null);
+    assert_eq!(format, WireFormat::Sse);
+    let cases: [(&[u8], &str); 8] = [
+        (b"notjson", "not valid JSON"),
+        (b"[1]", "JSON object"),
+        (br#"{"q":"SELECT 1"}"#, "'query'"),
+        (br#"{"query":1}"#, "'query' must be a string"),
+        (br#"{"query":"SELECT 1","context":1}"#, "'context'"),
+        (
+            br#"{"query":"SELECT 1","context":{"db":2}}"#,
+            "'context.db'",
+        ),
+        (br#"{"query":"SELECT 1","params":[1]}"#, "'params'"),
+        (
+            br#"{"query":"SELECT 1","response_format":"csv"}"#,
+            "'response_format'",
+        ),
+    ];
+    for (body, expected) in cases {
+        let err = QueryRequest::from_wire_json(body).unwrap_err();
+        assert_eq!(err.kind(), mindlite::ErrorKind::InvalidInput);
+        assert!(err.message().contains(expected), "{expected}: {err}");
+    }
+}
