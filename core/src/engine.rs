@@ -224,9 +224,10 @@ impl Engine {
         self.block_on(self.sql(sql))
     }
 
-    /// The engine's status in MindsDB's shape (`GET /api/status`).
-    pub fn status(&self) -> Status {
-        crate::status::status(&self.inner.config)
+    /// The engine's status in MindsDB's shape (`GET /api/status`); `authenticated` says whether
+    /// the caller showed a valid token, which MindsDB reports as `auth.confirmed`.
+    pub fn status(&self, authenticated: bool) -> Status {
+        crate::status::status(&self.inner.config, authenticated)
     }
 
     /// Whether callers must log in (and send the token) before anything else.

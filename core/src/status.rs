@@ -19,7 +19,8 @@ pub struct Status {
 /// The `auth` part of [`Status`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuthStatus {
-    /// Always true: this engine has no pending confirmation step.
+    /// Whether this caller may use the routes that need a login: true when logins are off or
+    /// the request carried a valid token (MindsDB's own meaning, wire captures `auth_status_*`).
     pub confirmed: bool,
     /// Whether requests must carry a bearer token.
     pub http_auth_enabled: bool,
@@ -27,7 +28,7 @@ pub struct AuthStatus {
     pub provider: String,
 }
 
-pub(crate) fn status(config: &Config) -> Status {
+pub(crate) fn status(config: &Config, authenticated: bool) -> Status {
     let auth_enabled = crate::auth::required(config);
     Status {
         mindsdb_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -37,7 +38,7 @@ pub(crate) fn status(config: &Config) -> Status {
         }
         .to_string(),
         auth: AuthStatus {
-            confirmed: true,
+            confirmed: !auth_enabled || authenticated,
             http_auth_enabled: auth_enabled,
             provider: if auth_enabled { "local" } else { "disabled" }.to_string(),
         },

@@ -97,9 +97,24 @@ fn tokens_survive_a_reopen_and_only_their_hash_is_stored() {
 fn without_credentials_configured_auth_is_off_and_login_fails() {
     let engine = Engine::open_in_memory(Config::default()).unwrap();
     assert!(!engine.auth_required());
-    assert!(!engine.status().auth.http_auth_enabled);
+    let status = engine.status(false);
+    assert!(!status.auth.http_auth_enabled);
+    assert!(
+        status.auth.confirmed,
+        "with logins off every caller is confirmed"
+    );
     let err = engine
         .block_on(engine.login(Some("mindsdb"), Some("x")))
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized);
+}
+
+#[test]
+fn status_confirms_only_callers_with_a_token_when_auth_is_on() {
+    let engine = Engine::open_in_memory(config(3600)).unwrap();
+    let anonymous = engine.status(false);
+    assert!(anonymous.auth.http_auth_enabled);
+    assert_eq!(anonymous.auth.provider, "local");
+    assert!(!anonymous.auth.confirmed);
+    assert!(engine.status(true).auth.confirmed);
 }

@@ -34,6 +34,9 @@ pub struct Request {
     pub body: Vec<u8>,
     /// Whether the client wants the connection kept open after the response.
     pub keep_alive: bool,
+    /// Whether the client speaks HTTP/1.0, which has no chunked framing: a streamed body then
+    /// runs to the end of the connection.
+    pub http10: bool,
 }
 
 impl Request {
@@ -67,6 +70,11 @@ pub struct Response {
 }
 
 impl Response {
+    /// Whether the body is streamed (its length unknown until the end).
+    pub fn is_stream(&self) -> bool {
+        matches!(self.body, Body::Stream(_))
+    }
+
     /// A response with a body of known length.
     pub fn full(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
         Response {
@@ -212,6 +220,7 @@ impl Connection {
             headers,
             body: Vec::new(),
             keep_alive: version == 1,
+            http10: version == 0,
         };
         let mut keep_alive = request.keep_alive;
         if let Some(connection) = request.header("connection") {
@@ -318,9 +327,16 @@ impl Connection {
         Ok(read)
     }
 
-    /// Sends `response`; for a stream, pulls and sends one piece at a time. An error means the
-    /// client is gone (the stream, and the query behind it, is dropped).
-    pub async fn send(&mut self, response: Response, keep_alive: bool) -> std::io::Result<()> {
+    /// Sends `response`; for a stream, pulls and sends one piece at a time, chunked, or for an
+    /// HTTP/1.0 client (`http10`) unframed, which only works when the connection closes after
+    /// it, so the caller must not keep it alive then. An error means the client is gone (the
+    /// stream, and the query behind it, is dropped).
+    pub async fn send(
+        &mut self,
+        response: Response,
+        keep_alive: bool,
+        http10: bool,
+    ) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(256);
         head.extend_from_slice(b"HTTP/1.1 ");
         head.extend_from_slice(response.status.to_string().as_bytes());
@@ -347,6 +363,14 @@ impl Connection {
                 head.extend_from_slice(b"\r\n\r\n");
                 head.extend_from_slice(&body);
                 self.write_all(&head).await
+            }
+            Body::Stream(mut stream) if http10 => {
+                head.extend_from_slice(b"\r\n\r\n");
+                self.write_all(&head).await?;
+                while let Some(piece) = stream.next_chunk().await {
+                    self.write_all(&piece).await?;
+                }
+                Ok(())
             }
             Body::Stream(mut stream) => {
                 head.extend_from_slice(b"\r\ntransfer-encoding: chunked\r\n\r\n");

@@ -246,13 +246,19 @@ async fn serve_connection(
                 _ = stop.changed() => return,
             }
         }
-        let request = match connection.read_request().await {
+        // A half-received request is not work in flight: a client stalled mid-request must not
+        // hold up a shutdown.
+        let read = tokio::select! {
+            read = connection.read_request() => read,
+            _ = stop.changed() => return,
+        };
+        let request = match read {
             Ok(request) => request,
             Err(ReadError::Closed) | Err(ReadError::Io) => return,
             Err(ReadError::Reject(status, detail)) => {
                 tracing::info!(status, "rejected request: {detail}");
                 let response = routes::problem(status, &detail);
-                if connection.send(response, false).await.is_ok() {
+                if connection.send(response, false, false).await.is_ok() {
                     connection.linger_close().await;
                 }
                 return;
@@ -261,8 +267,10 @@ async fn serve_connection(
         let started = Instant::now();
         let response = routes::handle(&engine, &request).await;
         let status = response.status;
-        let keep_alive = request.keep_alive && !*stop.borrow();
-        let sent = connection.send(response, keep_alive).await;
+        // An HTTP/1.0 client learns where a streamed body ends only from the close.
+        let keep_alive =
+            request.keep_alive && !*stop.borrow() && !(request.http10 && response.is_stream());
+        let sent = connection.send(response, keep_alive, request.http10).await;
         tracing::info!(
             "{} {} {} {:.3} ms{}",
             request.method,

@@ -39,7 +39,10 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
     }
     match route {
         Route::SqlQuery => sql_query(engine, request).await,
-        Route::Status => json_response(200, &engine.status()),
+        Route::Status => {
+            let authenticated = bearer(request).is_some_and(|t| engine.verify_token(t).is_ok());
+            json_response(200, &engine.status(authenticated))
+        }
         Route::Ping => json_response(200, &json!({"status": "ok"})),
         Route::Projects => match engine.list_projects() {
             Ok(projects) => json_response(
