@@ -2,6 +2,11 @@
 //! backticks work as MindsDB clients send them), MindsDB's own statements recognised on tokens,
 //! and everything else parsed by sqlparser for DataFusion. `:name` parameters are bound on the
 //! syntax tree as literal values, never spliced into text.
+//!
+//! `"x"` follows MindsDB's parser: a name where only a name can stand (tables, aliases, column
+//! lists, after a dot) and a string where a value can (`VALUES (1, "it's")`, `WHERE s = "a"`),
+//! which is how MindsDB's SDK renders strings that hold a single quote. Backticks always quote
+//! a name.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -71,6 +76,7 @@ pub(crate) fn parse(
                 &format!("unexpected '{}' at {}", rest.token, rest.span.start),
             ));
         }
+        double_quotes_as_strings(&mut parsed);
         bind_params(&mut parsed, params)?;
         commands.push(Command::Sql(Box::new(parsed)));
     }
@@ -340,6 +346,24 @@ fn check_project_engine(rest: &[&Token]) -> Result<()> {
     }
 }
 
+/// Turns each `"x"` standing alone as a value into the string `'x'`; see the module notes.
+fn double_quotes_as_strings(statement: &mut Statement) {
+    struct Strings;
+    impl VisitorMut for Strings {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            if let Expr::Identifier(ident) = expr {
+                if ident.quote_style == Some('"') {
+                    let text = std::mem::take(&mut ident.value);
+                    *expr = Expr::Value(Value::SingleQuotedString(text).into());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Strings);
+}
+
 /// Replaces `:name` placeholders with literal values from `params`. A JSON array expands into
 /// the list of an `IN (…)`; an empty array makes the IN false (NOT IN true).
 fn bind_params(
@@ -484,6 +508,24 @@ mod tests {
                 serde_json::json!({})
             ),
             "SELECT * FROM t WHERE n = NULL AND s = 'it''s'"
+        );
+    }
+
+    #[test]
+    fn double_quotes_are_strings_as_values_and_names_elsewhere() {
+        assert_eq!(
+            sql_of(
+                r#"insert into "t" ("a", b) values (1, "it\'s"), (2, "x")"#,
+                serde_json::json!({})
+            ),
+            r#"INSERT INTO "t" ("a", b) VALUES (1, 'it''s'), (2, 'x')"#
+        );
+        assert_eq!(
+            sql_of(
+                r#"select `c` as "n", t."d" from t as "t" where c = "v""#,
+                serde_json::json!({})
+            ),
+            r#"SELECT `c` AS "n", t."d" FROM t AS "t" WHERE c = 'v'"#
         );
     }
 
