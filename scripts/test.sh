@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test. The README's test command; .ci/run calls it.
-# Rust today; the C, Python and HTTP suites join here as their issues land.
+# Rust and HTTP today; the C and Python suites join here as their issues land.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,5 +44,25 @@ if shell "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
   echo "mindlite-shell should fail on a missing table"; exit 1
 fi
 
+step "Python environment for the HTTP tests (.venv)"
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/http/requirements.txt
+
+step "HTTP tests (pytest against target/debug/mindlite-server)"
+set +e
+MLSERVER_BIN="$PWD/target/debug/mindlite-server" "$venv/bin/python" -m pytest tests/http -q -p no:cacheprovider 2>&1 | tee "$tmp/pytest.log"
+pytest_status=${PIPESTATUS[0]}
+set -e
+if [ "$pytest_status" -ne 0 ]; then
+  echo "HTTP tests failed (pytest exit $pytest_status)"; exit 1
+fi
+http_passed=$(grep -Eo '[0-9]+ passed' "$tmp/pytest.log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
+if [ "${http_passed:-0}" -eq 0 ]; then
+  echo "no HTTP test ran"; exit 1
+fi
+
 step "summary"
-echo "all: $((rust_passed + 1)) passed, 0 failed"
+echo "all: $((rust_passed + 1 + http_passed)) passed, 0 failed"

@@ -4,12 +4,13 @@ Every server gets its own data file under pytest's tmp_path, a free port on 127.
 file with its stderr; a failing test prints the logs of the servers it used. Teardown stops each
 server with SIGTERM and requires exit status 0 within STOP_TIMEOUT seconds.
 
-The binary is `$MINDLITE_SERVER_BIN` if set, else `<repo>/target/debug/mindlite-server`.
+The binary is `$MLSERVER_BIN` if set, else `<repo>/target/debug/mindlite-server`.
 """
 
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import signal
@@ -40,12 +41,12 @@ password = "secret"
 
 
 def server_binary() -> Path:
-    configured = os.environ.get("MINDLITE_SERVER_BIN")
+    configured = os.environ.get("MLSERVER_BIN")
     path = Path(configured) if configured else REPO_ROOT / "target" / "debug" / "mindlite-server"
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(
             f"mindlite-server binary not found at {path}: build it first with "
-            "`cargo build -p mindlite-server` (or point MINDLITE_SERVER_BIN at it)",
+            "`cargo build -p mindlite-server` (or point MLSERVER_BIN at it)",
             pytrace=False,
         )
     return path
@@ -59,8 +60,14 @@ def free_port() -> int:
 
 def child_environment() -> dict[str, str]:
     """The test runner's environment without MINDLITE_* variables: the server reads those as
-    configuration overrides (and refuses unknown ones such as MINDLITE_SERVER_BIN)."""
+    configuration overrides and refuses unknown ones, so a stray one would stop every test."""
     return {k: v for k, v in os.environ.items() if not k.startswith("MINDLITE_")}
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the test runner dies, so no server outlives a killed run."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 class Server:
@@ -98,22 +105,24 @@ class Server:
             with open(self.log_path, "ab") as log:
                 log.write(f"---- start: {' '.join(args)}\n".encode())
                 log.flush()
+                log_offset = log.tell()
                 self.process = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=child_environment(), cwd=self.workdir,
+                    env=child_environment(), cwd=self.workdir, preexec_fn=_die_with_parent,
                 )
-            if self._wait_ready():
+            if self._wait_ready(log_offset):
                 return self
             # Another process took the port between probing and binding: try a new one.
             self.process = None
         pytest.fail(f"mindlite-server could not bind a port\n{self.log_tail()}", pytrace=False)
 
-    def _wait_ready(self) -> bool:
+    def _wait_ready(self, log_offset: int) -> bool:
+        """True once the server answers a ping; False if it exited because the port was taken."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
-                if "cannot listen" in self.log_tail():
+                if b"cannot listen" in self.log_path.read_bytes()[log_offset:]:
                     return False
                 pytest.fail(f"mindlite-server exited with status {code} during startup\n"
                             f"{self.log_tail()}", pytrace=False)
@@ -225,7 +234,11 @@ class ServerFactory:
             if server.process is None:
                 continue
             server.send_signal(signal.SIGTERM)
-            code = server.wait_exit()
+            try:
+                code = server.wait_exit()
+            except pytest.fail.Exception as hung:
+                failures.append(str(hung))
+                continue
             if code != 0:
                 failures.append(f"exit status {code}\n{server.log_tail()}")
         assert not failures, "mindlite-server did not stop cleanly on SIGTERM:\n" + "\n".join(failures)
@@ -365,6 +378,16 @@ class RawConnection:
             return RawResponse(status, headers, b"", False)
         assert "content-length" in lookup, f"no framing in {headers}"
         return RawResponse(status, headers, self.read_exact(int(lookup["content-length"])), False)
+
+    def read_to_eof(self) -> bytes:
+        """Everything until the server closes the connection."""
+        try:
+            while True:
+                self._fill()
+        except ConnectionClosed:
+            pass
+        data, self.buffer = self.buffer, b""
+        return data
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """True when the server closes the connection within `timeout` (extra bytes are read

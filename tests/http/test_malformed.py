@@ -52,18 +52,26 @@ def assert_problem(response, status):
 
 
 @pytest.mark.parametrize("garbage", [
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n",
-    b"HELLO\r\n\r\n",
-    b"\x00" * 64 + b"\r\n\r\n",
-    b"GET / HTTP/9.9\r\n\r\n",
-    b"GET /api/util/ping HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
-    b"GET /api/util/ping HTTP/1.1\r\nHo st: x\r\n\r\n",
-    b"POST /api/sql/query HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
-    b"POST /api/sql/query HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
-    b"POST /api/sql/query HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-    b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-    b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nxx\r\n0\r\n\r\n",
-    b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+    pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n",
+                 id="tls-hello"),
+    pytest.param(b"HELLO\r\n\r\n", id="no-request-line"),
+    pytest.param(b"\x00" * 64 + b"\r\n\r\n", id="nul-bytes"),
+    pytest.param(b"GET / HTTP/9.9\r\n\r\n", id="bad-version"),
+    pytest.param(b"GET /api/util/ping HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+                 id="header-without-colon"),
+    pytest.param(b"GET /api/util/ping HTTP/1.1\r\nHo st: x\r\n\r\n", id="space-in-header-name"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+                 id="content-length-not-a-number"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
+                 b"hello!", id="conflicting-content-lengths"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                 id="negative-content-length"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+                 id="unsupported-transfer-encoding"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 b"zz\r\nxx\r\n0\r\n\r\n", id="bad-chunk-size"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 b"2\r\nabc\r\n0\r\n\r\n", id="chunk-longer-than-its-size"),
 ])
 def test_garbage_gets_400_or_a_closed_connection_and_the_server_keeps_serving(server, garbage):
     with RawConnection(server.port) as conn:
@@ -248,6 +256,27 @@ def test_http_1_0_request_is_answered_and_closed(server):
         assert conn.closed_by_peer(), "HTTP/1.0 without keep-alive closes after the response"
 
 
+def test_http_1_0_stream_is_not_sent_chunked(server):
+    # RFC 9112 §6.1: no Transfer-Encoding in a response to an HTTP/1.0 request; the end of the
+    # body is the end of the connection instead.
+    body = json.dumps({"query": "SELECT 1", "response_format": "jsonlines"}).encode()
+    with RawConnection(server.port) as conn:
+        conn.send(b"POST /api/sql/query HTTP/1.0\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = conn.read_until(b"\r\n\r\n").lower()
+        assert b" 200 " in head.split(b"\r\n")[0], head
+        assert b"transfer-encoding" not in head, head
+        assert conn.read_to_eof() == b'{"type":"table","column_names":["1"]}\n[[1]]\n'
+
+
+def test_request_line_longer_than_the_head_limit_is_431(limited):
+    with RawConnection(limited.port) as conn:
+        conn.send(http_request("GET", "/api/projects/" + "p" * (2 * MAX_HEADER)))
+        response = conn.read_response()
+    assert response.status in (414, 431), response.status
+    assert_still_serving(limited)
+
+
 def test_expect_100_continue_gets_100_before_the_body(server):
     body = b'{"query":"SELECT 1"}'
     with RawConnection(server.port) as conn:
@@ -286,7 +315,9 @@ def test_client_vanishing_mid_stream_leaves_the_server_serving(server):
         assert status == 200
         received = len(conn.buffer)
         while received < 256 * 1024:
-            received += len(conn.sock.recv(65536))
+            piece = conn.sock.recv(65536)
+            assert piece, "the server ended the stream early"
+            received += len(piece)
         if reset:
             # SO_LINGER 0: the close sends a reset instead of a FIN.
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -297,3 +328,45 @@ def test_client_vanishing_mid_stream_leaves_the_server_serving(server):
     response = server.sql("SELECT count(*) FROM generate_series(1, 100000)")
     assert response.json()["data"] == [[100000]]
     assert time.monotonic() - started < 10
+
+
+def test_default_body_limit_is_64_mib(server):
+    with RawConnection(server.port) as conn:
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (64 * 1024 * 1024 + 1))
+        assert_problem(conn.read_response(), 413)
+    assert_still_serving(server)
+
+
+def test_idle_connection_is_closed_after_the_idle_timeout(start_server):
+    server = start_server("[http]\nidle_timeout_secs = 1\n")
+    with RawConnection(server.port) as idle, RawConnection(server.port) as half:
+        half.send(b"GET /api/util/ping HTTP/1.1\r\n")
+        started = time.monotonic()
+        assert idle.closed_by_peer(timeout=10), "an idle connection is closed"
+        assert half.closed_by_peer(timeout=10), "a request that stops halfway is dropped"
+        assert time.monotonic() - started < 8
+    assert_still_serving(server)
+
+
+def test_sigterm_does_not_wait_for_idle_keep_alive_connections(server):
+    with RawConnection(server.port) as idle:
+        idle.send(http_request("GET", "/api/util/ping"))
+        assert idle.read_response().status == 200
+        started = time.monotonic()
+        server.send_signal()
+        assert server.wait_exit() == 0
+        assert time.monotonic() - started < 5
+        assert idle.closed_by_peer(timeout=1)
+
+
+def test_sigterm_does_not_wait_for_a_client_stalled_mid_request(server):
+    # A client that sent half a request and went quiet is not work in flight: shutdown must not
+    # wait for it (here the idle timeout is the default 60 s).
+    with RawConnection(server.port) as stalled:
+        stalled.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.2)
+        started = time.monotonic()
+        server.send_signal()
+        assert server.wait_exit() == 0
+        assert time.monotonic() - started < 5

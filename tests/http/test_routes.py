@@ -2,8 +2,10 @@
 400 answers to malformed SQL request bodies. Compared with MindsDB captures where one exists."""
 
 import json
+import re
 import signal
 import subprocess
+import time
 
 import pytest
 import requests
@@ -85,6 +87,10 @@ def test_project_get_answers_its_name_like_mindsdb(server):
     assert response.status_code == 200
     assert response.headers["Content-Type"] == capture.content_type
     assert response.content == capture.body
+
+
+def test_project_get_decodes_a_percent_encoded_name(server):
+    assert get(server, "/api/projects/mind%73db").json() == {"name": "mindsdb"}
 
 
 def test_project_get_finds_a_created_project(server):
@@ -189,3 +195,46 @@ def test_sigint_stops_the_server_cleanly_and_its_data_survives(server):
     server.stop(signal.SIGINT)
     server.start()
     assert server.sql_ok("SELECT sum(x) FROM kept")["data"] == [[3]]
+
+
+def test_each_request_logs_one_line_with_its_method_path_and_status(server):
+    get(server, "/api/projects/")
+    server.sql("SELECT 1")
+    get(server, "/api/nosuch")
+    requests.delete(server.url + "/api/status", timeout=10)
+    expected = [("GET", "/api/projects/", "200"), ("POST", "/api/sql/query", "200"),
+                ("GET", "/api/nosuch", "404"), ("DELETE", "/api/status", "405")]
+    # A line is written once its response has gone out, so it may trail the response a little.
+    deadline = time.monotonic() + 5
+    while True:
+        lines = server.log_text().splitlines()
+        found = {(m, p): [line for line in lines if f"{m} {p} " in line] for m, p, _ in expected}
+        if all(found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for method, path, status in expected:
+        matching = found[(method, path)]
+        assert len(matching) == 1, f"{method} {path}: {matching}"
+        assert status in matching[0].split(path, 1)[1], matching[0]
+
+
+def test_port_0_listens_on_a_free_port(server_bin, tmp_path):
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(server_bin), "--data", str(tmp_path / "db" / "m.redb"), "--port", "0"],
+            stdout=log, stderr=log, env=child_environment())
+    try:
+        port = None
+        deadline = time.monotonic() + 30
+        while port is None and time.monotonic() < deadline:
+            found = re.search(r"127\.0\.0\.1:(\d+)", log_path.read_text())
+            port = int(found.group(1)) if found and found.group(1) != "0" else None
+            assert process.poll() is None, log_path.read_text()
+            time.sleep(0.05)
+        assert port, f"no listening address in the log:\n{log_path.read_text()}"
+        response = requests.get(f"http://127.0.0.1:{port}/api/util/ping", timeout=10)
+        assert response.json() == {"status": "ok"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0, log_path.read_text()
