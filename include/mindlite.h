@@ -450,6 +450,20 @@ mindlite_status mindlite_query(const mindlite_database *db,
                                mindlite_result **out_result);
 
 /**
+ * `mindlite_query` with `:name` placeholders bound to values, never spliced into the text.
+ *
+ * - `params_json`: a JSON object, like `{"id": 7, "name": "O'Brien", "ids": [1, 2], "gone": null}`;
+ *   null binds NULL, an array a list for `IN :ids`. NULL means no parameters. A placeholder
+ *   without a value is `MINDLITE_INVALID`, naming it.
+ *
+ * Statuses and ownership as for `mindlite_query`.
+ */
+mindlite_status mindlite_query_params(const mindlite_database *db,
+                                      const char *sql,
+                                      const char *params_json,
+                                      mindlite_result **out_result);
+
+/**
  * Frees a result. `mindlite_result_free(NULL)` does nothing.
  *
  * Ownership: takes `result`; every pointer obtained from it becomes invalid.

@@ -40,18 +40,18 @@ impl Database {
         &self.engine
     }
 
-    /// A request for `sql` in the handle's current project.
-    pub(crate) fn request(&self, sql: &str) -> QueryRequest {
-        let request = QueryRequest::new(sql);
-        match lock(&self.current_db).clone() {
-            Some(db) => request.with_db(db),
-            None => request,
-        }
-    }
-
     /// Runs `sql` in the current project and remembers the project the result names (`USE`).
     pub(crate) fn query(&self, sql: &str) -> QueryResult {
-        let result = self.engine.query_blocking(self.request(sql));
+        self.run(QueryRequest::new(sql))
+    }
+
+    /// Runs `request` in the current project and remembers the project the result names.
+    pub(crate) fn run(&self, request: QueryRequest) -> QueryResult {
+        let request = match lock(&self.current_db).clone() {
+            Some(db) => request.with_db(db),
+            None => request,
+        };
+        let result = self.engine.query_blocking(request);
         self.remember(&result.context);
         result
     }

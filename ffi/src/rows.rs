@@ -10,11 +10,16 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
-use mindlite::{encode_document, Engine, Outcome, QueryResult, ResultContext, TableResult};
+use mindlite::{
+    encode_document, Engine, Outcome, QueryRequest, QueryResult, ResultContext, TableResult,
+};
 
 use crate::boundary::{self, c_string, give_string, lock, out, Failure, LastError, Status};
 use crate::database::{with_database, Database};
-use crate::{MINDLITE_MISMATCH, MINDLITE_MISUSE, MINDLITE_NULL_VALUE, MINDLITE_OK, MINDLITE_RANGE};
+use crate::{
+    MINDLITE_INVALID, MINDLITE_MISMATCH, MINDLITE_MISUSE, MINDLITE_NULL_VALUE, MINDLITE_OK,
+    MINDLITE_RANGE,
+};
 
 /// A column's type as C sees it; `mindlite_result_column_type_name` gives the exact Arrow type.
 pub type ColumnType = i32;
@@ -240,6 +245,50 @@ pub unsafe extern "C" fn mindlite_query(
         // SAFETY: a NUL-terminated string, per the header.
         let sql = unsafe { boundary::text(sql, "sql") }?;
         let rows = Rows::read(db.engine(), db.query(sql))?;
+        *out_result = Box::into_raw(Box::new(rows));
+        Ok(())
+    })
+}
+
+/// `mindlite_query` with `:name` placeholders bound to values, never spliced into the text.
+///
+/// - `params_json`: a JSON object, like `{"id": 7, "name": "O'Brien", "ids": [1, 2], "gone": null}`;
+///   null binds NULL, an array a list for `IN :ids`. NULL means no parameters. A placeholder
+///   without a value is `MINDLITE_INVALID`, naming it.
+///
+/// Statuses and ownership as for `mindlite_query`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_query_params(
+    db: *const Database,
+    sql: *const c_char,
+    params_json: *const c_char,
+    out_result: *mut *mut Rows,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_result) };
+    with_database(db, |db| {
+        let out_result = out(out_result, "out_result")?;
+        // SAFETY: NUL-terminated strings (params may be NULL), per the header.
+        let (sql, params) = unsafe {
+            (
+                boundary::text(sql, "sql")?,
+                boundary::optional_text(params_json, "params_json")?,
+            )
+        };
+        let mut request = QueryRequest::new(sql);
+        if let Some(params) = params {
+            let values: serde_json::Map<String, serde_json::Value> = serde_json::from_str(params)
+                .map_err(|e| {
+                Failure::new(
+                    MINDLITE_INVALID,
+                    format!("params_json must be a JSON object of parameter values: {e}"),
+                )
+            })?;
+            for (name, value) in values {
+                request = request.with_param(name, value);
+            }
+        }
+        let rows = Rows::read(db.engine(), db.run(request))?;
         *out_result = Box::into_raw(Box::new(rows));
         Ok(())
     })

@@ -145,6 +145,36 @@ static void projects_and_use(mindlite_database *db) {
   mindlite_free(json);
 }
 
+static void parameters(mindlite_database *db) {
+  mindlite_result *r = NULL;
+  uint64_t rows = 0;
+  const char *text = NULL;
+  exec(db, "CREATE TABLE people (id INT, name VARCHAR)");
+  /* Values are bound, never spliced: quotes and semicolons stay data. */
+  CHECK_OK(db, mindlite_query_params(db, "INSERT INTO people VALUES (:id, :name), (2, 'Ann'), (3, NULL)",
+                                     "{\"id\": 1, \"name\": \"O'Brien'); DROP TABLE people; --\"}", &r));
+  mindlite_result_free(r);
+  CHECK_OK(db, mindlite_query_params(db, "SELECT id, name FROM people WHERE id IN :ids AND name <> :skip ORDER BY id",
+                                     "{\"ids\": [1, 2, 3], \"skip\": \"Ann\"}", &r));
+  CHECK(mindlite_result_row_count(r, &rows) == MINDLITE_OK && rows == 1);
+  CHECK(mindlite_result_text(r, 0, 1, &text, NULL) == MINDLITE_OK);
+  CHECK_STR(text, "O'Brien'); DROP TABLE people; --");
+  mindlite_result_free(r);
+  CHECK_OK(db, mindlite_query_params(db, "SELECT count(*) FROM people WHERE name IS NOT DISTINCT FROM :n",
+                                     "{\"n\": null}", &r));
+  int64_t n = 0;
+  CHECK(mindlite_result_int64(r, 0, 0, &n) == MINDLITE_OK && n == 1);
+  mindlite_result_free(r);
+  CHECK_OK(db, mindlite_query_params(db, "SELECT 1", NULL, &r));
+  mindlite_result_free(r);
+
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_query_params(db, "SELECT :missing", "{}", &r));
+  CHECK(r == NULL);
+  CHECK_CONTAINS(mindlite_errmsg(db), "missing");
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_query_params(db, "SELECT :a", "[1]", &r));
+  CHECK_CONTAINS(mindlite_errmsg(db), "params_json must be a JSON object");
+}
+
 static void login(void) {
   mindlite_database *db = NULL;
   char *token = NULL;
@@ -199,6 +229,7 @@ int main(int argc, char **argv) {
   typed_access(db);
   json_document(db);
   projects_and_use(db);
+  parameters(db);
 
   /* A second open of the same file is refused while the first is open, naming the file. */
   mindlite_database *second = NULL;
