@@ -335,8 +335,9 @@ void mindlite_cursor_free(mindlite_cursor *cursor);
  * - `out_error`: may be NULL; on failure receives a message naming the file and the problem
  *   (the caller frees it with `mindlite_free`), on success NULL.
  *
- * Returns `MINDLITE_UNAVAILABLE` when another process has the file open, `MINDLITE_INVALID`
- * for a bad config, a file that is not a mindlite database, or one of another format version.
+ * Returns `MINDLITE_UNAVAILABLE` when the file is already open (in this or another process),
+ * cannot be read, or has another on-disk format version; `MINDLITE_INVALID` for a bad config
+ * or a file that is not a mindlite database.
  *
  * Ownership: the caller owns the handle and closes it with `mindlite_close`.
  */

@@ -22,9 +22,9 @@ static void open_errors(const char *dir) {
   CHECK(f != NULL);
   fputs("just some text, not a database\n", f);
   fclose(f);
-  CHECK(mindlite_open(path, NULL, &db, &error) != MINDLITE_OK);
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_open(path, NULL, &db, &error));
   CHECK(db == NULL);
-  CHECK_CONTAINS(error, "notes.txt");
+  CHECK_CONTAINS(error, "notes.txt' is not a mindlite database");
   mindlite_free(error);
   f = fopen(path, "r");
   char line[64] = {0};
