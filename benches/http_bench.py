@@ -3,7 +3,8 @@
 
 Measures, against a release build of mindlite-server on 127.0.0.1:
   - time from process start to the first answered `SELECT 1`, and idle RSS after it;
-  - requests/s and p50/p99 latency of `SELECT 1` with keep-alive at 1, 4 and 16 connections (wrk);
+  - requests/s and p50/p99 latency of `SELECT 1` with keep-alive at 1, 4 and 16 connections (wrk),
+    and at 4 connections with the plan cache off (every request parsed, planned and optimized);
   - time and server peak-RSS growth for a 1M-row result, as the JSON document and as jsonlines.
 Prints a Markdown table of the figures.
 """
@@ -48,13 +49,23 @@ def post(port, body):
         return response.read()
 
 
+def anonymous_rss(pid):
+    """Private memory: RSS without the pages of the binary and libraries mapped from files."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) * 1024
+    raise KeyError("Anonymous")
+
+
 class Server:
-    def __init__(self, data, log):
+    def __init__(self, data, log, env=None):
         self.port = free_port()
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
             [SERVER, "--data", data, "--port", str(self.port)],
             stderr=open(log, "ab"),
+            env={**os.environ, **(env or {})},
         )
         self.first_answer = self._wait_first_answer()
 
@@ -146,10 +157,12 @@ def main():
         server = Server(fresh, log)
         starts.append(server.first_answer)
         idle_rss = proc_status(server.process.pid, "VmRSS")
+        idle_anon = anonymous_rss(server.process.pid)
         server.stop()
     starts.sort()
     rows.append(("start to first answered `SELECT 1` (median of 5, new file)", f"{starts[2] * 1000:.1f} ms"))
-    rows.append(("idle RSS after the first query", f"{idle_rss / 2**20:.1f} MiB"))
+    rows.append(("idle RSS after the first query", f"{idle_rss / 2**20:.1f} MiB "
+                 f"({idle_anon / 2**20:.1f} MiB anonymous, the rest the binary's code pages)"))
 
     server = Server(data, log)
     try:
@@ -160,6 +173,13 @@ def main():
         post(server.port, {"query": (
             f"CREATE TABLE big AS SELECT value AS id, value * 0.5 AS x, 'row ' || value AS s "
             f"FROM generate_series(1, {ROWS})")})
+    finally:
+        server.stop()
+    server = Server(data, log, {"MINDLITE_QUERY_PLAN_CACHE_ENTRIES": "0"})
+    try:
+        rps, p50, p99 = wrk(server.port, 4)
+        rows.append(("`SELECT 1`, keep-alive, 4 connections, plan cache off",
+                     f"{rps:,.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
     finally:
         server.stop()
 

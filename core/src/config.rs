@@ -54,6 +54,9 @@ pub struct QueryConfig {
     /// Memory for query operators (sorts, aggregations, joins), in MiB; beyond it they spill to
     /// temporary files instead of growing.
     pub memory_limit_mb: u64,
+    /// Physical plans of repeated read queries kept for reuse until the next commit; 0 plans
+    /// every query afresh.
+    pub plan_cache_entries: usize,
 }
 
 impl Default for QueryConfig {
@@ -63,6 +66,7 @@ impl Default for QueryConfig {
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
             memory_limit_mb: 2048,
+            plan_cache_entries: 256,
         }
     }
 }

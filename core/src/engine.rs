@@ -2,15 +2,17 @@
 //! runtime, its redb store and its DataFusion setup. Async methods for async callers; blocking
 //! ones (`*_blocking`, [`Engine::block_on`]) for the C and Python fronts.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::auth::{self, LoginToken};
@@ -36,7 +38,17 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// Engine ids start at 1: 0 marks threads outside every engine's runtime.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The id of the engine whose runtime owns this thread, or 0.
+    static RUNTIME_OF: Cell<u64> = const { Cell::new(0) };
+}
+
 struct Inner {
+    /// Tells this engine's runtime threads apart from all others.
+    id: u64,
     config: Config,
     sql: SqlRunner,
     /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
@@ -127,14 +139,17 @@ impl Engine {
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
         // Built last: a runtime dropped on an error path inside async code would panic.
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .thread_name("mindlite")
+            .on_thread_start(move || RUNTIME_OF.with(|of| of.set(id)))
             .enable_all()
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
         Ok(Engine {
             inner: Arc::new(Inner {
+                id,
                 config,
                 sql,
                 runtime: Some(runtime),
@@ -154,28 +169,26 @@ impl Engine {
         self.query_as(TenantId::LOCAL, request).await
     }
 
-    /// Runs a request as `tenant` (the hosted edition's entry point).
+    /// Runs a request as `tenant` (the hosted edition's entry point). A caller already on
+    /// the engine's runtime (the HTTP server serves from it) runs the request in place; others
+    /// hand it to the runtime, which costs a task and a cross-thread wake-up per request.
     pub(crate) async fn query_as(&self, tenant: TenantId, request: QueryRequest) -> QueryResult {
-        let inner = Arc::clone(&self.inner);
         let context_db = request.context.db.clone();
-        let task = self.inner.handle.spawn(async move {
-            let mut result = inner.sql.run(tenant, &request).await;
-            if let Outcome::Table(table) = result.outcome {
-                result.outcome = Outcome::Table(TableResult {
-                    column_names: table.column_names,
-                    stream: Box::pin(RecordBatchStreamAdapter::new(
-                        table.stream.schema(),
-                        InRuntime {
-                            inner: table.stream,
-                            handle: inner.handle.clone(),
-                            failed: false,
-                        },
-                    )),
-                });
-            }
-            result
-        });
-        match task.await {
+        let joined = if RUNTIME_OF.with(Cell::get) == self.inner.id {
+            // The same guard a spawned task has: a panic becomes an error result.
+            std::panic::AssertUnwindSafe(Self::run(Arc::clone(&self.inner), tenant, request))
+                .catch_unwind()
+                .await
+                .map_err(|panic| panic_message(&*panic))
+        } else {
+            let inner = Arc::clone(&self.inner);
+            self.inner
+                .handle
+                .spawn(Self::run(inner, tenant, request))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match joined {
             Ok(result) => result,
             Err(e) => QueryResult {
                 context: crate::sql::ResultContext {
@@ -185,6 +198,26 @@ impl Engine {
                 outcome: Outcome::Error(Error::internal(format!("query task failed: {e}"))),
             },
         }
+    }
+
+    /// Runs a request on the engine's runtime; a table result's stream keeps running there
+    /// whoever polls it.
+    async fn run(inner: Arc<Inner>, tenant: TenantId, request: QueryRequest) -> QueryResult {
+        let mut result = inner.sql.run(tenant, &request).await;
+        if let Outcome::Table(table) = result.outcome {
+            result.outcome = Outcome::Table(TableResult {
+                column_names: table.column_names,
+                stream: Box::pin(RecordBatchStreamAdapter::new(
+                    table.stream.schema(),
+                    InRuntime {
+                        inner: table.stream,
+                        handle: inner.handle.clone(),
+                        failed: false,
+                    },
+                )),
+            });
+        }
+        result
     }
 
     /// [`Engine::query`] for callers outside async code. Must not be called from inside an async task.
@@ -330,11 +363,7 @@ where
             Ok(poll) => poll,
             Err(panic) => {
                 self.failed = true;
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
+                let what = panic_message(&*panic);
                 Poll::Ready(Some(Err(datafusion::error::DataFusionError::External(
                     Box::new(Error::internal(format!(
                         "internal error while producing rows: {what}"
@@ -343,4 +372,13 @@ where
             }
         }
     }
+}
+
+/// The text a panic was raised with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
 }

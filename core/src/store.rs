@@ -3,6 +3,7 @@
 //! Record tables belong to their modules (`projects`, `tables`); this module owns none of their rows.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -30,6 +31,8 @@ pub(crate) struct Store {
     path: Option<PathBuf>,
     /// Decoded chunks, shared by all queries.
     pub(crate) chunk_cache: ChunkCache,
+    /// Commits made through this store, so caches of what was read can tell they are stale.
+    commits: Arc<AtomicU64>,
 }
 
 /// The right to be the one writer of this process, held from before a write's read snapshot
@@ -39,6 +42,7 @@ pub(crate) struct WriteLock(tokio::sync::OwnedMutexGuard<()>);
 /// A write transaction that also holds the in-process writer lock until it commits or drops.
 pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
+    commits: Arc<AtomicU64>,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
@@ -46,6 +50,7 @@ impl WriteGuard {
     /// Commits the transaction durably.
     pub(crate) fn commit(self) -> Result<()> {
         self.txn.commit()?;
+        self.commits.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -80,6 +85,7 @@ impl Store {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             path: Some(path.to_path_buf()),
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
+            commits: Arc::new(AtomicU64::new(0)),
         };
         store.check_format()?;
         Ok(store)
@@ -95,6 +101,7 @@ impl Store {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             path: None,
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
+            commits: Arc::new(AtomicU64::new(0)),
         };
         store.check_format()?;
         Ok(store)
@@ -171,7 +178,17 @@ impl Store {
     /// already excludes every other writer of this process, and redb's file lock all others.
     pub(crate) fn begin_write(&self, lock: WriteLock) -> Result<WriteGuard> {
         let txn = self.db.begin_write()?;
-        Ok(WriteGuard { txn, _lock: lock.0 })
+        Ok(WriteGuard {
+            txn,
+            commits: Arc::clone(&self.commits),
+            _lock: lock.0,
+        })
+    }
+
+    /// How many transactions this store has committed since it was opened. Read it before
+    /// taking a snapshot: a snapshot is known current while the count has not moved since.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
     }
 }
 
@@ -239,14 +256,23 @@ pub(crate) fn next_id(txn: &WriteTransaction, sequence: &str) -> Result<u64> {
 
 /// Decoded chunks keyed by (table id, chunk number). Chunk keys are written once and never
 /// rewritten (rewrites take fresh numbers), so entries never go stale; they only get evicted.
+///
+/// A chunk is admitted the second time it is read (the "2Q" policy; PostgreSQL's ring buffer
+/// for large scans has the same aim): one pass over a big table, an export say, neither
+/// grows the process by the table's decoded size nor pushes out what queries keep reading.
+/// Keys read once are remembered, without their data, in a bounded list.
 pub(crate) struct ChunkCache {
     budget: usize,
     inner: Mutex<CacheInner>,
 }
 
+/// Keys of chunks read once and not yet admitted; 16 bytes plus the list's overhead each.
+const READ_ONCE: usize = 16_384;
+
 struct CacheInner {
     entries: lru::LruCache<(u64, u64), RecordBatch>,
     bytes: usize,
+    read_once: lru::LruCache<(u64, u64), ()>,
 }
 
 impl ChunkCache {
@@ -256,13 +282,25 @@ impl ChunkCache {
             inner: Mutex::new(CacheInner {
                 entries: lru::LruCache::unbounded(),
                 bytes: 0,
+                read_once: lru::LruCache::new(
+                    std::num::NonZeroUsize::new(READ_ONCE).expect("READ_ONCE is not zero"),
+                ),
             }),
         }
     }
 
-    /// Whether caching is on at all.
-    pub(crate) fn enabled(&self) -> bool {
-        self.budget > 0
+    /// Whether a chunk that is about to be decoded should be cached: true when it was read
+    /// recently before. Always false with caching off.
+    pub(crate) fn admit(&self, key: (u64, u64)) -> bool {
+        if self.budget == 0 {
+            return false;
+        }
+        let mut inner = self.inner.lock();
+        if inner.read_once.pop(&key).is_some() {
+            return true;
+        }
+        inner.read_once.put(key, ());
+        false
     }
 
     pub(crate) fn get(&self, key: (u64, u64)) -> Option<RecordBatch> {
@@ -285,5 +323,42 @@ impl ChunkCache {
                 None => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+
+    fn batch(rows: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([("a", Arc::new(Int64Array::from_iter_values(0..rows)) as _)])
+            .unwrap()
+    }
+
+    #[test]
+    fn chunks_are_cached_from_their_second_read_within_the_budget() {
+        let cache = ChunkCache::new(1 << 20);
+        assert!(!cache.admit((1, 1)), "a first read is not cached");
+        assert!(!cache.admit((1, 2)));
+        assert!(cache.admit((1, 1)), "a second read is");
+        cache.insert((1, 1), batch(10));
+        assert_eq!(cache.get((1, 1)).unwrap().num_rows(), 10);
+        assert!(cache.get((1, 2)).is_none());
+        // Over budget, the least recently used chunk goes.
+        let big = batch(70_000);
+        assert!(big.get_array_memory_size() > (1 << 20) / 2);
+        cache.insert((2, 1), big.clone());
+        cache.insert((2, 2), big);
+        assert!(cache.get((2, 1)).is_none());
+        assert!(cache.get((2, 2)).is_some());
+        // The list of chunks read once is bounded: the oldest are forgotten.
+        for n in 0..READ_ONCE as u64 {
+            assert!(!cache.admit((3, n)));
+        }
+        assert!(!cache.admit((1, 2)), "forgotten, so a first read again");
+        // Caching off admits nothing.
+        let off = ChunkCache::new(0);
+        assert!(!off.admit((1, 1)) && !off.admit((1, 1)));
     }
 }

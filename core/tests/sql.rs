@@ -941,3 +941,137 @@ fn wire_bodies_are_read_with_errors_naming_the_field() {
         assert!(err.message().contains(expected), "{expected}: {err}");
     }
 }
+
+#[test]
+fn reused_sessions_start_fresh_for_every_request() {
+    let e = engine();
+    exec(&e, "CREATE PROJECT a");
+    exec(&e, "CREATE PROJECT b");
+    exec(&e, "CREATE TABLE a.t (x INT)");
+    exec(&e, "INSERT INTO a.t VALUES (1)");
+    exec(&e, "CREATE TABLE b.t (x INT)");
+    exec(&e, "INSERT INTO b.t VALUES (2), (3)");
+    // One-part names follow each request's database, whatever ran before on the same state.
+    for _ in 0..3 {
+        for (db, expected) in [("a", json!([[1]])), ("b", json!([[2], [3]]))] {
+            let d = doc(&e, QueryRequest::new("SELECT x FROM t").with_db(db));
+            assert_eq!(d["data"], expected, "{db}: {d}");
+        }
+    }
+    // Each request reads the data committed before it, not a snapshot a state saw earlier.
+    exec(&e, "INSERT INTO a.t VALUES (4)");
+    assert_eq!(rows(&e, "SELECT count(*) FROM a.t"), json!([[2]]));
+    exec(&e, "DROP TABLE b.t");
+    assert!(error(&e, "SELECT * FROM b.t").contains("Table 't' not found"));
+    // now() is the time of each request, not of the state's first use.
+    let first = rows(&e, "SELECT CAST(now() AS VARCHAR)");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let second = rows(&e, "SELECT CAST(now() AS VARCHAR)");
+    assert_ne!(first, second);
+    // More concurrent requests than idle states: every one gets its own.
+    let handles: Vec<_> = (0..24)
+        .map(|i| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let db = if i % 2 == 0 { "a" } else { "mindsdb" };
+                let d = doc(
+                    &e,
+                    QueryRequest::new(format!("SELECT {i} AS n")).with_db(db),
+                );
+                assert_eq!(d["data"], json!([[i]]), "{d}");
+                assert_eq!(d["context"]["db"], db);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn requests_made_on_the_engines_own_runtime_run_in_place() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (a INT)");
+    exec(&e, "INSERT INTO t VALUES (1), (2), (3)");
+    let on_runtime = e.clone();
+    // A task spawned from block_on runs on the engine's worker threads, as the HTTP server's
+    // connections do.
+    let sums = e.block_on(async move {
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let e = on_runtime.clone();
+                tokio::spawn(async move {
+                    let sum = e.sql("SELECT sum(a) AS s FROM t").await.unwrap();
+                    let failed = e.sql("SELECT * FROM missing").await.unwrap_err();
+                    (sum.num_rows(), failed.to_string())
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for task in tasks {
+            out.push(task.await.unwrap());
+        }
+        out
+    });
+    for (n, failed) in sums {
+        assert_eq!(n, 1);
+        assert!(failed.contains("Table 'missing' not found"), "{failed}");
+    }
+}
+
+#[test]
+fn repeated_queries_give_current_answers() {
+    for entries in [256, 0] {
+        let mut config = Config::default();
+        config.query.plan_cache_entries = entries;
+        config.query.target_partitions = 2;
+        let e = Engine::open_in_memory(config).unwrap();
+        exec(
+            &e,
+            "CREATE TABLE t AS SELECT value AS k, value % 7 AS g FROM generate_series(1, 200000)",
+        );
+        exec(&e, "CREATE TABLE u (g BIGINT, name VARCHAR)");
+        exec(&e, "INSERT INTO u VALUES (0, 'zero'), (1, 'one')");
+        // Aggregation over several chunks (repartitions), a join, a sort: run again and again.
+        let queries = [
+            ("SELECT g, count(*) AS n FROM t GROUP BY g ORDER BY g", json!([0, 28571])),
+            ("SELECT u.name, count(*) FROM t JOIN u ON t.g = u.g GROUP BY u.name ORDER BY u.name", json!(["one", 28572])),
+            ("SELECT k FROM t ORDER BY k DESC LIMIT 3", json!([200000])),
+        ];
+        for _ in 0..3 {
+            for (sql, first) in &queries {
+                assert_eq!(&rows(&e, sql)[0], first, "{sql}");
+            }
+        }
+        // Several threads run the same kept plan at once.
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let e = e.clone();
+                std::thread::spawn(move || rows(&e, "SELECT sum(k) FROM t WHERE g = 3"))
+            })
+            .collect();
+        let sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
+        // Every kind of commit makes the next run see it.
+        exec(&e, "INSERT INTO u VALUES (3, 'three')");
+        assert_eq!(rows(&e, "SELECT count(*) FROM u"), json!([[3]]));
+        exec(&e, "DELETE FROM u WHERE g = 3");
+        assert_eq!(rows(&e, "SELECT count(*) FROM u"), json!([[2]]));
+        let batch = e
+            .sql_blocking("SELECT 5 AS g, 'five' AS name")
+            .unwrap()
+            .batches;
+        e.block_on(e.insert_batches("mindsdb", "u", batch)).unwrap();
+        assert_eq!(rows(&e, "SELECT count(*) FROM u"), json!([[3]]));
+        exec(&e, "DROP TABLE u");
+        assert!(error(&e, "SELECT count(*) FROM u").contains("Table 'u' not found"));
+        // Parameters are part of what is kept.
+        for x in [1, 2, 3] {
+            let d = doc(
+                &e,
+                QueryRequest::new("SELECT :x * 10").with_param("x", json!(x)),
+            );
+            assert_eq!(d["data"], json!([[x * 10]]));
+        }
+    }
+}

@@ -295,21 +295,20 @@ impl ChunkPartition {
     fn load(&self, number: u64) -> Result<RecordBatch> {
         let key = (self.table_id, number);
         let cache = &self.store.chunk_cache;
-        if cache.enabled() {
-            let full = match cache.get(key) {
-                Some(batch) => batch,
-                None => {
-                    let batch = self.decode(number, None)?;
-                    cache.insert(key, batch.clone());
-                    batch
-                }
-            };
-            return Ok(match &self.projection {
-                Some(p) => full.project(p)?,
-                None => full,
-            });
-        }
-        self.decode(number, self.projection.clone())
+        let full = match cache.get(key) {
+            Some(batch) => batch,
+            // Cached whole, so any later projection finds it.
+            None if cache.admit(key) => {
+                let batch = self.decode(number, None)?;
+                cache.insert(key, batch.clone());
+                batch
+            }
+            None => return self.decode(number, self.projection.clone()),
+        };
+        Ok(match &self.projection {
+            Some(p) => full.project(p)?,
+            None => full,
+        })
     }
 
     fn decode(&self, number: u64, projection: Option<Vec<usize>>) -> Result<RecordBatch> {

@@ -11,7 +11,6 @@ use datafusion::arrow::compute::{filter_record_batch, not};
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, TableReference};
-use datafusion::execution::SessionState;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{
     lit, when, CreateMemoryTable, DmlStatement, DropTable, Expr, LogicalPlan, LogicalPlanBuilder,
@@ -23,6 +22,7 @@ use tokio::runtime::Handle;
 
 use super::catalog::{Namespace, Snapshot, StoredTable, FILES_DB, SYSTEM_DB};
 use super::names::{self, NameHint};
+use super::session::Session;
 use crate::error::{Error, Result};
 use crate::store::{Store, WriteGuard, WriteLock};
 use crate::tables::{self, TableWriter};
@@ -32,7 +32,7 @@ use crate::tenant::TenantId;
 pub(crate) struct WriteJob {
     pub(crate) store: Arc<Store>,
     pub(crate) snapshot: Arc<Snapshot>,
-    pub(crate) state: SessionState,
+    pub(crate) state: Session,
     pub(crate) tenant: TenantId,
     pub(crate) db: String,
 }

@@ -8,6 +8,8 @@ pub mod encode;
 mod names;
 mod order;
 mod parse;
+mod plan_cache;
+mod session;
 
 pub(crate) use self::catalog::sql_type_name;
 
@@ -16,19 +18,19 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::common::TableReference;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::{SendableRecordBatchStream, SessionState, SessionStateBuilder};
+use datafusion::execution::{SendableRecordBatchStream, SessionState};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::prelude::{DataFrame, SessionConfig};
 use datafusion::sql::sqlparser::ast::Statement;
 use serde::{Deserialize, Serialize};
 
-use self::catalog::{Namespace, Snapshot, TenantCatalog, CATALOG};
+use self::catalog::{Namespace, Snapshot, CATALOG};
 use self::parse::Command;
+use self::plan_cache::{PlanCache, PlanKey};
+use self::session::{Session, Sessions};
 use crate::error::{Error, Result};
 use crate::projects;
 use crate::store::Store;
@@ -182,10 +184,10 @@ impl std::fmt::Debug for TableResult {
 /// Runs SQL for the engine.
 pub(crate) struct SqlRunner {
     pub(crate) store: Arc<Store>,
-    base: SessionState,
+    sessions: Arc<Sessions>,
+    plans: PlanCache,
     default_project: String,
     target_partitions: usize,
-    batch_size: usize,
 }
 
 impl SqlRunner {
@@ -204,13 +206,10 @@ impl SqlRunner {
             .build_arc()?;
         Ok(SqlRunner {
             store,
-            base: SessionStateBuilder::new()
-                .with_default_features()
-                .with_runtime_env(runtime)
-                .build(),
+            sessions: Arc::new(Sessions::new(runtime, config.query.batch_size.max(1))),
+            plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
-            batch_size: config.query.batch_size.max(1),
         })
     }
 
@@ -230,14 +229,28 @@ impl SqlRunner {
                 .clone()
                 .unwrap_or_else(|| self.default_project.clone()),
         };
+        // Read before anything else: a plan kept now is current only while no commit follows.
+        let generation = self.store.commits();
+        let key = PlanKey::new(tenant, &context.db, request);
+        if let Some(cached) = self.plans.get(&key, generation) {
+            // A plan that cannot run again is planned afresh below.
+            if let Ok(outcome) = self.run_cached(&cached) {
+                return QueryResult { context, outcome };
+            }
+        }
         let outcome = match parse::parse(&request.query, &request.params) {
             Err(e) => Outcome::Error(e),
             Ok(commands) => {
+                // Only a request of one statement is keyed by its whole text.
+                let mut cache = (commands.len() == 1).then_some((key, generation));
                 let mut last = Outcome::Ok {
                     affected_rows: None,
                 };
                 for command in commands {
-                    match self.execute(tenant, &mut context, command).await {
+                    match self
+                        .execute(tenant, &mut context, command, cache.take())
+                        .await
+                    {
                         Ok(outcome) => last = outcome,
                         Err(e) => {
                             last = Outcome::Error(e);
@@ -248,23 +261,22 @@ impl SqlRunner {
                 last
             }
         };
+        if self.store.commits() != generation {
+            self.plans.clear();
+        }
         QueryResult { context, outcome }
     }
 
-    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> SessionState {
-        let mut config = SessionConfig::new()
-            .with_target_partitions(partitions)
-            .with_batch_size(self.batch_size)
-            .with_information_schema(false)
-            .with_create_default_catalog_and_schema(false)
-            .with_default_catalog_and_schema(CATALOG, db.to_ascii_lowercase());
-        config.options_mut().sql_parser.enable_ident_normalization = true;
-        let catalogs = MemoryCatalogProviderList::new();
-        catalogs.register_catalog(CATALOG.to_string(), Arc::new(TenantCatalog { snapshot }));
-        SessionStateBuilder::new_from_existing(self.base.clone())
-            .with_config(config)
-            .with_catalog_list(Arc::new(catalogs))
-            .build()
+    fn run_cached(&self, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
+        let stream = order::execute(cached.plan()?, self.sessions.task_ctx())?;
+        Ok(Outcome::Table(TableResult {
+            column_names: cached.column_names.clone(),
+            stream,
+        }))
+    }
+
+    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> Session {
+        self.sessions.take(snapshot, db, partitions)
     }
 
     async fn execute(
@@ -272,6 +284,7 @@ impl SqlRunner {
         tenant: TenantId,
         context: &mut ResultContext,
         command: Command,
+        cache: Option<(PlanKey, u64)>,
     ) -> Result<Outcome> {
         let ok = |affected_rows| Ok(Outcome::Ok { affected_rows });
         match command {
@@ -370,7 +383,7 @@ impl SqlRunner {
                 }
                 text_table(columns)
             }
-            Command::Sql(statement) => self.execute_sql(tenant, context, *statement).await,
+            Command::Sql(statement) => self.execute_sql(tenant, context, *statement, cache).await,
         }
     }
 
@@ -390,6 +403,7 @@ impl SqlRunner {
         tenant: TenantId,
         context: &mut ResultContext,
         statement: Statement,
+        cache: Option<(PlanKey, u64)>,
     ) -> Result<Outcome> {
         let hints = names::hints(&statement);
         let writes = matches!(
@@ -401,6 +415,7 @@ impl SqlRunner {
                 | Statement::Drop { .. }
                 | Statement::Truncate(_)
         );
+        let cache = if writes { None } else { cache };
         // A write takes the writer lock before its snapshot, so what it read is what it replaces.
         let lock = if writes {
             Some(self.store.lock_writes().await)
@@ -427,16 +442,16 @@ impl SqlRunner {
                 ))
             }
         };
-        let job = dml::WriteJob {
+        let job = |state| dml::WriteJob {
             store: Arc::clone(&self.store),
             snapshot,
-            state: state.clone(),
+            state,
             tenant,
             db: context.db.clone(),
         };
         match (plan, lock) {
             (LogicalPlan::Dml(statement), Some(lock)) => {
-                let n = job
+                let n = job(state)
                     .run(lock, move |job, guard, handle| {
                         dml::run_dml(job, guard, handle, statement)
                     })
@@ -446,7 +461,7 @@ impl SqlRunner {
                 })
             }
             (LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)), Some(lock)) => {
-                let n = job
+                let n = job(state)
                     .run(lock, move |job, guard, handle| {
                         dml::create_table(job, guard, handle, create, hints)
                     })
@@ -454,7 +469,8 @@ impl SqlRunner {
                 Ok(Outcome::Ok { affected_rows: n })
             }
             (LogicalPlan::Ddl(DdlStatement::DropTable(drop)), Some(lock)) => {
-                job.run(lock, move |job, guard, _| dml::drop_table(job, guard, drop))
+                job(state)
+                    .run(lock, move |job, guard, _| dml::drop_table(job, guard, drop))
                     .await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
@@ -470,12 +486,15 @@ impl SqlRunner {
             ))),
             (LogicalPlan::Copy(_), _) => Err(Error::invalid("COPY is not supported")),
             (plan, _) => {
-                let physical = DataFrame::new(state.clone(), plan)
-                    .create_physical_plan()
-                    .await?;
-                let stream = order::execute(physical, state.task_ctx())?;
+                let repeatable = cache.is_some() && plan_cache::is_repeatable(&plan);
+                let physical = state.create_physical_plan(&plan).await?;
                 let column_names =
-                    names::column_names(&stream.schema(), hints.as_deref(), names::Purpose::Show);
+                    names::column_names(&physical.schema(), hints.as_deref(), names::Purpose::Show);
+                if let (true, Some((key, generation))) = (repeatable, cache) {
+                    self.plans
+                        .insert(key, generation, Arc::clone(&physical), column_names.clone());
+                }
+                let stream = order::execute(physical, state.task_ctx())?;
                 Ok(Outcome::Table(TableResult {
                     column_names,
                     stream,
@@ -510,17 +529,20 @@ impl SqlRunner {
         let record = job.snapshot.table(&project, table)?.ok_or_else(|| {
             Error::not_found(format!("Table '{table}' not found in database: {project}"))
         })?;
-        job.run(lock, move |job, guard, _| {
-            let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
-            for batch in batches {
-                writer.push(batch)?;
-            }
-            let n = writer.rows_written();
-            writer.finish()?;
-            guard.commit()?;
-            Ok(n)
-        })
-        .await
+        let appended = job
+            .run(lock, move |job, guard, _| {
+                let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
+                for batch in batches {
+                    writer.push(batch)?;
+                }
+                let n = writer.rows_written();
+                writer.finish()?;
+                guard.commit()?;
+                Ok(n)
+            })
+            .await;
+        self.plans.clear();
+        appended
     }
 
     /// Names the missing table or database when planning failed for one; otherwise passes

@@ -64,19 +64,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .thread_name("mindlite-http")
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
+    let started = Instant::now();
+    let path = config.storage.path.clone();
+    let engine = match Engine::open(&path, config.clone()) {
+        Ok(engine) => engine,
         Err(e) => {
-            tracing::error!("cannot start the I/O runtime: {e}");
+            tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
-        Ok(()) => ExitCode::SUCCESS,
+    // Connections are served on the engine's own runtime: one set of threads, and a request
+    // runs where it was read instead of hopping to another runtime and back.
+    let runner = engine.clone();
+    let served = runner.block_on(serve(engine, config, started));
+    // The last clone of the engine: dropping it closes the database file cleanly.
+    drop(runner);
+    match served {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
         Err(message) => {
             tracing::error!("{message}");
             ExitCode::FAILURE
@@ -149,16 +156,14 @@ fn load_config(options: &Options) -> Result<Config, String> {
     Ok(config)
 }
 
-async fn serve(config: Config) -> Result<(), String> {
-    let started = Instant::now();
+async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), String> {
     let address = format!("{}:{}", config.http.host, config.http.port);
     let limits = Limits {
         max_header_bytes: config.http.max_header_bytes,
         max_body_bytes: config.http.max_body_bytes,
         idle_timeout: Duration::from_secs(config.http.idle_timeout_secs.max(1)),
     };
-    let path = config.storage.path.clone();
-    let engine = Engine::open(&path, config).map_err(|e| e.to_string())?;
+    let path = &config.storage.path;
     let listener = TcpListener::bind(&address)
         .await
         .map_err(|e| format!("cannot listen on {address}: {e}"))?;
@@ -207,9 +212,7 @@ async fn serve(config: Config) -> Result<(), String> {
         tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; closing anyway");
         connections.shutdown().await;
     }
-    // The last clone of the engine: dropping it closes the database file cleanly.
     drop(engine);
-    tracing::info!("stopped");
     Ok(())
 }
 
