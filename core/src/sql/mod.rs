@@ -232,7 +232,7 @@ impl SqlRunner {
         // Read before anything else: a plan kept now is current only while no commit follows.
         let generation = self.store.commits();
         let key = PlanKey::new(tenant, &context.db, request);
-        if let Some(cached) = self.plans.get(&key, generation) {
+        if let Some(cached) = key.as_ref().and_then(|key| self.plans.get(key, generation)) {
             // A plan that cannot run again is planned afresh below.
             if let Ok(outcome) = self.run_cached(&cached) {
                 return QueryResult { context, outcome };
@@ -242,7 +242,9 @@ impl SqlRunner {
             Err(e) => Outcome::Error(e),
             Ok(commands) => {
                 // Only a request of one statement is keyed by its whole text.
-                let mut cache = (commands.len() == 1).then_some((key, generation));
+                let mut cache = key
+                    .filter(|_| commands.len() == 1)
+                    .map(|key| (key, generation));
                 let mut last = Outcome::Ok {
                     affected_rows: None,
                 };

@@ -19,6 +19,11 @@ use super::QueryRequest;
 use crate::error::Result;
 use crate::tenant::TenantId;
 
+/// Requests with more SQL and parameter text than this are planned every time: what is worth
+/// keeping is short and repeated, and a cache of large literal-laden plans would hold up to
+/// `capacity` request bodies.
+const MAX_KEY_BYTES: usize = 16 * 1024;
+
 /// What a query's plan depends on besides the data.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PlanKey {
@@ -30,20 +35,27 @@ pub(crate) struct PlanKey {
 }
 
 impl PlanKey {
-    /// The key of `request` run as `tenant` with `db` as its current database.
-    pub(crate) fn new(tenant: TenantId, db: &str, request: &QueryRequest) -> Self {
+    /// The key of `request` run as `tenant` with `db` as its current database; `None` when
+    /// the request is too large to be worth keeping.
+    pub(crate) fn new(tenant: TenantId, db: &str, request: &QueryRequest) -> Option<Self> {
+        if request.query.len() > MAX_KEY_BYTES {
+            return None;
+        }
         let params = if request.params.is_empty() {
             String::new()
         } else {
             let sorted: std::collections::BTreeMap<_, _> = request.params.iter().collect();
-            serde_json::to_string(&sorted).unwrap_or_default()
+            serde_json::to_string(&sorted).ok()?
         };
-        PlanKey {
+        if request.query.len() + params.len() > MAX_KEY_BYTES {
+            return None;
+        }
+        Some(PlanKey {
             tenant,
             db: db.to_ascii_lowercase(),
             query: request.query.clone(),
             params,
-        }
+        })
     }
 }
 
@@ -186,7 +198,7 @@ mod tests {
     }
 
     fn key(query: &str) -> PlanKey {
-        PlanKey::new(TenantId::LOCAL, "mindsdb", &QueryRequest::new(query))
+        PlanKey::new(TenantId::LOCAL, "mindsdb", &QueryRequest::new(query)).unwrap()
     }
 
     #[test]
@@ -218,12 +230,17 @@ mod tests {
         assert!(hit.plan().is_ok());
         // Other text, other database, other parameters: other entries.
         assert!(cache.get(&key("SELECT  1"), 0).is_none());
-        let other_db = PlanKey::new(TenantId::LOCAL, "b", &QueryRequest::new("SELECT 1"));
+        let other_db = PlanKey::new(TenantId::LOCAL, "b", &QueryRequest::new("SELECT 1")).unwrap();
         assert!(cache.get(&other_db, 0).is_none());
         let with_param = QueryRequest::new("SELECT 1").with_param("x", 1.into());
-        assert!(cache
-            .get(&PlanKey::new(TenantId::LOCAL, "mindsdb", &with_param), 0)
-            .is_none());
+        let with_param = PlanKey::new(TenantId::LOCAL, "mindsdb", &with_param).unwrap();
+        assert!(cache.get(&with_param, 0).is_none());
+        // Large requests are not kept at all.
+        let long = QueryRequest::new(format!("SELECT '{}'", "x".repeat(MAX_KEY_BYTES)));
+        assert!(PlanKey::new(TenantId::LOCAL, "mindsdb", &long).is_none());
+        let big_param =
+            QueryRequest::new("SELECT :x").with_param("x", "y".repeat(MAX_KEY_BYTES).into());
+        assert!(PlanKey::new(TenantId::LOCAL, "mindsdb", &big_param).is_none());
         // A commit empties it; a plan made before that commit is not kept afterwards.
         assert!(cache.get(&key("SELECT 1"), 1).is_none());
         cache.insert(key("SELECT 1"), 0, physical(), Vec::new());
