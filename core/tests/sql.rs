@@ -1047,7 +1047,16 @@ fn repeated_queries_give_current_answers() {
         let handles: Vec<_> = (0..6)
             .map(|_| {
                 let e = e.clone();
-                std::thread::spawn(move || rows(&e, "SELECT sum(k) FROM t WHERE g = 3"))
+                std::thread::spawn(move || {
+                    let sum = rows(&e, "SELECT sum(k) FROM t WHERE g = 3");
+                    // A scalar subquery's plan is never shared between runs.
+                    let above = rows(
+                        &e,
+                        "SELECT count(*) FROM t WHERE k > (SELECT avg(k) FROM t)",
+                    );
+                    assert_eq!(above, json!([[100000]]));
+                    sum
+                })
             })
             .collect();
         let sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();

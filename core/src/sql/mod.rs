@@ -492,9 +492,17 @@ impl SqlRunner {
                 let physical = state.create_physical_plan(&plan).await?;
                 let column_names =
                     names::column_names(&physical.schema(), hints.as_deref(), names::Purpose::Show);
+                // Kept only if no commit came after the snapshot: an entry made from an older
+                // snapshot would be unusable anyway and would hold that snapshot open.
                 if let (true, Some((key, generation))) = (repeatable, cache) {
-                    self.plans
-                        .insert(key, generation, Arc::clone(&physical), column_names.clone());
+                    if plan_cache::is_reentrant(&physical) && self.store.commits() == generation {
+                        self.plans.insert(
+                            key,
+                            generation,
+                            Arc::clone(&physical),
+                            column_names.clone(),
+                        );
+                    }
                 }
                 let stream = order::execute(physical, state.task_ctx())?;
                 Ok(Outcome::Table(TableResult {

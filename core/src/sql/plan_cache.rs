@@ -10,10 +10,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::ExecutionPlan;
+
+use super::catalog::StoredTable;
 
 use super::QueryRequest;
 use crate::error::Result;
@@ -151,10 +156,17 @@ impl PlanCache {
 
 /// Whether `plan` means the same whenever it runs: no function the optimizer would fold to
 /// the time of planning (`now()`, `current_date`: stable, not immutable), nothing volatile,
-/// no variables.
+/// no variables, and every table read is a stored or system table of the snapshot. Table
+/// functions are out because DataFusion folds their arguments (`generate_series(current_date,
+/// …)`) before the logical plan exists, where this check cannot see them.
 pub(crate) fn is_repeatable(plan: &LogicalPlan) -> bool {
     let mut repeatable = true;
     let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            repeatable &= source_as_provider(&scan.source)
+                .map(|p| p.is::<StoredTable>() || p.is::<MemTable>())
+                .unwrap_or(false);
+        }
         node.apply_expressions(|expr| {
             expr.apply(|e| {
                 let fixed = match e {
@@ -179,6 +191,15 @@ pub(crate) fn is_repeatable(plan: &LogicalPlan) -> bool {
         })
     });
     repeatable
+}
+
+/// Whether copies of `plan` can run at the same time. A `ScalarSubqueryExec` keeps its
+/// subqueries' results in slots that `reset_plan_states` shares between copies (and empties),
+/// so two runs of one kept plan would read each other's results or none.
+pub(crate) fn is_reentrant(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    !plan
+        .exists(|node| Ok(node.is::<ScalarSubqueryExec>()))
+        .unwrap_or(true)
 }
 
 #[cfg(test)]
@@ -215,9 +236,30 @@ mod tests {
             "SELECT random()",
             "SELECT 1 WHERE EXISTS (SELECT now())",
             "SELECT 1 + (SELECT to_unixtime(now()))",
+            "SELECT * FROM generate_series(1, 3)",
+            "SELECT * FROM generate_series(current_date - INTERVAL '6 days', current_date, INTERVAL '1 day')",
         ] {
             assert!(!is_repeatable(&logical(sql)), "{sql}");
         }
+    }
+
+    #[test]
+    fn plans_with_scalar_subqueries_are_not_shared() {
+        let ctx = SessionContext::new();
+        let physical = |sql: &str| {
+            futures::executor::block_on(async { ctx.sql(sql).await?.create_physical_plan().await })
+                .unwrap()
+        };
+        assert!(is_reentrant(&physical("SELECT 1 + 2")));
+        let subquery = physical("SELECT 1 WHERE 2 > (SELECT max(column1) FROM (VALUES (1), (3)))");
+        assert!(
+            subquery
+                .exists(|n| Ok(n.is::<ScalarSubqueryExec>()))
+                .unwrap(),
+            "the case this guards against: {}",
+            datafusion::physical_plan::displayable(subquery.as_ref()).indent(false)
+        );
+        assert!(!is_reentrant(&subquery));
     }
 
     #[test]
