@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test. The README's test command; .ci/run calls it.
-# Rust and HTTP today; the C and Python suites join here as their issues land.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,7 +72,8 @@ venv=.venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/http/requirements.txt
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  -r tests/http/requirements.txt -r tests/python/requirements.txt
 
 step "HTTP tests (pytest against $bin_dir/mindlite-server)"
 set +e
@@ -88,5 +88,29 @@ if [ "${http_passed:-0}" -eq 0 ]; then
   echo "no HTTP test ran"; exit 1
 fi
 
+step "Python package (pytest against the workspace build's extension) and examples/python"
+# The extension the workspace build made, staged beside the pure-Python sources as an
+# installed wheel lays them out. `maturin develop` would build the crate on its own, and its
+# different feature set (no server, no cbindgen) recompiles DataFusion; `pip install .` is
+# what users run, checked by scripts/check-wheel.sh.
+pkg="$tmp/python"
+mkdir -p "$pkg"
+cp -r python/mindlite "$pkg/"
+cp "$bin_dir/lib_native.so" "$pkg/mindlite/_native.abi3.so"
+set +e
+PYTHONPATH="$pkg" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$tmp/pytest-python.log"
+pytest_status=${PIPESTATUS[0]}
+set -e
+if [ "$pytest_status" -ne 0 ]; then
+  echo "Python tests failed (pytest exit $pytest_status)"; exit 1
+fi
+python_passed=$(grep -Eo '[0-9]+ passed' "$tmp/pytest-python.log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
+if [ "${python_passed:-0}" -eq 0 ]; then
+  echo "no Python test ran"; exit 1
+fi
+root=$(pwd)
+(cd "$tmp" && PYTHONPATH="$pkg" "$root/$venv/bin/python" "$root/examples/python/quickstart.py" > "$tmp/quickstart.out")
+cat "$tmp/quickstart.out"
+
 step "summary"
-echo "all: $((rust_passed + c_passed + 1 + http_passed)) passed, 0 failed (Rust $rust_passed, C $c_passed, shell 1, HTTP $http_passed)"
+echo "all: $((rust_passed + c_passed + 1 + http_passed + python_passed + 1)) passed, 0 failed (Rust $rust_passed, C $c_passed, shell 1, HTTP $http_passed, Python $python_passed, quickstart 1)"

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{FutureExt, Stream, StreamExt};
@@ -19,7 +20,7 @@ use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::projects::{self, Project};
-use crate::sql::{Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
+use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
 use crate::status::Status;
 use crate::store::Store;
 use crate::tables;
@@ -238,18 +239,44 @@ impl Engine {
         table: &str,
         batches: Vec<RecordBatch>,
     ) -> Result<u64> {
+        let schema = match batches.first() {
+            Some(batch) => batch.schema(),
+            None => Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+        };
+        self.load(Some(db), table, schema, batches, LoadMode::Append)
+            .await
+    }
+
+    /// Loads record batches into the stored table `table` of project `db` (the default project
+    /// when `None`), in one transaction: all rows or none. [`LoadMode`] says whether the table
+    /// is appended to, created with `schema`'s columns, or replaced. Returns the rows written.
+    pub async fn load(
+        &self,
+        db: Option<&str>,
+        table: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        mode: LoadMode,
+    ) -> Result<u64> {
         let inner = Arc::clone(&self.inner);
-        let (db, table) = (db.to_string(), table.to_string());
+        let (db, table) = (db.map(str::to_string), table.to_string());
         self.inner
             .handle
             .spawn(async move {
                 inner
                     .sql
-                    .append(TenantId::LOCAL, &db, &table, batches)
+                    .load(
+                        TenantId::LOCAL,
+                        db.as_deref(),
+                        &table,
+                        schema,
+                        batches,
+                        mode,
+                    )
                     .await
             })
             .await
-            .map_err(|e| Error::internal(format!("insert task failed: {e}")))?
+            .map_err(|e| Error::internal(format!("load task failed: {e}")))?
     }
 
     /// [`Engine::sql`] for callers outside async code.
@@ -314,6 +341,31 @@ impl Engine {
         let txn = self.inner.sql.store.read()?;
         projects::get(&txn.open_table(projects::PROJECTS)?, TenantId::LOCAL, name)?
             .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
+    }
+
+    /// Closes this handle. When it is the last one, the runtime is shut down first, waiting up
+    /// to 10 s for tasks of cancelled queries to stop, so that the database file is closed (and
+    /// can be opened again) when this returns; otherwise the other handles keep it open. Called
+    /// from async code it cannot wait, and the file closes shortly after.
+    pub fn close(self) {
+        let Ok(mut inner) = Arc::try_unwrap(self.inner) else {
+            return;
+        };
+        if Handle::try_current().is_err() {
+            if let Some(runtime) = inner.runtime.take() {
+                runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+            }
+        }
+    }
+
+    /// Runs `future` as a task on the engine's runtime, for blocking fronts that wait with a
+    /// timeout (to look for Ctrl-C) and cancel with [`JoinHandle::abort`](tokio::task::JoinHandle::abort).
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.handle.spawn(future)
     }
 
     /// Drives `future` to completion on the engine's runtime, blocking this thread. For the

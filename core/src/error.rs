@@ -8,6 +8,10 @@ use std::fmt;
 pub enum ErrorKind {
     /// The caller sent something wrong: bad SQL, an unknown name, a bad parameter, a bad config.
     InvalidInput,
+    /// A value does not fit where it goes: a failed cast, an overflow, a division by zero.
+    InvalidData,
+    /// A change would break a table's constraint (a NULL in a NOT NULL column).
+    ConstraintViolation,
     /// Authentication is required or failed.
     Unauthorized,
     /// Authenticated, but not allowed to do this.
@@ -91,7 +95,7 @@ impl From<datafusion::error::DataFusionError> for Error {
                 Some(ours) => ours.clone(),
                 None => Error::internal(inner.to_string()),
             },
-            E::ArrowError(inner, _) => Error::invalid(inner.to_string()),
+            E::ArrowError(inner, _) => Error::new(arrow_kind(inner), inner.to_string()),
             E::IoError(inner) => Error::internal(inner.to_string()),
             E::ResourcesExhausted(msg) => Error::new(
                 ErrorKind::Unavailable,
@@ -117,7 +121,23 @@ impl From<Error> for datafusion::error::DataFusionError {
 
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(err: datafusion::arrow::error::ArrowError) -> Self {
-        Error::invalid(err.to_string())
+        Error::new(arrow_kind(&err), err.to_string())
+    }
+}
+
+/// Arrow's errors about values (not about plans or schemas) are [`ErrorKind::InvalidData`].
+fn arrow_kind(err: &datafusion::arrow::error::ArrowError) -> ErrorKind {
+    use datafusion::arrow::error::ArrowError as A;
+    match err {
+        A::CastError(_) | A::ParseError(_) | A::DivideByZero | A::ArithmeticOverflow(_) => {
+            ErrorKind::InvalidData
+        }
+        // How Arrow refuses a batch with a NULL in a non-nullable column (an INSERT of NULL
+        // into a NOT NULL column fails there, before the table writer sees it).
+        A::InvalidArgumentError(m) if m.contains("non-nullable but contains null") => {
+            ErrorKind::ConstraintViolation
+        }
+        _ => ErrorKind::InvalidInput,
     }
 }
 

@@ -19,6 +19,7 @@ mod config;
 mod engine;
 mod error;
 mod projects;
+mod reader;
 mod sql;
 mod status;
 mod store;
@@ -31,8 +32,13 @@ pub use config::{AuthConfig, Config, Edition, HttpConfig, QueryConfig, StorageCo
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
 pub use projects::Project;
+pub use reader::BlockingReader;
 pub use sql::encode::{encode_document, WireFormat, WireStream};
-pub use sql::{Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult};
+pub use sql::sql_type_name;
+pub use sql::{
+    LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
+    TypedParam,
+};
 pub use status::{AuthStatus, Status};
 pub use tenant::TenantId;
 

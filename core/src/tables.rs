@@ -471,20 +471,26 @@ impl<'t> TableWriter<'t> {
                     ..Default::default()
                 };
                 cast_with_options(column, field.data_type(), &options).map_err(|e| {
-                    Error::invalid(format!(
-                        "Column '{}' of table '{}' takes {}: {e}",
-                        field.name(),
-                        self.record.name,
-                        crate::sql::sql_type_name(field.data_type())
-                    ))
+                    Error::new(
+                        crate::ErrorKind::InvalidData,
+                        format!(
+                            "Column '{}' of table '{}' takes {}: {e}",
+                            field.name(),
+                            self.record.name,
+                            crate::sql::sql_type_name(field.data_type())
+                        ),
+                    )
                 })?
             };
             if !field.is_nullable() && column.null_count() > 0 {
-                return Err(Error::invalid(format!(
-                    "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
-                    field.name(),
-                    self.record.name
-                )));
+                return Err(Error::new(
+                    crate::ErrorKind::ConstraintViolation,
+                    format!(
+                        "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
+                        field.name(),
+                        self.record.name
+                    ),
+                ));
             }
             columns.push(column);
         }

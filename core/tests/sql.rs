@@ -1084,3 +1084,109 @@ fn repeated_queries_give_current_answers() {
         }
     }
 }
+
+#[test]
+fn load_creates_replaces_and_appends_in_one_transaction() {
+    use mindlite::arrow::array::{Int64Array, LargeStringArray};
+    use mindlite::arrow::record_batch::RecordBatch;
+    use mindlite::LoadMode;
+    use std::sync::Arc;
+    let e = engine();
+    let batch = RecordBatch::try_from_iter(vec![
+        ("id", Arc::new(Int64Array::from(vec![1, 2])) as _),
+        ("s", Arc::new(LargeStringArray::from(vec!["a", "b"])) as _),
+    ])
+    .unwrap();
+    let schema = batch.schema();
+    let load = |mode, batches: Vec<RecordBatch>| {
+        e.block_on(e.load(None, "t", schema.clone(), batches, mode))
+    };
+    let missing = load(LoadMode::Append, vec![batch.clone()]).unwrap_err();
+    assert_eq!(missing.kind(), mindlite::ErrorKind::NotFound, "{missing}");
+    assert_eq!(load(LoadMode::Create, vec![batch.clone()]).unwrap(), 2);
+    let taken = load(LoadMode::Create, vec![batch.clone()]).unwrap_err();
+    assert_eq!(taken.kind(), mindlite::ErrorKind::Conflict, "{taken}");
+    assert_eq!(load(LoadMode::Append, vec![batch.clone()]).unwrap(), 2);
+    // Large strings are stored as plain ones.
+    assert_eq!(
+        rows(&e, "SELECT DATA_TYPE FROM information_schema.columns WHERE TABLE_NAME = 't' ORDER BY ORDINAL_POSITION"),
+        json!([["BIGINT"], ["VARCHAR"]])
+    );
+    assert_eq!(rows(&e, "SELECT count(*) FROM t"), json!([[4]]));
+    assert_eq!(load(LoadMode::Replace, vec![batch.slice(0, 1)]).unwrap(), 1);
+    assert_eq!(rows(&e, "SELECT id, s FROM t"), json!([[1, "a"]]));
+}
+
+#[test]
+fn typed_params_bind_as_typed_literals() {
+    use mindlite::TypedParam;
+    let e = engine();
+    let request = QueryRequest::new("SELECT :d AS d, :t AS t, :n AS n, :b AS b")
+        .with_typed_param("d", TypedParam::Date("2024-02-29".into()))
+        .with_typed_param("t", TypedParam::Timestamp("2024-01-02 03:04:05.25".into()))
+        .with_typed_param("n", TypedParam::Decimal("-12.50".into()))
+        .with_typed_param("b", TypedParam::Bytes(vec![0, 255]));
+    let got = e.block_on(e.query_blocking(request).collect()).unwrap();
+    let types: Vec<String> = got.batches[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.data_type().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        ["Date32", "Timestamp(ns)", "Decimal128(4, 2)", "Binary"]
+    );
+    for (param, text) in [
+        (TypedParam::Date("2024-02-30".into()), "a date"),
+        (TypedParam::Timestamp("yesterday".into()), "a timestamp"),
+        (TypedParam::Decimal("1e5".into()), "plain notation"),
+        (TypedParam::Decimal("1".repeat(39)), "38"),
+    ] {
+        let request = QueryRequest::new("SELECT :p").with_typed_param("p", param);
+        match e.query_blocking(request).outcome {
+            Outcome::Error(err) => assert!(err.message().contains(text), "{err}"),
+            _ => panic!("{text}: accepted"),
+        }
+    }
+}
+
+#[test]
+fn value_errors_and_constraint_violations_have_their_own_kinds() {
+    let e = engine();
+    exec(&e, "CREATE TABLE t (a INT NOT NULL)");
+    let kind = |sql: &str| {
+        e.block_on(e.query_blocking(QueryRequest::new(sql)).collect())
+            .unwrap_err()
+            .kind()
+    };
+    assert_eq!(
+        kind("SELECT CAST('x' AS INT)"),
+        mindlite::ErrorKind::InvalidData
+    );
+    assert_eq!(kind("SELECT 1 / 0"), mindlite::ErrorKind::InvalidData);
+    assert_eq!(
+        kind("INSERT INTO t VALUES (NULL)"),
+        mindlite::ErrorKind::ConstraintViolation
+    );
+    assert_eq!(
+        kind("SELECT nosuch FROM t"),
+        mindlite::ErrorKind::InvalidInput
+    );
+}
+
+#[test]
+fn close_releases_the_file_at_once_after_a_dropped_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let e = Engine::open(&path, Config::default()).unwrap();
+    exec(
+        &e,
+        "CREATE TABLE t AS SELECT value AS v FROM generate_series(1, 200000)",
+    );
+    let result = e.query_blocking(QueryRequest::new("SELECT sum(v) FROM t, t AS u"));
+    drop(result);
+    e.close();
+    let again = Engine::open(&path, Config::default()).unwrap();
+    assert_eq!(rows(&again, "SELECT count(*) FROM t"), json!([[200000]]));
+}

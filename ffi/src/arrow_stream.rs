@@ -3,63 +3,13 @@
 //! consumer asks for them.
 
 use std::ffi::c_char;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow::error::ArrowError;
 use arrow::ffi_stream::FFI_ArrowArrayStream;
-use arrow::record_batch::{RecordBatch, RecordBatchReader};
-use datafusion::execution::SendableRecordBatchStream;
-use futures::StreamExt;
-use mindlite::{Engine, Outcome};
+use mindlite::{BlockingReader, Outcome};
 
 use crate::boundary::{self, Failure, Status};
 use crate::database::{with_database, Database};
-
-/// Reads the engine's batch stream from whichever thread the consumer calls on.
-struct BlockingReader {
-    engine: Engine,
-    schema: SchemaRef,
-    stream: Option<SendableRecordBatchStream>,
-}
-
-impl Iterator for BlockingReader {
-    type Item = Result<RecordBatch, ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let stream = self.stream.as_mut()?;
-        // The consumer's get_next is a C callback: a panic must not unwind into it.
-        let next = catch_unwind(AssertUnwindSafe(|| self.engine.block_on(stream.next())))
-            .unwrap_or_else(|_| {
-                Some(Err(datafusion::error::DataFusionError::Internal(
-                    "internal error in mindlite while reading the next batch".into(),
-                )))
-            });
-        match next {
-            Some(Ok(batch)) => Some(Ok(batch)),
-            Some(Err(e)) => {
-                self.stream = None;
-                // arrow's get_next turns the message into a C string and aborts on a NUL byte,
-                // which a failed cast of user text can contain.
-                let e = mindlite::Error::from(e);
-                let message = e.message().replace('\0', "");
-                Some(Err(ArrowError::ExternalError(Box::new(
-                    mindlite::Error::new(e.kind(), message),
-                ))))
-            }
-            None => {
-                self.stream = None;
-                None
-            }
-        }
-    }
-}
-
-impl RecordBatchReader for BlockingReader {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-}
 
 /// Runs `sql` in the handle's current project and exports its result as an Arrow C stream.
 /// A statement without rows gives a stream with no columns and no batches. An error met while
@@ -94,11 +44,7 @@ pub unsafe extern "C" fn mindlite_query_arrow(
             Outcome::Ok { .. } => (SchemaRef::new(Schema::empty()), None),
             Outcome::Table(table) => (table.stream.schema(), Some(table.stream)),
         };
-        let reader = BlockingReader {
-            engine: db.engine().clone(),
-            schema,
-            stream,
-        };
+        let reader = BlockingReader::new(db.engine().clone(), schema, Vec::new(), stream);
         // SAFETY: non-null and caller-allocated; it holds the empty stream written above.
         unsafe { out_stream.write(FFI_ArrowArrayStream::new(Box::new(reader))) };
         Ok(())

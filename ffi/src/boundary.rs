@@ -40,7 +40,9 @@ impl Failure {
 impl From<mindlite::Error> for Failure {
     fn from(err: mindlite::Error) -> Failure {
         let status = match err.kind() {
-            ErrorKind::InvalidInput => MINDLITE_INVALID,
+            ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => {
+                MINDLITE_INVALID
+            }
             ErrorKind::Unauthorized => MINDLITE_UNAUTHORIZED,
             ErrorKind::Forbidden => MINDLITE_FORBIDDEN,
             ErrorKind::NotFound => MINDLITE_NOT_FOUND,

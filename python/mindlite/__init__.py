@@ -1,8 +1,480 @@
-"""mindlite: an embeddable data-and-AI query engine (Python front).
+"""mindlite: an embeddable data-and-AI query engine, in process.
 
-The DB-API 2.0 connection, results and helpers land with the Python issue; this package already
-builds and imports its native module."""
+SQL over tables stored in one file, through a DB-API 2.0 (PEP 249) connection or DuckDB-style
+results that hand their rows to pyarrow, pandas and polars without copying::
 
-from ._native import __version__
+    import mindlite
 
-__all__ = ["__version__"]
+    con = mindlite.connect("shop.redb")          # or connect() for a database in memory
+    con.execute("CREATE TABLE items (id INT, name VARCHAR)")
+    con.execute("INSERT INTO items VALUES (:id, :name)", {"id": 1, "name": "pen"})
+    con.sql("SELECT * FROM items").fetchall()    # [(1, 'pen')]
+    con.sql("SELECT * FROM items").df()          # a pandas DataFrame
+
+Transactions: every statement commits on its own when it succeeds and changes nothing when it
+fails (autocommit), so ``commit()`` has nothing to do and ``rollback()`` raises
+``NotSupportedError``.
+
+Threads: a connection may be shared by any number of threads (``threadsafety = 2``); give each
+thread its own cursor. The engine runs without the GIL, and Ctrl-C (KeyboardInterrupt) cancels
+the query a thread is waiting for.
+"""
+
+from __future__ import annotations
+
+import datetime as _datetime
+import json as _json
+import os as _os
+import time as _time
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _native
+from ._native import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,
+    __version__,
+)
+
+__all__ = [
+    "apilevel",
+    "threadsafety",
+    "paramstyle",
+    "connect",
+    "Connection",
+    "Cursor",
+    "Result",
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
+    "Date",
+    "Time",
+    "Timestamp",
+    "DateFromTicks",
+    "TimeFromTicks",
+    "TimestampFromTicks",
+    "Binary",
+    "STRING",
+    "BINARY",
+    "NUMBER",
+    "DATETIME",
+    "ROWID",
+    "__version__",
+]
+
+#: PEP 249: the DB-API level.
+apilevel = "2.0"
+#: PEP 249: threads may share the module and connections, not cursors.
+threadsafety = 2
+#: PEP 249: parameters are named, ``WHERE id = :id`` with ``{"id": 7}``.
+paramstyle = "named"
+
+Params = Optional[Mapping[str, Any]]
+Row = Tuple[Any, ...]
+
+# How many rows iteration pulls from the engine at a time.
+_ITER_ROWS = 1024
+
+
+class _TypeObject:
+    """A PEP 249 type object: equal to every type code (an SQL type name) of its group."""
+
+    def __init__(self, name: str, *types: str) -> None:
+        self._name = name
+        self._types = frozenset(types)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _TypeObject):
+            return self is other
+        # DECIMAL(10,2) belongs where DECIMAL does.
+        return isinstance(other, str) and other.split("(")[0].strip() in self._types
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: Type codes of text columns.
+STRING = _TypeObject("STRING", "VARCHAR")
+#: Type codes of binary columns.
+BINARY = _TypeObject("BINARY", "BLOB")
+#: Type codes of numeric columns.
+NUMBER = _TypeObject(
+    "NUMBER",
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "TINYINT UNSIGNED",
+    "SMALLINT UNSIGNED",
+    "INTEGER UNSIGNED",
+    "BIGINT UNSIGNED",
+    "FLOAT",
+    "DOUBLE",
+    "DECIMAL",
+    "BOOLEAN",
+)
+#: Type codes of date and time columns.
+DATETIME = _TypeObject("DATETIME", "DATE", "TIMESTAMP", "TIME")
+#: mindlite tables have no row ids; nothing compares equal to this.
+ROWID = _TypeObject("ROWID")
+
+Date = _datetime.date
+Time = _datetime.time
+Timestamp = _datetime.datetime
+Binary = bytes
+
+
+def DateFromTicks(ticks: float) -> _datetime.date:
+    """PEP 249: the local date of a Unix time."""
+    return Date(*_time.localtime(ticks)[:3])
+
+
+def TimeFromTicks(ticks: float) -> _datetime.time:
+    """PEP 249: the local time of day of a Unix time."""
+    return Time(*_time.localtime(ticks)[3:6])
+
+
+def TimestampFromTicks(ticks: float) -> _datetime.datetime:
+    """PEP 249: the local date and time of a Unix time."""
+    return Timestamp(*_time.localtime(ticks)[:6])
+
+
+def connect(
+    path: Union[str, "_os.PathLike[str]", None] = None,
+    config: Union[Mapping[str, Any], str, None] = None,
+) -> "Connection":
+    """Opens the database file at ``path``, creating it (and its directory) when missing.
+
+    ``path=None`` or ``":memory:"`` opens a fresh database in memory. ``config`` is a dict (as
+    in the TOML config file: ``{"query": {"batch_size": 4096}}``) or TOML/JSON text; unknown
+    keys are errors. A file another process has open raises ``OperationalError``.
+    """
+    if path is not None and _os.fspath(path) == ":memory:":
+        path = None
+    if isinstance(config, Mapping):
+        config = _json.dumps(config)
+    elif config is not None and not isinstance(config, str):
+        raise InterfaceError("config must be a dict or TOML/JSON text")
+    native_path = None if path is None else _os.fspath(path)
+    return Connection(_native.Database(native_path, config))
+
+
+def _arrow_stream(data: Any) -> Any:
+    """An Arrow C stream capsule of a pyarrow Table/RecordBatch/RecordBatchReader, a pandas
+    or polars DataFrame, or anything with ``__arrow_c_stream__``."""
+    if type(data).__module__.split(".")[0] == "pandas":
+        try:
+            import pyarrow
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise InterfaceError("loading a pandas DataFrame needs pyarrow installed") from e
+        # Without the index: it is row labels, not data.
+        data = pyarrow.Table.from_pandas(data, preserve_index=False)
+    if hasattr(data, "__arrow_c_stream__"):
+        return data.__arrow_c_stream__()
+    if hasattr(data, "__arrow_c_array__"):
+        import pyarrow
+
+        return pyarrow.Table.from_batches([data]).__arrow_c_stream__()
+    if hasattr(data, "to_arrow"):
+        return data.to_arrow().__arrow_c_stream__()
+    raise InterfaceError(
+        f"cannot load a {type(data).__name__}: expected a pyarrow Table, RecordBatch or "
+        "RecordBatchReader, a pandas or polars DataFrame, or an object with __arrow_c_stream__"
+    )
+
+
+class Result:
+    """The rows of one statement, read as they are asked for.
+
+    Iterate for rows (pulled from the engine a batch at a time, so memory stays bounded), or
+    take them all at once: ``fetchall()``, ``arrow()``, ``df()``, ``pl()``. ``pyarrow.table(r)``
+    and ``polars.from_arrow(r)`` take a result directly through ``__arrow_c_stream__``. Rows
+    handed over go out of the result: each row is read once, by one of these.
+    """
+
+    def __init__(self, query: Any) -> None:
+        self._query = query
+
+    @property
+    def columns(self) -> List[str]:
+        """Column names, as the engine shows them."""
+        return self._query.columns
+
+    @property
+    def types(self) -> List[str]:
+        """Each column's SQL type name (``BIGINT``, ``VARCHAR``, ``DECIMAL(10,2)``, …)."""
+        return self._query.types
+
+    @property
+    def affected_rows(self) -> Optional[int]:
+        """Rows inserted, updated or deleted; ``None`` for queries and DDL."""
+        return self._query.affected_rows
+
+    def __iter__(self) -> Iterator[Row]:
+        while True:
+            rows = self._query.fetch(_ITER_ROWS)
+            if not rows:
+                return
+            yield from rows
+
+    def fetchone(self) -> Optional[Row]:
+        """The next row, or ``None`` at the end."""
+        rows = self._query.fetch(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int = 1) -> List[Row]:
+        """Up to ``size`` more rows."""
+        return self._query.fetch(max(size, 0))
+
+    def fetchall(self) -> List[Row]:
+        """All remaining rows."""
+        return self._query.fetch(None)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The Arrow PyCapsule interface: the remaining rows as an Arrow C stream."""
+        return self._query.__arrow_c_stream__(requested_schema)
+
+    def arrow(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (needs pyarrow)."""
+        import pyarrow
+
+        return pyarrow.RecordBatchReader.from_stream(self).read_all()
+
+    def record_batches(self) -> Any:
+        """The remaining rows as a ``pyarrow.RecordBatchReader``, read batch by batch."""
+        import pyarrow
+
+        return pyarrow.RecordBatchReader.from_stream(self)
+
+    def df(self) -> Any:
+        """The remaining rows as a pandas DataFrame (needs pandas and pyarrow)."""
+        return self.arrow().to_pandas()
+
+    def pl(self) -> Any:
+        """The remaining rows as a polars DataFrame (needs polars)."""
+        import polars
+
+        return polars.DataFrame(self)
+
+    def __repr__(self) -> str:
+        if not self._query.has_rows:
+            return f"<mindlite.Result affected_rows={self.affected_rows}>"
+        return f"<mindlite.Result columns={self.columns!r}>"
+
+
+class Cursor:
+    """A PEP 249 cursor. Each thread should use its own."""
+
+    #: Rows ``fetchmany()`` returns when given no size.
+    arraysize: int
+
+    def __init__(self, connection: "Connection") -> None:
+        self._connection = connection
+        self._query: Any = None
+        self._closed = False
+        self._rowcount = -1
+        self.arraysize = 1
+
+    @property
+    def connection(self) -> "Connection":
+        """The connection this cursor runs on."""
+        return self._connection
+
+    @property
+    def description(self) -> Optional[List[Tuple[Any, ...]]]:
+        """For a statement with rows: ``(name, type_code, None, None, None, None, null_ok)`` per
+        column, the type code an SQL type name that the type objects (``NUMBER`` …) compare
+        equal to; otherwise ``None``."""
+        query = self._query
+        if query is None or not query.has_rows:
+            return None
+        return [
+            (name, type_code, None, None, None, None, nullable)
+            for name, type_code, nullable in zip(query.columns, query.types, query.nullable)
+        ]
+
+    @property
+    def rowcount(self) -> int:
+        """Rows changed by the last INSERT/UPDATE/DELETE (summed over ``executemany``), or -1."""
+        return self._rowcount
+
+    @property
+    def lastrowid(self) -> None:
+        """mindlite tables have no row ids: always ``None``."""
+        return None
+
+    def _check(self) -> None:
+        if self._closed:
+            raise InterfaceError("The cursor is closed")
+        self._connection._check()
+
+    def execute(self, operation: str, parameters: Params = None) -> "Cursor":
+        """Runs one statement (or several separated by ``;``, the last one's result kept) with
+        ``:name`` parameters from ``parameters``."""
+        self._check()
+        self._query = None
+        self._rowcount = -1
+        query = self._connection._db.execute(operation, parameters)
+        self._query = query
+        if query.affected_rows is not None:
+            self._rowcount = query.affected_rows
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Params]) -> "Cursor":
+        """Runs ``operation`` once per parameter mapping; ``rowcount`` is the total changed."""
+        self._check()
+        total = 0
+        counted = False
+        for parameters in seq_of_parameters:
+            self.execute(operation, parameters)
+            if self._rowcount >= 0:
+                total += self._rowcount
+                counted = True
+        self._query = None
+        self._rowcount = total if counted else -1
+        return self
+
+    def _rows(self) -> Any:
+        self._check()
+        if self._query is None or not self._query.has_rows:
+            raise ProgrammingError("The last statement produced no rows to fetch")
+        return self._query
+
+    def fetchone(self) -> Optional[Row]:
+        """The next row, or ``None`` at the end."""
+        rows = self._rows().fetch(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: Optional[int] = None) -> List[Row]:
+        """Up to ``size`` (default ``arraysize``) more rows."""
+        return self._rows().fetch(max(self.arraysize if size is None else size, 0))
+
+    def fetchall(self) -> List[Row]:
+        """All remaining rows."""
+        return self._rows().fetch(None)
+
+    def __iter__(self) -> Iterator[Row]:
+        query = self._rows()
+        while True:
+            rows = query.fetch(_ITER_ROWS)
+            if not rows:
+                return
+            yield from rows
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """PEP 249: accepted and ignored."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """PEP 249: accepted and ignored."""
+
+    def close(self) -> None:
+        """Frees the result; the cursor can no longer be used. Closing twice does nothing."""
+        self._query = None
+        self._closed = True
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Connection:
+    """A PEP 249 connection to one database, safe to share across threads."""
+
+    # PEP 249's optional extension: the exception classes as connection attributes.
+    Warning = Warning
+    Error = Error
+    InterfaceError = InterfaceError
+    DatabaseError = DatabaseError
+    DataError = DataError
+    OperationalError = OperationalError
+    IntegrityError = IntegrityError
+    InternalError = InternalError
+    ProgrammingError = ProgrammingError
+    NotSupportedError = NotSupportedError
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def _check(self) -> None:
+        if self._db.closed:
+            raise InterfaceError("The connection is closed")
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._db.closed
+
+    @property
+    def current_db(self) -> str:
+        """The project one-part table names resolve in; ``USE`` changes it."""
+        return self._db.current_db
+
+    def cursor(self) -> Cursor:
+        """A new cursor."""
+        self._check()
+        return Cursor(self)
+
+    def execute(self, operation: str, parameters: Params = None) -> Cursor:
+        """A new cursor that has run ``operation`` (as sqlite3's shortcut)."""
+        return self.cursor().execute(operation, parameters)
+
+    def sql(self, query: str, params: Params = None, db: Optional[str] = None) -> Result:
+        """Runs ``query`` with ``:name`` parameters in project ``db`` (the current one when
+        ``None``) and returns its result."""
+        self._check()
+        return Result(self._db.execute(query, params, db))
+
+    def register(self, name: str, data: Any, db: Optional[str] = None) -> int:
+        """Stores ``data`` (pyarrow, pandas, polars, or any Arrow stream) as the table ``name``,
+        replacing a table of that name, in one transaction. Returns the rows stored."""
+        self._check()
+        return self._db.load(name, _arrow_stream(data), "replace", db)
+
+    def insert(self, table: str, data: Any, db: Optional[str] = None) -> int:
+        """Appends ``data``'s rows to the existing ``table`` in one transaction, all or none;
+        columns are matched by position and cast to the table's types. Returns the rows added."""
+        self._check()
+        return self._db.load(table, _arrow_stream(data), "append", db)
+
+    def commit(self) -> None:
+        """Nothing to do: every statement commits on its own."""
+        self._check()
+
+    def rollback(self) -> None:
+        """Raises ``NotSupportedError``: statements commit on their own, so nothing is pending."""
+        self._check()
+        raise NotSupportedError(
+            "mindlite commits every statement on its own (autocommit); there is nothing to roll back"
+        )
+
+    def close(self) -> None:
+        """Closes the connection; results still being read keep the file open until dropped."""
+        self._db.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -534,7 +534,7 @@ impl SchemaProvider for InformationSchema {
 }
 
 /// The SQL name of an Arrow type, as `information_schema.columns.DATA_TYPE` shows it.
-pub(crate) fn sql_type_name(data_type: &DataType) -> String {
+pub fn sql_type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Boolean => "BOOLEAN".into(),
         DataType::Int8 => "TINYINT".into(),

@@ -132,7 +132,20 @@ pub(crate) fn run_dml(
             } else {
                 TableWriter::append(&guard.txn, job.tenant, record)?
             };
-            job.drain(handle, &dml.input, |batch| writer.push(batch))?;
+            job.drain(handle, &dml.input, |batch| writer.push(batch))
+                .map_err(|e| {
+                    // Arrow's message names the VALUES column (`column1`), not the table.
+                    if e.message().contains("non-nullable") {
+                        let message = format!(
+                            "NULL value violates a NOT NULL constraint of table '{}': {}",
+                            dml.table_name,
+                            e.message()
+                        );
+                        Error::new(e.kind(), message)
+                    } else {
+                        e
+                    }
+                })?;
             let n = writer.rows_written();
             writer.finish()?;
             n

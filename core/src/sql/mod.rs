@@ -11,13 +11,13 @@ mod parse;
 mod plan_cache;
 mod session;
 
-pub(crate) use self::catalog::sql_type_name;
+pub use self::catalog::sql_type_name;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::TableReference;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -48,6 +48,25 @@ pub struct QueryRequest {
     /// Values for `:name` placeholders.
     #[serde(default)]
     pub params: HashMap<String, serde_json::Value>,
+    /// Values for `:name` placeholders that JSON has no literal for (dates, timestamps, exact
+    /// decimals, bytes), from the in-process fronts; not part of the wire format.
+    #[serde(skip)]
+    pub typed_params: HashMap<String, TypedParam>,
+}
+
+/// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
+/// (`CAST('2024-01-31' AS DATE)`, `X'00ff'`), so `SELECT :d` gives a date, not text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypedParam {
+    /// A calendar date, `YYYY-MM-DD`.
+    Date(String),
+    /// A timestamp without time zone, `YYYY-MM-DD HH:MM:SS[.fraction]`; callers convert zoned
+    /// times to UTC first.
+    Timestamp(String),
+    /// An exact decimal number in plain notation, like `-12.50` (at most 38 digits).
+    Decimal(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
 }
 
 impl QueryRequest {
@@ -110,6 +129,7 @@ impl QueryRequest {
             query,
             context: QueryContext { db },
             params,
+            typed_params: HashMap::new(),
         };
         Ok((request, format))
     }
@@ -123,6 +143,21 @@ impl QueryRequest {
     /// Adds a `:name` parameter.
     pub fn with_param(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
         self.params.insert(name.into(), value);
+        self
+    }
+
+    /// Adds a `:name` parameter of a type JSON cannot carry.
+    ///
+    /// ```
+    /// use mindlite::{Config, Engine, QueryRequest, TypedParam};
+    /// let engine = Engine::open_in_memory(Config::default()).unwrap();
+    /// let request = QueryRequest::new("SELECT :d + INTERVAL '1 day' AS next")
+    ///     .with_typed_param("d", TypedParam::Date("2024-02-28".into()));
+    /// let rows = engine.block_on(engine.query_blocking(request).collect()).unwrap();
+    /// assert_eq!(rows.batches[0].schema().field(0).data_type().to_string(), "Date32");
+    /// ```
+    pub fn with_typed_param(mut self, name: impl Into<String>, value: TypedParam) -> Self {
+        self.typed_params.insert(name.into(), value);
         self
     }
 }
@@ -178,6 +213,29 @@ impl std::fmt::Debug for TableResult {
         f.debug_struct("TableResult")
             .field("column_names", &self.column_names)
             .finish()
+    }
+}
+
+/// How [`Engine::load`](crate::Engine::load) treats the table it loads into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Append to an existing table: columns matched by position and cast to its types.
+    Append,
+    /// Create the table with the data's columns; an existing table is a conflict.
+    Create,
+    /// Create the table, replacing an existing one (its columns and rows) in the same transaction.
+    Replace,
+}
+
+/// The type a loaded column is stored as: dictionary, large and view encodings become their
+/// plain form, which every reader and wire encoder understands, and half floats become floats.
+fn stored_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Dictionary(_, values) => stored_type(values),
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        DataType::Float16 => DataType::Float32,
+        other => other.clone(),
     }
 }
 
@@ -238,7 +296,7 @@ impl SqlRunner {
                 return QueryResult { context, outcome };
             }
         }
-        let outcome = match parse::parse(&request.query, &request.params) {
+        let outcome = match parse::parse(&request.query, &request.params, &request.typed_params) {
             Err(e) => Outcome::Error(e),
             Ok(commands) => {
                 // Only a request of one statement is keyed by its whole text.
@@ -513,15 +571,18 @@ impl SqlRunner {
         }
     }
 
-    /// Appends batches to a stored table in one transaction; returns the rows written.
-    pub(crate) async fn append(
+    /// Loads batches into a stored table in one transaction; returns the rows written.
+    pub(crate) async fn load(
         &self,
         tenant: TenantId,
-        db: &str,
+        db: Option<&str>,
         table: &str,
+        schema: SchemaRef,
         batches: Vec<RecordBatch>,
+        mode: LoadMode,
     ) -> Result<u64> {
         let lock = self.store.lock_writes().await;
+        let db = db.unwrap_or(&self.default_project);
         let context = ResultContext {
             show_secrets: false,
             db: db.to_ascii_lowercase(),
@@ -536,11 +597,44 @@ impl SqlRunner {
             }
             None => return Err(Error::not_found(format!("Database '{db}' not found"))),
         };
-        let record = job.snapshot.table(&project, table)?.ok_or_else(|| {
-            Error::not_found(format!("Table '{table}' not found in database: {project}"))
-        })?;
-        let appended = job
+        let existing = job.snapshot.table(&project, table)?;
+        let (table, mode) = (table.to_string(), mode);
+        let loaded = job
             .run(lock, move |job, guard, _| {
+                let record = match (existing, mode) {
+                    (Some(record), LoadMode::Append) => record,
+                    (None, LoadMode::Append) => {
+                        return Err(Error::not_found(format!(
+                            "Table '{table}' not found in database: {project}"
+                        )))
+                    }
+                    (Some(_), LoadMode::Create) => {
+                        return Err(Error::conflict(format!(
+                            "Table '{table}' already exists in database: {project}"
+                        )))
+                    }
+                    (existing, _) => {
+                        if existing.is_some() {
+                            tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
+                        }
+                        let fields: Vec<Field> = schema
+                            .fields()
+                            .iter()
+                            .map(|f| {
+                                f.as_ref()
+                                    .clone()
+                                    .with_data_type(stored_type(f.data_type()))
+                            })
+                            .collect();
+                        tables::create(
+                            &guard.txn,
+                            job.tenant,
+                            &project,
+                            &table,
+                            &Schema::new(fields),
+                        )?
+                    }
+                };
                 let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
                 for batch in batches {
                     writer.push(batch)?;
@@ -552,7 +646,7 @@ impl SqlRunner {
             })
             .await;
         self.plans.clear();
-        appended
+        loaded
     }
 
     /// Names the missing table or database when planning failed for one; otherwise passes

@@ -12,13 +12,14 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, Statement, Value, ValueWithSpan, VisitMut, VisitorMut,
+    CastKind, DataType, Expr, Statement, TimezoneInfo, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::{GenericDialect, MySqlDialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
 
+use super::TypedParam;
 use crate::error::{Error, Result};
 
 /// One statement of a request, ready to run.
@@ -44,6 +45,7 @@ pub(crate) enum Command {
 pub(crate) fn parse(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
 ) -> Result<Vec<Command>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(true)
@@ -77,7 +79,7 @@ pub(crate) fn parse(
             ));
         }
         double_quotes_as_strings(&mut parsed);
-        bind_params(&mut parsed, params)?;
+        bind_params(&mut parsed, params, typed)?;
         commands.push(Command::Sql(Box::new(parsed)));
     }
     if commands.is_empty() {
@@ -364,25 +366,37 @@ fn double_quotes_as_strings(statement: &mut Statement) {
     let _ = statement.visit(&mut Strings);
 }
 
-/// Replaces `:name` placeholders with literal values from `params`. A JSON array expands into
-/// the list of an `IN (…)`; an empty array makes the IN false (NOT IN true).
+/// Replaces `:name` placeholders with literal values from `params` and `typed`. A JSON array
+/// expands into the list of an `IN (…)`; an empty array makes the IN false (NOT IN true).
 fn bind_params(
     statement: &mut Statement,
     params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
 ) -> Result<()> {
+    enum Param<'p> {
+        Json(&'p serde_json::Value),
+        Typed(&'p TypedParam),
+    }
     struct Binder<'p> {
         params: &'p HashMap<String, serde_json::Value>,
+        typed: &'p HashMap<String, TypedParam>,
     }
-    impl Binder<'_> {
-        fn lookup(&self, placeholder: &str) -> Result<Option<&serde_json::Value>> {
+    impl<'p> Binder<'p> {
+        fn lookup(&self, placeholder: &str) -> Result<Option<Param<'p>>> {
             let Some(name) = placeholder.strip_prefix(':') else {
                 return Ok(None);
             };
-            self.params.get(name).map(Some).ok_or_else(|| {
-                Error::invalid(format!(
-                    "Unknown parameter ':{name}': it is not in the query's params"
-                ))
-            })
+            if let Some(value) = self.typed.get(name) {
+                return Ok(Some(Param::Typed(value)));
+            }
+            self.params
+                .get(name)
+                .map(|value| Some(Param::Json(value)))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "Unknown parameter ':{name}': it is not in the query's params"
+                    ))
+                })
         }
     }
     impl VisitorMut for Binder<'_> {
@@ -393,7 +407,7 @@ fn bind_params(
                 for item in list.drain(..) {
                     match placeholder(&item).map(|p| self.lookup(p)) {
                         Some(Err(e)) => return ControlFlow::Break(e),
-                        Some(Ok(Some(serde_json::Value::Array(values)))) => {
+                        Some(Ok(Some(Param::Json(serde_json::Value::Array(values))))) => {
                             expanded.extend(values.iter().map(literal));
                         }
                         _ => expanded.push(item),
@@ -411,21 +425,77 @@ fn bind_params(
             if let Some(p) = placeholder(expr) {
                 match self.lookup(p) {
                     Err(e) => return ControlFlow::Break(e),
-                    Ok(Some(serde_json::Value::Array(_))) => {
+                    Ok(Some(Param::Json(serde_json::Value::Array(_)))) => {
                         return ControlFlow::Break(Error::invalid(format!(
                             "Parameter '{p}' is a list; a list can only stand in IN (…)"
                         )))
                     }
-                    Ok(Some(value)) => *expr = literal(value),
+                    Ok(Some(Param::Json(value))) => *expr = literal(value),
+                    Ok(Some(Param::Typed(value))) => match typed_literal(p, value) {
+                        Ok(typed) => *expr = typed,
+                        Err(e) => return ControlFlow::Break(e),
+                    },
                     Ok(None) => {}
                 }
             }
             ControlFlow::Continue(())
         }
     }
-    match statement.visit(&mut Binder { params }) {
+    match statement.visit(&mut Binder { params, typed }) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// A typed parameter as a SQL literal node, its text checked first so a malformed value is an
+/// error naming the parameter rather than a cast failure at run time.
+fn typed_literal(placeholder: &str, value: &TypedParam) -> Result<Expr> {
+    let bad = |what: &str, text: &str| {
+        Error::invalid(format!("Parameter '{placeholder}' is not {what}: '{text}'"))
+    };
+    let cast = |text: &str, data_type: DataType| Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::Value(
+            Value::SingleQuotedString(text.to_string()).into(),
+        )),
+        data_type,
+        array: false,
+        format: None,
+    };
+    match value {
+        TypedParam::Date(text) => {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .map_err(|_| bad("a date (YYYY-MM-DD)", text))?;
+            Ok(cast(text, DataType::Date))
+        }
+        TypedParam::Timestamp(text) => {
+            chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+                .map_err(|_| bad("a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff])", text))?;
+            Ok(cast(text, DataType::Timestamp(None, TimezoneInfo::None)))
+        }
+        TypedParam::Decimal(text) => {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+            let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+            if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
+                return Err(bad("a decimal number in plain notation", text));
+            }
+            let precision = (whole.len() + fraction.len()).max(1);
+            if precision > 38 {
+                return Err(Error::invalid(format!(
+                    "Parameter '{placeholder}' has {precision} digits; decimals take at most 38"
+                )));
+            }
+            let data_type = Parser::new(&GenericDialect {})
+                .try_with_sql(&format!("DECIMAL({precision}, {})", fraction.len()))
+                .and_then(|mut parser| parser.parse_data_type())
+                .map_err(|e| Error::internal(format!("decimal type: {e}")))?;
+            Ok(cast(text, data_type))
+        }
+        TypedParam::Bytes(bytes) => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+            Ok(Expr::Value(Value::HexStringLiteral(hex).into()))
+        }
     }
 }
 
@@ -457,7 +527,11 @@ mod tests {
 
     fn sql_of(text: &str, params: serde_json::Value) -> String {
         let params: HashMap<String, serde_json::Value> = serde_json::from_value(params).unwrap();
-        match parse(text, &params).unwrap().pop().unwrap() {
+        match parse(text, &params, &HashMap::new())
+            .unwrap()
+            .pop()
+            .unwrap()
+        {
             Command::Sql(s) => s.to_string(),
             other => panic!("not SQL: {other:?}"),
         }
@@ -496,7 +570,7 @@ mod tests {
 
     #[test]
     fn unknown_parameter_is_an_error() {
-        let err = parse("SELECT :nope", &HashMap::new()).unwrap_err();
+        let err = parse("SELECT :nope", &HashMap::new(), &HashMap::new()).unwrap_err();
         assert!(err.message().contains(":nope"), "{err}");
     }
 
@@ -533,37 +607,48 @@ mod tests {
     fn mindsdb_statements_are_recognised() {
         let none = HashMap::new();
         assert!(matches!(
-            parse("create project if not exists p1", &none).unwrap()[0],
+            parse("create project if not exists p1", &none, &HashMap::new()).unwrap()[0],
             Command::CreateProject {
                 if_not_exists: true,
                 ..
             }
         ));
         assert!(matches!(
-            parse("CREATE DATABASE p ENGINE = 'mindsdb'", &none).unwrap()[0],
+            parse(
+                "CREATE DATABASE p ENGINE = 'mindsdb'",
+                &none,
+                &HashMap::new()
+            )
+            .unwrap()[0],
             Command::CreateProject { .. }
         ));
         assert!(parse(
             "CREATE DATABASE pg ENGINE = 'postgres', PARAMETERS = {}",
-            &none
+            &none,
+            &HashMap::new()
         )
         .unwrap_err()
         .message()
         .contains("postgres"));
         assert!(matches!(
-            parse("SHOW FULL DATABASES", &none).unwrap()[0],
+            parse("SHOW FULL DATABASES", &none, &HashMap::new()).unwrap()[0],
             Command::ShowDatabases { full: true }
         ));
         assert!(
-            matches!(&parse("show tables from p", &none).unwrap()[0], Command::ShowTables { db: Some(d), .. } if d == "p")
+            matches!(&parse("show tables from p", &none, &HashMap::new()).unwrap()[0], Command::ShowTables { db: Some(d), .. } if d == "p")
         );
         assert!(matches!(
-            parse("DROP PROJECT IF EXISTS p", &none).unwrap()[0],
+            parse("DROP PROJECT IF EXISTS p", &none, &HashMap::new()).unwrap()[0],
             Command::DropProject {
                 if_exists: true,
                 ..
             }
         ));
-        assert_eq!(parse("USE p; SELECT 1;", &none).unwrap().len(), 2);
+        assert_eq!(
+            parse("USE p; SELECT 1;", &none, &HashMap::new())
+                .unwrap()
+                .len(),
+            2
+        );
     }
 }

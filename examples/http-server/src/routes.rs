@@ -183,7 +183,7 @@ fn decode(segment: &str) -> mindlite::Result<String> {
 /// The HTTP status for an engine error (DESIGN §10).
 pub fn status_of(kind: ErrorKind) -> u16 {
     match kind {
-        ErrorKind::InvalidInput => 400,
+        ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => 400,
         ErrorKind::Unauthorized => 401,
         ErrorKind::Forbidden => 403,
         ErrorKind::NotFound => 404,

@@ -1,0 +1,203 @@
+//! `Database`: one open engine, shared by the Python connection and every thread using it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use arrow::record_batch::RecordBatchReader;
+use mindlite::{Config, Engine, LoadMode, QueryRequest};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::query::{Query, Reading};
+use crate::{convert, to_py, wait, InterfaceError, ProgrammingError};
+
+/// What a connection shares with its results: the engine while it is open, and the results'
+/// reading state, which closing empties, so that after `close()` nothing holds the file open
+/// and it can be opened again at once.
+pub(crate) struct Shared {
+    engine: Mutex<Option<Engine>>,
+    readings: Mutex<Vec<Weak<Mutex<Reading>>>>,
+}
+
+impl Shared {
+    /// The engine, or InterfaceError once the connection is closed.
+    pub(crate) fn engine(&self) -> PyResult<Engine> {
+        lock(&self.engine)
+            .clone()
+            .ok_or_else(|| InterfaceError::new_err("The connection is closed"))
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.engine).is_none()
+    }
+
+    /// Remembers a result's reading state, for `close()` to empty.
+    pub(crate) fn track(&self, reading: &Arc<Mutex<Reading>>) {
+        let mut readings = lock(&self.readings);
+        readings.retain(|r| r.strong_count() > 0);
+        readings.push(Arc::downgrade(reading));
+    }
+
+    fn close(&self) -> Option<Engine> {
+        let engine = lock(&self.engine).take();
+        for reading in lock(&self.readings).drain(..) {
+            if let Some(reading) = reading.upgrade() {
+                lock(&reading).clear();
+            }
+        }
+        engine
+    }
+}
+
+/// An open database.
+#[pyclass(frozen, module = "mindlite._native")]
+pub(crate) struct Database {
+    shared: Arc<Shared>,
+    /// The project `USE` switched to; one-part names resolve there.
+    current_db: Mutex<Option<String>>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded values stay consistent even if a holder panicked.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Database {
+    fn engine(&self) -> PyResult<Engine> {
+        self.shared.engine()
+    }
+}
+
+#[pymethods]
+impl Database {
+    /// Opens (creating when missing) the database file at `path`, or a fresh in-memory one;
+    /// `config` is TOML or JSON text.
+    #[new]
+    #[pyo3(signature = (path=None, config=None))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, config: Option<&str>) -> PyResult<Self> {
+        let config = match config {
+            Some(text) => Config::parse(text).map_err(to_py)?,
+            None => Config::default(),
+        };
+        let engine = py
+            .detach(|| match path {
+                Some(path) => Engine::open(path, config),
+                None => Engine::open_in_memory(config),
+            })
+            .map_err(to_py)?;
+        Ok(Database {
+            shared: Arc::new(Shared {
+                engine: Mutex::new(Some(engine)),
+                readings: Mutex::new(Vec::new()),
+            }),
+            current_db: Mutex::new(None),
+        })
+    }
+
+    /// Runs `sql` with `params` (a mapping of `:name` values) in `db`, or in the current
+    /// project, which a `USE` then changes.
+    #[pyo3(signature = (sql, params=None, db=None))]
+    fn execute(
+        &self,
+        py: Python<'_>,
+        sql: &str,
+        params: Option<&Bound<'_, PyAny>>,
+        db: Option<String>,
+    ) -> PyResult<Query> {
+        let engine = self.engine()?;
+        let mut request = QueryRequest::new(sql);
+        if let Some(params) = params.filter(|p| !p.is_none()) {
+            request = convert::bind(request, params)?;
+        }
+        let remember = db.is_none();
+        if let Some(db) = db.or_else(|| lock(&self.current_db).clone()) {
+            request = request.with_db(db);
+        }
+        let runner = engine.clone();
+        let result = wait(py, &engine, async move { runner.query(request).await })?;
+        if remember {
+            *lock(&self.current_db) = Some(result.context.db.clone());
+        }
+        Query::new(&self.shared, result)
+    }
+
+    /// Loads an Arrow C stream (a PyCapsule named `arrow_array_stream`) into `table` in one
+    /// transaction; `mode` is `append`, `create` or `replace`. Returns the rows written.
+    #[pyo3(signature = (table, stream, mode, db=None))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        table: &str,
+        stream: &Bound<'_, PyAny>,
+        mode: &str,
+        db: Option<String>,
+    ) -> PyResult<u64> {
+        let engine = self.engine()?;
+        let mode = match mode {
+            "append" => LoadMode::Append,
+            "create" => LoadMode::Create,
+            "replace" => LoadMode::Replace,
+            other => {
+                return Err(InterfaceError::new_err(format!(
+                    "mode must be 'append', 'create' or 'replace', not '{other}'"
+                )))
+            }
+        };
+        let capsule = stream.cast::<PyCapsule>().map_err(|_| {
+            InterfaceError::new_err("expected an Arrow C stream PyCapsule ('arrow_array_stream')")
+        })?;
+        let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+        // SAFETY: a capsule of that name holds an `ArrowArrayStream` (the Arrow PyCapsule
+        // interface); `from_raw` moves it out and leaves a released stream, which the capsule's
+        // destructor then ignores.
+        let reader = unsafe {
+            ArrowArrayStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>())
+        }
+        .map_err(|e| ProgrammingError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+        let db = db.or_else(|| lock(&self.current_db).clone());
+        // The producer's callbacks take the GIL themselves when they need it.
+        let (schema, batches) = py
+            .detach(move || {
+                let schema = reader.schema();
+                reader
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|batches| (schema, batches))
+            })
+            .map_err(|e| ProgrammingError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+        let (runner, table) = (engine.clone(), table.to_string());
+        let loading = async move {
+            runner
+                .load(db.as_deref(), &table, schema, batches, mode)
+                .await
+        };
+        wait(py, &engine, loading)?.map_err(to_py)
+    }
+
+    /// The project one-part names resolve in.
+    #[getter]
+    fn current_db(&self) -> PyResult<String> {
+        let engine = self.engine()?;
+        Ok(lock(&self.current_db)
+            .clone()
+            .unwrap_or_else(|| engine.config().query.default_project.clone()))
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
+    /// Lets go of the engine and of every result's unread rows, closing the file (an Arrow
+    /// stream already handed out keeps it open until released). Closing twice does nothing.
+    fn close(&self, py: Python<'_>) {
+        let engine = self.shared.close();
+        // Closing waits for the runtime's tasks to stop: not with the GIL held.
+        if let Some(engine) = engine {
+            py.detach(move || engine.close());
+        }
+    }
+}
