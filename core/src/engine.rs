@@ -258,6 +258,14 @@ impl Engine {
         batches: Vec<RecordBatch>,
         mode: LoadMode,
     ) -> Result<u64> {
+        if RUNTIME_OF.with(Cell::get) == self.inner.id {
+            // In place, so a caller that drops this future cancels the load.
+            return self
+                .inner
+                .sql
+                .load(TenantId::LOCAL, db, table, schema, batches, mode)
+                .await;
+        }
         let inner = Arc::clone(&self.inner);
         let (db, table) = (db.map(str::to_string), table.to_string());
         self.inner

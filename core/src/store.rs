@@ -3,7 +3,7 @@
 //! Record tables belong to their modules (`projects`, `tables`); this module owns none of their rows.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -43,12 +43,27 @@ pub(crate) struct WriteLock(tokio::sync::OwnedMutexGuard<()>);
 pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
     commits: Arc<AtomicU64>,
+    /// Set when whoever waited for this write gave up (a cancelled query): the write must not
+    /// commit behind their back.
+    pub(crate) cancelled: Arc<AtomicBool>,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl WriteGuard {
-    /// Commits the transaction durably.
+    /// Fails when the write was cancelled, so a long write stops early.
+    pub(crate) fn check_cancelled(&self) -> Result<()> {
+        if self.cancelled.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "The statement was cancelled before it committed; nothing was written",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Commits the transaction durably, unless the write was cancelled (then it aborts).
     pub(crate) fn commit(self) -> Result<()> {
+        self.check_cancelled()?;
         self.txn.commit()?;
         self.commits.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -181,6 +196,7 @@ impl Store {
         Ok(WriteGuard {
             txn,
             commits: Arc::clone(&self.commits),
+            cancelled: Arc::new(AtomicBool::new(false)),
             _lock: lock.0,
         })
     }

@@ -1135,7 +1135,7 @@ fn typed_params_bind_as_typed_literals() {
         .collect();
     assert_eq!(
         types,
-        ["Date32", "Timestamp(ns)", "Decimal128(4, 2)", "Binary"]
+        ["Date32", "Timestamp(µs)", "Decimal128(4, 2)", "Binary"]
     );
     for (param, text) in [
         (TypedParam::Date("2024-02-30".into()), "a date"),

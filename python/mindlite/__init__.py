@@ -26,7 +26,7 @@ import datetime as _datetime
 import json as _json
 import os as _os
 import time as _time
-from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._native import (
@@ -194,7 +194,7 @@ def _arrow_stream(data: Any) -> Any:
     if hasattr(data, "__arrow_c_array__"):
         import pyarrow
 
-        return pyarrow.Table.from_batches([data]).__arrow_c_stream__()
+        return pyarrow.Table.from_batches([pyarrow.record_batch(data)]).__arrow_c_stream__()
     if hasattr(data, "to_arrow"):
         return data.to_arrow().__arrow_c_stream__()
     raise InterfaceError(
@@ -254,11 +254,21 @@ class Result:
         """The Arrow PyCapsule interface: the remaining rows as an Arrow C stream."""
         return self._query.__arrow_c_stream__(requested_schema)
 
+    def _hand_over(self, consume: Any) -> Any:
+        # A Ctrl-C inside the consumer's read ends its stream with an error; raise it as
+        # what it was.
+        try:
+            return consume()
+        except Exception:
+            if self._query.interrupted:
+                raise KeyboardInterrupt from None
+            raise
+
     def arrow(self) -> Any:
         """The remaining rows as a ``pyarrow.Table`` (needs pyarrow)."""
         import pyarrow
 
-        return pyarrow.RecordBatchReader.from_stream(self).read_all()
+        return self._hand_over(lambda: pyarrow.RecordBatchReader.from_stream(self).read_all())
 
     def record_batches(self) -> Any:
         """The remaining rows as a ``pyarrow.RecordBatchReader``, read batch by batch."""
@@ -274,7 +284,7 @@ class Result:
         """The remaining rows as a polars DataFrame (needs polars)."""
         import polars
 
-        return polars.DataFrame(self)
+        return self._hand_over(lambda: polars.DataFrame(self))
 
     def __repr__(self) -> str:
         if not self._query.has_rows:
@@ -457,6 +467,24 @@ class Connection:
         columns are matched by position and cast to the table's types. Returns the rows added."""
         self._check()
         return self._db.load(table, _arrow_stream(data), "append", db)
+
+    # Typed helpers for the engine's records, as plain dicts. Later features (agents, models,
+    # callbacks, users) add theirs in the same shape.
+
+    def projects(self) -> List[Dict[str, Any]]:
+        """The projects: ``[{"id": 1, "name": "mindsdb", "created_at": "…"}, …]``."""
+        self._check()
+        return _json.loads(self._db.projects())
+
+    def project(self, name: str) -> Dict[str, Any]:
+        """One project by name (case-insensitive); ``ProgrammingError`` when there is none."""
+        self._check()
+        return _json.loads(self._db.project(name))
+
+    def status(self) -> Dict[str, Any]:
+        """The engine's status, as MindsDB's ``GET /api/status`` reports it."""
+        self._check()
+        return _json.loads(self._db.status())
 
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""

@@ -3,7 +3,7 @@
 //! dicts for nested types) and Python parameters to the engine's JSON and typed values.
 
 use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::compute::cast;
+use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{
     DataType, Date32Type, Date64Type, Decimal128Type, Decimal256Type, DurationMicrosecondType,
     Float16Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
@@ -66,6 +66,30 @@ pub(crate) fn rows<'py>(
     (from..to)
         .map(|_| PyTuple::new(py, cells.iter_mut().map(|c| c.next())))
         .collect()
+}
+
+/// A Python `ValueError` or `OverflowError` from building a value (a year past 9999, a time of
+/// day past 24 h) as PEP 249's DataError; other errors as they are.
+pub(crate) fn value_error(py: Python<'_>, err: PyErr) -> PyErr {
+    if err.is_instance_of::<pyo3::exceptions::PyValueError>(py)
+        || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+    {
+        DataError::new_err(format!(
+            "a value has no Python equivalent: {}",
+            err.value(py)
+        ))
+    } else {
+        err
+    }
+}
+
+/// `array` as `to`; a value that does not fit is a DataError, never a silent NULL.
+fn cast(array: &ArrayRef, to: &DataType) -> PyResult<ArrayRef> {
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    cast_with_options(array, to, &options).map_err(|e| DataError::new_err(e.to_string()))
 }
 
 fn none(py: Python<'_>) -> Bound<'_, PyAny> {
@@ -191,8 +215,7 @@ fn values<'py>(
                 cast(
                     array,
                     &DataType::Timestamp(TimeUnit::Microsecond, zone.clone()),
-                )
-                .map_err(|e| DataError::new_err(e.to_string()))?
+                )?
             };
             let t = micros.as_primitive::<TimestampMicrosecondType>();
             let zoned = zone.is_some();
@@ -221,8 +244,7 @@ fn values<'py>(
             })
         }
         DataType::Time32(_) | DataType::Time64(_) => {
-            let micros = cast(array, &DataType::Time64(TimeUnit::Microsecond))
-                .map_err(|e| DataError::new_err(e.to_string()))?;
+            let micros = cast(array, &DataType::Time64(TimeUnit::Microsecond))?;
             let t = micros.as_primitive::<Time64MicrosecondType>();
             each(py, a, from, to, |i| {
                 let v = t.value(i);
@@ -236,8 +258,7 @@ fn values<'py>(
             })
         }
         DataType::Duration(_) => {
-            let micros = cast(array, &DataType::Duration(TimeUnit::Microsecond))
-                .map_err(|e| DataError::new_err(e.to_string()))?;
+            let micros = cast(array, &DataType::Duration(TimeUnit::Microsecond))?;
             let d = micros.as_primitive::<DurationMicrosecondType>();
             each(py, a, from, to, |i| {
                 let kwargs = PyDict::new(py);
@@ -246,7 +267,7 @@ fn values<'py>(
             })
         }
         DataType::Dictionary(_, value_type) => {
-            let plain = cast(array, value_type).map_err(|e| DataError::new_err(e.to_string()))?;
+            let plain = cast(array, value_type)?;
             values(py, types, &plain, from, to)
         }
         DataType::List(_) => {
@@ -323,7 +344,9 @@ pub(crate) fn bind(mut request: QueryRequest, params: &Bound<'_, PyAny>) -> PyRe
             .extract()
             .map_err(|_| InterfaceError::new_err("parameter names must be strings"))?;
         let name = name.strip_prefix(':').unwrap_or(&name).to_string();
-        if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        if is_nat(&types, &value)? {
+            request = request.with_param(name, serde_json::Value::Null);
+        } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
             let list = value
                 .try_iter()?
                 .map(|v| json(&types, &name, &v?))
@@ -337,6 +360,11 @@ pub(crate) fn bind(mut request: QueryRequest, params: &Bound<'_, PyAny>) -> PyRe
         }
     }
     Ok(request)
+}
+
+/// pandas' missing time (`NaT`), a `datetime` subclass that stands for NULL.
+fn is_nat(types: &PyTypes<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(value.is_instance(&types.datetime)? && value.get_type().name()? == "NaTType")
 }
 
 /// A value JSON cannot carry, or `None` for the others.
@@ -430,7 +458,7 @@ fn json(types: &PyTypes<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<s
         return Ok(serde_json::Value::String(value.str()?.extract()?));
     }
     Err(InterfaceError::new_err(format!(
-        "Parameter ':{name}' has type {}, which cannot be bound; use None, bool, int, float, str, bytes, date, datetime, Decimal or a list",
+        "Parameter ':{name}' has type {}, which cannot be bound; use None, bool, int, float, str, bytes, date, datetime, Decimal or a list (of None, bool, int, float, str, date or Decimal)",
         value.get_type().name()?
     )))
 }

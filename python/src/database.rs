@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::query::{Query, Reading};
-use crate::{convert, to_py, wait, InterfaceError, ProgrammingError};
+use crate::{convert, to_py, wait, DataError, InterfaceError};
 
 /// What a connection shares with its results: the engine while it is open, and the results'
 /// reading state, which closing empties, so that after `close()` nothing holds the file open
@@ -113,12 +113,19 @@ impl Database {
             request = convert::bind(request, params)?;
         }
         let remember = db.is_none();
-        if let Some(db) = db.or_else(|| lock(&self.current_db).clone()) {
-            request = request.with_db(db);
+        let sent = db.or_else(|| lock(&self.current_db).clone());
+        if let Some(db) = &sent {
+            request = request.with_db(db.clone());
         }
         let runner = engine.clone();
         let result = wait(py, &engine, async move { runner.query(request).await })?;
-        if remember {
+        // Only a statement that moved (a `USE`) changes the current project: one that merely
+        // finished later than another thread's `USE` must not undo it.
+        let moved = match &sent {
+            Some(db) => *db != result.context.db,
+            None => result.context.db != engine.config().query.default_project.to_ascii_lowercase(),
+        };
+        if remember && moved {
             *lock(&self.current_db) = Some(result.context.db.clone());
         }
         Query::new(&self.shared, result)
@@ -156,7 +163,7 @@ impl Database {
         let reader = unsafe {
             ArrowArrayStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>())
         }
-        .map_err(|e| ProgrammingError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+        .map_err(|e| InterfaceError::new_err(format!("cannot read the Arrow stream: {e}")))?;
         let db = db.or_else(|| lock(&self.current_db).clone());
         // The producer's callbacks take the GIL themselves when they need it.
         let (schema, batches) = py
@@ -166,7 +173,7 @@ impl Database {
                     .collect::<Result<Vec<_>, _>>()
                     .map(|batches| (schema, batches))
             })
-            .map_err(|e| ProgrammingError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+            .map_err(|e| DataError::new_err(format!("cannot read the Arrow stream: {e}")))?;
         let (runner, table) = (engine.clone(), table.to_string());
         let loading = async move {
             runner
@@ -174,6 +181,24 @@ impl Database {
                 .await
         };
         wait(py, &engine, loading)?.map_err(to_py)
+    }
+
+    /// The projects as JSON text: `[{"id", "name", "created_at"}, …]`.
+    fn projects(&self) -> PyResult<String> {
+        let projects = self.engine()?.list_projects().map_err(to_py)?;
+        Ok(serde_json::to_string(&projects).expect("projects serialize"))
+    }
+
+    /// One project as JSON text; ProgrammingError when there is none of that name.
+    fn project(&self, name: &str) -> PyResult<String> {
+        let project = self.engine()?.get_project(name).map_err(to_py)?;
+        Ok(serde_json::to_string(&project).expect("a project serializes"))
+    }
+
+    /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
+    fn status(&self) -> PyResult<String> {
+        let status = self.engine()?.status(true);
+        Ok(serde_json::to_string(&status).expect("the status serializes"))
     }
 
     /// The project one-part names resolve in.

@@ -4,11 +4,13 @@
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::ffi_stream::FFI_ArrowArrayStream;
 use arrow::record_batch::RecordBatch;
+use arrow::record_batch::RecordBatchReader;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
-use mindlite::{BlockingReader, Outcome, QueryResult};
+use mindlite::{Outcome, QueryResult};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 
@@ -24,6 +26,12 @@ pub(crate) struct Reading {
     stream: Option<SendableRecordBatchStream>,
     /// Set while a thread waits for the next batch without the lock.
     busy: bool,
+    /// Why the rows after this point are gone (cancelled, failed): later reads raise it
+    /// rather than look like the end of the result.
+    lost: Option<mindlite::Error>,
+    /// Set when a Ctrl-C stopped an Arrow hand-off, for the Python side to raise
+    /// KeyboardInterrupt in place of the consumer's error.
+    interrupted: bool,
 }
 
 impl Reading {
@@ -71,6 +79,8 @@ impl Query {
             offset: 0,
             stream,
             busy: false,
+            lost: None,
+            interrupted: false,
         }));
         shared.track(&reading);
         Ok(Query {
@@ -92,12 +102,15 @@ impl Query {
     /// across a wait (which gives up the GIL, and another thread may then want the lock).
     fn next_batch(&self, py: Python<'_>) -> PyResult<Option<RecordBatch>> {
         let engine = self.shared.engine()?;
-        let mut stream = {
+        let stream = {
             let mut reading = self.reading();
             if reading.busy {
                 return Err(ProgrammingError::new_err(
                     "The result is being read by another thread",
                 ));
+            }
+            if let Some(lost) = &reading.lost {
+                return Err(to_py(lost.clone()));
             }
             match reading.stream.take() {
                 Some(stream) => {
@@ -107,17 +120,21 @@ impl Query {
                 None => return Ok(None),
             }
         };
-        let next = wait(py, &engine, async {
-            let next = stream.next().await;
-            (next, stream)
-        });
+        let next = wait(py, &engine, next_of(stream));
         let mut reading = self.reading();
         reading.busy = false;
         match next {
             // Interrupted: the stream was dropped with the future, and the query with it.
-            Err(interrupt) => Err(interrupt),
+            Err(interrupt) => {
+                reading.lost = Some(cancelled());
+                Err(interrupt)
+            }
             Ok((None, _)) => Ok(None),
-            Ok((Some(Err(e)), _)) => Err(to_py(e.into())),
+            Ok((Some(Err(e)), _)) => {
+                let e = mindlite::Error::from(e);
+                reading.lost = Some(e.clone());
+                Err(to_py(e))
+            }
             // Closed meanwhile: the stream is dropped here, and the file with it.
             Ok((Some(Ok(_)), _)) if self.shared.is_closed() => {
                 Err(InterfaceError::new_err("The connection is closed"))
@@ -127,6 +144,85 @@ impl Query {
                 Ok(Some(batch))
             }
         }
+    }
+}
+
+/// The error later reads of a cancelled result raise.
+fn cancelled() -> mindlite::Error {
+    mindlite::Error::new(
+        mindlite::ErrorKind::Unavailable,
+        "The query was cancelled (KeyboardInterrupt); the rest of its rows are gone",
+    )
+}
+
+type Next = Option<datafusion::error::Result<RecordBatch>>;
+
+/// The stream's next batch, and the stream back (a spawned task owns what it uses).
+async fn next_of(mut stream: SendableRecordBatchStream) -> (Next, SendableRecordBatchStream) {
+    let next = stream.next().await;
+    (next, stream)
+}
+
+/// A result exported as an Arrow C stream: the consumer (pyarrow, polars) calls `get_next`
+/// from its own code, so each wait takes the GIL back now and then to look for Ctrl-C, as
+/// `fetch` does. An interrupt ends the stream with an error and marks the result interrupted,
+/// so `Result.arrow()` and its kin raise KeyboardInterrupt instead of the consumer's error.
+struct PyReader {
+    engine: mindlite::Engine,
+    reading: Arc<Mutex<Reading>>,
+    schema: SchemaRef,
+    leading: std::vec::IntoIter<RecordBatch>,
+    stream: Option<SendableRecordBatchStream>,
+}
+
+impl Iterator for PyReader {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(batch) = self.leading.next() {
+            return Some(Ok(batch));
+        }
+        let stream = self.stream.take()?;
+        let engine = self.engine.clone();
+        // A C callback: no panic may unwind into the consumer.
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Python::attach(|py| match wait(py, &engine, next_of(stream)) {
+                Ok(next) => Ok(next),
+                Err(_interrupt) => {
+                    let mut reading = crate::database::lock(&self.reading);
+                    reading.lost = Some(cancelled());
+                    reading.interrupted = true;
+                    Err(cancelled())
+                }
+            })
+        }))
+        .unwrap_or_else(|_| {
+            Err(mindlite::Error::internal(
+                "internal error while reading the next batch",
+            ))
+        });
+        let failed = |e: mindlite::Error| {
+            // Arrow's C stream turns the message into a C string: no NUL bytes.
+            let message = e.message().replace('\0', "");
+            Some(Err(ArrowError::ExternalError(Box::new(
+                mindlite::Error::new(e.kind(), message),
+            ))))
+        };
+        match next {
+            Err(e) => failed(e),
+            Ok((None, _)) => None,
+            Ok((Some(Err(e)), _)) => failed(e.into()),
+            Ok((Some(Ok(batch)), stream)) => {
+                self.stream = Some(stream);
+                Some(Ok(batch))
+            }
+        }
+    }
+}
+
+impl RecordBatchReader for PyReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
     }
 }
 
@@ -170,6 +266,12 @@ impl Query {
         self.has_rows
     }
 
+    /// Whether a Ctrl-C stopped this result's Arrow hand-off.
+    #[getter]
+    fn interrupted(&self) -> bool {
+        self.reading().interrupted
+    }
+
     /// The current project after the statement.
     #[getter]
     fn db(&self) -> String {
@@ -193,7 +295,9 @@ impl Query {
                 match reading.batch.take() {
                     Some(batch) if reading.offset < batch.num_rows() => {
                         let from = reading.offset;
-                        let to = batch.num_rows().min(from + (wanted - rows.len()));
+                        let to = batch
+                            .num_rows()
+                            .min(from.saturating_add(wanted - rows.len()));
                         reading.offset = to;
                         reading.batch = Some(batch.clone());
                         Some((batch, from, to))
@@ -202,9 +306,17 @@ impl Query {
                 }
             };
             match taken {
-                Some((batch, from, to)) => {
-                    rows.extend(convert::rows(py, &types, &batch, from, to)?);
-                }
+                Some((batch, from, to)) => match convert::rows(py, &types, &batch, from, to) {
+                    Ok(converted) => rows.extend(converted),
+                    Err(e) => {
+                        // The rows stay unread, so the caller can see the error and go on.
+                        let mut reading = self.reading();
+                        if reading.offset == to {
+                            reading.offset = from;
+                        }
+                        return Err(convert::value_error(py, e));
+                    }
+                },
                 None => match self.next_batch(py)? {
                     Some(batch) => {
                         let mut reading = self.reading();
@@ -235,6 +347,9 @@ impl Query {
                     "The result is being read by another thread",
                 ));
             }
+            if let Some(lost) = &reading.lost {
+                return Err(to_py(lost.clone()));
+            }
             let leading = match reading.batch.take() {
                 Some(batch) if reading.offset < batch.num_rows() => {
                     vec![batch.slice(reading.offset, batch.num_rows() - reading.offset)]
@@ -256,7 +371,13 @@ impl Query {
             fields,
             self.schema.metadata().clone(),
         ));
-        let reader = BlockingReader::new(engine, schema, leading, stream);
+        let reader = PyReader {
+            engine,
+            reading: Arc::clone(&self.reading),
+            schema,
+            leading: leading.into_iter(),
+            stream,
+        };
         let stream = FFI_ArrowArrayStream::new(Box::new(reader));
         // A consumer moves the stream out and leaves it released; dropping the capsule's copy
         // then does nothing, and an unconsumed one is released with the capsule.

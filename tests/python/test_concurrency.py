@@ -43,3 +43,45 @@ def test_other_threads_run_while_the_engine_works(con):
     # With the GIL held for the whole query the ticker would stall; it kept ticking.
     during = [t for t in ticks if started <= t <= started + elapsed]
     assert elapsed < 0.2 or len(during) >= elapsed / 0.01 / 4, (elapsed, len(during))
+
+
+def test_interrupted_fetch_leaves_a_result_that_says_so(con):
+    result = con.sql("SELECT value FROM generate_series(1, 1000000000000) WHERE value % 100000000000 = 0")
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        result.fetchone()
+    import mindlite
+
+    with pytest.raises(mindlite.OperationalError, match="cancelled"):
+        result.fetchall()
+
+
+def test_keyboard_interrupt_cancels_arrow_hand_off(con):
+    pytest.importorskip("pyarrow")
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        con.sql(ENDLESS).arrow()
+    assert time.monotonic() - started < 5
+    pl = pytest.importorskip("polars")
+    threading.Timer(0.5, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        con.sql(ENDLESS).pl()
+    # Read directly by pyarrow, the stream ends with an error that says why.
+    import pyarrow
+
+    threading.Timer(0.5, _thread.interrupt_main).start()
+    with pytest.raises(pyarrow.ArrowException, match="cancelled"):
+        pyarrow.table(con.sql(ENDLESS))
+
+
+def test_keyboard_interrupt_rolls_a_write_back(con):
+    con.execute("CREATE TABLE t (a BIGINT)")
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        con.execute("INSERT INTO t SELECT value FROM generate_series(1, 1000000000000)")
+    time.sleep(1)
+    assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)

@@ -224,3 +224,48 @@ def test_close_releases_the_file_even_with_unread_results(path):
         cur.fetchall()
     with mindlite.connect(path) as again:
         assert again.execute("SELECT count(*) FROM t").fetchone() == (100000,)
+
+
+def test_record_helpers_return_plain_dicts(con):
+    con.execute("CREATE PROJECT shop")
+    names = [p["name"] for p in con.projects()]
+    assert names == ["mindsdb", "shop"]
+    shop = con.project("SHOP")
+    assert shop["name"] == "shop" and isinstance(shop["id"], int) and shop["created_at"]
+    with pytest.raises(mindlite.ProgrammingError, match="nope"):
+        con.project("nope")
+    status = con.status()
+    assert status["environment"] == "local" and status["mindsdb_version"] == mindlite.__version__
+
+
+def test_fetchall_after_a_partial_read_returns_only_the_rest(con):
+    result = con.sql("SELECT value FROM generate_series(1, 5) ORDER BY value")
+    assert result.fetchone() == (1,)
+    assert result.fetchall() == [(2,), (3,), (4,), (5,)]
+    cur = con.execute("SELECT value FROM generate_series(1, 3) ORDER BY value")
+    assert cur.fetchone() == (1,)
+    assert cur.fetchall() == [(2,), (3,)]
+
+
+def test_a_use_in_one_thread_is_not_undone_by_anothers_statement(con):
+    con.execute("CREATE PROJECT p1")
+    con.execute("CREATE TABLE big (a BIGINT)")
+    done = threading.Event()
+
+    def slow():
+        con.execute("INSERT INTO big SELECT value FROM generate_series(1, 2000000)")
+        done.set()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    con.execute("USE p1")
+    thread.join()
+    assert done.is_set()
+    assert con.current_db == "p1"
+
+
+def test_values_python_cannot_hold_raise_data_error(con):
+    with pytest.raises(mindlite.DataError):
+        con.execute("SELECT arrow_cast(arrow_cast(100000000000000, 'Int64'), 'Timestamp(Second, None)')").fetchall()
+    with pytest.raises(mindlite.DataError, match="year"):
+        con.execute("SELECT arrow_cast(arrow_cast(4000000, 'Int32'), 'Date32')").fetchall()

@@ -131,3 +131,11 @@ def test_arrow_types_load_and_read_back(con):
     back = con.sql("SELECT i, s, dec FROM all_types").arrow()
     assert back.column("i").to_pylist() == [1, None]
     assert back.schema.field("dec").type == pa.decimal128(5, 2)
+
+
+def test_far_datetimes_and_missing_values_bind(con):
+    far = datetime.datetime(3000, 1, 1, 0, 0, 0, 1)
+    early = datetime.datetime(1500, 6, 1)
+    assert con.execute("SELECT :a, :b", {"a": far, "b": early}).fetchone() == (far, early)
+    pd = pytest.importorskip("pandas")
+    assert con.execute("SELECT :t IS NULL", {"t": pd.NaT}).fetchone() == (True,)

@@ -4,6 +4,7 @@
 //! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it matches,
 //! in place; a WHERE with a subquery (which DataFusion runs only inside a plan) rewrites the table.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
@@ -35,6 +36,8 @@ pub(crate) struct WriteJob {
     pub(crate) state: Session,
     pub(crate) tenant: TenantId,
     pub(crate) db: String,
+    /// Set when the caller stops waiting (a cancelled query): the write stops and aborts.
+    pub(crate) cancelled: Arc<AtomicBool>,
 }
 
 impl WriteJob {
@@ -45,13 +48,27 @@ impl WriteJob {
         lock: WriteLock,
         f: impl FnOnce(&WriteJob, WriteGuard, &Handle) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        /// Marks the write cancelled when the waiting future is dropped before it finished.
+        struct CancelOnDrop(Option<Arc<AtomicBool>>);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if let Some(flag) = &self.0 {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+        }
         let handle = Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let guard = self.store.begin_write(lock)?;
+        let mut cancel = CancelOnDrop(Some(Arc::clone(&self.cancelled)));
+        let result = tokio::task::spawn_blocking(move || {
+            let mut guard = self.store.begin_write(lock)?;
+            guard.cancelled = Arc::clone(&self.cancelled);
             f(&self, guard, &handle)
         })
         .await
-        .map_err(|e| Error::internal(format!("write task failed: {e}")))?
+        .map_err(|e| Error::internal(format!("write task failed: {e}")));
+        // Finished: nothing left to cancel.
+        cancel.0 = None;
+        result?
     }
 
     /// `(project, table)` that a table reference names, checking that the database is a project.
@@ -101,6 +118,12 @@ impl WriteJob {
         let mut stream =
             handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
         while let Some(batch) = handle.block_on(stream.next()) {
+            if self.cancelled.load(Ordering::SeqCst) {
+                return Err(Error::new(
+                    crate::ErrorKind::Unavailable,
+                    "The statement was cancelled before it committed; nothing was written",
+                ));
+            }
             sink(batch?)?;
         }
         Ok(())

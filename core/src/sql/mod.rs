@@ -455,6 +455,7 @@ impl SqlRunner {
             snapshot,
             tenant,
             db: context.db.clone(),
+            cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 
@@ -508,6 +509,7 @@ impl SqlRunner {
             state,
             tenant,
             db: context.db.clone(),
+            cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
         match (plan, lock) {
             (LogicalPlan::Dml(statement), Some(lock)) => {

@@ -471,7 +471,9 @@ fn typed_literal(placeholder: &str, value: &TypedParam) -> Result<Expr> {
         TypedParam::Timestamp(text) => {
             chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
                 .map_err(|_| bad("a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff])", text))?;
-            Ok(cast(text, DataType::Timestamp(None, TimezoneInfo::None)))
+            // Microseconds, as Python's and most clients' times: nanoseconds would refuse
+            // dates outside 1677–2262.
+            Ok(cast(text, DataType::Timestamp(Some(6), TimezoneInfo::None)))
         }
         TypedParam::Decimal(text) => {
             let digits = text.strip_prefix('-').unwrap_or(text);
