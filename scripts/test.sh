@@ -108,6 +108,8 @@ python_passed=$(grep -Eo '[0-9]+ passed' "$tmp/pytest-python.log" | tail -n 1 | 
 if [ "${python_passed:-0}" -eq 0 ]; then
   echo "no Python test ran"; exit 1
 fi
+# The package's annotations and _native.pyi agree with each other, strictly.
+(cd "$pkg" && "$OLDPWD/$venv/bin/python" -m mypy --strict --no-incremental mindlite)
 root=$(pwd)
 (cd "$tmp" && PYTHONPATH="$pkg" "$root/$venv/bin/python" "$root/examples/python/quickstart.py" > "$tmp/quickstart.out")
 cat "$tmp/quickstart.out"

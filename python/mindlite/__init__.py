@@ -26,7 +26,7 @@ import datetime as _datetime
 import json as _json
 import os as _os
 import time as _time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _native
 from ._native import (
@@ -184,7 +184,7 @@ def _arrow_stream(data: Any) -> Any:
     or polars DataFrame, or anything with ``__arrow_c_stream__``."""
     if type(data).__module__.split(".")[0] == "pandas":
         try:
-            import pyarrow
+            import pyarrow  # type: ignore[import-untyped, unused-ignore]
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise InterfaceError("loading a pandas DataFrame needs pyarrow installed") from e
         # Without the index: it is row labels, not data.
@@ -192,7 +192,7 @@ def _arrow_stream(data: Any) -> Any:
     if hasattr(data, "__arrow_c_stream__"):
         return data.__arrow_c_stream__()
     if hasattr(data, "__arrow_c_array__"):
-        import pyarrow
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
 
         return pyarrow.Table.from_batches([pyarrow.record_batch(data)]).__arrow_c_stream__()
     if hasattr(data, "to_arrow"):
@@ -212,7 +212,7 @@ class Result:
     handed over go out of the result: each row is read once, by one of these.
     """
 
-    def __init__(self, query: Any) -> None:
+    def __init__(self, query: _native.Query) -> None:
         self._query = query
 
     @property
@@ -266,13 +266,13 @@ class Result:
 
     def arrow(self) -> Any:
         """The remaining rows as a ``pyarrow.Table`` (needs pyarrow)."""
-        import pyarrow
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
 
         return self._hand_over(lambda: pyarrow.RecordBatchReader.from_stream(self).read_all())
 
     def record_batches(self) -> Any:
         """The remaining rows as a ``pyarrow.RecordBatchReader``, read batch by batch."""
-        import pyarrow
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
 
         return pyarrow.RecordBatchReader.from_stream(self)
 
@@ -300,7 +300,7 @@ class Cursor:
 
     def __init__(self, connection: "Connection") -> None:
         self._connection = connection
-        self._query: Any = None
+        self._query: Optional[_native.Query] = None
         self._closed = False
         self._rowcount = -1
         self.arraysize = 1
@@ -364,7 +364,7 @@ class Cursor:
         self._rowcount = total if counted else -1
         return self
 
-    def _rows(self) -> Any:
+    def _rows(self) -> _native.Query:
         self._check()
         if self._query is None or not self._query.has_rows:
             raise ProgrammingError("The last statement produced no rows to fetch")
@@ -424,7 +424,7 @@ class Connection:
     ProgrammingError = ProgrammingError
     NotSupportedError = NotSupportedError
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: _native.Database) -> None:
         self._db = db
 
     def _check(self) -> None:
@@ -474,17 +474,17 @@ class Connection:
     def projects(self) -> List[Dict[str, Any]]:
         """The projects: ``[{"id": 1, "name": "mindsdb", "created_at": "…"}, …]``."""
         self._check()
-        return _json.loads(self._db.projects())
+        return cast(List[Dict[str, Any]], _json.loads(self._db.projects()))
 
     def project(self, name: str) -> Dict[str, Any]:
         """One project by name (case-insensitive); ``ProgrammingError`` when there is none."""
         self._check()
-        return _json.loads(self._db.project(name))
+        return cast(Dict[str, Any], _json.loads(self._db.project(name)))
 
     def status(self) -> Dict[str, Any]:
         """The engine's status, as MindsDB's ``GET /api/status`` reports it."""
         self._check()
-        return _json.loads(self._db.status())
+        return cast(Dict[str, Any], _json.loads(self._db.status()))
 
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""
