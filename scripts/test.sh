@@ -67,7 +67,25 @@ if shell "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
   echo "mindlite-shell should fail on a missing table"; exit 1
 fi
 
-step "Python environment for the HTTP tests (.venv)"
+# Runs one pytest suite (its output to the terminal), fails unless it passed and ran
+# something, and prints how many tests passed.
+run_pytest() {
+  local name=$1 suite=$2 log="$tmp/pytest-$1.log" status passed
+  set +e
+  "$venv/bin/python" -m pytest "$suite" -q -p no:cacheprovider 2>&1 | tee "$log" >&2
+  status=${PIPESTATUS[0]}
+  set -e
+  if [ "$status" -ne 0 ]; then
+    echo "$name tests failed (pytest exit $status)" >&2; exit 1
+  fi
+  passed=$(grep -Eo '[0-9]+ passed' "$log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
+  if [ "${passed:-0}" -eq 0 ]; then
+    echo "no $name test ran" >&2; exit 1
+  fi
+  echo "$passed"
+}
+
+step "Python environment for the HTTP and Python tests (.venv)"
 venv=.venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
@@ -76,38 +94,19 @@ fi
   -r tests/http/requirements.txt -r tests/python/requirements.txt
 
 step "HTTP tests (pytest against $bin_dir/mindlite-server)"
-set +e
-MLSERVER_BIN="$(cd "$bin_dir" && pwd)/mindlite-server" "$venv/bin/python" -m pytest tests/http -q -p no:cacheprovider 2>&1 | tee "$tmp/pytest.log"
-pytest_status=${PIPESTATUS[0]}
-set -e
-if [ "$pytest_status" -ne 0 ]; then
-  echo "HTTP tests failed (pytest exit $pytest_status)"; exit 1
-fi
-http_passed=$(grep -Eo '[0-9]+ passed' "$tmp/pytest.log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
-if [ "${http_passed:-0}" -eq 0 ]; then
-  echo "no HTTP test ran"; exit 1
-fi
+export MLSERVER_BIN="$(cd "$bin_dir" && pwd)/mindlite-server"
+http_passed=$(run_pytest HTTP tests/http)
 
 step "Python package (pytest against the workspace build's extension) and examples/python"
 # The extension the workspace build made, staged beside the pure-Python sources as an
 # installed wheel lays them out. `maturin develop` would build the crate on its own, and its
-# different feature set (no server, no cbindgen) recompiles DataFusion; `pip install .` is
-# what users run, checked by scripts/check-wheel.sh.
+# different feature set (no server, no cbindgen) recompiles DataFusion. `pip install .`, what
+# users run, builds the same crate with maturin (benches/python.sh builds and installs that wheel).
 pkg="$tmp/python"
 mkdir -p "$pkg"
 cp -r python/mindlite "$pkg/"
 cp "$bin_dir/lib_native.so" "$pkg/mindlite/_native.abi3.so"
-set +e
-PYTHONPATH="$pkg" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$tmp/pytest-python.log"
-pytest_status=${PIPESTATUS[0]}
-set -e
-if [ "$pytest_status" -ne 0 ]; then
-  echo "Python tests failed (pytest exit $pytest_status)"; exit 1
-fi
-python_passed=$(grep -Eo '[0-9]+ passed' "$tmp/pytest-python.log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
-if [ "${python_passed:-0}" -eq 0 ]; then
-  echo "no Python test ran"; exit 1
-fi
+python_passed=$(PYTHONPATH="$pkg" run_pytest Python tests/python)
 # The package's annotations and _native.pyi agree with each other, strictly.
 (cd "$pkg" && "$OLDPWD/$venv/bin/python" -m mypy --strict --no-incremental mindlite)
 root=$(pwd)

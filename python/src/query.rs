@@ -35,6 +35,19 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
+    /// Refuses a read while another thread is reading, or once the rest of the rows are lost.
+    fn check_readable(&self) -> PyResult<()> {
+        if self.busy {
+            return Err(ProgrammingError::new_err(
+                "The result is being read by another thread",
+            ));
+        }
+        match &self.lost {
+            Some(lost) => Err(to_py(lost.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// Drops what is left (the connection closed).
     pub(crate) fn clear(&mut self) {
         self.batch = None;
@@ -104,14 +117,7 @@ impl Query {
         let engine = self.shared.engine()?;
         let stream = {
             let mut reading = self.reading();
-            if reading.busy {
-                return Err(ProgrammingError::new_err(
-                    "The result is being read by another thread",
-                ));
-            }
-            if let Some(lost) = &reading.lost {
-                return Err(to_py(lost.clone()));
-            }
+            reading.check_readable()?;
             match reading.stream.take() {
                 Some(stream) => {
                     reading.busy = true;
@@ -342,14 +348,7 @@ impl Query {
         let engine = self.shared.engine()?;
         let (leading, stream) = {
             let mut reading = self.reading();
-            if reading.busy {
-                return Err(ProgrammingError::new_err(
-                    "The result is being read by another thread",
-                ));
-            }
-            if let Some(lost) = &reading.lost {
-                return Err(to_py(lost.clone()));
-            }
+            reading.check_readable()?;
             let leading = match reading.batch.take() {
                 Some(batch) if reading.offset < batch.num_rows() => {
                     vec![batch.slice(reading.offset, batch.num_rows() - reading.offset)]

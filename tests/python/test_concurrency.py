@@ -1,10 +1,24 @@
 """The engine runs without the GIL, and Ctrl-C cancels the query a thread waits for."""
 
 import _thread
+import signal
 import threading
 import time
 
 import pytest
+
+# None of these may hang the suite if an interrupt goes astray.
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def sigint_raises_keyboard_interrupt():
+    """Python's own SIGINT handler, which `_thread.interrupt_main` needs: a process started in
+    the background by a non-interactive shell inherits SIGINT ignored, and Python then installs
+    no handler, so the simulated Ctrl-C would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 # A trillion rows: runs far longer than the tests wait for it.
 ENDLESS = "SELECT sum(value) FROM generate_series(1, 1000000000000)"
