@@ -175,6 +175,11 @@ typedef int32_t mindlite_type;
 #define MINDLITE_NULL_VALUE 12
 
 /**
+ * An outside service (an agent's LLM provider) failed, refused or timed out; the message says what it said.
+ */
+#define MINDLITE_UPSTREAM 13
+
+/**
  * A cursor has no more chunks (not an error).
  */
 #define MINDLITE_DONE 100
@@ -430,6 +435,76 @@ mindlite_status mindlite_project_get(const mindlite_database *db,
 mindlite_status mindlite_status_get(const mindlite_database *db,
                                     bool authenticated,
                                     char **out_json);
+
+/**
+ * The agents of `project`, by name, in MindsDB's shape: `[{"id", "name", "project_id",
+ * "updated_at", "created_at", "data", "model", "prompt_template", "params"}, …]` (empty
+ * fields left out). `MINDLITE_NOT_FOUND` for an unknown project.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_agent_list(const mindlite_database *db,
+                                    const char *project,
+                                    char **out_json);
+
+/**
+ * One agent by name (case-insensitive), as `mindlite_agent_list` shows each.
+ * `MINDLITE_NOT_FOUND` for an unknown project or agent.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_agent_get(const mindlite_database *db,
+                                   const char *project,
+                                   const char *name,
+                                   char **out_json);
+
+/**
+ * Creates an agent from MindsDB's body, for example
+ * `{"name": "a", "model": {"provider": "openai", "model_name": "gpt-4o"}, "data": {"tables":
+ * ["mindsdb.t"]}, "prompt_template": "…"}`; without a model the configured default is used.
+ * `*out_json` receives the new agent. `MINDLITE_CONFLICT` when the name is taken,
+ * `MINDLITE_INVALID` for a parameter outside MindsDB's set or a table that does not exist.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_agent_create(const mindlite_database *db,
+                                      const char *project,
+                                      const char *agent_json,
+                                      char **out_json);
+
+/**
+ * Updates an agent as MindsDB's PUT does: `changes_json`'s keys shallow-merged into it, a null
+ * dropping a key, a different `name` renaming it. `MINDLITE_NOT_FOUND` for a missing agent
+ * (update never creates), `MINDLITE_CONFLICT` when the new name is taken.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_agent_update(const mindlite_database *db,
+                                      const char *project,
+                                      const char *name,
+                                      const char *changes_json,
+                                      char **out_json);
+
+/**
+ * Deletes an agent; `MINDLITE_NOT_FOUND` when there is none of that name.
+ */
+mindlite_status mindlite_agent_delete(const mindlite_database *db,
+                                      const char *project,
+                                      const char *name);
+
+/**
+ * Asks an agent. `messages_json` is `[{"role": "user", "content": "…"}]` (earlier turns
+ * before it) or the legacy `[{"question": "…", "answer": null}]`; `*out_json` receives
+ * `{"message": {"content": "…", "role": "assistant", "trace_id": "…"}}`. Blocks until the
+ * answer is there; `MINDLITE_UPSTREAM` when the model provider failed or timed out.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_agent_ask(const mindlite_database *db,
+                                   const char *project,
+                                   const char *name,
+                                   const char *messages_json,
+                                   char **out_json);
 
 /**
  * Runs `sql` (one statement, or several separated by `;`, the result being the last one's) in

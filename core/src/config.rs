@@ -121,6 +121,60 @@ impl Default for AuthConfig {
     }
 }
 
+/// The default model: what agents use when they are created without one, and where model
+/// settings they leave out come from (DESIGN §6). Any OpenAI-compatible endpoint serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// The provider name recorded on agents (`openai`, `ollama`, …); all speak OpenAI's protocol.
+    pub provider: String,
+    /// The model to ask.
+    pub model_name: String,
+    /// The endpoint's base URL, up to and including `/v1`.
+    pub base_url: String,
+    /// The bearer key sent to the endpoint; empty sends none.
+    pub api_key: String,
+    /// Seconds one provider call may take, connecting and reading included.
+    pub timeout_secs: u64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: "openai".to_string(),
+            model_name: "gpt-4o".to_string(),
+            base_url: "https://api.openai.com/v1".to_string(),
+            api_key: String::new(),
+            timeout_secs: 60,
+        }
+    }
+}
+
+/// Limits of the agent loop and of its SQL sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Model calls per question before the agent gives up.
+    pub max_steps: usize,
+    /// Rows a tool query may return to the model; more are cut off and the model is told so.
+    pub row_limit: usize,
+    /// Seconds a tool query may run.
+    pub sql_timeout_secs: u64,
+    /// Sample rows per table shown to the model with the schema.
+    pub sample_rows: usize,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            max_steps: 8,
+            row_limit: 100,
+            sql_timeout_secs: 10,
+            sample_rows: 3,
+        }
+    }
+}
+
 /// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -135,6 +189,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// Authentication settings.
     pub auth: AuthConfig,
+    /// The default model for agents.
+    pub llm: LlmConfig,
+    /// Agent loop and sandbox limits.
+    pub agents: AgentsConfig,
 }
 
 impl Config {

@@ -16,6 +16,8 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
+use crate::agent_loop::{self, AgentEvent, Answer, Asker};
+use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -136,6 +138,7 @@ impl Engine {
         // can hold the writer lock of a store that is still being opened.
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
+        agents::init(&guard.txn)?;
         auth::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
@@ -351,6 +354,153 @@ impl Engine {
             .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
     }
 
+    /// Creates an agent in `project` from MindsDB's request body (`{"name", "model", "data",
+    /// "prompt_template", "params"}`, or the legacy top-level `model_name` and `provider`).
+    /// Without a model the configured default is recorded. Errors: an unknown project or a
+    /// missing table is [`ErrorKind::NotFound`](crate::ErrorKind), a taken name `Conflict`,
+    /// a missing name or a parameter outside MindsDB's set `InvalidInput`.
+    pub async fn create_agent(&self, project: &str, spec: serde_json::Value) -> Result<Agent> {
+        let spec = body_object(spec)?;
+        let (project, llm) = (project.to_string(), self.inner.config.llm.clone());
+        let created = self
+            .inner
+            .sql
+            .store
+            .write(move |txn| agents::create(txn, TenantId::LOCAL, &project, &spec, &llm, false))
+            .await?;
+        created.ok_or_else(|| Error::internal("an agent was not created and no error said why"))
+    }
+
+    /// The agents of `project`, by name.
+    pub fn list_agents(&self, project: &str) -> Result<Vec<Agent>> {
+        let txn = self.inner.sql.store.read()?;
+        if projects::get(
+            &txn.open_table(projects::PROJECTS)?,
+            TenantId::LOCAL,
+            project,
+        )?
+        .is_none()
+        {
+            return Err(agents::project_missing(project));
+        }
+        agents::list(
+            &txn.open_table(agents::AGENTS)?,
+            TenantId::LOCAL,
+            Some(project),
+        )
+    }
+
+    /// One agent by name (case-insensitive).
+    pub fn get_agent(&self, project: &str, name: &str) -> Result<Agent> {
+        let txn = self.inner.sql.store.read()?;
+        if projects::get(
+            &txn.open_table(projects::PROJECTS)?,
+            TenantId::LOCAL,
+            project,
+        )?
+        .is_none()
+        {
+            return Err(agents::project_missing(project));
+        }
+        agents::get_in(
+            &txn.open_table(agents::AGENTS)?,
+            TenantId::LOCAL,
+            project,
+            name,
+        )?
+        .ok_or_else(|| agents::agent_missing(name))
+    }
+
+    /// Updates an agent as MindsDB's PUT does: shallow merge of the body into its params, a
+    /// null dropping a key, a different `name` renaming it (`Conflict` when taken). A missing
+    /// agent is `NotFound`: update never creates.
+    pub async fn update_agent(
+        &self,
+        project: &str,
+        name: &str,
+        changes: serde_json::Value,
+    ) -> Result<Agent> {
+        let changes = body_object(changes)?;
+        let (project, name) = (project.to_string(), name.to_string());
+        self.inner
+            .sql
+            .store
+            .write(move |txn| agents::update(txn, TenantId::LOCAL, &project, &name, &changes))
+            .await
+    }
+
+    /// Deletes an agent.
+    pub async fn delete_agent(&self, project: &str, name: &str) -> Result<()> {
+        let (project, name) = (project.to_string(), name.to_string());
+        self.inner
+            .sql
+            .store
+            .write(move |txn| agents::delete(txn, TenantId::LOCAL, &project, &name, false))
+            .await
+            .map(|_| ())
+    }
+
+    /// Asks an agent. `messages` is a completion request's list: `[{"role", "content"}]` or
+    /// the legacy `[{"question", "answer"}]`. A provider failure or timeout is
+    /// [`ErrorKind::Upstream`](crate::ErrorKind) with the provider's message.
+    pub async fn ask_agent(
+        &self,
+        project: &str,
+        name: &str,
+        messages: &serde_json::Value,
+    ) -> Result<Answer> {
+        let agent = self.get_agent(project, name)?;
+        let messages = agent_loop::read_messages(messages)?;
+        let inner = Arc::clone(&self.inner);
+        let task = async move {
+            let asker = Asker {
+                sql: &inner.sql,
+                client: &inner.sql.client,
+                config: &inner.config,
+                tenant: TenantId::LOCAL,
+            };
+            asker.answer(&agent, messages, None).await
+        };
+        // Aborted when the caller stops waiting (a dropped request, Ctrl-C in Python), so a
+        // question nobody waits for stops calling the provider.
+        let mut task = AbortOnDrop(self.inner.handle.spawn(task));
+        (&mut task.0)
+            .await
+            .map_err(|e| Error::internal(format!("agent task failed: {e}")))?
+    }
+
+    /// Asks an agent and follows the answer as it forms: queries it runs, their results, and
+    /// the answer's text piece by piece, always ending with [`AgentEvent::End`]. Errors found
+    /// before anything runs (unknown agent, bad messages) are returned here; later ones come
+    /// as [`AgentEvent::Error`] followed by the end.
+    pub fn ask_agent_stream(
+        &self,
+        project: &str,
+        name: &str,
+        messages: &serde_json::Value,
+    ) -> Result<AgentStream> {
+        let agent = self.get_agent(project, name)?;
+        let messages = agent_loop::read_messages(messages)?;
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let inner = Arc::clone(&self.inner);
+        let task = self.inner.handle.spawn(async move {
+            let asker = Asker {
+                sql: &inner.sql,
+                client: &inner.sql.client,
+                config: &inner.config,
+                tenant: TenantId::LOCAL,
+            };
+            if let Err(e) = asker.answer(&agent, messages, Some(&sender)).await {
+                let _ = sender.send(AgentEvent::Error(e.message().to_string()));
+            }
+            let _ = sender.send(AgentEvent::End);
+        });
+        Ok(AgentStream {
+            receiver,
+            _task: AbortOnDrop(task),
+        })
+    }
+
     /// Closes this handle. When it is the last one, the runtime is shut down first, waiting up
     /// to 10 s for tasks of cancelled queries to stop, so that the database file is closed (and
     /// can be opened again) when this returns; otherwise the other handles keep it open. Called
@@ -388,6 +538,36 @@ impl Engine {
     /// The store, for tests that look at what is on disk.
     pub(crate) fn store(&self) -> &Arc<Store> {
         &self.inner.sql.store
+    }
+}
+
+/// The events of an answer being formed ([`Engine::ask_agent_stream`]). Dropping it stops the agent.
+pub struct AgentStream {
+    receiver: tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
+    _task: AbortOnDrop<()>,
+}
+
+impl AgentStream {
+    /// The next event; `None` after [`AgentEvent::End`].
+    pub async fn next_event(&mut self) -> Option<AgentEvent> {
+        self.receiver.recv().await
+    }
+}
+
+/// A task that is aborted when its handle is dropped before it finished.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A request body that must be a JSON object.
+fn body_object(value: serde_json::Value) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match value {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err(Error::invalid("The agent must be a JSON object")),
     }
 }
 

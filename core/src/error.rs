@@ -24,6 +24,9 @@ pub enum ErrorKind {
     QuotaExceeded,
     /// A resource is unavailable: the database file is locked, a datasource is down.
     Unavailable,
+    /// An outside service the request depends on (an LLM provider) failed, refused or timed
+    /// out; the message carries what it said.
+    Upstream,
     /// A bug or an I/O failure inside the engine.
     Internal,
 }

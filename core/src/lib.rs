@@ -14,10 +14,13 @@
 //! );
 //! ```
 
+mod agent_loop;
+mod agents;
 mod auth;
 mod config;
 mod engine;
 mod error;
+mod llm;
 mod projects;
 mod reader;
 mod sql;
@@ -27,9 +30,13 @@ mod tables;
 mod tenant;
 mod time;
 
+pub use agent_loop::{AgentEvent, Answer};
+pub use agents::Agent;
 pub use auth::LoginToken;
-pub use config::{AuthConfig, Config, Edition, HttpConfig, QueryConfig, StorageConfig};
-pub use engine::{Collected, Engine};
+pub use config::{
+    AgentsConfig, AuthConfig, Config, Edition, HttpConfig, LlmConfig, QueryConfig, StorageConfig,
+};
+pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
 pub use projects::Project;
 pub use reader::BlockingReader;

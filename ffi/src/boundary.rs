@@ -11,7 +11,7 @@ use mindlite::ErrorKind;
 use crate::{
     MINDLITE_CONFLICT, MINDLITE_ERROR, MINDLITE_FORBIDDEN, MINDLITE_INVALID, MINDLITE_MISUSE,
     MINDLITE_NOT_FOUND, MINDLITE_OK, MINDLITE_QUOTA_EXCEEDED, MINDLITE_UNAUTHORIZED,
-    MINDLITE_UNAVAILABLE,
+    MINDLITE_UNAVAILABLE, MINDLITE_UPSTREAM,
 };
 
 /// A status code: `MINDLITE_OK` (0) or why a call failed (the `MINDLITE_*` constants).
@@ -49,6 +49,7 @@ impl From<mindlite::Error> for Failure {
             ErrorKind::Conflict => MINDLITE_CONFLICT,
             ErrorKind::QuotaExceeded => MINDLITE_QUOTA_EXCEEDED,
             ErrorKind::Unavailable => MINDLITE_UNAVAILABLE,
+            ErrorKind::Upstream => MINDLITE_UPSTREAM,
             ErrorKind::Internal => MINDLITE_ERROR,
         };
         Failure::new(status, err.message())

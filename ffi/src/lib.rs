@@ -49,6 +49,8 @@ pub const MINDLITE_RANGE: Status = 10;
 pub const MINDLITE_MISMATCH: Status = 11;
 /// A typed getter was called on a NULL cell; the out-parameter is set to zero.
 pub const MINDLITE_NULL_VALUE: Status = 12;
+/// An outside service (an agent's LLM provider) failed, refused or timed out; the message says what it said.
+pub const MINDLITE_UPSTREAM: Status = 13;
 /// A cursor has no more chunks (not an error).
 pub const MINDLITE_DONE: Status = 100;
 

@@ -66,3 +66,183 @@ pub unsafe extern "C" fn mindlite_status_get(
         give_json(out_json, &db.engine().status(authenticated))
     })
 }
+
+/// Parses a JSON argument, naming it when it is not JSON.
+fn json_arg(text: &str, what: &str) -> Result<serde_json::Value, Failure> {
+    serde_json::from_str(text)
+        .map_err(|e| mindlite::Error::invalid(format!("'{what}' is not valid JSON: {e}")).into())
+}
+
+/// The agents of `project`, by name, in MindsDB's shape: `[{"id", "name", "project_id",
+/// "updated_at", "created_at", "data", "model", "prompt_template", "params"}, …]` (empty
+/// fields left out). `MINDLITE_NOT_FOUND` for an unknown project.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_list(
+    db: *const Database,
+    project: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: a NUL-terminated string, per the header.
+        let project = unsafe { boundary::text(project, "project") }?;
+        let agents = db.engine().list_agents(project)?;
+        let wire: Vec<_> = agents.iter().map(|a| a.wire()).collect();
+        give_json(out_json, &wire)
+    })
+}
+
+/// One agent by name (case-insensitive), as `mindlite_agent_list` shows each.
+/// `MINDLITE_NOT_FOUND` for an unknown project or agent.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_get(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let agent = db.engine().get_agent(project, name)?;
+        let wire = agent.wire();
+        give_json(out_json, &wire)
+    })
+}
+
+/// Creates an agent from MindsDB's body, for example
+/// `{"name": "a", "model": {"provider": "openai", "model_name": "gpt-4o"}, "data": {"tables":
+/// ["mindsdb.t"]}, "prompt_template": "…"}`; without a model the configured default is used.
+/// `*out_json` receives the new agent. `MINDLITE_CONFLICT` when the name is taken,
+/// `MINDLITE_INVALID` for a parameter outside MindsDB's set or a table that does not exist.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_create(
+    db: *const Database,
+    project: *const c_char,
+    agent_json: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, spec) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(agent_json, "agent_json")?,
+            )
+        };
+        let spec = json_arg(spec, "agent_json")?;
+        let engine = db.engine();
+        let agent = engine.block_on(engine.create_agent(project, spec))?;
+        let wire = agent.wire();
+        give_optional_json(out_json, &wire)
+    })
+}
+
+/// Updates an agent as MindsDB's PUT does: `changes_json`'s keys shallow-merged into it, a null
+/// dropping a key, a different `name` renaming it. `MINDLITE_NOT_FOUND` for a missing agent
+/// (update never creates), `MINDLITE_CONFLICT` when the new name is taken.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_update(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    changes_json: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name, changes) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+                boundary::text(changes_json, "changes_json")?,
+            )
+        };
+        let changes = json_arg(changes, "changes_json")?;
+        let engine = db.engine();
+        let agent = engine.block_on(engine.update_agent(project, name, changes))?;
+        let wire = agent.wire();
+        give_optional_json(out_json, &wire)
+    })
+}
+
+/// Deletes an agent; `MINDLITE_NOT_FOUND` when there is none of that name.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_delete(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+) -> Status {
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let engine = db.engine();
+        engine.block_on(engine.delete_agent(project, name))?;
+        Ok(())
+    })
+}
+
+/// Asks an agent. `messages_json` is `[{"role": "user", "content": "…"}]` (earlier turns
+/// before it) or the legacy `[{"question": "…", "answer": null}]`; `*out_json` receives
+/// `{"message": {"content": "…", "role": "assistant", "trace_id": "…"}}`. Blocks until the
+/// answer is there; `MINDLITE_UPSTREAM` when the model provider failed or timed out.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_agent_ask(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    messages_json: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name, messages) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+                boundary::text(messages_json, "messages_json")?,
+            )
+        };
+        let messages = json_arg(messages, "messages_json")?;
+        let engine = db.engine();
+        let answer = engine.block_on(engine.ask_agent(project, name, &messages))?;
+        give_json(out_json, &answer.to_wire_json())
+    })
+}
+
+/// Like [`give_json`], for an out-parameter the caller may leave NULL.
+fn give_optional_json(out_json: *mut *mut c_char, value: &impl Serialize) -> Result<(), Failure> {
+    if out_json.is_null() {
+        return Ok(());
+    }
+    give_json(out_json, value)
+}

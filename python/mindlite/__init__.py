@@ -486,6 +486,80 @@ class Connection:
         self._check()
         return cast(Dict[str, Any], _json.loads(self._db.status()))
 
+    def agents(self, project: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The agents of ``project`` (the current project by default), as MindsDB's REST API
+        shows them: ``{"id", "name", "project_id", "created_at", "updated_at", "model", "data",
+        "prompt_template", "params"}``, empty fields left out."""
+        self._check()
+        text = self._db.agents(project or self.current_db)
+        return cast(List[Dict[str, Any]], _json.loads(text))
+
+    def agent(self, name: str, project: Optional[str] = None) -> Dict[str, Any]:
+        """One agent by name (case-insensitive); ``ProgrammingError`` when there is none."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.agent(project or self.current_db, name)))
+
+    def create_agent(
+        self,
+        name: str,
+        *,
+        model: Optional[Mapping[str, Any]] = None,
+        data: Optional[Mapping[str, Any]] = None,
+        prompt_template: Optional[str] = None,
+        params: Optional[Mapping[str, Any]] = None,
+        project: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Creates an agent: ``model`` like ``{"provider": "openai", "model_name": "gpt-4o",
+        "base_url": …, "api_key": …}`` (the configured default model when left out), ``data``
+        like ``{"tables": ["mindsdb.sales", "files.*"]}``, ``params`` like ``{"timeout": 30}``.
+        Returns the agent."""
+        self._check()
+        spec: Dict[str, Any] = {"name": name}
+        for key, value in (
+            ("model", model),
+            ("data", data),
+            ("prompt_template", prompt_template),
+            ("params", params),
+        ):
+            if value is not None:
+                spec[key] = value
+        text = self._db.create_agent(project or self.current_db, _json.dumps(spec))
+        return cast(Dict[str, Any], _json.loads(text))
+
+    def update_agent(
+        self, name: str, changes: Mapping[str, Any], project: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """Updates an agent as MindsDB's PUT does: ``changes`` merged into it key by key, a
+        ``None`` dropping a key, a different ``"name"`` renaming it. Returns the agent."""
+        self._check()
+        text = self._db.update_agent(project or self.current_db, name, _json.dumps(dict(changes)))
+        return cast(Dict[str, Any], _json.loads(text))
+
+    def drop_agent(self, name: str, project: Optional[str] = None) -> None:
+        """Deletes an agent; ``ProgrammingError`` when there is none of that name."""
+        self._check()
+        self._db.delete_agent(project or self.current_db, name)
+
+    def ask_agent(
+        self,
+        name: str,
+        question: Union[str, Sequence[Mapping[str, Any]]],
+        project: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Asks an agent. ``question`` is the text, or a whole conversation as
+        ``[{"role": "user" | "assistant", "content": …}, …]`` ending with the user's turn.
+        Returns ``{"content": answer, "role": "assistant", "trace_id": …}``. The agent runs
+        with the GIL released; Ctrl-C stops it. ``OperationalError`` when its model provider
+        fails or times out."""
+        self._check()
+        messages = (
+            [{"role": "user", "content": question}]
+            if isinstance(question, str)
+            else [dict(m) for m in question]
+        )
+        text = self._db.ask_agent(project or self.current_db, name, _json.dumps(messages))
+        return cast(Dict[str, Any], _json.loads(text)["message"])
+
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""
         self._check()

@@ -195,6 +195,78 @@ impl Database {
         Ok(serde_json::to_string(&project).expect("a project serializes"))
     }
 
+    /// The agents of `project` as JSON text, in MindsDB's shape.
+    fn agents(&self, project: &str) -> PyResult<String> {
+        let agents = self.engine()?.list_agents(project).map_err(to_py)?;
+        let list: Vec<serde_json::Value> = agents.iter().map(|a| a.to_wire_json()).collect();
+        Ok(serde_json::Value::Array(list).to_string())
+    }
+
+    /// One agent as JSON text.
+    fn agent(&self, project: &str, name: &str) -> PyResult<String> {
+        let agent = self.engine()?.get_agent(project, name).map_err(to_py)?;
+        Ok(agent.to_wire_json().to_string())
+    }
+
+    /// Creates an agent from MindsDB's body (JSON text); returns it as JSON text.
+    fn create_agent(&self, py: Python<'_>, project: &str, spec: &str) -> PyResult<String> {
+        let engine = self.engine()?;
+        let spec = json_arg(spec, "agent")?;
+        let (runner, project) = (engine.clone(), project.to_string());
+        let agent = wait(py, &engine, async move {
+            runner.create_agent(&project, spec).await
+        })?
+        .map_err(to_py)?;
+        Ok(agent.to_wire_json().to_string())
+    }
+
+    /// Updates an agent the way MindsDB's PUT does; returns it as JSON text.
+    fn update_agent(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        changes: &str,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let changes = json_arg(changes, "changes")?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        let agent = wait(py, &engine, async move {
+            runner.update_agent(&project, &name, changes).await
+        })?
+        .map_err(to_py)?;
+        Ok(agent.to_wire_json().to_string())
+    }
+
+    /// Deletes an agent.
+    fn delete_agent(&self, py: Python<'_>, project: &str, name: &str) -> PyResult<()> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        wait(py, &engine, async move {
+            runner.delete_agent(&project, &name).await
+        })?
+        .map_err(to_py)
+    }
+
+    /// Asks an agent; `messages` is JSON text. Returns MindsDB's completion body as JSON text.
+    /// The GIL is released while the agent works, and Ctrl-C stops it.
+    fn ask_agent(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        messages: &str,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let messages = json_arg(messages, "messages")?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        let answer = wait(py, &engine, async move {
+            runner.ask_agent(&project, &name, &messages).await
+        })?
+        .map_err(to_py)?;
+        Ok(answer.to_wire_json().to_string())
+    }
+
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
     fn status(&self) -> PyResult<String> {
         let status = self.engine()?.status(true);
@@ -225,4 +297,9 @@ impl Database {
             py.detach(move || engine.close());
         }
     }
+}
+
+fn json_arg(text: &str, what: &str) -> PyResult<serde_json::Value> {
+    serde_json::from_str(text)
+        .map_err(|e| InterfaceError::new_err(format!("'{what}' is not valid JSON: {e}")))
 }

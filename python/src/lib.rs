@@ -88,7 +88,8 @@ pub(crate) fn to_py(err: mindlite::Error) -> PyErr {
         ErrorKind::Unauthorized
         | ErrorKind::Forbidden
         | ErrorKind::QuotaExceeded
-        | ErrorKind::Unavailable => OperationalError::new_err(message),
+        | ErrorKind::Unavailable
+        | ErrorKind::Upstream => OperationalError::new_err(message),
         ErrorKind::Internal => InternalError::new_err(message),
     }
 }

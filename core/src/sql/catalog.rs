@@ -22,6 +22,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use crate::agents::{self, Agent, AGENTS};
 use crate::error::{Error, Result};
 use crate::projects::{self, Project, PROJECTS};
 use crate::store::Store;
@@ -91,6 +92,16 @@ impl Snapshot {
 
     pub(crate) fn table(&self, project: &str, name: &str) -> Result<Option<TableRecord>> {
         tables::get(&self.txn.open_table(TABLES)?, self.tenant, project, name)
+    }
+
+    /// The agents of one project, or of all when `project` is `None`.
+    pub(crate) fn agents(&self, project: Option<&str>) -> Result<Vec<Agent>> {
+        agents::list(&self.txn.open_table(AGENTS)?, self.tenant, project)
+    }
+
+    /// One agent by project and name.
+    pub(crate) fn agent(&self, project: &str, name: &str) -> Result<Option<Agent>> {
+        agents::get_in(&self.txn.open_table(AGENTS)?, self.tenant, project, name)
     }
 
     pub(crate) fn table_schema(&self, id: u64) -> Result<SchemaRef> {
@@ -363,7 +374,8 @@ struct InformationSchema {
     snapshot: Arc<Snapshot>,
 }
 
-const INFO_TABLES: [&str; 3] = ["databases", "tables", "columns"];
+/// The tables of `information_schema`.
+pub(crate) const INFO_TABLES: [&str; 4] = ["databases", "tables", "columns", "agents"];
 
 /// Builds a system table column by column; columns are lower-case for SQL and keep their
 /// upper-case display names (MindsDB's) in field metadata.
@@ -504,6 +516,16 @@ impl InformationSchema {
                             .map(|r| Some(if r.nullable { "YES" } else { "NO" })),
                     )
                     .text("DATA_TYPE", rows.iter().map(|r| Some(r.data_type.as_str())))
+                    .build()?
+            }
+            "agents" => {
+                let agents = snap.agents(None)?;
+                let rows: Vec<[String; 4]> = agents.iter().map(Agent::system_row).collect();
+                SystemTable::default()
+                    .text("NAME", rows.iter().map(|r| Some(r[0].as_str())))
+                    .text("PROJECT", rows.iter().map(|r| Some(r[1].as_str())))
+                    .text("MODEL", rows.iter().map(|r| Some(r[2].as_str())))
+                    .text("PARAMS", rows.iter().map(|r| Some(r[3].as_str())))
                     .build()?
             }
             _ => return Ok(None),

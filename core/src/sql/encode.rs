@@ -442,3 +442,14 @@ fn formatted(array: &dyn Array, row: usize) -> String {
         Err(_) => String::new(),
     }
 }
+
+/// A batch's rows as JSON values, cell by cell as the wire formats write them (for the agent
+/// loop, which shows a few rows to a model).
+pub(crate) fn rows_as_json(batch: &RecordBatch) -> Vec<Vec<serde_json::Value>> {
+    let mut out = vec![b'['];
+    let mut first = true;
+    write_rows(batch, &mut out, &mut first);
+    out.push(b']');
+    // The encoder writes valid JSON (non-finite floats as null), so this cannot fail.
+    serde_json::from_slice(&out).unwrap_or_default()
+}

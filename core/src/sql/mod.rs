@@ -2,6 +2,8 @@
 //! sqlparser), planned by DataFusion against the tenant's catalog at one read snapshot, and run.
 //! Results stream as Arrow record batches; [`encode`] turns them into MindsDB's wire formats.
 
+mod agent_statements;
+mod ask;
 mod catalog;
 mod dml;
 pub mod encode;
@@ -9,9 +11,12 @@ mod names;
 mod order;
 mod parse;
 mod plan_cache;
+mod sandbox;
 mod session;
 
 pub use self::catalog::sql_type_name;
+pub(crate) use self::catalog::{FILES_DB, INFO_TABLES, SYSTEM_DB};
+pub(crate) use self::sandbox::{Allowed, ToolRows};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +36,7 @@ use self::catalog::{Namespace, Snapshot, CATALOG};
 use self::parse::Command;
 use self::plan_cache::{PlanCache, PlanKey};
 use self::session::{Session, Sessions};
+use crate::agents;
 use crate::error::{Error, Result};
 use crate::projects;
 use crate::store::Store;
@@ -242,6 +248,10 @@ fn stored_type(data_type: &DataType) -> DataType {
 /// Runs SQL for the engine.
 pub(crate) struct SqlRunner {
     pub(crate) store: Arc<Store>,
+    /// The engine's configuration (agents read the default model and their limits here).
+    pub(crate) config: crate::Config,
+    /// Connections to LLM providers, shared by every agent.
+    pub(crate) client: reqwest::Client,
     sessions: Arc<Sessions>,
     plans: PlanCache,
     default_project: String,
@@ -264,6 +274,8 @@ impl SqlRunner {
             .build_arc()?;
         Ok(SqlRunner {
             store,
+            config: config.clone(),
+            client: crate::llm::client()?,
             sessions: Arc::new(Sessions::new(runtime, config.query.batch_size.max(1))),
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
@@ -368,6 +380,7 @@ impl SqlRunner {
                     .run(lock, move |_, guard, _| {
                         if projects::remove(&guard.txn, tenant, &name, if_exists, &default)? {
                             tables::drop_all(&guard.txn, tenant, &name)?;
+                            agents::drop_all(&guard.txn, tenant, &name)?;
                         }
                         guard.commit()
                     })
@@ -414,12 +427,9 @@ impl SqlRunner {
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
                 let (names, kind): (Vec<String>, &str) = match snapshot.namespace(&db)? {
                     None => return Err(Error::not_found(format!("Database '{db}' not found"))),
-                    Some(Namespace::System) => (
-                        ["databases", "tables", "columns"]
-                            .map(String::from)
-                            .to_vec(),
-                        "SYSTEM VIEW",
-                    ),
+                    Some(Namespace::System) => {
+                        (INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
+                    }
                     Some(Namespace::Files) => (Vec::new(), "BASE TABLE"),
                     Some(Namespace::Project(p)) => (
                         snapshot
@@ -443,7 +453,73 @@ impl SqlRunner {
                 }
                 text_table(columns)
             }
-            Command::Sql(statement) => self.execute_sql(tenant, context, *statement, cache).await,
+            Command::CreateAgent {
+                project,
+                name,
+                if_not_exists,
+                mut spec,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                spec.insert("name".into(), name.into());
+                let llm = self.config.llm.clone();
+                self.store
+                    .write(move |txn| {
+                        agents::create(txn, tenant, &project, &spec, &llm, if_not_exists)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::AlterAgent {
+                project,
+                name,
+                spec,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.store
+                    .write(move |txn| agents::update(txn, tenant, &project, &name, &spec))
+                    .await?;
+                ok(None)
+            }
+            Command::DropAgent {
+                project,
+                name,
+                if_exists,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.store
+                    .write(move |txn| agents::delete(txn, tenant, &project, &name, if_exists))
+                    .await?;
+                ok(None)
+            }
+            Command::ShowAgents { project } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if snapshot.namespace(&project)?.is_none() {
+                    return Err(Error::not_found(format!("Database '{project}' not found")));
+                }
+                let rows: Vec<[String; 4]> = snapshot
+                    .agents(Some(&project))?
+                    .iter()
+                    .map(agents::Agent::system_row)
+                    .collect();
+                let column = |i: usize| rows.iter().map(|r| Some(r[i].clone())).collect();
+                text_table(vec![
+                    ("NAME", column(0)),
+                    ("PROJECT", column(1)),
+                    ("MODEL", column(2)),
+                    ("PARAMS", column(3)),
+                ])
+            }
+            Command::Sql(mut statement) => {
+                if self
+                    .answer_agent_select(tenant, &context.db, &mut statement)
+                    .await?
+                {
+                    // The answer is spliced into the statement: never reuse its plan.
+                    return self.execute_sql(tenant, context, *statement, None).await;
+                }
+                self.execute_sql(tenant, context, *statement, cache).await
+            }
         }
     }
 
@@ -694,8 +770,7 @@ impl SqlRunner {
                     }
                 }
                 Ok(Some(Namespace::System))
-                    if !["databases", "tables", "columns"]
-                        .contains(&table.to_ascii_lowercase().as_str()) =>
+                    if !INFO_TABLES.contains(&table.to_ascii_lowercase().as_str()) =>
                 {
                     return Error::not_found(format!(
                         "Table '{table}' not found in database: {}",

@@ -37,6 +37,27 @@ pub(crate) enum Command {
     ShowTables { db: Option<String>, full: bool },
     /// `USE db`.
     Use(String),
+    /// `CREATE AGENT [IF NOT EXISTS] [p.]name USING …`; `spec` is the agent's request body.
+    CreateAgent {
+        project: Option<String>,
+        name: String,
+        if_not_exists: bool,
+        spec: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `ALTER AGENT [p.]name USING …`.
+    AlterAgent {
+        project: Option<String>,
+        name: String,
+        spec: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `DROP AGENT [IF EXISTS] [p.]name`.
+    DropAgent {
+        project: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW AGENTS [FROM p]`.
+    ShowAgents { project: Option<String> },
     /// Anything else: standard SQL for DataFusion, parameters already bound.
     Sql(Box<Statement>),
 }
@@ -61,6 +82,10 @@ pub(crate) fn parse(
             .filter(|t| !is_space(t))
             .collect();
         if words.is_empty() {
+            continue;
+        }
+        if let Some(command) = super::agent_statements::agent_command(&words)? {
+            commands.push(command);
             continue;
         }
         if let Some(command) = mindsdb_command(&words)? {
@@ -136,7 +161,7 @@ fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
     out
 }
 
-fn keyword(token: &Token) -> Option<Keyword> {
+pub(crate) fn keyword(token: &Token) -> Option<Keyword> {
     match token {
         Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
         _ => None,

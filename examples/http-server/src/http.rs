@@ -2,6 +2,8 @@
 //! Content-Length or chunked framing, responses with a fixed length or chunked for streams,
 //! keep-alive and pipelining, and limits on head size, body size and idle time.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use mindlite::WireStream;
@@ -53,8 +55,20 @@ impl Request {
 pub enum Body {
     /// A body of known length.
     Full(Vec<u8>),
-    /// A result encoded piece by piece, sent with chunked framing.
-    Stream(WireStream),
+    /// A body produced piece by piece, sent with chunked framing.
+    Stream(Box<dyn Chunks>),
+}
+
+/// A source of body pieces, ending with `None`.
+pub trait Chunks: Send {
+    /// The next piece of the body.
+    fn next_chunk(&mut self) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send + '_>>;
+}
+
+impl Chunks for WireStream {
+    fn next_chunk(&mut self) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send + '_>> {
+        Box::pin(WireStream::next_chunk(self))
+    }
 }
 
 /// A response to send.
@@ -358,8 +372,11 @@ impl Connection {
         }
         match response.body {
             Body::Full(body) => {
-                head.extend_from_slice(b"\r\ncontent-length: ");
-                head.extend_from_slice(body.len().to_string().as_bytes());
+                // RFC 9110 §8.6: no Content-Length on a 204.
+                if response.status != 204 {
+                    head.extend_from_slice(b"\r\ncontent-length: ");
+                    head.extend_from_slice(body.len().to_string().as_bytes());
+                }
                 head.extend_from_slice(b"\r\n\r\n");
                 head.extend_from_slice(&body);
                 self.write_all(&head).await
@@ -496,6 +513,7 @@ pub fn reason(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Unknown",
     }

@@ -2,6 +2,7 @@
 //! clients (`mindsdb_sdk`, curl scripts) work unchanged. tokio for I/O, `httparse` for requests;
 //! every decision is the engine's, this binary only translates HTTP to engine calls and back.
 
+mod agents;
 mod http;
 mod routes;
 

@@ -4,6 +4,7 @@
 use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
 
+use crate::agents;
 use crate::http::{reason, Body, Request, Response};
 
 const JSON: &str = "application/json";
@@ -22,12 +23,12 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             )
         }
     };
-    if method != route.method() {
+    if !route.methods().contains(&method) {
         return problem(
             405,
             &format!("The method {method} is not allowed for {path}"),
         )
-        .with_header("allow", route.method());
+        .with_header("allow", route.methods().join(", "));
     }
     if route.needs_auth() && engine.auth_required() {
         let verified = bearer(request)
@@ -69,6 +70,14 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
         }
         // The local edition has no cloud login; a 404 sends MindsDB's SDK on to /api/login.
         Route::CloudLogin => problem(404, "This server has no cloud login; use /api/login"),
+        Route::Agents(project) => match decode(project) {
+            Ok(project) => agents::collection(engine, request, &project).await,
+            Err(e) => error_response(&e),
+        },
+        Route::Agent(project, name, action) => match (decode(project), decode(name)) {
+            (Ok(project), Ok(name)) => agents::one(engine, request, &project, &name, action).await,
+            (Err(e), _) | (_, Err(e)) => error_response(&e),
+        },
     }
 }
 
@@ -82,6 +91,21 @@ enum Route<'a> {
     Login,
     Logout,
     CloudLogin,
+    /// `/api/projects/{p}/agents`
+    Agents(&'a str),
+    /// `/api/projects/{p}/agents/{name}[/completions[/stream]]`
+    Agent(&'a str, &'a str, AgentAction),
+}
+
+/// What is asked of one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentAction {
+    /// GET, PUT or DELETE the record.
+    Record,
+    /// POST a question, get the answer.
+    Completion,
+    /// POST a question, follow the answer as server-sent events.
+    CompletionStream,
 }
 
 impl<'a> Route<'a> {
@@ -95,20 +119,35 @@ impl<'a> Route<'a> {
             "/api/logout" => Route::Logout,
             "/cloud/login" => Route::CloudLogin,
             _ => {
-                let name = path.strip_prefix("/api/projects/")?;
-                let name = name.strip_suffix('/').unwrap_or(name);
-                if name.is_empty() || name.contains('/') {
+                let rest = path.strip_prefix("/api/projects/")?;
+                let rest = rest.strip_suffix('/').unwrap_or(rest);
+                let parts: Vec<&str> = rest.split('/').collect();
+                if parts.iter().any(|p| p.is_empty()) {
                     return None;
                 }
-                Route::Project(name)
+                match parts.as_slice() {
+                    [project] => Route::Project(project),
+                    [project, "agents"] => Route::Agents(project),
+                    [project, "agents", name] => Route::Agent(project, name, AgentAction::Record),
+                    [project, "agents", name, "completions"] => {
+                        Route::Agent(project, name, AgentAction::Completion)
+                    }
+                    [project, "agents", name, "completions", "stream"] => {
+                        Route::Agent(project, name, AgentAction::CompletionStream)
+                    }
+                    _ => return None,
+                }
             }
         })
     }
 
-    fn method(&self) -> &'static str {
+    fn methods(&self) -> &'static [&'static str] {
         match self {
-            Route::SqlQuery | Route::Login | Route::Logout | Route::CloudLogin => "POST",
-            Route::Status | Route::Ping | Route::Projects | Route::Project(_) => "GET",
+            Route::SqlQuery | Route::Login | Route::Logout | Route::CloudLogin => &["POST"],
+            Route::Status | Route::Ping | Route::Projects | Route::Project(_) => &["GET"],
+            Route::Agents(_) => &["GET", "POST"],
+            Route::Agent(_, _, AgentAction::Record) => &["GET", "PUT", "DELETE"],
+            Route::Agent(_, _, _) => &["POST"],
         }
     }
 
@@ -133,7 +172,7 @@ async fn sql_query(engine: &Engine, request: &Request) -> Response {
             status: 200,
             content_type: Some(format.content_type()),
             headers: Vec::new(),
-            body: Body::Stream(WireStream::new(result, format)),
+            body: Body::Stream(Box::new(WireStream::new(result, format))),
         },
     }
 }
@@ -173,7 +212,7 @@ fn unauthorized() -> Error {
     )
 }
 
-fn decode(segment: &str) -> mindlite::Result<String> {
+pub(crate) fn decode(segment: &str) -> mindlite::Result<String> {
     percent_encoding::percent_decode_str(segment)
         .decode_utf8()
         .map(|s| s.into_owned())
@@ -190,11 +229,12 @@ pub fn status_of(kind: ErrorKind) -> u16 {
         ErrorKind::Conflict => 409,
         ErrorKind::QuotaExceeded => 429,
         ErrorKind::Unavailable => 503,
+        ErrorKind::Upstream => 502,
         ErrorKind::Internal => 500,
     }
 }
 
-fn error_response(error: &Error) -> Response {
+pub(crate) fn error_response(error: &Error) -> Response {
     problem(status_of(error.kind()), error.message())
 }
 
@@ -212,6 +252,11 @@ pub fn problem(status: u16, detail: &str) -> Response {
         404 => "Not found",
         other => reason(other),
     };
+    titled_problem(status, title, detail)
+}
+
+/// A problem+json response with MindsDB's title for the case ("Agent not found", …).
+pub fn titled_problem(status: u16, title: &str, detail: &str) -> Response {
     let timestamp = chrono::Utc::now()
         .format("%Y-%m-%d %H:%M:%S%.6f")
         .to_string();
@@ -226,7 +271,7 @@ pub fn problem(status: u16, detail: &str) -> Response {
     .with_content_type(PROBLEM)
 }
 
-fn json_response(status: u16, value: &impl serde::Serialize) -> Response {
+pub(crate) fn json_response(status: u16, value: &impl serde::Serialize) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => Response::full(status, JSON, body),
         Err(e) => problem(500, &format!("cannot encode the response: {e}")),

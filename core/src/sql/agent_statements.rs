@@ -1,0 +1,334 @@
+//! MindsDB's agent statements, read on tokens: `CREATE AGENT [IF NOT EXISTS] [p.]a USING …`,
+//! `ALTER AGENT [p.]a USING …`, `DROP AGENT [IF EXISTS] [p.]a`, `SHOW AGENTS [FROM p]`. `USING`
+//! takes `key = value` pairs whose values are strings, numbers, booleans or JSON-like objects
+//! and lists (`{"tables": ["db.t"]}`, also with single quotes, as MindsDB's docs write them).
+//! The flat form's model keys (`model_name = …, provider = …`) are gathered into `model`.
+
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::Token;
+use serde_json::{Map, Value};
+
+use super::parse::{keyword, Command};
+use crate::error::{Error, Result};
+
+/// Keys of the flat form that belong inside `model`.
+const MODEL_KEYS: [&str; 4] = ["model_name", "provider", "api_key", "base_url"];
+/// Keys of the flat form that belong inside `params`.
+const PARAM_KEYS: [&str; 2] = ["timeout", "mode"];
+
+/// Recognises an agent statement; `None` when `words` is something else.
+pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
+    let is = |k: usize, text: &str| matches!(words.get(k), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text));
+    let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
+    match kw(0) {
+        Some(Keyword::CREATE) if is(1, "AGENT") => {
+            let (if_not_exists, k) = if kw(2) == Some(Keyword::IF)
+                && kw(3) == Some(Keyword::NOT)
+                && kw(4) == Some(Keyword::EXISTS)
+            {
+                (true, 5)
+            } else {
+                (false, 2)
+            };
+            let (project, name, k) = agent_name(words, k)?;
+            let spec = using(words, k)?;
+            Ok(Some(Command::CreateAgent {
+                project,
+                name,
+                if_not_exists,
+                spec,
+            }))
+        }
+        Some(Keyword::ALTER) if is(1, "AGENT") => {
+            let (project, name, k) = agent_name(words, 2)?;
+            let spec = using(words, k)?;
+            Ok(Some(Command::AlterAgent {
+                project,
+                name,
+                spec,
+            }))
+        }
+        Some(Keyword::DROP) if is(1, "AGENT") => {
+            let (if_exists, k) = if kw(2) == Some(Keyword::IF) && kw(3) == Some(Keyword::EXISTS) {
+                (true, 4)
+            } else {
+                (false, 2)
+            };
+            let (project, name, k) = agent_name(words, k)?;
+            end_at(words, k)?;
+            Ok(Some(Command::DropAgent {
+                project,
+                name,
+                if_exists,
+            }))
+        }
+        Some(Keyword::SHOW) if is(1, "AGENTS") => {
+            let project = if matches!(kw(2), Some(Keyword::FROM | Keyword::IN)) {
+                let project = word(words, 3, "a project name")?;
+                end_at(words, 4)?;
+                Some(project.to_ascii_lowercase())
+            } else {
+                end_at(words, 2)?;
+                None
+            };
+            Ok(Some(Command::ShowAgents { project }))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn word(words: &[&Token], k: usize, what: &str) -> Result<String> {
+    match words.get(k) {
+        Some(Token::Word(w)) => Ok(w.value.clone()),
+        Some(other) => Err(Error::invalid(format!("Expected {what}, found '{other}'"))),
+        None => Err(Error::invalid(format!("Expected {what}"))),
+    }
+}
+
+fn end_at(words: &[&Token], k: usize) -> Result<()> {
+    match words.get(k) {
+        None => Ok(()),
+        Some(extra) => Err(Error::invalid(format!(
+            "Unexpected '{extra}' after the statement"
+        ))),
+    }
+}
+
+/// `[project.]name` at `k`; returns the parts and the position after them.
+fn agent_name(words: &[&Token], k: usize) -> Result<(Option<String>, String, usize)> {
+    let first = word(words, k, "an agent name")?;
+    if words.get(k + 1) == Some(&&Token::Period) {
+        let name = word(words, k + 2, "an agent name after the project")?;
+        Ok((Some(first.to_ascii_lowercase()), name, k + 3))
+    } else {
+        Ok((None, first, k + 1))
+    }
+}
+
+/// `USING key = value, …` (or nothing) up to the end, as an agent request body.
+fn using(words: &[&Token], mut k: usize) -> Result<Map<String, Value>> {
+    let mut spec = Map::new();
+    if k == words.len() {
+        return Ok(spec);
+    }
+    if keyword(words[k]) != Some(Keyword::USING) {
+        return Err(Error::invalid(format!(
+            "Expected USING key = value, … after the agent name, found '{}'",
+            words[k]
+        )));
+    }
+    k += 1;
+    let mut model = Map::new();
+    let mut params = Map::new();
+    loop {
+        let key = word(words, k, "a parameter name after USING")?.to_ascii_lowercase();
+        if words.get(k + 1) != Some(&&Token::Eq) {
+            return Err(Error::invalid(format!("Expected '=' after '{key}'")));
+        }
+        k += 2;
+        let value = json_value(words, &mut k)?;
+        if MODEL_KEYS.contains(&key.as_str()) {
+            model.insert(key, value);
+        } else if PARAM_KEYS.contains(&key.as_str()) {
+            params.insert(key, value);
+        } else if spec.insert(key.clone(), value).is_some() {
+            return Err(Error::invalid(format!("Parameter '{key}' is given twice")));
+        }
+        match words.get(k) {
+            None => break,
+            Some(Token::Comma) => k += 1,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "Expected ',' between USING parameters, found '{other}'"
+                )))
+            }
+        }
+    }
+    if !model.is_empty() {
+        match spec.get_mut("model") {
+            Some(Value::Object(given)) => given.extend(model),
+            Some(_) => return Err(Error::invalid("'model' must be an object")),
+            None => {
+                spec.insert("model".into(), Value::Object(model));
+            }
+        }
+    }
+    if !params.is_empty() {
+        spec.insert("params".into(), Value::Object(params));
+    }
+    Ok(spec)
+}
+
+/// A JSON-like value on tokens: strings in either quote, numbers, true/false/null, objects and lists.
+fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
+    let token = words
+        .get(*k)
+        .ok_or_else(|| Error::invalid("Expected a value at the end of the statement"))?;
+    *k += 1;
+    match token {
+        Token::SingleQuotedString(s) => Ok(Value::String(s.clone())),
+        Token::Word(w) if w.quote_style.is_some() => Ok(Value::String(w.value.clone())),
+        Token::Number(n, _) => number(n),
+        Token::Minus => match words.get(*k) {
+            Some(Token::Number(n, _)) => {
+                *k += 1;
+                number(&format!("-{n}"))
+            }
+            _ => Err(Error::invalid("Expected a number after '-'")),
+        },
+        Token::Word(w) => match w.value.to_ascii_lowercase().as_str() {
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            "null" | "none" => Ok(Value::Null),
+            other => Err(Error::invalid(format!(
+                "Expected a value, found '{other}' (quote text as 'text')"
+            ))),
+        },
+        Token::LBrace => {
+            let mut object = Map::new();
+            if words.get(*k) == Some(&&Token::RBrace) {
+                *k += 1;
+                return Ok(Value::Object(object));
+            }
+            loop {
+                let key = match json_value(words, k)? {
+                    Value::String(key) => key,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "Object keys must be quoted text, found {other}"
+                        )))
+                    }
+                };
+                if words.get(*k) != Some(&&Token::Colon) {
+                    return Err(Error::invalid(format!(
+                        "Expected ':' after the key '{key}'"
+                    )));
+                }
+                *k += 1;
+                let value = json_value(words, k)?;
+                object.insert(key, value);
+                match words.get(*k) {
+                    Some(Token::Comma) => *k += 1,
+                    Some(Token::RBrace) => {
+                        *k += 1;
+                        return Ok(Value::Object(object));
+                    }
+                    _ => return Err(Error::invalid("Expected ',' or '}' in an object")),
+                }
+            }
+        }
+        Token::LBracket => {
+            let mut list = Vec::new();
+            if words.get(*k) == Some(&&Token::RBracket) {
+                *k += 1;
+                return Ok(Value::Array(list));
+            }
+            loop {
+                list.push(json_value(words, k)?);
+                match words.get(*k) {
+                    Some(Token::Comma) => *k += 1,
+                    Some(Token::RBracket) => {
+                        *k += 1;
+                        return Ok(Value::Array(list));
+                    }
+                    _ => return Err(Error::invalid("Expected ',' or ']' in a list")),
+                }
+            }
+        }
+        other => Err(Error::invalid(format!("Expected a value, found '{other}'"))),
+    }
+}
+
+fn number(text: &str) -> Result<Value> {
+    serde_json::from_str::<serde_json::Number>(text)
+        .map(Value::Number)
+        .map_err(|_| Error::invalid(format!("'{text}' is not a number")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::super::parse::parse;
+    use super::*;
+
+    fn command(sql: &str) -> Command {
+        parse(sql, &HashMap::new(), &HashMap::new())
+            .unwrap()
+            .pop()
+            .unwrap()
+    }
+
+    #[test]
+    fn create_agent_reads_objects_in_both_quote_styles() {
+        let Command::CreateAgent { project, name, if_not_exists, spec } = command(
+            "CREATE AGENT IF NOT EXISTS p.Bot USING model = {\"provider\": \"openai\", 'model_name': 'gpt-4o', \"temperature\": -0.5}, \
+             data = {\"tables\": [\"p.t\", 'p.*']}, prompt_template = 'it\\'s you', timeout = 30",
+        ) else {
+            panic!("not CreateAgent")
+        };
+        assert_eq!(
+            (project.as_deref(), name.as_str(), if_not_exists),
+            (Some("p"), "Bot", true)
+        );
+        assert_eq!(
+            Value::Object(spec),
+            serde_json::json!({
+                "model": {"provider": "openai", "model_name": "gpt-4o", "temperature": -0.5},
+                "data": {"tables": ["p.t", "p.*"]},
+                "prompt_template": "it's you",
+                "params": {"timeout": 30}
+            })
+        );
+    }
+
+    #[test]
+    fn the_flat_form_gathers_model_keys() {
+        let Command::CreateAgent { spec, project, .. } =
+            command("create agent a using provider = 'openai', model_name = 'm', base_url = 'http://127.0.0.1:1/v1'")
+        else {
+            panic!("not CreateAgent")
+        };
+        assert_eq!(project, None);
+        assert_eq!(
+            Value::Object(spec),
+            serde_json::json!({"model": {"provider": "openai", "model_name": "m", "base_url": "http://127.0.0.1:1/v1"}})
+        );
+    }
+
+    #[test]
+    fn other_agent_statements() {
+        assert!(matches!(
+            command("ALTER AGENT a USING prompt_template = 'x'"),
+            Command::AlterAgent { .. }
+        ));
+        assert!(matches!(
+            command("DROP AGENT IF EXISTS p.a"),
+            Command::DropAgent {
+                if_exists: true,
+                ..
+            }
+        ));
+        assert!(
+            matches!(command("SHOW AGENTS FROM P"), Command::ShowAgents { project: Some(p) } if p == "p")
+        );
+        assert!(matches!(
+            command("show agents"),
+            Command::ShowAgents { project: None }
+        ));
+        let err = parse(
+            "CREATE AGENT a USING model = {\"x\" 1}",
+            &HashMap::new(),
+            &HashMap::new(),
+        )
+        .unwrap_err();
+        assert!(err.message().contains("':'"), "{err}");
+        let err = parse(
+            "CREATE AGENT a WITH x = 1",
+            &HashMap::new(),
+            &HashMap::new(),
+        )
+        .unwrap_err();
+        assert!(err.message().contains("USING"), "{err}");
+    }
+}

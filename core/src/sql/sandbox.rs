@@ -1,0 +1,204 @@
+//! Read-only queries for agents' `sql_query` tool (DESIGN §6): one SELECT, naming only tables
+//! the agent was given, planned to a pure query (no DDL, DML or statements), cut at a row limit
+//! and stopped at a time limit. Refusals are [`ErrorKind::Forbidden`] errors whose message
+//! starts "Query refused", which the agent loop hands back to the model.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::TableReference;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::StreamExt;
+
+use super::catalog::{Namespace, Snapshot, CATALOG};
+use super::parse::{self, Command};
+use super::{encode, names, order, SqlRunner};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tenant::TenantId;
+
+/// The tables an agent may read: `(db, table)` pairs, lower case, `*` for every table of `db`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Allowed(pub(crate) Vec<(String, String)>);
+
+impl Allowed {
+    fn permits(&self, db: &str, table: &str) -> bool {
+        let (db, table) = (db.to_ascii_lowercase(), table.to_ascii_lowercase());
+        self.0
+            .iter()
+            .any(|(d, t)| *d == db && (t == "*" || *t == table))
+    }
+}
+
+/// A table an agent may read, as its system prompt describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TableShape {
+    pub(crate) db: String,
+    pub(crate) table: String,
+    /// (name, SQL type) per column.
+    pub(crate) columns: Vec<(String, String)>,
+}
+
+/// Rows a tool query returned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolRows {
+    pub(crate) column_names: Vec<String>,
+    /// SQL type names, one per column.
+    pub(crate) column_types: Vec<String>,
+    pub(crate) rows: Vec<Vec<serde_json::Value>>,
+    /// More rows existed than the limit let through.
+    pub(crate) truncated: bool,
+}
+
+pub(crate) fn refused(why: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Forbidden, format!("Query refused: {why}"))
+}
+
+impl SqlRunner {
+    /// The stored tables `allowed` names that exist now, with their columns' names and SQL
+    /// types, by database and name.
+    pub(crate) fn tables_matching(
+        &self,
+        tenant: TenantId,
+        allowed: &Allowed,
+    ) -> Result<Vec<TableShape>> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let mut out = Vec::new();
+        let mut dbs: Vec<&String> = allowed.0.iter().map(|(db, _)| db).collect();
+        dbs.sort();
+        dbs.dedup();
+        for db in dbs {
+            let Some(Namespace::Project(project)) = snapshot.namespace(db)? else {
+                continue;
+            };
+            for table in snapshot.tables(&project.name)? {
+                if !allowed.permits(db, &table.name) {
+                    continue;
+                }
+                let schema = snapshot.table_schema(table.id)?;
+                let columns = schema
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name().clone(), super::sql_type_name(f.data_type())))
+                    .collect();
+                out.push(TableShape {
+                    db: project.name.clone(),
+                    table: table.name,
+                    columns,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs `sql` for an agent whose current database is `db` and that may read `allowed`.
+    pub(crate) async fn sandboxed_query(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        allowed: &Allowed,
+        row_limit: usize,
+        timeout: Duration,
+    ) -> Result<ToolRows> {
+        let run = self.sandboxed(tenant, db, sql, allowed, row_limit);
+        match tokio::time::timeout(timeout, run).await {
+            Ok(rows) => rows,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "The query did not finish within {} s and was stopped",
+                    timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    async fn sandboxed(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        allowed: &Allowed,
+        row_limit: usize,
+    ) -> Result<ToolRows> {
+        let mut commands = parse::parse(sql, &HashMap::new(), &HashMap::new())?;
+        let statement = match (commands.pop(), commands.is_empty()) {
+            (Some(Command::Sql(statement)), true) => *statement,
+            (Some(_), true) => return Err(refused("only SELECT queries may run")),
+            _ => return Err(refused("send one SELECT statement at a time")),
+        };
+        if !matches!(statement, Statement::Query(_)) {
+            return Err(refused(
+                "only SELECT queries may run; nothing may be changed",
+            ));
+        }
+        let hints = names::hints(&statement);
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let state = self.session(snapshot, db, self.target_partitions);
+        let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        for reference in state.resolve_table_references(&statement)? {
+            let (schema, table) = match &reference {
+                TableReference::Bare { table } => (db.to_string(), table.to_string()),
+                TableReference::Partial { schema, table } => {
+                    (schema.to_string(), table.to_string())
+                }
+                TableReference::Full {
+                    catalog,
+                    schema,
+                    table,
+                } if catalog.as_ref() == CATALOG => (schema.to_string(), table.to_string()),
+                TableReference::Full { .. } => {
+                    return Err(refused(format!(
+                        "'{reference}' is not one of this agent's tables"
+                    )))
+                }
+            };
+            if !allowed.permits(&schema, &table) {
+                return Err(refused(format!(
+                    "'{schema}.{table}' is not one of this agent's tables"
+                )));
+            }
+        }
+        let plan = state.statement_to_plan(statement).await?;
+        if matches!(
+            plan,
+            LogicalPlan::Ddl(_)
+                | LogicalPlan::Dml(_)
+                | LogicalPlan::Statement(_)
+                | LogicalPlan::Copy(_)
+        ) {
+            return Err(refused(
+                "only SELECT queries may run; nothing may be changed",
+            ));
+        }
+        let physical = state.create_physical_plan(&plan).await?;
+        let schema = physical.schema();
+        let column_names = names::column_names(&schema, hints.as_deref(), names::Purpose::Show);
+        let column_types = schema
+            .fields()
+            .iter()
+            .map(|f| super::sql_type_name(f.data_type()))
+            .collect();
+        let mut stream = order::execute(physical, state.task_ctx())?;
+        let mut rows = Vec::new();
+        let mut truncated = false;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let room = row_limit - rows.len();
+            if batch.num_rows() > room {
+                rows.extend(encode::rows_as_json(&batch.slice(0, room)));
+                truncated = true;
+                break;
+            }
+            rows.extend(encode::rows_as_json(&batch));
+        }
+        Ok(ToolRows {
+            column_names,
+            column_types,
+            rows,
+            truncated,
+        })
+    }
+}
