@@ -284,17 +284,9 @@ fn tool_calls_that_would_write_are_refused_and_change_nothing() {
             "{write}: {tool}"
         );
     }
-    let rows = engine
-        .sql_blocking("SELECT count(*), sum(amount) FROM sales")
-        .unwrap();
-    let batch = &rows.batches[0];
     assert_eq!(
-        mindlite::arrow::util::pretty::pretty_format_batches(&[batch.clone()])
-            .unwrap()
-            .to_string()
-            .matches("60")
-            .count(),
-        1
+        cells(&engine, "SELECT count(*), sum(amount) FROM sales"),
+        [["3", "60"]]
     );
     assert!(engine.sql_blocking("SELECT * FROM copy").is_err());
 }
