@@ -76,17 +76,21 @@ impl AgentEvent {
 /// `", "` between items and `": "` after keys, as Python's `json.dumps` writes them.
 struct PythonSpacing;
 
+fn separate<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
+    }
+}
+
 impl serde_json::ser::Formatter for PythonSpacing {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separate(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -94,11 +98,7 @@ impl serde_json::ser::Formatter for PythonSpacing {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separate(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(

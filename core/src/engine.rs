@@ -374,15 +374,7 @@ impl Engine {
     /// The agents of `project`, by name.
     pub fn list_agents(&self, project: &str) -> Result<Vec<Agent>> {
         let txn = self.inner.sql.store.read()?;
-        if projects::get(
-            &txn.open_table(projects::PROJECTS)?,
-            TenantId::LOCAL,
-            project,
-        )?
-        .is_none()
-        {
-            return Err(agents::project_missing(project));
-        }
+        require_project(&txn, project)?;
         agents::list(
             &txn.open_table(agents::AGENTS)?,
             TenantId::LOCAL,
@@ -393,15 +385,7 @@ impl Engine {
     /// One agent by name (case-insensitive).
     pub fn get_agent(&self, project: &str, name: &str) -> Result<Agent> {
         let txn = self.inner.sql.store.read()?;
-        if projects::get(
-            &txn.open_table(projects::PROJECTS)?,
-            TenantId::LOCAL,
-            project,
-        )?
-        .is_none()
-        {
-            return Err(agents::project_missing(project));
-        }
+        require_project(&txn, project)?;
         agents::get_in(
             &txn.open_table(agents::AGENTS)?,
             TenantId::LOCAL,
@@ -551,6 +535,15 @@ impl AgentStream {
     /// The next event; `None` after [`AgentEvent::End`].
     pub async fn next_event(&mut self) -> Option<AgentEvent> {
         self.receiver.recv().await
+    }
+}
+
+/// Fails with MindsDB's "Project with name … does not exist" unless `project` exists.
+fn require_project(txn: &redb::ReadTransaction, project: &str) -> Result<()> {
+    let table = txn.open_table(projects::PROJECTS)?;
+    match projects::get(&table, TenantId::LOCAL, project)? {
+        Some(_) => Ok(()),
+        None => Err(agents::project_missing(project)),
     }
 }
 

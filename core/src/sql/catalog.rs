@@ -119,6 +119,25 @@ impl Snapshot {
     }
 }
 
+/// The (database, table) a table reference names when the current database is `db`; `None`
+/// for a reference into another catalog.
+pub(crate) fn db_and_table(
+    reference: &datafusion::common::TableReference,
+    db: &str,
+) -> Option<(String, String)> {
+    use datafusion::common::TableReference;
+    match reference {
+        TableReference::Bare { table } => Some((db.to_string(), table.to_string())),
+        TableReference::Partial { schema, table } => Some((schema.to_string(), table.to_string())),
+        TableReference::Full {
+            catalog,
+            schema,
+            table,
+        } if catalog.as_ref() == CATALOG => Some((schema.to_string(), table.to_string())),
+        TableReference::Full { .. } => None,
+    }
+}
+
 /// The catalog DataFusion resolves `db.table` names in.
 #[derive(Debug)]
 pub(crate) struct TenantCatalog {

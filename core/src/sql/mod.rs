@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::TableReference;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState};
@@ -32,7 +31,7 @@ use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::ast::Statement;
 use serde::{Deserialize, Serialize};
 
-use self::catalog::{Namespace, Snapshot, CATALOG};
+use self::catalog::{Namespace, Snapshot};
 use self::parse::Command;
 use self::plan_cache::{PlanCache, PlanKey};
 use self::session::{Session, Sessions};
@@ -745,19 +744,9 @@ impl SqlRunner {
             return error;
         };
         for reference in references {
-            let (schema, table) = match &reference {
-                TableReference::Bare { table } => (db.to_string(), table.to_string()),
-                TableReference::Partial { schema, table } => {
-                    (schema.to_string(), table.to_string())
-                }
-                TableReference::Full {
-                    catalog,
-                    schema,
-                    table,
-                } if catalog.as_ref() == CATALOG => (schema.to_string(), table.to_string()),
-                TableReference::Full { catalog, .. } => {
-                    return Error::not_found(format!("Database '{catalog}' not found"))
-                }
+            let Some((schema, table)) = catalog::db_and_table(&reference, db) else {
+                let catalog = reference.catalog().unwrap_or_default();
+                return Error::not_found(format!("Database '{catalog}' not found"));
             };
             match snapshot.namespace(&schema) {
                 Ok(None) => return Error::not_found(format!("Database '{schema}' not found")),

@@ -7,12 +7,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::common::TableReference;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
-use super::catalog::{Namespace, Snapshot, CATALOG};
+use super::catalog::{db_and_table, Namespace, Snapshot};
 use super::parse::{self, Command};
 use super::{encode, names, order, SqlRunner};
 use crate::error::{Error, ErrorKind, Result};
@@ -139,21 +138,10 @@ impl SqlRunner {
         let state = self.session(snapshot, db, self.target_partitions);
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         for reference in state.resolve_table_references(&statement)? {
-            let (schema, table) = match &reference {
-                TableReference::Bare { table } => (db.to_string(), table.to_string()),
-                TableReference::Partial { schema, table } => {
-                    (schema.to_string(), table.to_string())
-                }
-                TableReference::Full {
-                    catalog,
-                    schema,
-                    table,
-                } if catalog.as_ref() == CATALOG => (schema.to_string(), table.to_string()),
-                TableReference::Full { .. } => {
-                    return Err(refused(format!(
-                        "'{reference}' is not one of this agent's tables"
-                    )))
-                }
+            let Some((schema, table)) = db_and_table(&reference, db) else {
+                return Err(refused(format!(
+                    "'{reference}' is not one of this agent's tables"
+                )));
             };
             if !allowed.permits(&schema, &table) {
                 return Err(refused(format!(
