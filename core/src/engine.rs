@@ -356,9 +356,9 @@ impl Engine {
 
     /// Creates an agent in `project` from MindsDB's request body (`{"name", "model", "data",
     /// "prompt_template", "params"}`, or the legacy top-level `model_name` and `provider`).
-    /// Without a model the configured default is recorded. Errors: an unknown project or a
-    /// missing table is [`ErrorKind::NotFound`](crate::ErrorKind), a taken name `Conflict`,
-    /// a missing name or a parameter outside MindsDB's set `InvalidInput`.
+    /// Without a model the configured default is recorded. Errors: an unknown project is
+    /// [`ErrorKind::NotFound`](crate::ErrorKind), a taken name `Conflict`; a missing name, a
+    /// parameter outside MindsDB's set or a table that does not exist `InvalidInput`.
     pub async fn create_agent(&self, project: &str, spec: serde_json::Value) -> Result<Agent> {
         let spec = body_object(spec)?;
         let (project, llm) = (project.to_string(), self.inner.config.llm.clone());
@@ -436,15 +436,7 @@ impl Engine {
         let agent = self.get_agent(project, name)?;
         let messages = agent_loop::read_messages(messages)?;
         let inner = Arc::clone(&self.inner);
-        let task = async move {
-            let asker = Asker {
-                sql: &inner.sql,
-                client: &inner.sql.client,
-                config: &inner.config,
-                tenant: TenantId::LOCAL,
-            };
-            asker.answer(&agent, messages, None).await
-        };
+        let task = async move { asker(&inner).answer(&agent, messages, None).await };
         // Aborted when the caller stops waiting (a dropped request, Ctrl-C in Python), so a
         // question nobody waits for stops calling the provider.
         let mut task = AbortOnDrop(self.inner.handle.spawn(task));
@@ -468,13 +460,7 @@ impl Engine {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);
         let task = self.inner.handle.spawn(async move {
-            let asker = Asker {
-                sql: &inner.sql,
-                client: &inner.sql.client,
-                config: &inner.config,
-                tenant: TenantId::LOCAL,
-            };
-            if let Err(e) = asker.answer(&agent, messages, Some(&sender)).await {
+            if let Err(e) = asker(&inner).answer(&agent, messages, Some(&sender)).await {
                 let _ = sender.send(AgentEvent::Error(e.message().to_string()));
             }
             let _ = sender.send(AgentEvent::End);
@@ -544,6 +530,16 @@ fn require_project(txn: &redb::ReadTransaction, project: &str) -> Result<()> {
     match projects::get(&table, TenantId::LOCAL, project)? {
         Some(_) => Ok(()),
         None => Err(agents::project_missing(project)),
+    }
+}
+
+/// What answering a question needs, borrowed from the engine (local edition: one tenant).
+fn asker(inner: &Inner) -> Asker<'_> {
+    Asker {
+        sql: &inner.sql,
+        client: &inner.sql.client,
+        config: &inner.config,
+        tenant: TenantId::LOCAL,
     }
 }
 

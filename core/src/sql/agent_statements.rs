@@ -8,7 +8,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use serde_json::{Map, Value};
 
-use super::parse::{keyword, Command};
+use super::parse::{if_exists_at, keyword, Command};
 use crate::error::{Error, Result};
 
 /// Keys of the flat form that belong inside `model`.
@@ -22,14 +22,7 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
     let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
     match kw(0) {
         Some(Keyword::CREATE) if is(1, "AGENT") => {
-            let (if_not_exists, k) = if kw(2) == Some(Keyword::IF)
-                && kw(3) == Some(Keyword::NOT)
-                && kw(4) == Some(Keyword::EXISTS)
-            {
-                (true, 5)
-            } else {
-                (false, 2)
-            };
+            let (if_not_exists, k) = if_exists_at(words, 2, true);
             let (project, name, k) = agent_name(words, k)?;
             let spec = using(words, k)?;
             Ok(Some(Command::CreateAgent {
@@ -49,11 +42,7 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
             }))
         }
         Some(Keyword::DROP) if is(1, "AGENT") => {
-            let (if_exists, k) = if kw(2) == Some(Keyword::IF) && kw(3) == Some(Keyword::EXISTS) {
-                (true, 4)
-            } else {
-                (false, 2)
-            };
+            let (if_exists, k) = if_exists_at(words, 2, false);
             let (project, name, k) = agent_name(words, k)?;
             end_at(words, k)?;
             Ok(Some(Command::DropAgent {

@@ -168,6 +168,26 @@ pub(crate) fn keyword(token: &Token) -> Option<Keyword> {
     }
 }
 
+/// Reads an optional `IF NOT EXISTS` (`not` set) or `IF EXISTS` at word `k`: whether it was
+/// there, and the index of the word after it.
+pub(crate) fn if_exists_at(words: &[&Token], k: usize, not: bool) -> (bool, usize) {
+    let kw = |i: usize| words.get(i).and_then(|t| keyword(t));
+    let tail: &[Keyword] = if not {
+        &[Keyword::IF, Keyword::NOT, Keyword::EXISTS]
+    } else {
+        &[Keyword::IF, Keyword::EXISTS]
+    };
+    if tail
+        .iter()
+        .enumerate()
+        .all(|(i, want)| kw(k + i) == Some(*want))
+    {
+        (true, k + tail.len())
+    } else {
+        (false, k)
+    }
+}
+
 fn is_word(token: &Token, text: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text))
 }
@@ -274,14 +294,7 @@ fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
     match kw(0) {
         Some(Keyword::CREATE) if is_db_word(1) => {
             let is_project = words.get(1).is_some_and(|t| is_word(t, "PROJECT"));
-            let (if_not_exists, k) = if kw(2) == Some(Keyword::IF)
-                && kw(3) == Some(Keyword::NOT)
-                && kw(4) == Some(Keyword::EXISTS)
-            {
-                (true, 5)
-            } else {
-                (false, 2)
-            };
+            let (if_not_exists, k) = if_exists_at(words, 2, true);
             let name = name_at(k)?;
             if !is_project {
                 check_project_engine(&words[k + 1..])?;
@@ -294,11 +307,7 @@ fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
             }))
         }
         Some(Keyword::DROP) if is_db_word(1) => {
-            let (if_exists, k) = if kw(2) == Some(Keyword::IF) && kw(3) == Some(Keyword::EXISTS) {
-                (true, 4)
-            } else {
-                (false, 2)
-            };
+            let (if_exists, k) = if_exists_at(words, 2, false);
             let name = name_at(k)?;
             end_at(k + 1)?;
             Ok(Some(Command::DropProject { name, if_exists }))

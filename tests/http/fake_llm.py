@@ -1,0 +1,297 @@
+"""A fake OpenAI-compatible model provider for the agent tests: a real HTTP server on 127.0.0.1
+(a free port, a daemon thread) that answers `POST /v1/chat/completions` from a script.
+
+    with FakeLLM() as llm:
+        llm.script(tool_call("sql_query", {"query": "SELECT 1"}), text("It is 1."))
+        ...  # point the engine at llm.base_url
+        llm.requests   # every JSON body received, in order
+        llm.headers    # the headers of each, names lower-cased
+
+Replies are consumed one per request; once the script is empty the fallback answers (by default
+the text "no scripted reply"; `llm.fallback(reply)` changes it, e.g. to an error that must also
+hit any retry). A reply is `text(...)`, `tool_call(...)` (or several with `tool_calls(...)`),
+`error(status, message)` or `hang(seconds)`. Requests with `"stream": true` are answered as
+OpenAI streams them: `text/event-stream`, chunked, one `chat.completion.chunk` per `data:` line,
+the text split over several deltas, a tool call's arguments split over several chunks, a last
+chunk with `finish_reason`, then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DEFAULT_TEXT = "no scripted reply"
+
+# OpenAI's error `type` (and `code`) per HTTP status, for `error()` without explicit ones.
+ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def text(content: str) -> dict:
+    """An assistant message with `content`; finish_reason "stop"."""
+    return {"kind": "text", "content": content}
+
+
+def tool_call(name: str, arguments: dict | str, id: str | None = None) -> dict:  # noqa: A002
+    """An assistant message calling one tool; `arguments` is JSON-encoded unless already a
+    string (so a test can send malformed arguments). `id` defaults to "call_<n>"."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"kind": "tools", "calls": [{"id": id, "name": name, "arguments": args}]}
+
+
+def tool_calls(*calls: dict) -> dict:
+    """One assistant message with several tool calls (OpenAI's parallel tool calls)."""
+    return {"kind": "tools", "calls": [c for call in calls for c in call["calls"]]}
+
+
+def error(status: int, message: str, type: str | None = None,  # noqa: A002
+          code: str | None = None) -> dict:
+    """An HTTP error with OpenAI's body `{"error": {"message", "type", "param", "code"}}`."""
+    default_type, default_code = ERROR_TYPES.get(status, ("server_error", None))
+    return {"kind": "error", "status": status, "message": message,
+            "type": type or default_type, "code": code if code is not None else default_code}
+
+
+def hang(seconds: float, then: dict | None = None) -> dict:
+    """Say nothing for `seconds` (then answer `then`, by default the default text)."""
+    return {"kind": "hang", "seconds": seconds, "then": then}
+
+
+class FakeLLM:
+    """The fake provider. `start()`/`stop()` or use it as a context manager."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self._script: list[dict] = []
+        self._fallback: dict = text(DEFAULT_TEXT)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+
+    # Life cycle.
+
+    def start(self) -> "FakeLLM":
+        assert self._server is None, "the fake LLM is already running"
+        self._stopping.clear()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        # A short poll interval so that stop() returns at once.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        name="fake-llm", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._stopping.set()  # wakes replies that hang
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> "FakeLLM":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        assert self.port is not None, "the fake LLM is not running"
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # The script.
+
+    def script(self, *replies: dict) -> None:
+        """Queues replies, consumed one per chat completion request."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def fallback(self, reply: dict) -> None:
+        """The reply once the script is empty (default: the text "no scripted reply")."""
+        with self._lock:
+            self._fallback = reply
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        with self._lock:
+            return len(self._script)
+
+    def _next_reply(self, body: dict, headers: dict[str, str], path: str) -> dict:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            self.paths.append(path)
+            return self._script.pop(0) if self._script else self._fallback
+
+    def _call_id(self) -> str:
+        with self._lock:
+            return f"call_{next(self._ids)}"
+
+    # Answers.
+
+    def _message(self, reply: dict) -> tuple[dict, str]:
+        """The assistant message and finish_reason for a text or tools reply."""
+        if reply["kind"] == "text":
+            return {"role": "assistant", "content": reply["content"], "refusal": None}, "stop"
+        calls = [{"id": call["id"] or self._call_id(), "type": "function",
+                  "function": {"name": call["name"], "arguments": call["arguments"]}}
+                 for call in reply["calls"]]
+        return {"role": "assistant", "content": None, "tool_calls": calls,
+                "refusal": None}, "tool_calls"
+
+    def _answer(self, handler: BaseHTTPRequestHandler, body: dict, reply: dict) -> None:
+        while reply["kind"] == "hang":
+            if self._stopping.wait(reply["seconds"]):
+                return
+            reply = reply["then"] or text(DEFAULT_TEXT)
+        if reply["kind"] == "error":
+            err = {"error": {"message": reply["message"], "type": reply["type"], "param": None,
+                             "code": reply["code"]}}
+            _send(handler, reply["status"], "application/json", json.dumps(err).encode())
+            return
+        message, finish = self._message(reply)
+        completion_id = f"chatcmpl-fake{len(self.requests)}"
+        model = body.get("model", "fake")
+        if body.get("stream"):
+            _send_stream(handler, _chunks(completion_id, model, message, finish))
+            return
+        done = {"id": completion_id, "object": "chat.completion", "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": finish}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+                "system_fingerprint": "fp_fake"}
+        _send(handler, 200, "application/json", json.dumps(done).encode())
+
+
+def _pieces(value: str, size: int) -> list[str]:
+    return [value[i:i + size] for i in range(0, len(value), size)] or [""]
+
+
+def _chunks(completion_id: str, model: str, message: dict, finish: str) -> list[bytes]:
+    """OpenAI's stream of a message: role first, content or tool-call pieces, finish, [DONE]."""
+    created = int(time.time())
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+        doc = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
+               "model": model, "system_fingerprint": "fp_fake",
+               "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                            "finish_reason": finish_reason}]}
+        return f"data: {json.dumps(doc)}\n\n".encode()
+
+    out = []
+    if "tool_calls" in message:
+        for index, call in enumerate(message["tool_calls"]):
+            head = {"index": index, "id": call["id"], "type": "function",
+                    "function": {"name": call["function"]["name"], "arguments": ""}}
+            delta = {"tool_calls": [head]}
+            if index == 0:
+                delta = {"role": "assistant", "content": None, **delta}
+            out.append(chunk(delta))
+            for piece in _pieces(call["function"]["arguments"], 9):
+                out.append(chunk({"tool_calls": [{"index": index,
+                                                  "function": {"arguments": piece}}]}))
+    else:
+        out.append(chunk({"role": "assistant", "content": "", "refusal": None}))
+        content = message["content"]
+        # Several deltas of uneven length, as a tokenizer would cut them.
+        size = max(1, len(content) // 4)
+        for piece in _pieces(content, size):
+            out.append(chunk({"content": piece}))
+    out.append(chunk({}, finish))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _send(handler: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes) -> None:
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        handler.wfile.flush()
+    except OSError:
+        handler.close_connection = True  # the client went away (e.g. it timed out)
+
+
+def _send_stream(handler: BaseHTTPRequestHandler, frames: list[bytes]) -> None:
+    """Each SSE frame as its own HTTP chunk, flushed, as OpenAI's API does."""
+    try:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.end_headers()
+        for frame in frames:
+            handler.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+    except OSError:
+        handler.close_connection = True
+
+
+def _handler_for(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 60  # an idle keep-alive connection is dropped after this
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            path = self.path.split("?", 1)[0]
+            if path.rstrip("/") != "/v1/chat/completions":
+                err = {"error": {"message": f"Unknown request URL: POST {path}",
+                                 "type": "invalid_request_error", "param": None,
+                                 "code": "unknown_url"}}
+                _send(self, 404, "application/json", json.dumps(err).encode())
+                return
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = {"unparsable body": raw.decode("utf-8", "replace")}
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            reply = fake._next_reply(body, headers, path)
+            if "unparsable body" in body:
+                reply = error(400, "We could not parse the JSON body of your request.")
+            fake._answer(self, body, reply)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.split("?", 1)[0].rstrip("/") == "/v1/models":
+                models = {"object": "list", "data": [
+                    {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}
+                _send(self, 200, "application/json", json.dumps(models).encode())
+            else:
+                _send(self, 404, "application/json",
+                      json.dumps({"error": {"message": "not found", "type": "invalid_request_error",
+                                            "param": None, "code": None}}).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except OSError:
+                pass  # a client that vanished mid-request is not the fake's problem
+
+    return Handler
