@@ -21,6 +21,7 @@ use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::models;
 use crate::projects::{self, Project};
 use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
 use crate::status::Status;
@@ -139,6 +140,8 @@ impl Engine {
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
         agents::init(&guard.txn)?;
+        models::init(&guard.txn)?;
+        models::fail_interrupted(&guard.txn)?;
         auth::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;

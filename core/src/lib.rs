@@ -21,6 +21,7 @@ mod config;
 mod engine;
 mod error;
 mod llm;
+mod models;
 mod projects;
 mod reader;
 mod sql;

@@ -117,8 +117,17 @@ pub(crate) fn schema(table: &impl ReadableTable<u64, &'static [u8]>, id: u64) ->
     let bytes = table
         .get(id)?
         .ok_or_else(|| Error::internal(format!("schema of table id {id} is missing")))?;
-    let reader = StreamReader::try_new(Cursor::new(bytes.value()), None)?;
-    Ok(reader.schema())
+    decode_schema(bytes.value())
+}
+
+/// A schema as stored: an Arrow IPC stream without batches.
+pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    encode_batches(schema, &[])
+}
+
+/// A schema back from [`encode_schema`]'s bytes.
+pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+    Ok(StreamReader::try_new(Cursor::new(bytes), None)?.schema())
 }
 
 /// Creates an empty table. Fails if it exists (the caller handles IF NOT EXISTS / OR REPLACE).

@@ -66,7 +66,8 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
     }
 }
 
-fn word(words: &[&Token], k: usize, what: &str) -> Result<String> {
+/// The word at `k` (quoted or not), or an error saying `what` was expected.
+pub(crate) fn word(words: &[&Token], k: usize, what: &str) -> Result<String> {
     match words.get(k) {
         Some(Token::Word(w)) => Ok(w.value.clone()),
         Some(other) => Err(Error::invalid(format!("Expected {what}, found '{other}'"))),
@@ -74,7 +75,8 @@ fn word(words: &[&Token], k: usize, what: &str) -> Result<String> {
     }
 }
 
-fn end_at(words: &[&Token], k: usize) -> Result<()> {
+/// Fails unless the statement ends at `k`.
+pub(crate) fn end_at(words: &[&Token], k: usize) -> Result<()> {
     match words.get(k) {
         None => Ok(()),
         Some(extra) => Err(Error::invalid(format!(
@@ -94,21 +96,24 @@ fn agent_name(words: &[&Token], k: usize) -> Result<(Option<String>, String, usi
     }
 }
 
-/// `USING key = value, …` (or nothing) up to the end, as an agent request body.
-fn using(words: &[&Token], mut k: usize) -> Result<Map<String, Value>> {
-    let mut spec = Map::new();
+/// `USING key = value, …` (or nothing) from `k` up to the end, as `(key, value)` pairs in
+/// order, keys lower case; `after` names what USING follows, for the error message.
+pub(crate) fn using_pairs(
+    words: &[&Token],
+    mut k: usize,
+    after: &str,
+) -> Result<Vec<(String, Value)>> {
+    let mut pairs: Vec<(String, Value)> = Vec::new();
     if k == words.len() {
-        return Ok(spec);
+        return Ok(pairs);
     }
     if keyword(words[k]) != Some(Keyword::USING) {
         return Err(Error::invalid(format!(
-            "Expected USING key = value, … after the agent name, found '{}'",
+            "Expected USING key = value, … after {after}, found '{}'",
             words[k]
         )));
     }
     k += 1;
-    let mut model = Map::new();
-    let mut params = Map::new();
     loop {
         let key = word(words, k, "a parameter name after USING")?.to_ascii_lowercase();
         if words.get(k + 1) != Some(&&Token::Eq) {
@@ -116,21 +121,34 @@ fn using(words: &[&Token], mut k: usize) -> Result<Map<String, Value>> {
         }
         k += 2;
         let value = json_value(words, &mut k)?;
-        if MODEL_KEYS.contains(&key.as_str()) {
-            model.insert(key, value);
-        } else if PARAM_KEYS.contains(&key.as_str()) {
-            params.insert(key, value);
-        } else if spec.insert(key.clone(), value).is_some() {
+        if pairs.iter().any(|(given, _)| *given == key) {
             return Err(Error::invalid(format!("Parameter '{key}' is given twice")));
         }
+        pairs.push((key, value));
         match words.get(k) {
-            None => break,
+            None => return Ok(pairs),
             Some(Token::Comma) => k += 1,
             Some(other) => {
                 return Err(Error::invalid(format!(
                     "Expected ',' between USING parameters, found '{other}'"
                 )))
             }
+        }
+    }
+}
+
+/// `USING key = value, …` (or nothing) up to the end, as an agent request body.
+fn using(words: &[&Token], k: usize) -> Result<Map<String, Value>> {
+    let mut spec = Map::new();
+    let mut model = Map::new();
+    let mut params = Map::new();
+    for (key, value) in using_pairs(words, k, "the agent name")? {
+        if MODEL_KEYS.contains(&key.as_str()) {
+            model.insert(key, value);
+        } else if PARAM_KEYS.contains(&key.as_str()) {
+            params.insert(key, value);
+        } else {
+            spec.insert(key, value);
         }
     }
     if !model.is_empty() {

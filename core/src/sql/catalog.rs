@@ -22,8 +22,10 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use super::predict::ModelTable;
 use crate::agents::{self, Agent, AGENTS};
 use crate::error::{Error, Result};
+use crate::models::{self, ModelVersion, MODELS};
 use crate::projects::{self, Project, PROJECTS};
 use crate::store::Store;
 use crate::tables::{self, TableRecord, CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
@@ -104,6 +106,27 @@ impl Snapshot {
         agents::get_in(&self.txn.open_table(AGENTS)?, self.tenant, project, name)
     }
 
+    /// The versions of every model of one project, or of all when `project` is `None`.
+    pub(crate) fn models(&self, project: Option<&str>) -> Result<Vec<ModelVersion>> {
+        models::list(&self.txn.open_table(MODELS)?, self.tenant, project)
+    }
+
+    /// One model's version, or its active version when `version` is `None`.
+    pub(crate) fn model(
+        &self,
+        project: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<ModelVersion>> {
+        models::find(
+            &self.txn.open_table(MODELS)?,
+            self.tenant,
+            project,
+            name,
+            version,
+        )
+    }
+
     pub(crate) fn table_schema(&self, id: u64) -> Result<SchemaRef> {
         tables::schema(&self.txn.open_table(TABLE_SCHEMAS)?, id)
     }
@@ -172,6 +195,33 @@ struct ProjectSchema {
     project: String,
 }
 
+impl ProjectSchema {
+    /// The active version of the model `name`, as a table for single predictions.
+    fn model_table(&self, name: &str) -> Result<Option<ModelTable>> {
+        let Some(model) = self.snapshot.model(&self.project, name, None)? else {
+            return Ok(None);
+        };
+        let txn = &self.snapshot.txn;
+        let tenant = self.snapshot.tenant;
+        // A version still training (or failed) has no columns to plan against yet.
+        let Some(schema) = models::training_schema(txn, tenant, &model)? else {
+            return Err(models::not_completed(&model));
+        };
+        let nullable: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let predictor = models::predictor(txn, tenant, &model)?;
+        let schema = Arc::new(Schema::new(nullable));
+        Ok(Some(ModelTable {
+            model,
+            schema,
+            predictor,
+        }))
+    }
+}
+
 #[async_trait]
 impl SchemaProvider for ProjectSchema {
     fn table_names(&self) -> Vec<String> {
@@ -183,7 +233,16 @@ impl SchemaProvider for ProjectSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let Some(record) = self.snapshot.table(&self.project, name)? else {
-            return Ok(None);
+            // A stored table of that name comes first, as MindsDB's own tables do.
+            if name.eq_ignore_ascii_case(MODELS_TABLE) {
+                let rows = self.snapshot.models(Some(&self.project))?;
+                return Ok(Some(system_table(super::models::model_info(
+                    &rows, true, None,
+                )?)?));
+            }
+            return Ok(self
+                .model_table(name)?
+                .map(|t| Arc::new(t) as Arc<dyn TableProvider>));
         };
         let schema = self.snapshot.table_schema(record.id)?;
         Ok(Some(Arc::new(StoredTable {
@@ -194,7 +253,8 @@ impl SchemaProvider for ProjectSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
+        name.eq_ignore_ascii_case(MODELS_TABLE)
+            || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
     }
 }
 
@@ -394,18 +454,39 @@ struct InformationSchema {
 }
 
 /// The tables of `information_schema`.
-pub(crate) const INFO_TABLES: [&str; 4] = ["databases", "tables", "columns", "agents"];
+pub(crate) const INFO_TABLES: [&str; 5] = ["databases", "tables", "columns", "agents", "models"];
+
+/// Every project's table of its models' versions (MindsDB's `<project>.models`).
+const MODELS_TABLE: &str = "models";
+
+/// A built table as a provider.
+fn system_table(batch: RecordBatch) -> DfResult<Arc<dyn TableProvider>> {
+    Ok(Arc::new(MemTable::try_new(
+        batch.schema(),
+        vec![vec![batch]],
+    )?))
+}
+
+/// The column names to show for `schema` (display names where fields carry them).
+pub(crate) fn display_names(schema: &Schema) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| super::names::field_name(f))
+        .collect()
+}
 
 /// Builds a system table column by column; columns are lower-case for SQL and keep their
 /// upper-case display names (MindsDB's) in field metadata.
 #[derive(Default)]
-struct SystemTable {
+pub(crate) struct SystemTable {
     fields: Vec<Field>,
     arrays: Vec<ArrayRef>,
 }
 
 impl SystemTable {
-    fn column(mut self, display: &str, array: ArrayRef) -> Self {
+    /// Adds a column shown as `display`, named in lower case for SQL.
+    pub(crate) fn column(mut self, display: &str, array: ArrayRef) -> Self {
         let field = Field::new(
             display.to_ascii_lowercase(),
             array.data_type().clone(),
@@ -434,7 +515,16 @@ impl SystemTable {
         )
     }
 
-    fn build(self) -> Result<RecordBatch> {
+    /// Adds a text column from owned values.
+    pub(crate) fn owned_text(self, display: &str, values: Vec<Option<String>>) -> Self {
+        self.column(
+            display,
+            Arc::new(values.into_iter().collect::<StringArray>()),
+        )
+    }
+
+    /// The table, as one batch.
+    pub(crate) fn build(self) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new(
             Arc::new(Schema::new(self.fields)),
             self.arrays,
@@ -547,6 +637,7 @@ impl InformationSchema {
                     .text("PARAMS", rows.iter().map(|r| Some(r[3].as_str())))
                     .build()?
             }
+            "models" => super::models::model_info(&snap.models(None)?, true, None)?,
             _ => return Ok(None),
         };
         Ok(Some(batch))
@@ -563,10 +654,7 @@ impl SchemaProvider for InformationSchema {
         let Some(batch) = self.build(&name.to_ascii_lowercase())? else {
             return Ok(None);
         };
-        Ok(Some(Arc::new(MemTable::try_new(
-            batch.schema(),
-            vec![vec![batch]],
-        )?)))
+        Ok(Some(system_table(batch)?))
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -5,12 +5,16 @@
 mod agent_statements;
 mod ask;
 mod catalog;
+mod coerce;
 mod dml;
 pub mod encode;
+mod model_statements;
+mod models;
 mod names;
 mod order;
 mod parse;
 mod plan_cache;
+mod predict;
 mod sandbox;
 mod session;
 
@@ -380,6 +384,7 @@ impl SqlRunner {
                         if projects::remove(&guard.txn, tenant, &name, if_exists, &default)? {
                             tables::drop_all(&guard.txn, tenant, &name)?;
                             agents::drop_all(&guard.txn, tenant, &name)?;
+                            crate::models::drop_all(&guard.txn, tenant, &name)?;
                         }
                         guard.commit()
                     })
@@ -508,6 +513,66 @@ impl SqlRunner {
                     ("MODEL", column(2)),
                     ("PARAMS", column(3)),
                 ])
+            }
+            Command::CreateModel(statement) => self.create_model(tenant, context, statement).await,
+            Command::RetrainModel {
+                project,
+                name,
+                from,
+                using,
+                finetune: _,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.retrain_model(tenant, project, name, from, using).await
+            }
+            Command::SetActiveModel {
+                project,
+                name,
+                version,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.set_active_model(tenant, project, name, version)
+                    .await?;
+                ok(None)
+            }
+            Command::DropModel {
+                project,
+                name,
+                version,
+                if_exists,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.drop_model(tenant, project, name, version, if_exists)
+                    .await?;
+                ok(None)
+            }
+            Command::ShowModels { project } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.show_models(tenant, &project)
+            }
+            Command::Describe { parts, explicit } => {
+                if let Some(described) = self.describe_model(tenant, &context.db, &parts)? {
+                    return Ok(described);
+                }
+                if explicit {
+                    return Err(Error::not_found(format!(
+                        "Model '{}' does not exist",
+                        parts.join(".")
+                    )));
+                }
+                // Not a model: DESCRIBE of a table, as standard SQL has it.
+                let quoted: Vec<String> = parts
+                    .iter()
+                    .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+                    .collect();
+                let sql = format!("DESCRIBE {}", quoted.join("."));
+                let statement = datafusion::sql::sqlparser::parser::Parser::new(
+                    &datafusion::sql::sqlparser::dialect::GenericDialect {},
+                )
+                .try_with_sql(&sql)
+                .and_then(|mut p| p.parse_statement())
+                .map_err(|e| Error::invalid(e.to_string()))?;
+                self.execute_sql(tenant, context, statement, None).await
             }
             Command::Sql(mut statement) => {
                 if self

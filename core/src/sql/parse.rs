@@ -23,7 +23,7 @@ use super::TypedParam;
 use crate::error::{Error, Result};
 
 /// One statement of a request, ready to run.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum Command {
     /// `CREATE PROJECT` / `CREATE DATABASE` without a foreign engine.
     CreateProject { name: String, if_not_exists: bool },
@@ -58,8 +58,48 @@ pub(crate) enum Command {
     },
     /// `SHOW AGENTS [FROM p]`.
     ShowAgents { project: Option<String> },
+    /// `CREATE MODEL|PREDICTOR`.
+    CreateModel(CreateModel),
+    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version.
+    RetrainModel {
+        project: Option<String>,
+        name: String,
+        from: Option<(String, String)>,
+        using: serde_json::Map<String, serde_json::Value>,
+        finetune: bool,
+    },
+    /// ``SET active [p.]m.`N` ``.
+    SetActiveModel {
+        project: Option<String>,
+        name: String,
+        version: u32,
+    },
+    /// `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`.
+    DropModel {
+        project: Option<String>,
+        name: String,
+        version: Option<u32>,
+        if_exists: bool,
+    },
+    /// `SHOW MODELS [FROM p]`.
+    ShowModels { project: Option<String> },
+    /// `DESCRIBE [MODEL] a[.b[.c]]`: a model (with an attribute), or else a table.
+    Describe { parts: Vec<String>, explicit: bool },
     /// Anything else: standard SQL for DataFusion, parameters already bound.
     Sql(Box<Statement>),
+}
+
+/// `CREATE MODEL|PREDICTOR [IF NOT EXISTS] [p.]m [FROM …] PREDICT … [USING …]`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct CreateModel {
+    pub(crate) project: Option<String>,
+    pub(crate) name: String,
+    pub(crate) if_not_exists: bool,
+    /// (database, training query).
+    pub(crate) from: Option<(String, String)>,
+    pub(crate) predict: Vec<String>,
+    /// The USING pairs and the time-series clauses (`order_by`, `group_by`, `window`, `horizon`).
+    pub(crate) using: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Parses a request into commands, binding `params` into the SQL ones.
@@ -85,6 +125,10 @@ pub(crate) fn parse(
             continue;
         }
         if let Some(command) = super::agent_statements::agent_command(&words)? {
+            commands.push(command);
+            continue;
+        }
+        if let Some(command) = super::model_statements::model_command(&words)? {
             commands.push(command);
             continue;
         }

@@ -39,6 +39,14 @@ pub(crate) struct TableShape {
     pub(crate) columns: Vec<(String, String)>,
 }
 
+/// A planned read-only query: its columns and the stream of its rows.
+pub(crate) struct ReadOnlyQuery {
+    pub(crate) column_names: Vec<String>,
+    /// SQL type names, one per column.
+    pub(crate) column_types: Vec<String>,
+    pub(crate) stream: datafusion::physical_plan::SendableRecordBatchStream,
+}
+
 /// Rows a tool query returned.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolRows {
@@ -122,6 +130,47 @@ impl SqlRunner {
         allowed: &Allowed,
         row_limit: usize,
     ) -> Result<ToolRows> {
+        let mut query = self
+            .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
+                Some((schema, table)) if allowed.permits(schema, table) => Ok(()),
+                Some((schema, table)) => Err(refused(format!(
+                    "'{schema}.{table}' is not one of this agent's tables"
+                ))),
+                None => Err(refused(format!(
+                    "'{reference}' is not one of this agent's tables"
+                ))),
+            })
+            .await?;
+        let mut rows = Vec::new();
+        let mut truncated = false;
+        while let Some(batch) = query.stream.next().await {
+            let batch = batch?;
+            let room = row_limit - rows.len();
+            if batch.num_rows() > room {
+                rows.extend(encode::rows_as_json(&batch.slice(0, room)));
+                truncated = true;
+                break;
+            }
+            rows.extend(encode::rows_as_json(&batch));
+        }
+        Ok(ToolRows {
+            column_names: query.column_names,
+            column_types: query.column_types,
+            rows,
+            truncated,
+        })
+    }
+
+    /// Plans `sql` as one read-only query (a SELECT: no DDL, DML or statements) whose current
+    /// database is `db`, passing every table it names to `check` first (the reference as
+    /// written, and its (database, table) unless it points outside the catalog).
+    pub(crate) async fn read_only_query(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        check: impl Fn(&str, Option<(&str, &str)>) -> Result<()>,
+    ) -> Result<ReadOnlyQuery> {
         let mut commands = parse::parse(sql, &HashMap::new(), &HashMap::new())?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,
@@ -138,16 +187,11 @@ impl SqlRunner {
         let state = self.session(snapshot, db, self.target_partitions);
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         for reference in state.resolve_table_references(&statement)? {
-            let Some((schema, table)) = db_and_table(&reference, db) else {
-                return Err(refused(format!(
-                    "'{reference}' is not one of this agent's tables"
-                )));
-            };
-            if !allowed.permits(&schema, &table) {
-                return Err(refused(format!(
-                    "'{schema}.{table}' is not one of this agent's tables"
-                )));
-            }
+            let resolved = db_and_table(&reference, db);
+            check(
+                &reference.to_string(),
+                resolved.as_ref().map(|(d, t)| (d.as_str(), t.as_str())),
+            )?;
         }
         let plan = state.statement_to_plan(statement).await?;
         if matches!(
@@ -169,24 +213,10 @@ impl SqlRunner {
             .iter()
             .map(|f| super::sql_type_name(f.data_type()))
             .collect();
-        let mut stream = order::execute(physical, state.task_ctx())?;
-        let mut rows = Vec::new();
-        let mut truncated = false;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let room = row_limit - rows.len();
-            if batch.num_rows() > room {
-                rows.extend(encode::rows_as_json(&batch.slice(0, room)));
-                truncated = true;
-                break;
-            }
-            rows.extend(encode::rows_as_json(&batch));
-        }
-        Ok(ToolRows {
+        Ok(ReadOnlyQuery {
             column_names,
             column_types,
-            rows,
-            truncated,
+            stream: order::execute(physical, state.task_ctx())?,
         })
     }
 }

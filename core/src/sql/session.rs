@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::catalog::{CatalogProvider, CatalogProviderList};
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
 use datafusion::prelude::SessionConfig;
 
 use super::catalog::{Snapshot, TenantCatalog, CATALOG};
@@ -37,12 +37,14 @@ impl Sessions {
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, "");
         config.options_mut().sql_parser.enable_ident_normalization = true;
-        let base = SessionStateBuilder::new()
+        let mut base = SessionStateBuilder::new()
             .with_default_features()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(Catalogs(None)))
             .build();
+        base.register_function_rewrite(Arc::new(super::coerce::BooleanText))
+            .expect("registering a rewrite only adds it to a list");
         Sessions {
             task_ctx: base.task_ctx(),
             idle: Mutex::new(Vec::new()),

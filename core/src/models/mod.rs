@@ -1,0 +1,759 @@
+//! Models trained from SQL (DESIGN §5): versions, their status lifecycle and the status-change
+//! outbox. Owns the redb tables `models` (one record per version, keyed by tenant, project,
+//! lower-cased name and version), `model_predictors` (the fitted predictor of a complete
+//! version) and `model_status_outbox` (one ModelStatusChanged event per status change, written
+//! in the same transaction as the change, for callbacks to deliver). Training is in `train`,
+//! the background worker in `worker`.
+
+pub(crate) mod train;
+pub(crate) mod worker;
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::projects::{self, PROJECTS};
+use crate::store;
+use crate::tables;
+use crate::tenant::TenantId;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use train::{Description, Predictor, Trained};
+
+type VersionKey<'a> = (u64, &'a str, &'a str, u32);
+
+pub(crate) const MODELS: TableDefinition<VersionKey, &str> = TableDefinition::new("models");
+const PREDICTORS: TableDefinition<VersionKey, &[u8]> = TableDefinition::new("model_predictors");
+/// The schema of the rows a complete version was trained on (an Arrow IPC stream, no rows).
+const TRAINING_SCHEMAS: TableDefinition<VersionKey, &[u8]> =
+    TableDefinition::new("model_training_schemas");
+/// ModelStatusChanged events by sequence number, oldest first.
+pub(crate) const STATUS_OUTBOX: TableDefinition<u64, &str> =
+    TableDefinition::new("model_status_outbox");
+
+/// The engines that train with the built-in trainer (`lightwood` is MindsDB's name for its own).
+pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];
+
+/// Where a model version is in its life (MindsDB's `PREDICTOR_STATUS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ModelStatus {
+    Generating,
+    Training,
+    Complete,
+    Error,
+}
+
+impl ModelStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ModelStatus::Generating => "generating",
+            ModelStatus::Training => "training",
+            ModelStatus::Complete => "complete",
+            ModelStatus::Error => "error",
+        }
+    }
+}
+
+/// One version of a model as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ModelVersion {
+    pub(crate) id: u64,
+    /// The name as given (lookups ignore case).
+    pub(crate) name: String,
+    pub(crate) project: String,
+    pub(crate) version: u32,
+    pub(crate) active: bool,
+    pub(crate) status: ModelStatus,
+    pub(crate) engine: String,
+    /// The column to predict.
+    pub(crate) predict: String,
+    /// The database the training query runs in.
+    pub(crate) data_db: String,
+    /// The training query as given (`SELECT_DATA_QUERY`).
+    pub(crate) select_data_query: String,
+    /// `USING` parameters and the time-series clauses (`order_by`, `group_by`, `window`,
+    /// `horizon`), as given.
+    pub(crate) using: Map<String, Value>,
+    pub(crate) error: Option<String>,
+    pub(crate) created_at: String,
+    /// Seconds from the start of training to its end.
+    pub(crate) training_time: Option<f64>,
+    pub(crate) current_phase: u32,
+    pub(crate) total_phases: u32,
+    pub(crate) phase_name: String,
+    /// What training found; present once complete.
+    pub(crate) description: Option<Description>,
+}
+
+impl ModelVersion {
+    /// `ACCURACY`: the validation score of a complete version.
+    pub(crate) fn accuracy(&self) -> Option<f64> {
+        self.description
+            .as_ref()
+            .and_then(|d| d.accuracies.values().next().copied())
+    }
+
+    /// `TRAINING_OPTIONS` as MindsDB's information_schema shows it: JSON text.
+    pub(crate) fn training_options(&self) -> Value {
+        serde_json::json!({"target": self.predict, "using": self.using})
+    }
+
+    fn key(&self) -> (String, String) {
+        (self.project.clone(), self.name.to_ascii_lowercase())
+    }
+}
+
+/// One status change, as the callbacks' outbox records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ModelStatusChanged {
+    pub(crate) tenant: u64,
+    pub(crate) project: String,
+    pub(crate) name: String,
+    pub(crate) version: u32,
+    pub(crate) model_id: u64,
+    pub(crate) old_status: Option<ModelStatus>,
+    pub(crate) new_status: ModelStatus,
+    pub(crate) changed_at: String,
+}
+
+/// What `CREATE MODEL` asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ModelSpec {
+    pub(crate) project: String,
+    pub(crate) name: String,
+    pub(crate) predict: String,
+    pub(crate) data_db: String,
+    pub(crate) select_data_query: String,
+    pub(crate) using: Map<String, Value>,
+}
+
+/// Creates this module's redb tables in a new file, so read snapshots always find them.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(MODELS)?;
+    txn.open_table(PREDICTORS)?;
+    txn.open_table(TRAINING_SCHEMAS)?;
+    txn.open_table(STATUS_OUTBOX)?;
+    Ok(())
+}
+
+/// The engine named in `USING engine = …`, lower case; the built-in one when none is given.
+pub(crate) fn engine_of(using: &Map<String, Value>) -> Result<String> {
+    match using.get("engine") {
+        None => Ok(BUILTIN_ENGINES[0].to_string()),
+        Some(Value::String(engine))
+            if BUILTIN_ENGINES.contains(&engine.to_ascii_lowercase().as_str()) =>
+        {
+            Ok(engine.to_ascii_lowercase())
+        }
+        Some(Value::String(engine)) => Err(Error::invalid(format!(
+            "ML engine '{engine}' does not exist; this build has: {}",
+            BUILTIN_ENGINES.join(", ")
+        ))),
+        Some(other) => Err(Error::invalid(format!(
+            "'engine' must be a name in quotes, like engine = 'builtin'; got {other}"
+        ))),
+    }
+}
+
+/// Records version 1 of a new model, status `generating` and active (as MindsDB shows a model
+/// it has just accepted). Returns `None` when the model exists and `if_not_exists` was set.
+pub(crate) fn create(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    spec: &ModelSpec,
+    if_not_exists: bool,
+) -> Result<Option<ModelVersion>> {
+    let project = projects::get(&txn.open_table(PROJECTS)?, tenant, &spec.project)?
+        .ok_or_else(|| Error::not_found(format!("Project '{}' does not exist", spec.project)))?;
+    projects::validate_name("model", &spec.name)?;
+    let engine = engine_of(&spec.using)?;
+    if !versions(&txn.open_table(MODELS)?, tenant, &project.name, &spec.name)?.is_empty() {
+        return if if_not_exists {
+            Ok(None)
+        } else {
+            Err(Error::conflict(format!(
+                "Model already exists: {}.{}",
+                project.name, spec.name
+            )))
+        };
+    }
+    let model = ModelVersion {
+        id: store::next_id(txn, "model")?,
+        name: spec.name.clone(),
+        project: project.name,
+        version: 1,
+        active: true,
+        status: ModelStatus::Generating,
+        engine,
+        predict: spec.predict.clone(),
+        data_db: spec.data_db.clone(),
+        select_data_query: spec.select_data_query.clone(),
+        using: spec.using.clone(),
+        error: None,
+        created_at: crate::time::now_text(),
+        training_time: None,
+        current_phase: 0,
+        total_phases: train::PHASES,
+        phase_name: String::new(),
+        description: None,
+    };
+    put(txn, tenant, &model)?;
+    record_change(txn, tenant, &model, None)?;
+    Ok(Some(model))
+}
+
+/// Records the next version of an existing model, status `generating` and inactive until it
+/// completes: trained from `from` (database, query) or the latest version's query, with the
+/// latest version's options overlaid by `using`.
+pub(crate) fn retrain(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    from: Option<(String, String)>,
+    using: Map<String, Value>,
+) -> Result<ModelVersion> {
+    let all = versions(&txn.open_table(MODELS)?, tenant, project, name)?;
+    let latest = all.last().ok_or_else(|| model_missing(project, name))?;
+    if let Some(busy) = all
+        .iter()
+        .find(|m| matches!(m.status, ModelStatus::Generating | ModelStatus::Training))
+    {
+        return Err(Error::conflict(format!(
+            "Version {} of model '{}' is still {}; wait for it to finish",
+            busy.version,
+            busy.name,
+            busy.status.as_str()
+        )));
+    }
+    let mut options = latest.using.clone();
+    options.extend(using);
+    engine_of(&options)?;
+    let (data_db, select_data_query) =
+        from.unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
+    let model = ModelVersion {
+        id: store::next_id(txn, "model")?,
+        version: latest.version + 1,
+        active: false,
+        status: ModelStatus::Generating,
+        data_db,
+        select_data_query,
+        using: options,
+        error: None,
+        created_at: crate::time::now_text(),
+        training_time: None,
+        current_phase: 0,
+        phase_name: String::new(),
+        description: None,
+        ..latest.clone()
+    };
+    put(txn, tenant, &model)?;
+    record_change(txn, tenant, &model, None)?;
+    Ok(model)
+}
+
+/// Makes `version` the active one (it must be complete); the others become inactive.
+pub(crate) fn set_active(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: u32,
+) -> Result<ModelVersion> {
+    let all = versions(&txn.open_table(MODELS)?, tenant, project, name)?;
+    if all.is_empty() {
+        return Err(model_missing(project, name));
+    }
+    let Some(chosen) = all.iter().find(|m| m.version == version) else {
+        return Err(Error::not_found(format!(
+            "Model '{name}' has no version {version} in project '{project}'"
+        )));
+    };
+    if chosen.status != ModelStatus::Complete {
+        return Err(not_completed(chosen));
+    }
+    for model in &all {
+        if model.active != (model.version == version) {
+            let mut changed = model.clone();
+            changed.active = model.version == version;
+            put(txn, tenant, &changed)?;
+        }
+    }
+    Ok(ModelVersion {
+        active: true,
+        ..chosen.clone()
+    })
+}
+
+fn model_missing(project: &str, name: &str) -> Error {
+    Error::not_found(format!(
+        "Model '{name}' does not exist in project '{project}'"
+    ))
+}
+
+fn put(txn: &WriteTransaction, tenant: TenantId, model: &ModelVersion) -> Result<()> {
+    let (project, name) = model.key();
+    txn.open_table(MODELS)?.insert(
+        (tenant.0, project.as_str(), name.as_str(), model.version),
+        serde_json::to_string(model)?.as_str(),
+    )?;
+    Ok(())
+}
+
+fn record_change(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+    old_status: Option<ModelStatus>,
+) -> Result<()> {
+    let event = ModelStatusChanged {
+        tenant: tenant.0,
+        project: model.project.clone(),
+        name: model.name.clone(),
+        version: model.version,
+        model_id: model.id,
+        old_status,
+        new_status: model.status,
+        changed_at: crate::time::now_text(),
+    };
+    let seq = store::next_id(txn, "model_status_event")?;
+    txn.open_table(STATUS_OUTBOX)?
+        .insert(seq, serde_json::to_string(&event)?.as_str())?;
+    Ok(())
+}
+
+/// Changes one version's status and whatever `change` sets with it, recording the
+/// ModelStatusChanged event in the same transaction. Returns `None` when the version is gone
+/// (dropped while it trained).
+pub(crate) fn set_status(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: u32,
+    status: ModelStatus,
+    change: impl FnOnce(&mut ModelVersion),
+) -> Result<Option<ModelVersion>> {
+    let Some(mut model) = get_version(&txn.open_table(MODELS)?, tenant, project, name, version)?
+    else {
+        return Ok(None);
+    };
+    let old = model.status;
+    model.status = status;
+    change(&mut model);
+    put(txn, tenant, &model)?;
+    if old != status {
+        record_change(txn, tenant, &model, Some(old))?;
+    }
+    Ok(Some(model))
+}
+
+/// Marks `version` complete with its predictor and the schema of its training rows, and
+/// makes it the active version.
+pub(crate) fn complete(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+    trained: Trained,
+    schema: &Schema,
+    training_time: f64,
+) -> Result<Option<ModelVersion>> {
+    let Trained {
+        predictor,
+        description,
+    } = trained;
+    let (project, name) = model.key();
+    let done = set_status(
+        txn,
+        tenant,
+        &project,
+        &name,
+        model.version,
+        ModelStatus::Complete,
+        |m| {
+            m.description = Some(description);
+            m.training_time = Some(training_time);
+            m.current_phase = m.total_phases;
+            m.active = true;
+        },
+    )?;
+    if done.is_none() {
+        return Ok(None);
+    }
+    let all = versions(&txn.open_table(MODELS)?, tenant, &project, &name)?;
+    for mut other in all {
+        if other.version != model.version && other.active {
+            other.active = false;
+            put(txn, tenant, &other)?;
+        }
+    }
+    let key = (tenant.0, project.as_str(), name.as_str(), model.version);
+    txn.open_table(PREDICTORS)?
+        .insert(key, serde_json::to_vec(&predictor)?.as_slice())?;
+    txn.open_table(TRAINING_SCHEMAS)?
+        .insert(key, tables::encode_schema(schema)?.as_slice())?;
+    Ok(done)
+}
+
+/// Sets every version left `generating` or `training` (by a crash or a restart) to `error`.
+/// Called when the engine opens, before any training can start.
+pub(crate) fn fail_interrupted(txn: &WriteTransaction) -> Result<usize> {
+    let mut stuck = Vec::new();
+    for entry in txn.open_table(MODELS)?.iter()? {
+        let (key, value) = entry?;
+        let model: ModelVersion = serde_json::from_str(value.value())?;
+        if matches!(
+            model.status,
+            ModelStatus::Generating | ModelStatus::Training
+        ) {
+            stuck.push((TenantId(key.value().0), model));
+        }
+    }
+    for (tenant, model) in &stuck {
+        let (project, name) = model.key();
+        set_status(
+            txn,
+            *tenant,
+            &project,
+            &name,
+            model.version,
+            ModelStatus::Error,
+            |m| {
+                m.error = Some("training interrupted: the engine stopped before it finished".into())
+            },
+        )?;
+    }
+    Ok(stuck.len())
+}
+
+/// Drops a model (every version) or one version of it. Returns false when it did not exist
+/// and `if_exists` was set.
+pub(crate) fn drop_model(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: Option<u32>,
+    if_exists: bool,
+) -> Result<bool> {
+    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let all = versions(&txn.open_table(MODELS)?, tenant, &project, &key)?;
+    let doomed: Vec<&ModelVersion> = all
+        .iter()
+        .filter(|m| version.is_none_or(|v| m.version == v))
+        .collect();
+    if doomed.is_empty() {
+        return if if_exists {
+            Ok(false)
+        } else {
+            Err(match version {
+                None => model_missing(&project, name),
+                Some(v) => Error::not_found(format!(
+                    "Model '{name}' has no version {v} in project '{project}'"
+                )),
+            })
+        };
+    }
+    if let Some(v) = version {
+        if doomed[0].active && all.len() > 1 {
+            return Err(Error::invalid(format!(
+                "Version {v} of model '{name}' is the active one; make another version active first"
+            )));
+        }
+    }
+    let mut models = txn.open_table(MODELS)?;
+    let mut predictors = txn.open_table(PREDICTORS)?;
+    let mut schemas = txn.open_table(TRAINING_SCHEMAS)?;
+    for model in doomed {
+        let k = (tenant.0, project.as_str(), key.as_str(), model.version);
+        models.remove(k)?;
+        predictors.remove(k)?;
+        schemas.remove(k)?;
+    }
+    Ok(true)
+}
+
+/// Drops every model of a project (when the project itself is dropped).
+pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) -> Result<()> {
+    let project = project.to_ascii_lowercase();
+    let range = (tenant.0, project.as_str(), "", 0)..(tenant.0, project.as_str(), "\u{10FFFF}", 0);
+    txn.open_table(MODELS)?
+        .retain_in(range.clone(), |_, _| false)?;
+    txn.open_table(PREDICTORS)?
+        .retain_in(range.clone(), |_, _| false)?;
+    txn.open_table(TRAINING_SCHEMAS)?
+        .retain_in(range, |_, _| false)?;
+    Ok(())
+}
+
+/// Every version of one model, oldest first.
+pub(crate) fn versions(
+    table: &impl ReadableTable<VersionKey<'static>, &'static str>,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Vec<ModelVersion>> {
+    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let mut out = Vec::new();
+    for entry in table.range(
+        (tenant.0, project.as_str(), key.as_str(), 0)
+            ..=(tenant.0, project.as_str(), key.as_str(), u32::MAX),
+    )? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+fn get_version(
+    table: &impl ReadableTable<VersionKey<'static>, &'static str>,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: u32,
+) -> Result<Option<ModelVersion>> {
+    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    match table.get((tenant.0, project.as_str(), key.as_str(), version))? {
+        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// The versions of every model of one project, or of all projects, by project, name and version.
+pub(crate) fn list(
+    table: &impl ReadableTable<VersionKey<'static>, &'static str>,
+    tenant: TenantId,
+    project: Option<&str>,
+) -> Result<Vec<ModelVersion>> {
+    let project = project.map(str::to_ascii_lowercase);
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, "", "", 0)..(tenant.0 + 1, "", "", 0))? {
+        let (key, value) = entry?;
+        if project.as_deref().is_none_or(|want| want == key.value().1) {
+            out.push(serde_json::from_str(value.value())?);
+        }
+    }
+    Ok(out)
+}
+
+/// A model's version by `version`, or its active version.
+pub(crate) fn find(
+    table: &impl ReadableTable<VersionKey<'static>, &'static str>,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Option<ModelVersion>> {
+    let all = versions(table, tenant, project, name)?;
+    Ok(match version {
+        Some(v) => all.into_iter().find(|m| m.version == v),
+        None => all.into_iter().find(|m| m.active),
+    })
+}
+
+/// The schema of the rows a complete version was trained on; `None` before it completes.
+pub(crate) fn training_schema(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+) -> Result<Option<SchemaRef>> {
+    let (project, name) = model.key();
+    let table = txn.open_table(TRAINING_SCHEMAS)?;
+    match table.get((tenant.0, project.as_str(), name.as_str(), model.version))? {
+        Some(bytes) => Ok(Some(tables::decode_schema(bytes.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// The fitted predictor of a complete version; "model creation not completed" otherwise.
+pub(crate) fn predictor(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+) -> Result<Predictor> {
+    let (project, name) = model.key();
+    let table = txn.open_table(PREDICTORS)?;
+    let bytes = table
+        .get((tenant.0, project.as_str(), name.as_str(), model.version))?
+        .ok_or_else(|| not_completed(model))?;
+    Ok(serde_json::from_slice(bytes.value())?)
+}
+
+/// MindsDB's error for using a model that has not finished training.
+pub(crate) fn not_completed(model: &ModelVersion) -> Error {
+    let why = match (&model.status, &model.error) {
+        (ModelStatus::Error, Some(error)) => format!("training failed: {error}"),
+        (status, _) => format!("its status is {}", status.as_str()),
+    };
+    Error::invalid(format!(
+        "model creation not completed: {}.{} (version {}): {why}",
+        model.project, model.name, model.version
+    ))
+}
+
+/// The status events recorded so far, oldest first.
+#[cfg(test)]
+pub(crate) fn status_events(txn: &redb::ReadTransaction) -> Result<Vec<ModelStatusChanged>> {
+    let mut out = Vec::new();
+    for entry in txn.open_table(STATUS_OUTBOX)?.iter()? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+/// `TRAINING_OPTIONS` as MindsDB's CREATE MODEL result shows it: a Python dict's repr.
+pub(crate) fn python_repr(value: &Value) -> String {
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(python_repr).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("'{k}': {}", python_repr(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    fn spec(name: &str) -> ModelSpec {
+        ModelSpec {
+            project: "mindsdb".into(),
+            name: name.into(),
+            predict: "y".into(),
+            data_db: "mindsdb".into(),
+            select_data_query: "SELECT * FROM t".into(),
+            using: Map::new(),
+        }
+    }
+
+    fn write<T>(store: &Store, f: impl FnOnce(&WriteTransaction) -> Result<T>) -> T {
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        let out = f(&guard.txn).unwrap();
+        guard.commit().unwrap();
+        out
+    }
+
+    #[test]
+    fn every_status_change_records_its_event_in_the_same_transaction() {
+        let store = Store::open_in_memory(0).unwrap();
+        let tenant = TenantId::LOCAL;
+        write(&store, |txn| {
+            init(txn)?;
+            projects::ensure_default(txn, tenant, "mindsdb")
+        });
+        let model = write(&store, |txn| create(txn, tenant, &spec("M"), false)).unwrap();
+        write(&store, |txn| {
+            set_status(
+                txn,
+                tenant,
+                "mindsdb",
+                "m",
+                1,
+                ModelStatus::Training,
+                |_| {},
+            )
+        });
+        // A phase change within a status is no status change: no event.
+        write(&store, |txn| {
+            set_status(txn, tenant, "mindsdb", "m", 1, ModelStatus::Training, |m| {
+                m.current_phase = 2
+            })
+        });
+        // A change whose transaction fails leaves neither the status nor the event.
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        set_status(
+            &guard.txn,
+            tenant,
+            "mindsdb",
+            "m",
+            1,
+            ModelStatus::Complete,
+            |_| {},
+        )
+        .unwrap();
+        drop(guard);
+        let events = status_events(&store.read().unwrap()).unwrap();
+        let changes: Vec<(Option<ModelStatus>, ModelStatus)> = events
+            .iter()
+            .map(|e| (e.old_status, e.new_status))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (None, ModelStatus::Generating),
+                (Some(ModelStatus::Generating), ModelStatus::Training)
+            ]
+        );
+        assert!(events
+            .iter()
+            .all(|e| e.model_id == model.id && e.name == "M"));
+        let stored = find(
+            &store.read().unwrap().open_table(MODELS).unwrap(),
+            tenant,
+            "mindsdb",
+            "m",
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (stored.status, stored.current_phase),
+            (ModelStatus::Training, 2)
+        );
+    }
+
+    #[test]
+    fn versions_left_in_progress_become_errors_with_their_events() {
+        let store = Store::open_in_memory(0).unwrap();
+        let tenant = TenantId::LOCAL;
+        write(&store, |txn| {
+            init(txn)?;
+            projects::ensure_default(txn, tenant, "mindsdb")
+        });
+        write(&store, |txn| create(txn, tenant, &spec("a"), false));
+        write(&store, |txn| create(txn, tenant, &spec("b"), false));
+        write(&store, |txn| {
+            set_status(txn, tenant, "mindsdb", "b", 1, ModelStatus::Error, |m| {
+                m.error = Some("bad data".into())
+            })
+        });
+        assert_eq!(write(&store, fail_interrupted), 1);
+        let txn = store.read().unwrap();
+        let all = list(&txn.open_table(MODELS).unwrap(), tenant, None).unwrap();
+        assert_eq!(all[0].status, ModelStatus::Error);
+        assert!(all[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("training interrupted"));
+        assert_eq!(all[1].error.as_deref(), Some("bad data"));
+        let last = status_events(&txn).unwrap().pop().unwrap();
+        assert_eq!(
+            (last.name.as_str(), last.old_status, last.new_status),
+            ("a", Some(ModelStatus::Generating), ModelStatus::Error)
+        );
+        assert_eq!(write(&store, fail_interrupted), 0);
+    }
+
+    #[test]
+    fn training_options_read_as_python_shows_them() {
+        let value = serde_json::json!({"__mdb_sql_task": null, "target": "y", "using": {"a": "it's", "b": [1, true]}});
+        assert_eq!(
+            python_repr(&value),
+            "{'__mdb_sql_task': None, 'target': 'y', 'using': {'a': 'it\\'s', 'b': [1, True]}}"
+        );
+    }
+}

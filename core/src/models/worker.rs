@@ -1,0 +1,115 @@
+//! The background worker that trains one model version: `generating` → `training` (reading
+//! the rows of the training query, then fitting on a blocking thread, each phase recorded) →
+//! `complete` with its predictor, or `error` with the reason. Every status change is one
+//! transaction with its outbox event (see the parent module).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::physical_plan::SendableRecordBatchStream;
+use futures::StreamExt;
+
+use super::{train, ModelStatus, ModelVersion};
+use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::tenant::TenantId;
+
+/// Trains `model` from `rows` in the background on the current runtime. The caller has
+/// already recorded the version as `generating`.
+pub(crate) fn spawn(
+    store: Arc<Store>,
+    tenant: TenantId,
+    model: ModelVersion,
+    rows: SendableRecordBatchStream,
+) {
+    tokio::spawn(async move {
+        if let Err(e) = run(&store, tenant, &model, rows).await {
+            let message = e.message().to_string();
+            // If even this fails the store is failing; the version stays `training` and is
+            // set to `error` when the engine next opens.
+            let _ = store
+                .write(move |txn| {
+                    super::set_status(
+                        txn,
+                        tenant,
+                        &model.project,
+                        &model.name,
+                        model.version,
+                        ModelStatus::Error,
+                        |m| m.error = Some(message),
+                    )
+                })
+                .await;
+        }
+    });
+}
+
+async fn run(
+    store: &Arc<Store>,
+    tenant: TenantId,
+    model: &ModelVersion,
+    mut rows: SendableRecordBatchStream,
+) -> Result<()> {
+    let started = Instant::now();
+    if !phase(store, tenant, model, 0, "Reading the training data").await? {
+        return Ok(());
+    }
+    let schema = rows.schema();
+    let mut batches = Vec::new();
+    while let Some(batch) = rows.next().await {
+        batches.push(batch?);
+    }
+    drop(rows);
+    let (target, for_training) = (model.predict.clone(), model.clone());
+    let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
+    let trained = tokio::task::spawn_blocking(move || {
+        let mut on_phase = |number: u32, name: &str| {
+            // Progress is informative: a failed write here must not stop training.
+            let _ = handle.block_on(phase(
+                &store_for_phases,
+                tenant,
+                &for_training,
+                number,
+                name,
+            ));
+        };
+        train::train(&batches, &target, &mut on_phase)
+    })
+    .await
+    .map_err(|e| Error::internal(format!("training stopped: {e}")))?
+    .map_err(Error::invalid)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let model = model.clone();
+    store
+        .write(move |txn| super::complete(txn, tenant, &model, trained, &schema, seconds))
+        .await?;
+    Ok(())
+}
+
+/// Records that training reached phase `number`; false when the version is gone (dropped).
+async fn phase(
+    store: &Arc<Store>,
+    tenant: TenantId,
+    model: &ModelVersion,
+    number: u32,
+    name: &str,
+) -> Result<bool> {
+    let (model, name) = (model.clone(), name.to_string());
+    let updated = store
+        .write(move |txn| {
+            super::set_status(
+                txn,
+                tenant,
+                &model.project,
+                &model.name,
+                model.version,
+                ModelStatus::Training,
+                |m| {
+                    m.current_phase = number;
+                    m.phase_name = name;
+                },
+            )
+        })
+        .await?;
+    Ok(updated.is_some())
+}

@@ -1,0 +1,384 @@
+//! The SQL side of models: `CREATE MODEL` (plans the training query, records the version and
+//! starts the worker), `DROP MODEL`, `SHOW MODELS`, `DESCRIBE`, and the model tables MindsDB
+//! shows (`information_schema.models`, `<project>.models`, the model-info row).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, ListBuilder};
+use datafusion::arrow::array::{RecordBatch, StringBuilder};
+use datafusion::physical_plan::memory::MemoryStream;
+use serde_json::{Map, Value};
+
+use super::catalog::{Namespace, Snapshot, SystemTable};
+use super::parse::CreateModel;
+use super::sandbox::ReadOnlyQuery;
+use super::{Outcome, ResultContext, SqlRunner, TableResult};
+use crate::error::{Error, Result};
+use crate::models::{self, ModelSpec, ModelVersion};
+use crate::tenant::TenantId;
+
+/// The attributes `DESCRIBE p.m.<attribute>` answers, as its `TABLES` column lists them.
+const ATTRIBUTES: [&str; 2] = ["info", "features"];
+
+impl SqlRunner {
+    /// `CREATE MODEL`: checks and plans the training query, records version 1 as
+    /// `generating`, starts training in the background and answers with the model-info row.
+    pub(crate) async fn create_model(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        statement: CreateModel,
+    ) -> Result<Outcome> {
+        let CreateModel {
+            project,
+            name,
+            if_not_exists,
+            from,
+            predict,
+            using,
+        } = statement;
+        let project = project.unwrap_or_else(|| context.db.clone());
+        let [target] = predict.as_slice() else {
+            return Err(Error::invalid(
+                "The built-in engine predicts one column; name one after PREDICT",
+            ));
+        };
+        let Some((data_db, query)) = from else {
+            return Err(Error::invalid(
+                "The built-in engine learns from data: CREATE MODEL m FROM db (SELECT …) PREDICT col",
+            ));
+        };
+        models::engine_of(&using)?;
+        let rows = self.training_rows(tenant, &data_db, &query, target).await?;
+        let spec = ModelSpec {
+            project: project.to_ascii_lowercase(),
+            name,
+            predict: target.clone(),
+            data_db,
+            select_data_query: query,
+            using,
+        };
+        let created = self
+            .store
+            .write(move |txn| models::create(txn, tenant, &spec, if_not_exists))
+            .await?;
+        let Some(model) = created else {
+            return Ok(Outcome::Ok {
+                affected_rows: None,
+            });
+        };
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), rows.stream);
+        table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// `RETRAIN` / `FINETUNE`: a new version trained from `from` or the latest version's
+    /// query, with its options overlaid by `using`; answers with the new version's info row.
+    /// The built-in engine fits from scratch either way, so FINETUNE is a RETRAIN whose data
+    /// is the given query.
+    pub(crate) async fn retrain_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        from: Option<(String, String)>,
+        using: Map<String, Value>,
+    ) -> Result<Outcome> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let latest = snapshot
+            .models(Some(&project))?
+            .into_iter()
+            .rfind(|m| m.name.eq_ignore_ascii_case(&name))
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "Model '{name}' does not exist in project '{project}'"
+                ))
+            })?;
+        drop(snapshot);
+        let (db, query) = from
+            .clone()
+            .unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
+        let rows = self
+            .training_rows(tenant, &db, &query, &latest.predict)
+            .await?;
+        let model = self
+            .store
+            .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
+            .await?;
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), rows.stream);
+        table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// ``SET active p.m.`N` ``.
+    pub(crate) async fn set_active_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        version: u32,
+    ) -> Result<()> {
+        self.store
+            .write(move |txn| models::set_active(txn, tenant, &project, &name, version))
+            .await?;
+        Ok(())
+    }
+
+    /// Plans the training query (read-only, in `db`) and checks that it has the target column.
+    async fn training_rows(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        query: &str,
+        target: &str,
+    ) -> Result<ReadOnlyQuery> {
+        let rows = self
+            .read_only_query(tenant, db, query, |reference, resolved| match resolved {
+                Some(_) => Ok(()),
+                None => Err(Error::invalid(format!(
+                    "The training query names '{reference}', which is not in this catalog"
+                ))),
+            })
+            .await?;
+        if !rows
+            .column_names
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(target))
+        {
+            return Err(Error::invalid(format!(
+                "Column '{target}' to predict is not in the training data; it has: {}",
+                rows.column_names.join(", ")
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// `DROP MODEL|PREDICTOR`.
+    pub(crate) async fn drop_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        version: Option<u32>,
+        if_exists: bool,
+    ) -> Result<()> {
+        self.store
+            .write(move |txn| models::drop_model(txn, tenant, &project, &name, version, if_exists))
+            .await?;
+        Ok(())
+    }
+
+    /// `SHOW MODELS [FROM p]`: the project's models table.
+    pub(crate) fn show_models(&self, tenant: TenantId, project: &str) -> Result<Outcome> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        if !matches!(snapshot.namespace(project)?, Some(Namespace::Project(_))) {
+            return Err(Error::not_found(format!("Project '{project}' not found")));
+        }
+        table_outcome(model_info(&snapshot.models(Some(project))?, true, None)?)
+    }
+
+    /// `DESCRIBE [p.]m[.attribute]`: `None` when no model has that name (the caller then
+    /// describes a table).
+    pub(crate) fn describe_model(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        parts: &[String],
+    ) -> Result<Option<Outcome>> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        // MindsDB resolves project.model.version, then project.model, then model; what is
+        // left is the attribute.
+        let mut candidates: Vec<(String, String, Option<u32>, Option<String>)> = Vec::new();
+        match parts {
+            [m] => candidates.push((db.into(), m.clone(), None, None)),
+            [a, b] => {
+                if let Ok(v) = b.parse::<u32>() {
+                    candidates.push((db.into(), a.clone(), Some(v), None));
+                }
+                candidates.push((a.clone(), b.clone(), None, None));
+                candidates.push((db.into(), a.clone(), None, Some(b.clone())));
+            }
+            [a, b, c] => {
+                if let Ok(v) = c.parse::<u32>() {
+                    candidates.push((a.clone(), b.clone(), Some(v), None));
+                }
+                candidates.push((a.clone(), b.clone(), None, Some(c.clone())));
+            }
+            _ => {}
+        }
+        for (project, name, version, attribute) in candidates {
+            let Some(model) = snapshot.model(&project, &name, version)? else {
+                continue;
+            };
+            let batch = match attribute.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                None => model_info(&[model], false, Some(&ATTRIBUTES))?,
+                Some("info") => describe_info(&model)?,
+                Some("features") => describe_features(&model)?,
+                Some(other) => {
+                    return Err(Error::invalid(format!(
+                        "Model '{}' has no attribute '{other}'; it has: {}",
+                        model.name,
+                        ATTRIBUTES.join(", ")
+                    )))
+                }
+            };
+            return table_outcome(batch).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+fn table_outcome(batch: RecordBatch) -> Result<Outcome> {
+    let column_names = super::catalog::display_names(&batch.schema());
+    let schema = batch.schema();
+    let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+    Ok(Outcome::Table(TableResult {
+        column_names,
+        stream: Box::pin(stream),
+    }))
+}
+
+/// MindsDB's model-info table: the row `CREATE MODEL` answers with (`full` = false; its
+/// TRAINING_OPTIONS a Python repr), or the rows of `models` tables (`full`: training progress
+/// columns too, TRAINING_OPTIONS as JSON). With `tables`, DESCRIBE's leading `TABLES` column.
+pub(crate) fn model_info(
+    rows: &[ModelVersion],
+    full: bool,
+    tables: Option<&[&str]>,
+) -> Result<RecordBatch> {
+    let mut table = SystemTable::default();
+    if let Some(tables) = tables {
+        let mut list = ListBuilder::new(StringBuilder::new());
+        for _ in rows {
+            for t in tables {
+                list.values().append_value(t);
+            }
+            list.append(true);
+        }
+        table = table.column("TABLES", Arc::new(list.finish()) as ArrayRef);
+    }
+    let text = |f: &dyn Fn(&ModelVersion) -> Option<String>| -> Vec<Option<String>> {
+        rows.iter().map(f).collect()
+    };
+    let options = |m: &ModelVersion| {
+        if full {
+            m.training_options().to_string()
+        } else {
+            models::python_repr(&serde_json::json!({
+                "__mdb_sql_task": null, "target": m.predict, "using": m.using
+            }))
+        }
+    };
+    table = table
+        .owned_text("NAME", text(&|m| Some(m.name.clone())))
+        .owned_text("ENGINE", text(&|m| Some(m.engine.clone())))
+        .owned_text("PROJECT", text(&|m| Some(m.project.clone())))
+        .column(
+            "ACTIVE",
+            Arc::new(
+                rows.iter()
+                    .map(|m| Some(m.active))
+                    .collect::<BooleanArray>(),
+            ),
+        )
+        .column(
+            "VERSION",
+            Arc::new(
+                rows.iter()
+                    .map(|m| Some(i64::from(m.version)))
+                    .collect::<Int64Array>(),
+            ),
+        )
+        .owned_text("STATUS", text(&|m| Some(m.status.as_str().to_string())))
+        .column(
+            "ACCURACY",
+            Arc::new(
+                rows.iter()
+                    .map(ModelVersion::accuracy)
+                    .collect::<Float64Array>(),
+            ),
+        )
+        .owned_text("PREDICT", text(&|m| Some(m.predict.clone())))
+        .owned_text("UPDATE_STATUS", text(&|_| Some("up_to_date".into())))
+        .owned_text(
+            "MINDSDB_VERSION",
+            text(&|_| Some(env!("CARGO_PKG_VERSION").to_string())),
+        )
+        .owned_text("ERROR", text(&|m| m.error.clone()))
+        .owned_text(
+            "SELECT_DATA_QUERY",
+            text(&|m| Some(m.select_data_query.clone())),
+        )
+        .owned_text("TRAINING_OPTIONS", text(&|m| Some(options(m))))
+        .owned_text("TAG", text(&|_| None));
+    if full {
+        let number = |f: &dyn Fn(&ModelVersion) -> i64| -> ArrayRef {
+            Arc::new(rows.iter().map(|m| Some(f(m))).collect::<Int64Array>())
+        };
+        table = table
+            .column(
+                "CURRENT_TRAINING_PHASE",
+                number(&|m| i64::from(m.current_phase)),
+            )
+            .column(
+                "TOTAL_TRAINING_PHASES",
+                number(&|m| i64::from(m.total_phases)),
+            )
+            .owned_text(
+                "TRAINING_PHASE_NAME",
+                text(&|m| Some(m.phase_name.clone()).filter(|p| !p.is_empty())),
+            )
+            .owned_text("CREATED_AT", text(&|m| Some(m.created_at.clone())))
+            .column(
+                "TRAINING_TIME",
+                Arc::new(
+                    rows.iter()
+                        .map(|m| m.training_time)
+                        .collect::<Float64Array>(),
+                ),
+            );
+    }
+    table.build()
+}
+
+/// `DESCRIBE p.m.info`: the seed's describe record, one row (empty until training completes).
+fn describe_info(model: &ModelVersion) -> Result<RecordBatch> {
+    let d = model.description.as_ref();
+    let json = |f: &dyn Fn(&models::train::Description) -> Value| d.map(|d| f(d).to_string());
+    SystemTable::default()
+        .owned_text(
+            "ACCURACIES",
+            vec![json(&|d| serde_json::json!(d.accuracies))],
+        )
+        .owned_text(
+            "COLUMN_IMPORTANCES",
+            vec![json(&|d| serde_json::json!(d.column_importances))],
+        )
+        .owned_text("INPUTS", vec![json(&|d| serde_json::json!(d.inputs))])
+        .owned_text("OUTPUTS", vec![json(&|d| serde_json::json!(d.outputs))])
+        .owned_text("MODEL", vec![d.map(|d| d.model.clone())])
+        .build()
+}
+
+/// `DESCRIBE p.m.features`: each column training saw, its inferred type, importance and role.
+fn describe_features(model: &ModelVersion) -> Result<RecordBatch> {
+    let mut rows: Vec<(String, String, Option<f64>, &str)> = Vec::new();
+    if let Some(d) = &model.description {
+        for (column, kind) in &d.column_types {
+            let is_target = column.eq_ignore_ascii_case(&model.predict);
+            rows.push((
+                column.clone(),
+                kind.clone(),
+                d.column_importances.get(column).copied(),
+                if is_target { "target" } else { "feature" },
+            ));
+        }
+    }
+    SystemTable::default()
+        .owned_text("COLUMN", rows.iter().map(|r| Some(r.0.clone())).collect())
+        .owned_text("TYPE", rows.iter().map(|r| Some(r.1.clone())).collect())
+        .column(
+            "IMPORTANCE",
+            Arc::new(rows.iter().map(|r| r.2).collect::<Float64Array>()),
+        )
+        .owned_text("ROLE", rows.iter().map(|r| Some(r.3.to_string())).collect())
+        .build()
+}

@@ -1,0 +1,448 @@
+//! Models through SQL: CREATE MODEL trains in the background from a query over stored data,
+//! the status moves generating → training → complete (or error, with the reason), the models
+//! tables and DESCRIBE show what training found, and a model answers `SELECT y FROM m WHERE …`.
+
+use std::time::{Duration, Instant};
+
+use mindlite::{encode_document, Config, Engine, QueryRequest};
+use serde_json::Value;
+
+fn doc(engine: &Engine, sql: &str) -> Value {
+    let result = engine.query_blocking(QueryRequest::new(sql));
+    let body = engine.block_on(encode_document(result));
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn table(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, sql);
+    assert_eq!(d["type"], "table", "{sql}: {d}");
+    d
+}
+
+fn error(engine: &Engine, sql: &str) -> String {
+    let d = doc(engine, sql);
+    assert_eq!(d["type"], "error", "{sql}: {d}");
+    d["error_message"].as_str().unwrap().to_string()
+}
+
+/// Waits until the model's active (or only) version leaves generating/training; its row.
+fn wait_done(engine: &Engine, name: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let d = table(
+            engine,
+            &format!("SELECT status, error, accuracy, current_training_phase, total_training_phases, training_time FROM mindsdb.models WHERE name = '{name}'"),
+        );
+        let row = d["data"][0].clone();
+        if row[0] == "complete" || row[0] == "error" {
+            return row;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{name} still {row} after 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A deterministic pseudo-random number in [0, 1) from `i`.
+fn noise(i: u64) -> f64 {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 29;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `homes`: price = 3·rooms + 10 when area is 'center' (else 0) + a little noise, with an
+/// unrelated column `color`.
+fn homes(engine: &Engine, rows: u64) {
+    engine
+        .sql_blocking("CREATE TABLE homes (rooms DOUBLE, area VARCHAR, color DOUBLE, price DOUBLE)")
+        .unwrap();
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            let rooms = (noise(i) * 10.0).floor();
+            let area = ["center", "north", "south"][(i % 3) as usize];
+            let bonus = if area == "center" { 10.0 } else { 0.0 };
+            let price = 3.0 * rooms + bonus + noise(i + 1_000_000) * 0.5;
+            format!("({rooms}, '{area}', {}, {price})", noise(i + 2_000_000))
+        })
+        .collect();
+    engine
+        .sql_blocking(&format!("INSERT INTO homes VALUES {}", values.join(", ")))
+        .unwrap();
+}
+
+#[test]
+fn a_regression_model_trains_in_the_background_and_predicts() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 600);
+    let created = table(
+        &engine,
+        "CREATE MODEL mindsdb.price_model FROM mindsdb (SELECT * FROM homes) PREDICT price",
+    );
+    assert_eq!(
+        created["column_names"],
+        serde_json::json!([
+            "NAME",
+            "ENGINE",
+            "PROJECT",
+            "ACTIVE",
+            "VERSION",
+            "STATUS",
+            "ACCURACY",
+            "PREDICT",
+            "UPDATE_STATUS",
+            "MINDSDB_VERSION",
+            "ERROR",
+            "SELECT_DATA_QUERY",
+            "TRAINING_OPTIONS",
+            "TAG"
+        ])
+    );
+    let row = &created["data"][0];
+    assert_eq!(row[0], "price_model");
+    assert_eq!(row[1], "builtin");
+    assert_eq!(
+        (row[3].clone(), row[4].clone(), row[5].clone()),
+        (Value::Bool(true), 1.into(), "generating".into())
+    );
+    assert_eq!(row[11], "SELECT * FROM homes");
+    assert_eq!(
+        row[12],
+        "{'__mdb_sql_task': None, 'target': 'price', 'using': {}}"
+    );
+
+    let done = wait_done(&engine, "price_model");
+    assert_eq!(done[0], "complete", "{done}");
+    assert!(done[2].as_f64().unwrap() > 0.9, "r2 {done}");
+    assert_eq!(done[3], done[4], "every phase ran: {done}");
+    assert!(done[5].as_f64().unwrap() >= 0.0);
+
+    let info = table(&engine, "DESCRIBE mindsdb.price_model.info");
+    let importances: serde_json::Map<String, Value> =
+        serde_json::from_str(info["data"][0][1].as_str().unwrap()).unwrap();
+    let top = importances
+        .iter()
+        .max_by(|a, b| a.1.as_f64().partial_cmp(&b.1.as_f64()).unwrap())
+        .unwrap();
+    assert_eq!(top.0, "rooms", "{importances:?}");
+    assert!(
+        importances["color"].as_f64().unwrap() < 0.2,
+        "{importances:?}"
+    );
+    assert!(
+        info["data"][0][4].as_str().unwrap().contains(" --> "),
+        "{info}"
+    );
+
+    let predicted = table(
+        &engine,
+        "SELECT price, rooms FROM mindsdb.price_model WHERE rooms = 4 AND area = 'center'",
+    );
+    let price = predicted["data"][0][0].as_f64().unwrap();
+    assert!((price - 22.0).abs() < 3.0, "predicted {price} for 3·4 + 10");
+    assert_eq!(predicted["data"][0][1], 4.0);
+}
+
+#[test]
+fn a_classification_model_names_its_informative_column() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    engine
+        .sql_blocking("CREATE TABLE signals (x DOUBLE, junk DOUBLE, label VARCHAR)")
+        .unwrap();
+    let values: Vec<String> = (0..400)
+        .map(|i| {
+            let x = noise(i) * 2.0 - 1.0;
+            let label = if x > 0.0 { "up" } else { "down" };
+            format!("({x}, {}, '{label}')", noise(i + 99_999))
+        })
+        .collect();
+    engine
+        .sql_blocking(&format!("INSERT INTO signals VALUES {}", values.join(", ")))
+        .unwrap();
+    table(
+        &engine,
+        "CREATE PREDICTOR direction FROM mindsdb (SELECT x, junk, label FROM signals) PREDICT label USING engine = 'lightwood'",
+    );
+    let done = wait_done(&engine, "direction");
+    assert_eq!(done[0], "complete", "{done}");
+    assert!(done[2].as_f64().unwrap() > 0.9, "balanced accuracy {done}");
+    let features = table(&engine, "DESCRIBE direction.features");
+    assert_eq!(
+        features["column_names"],
+        serde_json::json!(["COLUMN", "TYPE", "IMPORTANCE", "ROLE"])
+    );
+    let x = features["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0] == "x")
+        .unwrap()
+        .clone();
+    assert_eq!(x[2], 1.0, "{features}");
+    let up = table(
+        &engine,
+        "SELECT label FROM direction WHERE x = 0.8 AND junk = 0.1",
+    );
+    assert_eq!(up["data"], serde_json::json!([["up"]]));
+    let down = table(&engine, "SELECT label FROM direction WHERE x = -0.8");
+    assert_eq!(down["data"], serde_json::json!([["down"]]));
+}
+
+#[test]
+fn models_are_listed_shown_described_and_dropped() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 60);
+    table(
+        &engine,
+        "CREATE MODEL m1 FROM mindsdb (SELECT rooms, price FROM homes) PREDICT price",
+    );
+    wait_done(&engine, "m1");
+    engine.sql_blocking("CREATE PROJECT other").unwrap();
+    table(
+        &engine,
+        "CREATE MODEL other.m2 FROM mindsdb.homes PREDICT area",
+    );
+    wait_done_in(&engine, "other", "m2");
+
+    let active = table(
+        &engine,
+        "SELECT name, active, version FROM models WHERE active = '1'",
+    );
+    assert_eq!(active["data"], serde_json::json!([["m1", true, 1]]));
+    assert_eq!(
+        active["column_names"],
+        serde_json::json!(["NAME", "ACTIVE", "VERSION"])
+    );
+    let shown = table(&engine, "SHOW MODELS FROM other");
+    assert_eq!(shown["data"][0][0], "m2");
+    assert!(shown["column_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c == "TRAINING_TIME"));
+    let all = table(
+        &engine,
+        "SELECT project, name, predict FROM information_schema.models ORDER BY project",
+    );
+    assert_eq!(
+        all["data"],
+        serde_json::json!([["mindsdb", "m1", "price"], ["other", "m2", "area"]])
+    );
+    let options = table(
+        &engine,
+        "SELECT training_options FROM information_schema.models WHERE name = 'm2'",
+    );
+    let options: Value = serde_json::from_str(options["data"][0][0].as_str().unwrap()).unwrap();
+    assert_eq!(options["target"], "area");
+
+    let described = table(&engine, "DESCRIBE mindsdb.m1");
+    assert_eq!(described["column_names"][0], "TABLES");
+    assert_eq!(
+        described["data"][0][0],
+        serde_json::json!(["info", "features"])
+    );
+    assert!(error(&engine, "DESCRIBE mindsdb.m1.nosuch").contains("info, features"));
+    // A table is still described as a table.
+    assert!(
+        table(&engine, "DESCRIBE homes")["data"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 4
+    );
+
+    assert_eq!(
+        error(
+            &engine,
+            "CREATE MODEL m1 FROM mindsdb (SELECT * FROM homes) PREDICT price"
+        ),
+        "Model already exists: mindsdb.m1"
+    );
+    assert_eq!(
+        doc(
+            &engine,
+            "CREATE MODEL IF NOT EXISTS m1 FROM mindsdb (SELECT * FROM homes) PREDICT price"
+        )["type"],
+        "ok"
+    );
+    engine.sql_blocking("DROP MODEL m1").unwrap();
+    assert!(error(&engine, "DROP MODEL m1").contains("'m1'"));
+    engine.sql_blocking("DROP PREDICTOR IF EXISTS m1").unwrap();
+    assert!(error(&engine, "SELECT price FROM m1 WHERE rooms = 1").contains("m1"));
+    engine.sql_blocking("DROP PROJECT other").unwrap();
+    engine.sql_blocking("CREATE PROJECT other").unwrap();
+    assert_eq!(
+        table(&engine, "SELECT * FROM information_schema.models")["data"],
+        serde_json::json!([])
+    );
+}
+
+fn wait_done_in(engine: &Engine, project: &str, name: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let d = table(
+            engine,
+            &format!("SELECT status FROM {project}.models WHERE name = '{name}'"),
+        );
+        if d["data"][0][0] == "complete" || d["data"][0][0] == "error" {
+            return d["data"][0].clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{name} never finished"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bad_model_statements_say_what_is_wrong() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 30);
+    let cases = [
+        ("CREATE MODEL m FROM mindsdb (SELECT * FROM nosuch) PREDICT price", "nosuch"),
+        ("CREATE MODEL m FROM mindsdb (SELECT * FROM homes) PREDICT nope", "'nope'"),
+        ("CREATE MODEL m FROM mindsdb (SELECT * FROM homes) PREDICT price USING engine = 'openai_x'", "openai_x"),
+        ("CREATE MODEL m PREDICT price", "FROM db (SELECT"),
+        ("CREATE MODEL m FROM mindsdb (SELECT * FROM homes) PREDICT price, rooms", "one column"),
+        ("CREATE MODEL nosuchproject.m FROM mindsdb (SELECT * FROM homes) PREDICT price", "nosuchproject"),
+        ("CREATE MODEL m FROM mindsdb (INSERT INTO homes VALUES (1, 'x', 1, 1)) PREDICT price", "SELECT"),
+        ("DROP MODEL nosuch", "nosuch"),
+    ];
+    for (sql, named) in cases {
+        let message = error(&engine, sql);
+        assert!(message.contains(named), "{sql}: {message}");
+    }
+    assert_eq!(
+        table(&engine, "SELECT count(*) AS n FROM homes")["data"],
+        serde_json::json!([[30]])
+    );
+    assert_eq!(table(&engine, "SHOW MODELS")["data"], serde_json::json!([]));
+}
+
+#[test]
+fn a_model_whose_training_fails_is_an_error_with_the_reason() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 5);
+    table(
+        &engine,
+        "CREATE MODEL tiny FROM mindsdb (SELECT * FROM homes) PREDICT price",
+    );
+    let done = wait_done(&engine, "tiny");
+    assert_eq!(done[0], "error");
+    assert!(done[1].as_str().unwrap().contains("rows"), "{done}");
+    let message = error(&engine, "SELECT price FROM tiny WHERE rooms = 1");
+    assert!(
+        message.contains("model creation not completed"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_model_left_training_by_a_stop_is_an_error_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("models.redb");
+    {
+        let engine = Engine::open(&path, Config::default()).unwrap();
+        homes(&engine, 3000);
+        table(
+            &engine,
+            "CREATE MODEL slow FROM mindsdb (SELECT * FROM homes) PREDICT price",
+        );
+        engine.close();
+    }
+    let engine = Engine::open(&path, Config::default()).unwrap();
+    let row = table(
+        &engine,
+        "SELECT status, error FROM models WHERE name = 'slow'",
+    )["data"][0]
+        .clone();
+    // Training may have finished before the close; it must never stay in progress.
+    match row[0].as_str().unwrap() {
+        "complete" => {}
+        "error" => assert!(
+            row[1].as_str().unwrap().contains("training interrupted"),
+            "{row}"
+        ),
+        other => panic!("status {other} after reopening"),
+    }
+}
+
+#[test]
+fn retraining_adds_versions_and_the_active_one_can_be_chosen() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 300);
+    table(
+        &engine,
+        "CREATE MODEL m FROM mindsdb (SELECT rooms, area, price FROM homes) PREDICT price",
+    );
+    wait_done(&engine, "m");
+    let retrained = table(&engine, "RETRAIN mindsdb.m USING note = 'second'");
+    assert_eq!(retrained["data"][0][4], 2, "{retrained}");
+    assert_eq!(
+        retrained["data"][0][3], false,
+        "a new version is inactive until complete"
+    );
+    let versions = |engine: &Engine| {
+        let started = Instant::now();
+        loop {
+            let d = table(engine, "SELECT version, active, status, error FROM models WHERE name = 'm' ORDER BY version");
+            let rows = d["data"].as_array().unwrap();
+            if rows.iter().all(|r| r[2] == "complete" || r[2] == "error") {
+                return d["data"].clone();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "versions never finished: {d}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(
+        versions(&engine),
+        serde_json::json!([[1, false, "complete", null], [2, true, "complete", null]])
+    );
+    let options = table(
+        &engine,
+        "SELECT training_options FROM models WHERE version = 2",
+    )["data"][0][0]
+        .clone();
+    assert!(options.as_str().unwrap().contains("second"), "{options}");
+
+    // FINETUNE on other data: version 3, trained on the center homes only.
+    table(
+        &engine,
+        "FINETUNE m FROM mindsdb (SELECT rooms, area, price FROM homes WHERE area = 'center')",
+    );
+    assert_eq!(
+        versions(&engine)[2],
+        serde_json::json!([3, true, "complete", null])
+    );
+    assert!(table(
+        &engine,
+        "SELECT select_data_query FROM models WHERE version = 3"
+    )["data"][0][0]
+        .as_str()
+        .unwrap()
+        .contains("center"));
+
+    engine.sql_blocking("SET active mindsdb.m.`1`").unwrap();
+    let active = table(
+        &engine,
+        "SELECT version FROM models WHERE name = 'm' AND active = 'true'",
+    );
+    assert_eq!(active["data"], serde_json::json!([[1]]));
+    // Predictions come from the active version; DESCRIBE can name any version.
+    table(&engine, "SELECT price FROM m WHERE rooms = 2");
+    assert_eq!(table(&engine, "DESCRIBE mindsdb.m.`2`")["data"][0][5], 2);
+
+    assert!(error(&engine, "SET active mindsdb.m.`9`").contains("no version 9"));
+    assert!(error(&engine, "DROP MODEL m.`1`").contains("active"));
+    engine.sql_blocking("DROP MODEL m.`2`").unwrap();
+    let left = table(&engine, "SELECT version FROM models ORDER BY version");
+    assert_eq!(left["data"], serde_json::json!([[1], [3]]));
+    assert!(error(&engine, "RETRAIN nosuch").contains("nosuch"));
+}

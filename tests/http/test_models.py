@@ -1,0 +1,109 @@
+"""Models over MindsDB's SQL route (wire reference §4, the sql_*model* captures): CREATE MODEL
+answers the one-row model-info table at once, training finishes in the background, the models
+table and DESCRIBE show it, a model predicts from `WHERE`, and MindsDB's own `mindsdb_sdk` 3.5.0
+models API (create, wait_complete, list, get, describe, retrain, drop) works unmodified."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import mindsdb_sdk
+import pytest
+
+INFO_COLUMNS = ["NAME", "ENGINE", "PROJECT", "ACTIVE", "VERSION", "STATUS", "ACCURACY", "PREDICT",
+                "UPDATE_STATUS", "MINDSDB_VERSION", "ERROR", "SELECT_DATA_QUERY",
+                "TRAINING_OPTIONS", "TAG"]
+
+
+@pytest.fixture
+def homes_server(server):
+    """A server with `homes`: price = 3·rooms + 10 in the center, + small noise."""
+    rows = []
+    for i in range(300):
+        rooms = i % 7
+        area = ["center", "north", "south"][i % 3]
+        price = 3 * rooms + (10 if area == "center" else 0) + ((i * 37) % 10) / 20
+        rows.append(f"({rooms}, '{area}', {price})")
+    server.sql_ok("CREATE TABLE homes (rooms INT, area VARCHAR, price DOUBLE)")
+    server.sql_ok(f"INSERT INTO homes VALUES {', '.join(rows)}")
+    return server
+
+
+def wait_status(server, name: str, project: str = "mindsdb") -> list:
+    deadline = time.monotonic() + 60
+    while True:
+        row = server.sql_ok(f"SELECT status, error FROM {project}.models WHERE name = '{name}'")["data"][0]
+        if row[0] in ("complete", "error"):
+            return row
+        assert time.monotonic() < deadline, f"{name} still {row}"
+        time.sleep(0.05)
+
+
+def test_create_model_answers_the_model_info_row_then_trains(homes_server):
+    body = homes_server.sql_ok(
+        "CREATE MODEL mindsdb.m1 FROM mindsdb (SELECT * FROM homes) PREDICT price USING engine = 'lightwood'")
+    assert body["type"] == "table" and body["column_names"] == INFO_COLUMNS, body
+    row = dict(zip(INFO_COLUMNS, body["data"][0]))
+    assert (row["NAME"], row["ENGINE"], row["PROJECT"], row["ACTIVE"], row["VERSION"]) == \
+        ("m1", "lightwood", "mindsdb", True, 1)
+    assert row["STATUS"] == "generating" and row["ACCURACY"] is None and row["ERROR"] is None
+    assert row["SELECT_DATA_QUERY"] == "SELECT * FROM homes"
+    assert row["TRAINING_OPTIONS"] == "{'__mdb_sql_task': None, 'target': 'price', 'using': {'engine': 'lightwood'}}"
+    assert wait_status(homes_server, "m1") == ["complete", None]
+    listed = homes_server.sql_ok("SELECT name, status FROM mindsdb.models")
+    assert listed["column_names"] == ["NAME", "STATUS"] and listed["data"] == [["m1", "complete"]]
+    accuracy = homes_server.sql_ok("SELECT accuracy FROM models WHERE active = '1'")["data"][0][0]
+    assert accuracy > 0.9
+    predicted = homes_server.sql_ok("SELECT price FROM mindsdb.m1 WHERE rooms = 2 AND area = 'north'")
+    assert abs(predicted["data"][0][0] - 6) < 2, predicted
+    duplicate = homes_server.sql("CREATE MODEL mindsdb.m1 FROM mindsdb (SELECT * FROM homes) PREDICT price").json()
+    assert duplicate["type"] == "error" and duplicate["error_message"] == "Model already exists: mindsdb.m1"
+
+
+def test_describe_answers_as_a_table(homes_server):
+    homes_server.sql_ok("CREATE MODEL m2 FROM mindsdb (SELECT * FROM homes) PREDICT area")
+    assert wait_status(homes_server, "m2")[0] == "complete"
+    described = homes_server.sql_ok("DESCRIBE mindsdb.m2")
+    assert described["column_names"] == ["TABLES"] + INFO_COLUMNS
+    assert described["data"][0][0] == ["info", "features"]
+    info = homes_server.sql_ok("DESCRIBE mindsdb.m2.info")
+    assert info["column_names"] == ["ACCURACIES", "COLUMN_IMPORTANCES", "INPUTS", "OUTPUTS", "MODEL"]
+    accuracies = json.loads(info["data"][0][0])
+    assert list(accuracies) == ["balanced_accuracy_score"]
+    assert json.loads(info["data"][0][3]) == ["area"]
+
+
+def test_predicting_with_a_model_that_failed_says_why(homes_server):
+    homes_server.sql_ok("CREATE MODEL tiny FROM mindsdb (SELECT * FROM homes LIMIT 3) PREDICT price")
+    status, error = wait_status(homes_server, "tiny")
+    assert status == "error" and "rows" in error
+    failed = homes_server.sql("SELECT price FROM tiny WHERE rooms = 1").json()
+    assert failed["type"] == "error" and "model creation not completed" in failed["error_message"]
+
+
+def test_mindsdb_sdk_models_api_unmodified(homes_server):
+    con = mindsdb_sdk.connect(homes_server.url)
+    project = con.get_project("mindsdb")
+    model = project.models.create("price_model", predict="price", query="select * from homes",
+                                  database="mindsdb", options={"note": "sdk"})
+    assert model.name == "price_model" and model.data["status"] == "generating"
+    model.wait_complete()
+    assert model.get_status() == "complete"
+    assert model.data["accuracy"] > 0.9
+    assert [m.name for m in project.models.list()] == ["price_model"]
+    fetched = project.models.get("price_model")
+    assert fetched.data["predict"] == "price" and fetched.data["version"] == 1
+    info = fetched.describe("info")
+    assert "rooms" in json.loads(info["COLUMN_IMPORTANCES"][0])
+    features = fetched.describe("features")
+    assert set(features["COLUMN"]) == {"rooms", "area", "price"}
+    fetched.retrain()
+    versions = fetched.list_versions()
+    assert [v.version for v in versions] == [1, 2]
+    deadline = time.monotonic() + 60
+    while project.models.get("price_model").data["version"] != 2:
+        assert time.monotonic() < deadline, "version 2 never became active"
+        time.sleep(0.1)
+    project.models.drop("price_model")
+    assert project.models.list() == []
