@@ -323,20 +323,25 @@ fn record_change(
     Ok(())
 }
 
-/// Changes one version's status and whatever `change` sets with it, recording the
-/// ModelStatusChanged event in the same transaction. Returns `None` when the version is gone
-/// (dropped while it trained).
+/// Changes the status of the version `of` names, and whatever `change` sets with it,
+/// recording the ModelStatusChanged event in the same transaction. Returns `None` when that
+/// version is gone: dropped while it trained, even if a new model of the same name and
+/// version exists now (ids tell them apart).
 pub(crate) fn set_status(
     txn: &WriteTransaction,
     tenant: TenantId,
-    project: &str,
-    name: &str,
-    version: u32,
+    of: &ModelVersion,
     status: ModelStatus,
     change: impl FnOnce(&mut ModelVersion),
 ) -> Result<Option<ModelVersion>> {
-    let Some(mut model) = get_version(&txn.open_table(MODELS)?, tenant, project, name, version)?
-    else {
+    let stored = get_version(
+        &txn.open_table(MODELS)?,
+        tenant,
+        &of.project,
+        &of.name,
+        of.version,
+    )?;
+    let Some(mut model) = stored.filter(|m| m.id == of.id) else {
         return Ok(None);
     };
     let old = model.status;
@@ -364,20 +369,12 @@ pub(crate) fn complete(
         description,
     } = trained;
     let (project, name) = model.key();
-    let done = set_status(
-        txn,
-        tenant,
-        &project,
-        &name,
-        model.version,
-        ModelStatus::Complete,
-        |m| {
-            m.description = Some(description);
-            m.training_time = Some(training_time);
-            m.current_phase = m.total_phases;
-            m.active = true;
-        },
-    )?;
+    let done = set_status(txn, tenant, model, ModelStatus::Complete, |m| {
+        m.description = Some(description);
+        m.training_time = Some(training_time);
+        m.current_phase = m.total_phases;
+        m.active = true;
+    })?;
     if done.is_none() {
         return Ok(None);
     }
@@ -411,18 +408,9 @@ pub(crate) fn fail_interrupted(txn: &WriteTransaction) -> Result<usize> {
         }
     }
     for (tenant, model) in &stuck {
-        let (project, name) = model.key();
-        set_status(
-            txn,
-            *tenant,
-            &project,
-            &name,
-            model.version,
-            ModelStatus::Error,
-            |m| {
-                m.error = Some("training interrupted: the engine stopped before it finished".into())
-            },
-        )?;
+        set_status(txn, *tenant, model, ModelStatus::Error, |m| {
+            m.error = Some("training interrupted: the engine stopped before it finished".into())
+        })?;
     }
     Ok(stuck.len())
 }
@@ -656,34 +644,17 @@ mod tests {
         });
         let model = write(&store, |txn| create(txn, tenant, &spec("M"), false)).unwrap();
         write(&store, |txn| {
-            set_status(
-                txn,
-                tenant,
-                "mindsdb",
-                "m",
-                1,
-                ModelStatus::Training,
-                |_| {},
-            )
+            set_status(txn, tenant, &model, ModelStatus::Training, |_| {})
         });
         // A phase change within a status is no status change: no event.
         write(&store, |txn| {
-            set_status(txn, tenant, "mindsdb", "m", 1, ModelStatus::Training, |m| {
+            set_status(txn, tenant, &model, ModelStatus::Training, |m| {
                 m.current_phase = 2
             })
         });
         // A change whose transaction fails leaves neither the status nor the event.
         let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
-        set_status(
-            &guard.txn,
-            tenant,
-            "mindsdb",
-            "m",
-            1,
-            ModelStatus::Complete,
-            |_| {},
-        )
-        .unwrap();
+        set_status(&guard.txn, tenant, &model, ModelStatus::Complete, |_| {}).unwrap();
         drop(guard);
         let events = status_events(&store.read().unwrap()).unwrap();
         let changes: Vec<(Option<ModelStatus>, ModelStatus)> = events
@@ -724,9 +695,9 @@ mod tests {
             projects::ensure_default(txn, tenant, "mindsdb")
         });
         write(&store, |txn| create(txn, tenant, &spec("a"), false));
-        write(&store, |txn| create(txn, tenant, &spec("b"), false));
+        let b = write(&store, |txn| create(txn, tenant, &spec("b"), false)).unwrap();
         write(&store, |txn| {
-            set_status(txn, tenant, "mindsdb", "b", 1, ModelStatus::Error, |m| {
+            set_status(txn, tenant, &b, ModelStatus::Error, |m| {
                 m.error = Some("bad data".into())
             })
         });
@@ -746,6 +717,40 @@ mod tests {
             ("a", Some(ModelStatus::Generating), ModelStatus::Error)
         );
         assert_eq!(write(&store, fail_interrupted), 0);
+    }
+
+    #[test]
+    fn a_worker_of_a_dropped_model_never_touches_a_new_one_of_the_same_name() {
+        let store = Store::open_in_memory(0).unwrap();
+        let tenant = TenantId::LOCAL;
+        write(&store, |txn| {
+            init(txn)?;
+            projects::ensure_default(txn, tenant, "mindsdb")
+        });
+        let old = write(&store, |txn| create(txn, tenant, &spec("m"), false)).unwrap();
+        write(&store, |txn| {
+            drop_model(txn, tenant, "mindsdb", "m", None, false)
+        });
+        let new = write(&store, |txn| create(txn, tenant, &spec("m"), false)).unwrap();
+        let touched = write(&store, |txn| {
+            set_status(txn, tenant, &old, ModelStatus::Error, |m| {
+                m.error = Some("old".into())
+            })
+        });
+        assert!(touched.is_none());
+        let stored = find(
+            &store.read().unwrap().open_table(MODELS).unwrap(),
+            tenant,
+            "mindsdb",
+            "m",
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (stored.id, stored.status),
+            (new.id, ModelStatus::Generating)
+        );
     }
 
     #[test]

@@ -29,15 +29,9 @@ pub(crate) fn spawn(
             // set to `error` when the engine next opens.
             let _ = store
                 .write(move |txn| {
-                    super::set_status(
-                        txn,
-                        tenant,
-                        &model.project,
-                        &model.name,
-                        model.version,
-                        ModelStatus::Error,
-                        |m| m.error = Some(message),
-                    )
+                    super::set_status(txn, tenant, &model, ModelStatus::Error, |m| {
+                        m.error = Some(message)
+                    })
                 })
                 .await;
         }
@@ -97,18 +91,10 @@ async fn phase(
     let (model, name) = (model.clone(), name.to_string());
     let updated = store
         .write(move |txn| {
-            super::set_status(
-                txn,
-                tenant,
-                &model.project,
-                &model.name,
-                model.version,
-                ModelStatus::Training,
-                |m| {
-                    m.current_phase = number;
-                    m.phase_name = name;
-                },
-            )
+            super::set_status(txn, tenant, &model, ModelStatus::Training, |m| {
+                m.current_phase = number;
+                m.phase_name = name;
+            })
         })
         .await?;
     Ok(updated.is_some())
