@@ -507,6 +507,80 @@ mindlite_status mindlite_agent_ask(const mindlite_database *db,
                                    char **out_json);
 
 /**
+ * Every version of every model of `project`, by name and version, as MindsDB's REST API lists
+ * them: `[{"id", "name", "version", "status", "active", "accuracy", "predict", "error", …}, …]`.
+ * `MINDLITE_NOT_FOUND` for an unknown project.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_model_list(const mindlite_database *db,
+                                    const char *project,
+                                    char **out_json);
+
+/**
+ * One model's version (`version` 0: the active one) as MindsDB's REST record; poll its
+ * `"status"` (`generating`, `training`, `complete`, `error`) to follow training.
+ * `MINDLITE_NOT_FOUND` when there is no such model or version.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_model_get(const mindlite_database *db,
+                                   const char *project,
+                                   const char *name,
+                                   uint32_t version,
+                                   char **out_json);
+
+/**
+ * Runs one `CREATE MODEL p.m FROM db (SELECT …) PREDICT col [USING …]` statement with
+ * `project` as the current database. Returns at once with the new version (status
+ * `generating`); training goes on in the background. `MINDLITE_CONFLICT` when the model
+ * exists, `MINDLITE_INVALID` for anything but one CREATE MODEL statement, a missing table or
+ * target column.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_model_create(const mindlite_database *db,
+                                      const char *project,
+                                      const char *statement,
+                                      char **out_json);
+
+/**
+ * Drops a model with every version (`version` 0), or one version of it.
+ * `MINDLITE_NOT_FOUND` when there is no such model or version.
+ */
+mindlite_status mindlite_model_delete(const mindlite_database *db,
+                                      const char *project,
+                                      const char *name,
+                                      uint32_t version);
+
+/**
+ * Predicts with a model's version (`version` 0: the active one) for `rows_json`, a list of
+ * `{"column": value}` objects; `*out_json` receives the rows with every training column, the
+ * prediction filled in. `MINDLITE_INVALID` when the version is not complete ("model creation
+ * not completed") or a value does not fit its column.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_model_predict(const mindlite_database *db,
+                                       const char *project,
+                                       const char *name,
+                                       uint32_t version,
+                                       const char *rows_json,
+                                       char **out_json);
+
+/**
+ * What training found for a model's version (`version` 0: the active one):
+ * `[{"accuracies", "column_importances", "inputs", "outputs", "model"}]`.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_model_describe(const mindlite_database *db,
+                                        const char *project,
+                                        const char *name,
+                                        uint32_t version,
+                                        char **out_json);
+
+/**
  * Runs `sql` (one statement, or several separated by `;`, the result being the last one's) in
  * the handle's current project and reads the whole result. `USE p` changes the current project
  * for later calls on this handle, from every thread. For results too big to hold, use

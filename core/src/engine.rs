@@ -21,7 +21,7 @@ use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::models;
+use crate::models::{self, Model};
 use crate::projects::{self, Project};
 use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
 use crate::status::Status;
@@ -472,6 +472,86 @@ impl Engine {
             receiver,
             _task: AbortOnDrop(task),
         })
+    }
+
+    /// Every version of every model of `project`, by name and version.
+    pub fn list_models(&self, project: &str) -> Result<Vec<Model>> {
+        let txn = self.inner.sql.store.read()?;
+        require_project(&txn, project)?;
+        let versions = models::list(
+            &txn.open_table(models::MODELS)?,
+            TenantId::LOCAL,
+            Some(project),
+        )?;
+        Ok(versions.into_iter().map(Model).collect())
+    }
+
+    /// One model's version, or its active version when `version` is `None`.
+    pub fn get_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<Model> {
+        let txn = self.inner.sql.store.read()?;
+        require_project(&txn, project)?;
+        let found = models::find(
+            &txn.open_table(models::MODELS)?,
+            TenantId::LOCAL,
+            project,
+            name,
+            version,
+        )?;
+        found.map(Model).ok_or_else(|| match version {
+            None => Error::not_found(format!(
+                "Model '{name}' does not exist in project '{project}'"
+            )),
+            Some(v) => Error::not_found(format!(
+                "Model '{name}' has no version {v} in project '{project}'"
+            )),
+        })
+    }
+
+    /// Runs one `CREATE MODEL` statement with `project` as the current database; returns the
+    /// new version (status `generating`; training goes on in the background).
+    pub async fn create_model(&self, project: &str, statement: &str) -> Result<Model> {
+        self.get_project(project)?;
+        let inner = Arc::clone(&self.inner);
+        let (project, statement) = (project.to_string(), statement.to_string());
+        self.inner
+            .handle
+            .spawn(async move {
+                inner
+                    .sql
+                    .create_model_from_sql(TenantId::LOCAL, &project, &statement)
+                    .await
+            })
+            .await
+            .map_err(|e| Error::internal(format!("model task failed: {e}")))?
+            .map(Model)
+    }
+
+    /// Drops a model (every version), or one version of it.
+    pub async fn drop_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<()> {
+        self.get_model(project, name, version)?;
+        let (project, name) = (project.to_string(), name.to_string());
+        self.inner
+            .sql
+            .store
+            .write(move |txn| {
+                models::drop_model(txn, TenantId::LOCAL, &project, &name, version, false)
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Predicts with a model's version (or its active one) for `rows`: a list of `{column:
+    /// value}` objects, or that list as JSON text. Returns the rows with the prediction filled
+    /// in; "model creation not completed" unless the version is complete.
+    pub fn predict(
+        &self,
+        project: &str,
+        name: &str,
+        version: Option<u32>,
+        rows: &serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        let model = self.get_model(project, name, version)?;
+        self.inner.sql.predict_rows(TenantId::LOCAL, &model.0, rows)
     }
 
     /// Closes this handle. When it is the last one, the runtime is shut down first, waiting up

@@ -39,6 +39,7 @@ pub use config::{
 };
 pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
+pub use models::Model;
 pub use projects::Project;
 pub use reader::BlockingReader;
 pub use sql::encode::{encode_document, WireFormat, WireStream};

@@ -141,6 +141,21 @@ fn a_regression_model_trains_in_the_background_and_predicts() {
         &engine,
         "SELECT price, rooms FROM mindsdb.price_model WHERE rooms = 4 AND area = 'center'",
     );
+    // Conditions that are not input values are refused by name, never an empty answer.
+    for (sql, named) in [
+        ("SELECT price FROM price_model WHERE rooms > 4", "rooms >"),
+        (
+            "SELECT price FROM price_model WHERE rooms = 4 AND price = 1",
+            "predicted column",
+        ),
+    ] {
+        let message = error(&engine, sql);
+        assert!(
+            message.contains("column = value") && message.contains(named),
+            "{sql}: {message}"
+        );
+    }
+    assert!(error(&engine, "DESCRIBE mindsdb.price_model.`7`").contains("no version 7"));
     let price = predicted["data"][0][0].as_f64().unwrap();
     assert!((price - 22.0).abs() < 3.0, "predicted {price} for 3·4 + 10");
     assert_eq!(predicted["data"][0][1], 4.0);
@@ -311,6 +326,12 @@ fn bad_model_statements_say_what_is_wrong() {
         ("CREATE MODEL nosuchproject.m FROM mindsdb (SELECT * FROM homes) PREDICT price", "nosuchproject"),
         ("CREATE MODEL m FROM mindsdb (INSERT INTO homes VALUES (1, 'x', 1, 1)) PREDICT price", "SELECT"),
         ("DROP MODEL nosuch", "nosuch"),
+        ("CREATE MODEL homes FROM mindsdb (SELECT * FROM homes) PREDICT price", "already a table"),
+        ("CREATE MODEL models FROM mindsdb (SELECT * FROM homes) PREDICT price", "already a table"),
+        (
+            "CREATE MODEL m FROM mindsdb (SELECT a.price, b.price FROM homes a JOIN homes b ON a.rooms = b.rooms) PREDICT price",
+            "two columns named 'price'",
+        ),
     ];
     for (sql, named) in cases {
         let message = error(&engine, sql);

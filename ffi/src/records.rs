@@ -1,6 +1,6 @@
 //! Engine records as JSON text: one `mindlite_<noun>_<verb>` function per engine operation,
-//! JSON in and JSON out, so the header does not grow a struct per record. Later issues add
-//! agents, models, callbacks, users and quotas here in the same shape.
+//! JSON in and JSON out, so the header does not grow a struct per record: projects, status,
+//! agents and models; later issues add callbacks, users and quotas in the same shape.
 
 use std::ffi::c_char;
 
@@ -245,4 +245,173 @@ fn give_optional_json(out_json: *mut *mut c_char, value: &impl Serialize) -> Res
         return Ok(());
     }
     give_json(out_json, value)
+}
+
+/// A C version argument: 0 means the active version.
+fn version_arg(version: u32) -> Option<u32> {
+    (version > 0).then_some(version)
+}
+
+/// Every version of every model of `project`, by name and version, as MindsDB's REST API lists
+/// them: `[{"id", "name", "version", "status", "active", "accuracy", "predict", "error", …}, …]`.
+/// `MINDLITE_NOT_FOUND` for an unknown project.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_list(
+    db: *const Database,
+    project: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: a NUL-terminated string, per the header.
+        let project = unsafe { boundary::text(project, "project") }?;
+        let models = db.engine().list_models(project)?;
+        let wire: Vec<serde_json::Value> = models.iter().map(|m| m.to_wire_json()).collect();
+        give_json(out_json, &wire)
+    })
+}
+
+/// One model's version (`version` 0: the active one) as MindsDB's REST record; poll its
+/// `"status"` (`generating`, `training`, `complete`, `error`) to follow training.
+/// `MINDLITE_NOT_FOUND` when there is no such model or version.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_get(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    version: u32,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let model = db.engine().get_model(project, name, version_arg(version))?;
+        give_json(out_json, &model.to_wire_json())
+    })
+}
+
+/// Runs one `CREATE MODEL p.m FROM db (SELECT …) PREDICT col [USING …]` statement with
+/// `project` as the current database. Returns at once with the new version (status
+/// `generating`); training goes on in the background. `MINDLITE_CONFLICT` when the model
+/// exists, `MINDLITE_INVALID` for anything but one CREATE MODEL statement, a missing table or
+/// target column.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_create(
+    db: *const Database,
+    project: *const c_char,
+    statement: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, statement) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(statement, "statement")?,
+            )
+        };
+        let engine = db.engine();
+        let model = engine.block_on(engine.create_model(project, statement))?;
+        give_optional_json(out_json, &model.to_wire_json())
+    })
+}
+
+/// Drops a model with every version (`version` 0), or one version of it.
+/// `MINDLITE_NOT_FOUND` when there is no such model or version.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_delete(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    version: u32,
+) -> Status {
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let engine = db.engine();
+        engine.block_on(engine.drop_model(project, name, version_arg(version)))?;
+        Ok(())
+    })
+}
+
+/// Predicts with a model's version (`version` 0: the active one) for `rows_json`, a list of
+/// `{"column": value}` objects; `*out_json` receives the rows with every training column, the
+/// prediction filled in. `MINDLITE_INVALID` when the version is not complete ("model creation
+/// not completed") or a value does not fit its column.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_predict(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    version: u32,
+    rows_json: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name, rows) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+                boundary::text(rows_json, "rows_json")?,
+            )
+        };
+        let rows = json_arg(rows, "rows_json")?;
+        let predicted = db
+            .engine()
+            .predict(project, name, version_arg(version), &rows)?;
+        give_json(out_json, &predicted)
+    })
+}
+
+/// What training found for a model's version (`version` 0: the active one):
+/// `[{"accuracies", "column_importances", "inputs", "outputs", "model"}]`.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_describe(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    version: u32,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let model = db.engine().get_model(project, name, version_arg(version))?;
+        give_json(out_json, &model.describe_json())
+    })
 }

@@ -560,6 +560,85 @@ class Connection:
         text = self._db.ask_agent(project or self.current_db, name, _json.dumps(messages))
         return cast(Dict[str, Any], _json.loads(text)["message"])
 
+    def models(self, project: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Every version of every model of ``project`` (the current project by default), as
+        MindsDB's REST API shows them: ``{"name", "version", "status", "active", "accuracy",
+        "predict", "error", …}``."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.models(project or self.current_db)))
+
+    def model(
+        self, name: str, version: Optional[int] = None, project: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """One model's version, the active one unless ``version`` is given;
+        ``ProgrammingError`` when there is none."""
+        self._check()
+        text = self._db.model(project or self.current_db, name, version)
+        return cast(Dict[str, Any], _json.loads(text))
+
+    def create_model(self, statement: str, project: Optional[str] = None) -> Dict[str, Any]:
+        """Runs one ``CREATE MODEL … FROM db (SELECT …) PREDICT col`` statement; returns the new
+        version (status ``generating``: training goes on in the background, see
+        :meth:`wait_model`)."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.create_model(project or self.current_db, statement)))
+
+    def wait_model(
+        self, name: str, timeout: float = 600.0, project: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """Waits until the model's latest version is ``complete`` and returns it;
+        ``OperationalError`` with the reason when training fails or takes over ``timeout`` s."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = max(
+                (m for m in self.models(project) if m["name"].lower() == name.lower()),
+                key=lambda m: int(m["version"]),
+                default=None,
+            )
+            if latest is None:
+                raise ProgrammingError(f"Model '{name}' does not exist")
+            if latest["status"] == "complete":
+                return latest
+            if latest["status"] == "error":
+                raise OperationalError(f"Training of model '{name}' failed: {latest['error']}")
+            if _time.monotonic() > deadline:
+                raise OperationalError(f"Model '{name}' is still {latest['status']} after {timeout} s")
+            _time.sleep(0.05)
+
+    def describe_model(
+        self, name: str, version: Optional[int] = None, project: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """What training found: ``{"accuracies", "column_importances", "inputs", "outputs",
+        "model"}``."""
+        self._check()
+        text = self._db.describe_model(project or self.current_db, name, version)
+        return cast(List[Dict[str, Any]], _json.loads(text))[0]
+
+    def predict(
+        self,
+        name: str,
+        rows: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]],
+        version: Optional[int] = None,
+        project: Optional[str] = None,
+    ) -> List[Dict[str, Any]]:
+        """Predicts with a model (its active version unless ``version`` is given) for one row
+        or a list of rows given as ``{column: value}``; returns the rows with the prediction
+        filled in. Missing inputs are allowed; ``ProgrammingError`` when the model is not
+        complete or a value does not fit its column."""
+        self._check()
+        listed = [dict(rows)] if isinstance(rows, Mapping) else [dict(r) for r in rows]
+        text = self._db.predict(project or self.current_db, name, _json.dumps(listed, default=str), version)
+        return cast(List[Dict[str, Any]], _json.loads(text))
+
+    def drop_model(
+        self, name: str, version: Optional[int] = None, project: Optional[str] = None
+    ) -> None:
+        """Drops a model with every version, or only ``version``."""
+        self._check()
+        self._db.drop_model(project or self.current_db, name, version)
+
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""
         self._check()

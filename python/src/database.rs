@@ -267,6 +267,82 @@ impl Database {
         Ok(answer.to_wire_json().to_string())
     }
 
+    /// Every version of every model of `project` as JSON text (MindsDB's REST records).
+    fn models(&self, project: &str) -> PyResult<String> {
+        let models = self.engine()?.list_models(project).map_err(to_py)?;
+        let list: Vec<serde_json::Value> = models.iter().map(|m| m.to_wire_json()).collect();
+        Ok(serde_json::Value::Array(list).to_string())
+    }
+
+    /// One model's version (the active one when `version` is None) as JSON text.
+    #[pyo3(signature = (project, name, version=None))]
+    fn model(&self, project: &str, name: &str, version: Option<u32>) -> PyResult<String> {
+        let model = self
+            .engine()?
+            .get_model(project, name, version)
+            .map_err(to_py)?;
+        Ok(model.to_wire_json().to_string())
+    }
+
+    /// The describe record of a model's version as JSON text.
+    #[pyo3(signature = (project, name, version=None))]
+    fn describe_model(&self, project: &str, name: &str, version: Option<u32>) -> PyResult<String> {
+        let model = self
+            .engine()?
+            .get_model(project, name, version)
+            .map_err(to_py)?;
+        Ok(model.describe_json().to_string())
+    }
+
+    /// Runs one CREATE MODEL statement in `project`; returns the new version as JSON text.
+    fn create_model(&self, py: Python<'_>, project: &str, statement: &str) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, project, statement) =
+            (engine.clone(), project.to_string(), statement.to_string());
+        let model = wait(py, &engine, async move {
+            runner.create_model(&project, &statement).await
+        })?
+        .map_err(to_py)?;
+        Ok(model.to_wire_json().to_string())
+    }
+
+    /// Drops a model, or one version of it.
+    #[pyo3(signature = (project, name, version=None))]
+    fn drop_model(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> PyResult<()> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        wait(py, &engine, async move {
+            runner.drop_model(&project, &name, version).await
+        })?
+        .map_err(to_py)
+    }
+
+    /// Predicts for `rows` (JSON text: a list of objects); returns the rows as JSON text.
+    #[pyo3(signature = (project, name, rows, version=None))]
+    fn predict(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        rows: &str,
+        version: Option<u32>,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let rows = json_arg(rows, "rows")?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        let predicted = wait(py, &engine, async move {
+            runner.predict(&project, &name, version, &rows)
+        })?
+        .map_err(to_py)?;
+        Ok(predicted.to_string())
+    }
+
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
     fn status(&self) -> PyResult<String> {
         let status = self.engine()?.status(true);

@@ -107,3 +107,77 @@ def test_mindsdb_sdk_models_api_unmodified(homes_server):
         time.sleep(0.1)
     project.models.drop("price_model")
     assert project.models.list() == []
+
+
+def models_url(server, *parts: str, project: str = "mindsdb") -> str:
+    return "/".join([server.url, "api/projects", project, "models", *parts])
+
+
+def test_rest_routes_create_list_get_predict_describe_delete(homes_server):
+    import requests
+
+    created = requests.post(models_url(homes_server), timeout=30, json={
+        "query": "CREATE MODEL mindsdb.rest_m FROM mindsdb (SELECT * FROM homes) PREDICT price"})
+    assert created.status_code == 201, created.text
+    record = created.json()
+    assert (record["name"], record["version"], record["status"], record["active"]) == \
+        ("rest_m", 1, "generating", True)
+    assert record["problem_definition"]["target"] == "price" and record["engine"] == "builtin"
+    assert wait_status(homes_server, "rest_m")[0] == "complete"
+    duplicate = requests.post(models_url(homes_server), timeout=30, json={
+        "query": "CREATE MODEL rest_m FROM mindsdb (SELECT * FROM homes) PREDICT price"})
+    assert duplicate.status_code == 409 and duplicate.json()["title"] == "Model already exists"
+    missing_query = requests.post(models_url(homes_server), json={}, timeout=10)
+    assert missing_query.status_code == 400
+    not_create = requests.post(models_url(homes_server), json={"query": "SELECT 1"}, timeout=10)
+    assert not_create.status_code == 400 and "CREATE MODEL" in not_create.json()["detail"]
+
+    listed = requests.get(models_url(homes_server), timeout=10).json()
+    assert [(m["name"], m["version"]) for m in listed] == [("rest_m", 1)]
+    got = requests.get(models_url(homes_server, "rest_m"), timeout=10)
+    assert got.status_code == 200 and got.json()["accuracy"] > 0.9
+    assert requests.get(models_url(homes_server, "rest_m.1"), timeout=10).json()["version"] == 1
+    assert requests.get(models_url(homes_server, "rest_m.7"), timeout=10).status_code == 404
+    nosuch = requests.get(models_url(homes_server, "nosuch"), timeout=10)
+    assert nosuch.status_code == 404 and nosuch.json()["title"] == "Model not found"
+    noproject = requests.get(models_url(homes_server, project="nosuchproj"), timeout=10)
+    assert noproject.status_code == 404 and noproject.json()["title"] == "Project not found"
+
+    predicted = requests.post(models_url(homes_server, "rest_m", "predict"), timeout=10, json={
+        "data": [{"rooms": 2, "area": "north"}, {"rooms": 5, "area": "center"}], "params": {}})
+    assert predicted.status_code == 200, predicted.text
+    rows = predicted.json()
+    assert [r["rooms"] for r in rows] == [2, 5] and abs(rows[0]["price"] - 6) < 2
+    assert abs(rows[1]["price"] - 25) < 3, rows
+    as_text = requests.post(models_url(homes_server, "rest_m", "predict"), timeout=10,
+                            json={"data": json.dumps([{"rooms": 1}])})
+    assert as_text.status_code == 200 and len(as_text.json()) == 1
+    bad_value = requests.post(models_url(homes_server, "rest_m", "predict"), timeout=10,
+                              json={"data": [{"rooms": "many"}]})
+    assert bad_value.status_code == 400 and "rooms" in bad_value.json()["detail"]
+
+    described = requests.get(models_url(homes_server, "rest_m", "describe"), timeout=10)
+    assert described.status_code == 200
+    [info] = described.json()
+    assert set(info) == {"accuracies", "column_importances", "inputs", "outputs", "model"}
+    assert info["outputs"] == ["price"] and " --> " in info["model"]
+    with_body = requests.get(models_url(homes_server, "rest_m", "describe"), timeout=10,
+                             json={"attribute": "info"})
+    assert with_body.json() == described.json()
+
+    deleted = requests.delete(models_url(homes_server, "rest_m"), timeout=10)
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert requests.get(models_url(homes_server, "rest_m"), timeout=10).status_code == 404
+
+
+def test_mindsdb_sdk_predicts_from_a_dict_and_a_dataframe(homes_server):
+    import pandas as pd
+
+    con = mindsdb_sdk.connect(homes_server.url)
+    model = con.models.create("sdk_predict", predict="price", query="select * from homes",
+                              database="mindsdb")
+    model.wait_complete()
+    one = model.predict({"rooms": 3, "area": "south"})
+    assert abs(one["price"][0] - 9) < 2, one
+    many = model.predict(pd.DataFrame({"rooms": [1, 6], "area": ["north", "center"]}))
+    assert list(many["rooms"]) == [1, 6] and many["price"][1] > many["price"][0]

@@ -104,6 +104,72 @@ impl ModelVersion {
     }
 }
 
+/// A model version as the engine API returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model(pub(crate) ModelVersion);
+
+impl Model {
+    /// The model's name, as given when it was created.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The version number (1, 2, …).
+    pub fn version(&self) -> u32 {
+        self.0.version
+    }
+
+    /// `generating`, `training`, `complete` or `error`.
+    pub fn status(&self) -> &str {
+        self.0.status.as_str()
+    }
+
+    /// Whether this is the version predictions use.
+    pub fn active(&self) -> bool {
+        self.0.active
+    }
+
+    /// MindsDB's REST record of a model version (`get_reduced_model_data` plus `engine` and
+    /// `engine_name`), `created_at` without fractions of a second as MindsDB shows it.
+    pub fn to_wire_json(&self) -> Value {
+        let m = &self.0;
+        serde_json::json!({
+            "id": m.id,
+            "name": m.name,
+            "version": m.version,
+            "is_active": null,
+            "predict": m.predict,
+            "status": m.status.as_str(),
+            "problem_definition": m.training_options(),
+            "current_phase": null,
+            "accuracy": m.accuracy(),
+            "data_source": null,
+            "update": "up_to_date",
+            "active": m.active,
+            "mindsdb_version": env!("CARGO_PKG_VERSION"),
+            "error": m.error,
+            "created_at": m.created_at.get(..19).unwrap_or(&m.created_at),
+            "fetch_data_query": m.select_data_query,
+            "training_time": m.training_time,
+            "engine": m.engine,
+            "engine_name": m.engine,
+        })
+    }
+
+    /// The seed's describe record: `[{accuracies, column_importances, inputs, outputs,
+    /// model}]` (empty values until training completes).
+    pub fn describe_json(&self) -> Value {
+        let d = self.0.description.as_ref();
+        serde_json::json!([{
+            "accuracies": d.map(|d| serde_json::json!(d.accuracies)).unwrap_or_else(|| serde_json::json!({})),
+            "column_importances": d.map(|d| serde_json::json!(d.column_importances)).unwrap_or_else(|| serde_json::json!({})),
+            "inputs": d.map(|d| d.inputs.clone()).unwrap_or_default(),
+            "outputs": d.map(|d| d.outputs.clone()).unwrap_or_else(|| vec![self.0.predict.clone()]),
+            "model": d.map(|d| d.model.clone()).unwrap_or_default(),
+        }])
+    }
+}
+
 /// One status change, as the callbacks' outbox records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ModelStatusChanged {
@@ -167,6 +233,21 @@ pub(crate) fn create(
     let project = projects::get(&txn.open_table(PROJECTS)?, tenant, &spec.project)?
         .ok_or_else(|| Error::not_found(format!("Project '{}' does not exist", spec.project)))?;
     projects::validate_name("model", &spec.name)?;
+    // A stored table of the same name, or the `models` listing, would hide the model.
+    if spec.name.eq_ignore_ascii_case("models")
+        || tables::get(
+            &txn.open_table(tables::TABLES)?,
+            tenant,
+            &project.name,
+            &spec.name,
+        )?
+        .is_some()
+    {
+        return Err(Error::conflict(format!(
+            "'{}' is already a table in project '{}'; choose another name for the model",
+            spec.name, project.name
+        )));
+    }
     let engine = engine_of(&spec.using)?;
     if !versions(&txn.open_table(MODELS)?, tenant, &project.name, &spec.name)?.is_empty() {
         return if if_not_exists {
@@ -448,6 +529,20 @@ pub(crate) fn drop_model(
             return Err(Error::invalid(format!(
                 "Version {v} of model '{name}' is the active one; make another version active first"
             )));
+        }
+    }
+    // A version dropped while it trains ends as an error, so whoever follows its events
+    // (the callbacks) sees it end.
+    for model in &doomed {
+        if matches!(
+            model.status,
+            ModelStatus::Generating | ModelStatus::Training
+        ) {
+            let ended = ModelVersion {
+                status: ModelStatus::Error,
+                ..(*model).clone()
+            };
+            record_change(txn, tenant, &ended, Some(model.status))?;
         }
     }
     let mut models = txn.open_table(MODELS)?;

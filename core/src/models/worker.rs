@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
+/// The most rows one training reads: they are held in memory, outside the query memory pool.
+const MAX_TRAINING_ROWS: usize = 2_000_000;
+
 /// Trains `model` from `rows` in the background on the current runtime. The caller has
 /// already recorded the version as `generating`.
 pub(crate) fn spawn(
@@ -50,8 +53,16 @@ async fn run(
     }
     let schema = rows.schema();
     let mut batches = Vec::new();
+    let mut count = 0;
     while let Some(batch) = rows.next().await {
-        batches.push(batch?);
+        let batch = batch?;
+        count += batch.num_rows();
+        if count > MAX_TRAINING_ROWS {
+            return Err(Error::invalid(format!(
+                "the training query returns more than {MAX_TRAINING_ROWS} rows, which the built-in engine holds in memory; add a LIMIT or sample the rows"
+            )));
+        }
+        batches.push(batch);
     }
     drop(rows);
     let (target, for_training) = (model.predict.clone(), model.clone());

@@ -95,13 +95,15 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
             Ok(Some(Command::ShowModels { project }))
         }
         Some(Keyword::DESCRIBE) if words.len() > 1 => {
+            // Only `DESCRIBE [MODEL] a[.b[.c]]`; anything else (`DESCRIBE SELECT …`) is SQL.
             let k = if is_model_word(1) { 2 } else { 1 };
-            let (parts, k) = dotted(words, k, "a model name")?;
-            end_at(words, k)?;
-            Ok(Some(Command::Describe {
-                parts,
-                explicit: is_model_word(1),
-            }))
+            match dotted(words, k, "a model name") {
+                Ok((parts, k)) if k == words.len() => Ok(Some(Command::Describe {
+                    parts,
+                    explicit: is_model_word(1),
+                })),
+                _ => Ok(None),
+            }
         }
         _ => Ok(None),
     }
@@ -272,9 +274,11 @@ fn tokens_text(words: &[&Token]) -> String {
             out.push(' ');
         }
         match token {
-            Token::SingleQuotedString(text) => {
-                out.push_str(&format!("'{}'", text.replace('\'', "''")))
-            }
+            // The tokenizer unescaped backslashes and doubled quotes: write both again.
+            Token::SingleQuotedString(text) => out.push_str(&format!(
+                "'{}'",
+                text.replace('\\', "\\\\").replace('\'', "''")
+            )),
             Token::Word(w) => match w.quote_style {
                 Some(open) => {
                     let close = if open == '[' { ']' } else { open };
@@ -312,7 +316,7 @@ mod tests {
             from,
             predict,
             using,
-        }) = one("create predictor IF NOT EXISTS proj.m1 FROM mindsdb (select a, b FROM t WHERE c = 'x''y' AND f(d) > 1) PREDICT y ORDER BY d GROUP BY g, h WINDOW 10 HORIZON 3 USING engine = 'lightwood', k = 2")
+        }) = one("create predictor IF NOT EXISTS proj.m1 FROM mindsdb (select a, b FROM t WHERE c = 'x''y' AND f(d) > 1 AND e = 'C:\\\\new') PREDICT y ORDER BY d GROUP BY g, h WINDOW 10 HORIZON 3 USING engine = 'lightwood', k = 2")
         else {
             panic!("not a CREATE MODEL")
         };
@@ -322,7 +326,10 @@ mod tests {
         );
         let (db, query) = from.unwrap();
         assert_eq!(db, "mindsdb");
-        assert_eq!(query, "select a, b FROM t WHERE c = 'x''y' AND f(d) > 1");
+        assert_eq!(
+            query,
+            "select a, b FROM t WHERE c = 'x''y' AND f(d) > 1 AND e = 'C:\\\\new'"
+        );
         assert_eq!(predict, ["y"]);
         assert_eq!(
             Value::Object(using),

@@ -138,6 +138,16 @@ impl SqlRunner {
                 ))),
             })
             .await?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = rows
+            .column_names
+            .iter()
+            .find(|c| !seen.insert(c.to_ascii_lowercase()))
+        {
+            return Err(Error::invalid(format!(
+                "The training query has two columns named '{twice}'; give them distinct names with AS"
+            )));
+        }
         if !rows
             .column_names
             .iter()
@@ -149,6 +159,57 @@ impl SqlRunner {
             )));
         }
         Ok(rows)
+    }
+
+    /// Runs one `CREATE MODEL` statement with `project` as the current database and returns
+    /// the new version (MindsDB's `POST /api/projects/{p}/models {"query": …}`).
+    pub(crate) async fn create_model_from_sql(
+        &self,
+        tenant: TenantId,
+        project: &str,
+        sql: &str,
+    ) -> Result<ModelVersion> {
+        let mut commands = super::parse::parse(sql, &Default::default(), &Default::default())?;
+        let statement = match (commands.pop(), commands.is_empty()) {
+            (Some(super::parse::Command::CreateModel(statement)), true) => statement,
+            _ => {
+                return Err(Error::invalid(
+                    "The query must be one CREATE MODEL statement",
+                ))
+            }
+        };
+        let target_project = statement
+            .project
+            .clone()
+            .unwrap_or_else(|| project.to_ascii_lowercase());
+        let name = statement.name.clone();
+        let context = ResultContext {
+            show_secrets: false,
+            db: project.to_ascii_lowercase(),
+        };
+        self.create_model(tenant, &context, statement).await?;
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        snapshot
+            .models(Some(&target_project))?
+            .into_iter()
+            .rfind(|m| m.name.eq_ignore_ascii_case(&name))
+            .ok_or_else(|| Error::internal("a model was created and then not found"))
+    }
+
+    /// Predicts for `rows` (a list of `{column: value}` objects, or that list as JSON text)
+    /// with a complete version; returns the rows with the prediction filled in.
+    pub(crate) fn predict_rows(
+        &self,
+        tenant: TenantId,
+        model: &ModelVersion,
+        rows: &Value,
+    ) -> Result<Value> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let Some(schema) = models::training_schema(&snapshot.txn, tenant, model)? else {
+            return Err(models::not_completed(model));
+        };
+        let predictor = models::predictor(&snapshot.txn, tenant, model)?;
+        super::predict::predict_json(&schema, &predictor, &model.predict, rows)
     }
 
     /// `DROP MODEL|PREDICTOR`.
@@ -206,6 +267,12 @@ impl SqlRunner {
         }
         for (project, name, version, attribute) in candidates {
             let Some(model) = snapshot.model(&project, &name, version)? else {
+                if version.is_some() && snapshot.model(&project, &name, None)?.is_some() {
+                    return Err(Error::not_found(format!(
+                        "Model '{name}' has no version {} in project '{project}'",
+                        version.unwrap_or_default()
+                    )));
+                }
                 continue;
             };
             let batch = match attribute.as_deref().map(str::to_ascii_lowercase).as_deref() {

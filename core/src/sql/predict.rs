@@ -43,7 +43,10 @@ impl TableProvider for ModelTable {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        // Every condition comes to the scan, which either uses it as an input value or
+        // refuses it by name: re-applied to a row whose other inputs are missing, any other
+        // condition would silently empty the result.
+        Ok(vec![TableProviderFilterPushDown::Exact; filters.len()])
     }
 
     async fn scan(
@@ -54,7 +57,7 @@ impl TableProvider for ModelTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = &self.schema;
-        let row = input_row(schema, filters)?;
+        let row = input_row(schema, &self.model.predict, filters)?;
         let predicted = self.predictor.predict(&row).map_err(|e| {
             DataFusionError::External(Box::new(Error::invalid(format!(
                 "prediction with {}.{} failed: {e}",
@@ -82,23 +85,32 @@ impl TableProvider for ModelTable {
     }
 }
 
-/// One row of `schema`: the value of each `column = literal` filter, NULL elsewhere.
-fn input_row(schema: &SchemaRef, filters: &[Expr]) -> DfResult<RecordBatch> {
+/// One row of `schema`: the value of each `column = literal` condition, NULL elsewhere. Any
+/// other condition, or one on the predicted column, is refused by name.
+fn input_row(schema: &SchemaRef, target: &str, filters: &[Expr]) -> DfResult<RecordBatch> {
     let mut columns: Vec<ArrayRef> = schema
         .fields()
         .iter()
         .map(|f| new_null_array(f.data_type(), 1))
         .collect();
     for filter in filters {
-        let Some((column, value)) = equality(filter) else {
-            continue;
+        let refuse = |why: &str| {
+            DataFusionError::Plan(format!(
+                "A prediction takes `column = value` conditions on the model's inputs; {why}: {filter}"
+            ))
         };
+        let Some((column, value)) = equality(filter) else {
+            return Err(refuse("this is not one"));
+        };
+        if column.eq_ignore_ascii_case(target) {
+            return Err(refuse("the predicted column cannot be a condition"));
+        }
         let Some(i) = schema
             .fields()
             .iter()
             .position(|f| f.name().eq_ignore_ascii_case(column))
         else {
-            continue;
+            return Err(refuse("the model has no such input"));
         };
         let given = value.to_array_of_size(1)?;
         columns[i] = cast(&given, schema.field(i).data_type()).map_err(|e| {
@@ -111,7 +123,18 @@ fn input_row(schema: &SchemaRef, filters: &[Expr]) -> DfResult<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
-/// `column = literal` (either way round).
+/// The column an expression names, looking through a cast.
+fn column_of(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Column(c) => Some(c.name.as_str()),
+        Expr::Cast(cast) => column_of(&cast.expr),
+        Expr::TryCast(cast) => column_of(&cast.expr),
+        _ => None,
+    }
+}
+
+/// `column = literal` (either way round); a cast DataFusion put around the column (text
+/// compared with a number) is looked through, the literal is cast to the column's type later.
 fn equality(expr: &Expr) -> Option<(&str, &ScalarValue)> {
     let Expr::BinaryExpr(BinaryExpr {
         left,
@@ -122,9 +145,92 @@ fn equality(expr: &Expr) -> Option<(&str, &ScalarValue)> {
         return None;
     };
     match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
-            Some((c.name.as_str(), v))
-        }
+        (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c) => Some((column_of(c)?, v)),
         _ => None,
     }
+}
+
+/// Predicts for JSON rows (MindsDB's `POST …/models/{m}/predict` body `data`): a list of
+/// `{column: value}` objects, or that list as JSON text. Each value is read as its text and
+/// cast to the column's training type (a value that does not fit is an error naming it);
+/// missing columns are missing inputs. Returns the rows with every training column, the
+/// target's filled in.
+pub(crate) fn predict_json(
+    schema: &SchemaRef,
+    predictor: &Predictor,
+    target: &str,
+    rows: &serde_json::Value,
+) -> crate::error::Result<serde_json::Value> {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::compute::{cast_with_options, CastOptions};
+    use serde_json::Value;
+
+    let parsed;
+    let rows = match rows {
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text).map_err(|e| {
+                Error::invalid(format!("'data' is text but not a JSON list of rows: {e}"))
+            })?;
+            &parsed
+        }
+        other => other,
+    };
+    let rows = rows
+        .as_array()
+        .filter(|rows| rows.iter().all(Value::is_object))
+        .ok_or_else(|| Error::invalid("'data' must be a list of {\"column\": value} objects"))?;
+    let nullable: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(nullable));
+    let strict = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        let texts: StringArray = rows
+            .iter()
+            .map(|row| {
+                let value = row.as_object().and_then(|o| {
+                    o.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(field.name()))
+                        .map(|(_, v)| v)
+                });
+                match value {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(other) => Some(other.to_string()),
+                }
+            })
+            .collect();
+        let column = cast_with_options(&texts, field.data_type(), &strict).map_err(|e| {
+            Error::invalid(format!(
+                "a value of '{}' does not fit its type {}: {e}",
+                field.name(),
+                field.data_type()
+            ))
+        })?;
+        columns.push(column);
+    }
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    let predicted = predictor
+        .predict(&batch)
+        .map_err(|e| Error::invalid(format!("prediction failed: {e}")))?;
+    let target_index = schema
+        .fields()
+        .iter()
+        .position(|f| f.name().eq_ignore_ascii_case(target))
+        .ok_or_else(|| Error::internal(format!("the training schema has no column '{target}'")))?;
+    let mut columns = batch.columns().to_vec();
+    columns[target_index] = cast(&predicted, schema.field(target_index).data_type())?;
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+    let out = super::encode::rows_as_json(&batch)
+        .into_iter()
+        .map(|row| Value::Object(names.iter().map(|n| n.to_string()).zip(row).collect()))
+        .collect();
+    Ok(Value::Array(out))
 }

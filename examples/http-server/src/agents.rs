@@ -9,7 +9,7 @@ use mindlite::{AgentStream, Engine, Error, ErrorKind};
 use serde_json::Value;
 
 use crate::http::{Body, Chunks, Request, Response};
-use crate::routes::{error_response, json_response, titled_problem, AgentAction};
+use crate::routes::{json_response, titled_error, titled_problem, AgentAction};
 
 /// `GET` lists the project's agents; `POST {"agent": {...}}` creates one (201).
 pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Response {
@@ -66,12 +66,7 @@ pub async fn one(
             }
         }
         (AgentAction::Record, _) => match engine.delete_agent(project, name).await {
-            Ok(()) => Response {
-                status: 204,
-                content_type: None,
-                headers: Vec::new(),
-                body: Body::Full(Vec::new()),
-            },
+            Ok(()) => Response::no_content(),
             Err(e) => agent_error(engine, project, &e),
         },
         (AgentAction::Completion, _) => {
@@ -121,20 +116,16 @@ fn field(request: &Request, key: &str, method: &str) -> Result<Value, Box<Respon
     }
 }
 
-/// An engine error with MindsDB's title: which thing was not found, or already exists.
+/// An engine error with MindsDB's title; a provider failure is the model provider's error.
 fn agent_error(engine: &Engine, project: &str, error: &Error) -> Response {
-    let title = match error.kind() {
-        ErrorKind::NotFound if engine.get_project(project).is_err() => "Project not found",
-        ErrorKind::NotFound => "Agent not found",
-        ErrorKind::Conflict => "Agent already exists",
-        ErrorKind::Upstream => "Model provider error",
-        _ => return error_response(error),
-    };
-    titled_problem(
-        crate::routes::status_of(error.kind()),
-        title,
-        error.message(),
-    )
+    if error.kind() == ErrorKind::Upstream {
+        return titled_problem(
+            crate::routes::status_of(error.kind()),
+            "Model provider error",
+            error.message(),
+        );
+    }
+    titled_error(engine, project, "Agent", error)
 }
 
 /// Agent events as server-sent events, ending after `{"type": "end"}`.

@@ -84,6 +84,16 @@ pub struct Response {
 }
 
 impl Response {
+    /// 204 with no body (what MindsDB answers to a DELETE).
+    pub fn no_content() -> Response {
+        Response {
+            status: 204,
+            content_type: None,
+            headers: Vec::new(),
+            body: Body::Full(Vec::new()),
+        }
+    }
+
     /// Whether the body is streamed (its length unknown until the end).
     pub fn is_stream(&self) -> bool {
         matches!(self.body, Body::Stream(_))

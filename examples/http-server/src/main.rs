@@ -4,6 +4,7 @@
 
 mod agents;
 mod http;
+mod models;
 mod routes;
 
 use std::path::PathBuf;

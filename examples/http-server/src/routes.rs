@@ -6,6 +6,7 @@ use serde_json::json;
 
 use crate::agents;
 use crate::http::{reason, Body, Request, Response};
+use crate::models::{self, ModelAction};
 
 const JSON: &str = "application/json";
 const PROBLEM: &str = "application/problem+json";
@@ -78,6 +79,14 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             (Ok(project), Ok(name)) => agents::one(engine, request, &project, &name, action).await,
             (Err(e), _) | (_, Err(e)) => error_response(&e),
         },
+        Route::Models(project) => match decode(project) {
+            Ok(project) => models::collection(engine, request, &project).await,
+            Err(e) => error_response(&e),
+        },
+        Route::Model(project, name, action) => match (decode(project), decode(name)) {
+            (Ok(project), Ok(name)) => models::one(engine, request, &project, &name, action).await,
+            (Err(e), _) | (_, Err(e)) => error_response(&e),
+        },
     }
 }
 
@@ -95,6 +104,10 @@ enum Route<'a> {
     Agents(&'a str),
     /// `/api/projects/{p}/agents/{name}[/completions[/stream]]`
     Agent(&'a str, &'a str, AgentAction),
+    /// `/api/projects/{p}/models`
+    Models(&'a str),
+    /// `/api/projects/{p}/models/{name[.N]}[/predict|/describe]`
+    Model(&'a str, &'a str, ModelAction),
 }
 
 /// What is asked of one agent.
@@ -135,6 +148,14 @@ impl<'a> Route<'a> {
                     [project, "agents", name, "completions", "stream"] => {
                         Route::Agent(project, name, AgentAction::CompletionStream)
                     }
+                    [project, "models"] => Route::Models(project),
+                    [project, "models", name] => Route::Model(project, name, ModelAction::Record),
+                    [project, "models", name, "predict"] => {
+                        Route::Model(project, name, ModelAction::Predict)
+                    }
+                    [project, "models", name, "describe"] => {
+                        Route::Model(project, name, ModelAction::Describe)
+                    }
                     _ => return None,
                 }
             }
@@ -148,6 +169,10 @@ impl<'a> Route<'a> {
             Route::Agents(_) => &["GET", "POST"],
             Route::Agent(_, _, AgentAction::Record) => &["GET", "PUT", "DELETE"],
             Route::Agent(_, _, _) => &["POST"],
+            Route::Models(_) => &["GET", "POST"],
+            Route::Model(_, _, ModelAction::Record) => &["GET", "DELETE"],
+            Route::Model(_, _, ModelAction::Predict) => &["POST"],
+            Route::Model(_, _, ModelAction::Describe) => &["GET"],
         }
     }
 
@@ -236,6 +261,18 @@ pub fn status_of(kind: ErrorKind) -> u16 {
 
 pub(crate) fn error_response(error: &Error) -> Response {
     problem(status_of(error.kind()), error.message())
+}
+
+/// An engine error about a `thing` ("Agent", "Model") of `project`, with MindsDB's title:
+/// which was not found, or that it already exists.
+pub fn titled_error(engine: &Engine, project: &str, thing: &str, error: &Error) -> Response {
+    let title = match error.kind() {
+        ErrorKind::NotFound if engine.get_project(project).is_err() => "Project not found".into(),
+        ErrorKind::NotFound => format!("{thing} not found"),
+        ErrorKind::Conflict => format!("{thing} already exists"),
+        _ => return error_response(error),
+    };
+    titled_problem(status_of(error.kind()), &title, error.message())
 }
 
 /// The fields of a problem+json body, in MindsDB's order.

@@ -1,0 +1,53 @@
+"""Models from Python: the typed helpers over the engine (create, wait, list, get, describe,
+predict, drop), with the GIL released while the engine works."""
+
+import pytest
+
+import mindlite
+
+
+@pytest.fixture
+def con():
+    con = mindlite.connect()
+    con.execute("CREATE TABLE homes (rooms INT, area VARCHAR, price DOUBLE)")
+    rows = [(i % 7, ["center", "north", "south"][i % 3]) for i in range(300)]
+    con.cursor().executemany(
+        "INSERT INTO homes VALUES (:rooms, :area, :price)",
+        [{"rooms": r, "area": a, "price": 3 * r + (10 if a == "center" else 0)} for r, a in rows],
+    )
+    yield con
+    con.close()
+
+
+def test_models_are_created_waited_for_described_predicted_and_dropped(con):
+    created = con.create_model("CREATE MODEL homes_model FROM mindsdb (SELECT * FROM homes) PREDICT price")
+    assert (created["name"], created["version"], created["status"]) == ("homes_model", 1, "generating")
+    done = con.wait_model("homes_model", timeout=120)
+    assert done["status"] == "complete" and done["accuracy"] > 0.9
+    assert [(m["name"], m["version"]) for m in con.models()] == [("homes_model", 1)]
+    assert con.model("HOMES_MODEL")["predict"] == "price"
+    described = con.describe_model("homes_model")
+    assert described["outputs"] == ["price"] and max(described["column_importances"].values()) == 1.0
+    [one] = con.predict("homes_model", {"rooms": 2, "area": "center"})
+    assert abs(one["price"] - 16) < 2, one
+    many = con.predict("homes_model", [{"rooms": 1}, {"rooms": 6, "area": "north"}])
+    assert len(many) == 2 and many[1]["price"] > many[0]["price"]
+    con.drop_model("homes_model")
+    with pytest.raises(mindlite.ProgrammingError, match="homes_model"):
+        con.model("homes_model")
+
+
+def test_model_errors_are_clear(con):
+    with pytest.raises(mindlite.ProgrammingError, match="CREATE MODEL"):
+        con.create_model("SELECT 1")
+    with pytest.raises(mindlite.ProgrammingError, match="'nope'"):
+        con.create_model("CREATE MODEL m FROM mindsdb (SELECT * FROM homes) PREDICT nope")
+    con.create_model("CREATE MODEL tiny FROM mindsdb (SELECT * FROM homes LIMIT 2) PREDICT price")
+    with pytest.raises(mindlite.OperationalError, match="rows"):
+        con.wait_model("tiny", timeout=60)
+    with pytest.raises(mindlite.ProgrammingError, match="model creation not completed"):
+        con.predict("tiny", {"rooms": 1})
+    con.create_model("CREATE MODEL ok FROM mindsdb (SELECT * FROM homes) PREDICT price")
+    con.wait_model("ok", timeout=120)
+    with pytest.raises(mindlite.ProgrammingError, match="rooms"):
+        con.predict("ok", {"rooms": "many"})
