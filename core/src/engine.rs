@@ -498,12 +498,8 @@ impl Engine {
             version,
         )?;
         found.map(Model).ok_or_else(|| match version {
-            None => Error::not_found(format!(
-                "Model '{name}' does not exist in project '{project}'"
-            )),
-            Some(v) => Error::not_found(format!(
-                "Model '{name}' has no version {v} in project '{project}'"
-            )),
+            None => models::model_missing(project, name),
+            Some(v) => models::version_missing(project, name, v),
         })
     }
 

@@ -26,12 +26,12 @@ fn error(engine: &Engine, sql: &str) -> String {
 }
 
 /// Waits until the model's active (or only) version leaves generating/training; its row.
-fn wait_done(engine: &Engine, name: &str) -> Value {
+fn wait_done(engine: &Engine, project: &str, name: &str) -> Value {
     let started = Instant::now();
     loop {
         let d = table(
             engine,
-            &format!("SELECT status, error, accuracy, current_training_phase, total_training_phases, training_time FROM mindsdb.models WHERE name = '{name}'"),
+            &format!("SELECT status, error, accuracy, current_training_phase, total_training_phases, training_time FROM {project}.models WHERE name = '{name}'"),
         );
         let row = d["data"][0].clone();
         if row[0] == "complete" || row[0] == "error" {
@@ -114,7 +114,7 @@ fn a_regression_model_trains_in_the_background_and_predicts() {
         "{'__mdb_sql_task': None, 'target': 'price', 'using': {}}"
     );
 
-    let done = wait_done(&engine, "price_model");
+    let done = wait_done(&engine, "mindsdb", "price_model");
     assert_eq!(done[0], "complete", "{done}");
     assert!(done[2].as_f64().unwrap() > 0.9, "r2 {done}");
     assert_eq!(done[3], done[4], "every phase ran: {done}");
@@ -181,7 +181,7 @@ fn a_classification_model_names_its_informative_column() {
         &engine,
         "CREATE PREDICTOR direction FROM mindsdb (SELECT x, junk, label FROM signals) PREDICT label USING engine = 'lightwood'",
     );
-    let done = wait_done(&engine, "direction");
+    let done = wait_done(&engine, "mindsdb", "direction");
     assert_eq!(done[0], "complete", "{done}");
     assert!(done[2].as_f64().unwrap() > 0.9, "balanced accuracy {done}");
     let features = table(&engine, "DESCRIBE direction.features");
@@ -214,13 +214,13 @@ fn models_are_listed_shown_described_and_dropped() {
         &engine,
         "CREATE MODEL m1 FROM mindsdb (SELECT rooms, price FROM homes) PREDICT price",
     );
-    wait_done(&engine, "m1");
+    wait_done(&engine, "mindsdb", "m1");
     engine.sql_blocking("CREATE PROJECT other").unwrap();
     table(
         &engine,
         "CREATE MODEL other.m2 FROM mindsdb.homes PREDICT area",
     );
-    wait_done_in(&engine, "other", "m2");
+    wait_done(&engine, "other", "m2");
 
     let active = table(
         &engine,
@@ -295,24 +295,6 @@ fn models_are_listed_shown_described_and_dropped() {
     );
 }
 
-fn wait_done_in(engine: &Engine, project: &str, name: &str) -> Value {
-    let started = Instant::now();
-    loop {
-        let d = table(
-            engine,
-            &format!("SELECT status FROM {project}.models WHERE name = '{name}'"),
-        );
-        if d["data"][0][0] == "complete" || d["data"][0][0] == "error" {
-            return d["data"][0].clone();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{name} never finished"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn bad_model_statements_say_what_is_wrong() {
     let engine = Engine::open_in_memory(Config::default()).unwrap();
@@ -352,7 +334,7 @@ fn a_model_whose_training_fails_is_an_error_with_the_reason() {
         &engine,
         "CREATE MODEL tiny FROM mindsdb (SELECT * FROM homes) PREDICT price",
     );
-    let done = wait_done(&engine, "tiny");
+    let done = wait_done(&engine, "mindsdb", "tiny");
     assert_eq!(done[0], "error");
     assert!(done[1].as_str().unwrap().contains("rows"), "{done}");
     let message = error(&engine, "SELECT price FROM tiny WHERE rooms = 1");
@@ -400,7 +382,7 @@ fn retraining_adds_versions_and_the_active_one_can_be_chosen() {
         &engine,
         "CREATE MODEL m FROM mindsdb (SELECT rooms, area, price FROM homes) PREDICT price",
     );
-    wait_done(&engine, "m");
+    wait_done(&engine, "mindsdb", "m");
     let retrained = table(&engine, "RETRAIN mindsdb.m USING note = 'second'");
     assert_eq!(retrained["data"][0][4], 2, "{retrained}");
     assert_eq!(

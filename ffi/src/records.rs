@@ -412,6 +412,6 @@ pub unsafe extern "C" fn mindlite_model_describe(
             )
         };
         let model = db.engine().get_model(project, name, version_arg(version))?;
-        give_json(out_json, &model.describe_json())
+        give_json(out_json, &model.describe(None)?)
     })
 }

@@ -291,7 +291,7 @@ impl Database {
             .engine()?
             .get_model(project, name, version)
             .map_err(to_py)?;
-        Ok(model.describe_json().to_string())
+        Ok(model.describe(None).map_err(to_py)?.to_string())
     }
 
     /// Runs one CREATE MODEL statement in `project`; returns the new version as JSON text.

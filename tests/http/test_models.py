@@ -164,6 +164,13 @@ def test_rest_routes_create_list_get_predict_describe_delete(homes_server):
     with_body = requests.get(models_url(homes_server, "rest_m", "describe"), timeout=10,
                              json={"attribute": "info"})
     assert with_body.json() == described.json()
+    features = requests.get(models_url(homes_server, "rest_m", "describe"), timeout=10,
+                            json={"attribute": "features"}).json()
+    assert {f["column"]: f["role"] for f in features} == \
+        {"rooms": "feature", "area": "feature", "price": "target"}
+    unknown = requests.get(models_url(homes_server, "rest_m", "describe"), timeout=10,
+                           json={"attribute": "nosuch"})
+    assert unknown.status_code == 400 and "info, features" in unknown.json()["detail"]
 
     deleted = requests.delete(models_url(homes_server, "rest_m"), timeout=10)
     assert deleted.status_code == 204 and deleted.content == b""

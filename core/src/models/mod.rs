@@ -94,6 +94,26 @@ impl ModelVersion {
             .and_then(|d| d.accuracies.values().next().copied())
     }
 
+    /// Each column training saw, with its kind, importance and role; empty until complete.
+    pub(crate) fn features(&self) -> Vec<Feature> {
+        let Some(d) = &self.description else {
+            return Vec::new();
+        };
+        d.column_types
+            .iter()
+            .map(|(column, kind)| Feature {
+                column: column.clone(),
+                kind: kind.clone(),
+                importance: d.column_importances.get(column).copied(),
+                role: if column.eq_ignore_ascii_case(&self.predict) {
+                    "target"
+                } else {
+                    "feature"
+                },
+            })
+            .collect()
+    }
+
     /// `TRAINING_OPTIONS` as MindsDB's information_schema shows it: JSON text.
     pub(crate) fn training_options(&self) -> Value {
         serde_json::json!({"target": self.predict, "using": self.using})
@@ -156,9 +176,28 @@ impl Model {
         })
     }
 
-    /// The seed's describe record: `[{accuracies, column_importances, inputs, outputs,
-    /// model}]` (empty values until training completes).
-    pub fn describe_json(&self) -> Value {
+    /// What training found, by `attribute` (as `DESCRIBE p.m[.attribute]` has them): none or
+    /// `info` → the seed's record `[{accuracies, column_importances, inputs, outputs, model}]`
+    /// (empty values until training completes); `features` → `[{column, type, importance,
+    /// role}]`; anything else is an error naming the attributes there are.
+    pub fn describe(&self, attribute: Option<&str>) -> Result<Value> {
+        match attribute.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("info") => Ok(self.info()),
+            Some("features") => Ok(Value::Array(
+                self.0
+                    .features()
+                    .into_iter()
+                    .map(|f| {
+                        serde_json::json!({"column": f.column, "type": f.kind,
+                                           "importance": f.importance, "role": f.role})
+                    })
+                    .collect(),
+            )),
+            Some(other) => Err(attribute_missing(&self.0.name, other)),
+        }
+    }
+
+    fn info(&self) -> Value {
         let d = self.0.description.as_ref();
         serde_json::json!([{
             "accuracies": d.map(|d| serde_json::json!(d.accuracies)).unwrap_or_else(|| serde_json::json!({})),
@@ -168,6 +207,27 @@ impl Model {
             "model": d.map(|d| d.model.clone()).unwrap_or_default(),
         }])
     }
+}
+
+/// The attributes `DESCRIBE p.m.<attribute>` answers.
+pub(crate) const ATTRIBUTES: [&str; 2] = ["info", "features"];
+
+/// "Model 'm' has no attribute 'x'; it has: info, features".
+pub(crate) fn attribute_missing(name: &str, attribute: &str) -> Error {
+    Error::invalid(format!(
+        "Model '{name}' has no attribute '{attribute}'; it has: {}",
+        ATTRIBUTES.join(", ")
+    ))
+}
+
+/// One column training saw (`DESCRIBE p.m.features`).
+pub(crate) struct Feature {
+    pub(crate) column: String,
+    /// The inferred kind: integer, float, binary, categorical, date, timestamp, text, …
+    pub(crate) kind: String,
+    pub(crate) importance: Option<f64>,
+    /// `target` or `feature`.
+    pub(crate) role: &'static str,
 }
 
 /// One status change, as the callbacks' outbox records it.
@@ -347,9 +407,7 @@ pub(crate) fn set_active(
         return Err(model_missing(project, name));
     }
     let Some(chosen) = all.iter().find(|m| m.version == version) else {
-        return Err(Error::not_found(format!(
-            "Model '{name}' has no version {version} in project '{project}'"
-        )));
+        return Err(version_missing(project, name, version));
     };
     if chosen.status != ModelStatus::Complete {
         return Err(not_completed(chosen));
@@ -367,9 +425,17 @@ pub(crate) fn set_active(
     })
 }
 
-fn model_missing(project: &str, name: &str) -> Error {
+/// "Model 'm' does not exist in project 'p'".
+pub(crate) fn model_missing(project: &str, name: &str) -> Error {
     Error::not_found(format!(
         "Model '{name}' does not exist in project '{project}'"
+    ))
+}
+
+/// "Model 'm' has no version N in project 'p'".
+pub(crate) fn version_missing(project: &str, name: &str, version: u32) -> Error {
+    Error::not_found(format!(
+        "Model '{name}' has no version {version} in project '{project}'"
     ))
 }
 
@@ -518,9 +584,7 @@ pub(crate) fn drop_model(
         } else {
             Err(match version {
                 None => model_missing(&project, name),
-                Some(v) => Error::not_found(format!(
-                    "Model '{name}' has no version {v} in project '{project}'"
-                )),
+                Some(v) => version_missing(&project, name, v),
             })
         };
     }

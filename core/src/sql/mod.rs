@@ -520,7 +520,6 @@ impl SqlRunner {
                 name,
                 from,
                 using,
-                finetune: _,
             } => {
                 let project = project.unwrap_or_else(|| context.db.clone());
                 self.retrain_model(tenant, project, name, from, using).await

@@ -1,7 +1,8 @@
 //! MindsDB's model statements, read on tokens: `CREATE MODEL|PREDICTOR [IF NOT EXISTS] [p.]m
 //! [FROM db (SELECT …) | FROM db.table] PREDICT col [ORDER BY …] [GROUP BY …] [WINDOW n]
-//! [HORIZON n] [USING …]`, `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`, `SHOW MODELS [FROM p]`
-//! and `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute]`.
+//! [HORIZON n] [USING …]`, `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`,
+//! ``SET active [p.]m.`N` ``, `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`,
+//! `SHOW MODELS [FROM p]` and `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute|.`N`]`.
 
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
@@ -30,7 +31,6 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
                 name,
                 from,
                 using,
-                finetune: is(0, "FINETUNE"),
             }))
         }
         Some(Keyword::SET) if is(1, "ACTIVE") => {
@@ -374,19 +374,12 @@ mod tests {
                 name: "m1".into(),
                 from: Some(("example_db".into(), "select * from t1".into())),
                 using: Map::new(),
-                finetune: false,
             }
         );
-        let Command::RetrainModel {
-            finetune,
-            using,
-            from,
-            ..
-        } = one("FINETUNE MODEL m1 USING x = 2")
-        else {
+        let Command::RetrainModel { using, from, .. } = one("FINETUNE MODEL m1 USING x = 2") else {
             panic!()
         };
-        assert!(finetune && from.is_none());
+        assert!(from.is_none());
         assert_eq!(Value::Object(using), serde_json::json!({"x": 2}));
         assert_eq!(
             one("SET active mindsdb.m1.`2`"),

@@ -17,9 +17,6 @@ use crate::error::{Error, Result};
 use crate::models::{self, ModelSpec, ModelVersion};
 use crate::tenant::TenantId;
 
-/// The attributes `DESCRIBE p.m.<attribute>` answers, as its `TABLES` column lists them.
-const ATTRIBUTES: [&str; 2] = ["info", "features"];
-
 impl SqlRunner {
     /// `CREATE MODEL`: checks and plans the training query, records version 1 as
     /// `generating`, starts training in the background and answers with the model-info row.
@@ -88,11 +85,7 @@ impl SqlRunner {
             .models(Some(&project))?
             .into_iter()
             .rfind(|m| m.name.eq_ignore_ascii_case(&name))
-            .ok_or_else(|| {
-                Error::not_found(format!(
-                    "Model '{name}' does not exist in project '{project}'"
-                ))
-            })?;
+            .ok_or_else(|| models::model_missing(&project, &name))?;
         drop(snapshot);
         let (db, query) = from
             .clone()
@@ -267,25 +260,18 @@ impl SqlRunner {
         }
         for (project, name, version, attribute) in candidates {
             let Some(model) = snapshot.model(&project, &name, version)? else {
-                if version.is_some() && snapshot.model(&project, &name, None)?.is_some() {
-                    return Err(Error::not_found(format!(
-                        "Model '{name}' has no version {} in project '{project}'",
-                        version.unwrap_or_default()
-                    )));
+                if let Some(v) = version {
+                    if snapshot.model(&project, &name, None)?.is_some() {
+                        return Err(models::version_missing(&project, &name, v));
+                    }
                 }
                 continue;
             };
             let batch = match attribute.as_deref().map(str::to_ascii_lowercase).as_deref() {
-                None => model_info(&[model], false, Some(&ATTRIBUTES))?,
+                None => model_info(&[model], false, Some(&models::ATTRIBUTES))?,
                 Some("info") => describe_info(&model)?,
                 Some("features") => describe_features(&model)?,
-                Some(other) => {
-                    return Err(Error::invalid(format!(
-                        "Model '{}' has no attribute '{other}'; it has: {}",
-                        model.name,
-                        ATTRIBUTES.join(", ")
-                    )))
-                }
+                Some(other) => return Err(models::attribute_missing(&model.name, other)),
             };
             return table_outcome(batch).map(Some);
         }
@@ -427,25 +413,20 @@ fn describe_info(model: &ModelVersion) -> Result<RecordBatch> {
 
 /// `DESCRIBE p.m.features`: each column training saw, its inferred type, importance and role.
 fn describe_features(model: &ModelVersion) -> Result<RecordBatch> {
-    let mut rows: Vec<(String, String, Option<f64>, &str)> = Vec::new();
-    if let Some(d) = &model.description {
-        for (column, kind) in &d.column_types {
-            let is_target = column.eq_ignore_ascii_case(&model.predict);
-            rows.push((
-                column.clone(),
-                kind.clone(),
-                d.column_importances.get(column).copied(),
-                if is_target { "target" } else { "feature" },
-            ));
-        }
-    }
+    let rows = model.features();
     SystemTable::default()
-        .owned_text("COLUMN", rows.iter().map(|r| Some(r.0.clone())).collect())
-        .owned_text("TYPE", rows.iter().map(|r| Some(r.1.clone())).collect())
+        .owned_text(
+            "COLUMN",
+            rows.iter().map(|r| Some(r.column.clone())).collect(),
+        )
+        .owned_text("TYPE", rows.iter().map(|r| Some(r.kind.clone())).collect())
         .column(
             "IMPORTANCE",
-            Arc::new(rows.iter().map(|r| r.2).collect::<Float64Array>()),
+            Arc::new(rows.iter().map(|r| r.importance).collect::<Float64Array>()),
         )
-        .owned_text("ROLE", rows.iter().map(|r| Some(r.3.to_string())).collect())
+        .owned_text(
+            "ROLE",
+            rows.iter().map(|r| Some(r.role.to_string())).collect(),
+        )
         .build()
 }

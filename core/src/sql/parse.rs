@@ -60,13 +60,13 @@ pub(crate) enum Command {
     ShowAgents { project: Option<String> },
     /// `CREATE MODEL|PREDICTOR`.
     CreateModel(CreateModel),
-    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version.
+    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version (the built-in
+    /// engine fits from scratch, so both read the same).
     RetrainModel {
         project: Option<String>,
         name: String,
         from: Option<(String, String)>,
         using: serde_json::Map<String, serde_json::Value>,
-        finetune: bool,
     },
     /// ``SET active [p.]m.`N` ``.
     SetActiveModel {

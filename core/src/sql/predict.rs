@@ -1,14 +1,16 @@
 //! A model as a table (`SELECT y FROM p.m WHERE x = 1 AND …`): its columns are the columns it
 //! was trained on; the `column = value` filters DataFusion pushes into the scan make the one
 //! input row, every other input is missing (imputed as in training), and the row comes back
-//! with the prediction in the target's column. DataFusion still applies every filter itself.
+//! with the prediction in the target's column. Any other condition is refused by name.
+//! `predict_json` does the same for rows given as JSON (the REST, C and Python fronts).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::display::FormatOptions;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::{MemTable, TableType};
@@ -58,27 +60,8 @@ impl TableProvider for ModelTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = &self.schema;
         let row = input_row(schema, &self.model.predict, filters)?;
-        let predicted = self.predictor.predict(&row).map_err(|e| {
-            DataFusionError::External(Box::new(Error::invalid(format!(
-                "prediction with {}.{} failed: {e}",
-                self.model.project, self.model.name
-            ))))
-        })?;
-        let target = schema.index_of(&self.model.predict).or_else(|_| {
-            schema
-                .fields()
-                .iter()
-                .position(|f| f.name().eq_ignore_ascii_case(&self.model.predict))
-                .ok_or_else(|| {
-                    DataFusionError::Internal(format!(
-                        "the training schema has no column '{}'",
-                        self.model.predict
-                    ))
-                })
-        })?;
-        let mut columns = row.columns().to_vec();
-        columns[target] = cast(&predicted, schema.field(target).data_type())?;
-        let batch = RecordBatch::try_new(Arc::clone(schema), columns)?;
+        let batch = with_prediction(&self.predictor, &self.model.predict, row)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         MemTable::try_new(Arc::clone(schema), vec![vec![batch]])?
             .scan(state, projection, &[], limit)
             .await
@@ -113,14 +96,41 @@ fn input_row(schema: &SchemaRef, target: &str, filters: &[Expr]) -> DfResult<Rec
             return Err(refuse("the model has no such input"));
         };
         let given = value.to_array_of_size(1)?;
-        columns[i] = cast(&given, schema.field(i).data_type()).map_err(|e| {
-            DataFusionError::Plan(format!(
-                "'{column}' = {value} does not fit the column's type {}: {e}",
-                schema.field(i).data_type()
-            ))
-        })?;
+        columns[i] =
+            cast_with_options(&given, schema.field(i).data_type(), &STRICT).map_err(|e| {
+                DataFusionError::Plan(format!(
+                    "'{column}' = {value} does not fit the column's type {}: {e}",
+                    schema.field(i).data_type()
+                ))
+            })?;
     }
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Casts that fail instead of turning a value that does not fit into NULL.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: FormatOptions::new(),
+};
+
+/// `inputs` (rows with every training column) with the target's column predicted.
+fn with_prediction(
+    predictor: &Predictor,
+    target: &str,
+    inputs: RecordBatch,
+) -> crate::error::Result<RecordBatch> {
+    let schema = inputs.schema();
+    let index = schema
+        .fields()
+        .iter()
+        .position(|f| f.name().eq_ignore_ascii_case(target))
+        .ok_or_else(|| Error::internal(format!("the training schema has no column '{target}'")))?;
+    let predicted = predictor
+        .predict(&inputs)
+        .map_err(|e| Error::invalid(format!("prediction failed: {e}")))?;
+    let mut columns = inputs.columns().to_vec();
+    columns[index] = cast(&predicted, schema.field(index).data_type())?;
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// The column an expression names, looking through a cast.
@@ -162,7 +172,6 @@ pub(crate) fn predict_json(
     rows: &serde_json::Value,
 ) -> crate::error::Result<serde_json::Value> {
     use datafusion::arrow::array::StringArray;
-    use datafusion::arrow::compute::{cast_with_options, CastOptions};
     use serde_json::Value;
 
     let parsed;
@@ -185,10 +194,6 @@ pub(crate) fn predict_json(
         .map(|f| f.as_ref().clone().with_nullable(true))
         .collect();
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(nullable));
-    let strict = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
     let mut columns: Vec<ArrayRef> = Vec::new();
     for field in schema.fields() {
         let texts: StringArray = rows
@@ -206,7 +211,7 @@ pub(crate) fn predict_json(
                 }
             })
             .collect();
-        let column = cast_with_options(&texts, field.data_type(), &strict).map_err(|e| {
+        let column = cast_with_options(&texts, field.data_type(), &STRICT).map_err(|e| {
             Error::invalid(format!(
                 "a value of '{}' does not fit its type {}: {e}",
                 field.name(),
@@ -215,18 +220,8 @@ pub(crate) fn predict_json(
         })?;
         columns.push(column);
     }
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-    let predicted = predictor
-        .predict(&batch)
-        .map_err(|e| Error::invalid(format!("prediction failed: {e}")))?;
-    let target_index = schema
-        .fields()
-        .iter()
-        .position(|f| f.name().eq_ignore_ascii_case(target))
-        .ok_or_else(|| Error::internal(format!("the training schema has no column '{target}'")))?;
-    let mut columns = batch.columns().to_vec();
-    columns[target_index] = cast(&predicted, schema.field(target_index).data_type())?;
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    let inputs = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    let batch = with_prediction(predictor, target, inputs)?;
     let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
     let out = super::encode::rows_as_json(&batch)
         .into_iter()

@@ -100,13 +100,9 @@ pub async fn one(
                 Ok(model) => model,
                 Err(e) => return model_error(engine, project, &e),
             };
-            match attribute.as_deref() {
-                None | Some("info") => json_response(200, &model.describe_json()),
-                Some(other) => titled_problem(
-                    400,
-                    "Bad Request",
-                    &format!("Model '{name}' has no attribute '{other}' to describe; it has: info"),
-                ),
+            match model.describe(attribute.as_deref()) {
+                Ok(described) => json_response(200, &described),
+                Err(e) => model_error(engine, project, &e),
             }
         }
     }
