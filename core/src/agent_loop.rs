@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::agents::{split_entry, Agent};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::llm::{self, Endpoint};
+use crate::llm;
 use crate::sql::{Allowed, SqlRunner, ToolRows};
 use crate::tenant::TenantId;
 
@@ -188,7 +188,7 @@ impl Asker<'_> {
         mut history: Vec<Value>,
         events: Option<&UnboundedSender<AgentEvent>>,
     ) -> Result<String> {
-        let endpoint = self.endpoint(agent);
+        let endpoint = crate::llm::endpoint(&agent.model(), &self.config.llm);
         let allowed = allowed_tables(agent);
         let limits = &self.config.agents;
         let mut messages =
@@ -269,38 +269,6 @@ impl Asker<'_> {
                 send(AgentEvent::Context(e.message().to_string()));
                 json!({"error": e.message()})
             }
-        }
-    }
-
-    /// The model endpoint: the agent's own settings, the configured default for the rest. The
-    /// configured API key goes only to the configured endpoint, never to one the agent names.
-    fn endpoint(&self, agent: &Agent) -> Endpoint {
-        let model = agent.model();
-        let text = |key: &str| {
-            model
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        let default = &self.config.llm;
-        let base_url = text("base_url").unwrap_or(&default.base_url).to_string();
-        let api_key = match text("api_key") {
-            Some(key) => key.to_string(),
-            None if base_url == default.base_url => default.api_key.clone(),
-            None => String::new(),
-        };
-        let options: Map<String, Value> = ["temperature", "max_tokens", "top_p"]
-            .iter()
-            .filter_map(|k| model.get(*k).map(|v| (k.to_string(), v.clone())))
-            .collect();
-        Endpoint {
-            base_url,
-            api_key,
-            model: text("model_name")
-                .unwrap_or(&default.model_name)
-                .to_string(),
-            timeout: Duration::from_secs(default.timeout_secs.max(1)),
-            options,
         }
     }
 

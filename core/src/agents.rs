@@ -260,7 +260,7 @@ fn validate_model(model: &Value) -> Result<()> {
         }
     }
     if let Some(url) = model.get("base_url").and_then(Value::as_str) {
-        crate::llm::check_base_url(url)?;
+        crate::llm::check_base_url("model.base_url", url)?;
     }
     Ok(())
 }

@@ -538,8 +538,9 @@ impl Engine {
 
     /// Predicts with a model's version (or its active one) for `rows`: a list of `{column:
     /// value}` objects, or that list as JSON text. Returns the rows with the prediction filled
-    /// in; "model creation not completed" unless the version is complete.
-    pub fn predict(
+    /// in; "model creation not completed" unless the version is complete. An LLM model calls
+    /// its provider once per row.
+    pub async fn predict(
         &self,
         project: &str,
         name: &str,
@@ -547,7 +548,18 @@ impl Engine {
         rows: &serde_json::Value,
     ) -> Result<serde_json::Value> {
         let model = self.get_model(project, name, version)?;
-        self.inner.sql.predict_rows(TenantId::LOCAL, &model.0, rows)
+        let (inner, rows) = (Arc::clone(&self.inner), rows.clone());
+        // On the engine's runtime: provider calls need its reactor whatever runtime awaits this.
+        self.inner
+            .handle
+            .spawn(async move {
+                inner
+                    .sql
+                    .predict_rows(TenantId::LOCAL, &model.0, &rows)
+                    .await
+            })
+            .await
+            .map_err(|e| Error::internal(format!("prediction task failed: {e}")))?
     }
 
     /// Closes this handle. When it is the last one, the runtime is shut down first, waiting up

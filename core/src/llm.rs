@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
+use crate::config::LlmConfig;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Where and how to call one model.
@@ -59,15 +60,55 @@ impl Reply {
     }
 }
 
-/// Checks that a base URL is http(s) with a host, so a typo fails when the agent is saved
-/// rather than when it is first asked.
-pub(crate) fn check_base_url(url: &str) -> Result<()> {
+/// What every LLM call of one engine shares: the connection pool and the configured default
+/// model. Carried in DataFusion's session config so that operators predicting with an LLM
+/// model reach it.
+#[derive(Debug, Clone)]
+pub(crate) struct Connector {
+    pub(crate) client: reqwest::Client,
+    pub(crate) default: LlmConfig,
+}
+
+/// The endpoint `settings` name (`model_name`, `base_url`, `api_key`, `temperature`,
+/// `max_tokens`, `top_p`), the configured default for the rest. The configured API key goes
+/// only to the configured endpoint, never to one the settings name.
+pub(crate) fn endpoint(settings: &Map<String, Value>, default: &LlmConfig) -> Endpoint {
+    let text = |key: &str| {
+        settings
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let base_url = text("base_url").unwrap_or(&default.base_url).to_string();
+    let api_key = match text("api_key") {
+        Some(key) => key.to_string(),
+        None if base_url == default.base_url => default.api_key.clone(),
+        None => String::new(),
+    };
+    let options: Map<String, Value> = ["temperature", "max_tokens", "top_p"]
+        .iter()
+        .filter_map(|k| settings.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    Endpoint {
+        base_url,
+        api_key,
+        model: text("model_name")
+            .unwrap_or(&default.model_name)
+            .to_string(),
+        timeout: Duration::from_secs(default.timeout_secs.max(1)),
+        options,
+    }
+}
+
+/// Checks that the base URL in the setting `name` is http(s) with a host, so a typo fails
+/// when the agent or model is saved rather than when it is first asked.
+pub(crate) fn check_base_url(name: &str, url: &str) -> Result<()> {
     match reqwest::Url::parse(url) {
         Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
             Ok(())
         }
         _ => Err(Error::invalid(format!(
-            "'model.base_url' must be an http or https URL with a host, like http://127.0.0.1:11434/v1; got '{url}'"
+            "'{name}' must be an http or https URL with a host, like http://127.0.0.1:11434/v1; got '{url}'"
         ))),
     }
 }
@@ -331,10 +372,10 @@ mod tests {
 
     #[test]
     fn base_urls_must_be_http_with_a_host() {
-        assert!(check_base_url("http://127.0.0.1:8080/v1").is_ok());
-        assert!(check_base_url("https://api.openai.com/v1").is_ok());
+        assert!(check_base_url("base_url", "http://127.0.0.1:8080/v1").is_ok());
+        assert!(check_base_url("base_url", "https://api.openai.com/v1").is_ok());
         for bad in ["ftp://x/v1", "127.0.0.1:8080", "http://", ""] {
-            assert!(check_base_url(bad).is_err(), "{bad}");
+            assert!(check_base_url("base_url", bad).is_err(), "{bad}");
         }
     }
 }

@@ -449,3 +449,92 @@ fn retraining_adds_versions_and_the_active_one_can_be_chosen() {
     assert_eq!(left["data"], serde_json::json!([[1], [3]]));
     assert!(error(&engine, "RETRAIN nosuch").contains("nosuch"));
 }
+
+/// `t JOIN model`: every row of `t` gets the model's columns, inputs matched by name and the
+/// target predicted; a model joined another way is refused, an input that does not fit its
+/// trained type is named.
+#[test]
+fn joining_a_table_with_a_model_predicts_every_row() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 600);
+    table(
+        &engine,
+        "CREATE MODEL price_model FROM mindsdb (SELECT rooms, area, price FROM homes) PREDICT price",
+    );
+    assert_eq!(wait_done(&engine, "mindsdb", "price_model")[0], "complete");
+
+    let joined = table(
+        &engine,
+        "SELECT t.rooms, t.area, m.price FROM mindsdb.homes AS t JOIN mindsdb.price_model AS m",
+    );
+    let rows = joined["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 600);
+    for row in rows {
+        let expected = 3.0 * row[0].as_f64().unwrap() + if row[1] == "center" { 10.0 } else { 0.0 };
+        let price = row[2].as_f64().unwrap();
+        assert!(
+            (price - expected).abs() < 3.0,
+            "{row:?}: {price} for {expected}"
+        );
+    }
+
+    // `m.*` is the model's columns: inputs from the rows (by name, any case), target predicted.
+    let star = table(
+        &engine,
+        "SELECT m.* FROM (SELECT 2 AS ROOMS, 'center' AS area) AS t JOIN price_model AS m",
+    );
+    assert_eq!(
+        star["column_names"],
+        serde_json::json!(["rooms", "area", "price"])
+    );
+    assert_eq!(star["data"][0][0], 2.0);
+    assert!(
+        (star["data"][0][2].as_f64().unwrap() - 16.0).abs() < 3.0,
+        "{star}"
+    );
+
+    // The model may come first; filters, sorting, LIMIT and aggregates work on predictions.
+    let first = table(
+        &engine,
+        "SELECT m.price, t.rooms FROM price_model AS m JOIN homes AS t WHERE m.price > 30 ORDER BY t.rooms DESC LIMIT 3",
+    );
+    assert_eq!(first["column_names"], serde_json::json!(["price", "rooms"]));
+    assert_eq!(first["data"].as_array().unwrap().len(), 3);
+    assert!(first["data"][0][0].as_f64().unwrap() > 30.0);
+    let counted = table(
+        &engine,
+        "SELECT count(*), avg(m.price) > 10 FROM homes AS t JOIN price_model AS m",
+    );
+    assert_eq!(counted["data"], serde_json::json!([[600, true]]));
+
+    let on = error(
+        &engine,
+        "SELECT * FROM homes AS t JOIN price_model AS m ON t.rooms = m.rooms",
+    );
+    assert!(on.contains("joined with a condition"), "{on}");
+    let left = error(
+        &engine,
+        "SELECT * FROM homes AS t LEFT JOIN price_model AS m ON true",
+    );
+    assert!(left.contains("outer join"), "{left}");
+    let misfit = error(
+        &engine,
+        "SELECT m.price FROM (SELECT 'many' AS rooms) AS t JOIN price_model AS m",
+    );
+    assert!(
+        misfit.contains("'rooms'") && misfit.contains("price_model"),
+        "{misfit}"
+    );
+
+    // A model whose training failed is no model to join.
+    table(
+        &engine,
+        "CREATE MODEL empty_model FROM mindsdb (SELECT rooms, price FROM homes WHERE rooms > 1000) PREDICT price",
+    );
+    assert_eq!(wait_done(&engine, "mindsdb", "empty_model")[0], "error");
+    let failed = error(
+        &engine,
+        "SELECT m.price FROM homes AS t JOIN empty_model AS m",
+    );
+    assert!(failed.contains("model creation not completed"), "{failed}");
+}

@@ -119,6 +119,54 @@ fn jsonlines_streaming_memory_does_not_grow_with_row_count() {
     );
 }
 
+/// `t JOIN model` predicts batch by batch: the heap while streaming predictions for 200k rows
+/// stays where it is for 20k.
+#[test]
+fn predicting_by_join_streams() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    engine
+        .sql_blocking(
+            "CREATE TABLE train AS SELECT value % 10 AS x, CASE WHEN value % 3 = 0 THEN 'a' ELSE 'b' END AS g, \
+             (value % 10) * 2.0 + CASE WHEN value % 3 = 0 THEN 5 ELSE 0 END AS y FROM generate_series(1, 500)",
+        )
+        .unwrap();
+    engine
+        .sql_blocking("CREATE MODEL m FROM mindsdb (SELECT * FROM train) PREDICT y")
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let model = engine.get_model("mindsdb", "m", None).unwrap();
+        if model.status() == "complete" {
+            break;
+        }
+        assert_ne!(model.status(), "error", "{model:?}");
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "still training: {model:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let join = |n: u64| {
+        format!(
+            "SELECT t.id, m.y FROM (SELECT value AS id, value % 10 AS x, 'a' AS g FROM generate_series(1, {n})) AS t \
+             JOIN m AS m"
+        )
+    };
+    let (_, small_rows, small_peak) = stream_peak(&engine, &join(20_000));
+    let (_, big_rows, big_peak) = stream_peak(&engine, &join(200_000));
+    eprintln!(
+        "predicted by join: 20k rows peak {} KiB, 200k rows peak {} KiB",
+        small_peak / 1024,
+        big_peak / 1024
+    );
+    assert_eq!((small_rows, big_rows), (20_000, 200_000));
+    assert!(
+        big_peak < small_peak * 2 + 8 * MIB,
+        "peak grew with rows: {small_peak} -> {big_peak}"
+    );
+}
+
 /// ORDER BY must see every row before the first one goes out; past the memory limit it spills to
 /// temporary files instead of holding the result.
 #[test]

@@ -382,9 +382,9 @@ pub unsafe extern "C" fn mindlite_model_predict(
             )
         };
         let rows = json_arg(rows, "rows_json")?;
-        let predicted = db
-            .engine()
-            .predict(project, name, version_arg(version), &rows)?;
+        let engine = db.engine();
+        let predicted =
+            engine.block_on(engine.predict(project, name, version_arg(version), &rows))?;
         give_json(out_json, &predicted)
     })
 }

@@ -337,7 +337,7 @@ impl Database {
         let rows = json_arg(rows, "rows")?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let predicted = wait(py, &engine, async move {
-            runner.predict(&project, &name, version, &rows)
+            runner.predict(&project, &name, version, &rows).await
         })?
         .map_err(to_py)?;
         Ok(predicted.to_string())

@@ -10,7 +10,9 @@
 Replies are consumed one per request; once the script is empty the fallback answers (by default
 the text "no scripted reply"; `llm.fallback(reply)` changes it, e.g. to an error that must also
 hit any retry). A reply is `text(...)`, `tool_call(...)` (or several with `tool_calls(...)`),
-`error(status, message)` or `hang(seconds)`. Requests with `"stream": true` are answered as
+`error(status, message)`, `hang(seconds)`, or `echo(prefix, delay)` (the last user message
+back, after `prefix`; for models that ask once per row). `llm.max_in_flight` is the most
+requests it was answering at once. Requests with `"stream": true` are answered as
 OpenAI streams them: `text/event-stream`, chunked, one `chat.completion.chunk` per `data:` line,
 the text split over several deltas, a tool call's arguments split over several chunks, a last
 chunk with `finish_reason`, then `data: [DONE]`.
@@ -61,6 +63,11 @@ def error(status: int, message: str, type: str | None = None,  # noqa: A002
             "type": type or default_type, "code": code if code is not None else default_code}
 
 
+def echo(prefix: str = "", delay: float = 0.0) -> dict:
+    """The text `prefix` + the last user message's content, after `delay` seconds."""
+    return {"kind": "echo", "prefix": prefix, "delay": delay}
+
+
 def hang(seconds: float, then: dict | None = None) -> dict:
     """Say nothing for `seconds` (then answer `then`, by default the default text)."""
     return {"kind": "hang", "seconds": seconds, "then": then}
@@ -81,6 +88,8 @@ class FakeLLM:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
+        self._in_flight = 0
+        self.max_in_flight = 0
 
     # Life cycle.
 
@@ -158,6 +167,22 @@ class FakeLLM:
                 "refusal": None}, "tool_calls"
 
     def _answer(self, handler: BaseHTTPRequestHandler, body: dict, reply: dict) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            self._answer_now(handler, body, reply)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _answer_now(self, handler: BaseHTTPRequestHandler, body: dict, reply: dict) -> None:
+        if reply["kind"] == "echo":
+            if self._stopping.wait(reply["delay"]):
+                return
+            users = [m.get("content") or "" for m in body.get("messages", [])
+                     if m.get("role") == "user"]
+            reply = text(reply["prefix"] + (users[-1] if users else ""))
         while reply["kind"] == "hang":
             if self._stopping.wait(reply["seconds"]):
                 return

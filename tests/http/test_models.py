@@ -188,3 +188,97 @@ def test_mindsdb_sdk_predicts_from_a_dict_and_a_dataframe(homes_server):
     assert abs(one["price"][0] - 9) < 2, one
     many = model.predict(pd.DataFrame({"rooms": [1, 6], "area": ["north", "center"]}))
     assert list(many["rooms"]) == [1, 6] and many["price"][1] > many["price"][0]
+
+
+def test_join_predicts_100k_rows_as_a_stream_with_bounded_memory(homes_server):
+    """`t JOIN model` over jsonlines: every row arrives with its prediction, in several lines,
+    while the server's peak RSS grows by a fixed bound, not with the rows."""
+    import requests
+
+    homes_server.sql_ok("CREATE MODEL mindsdb.jm FROM mindsdb (SELECT * FROM homes) PREDICT price")
+    assert wait_status(homes_server, "jm") == ["complete", None]
+    rows = 100_000
+    query = ("SELECT t.id, t.rooms, m.price FROM (SELECT value AS id, value % 7 AS rooms, "
+             f"'north' AS area FROM generate_series(1, {rows})) AS t JOIN mindsdb.jm AS m")
+    assert len(homes_server.sql_ok(query + " LIMIT 2")["data"]) == 2
+    baseline = homes_server.peak_rss_bytes()
+    body = {"query": query, "response_format": "jsonlines"}
+    seen, lines = 0, 0
+    with requests.post(homes_server.url + "/api/sql/query", json=body, stream=True,
+                       timeout=120) as r:
+        assert r.status_code == 200 and r.headers.get("Transfer-Encoding") == "chunked"
+        stream = r.iter_lines(chunk_size=64 * 1024)
+        assert json.loads(next(stream)) == {"type": "table",
+                                            "column_names": ["id", "rooms", "price"]}
+        for line in stream:
+            for row_id, rooms, price in json.loads(line):
+                assert rooms == row_id % 7 and abs(price - 3 * rooms) < 2, (row_id, price)
+                seen += 1
+            lines += 1
+    assert seen == rows and lines > 1
+    growth = homes_server.peak_rss_bytes() - baseline
+    print(f"join over {rows} rows: peak RSS grew {growth / 2**20:.1f} MiB")
+    assert growth < 64 * 2**20, f"peak RSS grew {growth / 2**20:.1f} MiB"
+
+
+def test_an_llm_model_asks_the_provider_once_per_row(homes_server):
+    """`engine = 'openai'`: the template's slots are the inputs, each row one chat completion
+    (the key sent, not shown), at most `max_concurrency` at a time, answers in row order, by
+    WHERE, JOIN and the REST predict route."""
+    import requests
+
+    from fake_llm import FakeLLM, echo
+
+    with FakeLLM() as llm:
+        llm.fallback(echo("A: ", delay=0.05))
+        created = homes_server.sql_ok(
+            "CREATE MODEL mindsdb.reviewer PREDICT verdict USING engine = 'openai', "
+            "prompt_template = 'Rate {{review}} ({{stars}} stars)', model_name = 'fake-model', "
+            f"base_url = '{llm.base_url}', api_key = 'sk-secret', max_concurrency = 3")
+        row = dict(zip(INFO_COLUMNS, created["data"][0]))
+        assert (row["ENGINE"], row["STATUS"]) == ("openai", "generating")
+        assert "sk-secret" not in row["TRAINING_OPTIONS"] and "******" in row["TRAINING_OPTIONS"]
+        assert wait_status(homes_server, "reviewer") == ["complete", None]
+
+        one = homes_server.sql_ok(
+            "SELECT verdict FROM mindsdb.reviewer WHERE review = 'great' AND stars = 5")
+        assert one["data"] == [["A: Rate great (5 stars)"]]
+        assert llm.requests[-1]["model"] == "fake-model"
+        assert llm.headers[-1]["authorization"] == "Bearer sk-secret"
+
+        homes_server.sql_ok("CREATE TABLE reviews (id INT, review VARCHAR, stars INT)")
+        values = ", ".join(f"({i}, 'text {i}', {i % 5})" for i in range(1, 13))
+        homes_server.sql_ok(f"INSERT INTO reviews VALUES {values}")
+        before = len(llm.requests)
+        joined = homes_server.sql_ok(
+            "SELECT t.id, m.verdict FROM reviews AS t JOIN mindsdb.reviewer AS m ORDER BY t.id")
+        assert joined["data"] == [[i, f"A: Rate text {i} ({i % 5} stars)"] for i in range(1, 13)]
+        assert len(llm.requests) - before == 12
+        assert 2 <= llm.max_in_flight <= 3, llm.max_in_flight
+
+        predicted = requests.post(models_url(homes_server, "reviewer", "predict"), timeout=30,
+                                  json={"data": [{"review": "meh", "stars": 2}]})
+        assert predicted.status_code == 200, predicted.text
+        assert predicted.json()[0]["verdict"] == "A: Rate meh (2 stars)"
+        [info] = requests.get(models_url(homes_server, "reviewer", "describe"), timeout=10).json()
+        assert (info["inputs"], info["outputs"]) == (["review", "stars"], ["verdict"])
+
+        llm.fallback({"kind": "error", "status": 429, "message": "Rate limit reached",
+                      "type": "requests", "code": "rate_limit_exceeded"})
+        failed = homes_server.sql("SELECT t.id, m.verdict FROM reviews AS t JOIN reviewer AS m").json()
+        assert failed["type"] == "error" and "Rate limit reached" in failed["error_message"], failed
+        assert "predicting row" in failed["error_message"]
+
+
+def test_llm_model_settings_are_checked_when_created(homes_server):
+    for using, named in [
+        ("engine = 'openai'", "needs a prompt"),
+        ("engine = 'openai', prompt_template = 'x {{a'", "never closed"),
+        ("engine = 'openai', prompt_template = '{{a}}', temprature = 1", "temprature"),
+        ("engine = 'openai', prompt_template = '{{a}}', base_url = 'nope'", "base_url"),
+        ("engine = 'openai', prompt_template = '{{y}}'", "predicted column"),
+        ("engine = 'gpt'", "does not exist"),
+    ]:
+        body = homes_server.sql(f"CREATE MODEL bad PREDICT y USING {using}").json()
+        assert body["type"] == "error" and named in body["error_message"], (using, body)
+    assert homes_server.sql_ok("SELECT * FROM mindsdb.models")["data"] == []

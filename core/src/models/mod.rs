@@ -3,8 +3,9 @@
 //! lower-cased name and version), `model_predictors` (the fitted predictor of a complete
 //! version) and `model_status_outbox` (one ModelStatusChanged event per status change, written
 //! in the same transaction as the change, for callbacks to deliver). Training is in `train`,
-//! the background worker in `worker`.
+//! LLM-backed models in `openai`, the background worker in `worker`.
 
+pub(crate) mod openai;
 pub(crate) mod train;
 pub(crate) mod worker;
 
@@ -17,8 +18,9 @@ use crate::projects::{self, PROJECTS};
 use crate::store;
 use crate::tables;
 use crate::tenant::TenantId;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use train::{Description, Predictor, Trained};
+use train::{Description, Predictor};
 
 type VersionKey<'a> = (u64, &'a str, &'a str, u32);
 
@@ -33,6 +35,9 @@ pub(crate) const STATUS_OUTBOX: TableDefinition<u64, &str> =
 
 /// The engines that train with the built-in trainer (`lightwood` is MindsDB's name for its own).
 pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];
+
+/// Every engine a model can name.
+const ENGINES: [&str; 3] = [BUILTIN_ENGINES[0], BUILTIN_ENGINES[1], openai::ENGINE];
 
 /// Where a model version is in its life (MindsDB's `PREDICTOR_STATUS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,9 +119,20 @@ impl ModelVersion {
             .collect()
     }
 
-    /// `TRAINING_OPTIONS` as MindsDB's information_schema shows it: JSON text.
+    /// `TRAINING_OPTIONS` as MindsDB's information_schema shows it, API keys masked.
     pub(crate) fn training_options(&self) -> Value {
-        serde_json::json!({"target": self.predict, "using": self.using})
+        let mut using = self.using.clone();
+        for key in ["api_key", "openai_api_key"] {
+            if let Some(value) = using.get_mut(key) {
+                *value = Value::from("******");
+            }
+        }
+        serde_json::json!({"target": self.predict, "using": using})
+    }
+
+    /// Whether this version asks an LLM rather than a fitted predictor.
+    pub(crate) fn is_prompted(&self) -> bool {
+        self.engine == openai::ENGINE
     }
 
     fn key(&self) -> (String, String) {
@@ -267,19 +283,30 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 pub(crate) fn engine_of(using: &Map<String, Value>) -> Result<String> {
     match using.get("engine") {
         None => Ok(BUILTIN_ENGINES[0].to_string()),
-        Some(Value::String(engine))
-            if BUILTIN_ENGINES.contains(&engine.to_ascii_lowercase().as_str()) =>
-        {
+        Some(Value::String(engine)) if ENGINES.contains(&engine.to_ascii_lowercase().as_str()) => {
             Ok(engine.to_ascii_lowercase())
         }
         Some(Value::String(engine)) => Err(Error::invalid(format!(
             "ML engine '{engine}' does not exist; this build has: {}",
-            BUILTIN_ENGINES.join(", ")
+            ENGINES.join(", ")
         ))),
         Some(other) => Err(Error::invalid(format!(
             "'engine' must be a name in quotes, like engine = 'builtin'; got {other}"
         ))),
     }
+}
+
+fn is_builtin(engine: &str) -> bool {
+    BUILTIN_ENGINES.contains(&engine)
+}
+
+/// Checks what an engine reads from `USING` before a version is recorded, so a bad setting
+/// fails the statement rather than the training.
+fn check_engine_settings(engine: &str, using: &Map<String, Value>, target: &str) -> Result<()> {
+    if engine == openai::ENGINE {
+        openai::check(using)?.schema(target)?;
+    }
+    Ok(())
 }
 
 /// Records version 1 of a new model, status `generating` and active (as MindsDB shows a model
@@ -309,6 +336,7 @@ pub(crate) fn create(
         )));
     }
     let engine = engine_of(&spec.using)?;
+    check_engine_settings(&engine, &spec.using, &spec.predict)?;
     if !versions(&txn.open_table(MODELS)?, tenant, &project.name, &spec.name)?.is_empty() {
         return if if_not_exists {
             Ok(None)
@@ -319,6 +347,12 @@ pub(crate) fn create(
             )))
         };
     }
+    // An LLM model has one phase: checking its prompt.
+    let total_phases = if engine == openai::ENGINE {
+        1
+    } else {
+        train::PHASES
+    };
     let model = ModelVersion {
         id: store::next_id(txn, "model")?,
         name: spec.name.clone(),
@@ -335,7 +369,7 @@ pub(crate) fn create(
         created_at: crate::time::now_text(),
         training_time: None,
         current_phase: 0,
-        total_phases: train::PHASES,
+        total_phases,
         phase_name: String::new(),
         description: None,
     };
@@ -370,7 +404,14 @@ pub(crate) fn retrain(
     }
     let mut options = latest.using.clone();
     options.extend(using);
-    engine_of(&options)?;
+    let engine = engine_of(&options)?;
+    if engine != latest.engine && !(is_builtin(&engine) && is_builtin(&latest.engine)) {
+        return Err(Error::invalid(format!(
+            "Model '{}' uses the {} engine and a new version keeps it; create another model for {engine}",
+            latest.name, latest.engine
+        )));
+    }
+    check_engine_settings(&engine, &options, &latest.predict)?;
     let (data_db, select_data_query) =
         from.unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
     let model = ModelVersion {
@@ -501,20 +542,17 @@ pub(crate) fn set_status(
     Ok(Some(model))
 }
 
-/// Marks `version` complete with its predictor and the schema of its training rows, and
-/// makes it the active version.
+/// Marks `version` complete with its predictor (none for an LLM model) and the schema of its
+/// columns, and makes it the active version.
 pub(crate) fn complete(
     txn: &WriteTransaction,
     tenant: TenantId,
     model: &ModelVersion,
-    trained: Trained,
+    predictor: Option<&Predictor>,
+    description: Description,
     schema: &Schema,
     training_time: f64,
 ) -> Result<Option<ModelVersion>> {
-    let Trained {
-        predictor,
-        description,
-    } = trained;
     let (project, name) = model.key();
     let done = set_status(txn, tenant, model, ModelStatus::Complete, |m| {
         m.description = Some(description);
@@ -533,8 +571,10 @@ pub(crate) fn complete(
         }
     }
     let key = (tenant.0, project.as_str(), name.as_str(), model.version);
-    txn.open_table(PREDICTORS)?
-        .insert(key, serde_json::to_vec(&predictor)?.as_slice())?;
+    if let Some(predictor) = predictor {
+        txn.open_table(PREDICTORS)?
+            .insert(key, serde_json::to_vec(predictor)?.as_slice())?;
+    }
     txn.open_table(TRAINING_SCHEMAS)?
         .insert(key, tables::encode_schema(schema)?.as_slice())?;
     Ok(done)
@@ -712,18 +752,50 @@ pub(crate) fn training_schema(
     }
 }
 
-/// The fitted predictor of a complete version; "model creation not completed" otherwise.
-pub(crate) fn predictor(
+/// What turns a complete version's input rows into predictions.
+#[derive(Debug)]
+pub(crate) enum Scorer {
+    /// A predictor fitted by the built-in engine.
+    Fitted(Predictor),
+    /// An LLM asked once per row.
+    Prompted(openai::Prompted),
+}
+
+impl Scorer {
+    /// One prediction per row of `inputs` (rows with the model's columns), as an array of the
+    /// target's type; `llm` serves LLM models.
+    pub(crate) async fn predict(
+        &self,
+        inputs: &RecordBatch,
+        llm: &crate::llm::Connector,
+    ) -> Result<ArrayRef> {
+        match self {
+            Scorer::Fitted(predictor) => predictor
+                .predict(inputs)
+                .map_err(|e| Error::invalid(format!("prediction failed: {e}"))),
+            Scorer::Prompted(prompted) => prompted.predict(inputs, llm).await,
+        }
+    }
+}
+
+/// The scorer of a complete version; "model creation not completed" otherwise.
+pub(crate) fn scorer(
     txn: &redb::ReadTransaction,
     tenant: TenantId,
     model: &ModelVersion,
-) -> Result<Predictor> {
+) -> Result<Scorer> {
+    if model.status != ModelStatus::Complete {
+        return Err(not_completed(model));
+    }
+    if model.is_prompted() {
+        return Ok(Scorer::Prompted(openai::check(&model.using)?));
+    }
     let (project, name) = model.key();
     let table = txn.open_table(PREDICTORS)?;
     let bytes = table
         .get((tenant.0, project.as_str(), name.as_str(), model.version))?
         .ok_or_else(|| not_completed(model))?;
-    Ok(serde_json::from_slice(bytes.value())?)
+    Ok(Scorer::Fitted(serde_json::from_slice(bytes.value())?))
 }
 
 /// MindsDB's error for using a model that has not finished training.

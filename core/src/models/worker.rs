@@ -1,6 +1,7 @@
 //! The background worker that trains one model version: `generating` → `training` (reading
 //! the rows of the training query, then fitting on a blocking thread, each phase recorded) →
-//! `complete` with its predictor, or `error` with the reason. Every status change is one
+//! `complete` with its predictor, or `error` with the reason. An LLM model has nothing to fit:
+//! it goes through the same statuses with its checked settings. Every status change is one
 //! transaction with its outbox event (see the parent module).
 
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Instant;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
-use super::{train, ModelStatus, ModelVersion};
+use super::{openai, train, ModelStatus, ModelVersion};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -17,16 +18,23 @@ use crate::tenant::TenantId;
 /// The most rows one training reads: they are held in memory, outside the query memory pool.
 const MAX_TRAINING_ROWS: usize = 2_000_000;
 
-/// Trains `model` from `rows` in the background on the current runtime. The caller has
-/// already recorded the version as `generating`.
-pub(crate) fn spawn(
-    store: Arc<Store>,
-    tenant: TenantId,
-    model: ModelVersion,
-    rows: SendableRecordBatchStream,
-) {
+/// What training a version takes.
+pub(crate) enum Job {
+    /// Fit the built-in engine on these rows.
+    Train(SendableRecordBatchStream),
+    /// Record an LLM model; `default_model` names the configured model in its description.
+    Prompt { default_model: String },
+}
+
+/// Trains `model` in the background on the current runtime. The caller has already recorded
+/// the version as `generating`.
+pub(crate) fn spawn(store: Arc<Store>, tenant: TenantId, model: ModelVersion, job: Job) {
     tokio::spawn(async move {
-        if let Err(e) = run(&store, tenant, &model, rows).await {
+        let done = match job {
+            Job::Train(rows) => run(&store, tenant, &model, rows).await,
+            Job::Prompt { default_model } => prompt(&store, tenant, &model, &default_model).await,
+        };
+        if let Err(e) = done {
             let message = e.message().to_string();
             // If even this fails the store is failing; the version stays `training` and is
             // set to `error` when the engine next opens.
@@ -86,7 +94,43 @@ async fn run(
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
     store
-        .write(move |txn| super::complete(txn, tenant, &model, trained, &schema, seconds))
+        .write(move |txn| {
+            let train::Trained {
+                predictor,
+                description,
+            } = trained;
+            super::complete(
+                txn,
+                tenant,
+                &model,
+                Some(&predictor),
+                description,
+                &schema,
+                seconds,
+            )
+        })
+        .await?;
+    Ok(())
+}
+
+/// Completes an LLM model: its columns are the template's slots and the target.
+async fn prompt(
+    store: &Arc<Store>,
+    tenant: TenantId,
+    model: &ModelVersion,
+    default_model: &str,
+) -> Result<()> {
+    let started = Instant::now();
+    if !phase(store, tenant, model, 0, "Checking the prompt template").await? {
+        return Ok(());
+    }
+    let prompted = openai::check(&model.using)?;
+    let schema = prompted.schema(&model.predict)?;
+    let description = prompted.description(&model.predict, default_model);
+    let seconds = started.elapsed().as_secs_f64();
+    let model = model.clone();
+    store
+        .write(move |txn| super::complete(txn, tenant, &model, None, description, &schema, seconds))
         .await?;
     Ok(())
 }

@@ -22,7 +22,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
-use super::predict::ModelTable;
+use super::predict::{ModelTable, PredictModel};
 use crate::agents::{self, Agent, AGENTS};
 use crate::error::{Error, Result};
 use crate::models::{self, ModelVersion, MODELS};
@@ -127,6 +127,25 @@ impl Snapshot {
         )
     }
 
+    /// A complete version ready to predict: its columns (all nullable) and its scorer;
+    /// "model creation not completed" for any other.
+    pub(crate) fn predict_model(&self, model: ModelVersion) -> Result<PredictModel> {
+        // A version still training (or failed) has no columns to plan against yet.
+        let Some(schema) = models::training_schema(&self.txn, self.tenant, &model)? else {
+            return Err(models::not_completed(&model));
+        };
+        let nullable: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Ok(PredictModel {
+            scorer: models::scorer(&self.txn, self.tenant, &model)?,
+            schema: Arc::new(Schema::new(nullable)),
+            model,
+        })
+    }
+
     pub(crate) fn table_schema(&self, id: u64) -> Result<SchemaRef> {
         tables::schema(&self.txn.open_table(TABLE_SCHEMAS)?, id)
     }
@@ -196,29 +215,14 @@ struct ProjectSchema {
 }
 
 impl ProjectSchema {
-    /// The active version of the model `name`, as a table for single predictions.
+    /// The active version of the model `name`, as a table.
     fn model_table(&self, name: &str) -> Result<Option<ModelTable>> {
         let Some(model) = self.snapshot.model(&self.project, name, None)? else {
             return Ok(None);
         };
-        let txn = &self.snapshot.txn;
-        let tenant = self.snapshot.tenant;
-        // A version still training (or failed) has no columns to plan against yet.
-        let Some(schema) = models::training_schema(txn, tenant, &model)? else {
-            return Err(models::not_completed(&model));
-        };
-        let nullable: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let predictor = models::predictor(txn, tenant, &model)?;
-        let schema = Arc::new(Schema::new(nullable));
-        Ok(Some(ModelTable {
-            model,
-            schema,
-            predictor,
-        }))
+        Ok(Some(ModelTable(Arc::new(
+            self.snapshot.predict_model(model)?,
+        ))))
     }
 }
 

@@ -15,6 +15,7 @@ mod order;
 mod parse;
 mod plan_cache;
 mod predict;
+mod predict_join;
 mod sandbox;
 mod session;
 
@@ -275,15 +276,32 @@ impl SqlRunner {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
             .build_arc()?;
+        let client = crate::llm::client()?;
+        let connector = crate::llm::Connector {
+            client: client.clone(),
+            default: config.llm.clone(),
+        };
         Ok(SqlRunner {
             store,
             config: config.clone(),
-            client: crate::llm::client()?,
-            sessions: Arc::new(Sessions::new(runtime, config.query.batch_size.max(1))),
+            client,
+            sessions: Arc::new(Sessions::new(
+                runtime,
+                config.query.batch_size.max(1),
+                connector,
+            )),
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
         })
+    }
+
+    /// What LLM models call through: the shared client and the configured default model.
+    pub(crate) fn connector(&self) -> crate::llm::Connector {
+        crate::llm::Connector {
+            client: self.client.clone(),
+            default: self.config.llm.clone(),
+        }
     }
 
     /// The default project's name.

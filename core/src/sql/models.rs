@@ -14,7 +14,8 @@ use super::parse::CreateModel;
 use super::sandbox::ReadOnlyQuery;
 use super::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::error::{Error, Result};
-use crate::models::{self, ModelSpec, ModelVersion};
+use crate::models::worker::Job;
+use crate::models::{self, openai, ModelSpec, ModelVersion};
 use crate::tenant::TenantId;
 
 impl SqlRunner {
@@ -37,16 +38,22 @@ impl SqlRunner {
         let project = project.unwrap_or_else(|| context.db.clone());
         let [target] = predict.as_slice() else {
             return Err(Error::invalid(
-                "The built-in engine predicts one column; name one after PREDICT",
+                "A model predicts one column; name one after PREDICT",
             ));
         };
-        let Some((data_db, query)) = from else {
-            return Err(Error::invalid(
-                "The built-in engine learns from data: CREATE MODEL m FROM db (SELECT …) PREDICT col",
-            ));
+        let engine = models::engine_of(&using)?;
+        // An LLM model reads no rows; a FROM given to one is recorded and not run.
+        let (job, (data_db, query)) = if engine == openai::ENGINE {
+            (self.prompt_job(), from.unwrap_or_default())
+        } else {
+            let Some((data_db, query)) = from else {
+                return Err(Error::invalid(
+                    "The built-in engine learns from data: CREATE MODEL m FROM db (SELECT …) PREDICT col",
+                ));
+            };
+            let rows = self.training_rows(tenant, &data_db, &query, target).await?;
+            (Job::Train(rows.stream), (data_db, query))
         };
-        models::engine_of(&using)?;
-        let rows = self.training_rows(tenant, &data_db, &query, target).await?;
         let spec = ModelSpec {
             project: project.to_ascii_lowercase(),
             name,
@@ -64,7 +71,7 @@ impl SqlRunner {
                 affected_rows: None,
             });
         };
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), rows.stream);
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job);
         table_outcome(model_info(&[model], false, None)?)
     }
 
@@ -87,18 +94,31 @@ impl SqlRunner {
             .rfind(|m| m.name.eq_ignore_ascii_case(&name))
             .ok_or_else(|| models::model_missing(&project, &name))?;
         drop(snapshot);
-        let (db, query) = from
-            .clone()
-            .unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
-        let rows = self
-            .training_rows(tenant, &db, &query, &latest.predict)
-            .await?;
+        let job = if latest.is_prompted() {
+            self.prompt_job()
+        } else {
+            let (db, query) = from
+                .clone()
+                .unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
+            let rows = self
+                .training_rows(tenant, &db, &query, &latest.predict)
+                .await?;
+            Job::Train(rows.stream)
+        };
         let model = self
             .store
             .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
             .await?;
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), rows.stream);
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job);
         table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// The worker's job for an LLM model, which describes itself with the default model's name
+    /// when it names none.
+    fn prompt_job(&self) -> Job {
+        Job::Prompt {
+            default_model: self.config.llm.model_name.clone(),
+        }
     }
 
     /// ``SET active p.m.`N` ``.
@@ -191,18 +211,16 @@ impl SqlRunner {
 
     /// Predicts for `rows` (a list of `{column: value}` objects, or that list as JSON text)
     /// with a complete version; returns the rows with the prediction filled in.
-    pub(crate) fn predict_rows(
+    pub(crate) async fn predict_rows(
         &self,
         tenant: TenantId,
         model: &ModelVersion,
         rows: &Value,
     ) -> Result<Value> {
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        let Some(schema) = models::training_schema(&snapshot.txn, tenant, model)? else {
-            return Err(models::not_completed(model));
-        };
-        let predictor = models::predictor(&snapshot.txn, tenant, model)?;
-        super::predict::predict_json(&schema, &predictor, &model.predict, rows)
+        let model = snapshot.predict_model(model.clone())?;
+        drop(snapshot);
+        super::predict::predict_json(&model, rows, &self.connector()).await
     }
 
     /// `DROP MODEL|PREDICTOR`.
@@ -315,9 +333,9 @@ pub(crate) fn model_info(
         if full {
             m.training_options().to_string()
         } else {
-            models::python_repr(&serde_json::json!({
-                "__mdb_sql_task": null, "target": m.predict, "using": m.using
-            }))
+            let mut shown = m.training_options();
+            shown["__mdb_sql_task"] = Value::Null;
+            models::python_repr(&shown)
         }
     };
     table = table

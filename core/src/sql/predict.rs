@@ -2,7 +2,8 @@
 //! was trained on; the `column = value` filters DataFusion pushes into the scan make the one
 //! input row, every other input is missing (imputed as in training), and the row comes back
 //! with the prediction in the target's column. Any other condition is refused by name.
-//! `predict_json` does the same for rows given as JSON (the REST, C and Python fronts).
+//! `predict_json` does the same for rows given as JSON (the REST, C and Python fronts);
+//! `predict_join` predicts for every row of a table joined with the model.
 
 use std::sync::Arc;
 
@@ -17,24 +18,59 @@ use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
 
 use crate::error::Error;
-use crate::models::train::Predictor;
-use crate::models::ModelVersion;
+use crate::llm::Connector;
+use crate::models::{ModelVersion, Scorer};
 
-/// One complete model version, queryable for single predictions.
+/// One complete model version, ready to predict.
 #[derive(Debug)]
-pub(crate) struct ModelTable {
+pub(crate) struct PredictModel {
     pub(crate) model: ModelVersion,
-    /// The training rows' schema with every column nullable.
+    /// The model's columns (inputs and target) with every column nullable.
     pub(crate) schema: SchemaRef,
-    pub(crate) predictor: Predictor,
+    pub(crate) scorer: Scorer,
 }
+
+impl PredictModel {
+    /// `inputs` (rows with every model column) with the target's column predicted.
+    pub(crate) async fn with_prediction(
+        &self,
+        inputs: RecordBatch,
+        llm: &Connector,
+    ) -> crate::error::Result<RecordBatch> {
+        let schema = inputs.schema();
+        let target = &self.model.predict;
+        let index = schema
+            .fields()
+            .iter()
+            .position(|f| f.name().eq_ignore_ascii_case(target))
+            .ok_or_else(|| {
+                Error::internal(format!("the model's columns do not include '{target}'"))
+            })?;
+        let predicted = self.scorer.predict(&inputs, llm).await?;
+        let mut columns = inputs.columns().to_vec();
+        columns[index] = cast(&predicted, schema.field(index).data_type())?;
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// The LLM connector a session carries (see `session`).
+pub(crate) fn connector(config: &SessionConfig) -> DfResult<Arc<Connector>> {
+    config.get_extension::<Connector>().ok_or_else(|| {
+        DataFusionError::Internal("the session carries no LLM connector".to_string())
+    })
+}
+
+/// A model as a table, for single predictions (and, joined, for `predict_join`).
+#[derive(Debug)]
+pub(crate) struct ModelTable(pub(crate) Arc<PredictModel>);
 
 #[async_trait]
 impl TableProvider for ModelTable {
     fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+        Arc::clone(&self.0.schema)
     }
 
     fn table_type(&self) -> TableType {
@@ -58,9 +94,13 @@ impl TableProvider for ModelTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let schema = &self.schema;
-        let row = input_row(schema, &self.model.predict, filters)?;
-        let batch = with_prediction(&self.predictor, &self.model.predict, row)
+        let schema = &self.0.schema;
+        let row = input_row(schema, &self.0.model.predict, filters)?;
+        let llm = connector(state.config())?;
+        let batch = self
+            .0
+            .with_prediction(row, &llm)
+            .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         MemTable::try_new(Arc::clone(schema), vec![vec![batch]])?
             .scan(state, projection, &[], limit)
@@ -108,30 +148,10 @@ fn input_row(schema: &SchemaRef, target: &str, filters: &[Expr]) -> DfResult<Rec
 }
 
 /// Casts that fail instead of turning a value that does not fit into NULL.
-const STRICT: CastOptions<'static> = CastOptions {
+pub(crate) const STRICT: CastOptions<'static> = CastOptions {
     safe: false,
     format_options: FormatOptions::new(),
 };
-
-/// `inputs` (rows with every training column) with the target's column predicted.
-fn with_prediction(
-    predictor: &Predictor,
-    target: &str,
-    inputs: RecordBatch,
-) -> crate::error::Result<RecordBatch> {
-    let schema = inputs.schema();
-    let index = schema
-        .fields()
-        .iter()
-        .position(|f| f.name().eq_ignore_ascii_case(target))
-        .ok_or_else(|| Error::internal(format!("the training schema has no column '{target}'")))?;
-    let predicted = predictor
-        .predict(&inputs)
-        .map_err(|e| Error::invalid(format!("prediction failed: {e}")))?;
-    let mut columns = inputs.columns().to_vec();
-    columns[index] = cast(&predicted, schema.field(index).data_type())?;
-    Ok(RecordBatch::try_new(schema, columns)?)
-}
 
 /// The column an expression names, looking through a cast.
 fn column_of(e: &Expr) -> Option<&str> {
@@ -165,11 +185,10 @@ fn equality(expr: &Expr) -> Option<(&str, &ScalarValue)> {
 /// cast to the column's training type (a value that does not fit is an error naming it);
 /// missing columns are missing inputs. Returns the rows with every training column, the
 /// target's filled in.
-pub(crate) fn predict_json(
-    schema: &SchemaRef,
-    predictor: &Predictor,
-    target: &str,
+pub(crate) async fn predict_json(
+    model: &PredictModel,
     rows: &serde_json::Value,
+    llm: &Connector,
 ) -> crate::error::Result<serde_json::Value> {
     use datafusion::arrow::array::StringArray;
     use serde_json::Value;
@@ -188,12 +207,7 @@ pub(crate) fn predict_json(
         .as_array()
         .filter(|rows| rows.iter().all(Value::is_object))
         .ok_or_else(|| Error::invalid("'data' must be a list of {\"column\": value} objects"))?;
-    let nullable: Vec<_> = schema
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(true))
-        .collect();
-    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(nullable));
+    let schema = &model.schema;
     let mut columns: Vec<ArrayRef> = Vec::new();
     for field in schema.fields() {
         let texts: StringArray = rows
@@ -220,8 +234,8 @@ pub(crate) fn predict_json(
         })?;
         columns.push(column);
     }
-    let inputs = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-    let batch = with_prediction(predictor, target, inputs)?;
+    let inputs = RecordBatch::try_new(Arc::clone(schema), columns)?;
+    let batch = model.with_prediction(inputs, llm).await?;
     let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
     let out = super::encode::rows_as_json(&batch)
         .into_iter()

@@ -14,6 +14,7 @@ use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder,
 use datafusion::prelude::SessionConfig;
 
 use super::catalog::{Snapshot, TenantCatalog, CATALOG};
+use crate::llm::Connector;
 
 /// Idle states kept for reuse; more concurrent requests than this build extra clones that
 /// are dropped afterwards.
@@ -29,9 +30,11 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    /// A pool whose states run with `batch_size` on `runtime`.
-    pub(crate) fn new(runtime: Arc<RuntimeEnv>, batch_size: usize) -> Self {
+    /// A pool whose states run with `batch_size` on `runtime`; LLM models call through
+    /// `connector`, which the states carry as a config extension.
+    pub(crate) fn new(runtime: Arc<RuntimeEnv>, batch_size: usize, connector: Connector) -> Self {
         let mut config = SessionConfig::new()
+            .with_extension(Arc::new(connector))
             .with_batch_size(batch_size)
             .with_information_schema(false)
             .with_create_default_catalog_and_schema(false)
@@ -42,6 +45,8 @@ impl Sessions {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(Catalogs(None)))
+            .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
+            .with_query_planner(Arc::new(super::predict_join::Planner))
             .build();
         base.register_function_rewrite(Arc::new(super::coerce::BooleanText))
             .expect("registering a rewrite only adds it to a list");

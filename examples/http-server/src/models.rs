@@ -78,7 +78,7 @@ pub async fn one(
                 }
                 Err(response) => return *response,
             };
-            match engine.predict(project, name, version, &data) {
+            match engine.predict(project, name, version, &data).await {
                 Ok(rows) => json_response(200, &rows),
                 Err(e) => model_error(engine, project, &e),
             }
