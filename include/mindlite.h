@@ -545,6 +545,36 @@ mindlite_status mindlite_model_create(const mindlite_database *db,
                                       char **out_json);
 
 /**
+ * Adds a version of a model, trained from `query` (a SELECT run in the database `data_db`,
+ * or in `project` when `data_db` is NULL), or from the latest version's query when `query`
+ * is NULL; `*out_json` receives the new version (status `generating`; it becomes the active
+ * one when training completes). `MINDLITE_NOT_FOUND` when there is no such model,
+ * `MINDLITE_INVALID` for `data_db` without `query` or a bad query, `MINDLITE_CONFLICT` while
+ * another version is still training.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_model_retrain(const mindlite_database *db,
+                                       const char *project,
+                                       const char *name,
+                                       const char *query,
+                                       const char *data_db,
+                                       char **out_json);
+
+/**
+ * Makes a complete version of a model the active one, which predictions use; `*out_json`
+ * receives that version. `MINDLITE_NOT_FOUND` when there is no such model or version,
+ * `MINDLITE_INVALID` when the version is not complete.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_model_set_active(const mindlite_database *db,
+                                          const char *project,
+                                          const char *name,
+                                          uint32_t version,
+                                          char **out_json);
+
+/**
  * Drops a model with every version (`version` 0), or one version of it.
  * `MINDLITE_NOT_FOUND` when there is no such model or version.
  */

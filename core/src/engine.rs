@@ -522,6 +522,55 @@ impl Engine {
             .map(Model)
     }
 
+    /// Adds a version of a model, trained from `query` (a SELECT run in `data_db`, the project
+    /// itself when `None`) or from the latest version's query when `query` is `None`; returns
+    /// it (status `generating`, made active when training completes). An LLM model's new
+    /// version keeps its settings.
+    pub async fn retrain_model(
+        &self,
+        project: &str,
+        name: &str,
+        query: Option<&str>,
+        data_db: Option<&str>,
+    ) -> Result<Model> {
+        self.get_model(project, name, None)?;
+        let from = match (query, data_db) {
+            (Some(query), db) => Some((
+                db.unwrap_or(project).to_ascii_lowercase(),
+                query.to_string(),
+            )),
+            (None, None) => None,
+            (None, Some(db)) => {
+                return Err(Error::invalid(format!(
+                    "a database to train from ('{db}') needs a query to run in it"
+                )))
+            }
+        };
+        let inner = Arc::clone(&self.inner);
+        let (project, name) = (project.to_ascii_lowercase(), name.to_string());
+        self.inner
+            .handle
+            .spawn(async move {
+                inner
+                    .sql
+                    .retrain_model(TenantId::LOCAL, project, name, from, Default::default())
+                    .await
+            })
+            .await
+            .map_err(|e| Error::internal(format!("model task failed: {e}")))?
+            .map(Model)
+    }
+
+    /// Makes a complete version of a model the active one (the one predictions use).
+    pub async fn set_active_model(&self, project: &str, name: &str, version: u32) -> Result<Model> {
+        let (owned_project, owned_name) = (project.to_ascii_lowercase(), name.to_string());
+        self.inner
+            .sql
+            .set_active_model(TenantId::LOCAL, owned_project, owned_name, version)
+            .await?;
+        self.get_model(project, name, Some(version))
+    }
+
     /// Drops a model (every version), or one version of it.
     pub async fn drop_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<()> {
         self.get_model(project, name, version)?;

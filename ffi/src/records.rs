@@ -332,6 +332,70 @@ pub unsafe extern "C" fn mindlite_model_create(
     })
 }
 
+/// Adds a version of a model, trained from `query` (a SELECT run in the database `data_db`,
+/// or in `project` when `data_db` is NULL), or from the latest version's query when `query`
+/// is NULL; `*out_json` receives the new version (status `generating`; it becomes the active
+/// one when training completes). `MINDLITE_NOT_FOUND` when there is no such model,
+/// `MINDLITE_INVALID` for `data_db` without `query` or a bad query, `MINDLITE_CONFLICT` while
+/// another version is still training.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_retrain(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    query: *const c_char,
+    data_db: *const c_char,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings (query and data_db may be NULL), per the header.
+        let (project, name, query, data_db) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+                boundary::optional_text(query, "query")?,
+                boundary::optional_text(data_db, "data_db")?,
+            )
+        };
+        let engine = db.engine();
+        let model = engine.block_on(engine.retrain_model(project, name, query, data_db))?;
+        give_optional_json(out_json, &model.to_wire_json())
+    })
+}
+
+/// Makes a complete version of a model the active one, which predictions use; `*out_json`
+/// receives that version. `MINDLITE_NOT_FOUND` when there is no such model or version,
+/// `MINDLITE_INVALID` when the version is not complete.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_model_set_active(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    version: u32,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings, per the header.
+        let (project, name) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+            )
+        };
+        let engine = db.engine();
+        let model = engine.block_on(engine.set_active_model(project, name, version))?;
+        give_optional_json(out_json, &model.to_wire_json())
+    })
+}
+
 /// Drops a model with every version (`version` 0), or one version of it.
 /// `MINDLITE_NOT_FOUND` when there is no such model or version.
 #[no_mangle]

@@ -588,9 +588,7 @@ class Connection:
     ) -> Dict[str, Any]:
         """Waits until the model's latest version is ``complete`` and returns it;
         ``OperationalError`` with the reason when training fails or takes over ``timeout`` s."""
-        import time
-
-        deadline = time.monotonic() + timeout
+        deadline = _time.monotonic() + timeout
         while True:
             latest = max(
                 (m for m in self.models(project) if m["name"].lower() == name.lower()),
@@ -606,6 +604,29 @@ class Connection:
             if _time.monotonic() > deadline:
                 raise OperationalError(f"Model '{name}' is still {latest['status']} after {timeout} s")
             _time.sleep(0.05)
+
+    def retrain_model(
+        self,
+        name: str,
+        query: Optional[str] = None,
+        data_db: Optional[str] = None,
+        project: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Adds a version trained from ``query`` (a SELECT run in ``data_db``, the current
+        project by default), or from the latest version's query when ``query`` is None;
+        returns it (status ``generating``; it becomes the active one when complete, see
+        :meth:`wait_model`)."""
+        self._check()
+        text = self._db.retrain_model(project or self.current_db, name, query, data_db)
+        return cast(Dict[str, Any], _json.loads(text))
+
+    def set_active_model(
+        self, name: str, version: int, project: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """Makes a complete version the active one (the one predictions use); returns it."""
+        self._check()
+        text = self._db.set_active_model(project or self.current_db, name, version)
+        return cast(Dict[str, Any], _json.loads(text))
 
     def describe_model(
         self, name: str, version: Optional[int] = None, project: Optional[str] = None

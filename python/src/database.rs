@@ -306,6 +306,45 @@ impl Database {
         Ok(model.to_wire_json().to_string())
     }
 
+    /// Adds a version of a model trained from `query` (run in `data_db`, the project by
+    /// default), or from the latest version's query; returns it as JSON text.
+    #[pyo3(signature = (project, name, query=None, data_db=None))]
+    fn retrain_model(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        query: Option<String>,
+        data_db: Option<String>,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        let model = wait(py, &engine, async move {
+            runner
+                .retrain_model(&project, &name, query.as_deref(), data_db.as_deref())
+                .await
+        })?
+        .map_err(to_py)?;
+        Ok(model.to_wire_json().to_string())
+    }
+
+    /// Makes a complete version the active one; returns it as JSON text.
+    fn set_active_model(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        version: u32,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        let model = wait(py, &engine, async move {
+            runner.set_active_model(&project, &name, version).await
+        })?
+        .map_err(to_py)?;
+        Ok(model.to_wire_json().to_string())
+    }
+
     /// Drops a model, or one version of it.
     #[pyo3(signature = (project, name, version=None))]
     fn drop_model(

@@ -1,15 +1,17 @@
 /* Models through the C API: create from a CREATE MODEL statement, follow the status until
- * training completes, list, describe, predict, and drop, as JSON in and out. */
+ * training completes, list, describe, predict, retrain, set the active version, and drop, as
+ * JSON in and out. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <time.h>
 
 #include "check.h"
 
-/* Polls the model until it leaves generating/training; returns its final JSON record. */
-static char *wait_done(mindlite_database *db, const char *name) {
+/* Polls a version (0: the active one) until it leaves generating/training; returns its final
+ * JSON record. */
+static char *wait_version(mindlite_database *db, const char *name, uint32_t version) {
   for (int i = 0; i < 6000; i++) {
     char *json = NULL;
-    CHECK_OK(db, mindlite_model_get(db, "mindsdb", name, 0, &json));
+    CHECK_OK(db, mindlite_model_get(db, "mindsdb", name, version, &json));
     if (strstr(json, "\"status\":\"complete\"") || strstr(json, "\"status\":\"error\"")) return json;
     mindlite_free(json);
     struct timespec nap = {0, 20 * 1000 * 1000};
@@ -18,6 +20,8 @@ static char *wait_done(mindlite_database *db, const char *name) {
   fprintf(stderr, "the model %s never finished training\n", name);
   exit(1);
 }
+
+static char *wait_done(mindlite_database *db, const char *name) { return wait_version(db, name, 0); }
 
 int main(void) {
   mindlite_database *db = NULL;
@@ -58,6 +62,28 @@ int main(void) {
   CHECK(json == NULL);
   CHECK_CONTAINS(mindlite_errmsg(db), "rooms");
   CHECK_STATUS(MINDLITE_NOT_FOUND, mindlite_model_get(db, "mindsdb", "m", 9, &json));
+
+  /* A second version from other rows becomes active when complete; version 1 can come back. */
+  CHECK_OK(db, mindlite_model_retrain(db, "mindsdb", "m", "SELECT rooms, price FROM homes WHERE rooms > 1",
+                                      "mindsdb", &json));
+  CHECK_CONTAINS(json, "\"version\":2");
+  CHECK_CONTAINS(json, "\"status\":\"generating\"");
+  mindlite_free(json);
+  json = wait_version(db, "m", 2);
+  CHECK_CONTAINS(json, "\"status\":\"complete\"");
+  CHECK_CONTAINS(json, "\"active\":true");
+  mindlite_free(json);
+  CHECK_OK(db, mindlite_model_set_active(db, "mindsdb", "m", 1, &json));
+  CHECK_CONTAINS(json, "\"version\":1");
+  CHECK_CONTAINS(json, "\"active\":true");
+  mindlite_free(json);
+  CHECK_STATUS(MINDLITE_NOT_FOUND, mindlite_model_set_active(db, "mindsdb", "m", 7, NULL));
+  CHECK_OK(db, mindlite_model_retrain(db, "mindsdb", "m", NULL, NULL, NULL));
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_model_retrain(db, "mindsdb", "m", NULL, "mindsdb", NULL));
+  CHECK_CONTAINS(mindlite_errmsg(db), "needs a query");
+  json = wait_version(db, "m", 3);
+  CHECK_CONTAINS(json, "\"status\":\"complete\"");
+  mindlite_free(json);
 
   CHECK_OK(db, mindlite_model_delete(db, "mindsdb", "m", 0));
   CHECK_STATUS(MINDLITE_NOT_FOUND, mindlite_model_get(db, "mindsdb", "m", 0, &json));

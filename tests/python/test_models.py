@@ -1,5 +1,5 @@
 """Models from Python: the typed helpers over the engine (create, wait, list, get, describe,
-predict, drop), with the GIL released while the engine works."""
+predict, retrain, set active, drop), with the GIL released while the engine works."""
 
 import pytest
 
@@ -32,6 +32,18 @@ def test_models_are_created_waited_for_described_predicted_and_dropped(con):
     assert abs(one["price"] - 16) < 2, one
     many = con.predict("homes_model", [{"rooms": 1}, {"rooms": 6, "area": "north"}])
     assert len(many) == 2 and many[1]["price"] > many[0]["price"]
+    retrained = con.retrain_model("homes_model", "SELECT * FROM homes WHERE area = 'north'")
+    assert (retrained["version"], retrained["status"], retrained["active"]) == (2, "generating", False)
+    con.wait_model("homes_model", timeout=120)
+    assert con.model("homes_model")["version"] == 2
+    [north] = con.predict("homes_model", {"rooms": 2, "area": "center"})
+    assert abs(north["price"] - 6) < 2, north  # version 2 never saw the center bonus
+    assert con.set_active_model("homes_model", 1)["active"] is True
+    assert con.model("homes_model")["version"] == 1
+    with pytest.raises(mindlite.ProgrammingError, match="version 9"):
+        con.set_active_model("homes_model", 9)
+    assert con.retrain_model("homes_model")["version"] == 3
+    con.wait_model("homes_model", timeout=120)
     con.drop_model("homes_model")
     with pytest.raises(mindlite.ProgrammingError, match="homes_model"):
         con.model("homes_model")

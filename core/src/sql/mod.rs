@@ -540,7 +540,8 @@ impl SqlRunner {
                 using,
             } => {
                 let project = project.unwrap_or_else(|| context.db.clone());
-                self.retrain_model(tenant, project, name, from, using).await
+                self.retrain_statement(tenant, project, name, from, using)
+                    .await
             }
             Command::SetActiveModel {
                 project,

@@ -75,11 +75,8 @@ impl SqlRunner {
         table_outcome(model_info(&[model], false, None)?)
     }
 
-    /// `RETRAIN` / `FINETUNE`: a new version trained from `from` or the latest version's
-    /// query, with its options overlaid by `using`; answers with the new version's info row.
-    /// The built-in engine fits from scratch either way, so FINETUNE is a RETRAIN whose data
-    /// is the given query.
-    pub(crate) async fn retrain_model(
+    /// `RETRAIN` / `FINETUNE`: answers with the new version's info row.
+    pub(crate) async fn retrain_statement(
         &self,
         tenant: TenantId,
         project: String,
@@ -87,6 +84,24 @@ impl SqlRunner {
         from: Option<(String, String)>,
         using: Map<String, Value>,
     ) -> Result<Outcome> {
+        let model = self
+            .retrain_model(tenant, project, name, from, using)
+            .await?;
+        table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// A new version trained from `from` (database, query) or the latest version's query, with
+    /// its options overlaid by `using`; status `generating`, training in the background. The
+    /// built-in engine fits from scratch either way, so FINETUNE is a RETRAIN whose data is
+    /// the given query.
+    pub(crate) async fn retrain_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        from: Option<(String, String)>,
+        using: Map<String, Value>,
+    ) -> Result<ModelVersion> {
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let latest = snapshot
             .models(Some(&project))?
@@ -110,7 +125,7 @@ impl SqlRunner {
             .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
             .await?;
         models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job);
-        table_outcome(model_info(&[model], false, None)?)
+        Ok(model)
     }
 
     /// The worker's job for an LLM model, which describes itself with the default model's name
