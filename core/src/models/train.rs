@@ -27,6 +27,9 @@ use smartcore::linalg::basic::matrix::DenseMatrix;
 use smartcore::linear::logistic_regression::{LogisticRegression, LogisticRegressionParameters};
 use smartcore::linear::ridge_regression::{RidgeRegression, RidgeRegressionParameters};
 
+/// Why [`train`] ended early: its `on_phase` said stop.
+pub(crate) const STOPPED: &str = "training stopped";
+
 /// How many phases `train` reports through `on_phase`.
 pub(crate) const PHASES: u32 = 4;
 
@@ -148,13 +151,21 @@ impl Predictor {
 
 /// Trains a predictor for `target` from rows given as Arrow record batches (all with the same schema).
 ///
-/// `on_phase` hears `(phase, name)` for phases 1..=[`PHASES`] as they start.
+/// `on_phase` hears `(phase, name)` for phases 1..=[`PHASES`] as they start; when it answers
+/// false (the version was dropped) training stops there with [`STOPPED`].
 pub(crate) fn train(
     batches: &[RecordBatch],
     target: &str,
-    on_phase: &mut dyn FnMut(u32, &str),
+    on_phase: &mut dyn FnMut(u32, &str) -> bool,
 ) -> Result<Trained, String> {
-    on_phase(1, "Analyzing data");
+    let mut phase = |number: u32, name: &str| {
+        if on_phase(number, name) {
+            Ok(())
+        } else {
+            Err(STOPPED.to_string())
+        }
+    };
+    phase(1, "Analyzing data")?;
     let table = Table::from_batches(batches)?;
     let names: Vec<&str> = table.names.iter().map(String::as_str).collect();
     let target_index = find_column(&names, target).ok_or_else(|| {
@@ -207,7 +218,7 @@ pub(crate) fn train(
         values.push(column_values);
     }
 
-    on_phase(2, "Encoding");
+    phase(2, "Encoding")?;
     let order = shuffled(kept.len(), SEED);
     let (train_rows, valid_rows) = if kept.len() < SMALL_DATA_ROWS {
         (order.clone(), order)
@@ -231,7 +242,7 @@ pub(crate) fn train(
     let pick = |rows: &[usize]| -> Vec<f64> { rows.iter().map(|&row| y[row]).collect() };
     let (y_train, y_forest, y_valid) = (pick(&train_rows), pick(forest_rows), pick(&valid_rows));
 
-    on_phase(3, "Fitting mixers");
+    phase(3, "Fitting mixers")?;
     let candidates = fit_candidates(
         &task,
         &train_features,
@@ -240,7 +251,7 @@ pub(crate) fn train(
         &y_forest,
     )?;
 
-    on_phase(4, "Evaluating");
+    phase(4, "Evaluating")?;
     let mut best: Option<(Candidate, f64)> = None;
     let mut failures = Vec::new();
     for candidate in candidates {
@@ -1322,7 +1333,9 @@ mod tests {
         (rng.next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5
     }
 
-    fn quiet(_: u32, _: &str) {}
+    fn quiet(_: u32, _: &str) -> bool {
+        true
+    }
 
     /// y = 3a + 5·[c = "hot"] + small noise, with b irrelevant.
     fn regression_batch(rows: usize) -> RecordBatch {
@@ -1769,12 +1782,24 @@ mod tests {
     fn phases_are_reported_in_order() {
         let mut seen = Vec::new();
         train(&[regression_batch(60)], "y", &mut |phase, name| {
-            seen.push((phase, name.to_owned()))
+            seen.push((phase, name.to_owned()));
+            true
         })
         .expect("trains");
         let phases: Vec<u32> = seen.iter().map(|(phase, _)| *phase).collect();
         assert_eq!(phases, (1..=PHASES).collect::<Vec<_>>());
         assert_eq!(seen[0].1, "Analyzing data");
+    }
+
+    #[test]
+    fn training_stops_at_the_phase_told_to_stop() {
+        let mut seen = Vec::new();
+        let stopped = train(&[regression_batch(60)], "y", &mut |phase, _| {
+            seen.push(phase);
+            phase < 3
+        });
+        assert_eq!(stopped.err().as_deref(), Some(STOPPED));
+        assert_eq!(seen, [1, 2, 3], "nothing is fitted after the stop");
     }
 
     #[test]

@@ -77,14 +77,18 @@ async fn run(
     let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
     let trained = tokio::task::spawn_blocking(move || {
         let mut on_phase = |number: u32, name: &str| {
-            // Progress is informative: a failed write here must not stop training.
-            let _ = handle.block_on(phase(
-                &store_for_phases,
-                tenant,
-                &for_training,
-                number,
-                name,
-            ));
+            // A version that is gone (dropped) stops training at the next phase; so does a
+            // store that cannot record progress (the engine is closing), since it could not
+            // record the result either: the version is then set to error when next opened.
+            handle
+                .block_on(phase(
+                    &store_for_phases,
+                    tenant,
+                    &for_training,
+                    number,
+                    name,
+                ))
+                .unwrap_or(false)
         };
         train::train(&batches, &target, &mut on_phase)
     })
