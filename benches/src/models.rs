@@ -30,7 +30,8 @@ fn features() -> String {
     )
 }
 
-/// `train`: the features, `y` from x0, x1, x2 and c0 plus noise, `label` from x0 and c1; the
+/// `train`: the features, `y` linear in x0, x1, x2² and c0 plus noise (a linear mixer wins),
+/// `label` whether (x0, x1) is inside a circle (no linear boundary: the forest wins); the
 /// other columns are noise.
 fn training_table(rows: u64) -> String {
     let (x0, x1, x2, n) = (
@@ -42,7 +43,8 @@ fn training_table(rows: u64) -> String {
     format!(
         "CREATE TABLE train AS SELECT {}, \
            3 * {x0} - 2 * {x1} + {x2} * {x2} + (value % 7) * 0.5 + 0.1 * {n} AS y, \
-           CASE WHEN {x0} + (value % 3) * 0.2 > 0.7 THEN 'high' ELSE 'low' END AS label \
+           CASE WHEN ({x0} - 0.5) * ({x0} - 0.5) + ({x1} - 0.5) * ({x1} - 0.5) < 0.09 \
+             THEN 'inside' ELSE 'outside' END AS label \
          FROM generate_series(1, {rows})",
         features()
     )
