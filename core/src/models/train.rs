@@ -683,9 +683,15 @@ struct InputColumn {
 enum Encoder {
     /// Standard scaling; a missing value becomes the mean.
     Scale(Scaler),
-    /// One feature per category; an unknown or missing value is all zeros.
+    /// One feature per category; an unknown or missing value gets each category's share of
+    /// the training rows (the features' means, as a missing number gets its mean), so that it
+    /// predicts like an average row rather than like a row of no category at all.
     OneHot {
         categories: Vec<String>,
+        /// Per category, the fraction of training rows that had it (empty in predictors
+        /// stored before it was kept: their unknown values stay all zeros).
+        #[serde(default)]
+        shares: Vec<f64>,
     },
     /// 0 or 1; missing is 0.5.
     Flag,
@@ -747,10 +753,15 @@ impl Encoder {
                 }
                 let mut by_frequency: Vec<(&str, usize)> = counts.into_iter().collect();
                 by_frequency.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+                by_frequency.truncate(MAX_ONE_HOT_CATEGORIES);
+                let total = rows.len().max(1) as f64;
                 Encoder::OneHot {
+                    shares: by_frequency
+                        .iter()
+                        .map(|(_, count)| *count as f64 / total)
+                        .collect(),
                     categories: by_frequency
                         .into_iter()
-                        .take(MAX_ONE_HOT_CATEGORIES)
                         .map(|(label, _)| label.to_owned())
                         .collect(),
                 }
@@ -785,7 +796,7 @@ impl Encoder {
     fn width(&self) -> usize {
         match self {
             Encoder::Scale(_) | Encoder::Flag => 1,
-            Encoder::OneHot { categories } => categories.len(),
+            Encoder::OneHot { categories, .. } => categories.len(),
             Encoder::CalendarParts { scalers, .. } => scalers.len(),
             Encoder::Excluded => 0,
         }
@@ -813,17 +824,20 @@ impl Encoder {
                     out[at] = cells_in[row].map_or(0.5, |flag| if flag { 1.0 } else { 0.0 });
                 });
             }
-            (Encoder::OneHot { categories }, Values::Labels(cells_in)) => {
+            (Encoder::OneHot { categories, shares }, Values::Labels(cells_in)) => {
                 let index: HashMap<&str, usize> = categories
                     .iter()
                     .enumerate()
                     .map(|(position, category)| (category.as_str(), position))
                     .collect();
                 cells.for_each(|(at, row)| {
-                    if let Some(&position) =
-                        cells_in[row].as_deref().and_then(|label| index.get(label))
-                    {
-                        out[at + position] = 1.0;
+                    match cells_in[row].as_deref().and_then(|label| index.get(label)) {
+                        Some(&position) => out[at + position] = 1.0,
+                        None => {
+                            for (position, share) in shares.iter().enumerate() {
+                                out[at + position] = *share;
+                            }
+                        }
                     }
                 });
             }
@@ -1606,6 +1620,39 @@ mod tests {
             trained.predictor.predict(&empty).expect("predicts").len(),
             0
         );
+    }
+
+    /// A category never seen in training (or missing) predicts like an average row: trained
+    /// where every row is "north", asking about "center" must not move the prediction.
+    #[test]
+    fn an_unseen_category_predicts_like_an_average_row() {
+        let rows = 120;
+        let rooms: Vec<f64> = (0..rows).map(|row| f64::from(row % 7)).collect();
+        let y: Vec<f64> = rooms.iter().map(|r| 3.0 * r).collect();
+        let data = batch(vec![
+            ("rooms", Arc::new(Float64Array::from(rooms)) as ArrayRef),
+            (
+                "area",
+                Arc::new(StringArray::from(vec!["north"; rows as usize])),
+            ),
+            ("price", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "price").expect("trains");
+        let probe = batch(vec![
+            (
+                "rooms",
+                Arc::new(Float64Array::from(vec![2.0, 2.0, 2.0])) as ArrayRef,
+            ),
+            (
+                "area",
+                Arc::new(StringArray::from(vec![Some("north"), Some("center"), None])),
+            ),
+        ]);
+        let predicted = trained.predictor.predict(&probe).expect("predicts");
+        let predicted = predicted.as_any().downcast_ref::<Float64Array>().unwrap();
+        for (row, value) in predicted.values().iter().enumerate() {
+            assert!((value - 6.0).abs() < 1.0, "row {row}: {value}");
+        }
     }
 
     #[test]
