@@ -599,14 +599,14 @@ impl Engine {
         let model = self.get_model(project, name, version)?;
         let (inner, rows) = (Arc::clone(&self.inner), rows.clone());
         // On the engine's runtime: provider calls need its reactor whatever runtime awaits this.
-        self.inner
-            .handle
-            .spawn(async move {
-                inner
-                    .sql
-                    .predict_rows(TenantId::LOCAL, &model.0, &rows)
-                    .await
-            })
+        // Aborted when the caller stops waiting, so nobody's prediction keeps calling a provider.
+        let mut task = AbortOnDrop(self.inner.handle.spawn(async move {
+            inner
+                .sql
+                .predict_rows(TenantId::LOCAL, &model.0, &rows)
+                .await
+        }));
+        (&mut task.0)
             .await
             .map_err(|e| Error::internal(format!("prediction task failed: {e}")))?
     }

@@ -526,6 +526,20 @@ fn joining_a_table_with_a_model_predicts_every_row() {
         "{misfit}"
     );
 
+    let unrelated = error(
+        &engine,
+        "SELECT m.price FROM (SELECT 1 AS x) AS t JOIN price_model AS m",
+    );
+    assert!(
+        unrelated.contains("none of its input columns (rooms, area)"),
+        "{unrelated}"
+    );
+    let twice = error(
+        &engine,
+        "SELECT m.price FROM homes AS a JOIN homes AS b ON a.rooms = b.rooms JOIN price_model AS m",
+    );
+    assert!(twice.contains("two columns named 'rooms'"), "{twice}");
+
     // A model whose training failed is no model to join.
     table(
         &engine,

@@ -267,7 +267,15 @@ def test_an_llm_model_asks_the_provider_once_per_row(homes_server):
                       "type": "requests", "code": "rate_limit_exceeded"})
         failed = homes_server.sql("SELECT t.id, m.verdict FROM reviews AS t JOIN reviewer AS m").json()
         assert failed["type"] == "error" and "Rate limit reached" in failed["error_message"], failed
-        assert "predicting row" in failed["error_message"]
+        assert "predicting for the prompt 'Rate text" in failed["error_message"]
+
+        # A condition on the rows' own columns is applied before predicting: 3 calls, not 12.
+        llm.fallback(echo("B: "))
+        before = len(llm.requests)
+        filtered = homes_server.sql_ok(
+            "SELECT t.id, m.verdict FROM reviews AS t JOIN reviewer AS m WHERE t.id <= 3 ORDER BY t.id")
+        assert [row[0] for row in filtered["data"]] == [1, 2, 3]
+        assert len(llm.requests) - before == 3
 
 
 def test_llm_model_settings_are_checked_when_created(homes_server):
@@ -278,6 +286,8 @@ def test_llm_model_settings_are_checked_when_created(homes_server):
         ("engine = 'openai', prompt_template = '{{a}}', base_url = 'nope'", "base_url"),
         ("engine = 'openai', prompt_template = '{{y}}'", "predicted column"),
         ("engine = 'gpt'", "does not exist"),
+        ("engine = 'openai', prompt_template = '{{a}}', base_url = 'http://h/v1', "
+         "api_base = 'http://h/v1'", "give one"),
     ]:
         body = homes_server.sql(f"CREATE MODEL bad PREDICT y USING {using}").json()
         assert body["type"] == "error" and named in body["error_message"], (using, body)

@@ -50,12 +50,24 @@ enum Piece {
 }
 
 /// A checked LLM model: its template and the endpoint settings it names.
-#[derive(Debug, Clone)]
 pub(crate) struct Prompted {
     template: Vec<Piece>,
     /// `model_name`, `base_url`, `api_key` and sampling settings, under `llm`'s names.
     settings: Map<String, Value>,
     concurrency: usize,
+    /// Calls in flight for this model in one query, whatever its partitions: `max_concurrency`
+    /// holds per query, not per partition.
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Prompted {
+    // Without the settings: they hold the API key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prompted")
+            .field("template", &self.template)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Reads and checks the `USING` settings of an `openai` model.
@@ -88,12 +100,12 @@ pub(crate) fn check(using: &Map<String, Value>) -> Result<Prompted> {
     if let Some(name) = text("model_name")? {
         settings.insert("model_name".into(), name.into());
     }
-    if let Some(url) = text("base_url")?.or(text("api_base")?) {
-        llm::check_base_url("base_url", &url)?;
+    if let Some((key, url)) = one_of(&text, "base_url", "api_base")? {
+        llm::check_base_url(key, &url)?;
         settings.insert("base_url".into(), url.into());
     }
-    if let Some(key) = text("api_key")?.or(text("openai_api_key")?) {
-        settings.insert("api_key".into(), key.into());
+    if let Some((_, api_key)) = one_of(&text, "api_key", "openai_api_key")? {
+        settings.insert("api_key".into(), api_key.into());
     }
     for key in ["temperature", "top_p"] {
         match using.get(key) {
@@ -116,11 +128,30 @@ pub(crate) fn check(using: &Map<String, Value>) -> Result<Prompted> {
         None => DEFAULT_CONCURRENCY,
         Some(v) => positive(v, "max_concurrency", MAX_CONCURRENCY)?,
     };
+    let concurrency = usize::try_from(concurrency).unwrap_or(1);
     Ok(Prompted {
         template,
         settings,
-        concurrency: usize::try_from(concurrency).unwrap_or(1),
+        concurrency,
+        permits: Arc::new(tokio::sync::Semaphore::new(concurrency)),
     })
+}
+
+/// The value of `name` or of its MindsDB spelling `alias` (with the key it came under); both
+/// given is an error rather than one silently winning.
+fn one_of(
+    text: &dyn Fn(&str) -> Result<Option<String>>,
+    name: &'static str,
+    alias: &'static str,
+) -> Result<Option<(&'static str, String)>> {
+    match (text(name)?, text(alias)?) {
+        (Some(_), Some(_)) => Err(Error::invalid(format!(
+            "'{name}' and '{alias}' name the same setting; give one"
+        ))),
+        (Some(value), None) => Ok(Some((name, value))),
+        (None, Some(value)) => Ok(Some((alias, value))),
+        (None, None) => Ok(None),
+    }
 }
 
 /// ORDER BY / GROUP BY / WINDOW / HORIZON are stored with the settings; this engine ignores them.
@@ -249,17 +280,22 @@ impl Prompted {
         let prompts: Vec<String> = (0..inputs.num_rows())
             .map(|row| self.render(&columns, row))
             .collect();
-        let endpoint = &endpoint;
-        let answers: Vec<String> = futures::stream::iter(prompts.into_iter().enumerate())
-            .map(|(row, prompt)| async move {
+        let (endpoint, permits) = (&endpoint, &self.permits);
+        let answers: Vec<String> = futures::stream::iter(prompts)
+            .map(|prompt| async move {
+                let _permit = permits
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::internal("the model's call permits were closed"))?;
                 let messages = [json!({"role": "user", "content": prompt})];
                 llm::chat(&llm.client, endpoint, &messages, &[], None)
                     .await
                     .map(|reply| reply.content)
                     .map_err(|e| {
+                        let excerpt: String = prompt.chars().take(60).collect();
                         Error::new(
                             e.kind(),
-                            format!("predicting row {}: {}", row + 1, e.message()),
+                            format!("predicting for the prompt '{excerpt}…': {}", e.message()),
                         )
                     })
             })

@@ -7,6 +7,7 @@
 //! A model joined any other way (ON, OUTER) is refused: MindsDB joins models only like this.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -60,7 +61,7 @@ impl AnalyzerRule for PredictJoinRule {
                 && matches!(join.join_type, JoinType::Inner);
             if !plain {
                 return Err(DataFusionError::Plan(format!(
-                    "Model '{}' is joined with a condition or as an outer join; predict by joining it plainly: FROM t JOIN {}.{} AS m",
+                    "Model '{}' is joined with a condition (ON, USING, NATURAL) or as an outer join; predict by joining it plainly: FROM t JOIN {}.{} AS m",
                     model.model.name, model.model.project, model.model.name
                 )));
             }
@@ -91,11 +92,13 @@ impl AnalyzerRule for PredictJoinRule {
 fn model_of(plan: &LogicalPlan) -> DfResult<Option<Arc<PredictModel>>> {
     match plan {
         LogicalPlan::SubqueryAlias(alias) => model_of(&alias.input),
+        // A source that is no provider (none exist today) is no model either.
         LogicalPlan::TableScan(scan) => {
-            let provider = source_as_provider(&scan.source)?;
-            Ok(provider
-                .downcast_ref::<ModelTable>()
-                .map(|table| Arc::clone(&table.0)))
+            Ok(source_as_provider(&scan.source).ok().and_then(|provider| {
+                provider
+                    .downcast_ref::<ModelTable>()
+                    .map(|t| Arc::clone(&t.0))
+            }))
         }
         _ => Ok(None),
     }
@@ -112,8 +115,13 @@ pub(crate) struct PredictNode {
 }
 
 impl PredictNode {
-    fn key(&self) -> (&LogicalPlan, u64, bool) {
-        (&self.input, self.model.model.id, self.model_first)
+    fn key(&self) -> (&LogicalPlan, u64, bool, &DFSchemaRef) {
+        (
+            &self.input,
+            self.model.model.id,
+            self.model_first,
+            &self.schema,
+        )
     }
 }
 
@@ -158,6 +166,18 @@ impl UserDefinedLogicalNodeCore for PredictNode {
 
     fn expressions(&self) -> Vec<Expr> {
         Vec::new()
+    }
+
+    // A condition on the joined rows' columns alone goes below, so rows it drops are never
+    // predicted (with an LLM model, never paid for). DataFusion compares unqualified names, so
+    // a row column named like a model column stays above, which is merely slower.
+    fn prevent_predicate_push_down_columns(&self) -> HashSet<String> {
+        self.model
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -251,20 +271,41 @@ impl PredictExec {
     ) -> DfResult<Self> {
         let input_schema = input.schema();
         let target = &model.model.predict;
-        let sources = model
-            .schema
-            .fields()
-            .iter()
-            .map(|field| {
-                if field.name().eq_ignore_ascii_case(target) {
-                    return None;
-                }
-                input_schema
-                    .fields()
-                    .iter()
-                    .position(|f| f.name().eq_ignore_ascii_case(field.name()))
-            })
-            .collect();
+        let mut sources = Vec::new();
+        for field in model.schema.fields() {
+            if field.name().eq_ignore_ascii_case(target) {
+                sources.push(None);
+                continue;
+            }
+            let mut matching = input_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.name().eq_ignore_ascii_case(field.name()));
+            let found = matching.next().map(|(i, _)| i);
+            if matching.next().is_some() {
+                return Err(DataFusionError::Plan(format!(
+                    "The rows joined with model '{}' have two columns named '{}'; select one of them in a subquery",
+                    model.model.name,
+                    field.name()
+                )));
+            }
+            sources.push(found);
+        }
+        if sources.iter().all(Option::is_none) {
+            let inputs: Vec<&str> = model
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .filter(|n| !n.eq_ignore_ascii_case(target))
+                .collect();
+            return Err(DataFusionError::Plan(format!(
+                "The rows joined with model '{}' have none of its input columns ({}); name them so",
+                model.model.name,
+                inputs.join(", ")
+            )));
+        }
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
             Partitioning::UnknownPartitioning(
