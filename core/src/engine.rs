@@ -21,6 +21,7 @@ use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::files::{FileFormat, FileInfo};
 use crate::models::{self, Model};
 use crate::projects::{self, Project};
 use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
@@ -583,6 +584,41 @@ impl Engine {
             })
             .await
             .map(|_| ())
+    }
+
+    /// Uploads a file as the table `files.<name>`: CSV with a header line, or JSON (an array
+    /// of objects, or one object per line), column types inferred. `format` as given, else
+    /// from `file_name`'s extension, else from the first bytes. All rows or none; Conflict
+    /// when a file of that name exists. Returns the rows stored.
+    pub async fn upload_file(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        format: Option<FileFormat>,
+        file_name: Option<&str>,
+    ) -> Result<u64> {
+        let inner = Arc::clone(&self.inner);
+        let (name, file_name) = (name.to_string(), file_name.map(str::to_string));
+        self.inner
+            .handle
+            .spawn(async move {
+                inner
+                    .sql
+                    .upload_file(TenantId::LOCAL, &name, bytes, format, file_name)
+                    .await
+            })
+            .await
+            .map_err(|e| Error::internal(format!("upload task failed: {e}")))?
+    }
+
+    /// Every uploaded file, by name.
+    pub fn list_files(&self) -> Result<Vec<FileInfo>> {
+        self.inner.sql.list_files(TenantId::LOCAL)
+    }
+
+    /// Removes the uploaded file `name` (NotFound when there is none).
+    pub async fn delete_file(&self, name: &str) -> Result<()> {
+        self.inner.sql.delete_file(TenantId::LOCAL, name).await
     }
 
     /// Predicts with a model's version (or its active one) for `rows`: a list of `{column:

@@ -20,6 +20,7 @@ mod auth;
 mod config;
 mod engine;
 mod error;
+mod files;
 mod llm;
 mod models;
 mod projects;
@@ -39,6 +40,7 @@ pub use config::{
 };
 pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
+pub use files::{FileFormat, FileInfo};
 pub use models::Model;
 pub use projects::Project;
 pub use reader::BlockingReader;

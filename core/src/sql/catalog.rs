@@ -88,6 +88,13 @@ impl Snapshot {
         })
     }
 
+    /// The databases that hold stored tables: every project, then `files`.
+    fn table_databases(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self.projects()?.into_iter().map(|p| p.name).collect();
+        names.push(FILES_DB.to_string());
+        Ok(names)
+    }
+
     pub(crate) fn tables(&self, project: &str) -> Result<Vec<TableRecord>> {
         tables::list(&self.txn.open_table(TABLES)?, self.tenant, project)
     }
@@ -198,7 +205,7 @@ impl CatalogProvider for TenantCatalog {
         let snapshot = Arc::clone(&self.snapshot);
         match snapshot.namespace(name).ok()?? {
             Namespace::System => Some(Arc::new(InformationSchema { snapshot })),
-            Namespace::Files => Some(Arc::new(FilesSchema)),
+            Namespace::Files => Some(Arc::new(FilesSchema { snapshot })),
             Namespace::Project(project) => Some(Arc::new(ProjectSchema {
                 snapshot,
                 project: project.name,
@@ -262,22 +269,35 @@ impl SchemaProvider for ProjectSchema {
     }
 }
 
-/// The `files` namespace. Uploaded files land here once the datasources issue adds uploads.
+/// The `files` database: each uploaded file is a stored table kept under this name.
 #[derive(Debug)]
-struct FilesSchema;
+struct FilesSchema {
+    snapshot: Arc<Snapshot>,
+}
 
 #[async_trait]
 impl SchemaProvider for FilesSchema {
     fn table_names(&self) -> Vec<String> {
-        Vec::new()
+        self.snapshot
+            .tables(FILES_DB)
+            .map(|ts| ts.into_iter().map(|t| t.name).collect())
+            .unwrap_or_default()
     }
 
-    async fn table(&self, _name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(None)
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(record) = self.snapshot.table(FILES_DB, name)? else {
+            return Ok(None);
+        };
+        let schema = self.snapshot.table_schema(record.id)?;
+        Ok(Some(Arc::new(StoredTable {
+            snapshot: Arc::clone(&self.snapshot),
+            record,
+            schema,
+        })))
     }
 
-    fn table_exist(&self, _name: &str) -> bool {
-        false
+    fn table_exist(&self, name: &str) -> bool {
+        matches!(self.snapshot.table(FILES_DB, name), Ok(Some(_)))
     }
 }
 
@@ -579,10 +599,10 @@ impl InformationSchema {
                         created_at: None,
                     })
                     .collect();
-                for project in snap.projects()? {
-                    for table in snap.tables(&project.name)? {
+                for db in snap.table_databases()? {
+                    for table in snap.tables(&db)? {
                         rows.push(TableRow {
-                            schema: project.name.clone(),
+                            schema: db.clone(),
                             name: table.name,
                             kind: "BASE TABLE",
                             rows: Some(table.row_count),
@@ -601,12 +621,12 @@ impl InformationSchema {
             }
             "columns" => {
                 let mut rows = Vec::new();
-                for project in snap.projects()? {
-                    for table in snap.tables(&project.name)? {
+                for db in snap.table_databases()? {
+                    for table in snap.tables(&db)? {
                         let schema = snap.table_schema(table.id)?;
                         for (i, field) in schema.fields().iter().enumerate() {
                             rows.push(ColumnRow {
-                                schema: project.name.clone(),
+                                schema: db.clone(),
                                 table: table.name.clone(),
                                 column: field.name().clone(),
                                 position: i as u64 + 1,

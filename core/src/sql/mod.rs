@@ -452,7 +452,14 @@ impl SqlRunner {
                     Some(Namespace::System) => {
                         (INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
                     }
-                    Some(Namespace::Files) => (Vec::new(), "BASE TABLE"),
+                    Some(Namespace::Files) => (
+                        snapshot
+                            .tables(FILES_DB)?
+                            .into_iter()
+                            .map(|t| t.name)
+                            .collect(),
+                        "BASE TABLE",
+                    ),
                     Some(Namespace::Project(p)) => (
                         snapshot
                             .tables(&p.name)?
@@ -741,15 +748,43 @@ impl SqlRunner {
         batches: Vec<RecordBatch>,
         mode: LoadMode,
     ) -> Result<u64> {
+        let db = db.unwrap_or(&self.default_project).to_string();
+        self.load_into(
+            tenant,
+            LoadTarget::Project(&db),
+            table,
+            schema,
+            batches,
+            mode,
+        )
+        .await
+    }
+
+    /// Loads into the table `table` of a project, or an uploaded file, as
+    /// [`SqlRunner::load`] describes.
+    pub(crate) async fn load_into(
+        &self,
+        tenant: TenantId,
+        target: LoadTarget<'_>,
+        table: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        mode: LoadMode,
+    ) -> Result<u64> {
+        // The database is resolved under the write lock, so it cannot be dropped meanwhile.
         let lock = self.store.lock_writes().await;
-        let db = db.unwrap_or(&self.default_project);
+        let (db, files) = match target {
+            LoadTarget::Project(db) => (db, false),
+            LoadTarget::File => (FILES_DB, true),
+        };
         let context = ResultContext {
             show_secrets: false,
             db: db.to_ascii_lowercase(),
         };
         let job = self.job(tenant, &context)?;
         let project = match job.snapshot.namespace(db)? {
-            Some(Namespace::Project(p)) => p.name,
+            Some(Namespace::Project(p)) if !files => p.name,
+            Some(Namespace::Files) if files => FILES_DB.to_string(),
             Some(_) => {
                 return Err(Error::invalid(format!(
                     "Database '{db}' is read-only: tables can only be written in a project"
@@ -860,6 +895,15 @@ impl SqlRunner {
         }
         error
     }
+}
+
+/// Where [`SqlRunner::load_into`] writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LoadTarget<'a> {
+    /// A table of this project.
+    Project(&'a str),
+    /// An uploaded file, a table of the `files` database.
+    File,
 }
 
 /// A one-batch table of text columns (SHOW results).

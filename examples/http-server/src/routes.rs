@@ -5,6 +5,7 @@ use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
 
 use crate::agents;
+use crate::files;
 use crate::http::{reason, Body, Request, Response};
 use crate::models::{self, ModelAction};
 
@@ -87,6 +88,12 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             (Ok(project), Ok(name)) => models::one(engine, request, &project, &name, action).await,
             (Err(e), _) | (_, Err(e)) => error_response(&e),
         },
+        Route::Files => files::list(engine),
+        Route::File(name) => match decode(name) {
+            Ok(name) if method == "PUT" => files::put(engine, request, &name).await,
+            Ok(name) => files::delete(engine, &name).await,
+            Err(e) => error_response(&e),
+        },
     }
 }
 
@@ -108,6 +115,10 @@ enum Route<'a> {
     Models(&'a str),
     /// `/api/projects/{p}/models/{name[.N]}[/predict|/describe]`
     Model(&'a str, &'a str, ModelAction),
+    /// `/api/files`
+    Files,
+    /// `/api/files/{name}`
+    File(&'a str),
 }
 
 /// What is asked of one agent.
@@ -131,6 +142,15 @@ impl<'a> Route<'a> {
             "/api/login" => Route::Login,
             "/api/logout" => Route::Logout,
             "/cloud/login" => Route::CloudLogin,
+            "/api/files" | "/api/files/" => Route::Files,
+            _ if path.starts_with("/api/files/") => {
+                let name = &path["/api/files/".len()..];
+                let name = name.strip_suffix('/').unwrap_or(name);
+                if name.is_empty() || name.contains('/') {
+                    return None;
+                }
+                Route::File(name)
+            }
             _ => {
                 let rest = path.strip_prefix("/api/projects/")?;
                 let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -173,6 +193,8 @@ impl<'a> Route<'a> {
             Route::Model(_, _, ModelAction::Record) => &["GET", "DELETE"],
             Route::Model(_, _, ModelAction::Predict) => &["POST"],
             Route::Model(_, _, ModelAction::Describe) => &["GET"],
+            Route::Files => &["GET"],
+            Route::File(_) => &["PUT", "DELETE"],
         }
     }
 

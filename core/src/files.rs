@@ -1,0 +1,383 @@
+//! Uploaded files (MindsDB's `files` database): a CSV or JSON upload is read into Arrow here,
+//! with its column types inferred, and stored as a table of the `files` database, which SQL
+//! reads as `files.<name>`. Reading decides the format (given, or from the name's extension,
+//! or from the first bytes) and says what is wrong with a file that cannot be read.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use datafusion::arrow::csv::reader::Format as CsvFormat;
+use datafusion::arrow::csv::ReaderBuilder as CsvReaderBuilder;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
+use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
+use datafusion::arrow::record_batch::RecordBatch;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::sql::{LoadMode, LoadTarget, SqlRunner, FILES_DB};
+use crate::tables;
+use crate::tenant::TenantId;
+
+/// Rows per batch while reading a file.
+const BATCH_ROWS: usize = 8192;
+
+/// The formats a file can be uploaded in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// Comma-separated values with a header line.
+    Csv,
+    /// A JSON array of objects, or one object per line.
+    Json,
+}
+
+impl FileFormat {
+    /// The format a name (`csv`, `json`, `jsonl`, `ndjson`, or a media type such as
+    /// `text/csv` or `application/json`) stands for.
+    pub fn from_name(name: &str) -> Option<FileFormat> {
+        let name = name.trim().to_ascii_lowercase();
+        let name = name.split(';').next().unwrap_or_default().trim();
+        match name.rsplit(['.', '/', '+']).next().unwrap_or_default() {
+            "csv" => Some(FileFormat::Csv),
+            "json" | "jsonl" | "ndjson" | "x-ndjson" | "jsonlines" => Some(FileFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// An uploaded file as `GET /api/files` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileInfo {
+    /// The table name: `files.<name>` in SQL.
+    pub name: String,
+    /// Rows stored.
+    pub row_count: u64,
+    /// Column names, in order.
+    pub columns: Vec<String>,
+}
+
+impl FileInfo {
+    /// MindsDB's listing record: `{"name", "row_count", "columns"}`.
+    pub fn to_wire_json(&self) -> Value {
+        serde_json::json!({"name": self.name, "row_count": self.row_count, "columns": self.columns})
+    }
+}
+
+impl SqlRunner {
+    /// Reads `bytes` as a file (see [`read`]) and stores it as `files.<name>`, in one
+    /// transaction: all rows or none. A file of that name is a Conflict. Returns the rows.
+    pub(crate) async fn upload_file(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        bytes: Vec<u8>,
+        format: Option<FileFormat>,
+        file_name: Option<String>,
+    ) -> Result<u64> {
+        // Reading a large file is CPU work: off the async workers.
+        let data = tokio::task::spawn_blocking(move || read(&bytes, format, file_name.as_deref()))
+            .await
+            .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
+        let loaded = self
+            .load_into(
+                tenant,
+                LoadTarget::File,
+                name,
+                data.schema,
+                data.batches,
+                LoadMode::Create,
+            )
+            .await;
+        match loaded {
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => Err(Error::conflict(format!(
+                "File with name '{name}' already exists"
+            ))),
+            other => other,
+        }
+    }
+
+    /// Every uploaded file, by name.
+    pub(crate) fn list_files(&self, tenant: TenantId) -> Result<Vec<FileInfo>> {
+        let txn = self.store.read()?;
+        let records = tables::list(&txn.open_table(tables::TABLES)?, tenant, FILES_DB)?;
+        let schemas = txn.open_table(tables::TABLE_SCHEMAS)?;
+        records
+            .into_iter()
+            .map(|record| {
+                let schema = tables::schema(&schemas, record.id)?;
+                Ok(FileInfo {
+                    columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+                    name: record.name,
+                    row_count: record.row_count,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes the uploaded file `name`; NotFound when there is none.
+    pub(crate) async fn delete_file(&self, tenant: TenantId, name: &str) -> Result<()> {
+        let name = name.to_string();
+        self.store
+            .write(move |txn| {
+                if tables::drop_table(txn, tenant, FILES_DB, &name)? {
+                    Ok(())
+                } else {
+                    Err(Error::not_found(format!("File '{name}' does not exist")))
+                }
+            })
+            .await
+    }
+}
+
+/// A file read into record batches.
+pub(crate) struct FileData {
+    pub(crate) schema: SchemaRef,
+    pub(crate) batches: Vec<RecordBatch>,
+}
+
+/// Reads an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
+/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, which this build does not
+/// read, anything else CSV).
+pub(crate) fn read(
+    bytes: &[u8],
+    format: Option<FileFormat>,
+    file_name: Option<&str>,
+) -> Result<FileData> {
+    let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
+        Some(format) => format,
+        None => sniff(bytes)?,
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid("The file is empty"));
+    }
+    match format {
+        FileFormat::Csv => read_csv(bytes),
+        FileFormat::Json => read_json(bytes),
+    }
+}
+
+fn sniff(bytes: &[u8]) -> Result<FileFormat> {
+    if bytes.starts_with(b"PAR1") {
+        return Err(Error::invalid(
+            "Parquet files cannot be uploaded yet; upload it as CSV or JSON",
+        ));
+    }
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace());
+    Ok(match start.map(|i| bytes[i]) {
+        Some(b'[' | b'{') => FileFormat::Json,
+        _ => FileFormat::Csv,
+    })
+}
+
+fn read_csv(bytes: &[u8]) -> Result<FileData> {
+    let (schema, _) = CsvFormat::default()
+        .with_header(true)
+        .infer_schema(Cursor::new(bytes), None)
+        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
+    check_columns(&schema)?;
+    let schema = Arc::new(schema);
+    let reader = CsvReaderBuilder::new(Arc::clone(&schema))
+        .with_header(true)
+        .with_batch_size(BATCH_ROWS)
+        .build(Cursor::new(bytes))
+        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
+    Ok(FileData { schema, batches })
+}
+
+fn read_json(bytes: &[u8]) -> Result<FileData> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        Error::invalid(format!(
+            "The file is not readable as JSON (an array of objects, or one object per line): {e}"
+        ))
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| invalid(&e))?;
+    let rows: Vec<Value> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).map_err(|e| invalid(&e))?
+    } else {
+        serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| invalid(&e))?
+    };
+    if let Some(row) = rows.iter().find(|r| !r.is_object()) {
+        return Err(invalid(&format!("a row is not an object: {row}")));
+    }
+    let inferred = infer_json_schema_from_iterator(rows.iter().map(Ok)).map_err(|e| invalid(&e))?;
+    // serde_json's objects sort their keys; the columns keep the order of the file instead.
+    let order = key_order(text).map_err(|e| invalid(&e))?;
+    let mut fields: Vec<Field> = inferred
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.sort_by_key(|f| order.iter().position(|k| k == f.name()));
+    let schema = Schema::new(fields);
+    check_columns(&schema)?;
+    let schema = Arc::new(schema);
+    let mut decoder = JsonReaderBuilder::new(Arc::clone(&schema))
+        .with_batch_size(BATCH_ROWS)
+        .build_decoder()
+        .map_err(|e| invalid(&e))?;
+    let mut batches = Vec::new();
+    for chunk in rows.chunks(BATCH_ROWS) {
+        decoder.serialize(chunk).map_err(|e| invalid(&e))?;
+        if let Some(batch) = decoder.flush().map_err(|e| invalid(&e))? {
+            batches.push(batch);
+        }
+    }
+    Ok(FileData { schema, batches })
+}
+
+/// A table needs columns with distinct names (ignoring case, as SQL does).
+fn check_columns(schema: &Schema) -> Result<()> {
+    if schema.fields().is_empty() {
+        return Err(Error::invalid("The file has no columns"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for field in schema.fields() {
+        if field.name().trim().is_empty() {
+            return Err(Error::invalid("The file has a column without a name"));
+        }
+        if !seen.insert(field.name().to_ascii_lowercase()) {
+            return Err(Error::invalid(format!(
+                "The file has two columns named '{}'",
+                field.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every object key of a JSON document (an array of objects, or objects one after another),
+/// each once, in the order it first appears.
+fn key_order(text: &str) -> serde_json::Result<Vec<String>> {
+    let mut keys = Vec::new();
+    for document in serde_json::Deserializer::from_str(text).into_iter::<Keys>() {
+        for key in document?.0 {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// The keys of an object, or of each object of an array, in order.
+struct Keys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct KeysVisitor;
+        impl<'de> Visitor<'de> for KeysVisitor {
+            type Value = Keys;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object or an array of objects")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Keys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<IgnoredAny>()?;
+                    keys.push(key);
+                }
+                Ok(Keys(keys))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Keys, A::Error> {
+                let mut keys: Vec<String> = Vec::new();
+                while let Some(Keys(more)) = seq.next_element::<Keys>()? {
+                    for key in more {
+                        if !keys.contains(&key) {
+                            keys.push(key);
+                        }
+                    }
+                }
+                Ok(Keys(keys))
+            }
+        }
+        deserializer.deserialize_any(KeysVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::DataType;
+
+    fn names(data: &FileData) -> Vec<String> {
+        data.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    #[test]
+    fn csv_columns_and_types_are_inferred() {
+        let data = read(b"x,y,name\n1,2.5,a\n2,,b\n", None, Some("t.csv")).unwrap();
+        assert_eq!(names(&data), ["x", "y", "name"]);
+        let types: Vec<&DataType> = data.schema.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(
+            types,
+            [&DataType::Int64, &DataType::Float64, &DataType::Utf8]
+        );
+        assert_eq!(data.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn json_keeps_the_files_column_order() {
+        for text in [
+            r#"[{"zeta": 1, "alpha": "a"}, {"zeta": 2, "mid": true}]"#,
+            "{\"zeta\": 1, \"alpha\": \"a\"}\n{\"zeta\": 2, \"mid\": true}\n",
+        ] {
+            let data = read(text.as_bytes(), None, None).unwrap();
+            assert_eq!(names(&data), ["zeta", "alpha", "mid"], "{text}");
+            assert_eq!(data.batches[0].num_rows(), 2);
+        }
+    }
+
+    #[test]
+    fn unreadable_files_say_why() {
+        let cases: [(&[u8], Option<FileFormat>, &str); 5] = [
+            (b"  \n", None, "empty"),
+            (b"PAR1....", None, "Parquet"),
+            (b"[1, 2]", None, "not an object"),
+            (
+                b"[{\"a\": 1}",
+                Some(FileFormat::Json),
+                "not readable as JSON",
+            ),
+            (b"a,A\n1,2\n", None, "two columns named 'A'"),
+        ];
+        for (bytes, format, expected) in cases {
+            let error = read(bytes, format, None).err().expect("refused");
+            assert!(error.message().contains(expected), "{}", error.message());
+        }
+    }
+
+    #[test]
+    fn formats_are_named_by_extension_or_media_type() {
+        assert_eq!(FileFormat::from_name("data.CSV"), Some(FileFormat::Csv));
+        assert_eq!(
+            FileFormat::from_name("text/csv; charset=utf-8"),
+            Some(FileFormat::Csv)
+        );
+        assert_eq!(
+            FileFormat::from_name("application/json"),
+            Some(FileFormat::Json)
+        );
+        assert_eq!(FileFormat::from_name("rows.ndjson"), Some(FileFormat::Json));
+        assert_eq!(FileFormat::from_name("application/octet-stream"), None);
+    }
+}

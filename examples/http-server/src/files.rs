@@ -1,0 +1,122 @@
+//! The file routes (wire reference §7, the `files_*` captures): `GET /api/files` lists the
+//! uploaded files, `PUT /api/files/{name}` uploads one (a multipart form with the file in its
+//! `file` field, as MindsDB's clients send it, or the file itself as the body), `DELETE
+//! /api/files/{name}` removes it. The engine reads and stores the file; this only unwraps it.
+
+use mindlite::{Engine, Error, ErrorKind, FileFormat};
+use serde_json::Value;
+
+use crate::http::{Request, Response};
+use crate::routes::{error_response, json_response, titled_problem};
+
+/// `[{"name", "row_count", "columns"}]`.
+pub fn list(engine: &Engine) -> Response {
+    match engine.list_files() {
+        Ok(files) => json_response(
+            200,
+            &files.iter().map(|f| f.to_wire_json()).collect::<Vec<_>>(),
+        ),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Uploads the file `name`; 200 with `""` as MindsDB answers.
+pub async fn put(engine: &Engine, request: &Request, name: &str) -> Response {
+    let content_type = request
+        .header("content-type")
+        .unwrap_or_default()
+        .to_string();
+    let upload = if content_type
+        .to_ascii_lowercase()
+        .starts_with("multipart/form-data")
+    {
+        match from_form(&content_type, request.body.clone()).await {
+            Ok(upload) => upload,
+            Err(e) => return error_response(&e),
+        }
+    } else if let Some(url) = url_source(&request.body) {
+        return titled_problem(
+            400,
+            "Wrong source type",
+            &format!("This server does not fetch files from URLs ({url}); upload the file itself"),
+        );
+    } else {
+        Upload {
+            bytes: request.body.clone(),
+            file_name: None,
+            format: FileFormat::from_name(&content_type),
+        }
+    };
+    match engine
+        .upload_file(
+            name,
+            upload.bytes,
+            upload.format,
+            upload.file_name.as_deref(),
+        )
+        .await
+    {
+        Ok(_) => json_response(200, &""),
+        Err(e) if e.kind() == ErrorKind::Conflict => {
+            // MindsDB answers an existing name with 400, not 409.
+            titled_problem(400, "File already exists", e.message())
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Removes the file `name`; 200 with `""`, 404 when there is none.
+pub async fn delete(engine: &Engine, name: &str) -> Response {
+    match engine.delete_file(name).await {
+        Ok(()) => json_response(200, &""),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            titled_problem(404, "File not found", e.message())
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// A file as it came in.
+struct Upload {
+    bytes: Vec<u8>,
+    file_name: Option<String>,
+    format: Option<FileFormat>,
+}
+
+/// The `file` field of a multipart form (its file name, or the `original_file_name` field,
+/// names the format).
+async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Error> {
+    let bad = |e: multer::Error| Error::invalid(format!("The multipart form is malformed: {e}"));
+    let boundary = multer::parse_boundary(content_type).map_err(bad)?;
+    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+    let mut form = multer::Multipart::new(stream, boundary);
+    let (mut bytes, mut file_name, mut original) = (None, None, None);
+    while let Some(field) = form.next_field().await.map_err(bad)? {
+        match field.name().unwrap_or_default() {
+            "file" => {
+                file_name = field.file_name().map(str::to_string);
+                bytes = Some(field.bytes().await.map_err(bad)?.to_vec());
+            }
+            "original_file_name" => original = Some(field.text().await.map_err(bad)?),
+            _ => {}
+        }
+    }
+    let bytes = bytes.ok_or_else(|| {
+        Error::invalid("The multipart form has no 'file' field with the file's content")
+    })?;
+    let file_name = original.or(file_name);
+    Ok(Upload {
+        bytes,
+        format: file_name.as_deref().and_then(FileFormat::from_name),
+        file_name,
+    })
+}
+
+/// MindsDB's `{"source_type": "url", "source": …}` body, which asks the server to download.
+fn url_source(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    match value.get("source_type")?.as_str()? {
+        "url" => Some(value.get("source")?.as_str()?.to_string()),
+        _ => None,
+    }
+}

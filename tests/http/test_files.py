@@ -1,0 +1,103 @@
+"""Uploaded files (wire reference §7, the files_* captures): `PUT /api/files/{name}` as a
+multipart form (as MindsDB's clients send it) or as the raw CSV / JSON body, `GET /api/files`,
+`DELETE /api/files/{name}`; an uploaded file is the table `files.<name>` in SQL."""
+
+from __future__ import annotations
+
+import json
+
+import requests
+
+CSV = "x,y,name\n" + "".join(f"{i},{2 * i},{chr(96 + i)}\n" for i in range(1, 11))
+
+
+def files_url(server, name: str | None = None) -> str:
+    return f"{server.url}/api/files" + (f"/{name}" if name is not None else "")
+
+
+def test_a_multipart_upload_becomes_a_table_listed_queried_and_deleted(server):
+    put = requests.put(files_url(server, "t"), timeout=30,
+                       files={"file": ("t.csv", CSV, "text/csv")},
+                       data={"original_file_name": "t.csv", "source_type": "file"})
+    assert put.status_code == 200 and put.json() == "", put.text
+    for url in (files_url(server), files_url(server) + "/"):
+        listed = requests.get(url, timeout=10)
+        assert listed.status_code == 200
+        assert listed.json() == [{"name": "t", "row_count": 10, "columns": ["x", "y", "name"]}]
+    selected = server.sql_ok("SELECT * FROM files.t LIMIT 3")
+    assert selected["column_names"] == ["x", "y", "name"]
+    assert selected["data"] == [[1, 2, "a"], [2, 4, "b"], [3, 6, "c"]]
+    assert server.sql_ok("SELECT sum(y) FROM files.t")["data"] == [[110]]
+    assert server.sql_ok("SHOW TABLES FROM files")["data"] == [["t"]]
+    described = server.sql_ok("SELECT table_name, table_rows FROM information_schema.tables "
+                              "WHERE table_schema = 'files'")
+    assert described["data"] == [["t", 10]]
+    columns = server.sql_ok("SELECT column_name FROM information_schema.columns "
+                            "WHERE table_schema = 'files' AND table_name = 't'")
+    assert [r[0] for r in columns["data"]] == ["x", "y", "name"]
+
+    again = requests.put(files_url(server, "t"), timeout=30,
+                         files={"file": ("t.csv", CSV, "text/csv")})
+    assert again.status_code == 400, again.text
+    assert again.json()["title"] == "File already exists"
+    assert again.json()["detail"] == "File with name 't' already exists"
+
+    # A model learns from an uploaded file like from any table.
+    created = server.sql_ok("CREATE MODEL mindsdb.from_file FROM files (SELECT x, y FROM t) PREDICT y")
+    assert created["data"][0][5] == "generating"
+
+    deleted = requests.delete(files_url(server, "t"), timeout=10)
+    assert deleted.status_code == 200 and deleted.json() == ""
+    gone = requests.delete(files_url(server, "t"), timeout=10)
+    assert gone.status_code == 404 and gone.json()["title"] == "File not found"
+    assert requests.get(files_url(server), timeout=10).json() == []
+    missing = server.sql("SELECT * FROM files.t").json()
+    assert missing["type"] == "error" and "not found" in missing["error_message"], missing
+
+
+def test_raw_csv_and_json_bodies(server):
+    raw_csv = requests.put(files_url(server, "c"), data=CSV.encode(), timeout=30,
+                           headers={"Content-Type": "text/csv"})
+    assert raw_csv.status_code == 200, raw_csv.text
+    rows = [{"city": "Oslo", "temp": 4.5, "sunny": False}, {"city": "Rome", "temp": 18.0}]
+    as_json = requests.put(files_url(server, "j"), json=rows, timeout=30)
+    assert as_json.status_code == 200, as_json.text
+    lines = "\n".join(json.dumps(r) for r in rows).encode()
+    as_lines = requests.put(files_url(server, "l"), data=lines, timeout=30,
+                            headers={"Content-Type": "application/x-ndjson"})
+    assert as_lines.status_code == 200, as_lines.text
+    for name in ("j", "l"):
+        got = server.sql_ok(f"SELECT * FROM files.{name} ORDER BY temp")
+        # The file's column order, not an alphabetical one; a missing key is NULL.
+        assert got["column_names"] == ["city", "temp", "sunny"]
+        assert got["data"] == [["Oslo", 4.5, False], ["Rome", 18.0, None]]
+    listed = {f["name"]: f["row_count"] for f in requests.get(files_url(server), timeout=10).json()}
+    assert listed == {"c": 10, "j": 2, "l": 2}
+    joined = server.sql_ok("SELECT count(*) FROM files.c AS c JOIN files.j AS j ON c.x < 3")
+    assert joined["data"] == [[4]]
+
+
+def test_bad_uploads_are_refused_by_name_and_store_nothing(server):
+    cases = [
+        (b"", "text/csv", "empty"),
+        (b"a,b\n1,2\n3\n", "text/csv", "CSV"),
+        (b'[{"a": 1}, 2]', "application/json", "not an object"),
+        (b"a,A\n1,2\n", "text/csv", "two columns named 'A'"),
+        (b"PAR1\x00\x00", "application/octet-stream", "Parquet"),
+    ]
+    for body, content_type, named in cases:
+        r = requests.put(files_url(server, "bad"), data=body, timeout=10,
+                         headers={"Content-Type": content_type})
+        assert r.status_code == 400 and named in r.json()["detail"], (body, r.text)
+    url = requests.put(files_url(server, "bad"), timeout=10,
+                       json={"source_type": "url", "source": "http://127.0.0.1:9/x.csv"})
+    assert url.status_code == 400 and "URL" in url.json()["detail"], url.text
+    no_file = requests.put(files_url(server, "bad"), timeout=10,
+                           files={"other": ("x.csv", CSV, "text/csv")})
+    assert no_file.status_code == 400 and "'file'" in no_file.json()["detail"]
+    bad_name = requests.put(files_url(server, "no%20good"), data=CSV.encode(), timeout=10,
+                            headers={"Content-Type": "text/csv"})
+    assert bad_name.status_code == 400, bad_name.text
+    assert requests.get(files_url(server), timeout=10).json() == []
+    wrong_method = requests.post(files_url(server, "bad"), data=CSV.encode(), timeout=10)
+    assert wrong_method.status_code == 405 and "PUT" in wrong_method.headers["allow"]
