@@ -611,6 +611,32 @@ mindlite_status mindlite_model_describe(const mindlite_database *db,
                                         char **out_json);
 
 /**
+ * Stores `len` bytes at `data` (a CSV file with a header line, or JSON: an array of objects
+ * or one object per line) as the table `files.<name>`, column types inferred, all rows or
+ * none. `format` is "csv" or "json", or NULL to let the first bytes decide. `*out_rows`
+ * (may be NULL) receives the rows stored. `MINDLITE_CONFLICT` when a file of that name
+ * exists, `MINDLITE_INVALID` when the bytes cannot be read (the message says why).
+ */
+mindlite_status mindlite_file_upload(const mindlite_database *db,
+                                     const char *name,
+                                     const uint8_t *data,
+                                     size_t len,
+                                     const char *format,
+                                     uint64_t *out_rows);
+
+/**
+ * The uploaded files: `[{"name", "row_count", "columns"}, …]`.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_file_list(const mindlite_database *db, char **out_json);
+
+/**
+ * Removes the uploaded file `name`. `MINDLITE_NOT_FOUND` when there is none.
+ */
+mindlite_status mindlite_file_delete(const mindlite_database *db, const char *name);
+
+/**
  * Runs `sql` (one statement, or several separated by `;`, the result being the last one's) in
  * the handle's current project and reads the whole result. `USE p` changes the current project
  * for later calls on this handle, from every thread. For results too big to hold, use

@@ -44,6 +44,16 @@ impl FileFormat {
             _ => None,
         }
     }
+
+    /// The format a caller names (as [`FileFormat::from_name`] reads names); an error naming
+    /// the formats there are otherwise.
+    pub fn parse(name: &str) -> Result<FileFormat> {
+        FileFormat::from_name(name).ok_or_else(|| {
+            Error::invalid(format!(
+                "Unknown file format '{name}'; files are csv or json (an array of objects, or one object per line)"
+            ))
+        })
+    }
 }
 
 /// An uploaded file as `GET /api/files` lists it.
@@ -144,6 +154,8 @@ pub(crate) fn read(
     format: Option<FileFormat>,
     file_name: Option<&str>,
 ) -> Result<FileData> {
+    // A byte-order mark (spreadsheets write one) would become part of the first column's name.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
         Some(format) => format,
         None => sniff(bytes)?,
@@ -333,6 +345,12 @@ mod tests {
             [&DataType::Int64, &DataType::Float64, &DataType::Utf8]
         );
         assert_eq!(data.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_name() {
+        let data = read(b"\xEF\xBB\xBFid,v\n1,2\n", None, None).unwrap();
+        assert_eq!(names(&data), ["id", "v"]);
     }
 
     #[test]

@@ -479,3 +479,78 @@ pub unsafe extern "C" fn mindlite_model_describe(
         give_json(out_json, &model.describe(None)?)
     })
 }
+
+/// Stores `len` bytes at `data` (a CSV file with a header line, or JSON: an array of objects
+/// or one object per line) as the table `files.<name>`, column types inferred, all rows or
+/// none. `format` is "csv" or "json", or NULL to let the first bytes decide. `*out_rows`
+/// (may be NULL) receives the rows stored. `MINDLITE_CONFLICT` when a file of that name
+/// exists, `MINDLITE_INVALID` when the bytes cannot be read (the message says why).
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_file_upload(
+    db: *const Database,
+    name: *const c_char,
+    data: *const u8,
+    len: usize,
+    format: *const c_char,
+    out_rows: *mut u64,
+) -> Status {
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings (format may be NULL), per the header.
+        let (name, format) = unsafe {
+            (
+                boundary::text(name, "name")?,
+                boundary::optional_text(format, "format")?,
+            )
+        };
+        if data.is_null() && len > 0 {
+            return Err(Failure::misuse("data is NULL but len is not 0"));
+        }
+        let bytes = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: `data` points to `len` readable bytes, per the header.
+            unsafe { std::slice::from_raw_parts(data, len) }.to_vec()
+        };
+        let format = format.map(mindlite::FileFormat::parse).transpose()?;
+        let engine = db.engine();
+        let rows = engine.block_on(engine.upload_file(name, bytes, format, None))?;
+        if !out_rows.is_null() {
+            // SAFETY: NULL or writable, per the header.
+            unsafe { *out_rows = rows };
+        }
+        Ok(())
+    })
+}
+
+/// The uploaded files: `[{"name", "row_count", "columns"}, …]`.
+///
+/// Ownership: the caller frees `*out_json` with `mindlite_free`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_file_list(
+    db: *const Database,
+    out_json: *mut *mut c_char,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| {
+        let files: Vec<serde_json::Value> = db
+            .engine()
+            .list_files()?
+            .iter()
+            .map(|f| f.to_wire_json())
+            .collect();
+        give_json(out_json, &files)
+    })
+}
+
+/// Removes the uploaded file `name`. `MINDLITE_NOT_FOUND` when there is none.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_file_delete(db: *const Database, name: *const c_char) -> Status {
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated string, per the header.
+        let name = unsafe { boundary::text(name, "name")? };
+        let engine = db.engine();
+        engine.block_on(engine.delete_file(name))?;
+        Ok(())
+    })
+}

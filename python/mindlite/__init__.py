@@ -560,6 +560,38 @@ class Connection:
         text = self._db.ask_agent(project or self.current_db, name, _json.dumps(messages))
         return cast(Dict[str, Any], _json.loads(text)["message"])
 
+    def upload_file(
+        self,
+        name: str,
+        data: Union[bytes, str, "_os.PathLike[str]"],
+        format: Optional[str] = None,
+    ) -> int:
+        """Stores a CSV or JSON file as the table ``files.<name>``; returns the rows stored.
+        ``data`` is the file's content (bytes or text) or a path to read. ``format`` is
+        ``"csv"`` or ``"json"``; by default the path's extension or the first bytes decide.
+        ``ProgrammingError`` when a file of that name exists or the file cannot be read."""
+        self._check()
+        file_name: Optional[str] = None
+        if isinstance(data, _os.PathLike):
+            file_name = _os.fspath(data)
+            with open(file_name, "rb") as f:
+                content = f.read()
+        elif isinstance(data, str):
+            content = data.encode()
+        else:
+            content = bytes(data)
+        return self._db.upload_file(name, content, format, file_name)
+
+    def files(self) -> List[Dict[str, Any]]:
+        """The uploaded files: ``[{"name", "row_count", "columns"}]``."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.files()))
+
+    def delete_file(self, name: str) -> None:
+        """Removes the uploaded file ``name`` (``ProgrammingError`` when there is none)."""
+        self._check()
+        self._db.delete_file(name)
+
     def models(self, project: Optional[str] = None) -> List[Dict[str, Any]]:
         """Every version of every model of ``project`` (the current project by default), as
         MindsDB's REST API shows them: ``{"name", "version", "status", "active", "accuracy",

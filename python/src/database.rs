@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use arrow::record_batch::RecordBatchReader;
-use mindlite::{Config, Engine, LoadMode, QueryRequest};
+use mindlite::{Config, Engine, FileFormat, LoadMode, QueryRequest};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -265,6 +265,41 @@ impl Database {
         })?
         .map_err(to_py)?;
         Ok(answer.to_wire_json().to_string())
+    }
+
+    /// Stores `data` (a CSV or JSON file's bytes) as the table `files.<name>`; returns the rows.
+    #[pyo3(signature = (name, data, format=None, file_name=None))]
+    fn upload_file(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        data: Vec<u8>,
+        format: Option<&str>,
+        file_name: Option<String>,
+    ) -> PyResult<u64> {
+        let engine = self.engine()?;
+        let format = format.map(FileFormat::parse).transpose().map_err(to_py)?;
+        let (runner, name) = (engine.clone(), name.to_string());
+        wait(py, &engine, async move {
+            runner
+                .upload_file(&name, data, format, file_name.as_deref())
+                .await
+        })?
+        .map_err(to_py)
+    }
+
+    /// The uploaded files as JSON text: `[{"name", "row_count", "columns"}]`.
+    fn files(&self) -> PyResult<String> {
+        let files = self.engine()?.list_files().map_err(to_py)?;
+        let list: Vec<serde_json::Value> = files.iter().map(|f| f.to_wire_json()).collect();
+        Ok(serde_json::Value::Array(list).to_string())
+    }
+
+    /// Removes the uploaded file `name`.
+    fn delete_file(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let engine = self.engine()?;
+        let (runner, name) = (engine.clone(), name.to_string());
+        wait(py, &engine, async move { runner.delete_file(&name).await })?.map_err(to_py)
     }
 
     /// Every version of every model of `project` as JSON text (MindsDB's REST records).

@@ -75,6 +75,14 @@ def test_raw_csv_and_json_bodies(server):
     assert listed == {"c": 10, "j": 2, "l": 2}
     joined = server.sql_ok("SELECT count(*) FROM files.c AS c JOIN files.j AS j ON c.x < 3")
     assert joined["data"] == [[4]]
+    # SQL removes a file as MindsDB does, but writes none.
+    server.sql_ok("DROP TABLE files.c")
+    assert sorted(f["name"] for f in requests.get(files_url(server), timeout=10).json()) == ["j", "l"]
+    again = server.sql("DROP TABLE files.c").json()
+    assert again["type"] == "error" and "'c' not found in database: files" in again["error_message"]
+    server.sql_ok("DROP TABLE IF EXISTS files.c")
+    insert = server.sql("INSERT INTO files.j (city) VALUES ('Paris')").json()
+    assert insert["type"] == "error" and "read-only" in insert["error_message"], insert
 
 
 def test_bad_uploads_are_refused_by_name_and_store_nothing(server):

@@ -73,20 +73,7 @@ impl WriteJob {
 
     /// `(project, table)` that a table reference names, checking that the database is a project.
     fn resolve(&self, reference: &TableReference) -> Result<(String, String)> {
-        let (db, table) = match reference {
-            TableReference::Bare { table } => (self.db.clone(), table.to_string()),
-            TableReference::Partial { schema, table } => (schema.to_string(), table.to_string()),
-            TableReference::Full {
-                catalog,
-                schema,
-                table,
-            } if catalog.as_ref() == super::catalog::CATALOG => {
-                (schema.to_string(), table.to_string())
-            }
-            TableReference::Full { catalog, .. } => {
-                return Err(Error::not_found(format!("Database '{catalog}' not found")))
-            }
-        };
+        let (db, table) = self.split(reference)?;
         match self.snapshot.namespace(&db)? {
             Some(Namespace::Project(p)) => Ok((p.name, table)),
             Some(Namespace::System) | Some(Namespace::Files) => Err(Error::invalid(format!(
@@ -99,6 +86,24 @@ impl WriteJob {
             ))),
             None => Err(Error::not_found(format!("Database '{db}' not found"))),
         }
+    }
+
+    /// The database (the current one when not named) and table a reference names.
+    fn split(&self, reference: &TableReference) -> Result<(String, String)> {
+        Ok(match reference {
+            TableReference::Bare { table } => (self.db.clone(), table.to_string()),
+            TableReference::Partial { schema, table } => (schema.to_string(), table.to_string()),
+            TableReference::Full {
+                catalog,
+                schema,
+                table,
+            } if catalog.as_ref() == super::catalog::CATALOG => {
+                (schema.to_string(), table.to_string())
+            }
+            TableReference::Full { catalog, .. } => {
+                return Err(Error::not_found(format!("Database '{catalog}' not found")))
+            }
+        })
     }
 
     /// Plans `expr` over the rows of `scan` for evaluation on stored chunks (with DataFusion's
@@ -386,9 +391,13 @@ pub(crate) fn create_table(
     Ok(affected)
 }
 
-/// DROP TABLE [IF EXISTS].
+/// DROP TABLE [IF EXISTS]; `DROP TABLE files.t` removes an uploaded file, as in MindsDB.
 pub(crate) fn drop_table(job: &WriteJob, guard: WriteGuard, drop: DropTable) -> Result<()> {
-    let (project, name) = job.resolve(&drop.name)?;
+    let (db, table) = job.split(&drop.name)?;
+    let (project, name) = match job.snapshot.namespace(&db)? {
+        Some(Namespace::Files) => (FILES_DB.to_string(), table),
+        _ => job.resolve(&drop.name)?,
+    };
     if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
         return Err(Error::not_found(format!(
             "Table '{name}' not found in database: {project}"

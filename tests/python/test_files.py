@@ -1,0 +1,42 @@
+"""Uploaded files from Python: bytes, text or a path become the table files.<name>, listed,
+queried and removed through the engine (the same core as PUT /api/files)."""
+
+import pytest
+
+import mindlite
+
+
+@pytest.fixture
+def con():
+    con = mindlite.connect()
+    yield con
+    con.close()
+
+
+def test_files_from_bytes_text_and_paths(con, tmp_path):
+    assert con.upload_file("scores", b"who,points\nana,3\nbo,5\n") == 2
+    assert con.upload_file("cities", '[{"city": "Oslo", "temp": 4.5}, {"city": "Rome"}]') == 2
+    path = tmp_path / "rows.csv"
+    path.write_text("a;b\n1;2\n")
+    assert con.upload_file("semi", path, format="csv") == 1  # one column named "a;b"
+    assert con.upload_file("lines", '{"x": 1}\n{"x": 2}\n', format="json") == 2
+    listed = {f["name"]: (f["row_count"], f["columns"]) for f in con.files()}
+    assert listed == {"cities": (2, ["city", "temp"]), "lines": (2, ["x"]),
+                      "scores": (2, ["who", "points"]), "semi": (1, ["a;b"])}
+    cur = con.execute("SELECT who, points FROM files.scores ORDER BY points DESC")
+    assert cur.fetchall() == [("bo", 5), ("ana", 3)]
+    con.delete_file("scores")
+    assert "scores" not in {f["name"] for f in con.files()}
+
+
+def test_file_errors_are_clear(con):
+    con.upload_file("t", b"a\n1\n")
+    with pytest.raises(mindlite.ProgrammingError, match="already exists"):
+        con.upload_file("t", b"a\n1\n")
+    with pytest.raises(mindlite.ProgrammingError, match="Unknown file format 'xml'"):
+        con.upload_file("u", b"<a/>", format="xml")
+    with pytest.raises(mindlite.ProgrammingError, match="not an object"):
+        con.upload_file("u", "[1, 2]")
+    with pytest.raises(mindlite.ProgrammingError, match="'nope'"):
+        con.delete_file("nope")
+    assert [f["name"] for f in con.files()] == ["t"]
