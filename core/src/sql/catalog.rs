@@ -205,20 +205,28 @@ impl CatalogProvider for TenantCatalog {
         let snapshot = Arc::clone(&self.snapshot);
         match snapshot.namespace(name).ok()?? {
             Namespace::System => Some(Arc::new(InformationSchema { snapshot })),
-            Namespace::Files => Some(Arc::new(FilesSchema { snapshot })),
+            // Each uploaded file is a stored table kept under the name `files`.
+            Namespace::Files => Some(Arc::new(ProjectSchema {
+                snapshot,
+                project: FILES_DB.to_string(),
+                models: false,
+            })),
             Namespace::Project(project) => Some(Arc::new(ProjectSchema {
                 snapshot,
                 project: project.name,
+                models: true,
             })),
         }
     }
 }
 
-/// A project's tables.
+/// A project's tables and models, or the `files` database's tables.
 #[derive(Debug)]
 struct ProjectSchema {
     snapshot: Arc<Snapshot>,
     project: String,
+    /// Whether models (and the `models` table) are found here: in projects, not in `files`.
+    models: bool,
 }
 
 impl ProjectSchema {
@@ -244,6 +252,9 @@ impl SchemaProvider for ProjectSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let Some(record) = self.snapshot.table(&self.project, name)? else {
+            if !self.models {
+                return Ok(None);
+            }
             // A stored table of that name comes first, as MindsDB's own tables do.
             if name.eq_ignore_ascii_case(MODELS_TABLE) {
                 let rows = self.snapshot.models(Some(&self.project))?;
@@ -264,40 +275,8 @@ impl SchemaProvider for ProjectSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name.eq_ignore_ascii_case(MODELS_TABLE)
+        (self.models && name.eq_ignore_ascii_case(MODELS_TABLE))
             || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
-    }
-}
-
-/// The `files` database: each uploaded file is a stored table kept under this name.
-#[derive(Debug)]
-struct FilesSchema {
-    snapshot: Arc<Snapshot>,
-}
-
-#[async_trait]
-impl SchemaProvider for FilesSchema {
-    fn table_names(&self) -> Vec<String> {
-        self.snapshot
-            .tables(FILES_DB)
-            .map(|ts| ts.into_iter().map(|t| t.name).collect())
-            .unwrap_or_default()
-    }
-
-    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(record) = self.snapshot.table(FILES_DB, name)? else {
-            return Ok(None);
-        };
-        let schema = self.snapshot.table_schema(record.id)?;
-        Ok(Some(Arc::new(StoredTable {
-            snapshot: Arc::clone(&self.snapshot),
-            record,
-            schema,
-        })))
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        matches!(self.snapshot.table(FILES_DB, name), Ok(Some(_)))
     }
 }
 
