@@ -240,6 +240,10 @@ def test_an_llm_model_asks_the_provider_once_per_row(homes_server):
         assert "sk-secret" not in row["TRAINING_OPTIONS"] and "******" in row["TRAINING_OPTIONS"]
         assert wait_status(homes_server, "reviewer") == ["complete", None]
 
+        # Planning predicts nothing: EXPLAIN makes no call.
+        explained = homes_server.sql_ok(
+            "EXPLAIN SELECT verdict FROM mindsdb.reviewer WHERE review = 'great'")
+        assert "PredictExec" in json.dumps(explained["data"]) and llm.requests == []
         one = homes_server.sql_ok(
             "SELECT verdict FROM mindsdb.reviewer WHERE review = 'great' AND stars = 5")
         assert one["data"] == [["A: Rate great (5 stars)"]]

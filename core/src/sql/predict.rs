@@ -14,9 +14,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::util::display::FormatOptions;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::ScalarValue;
-use datafusion::datasource::{MemTable, TableType};
+use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 
@@ -89,22 +92,26 @@ impl TableProvider for ModelTable {
 
     async fn scan(
         &self,
-        state: &dyn Session,
+        _state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        limit: Option<usize>,
+        _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Conditions are checked now; the prediction is made when the plan runs.
         let schema = &self.0.schema;
         let row = input_row(schema, &self.0.model.predict, filters)?;
-        let llm = connector(state.config())?;
-        let batch = self
-            .0
-            .with_prediction(row, &llm)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        MemTable::try_new(Arc::clone(schema), vec![vec![batch]])?
-            .scan(state, projection, &[], limit)
-            .await
+        let predicted = super::predict_join::single_prediction(Arc::clone(&self.0), row)?;
+        let Some(projection) = projection else {
+            return Ok(predicted);
+        };
+        let columns = projection.iter().map(|&i| {
+            let name = schema.field(i).name();
+            (
+                Arc::new(Column::new(name, i)) as Arc<dyn PhysicalExpr>,
+                name.clone(),
+            )
+        });
+        Ok(Arc::new(ProjectionExec::try_new(columns, predicted)?))
     }
 }
 

@@ -20,6 +20,7 @@ use datafusion::catalog::Session;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::DFSchemaRef;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::context::QueryPlanner;
@@ -244,10 +245,47 @@ impl ExtensionPlanner for PredictPlanner {
         Ok(Some(Arc::new(PredictExec::new(
             Arc::clone(input),
             Arc::clone(&node.model),
-            node.model_first,
+            Layout::of_join(node.model_first),
             Arc::new(node.schema.as_arrow().clone()),
         )?)))
     }
+}
+
+/// Where the model's columns go in [`PredictExec`]'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// After the input's columns (`t JOIN m`).
+    After,
+    /// Before them (`m JOIN t`).
+    Before,
+    /// Alone: the input is a row of the model's own columns (`SELECT y FROM m WHERE x = 1`).
+    Only,
+}
+
+impl Layout {
+    fn of_join(model_first: bool) -> Layout {
+        if model_first {
+            Layout::Before
+        } else {
+            Layout::After
+        }
+    }
+}
+
+/// A plan that predicts for `row` (a batch of the model's columns, the target's NULL) when it
+/// runs, not when it is planned: `EXPLAIN` calls no provider.
+pub(crate) fn single_prediction(
+    model: Arc<PredictModel>,
+    row: RecordBatch,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let schema = Arc::clone(&model.schema);
+    let input = MemorySourceConfig::try_new_exec(&[vec![row]], Arc::clone(&schema), None)?;
+    Ok(Arc::new(PredictExec::new(
+        input,
+        model,
+        Layout::Only,
+        schema,
+    )?))
 }
 
 /// The operator: each input batch out again with the model's columns, predicted.
@@ -255,7 +293,7 @@ impl ExtensionPlanner for PredictPlanner {
 struct PredictExec {
     input: Arc<dyn ExecutionPlan>,
     model: Arc<PredictModel>,
-    model_first: bool,
+    layout: Layout,
     /// For each model column, the input column of the same name, if any.
     sources: Vec<Option<usize>>,
     schema: SchemaRef,
@@ -266,7 +304,7 @@ impl PredictExec {
     fn new(
         input: Arc<dyn ExecutionPlan>,
         model: Arc<PredictModel>,
-        model_first: bool,
+        layout: Layout,
         schema: SchemaRef,
     ) -> DfResult<Self> {
         let input_schema = input.schema();
@@ -317,7 +355,7 @@ impl PredictExec {
         Ok(PredictExec {
             input,
             model,
-            model_first,
+            layout,
             sources,
             schema,
             properties: Arc::new(properties),
@@ -365,7 +403,7 @@ impl ExecutionPlan for PredictExec {
         Ok(Arc::new(PredictExec::new(
             input,
             Arc::clone(&self.model),
-            self.model_first,
+            self.layout,
             Arc::clone(&self.schema),
         )?))
     }
@@ -377,11 +415,11 @@ impl ExecutionPlan for PredictExec {
     ) -> DfResult<SendableRecordBatchStream> {
         let llm = connector(context.session_config())?;
         let input = self.input.execute(partition, context)?;
-        let (model, sources, schema, model_first) = (
+        let (model, sources, schema, layout) = (
             Arc::clone(&self.model),
             self.sources.clone(),
             Arc::clone(&self.schema),
-            self.model_first,
+            self.layout,
         );
         let out_schema = Arc::clone(&schema);
         let batches = input.then(move |batch| {
@@ -398,17 +436,11 @@ impl ExecutionPlan for PredictExec {
                     .with_prediction(inputs, &llm)
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                let (first, second) = if model_first {
-                    (&predicted, &batch)
-                } else {
-                    (&batch, &predicted)
+                let columns: Vec<ArrayRef> = match layout {
+                    Layout::Only => predicted.columns().to_vec(),
+                    Layout::Before => [predicted.columns(), batch.columns()].concat(),
+                    Layout::After => [batch.columns(), predicted.columns()].concat(),
                 };
-                let columns: Vec<ArrayRef> = first
-                    .columns()
-                    .iter()
-                    .chain(second.columns())
-                    .cloned()
-                    .collect();
                 Ok(RecordBatch::try_new(schema, columns)?)
             }
         });
