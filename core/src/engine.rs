@@ -599,14 +599,15 @@ impl Engine {
     ) -> Result<u64> {
         let inner = Arc::clone(&self.inner);
         let (name, file_name) = (name.to_string(), file_name.map(str::to_string));
-        self.inner
-            .handle
-            .spawn(async move {
-                inner
-                    .sql
-                    .upload_file(TenantId::LOCAL, &name, bytes, format, file_name)
-                    .await
-            })
+        // Aborted when the caller stops waiting, so an abandoned upload stops being read (once
+        // its transaction is committing, it completes).
+        let mut task = AbortOnDrop(self.inner.handle.spawn(async move {
+            inner
+                .sql
+                .upload_file(TenantId::LOCAL, &name, bytes, format, file_name)
+                .await
+        }));
+        (&mut task.0)
             .await
             .map_err(|e| Error::internal(format!("upload task failed: {e}")))?
     }

@@ -6,12 +6,15 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
+use datafusion::arrow::array::{ArrayRef, StringArray};
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::csv::reader::Format as CsvFormat;
 use datafusion::arrow::csv::ReaderBuilder as CsvReaderBuilder;
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
 use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::FormatOptions;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
@@ -22,6 +25,9 @@ use crate::tenant::TenantId;
 
 /// Rows per batch while reading a file.
 const BATCH_ROWS: usize = 8192;
+
+/// The most columns a file may have: wider ones are refused before their rows are read.
+const MAX_COLUMNS: usize = 4096;
 
 /// The formats a file can be uploaded in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +91,8 @@ impl SqlRunner {
         format: Option<FileFormat>,
         file_name: Option<String>,
     ) -> Result<u64> {
+        // A bad name is refused before the file is read.
+        crate::projects::validate_name("file", name)?;
         // Reading a large file is CPU work: off the async workers.
         let data = tokio::task::spawn_blocking(move || read(&bytes, format, file_name.as_deref()))
             .await
@@ -156,6 +164,19 @@ pub(crate) fn read(
 ) -> Result<FileData> {
     // A byte-order mark (spreadsheets write one) would become part of the first column's name.
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let named = file_name.and_then(|name| {
+        let extension = name.rsplit_once('.')?.1.to_ascii_lowercase();
+        matches!(
+            extension.as_str(),
+            "tsv" | "xlsx" | "xls" | "parquet" | "txt"
+        )
+        .then_some(extension)
+    });
+    if let (None, Some(extension)) = (format, named) {
+        return Err(Error::invalid(format!(
+            "'.{extension}' files cannot be uploaded; upload CSV (comma-separated, with a header line) or JSON"
+        )));
+    }
     let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
         Some(format) => format,
         None => sniff(bytes)?,
@@ -183,21 +204,103 @@ fn sniff(bytes: &[u8]) -> Result<FileFormat> {
 }
 
 fn read_csv(bytes: &[u8]) -> Result<FileData> {
-    let (schema, _) = CsvFormat::default()
+    let unreadable =
+        |e: &dyn std::fmt::Display| Error::invalid(format!("The file is not readable as CSV: {e}"));
+    let (inferred, _) = CsvFormat::default()
         .with_header(true)
         .infer_schema(Cursor::new(bytes), None)
-        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
-    check_columns(&schema)?;
-    let schema = Arc::new(schema);
-    let reader = CsvReaderBuilder::new(Arc::clone(&schema))
-        .with_header(true)
-        .with_batch_size(BATCH_ROWS)
-        .build(Cursor::new(bytes))
-        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::invalid(format!("The file is not readable as CSV: {e}")))?;
+        .map_err(|e| unreadable(&e))?;
+    let inferred = Arc::new(with_text_for_null(&inferred));
+    check_columns(&inferred)?;
+    let read_as = |schema: &SchemaRef| -> Result<Vec<RecordBatch>> {
+        CsvReaderBuilder::new(Arc::clone(schema))
+            .with_header(true)
+            .with_batch_size(BATCH_ROWS)
+            .build(Cursor::new(bytes))
+            .map_err(|e| unreadable(&e))?
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| unreadable(&e))
+    };
+    if let Ok(batches) = read_as(&inferred) {
+        return Ok(FileData {
+            schema: inferred,
+            batches,
+        });
+    }
+    // Inference goes by the look of values: `2021-02-30` looks like a date and is none. Read
+    // everything as text, then keep a column's inferred type only where every value casts.
+    let text = Arc::new(Schema::new(
+        inferred
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(DataType::Utf8))
+            .collect::<Vec<_>>(),
+    ));
+    let batches = read_as(&text)?;
+    let fields: Vec<Field> = inferred
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, field)| {
+            let fits = batches
+                .iter()
+                .all(|b| typed(b.column(i), field.data_type()).is_ok());
+            let data_type = if fits {
+                field.data_type().clone()
+            } else {
+                DataType::Utf8
+            };
+            field.as_ref().clone().with_data_type(data_type)
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let batches = batches
+        .iter()
+        .map(|batch| {
+            let columns = batch
+                .columns()
+                .iter()
+                .zip(schema.fields())
+                .map(|(column, field)| match field.data_type() {
+                    DataType::Utf8 => Ok(Arc::clone(column)),
+                    other => typed(column, other),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(RecordBatch::try_new(Arc::clone(&schema), columns)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(FileData { schema, batches })
+}
+
+/// A text column as `data_type`, an empty value as NULL (as the typed reader reads it);
+/// an error when any other value does not fit.
+fn typed(column: &ArrayRef, data_type: &DataType) -> Result<ArrayRef> {
+    let text = column
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| Error::internal("a CSV column read as text is not text"))?;
+    let blank_as_null: StringArray = text.iter().map(|v| v.filter(|v| !v.is_empty())).collect();
+    Ok(cast_with_options(&blank_as_null, data_type, &STRICT)?)
+}
+
+/// Casts that fail instead of turning a value that does not fit into NULL.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: FormatOptions::new(),
+};
+
+/// A column with no values at all is inferred as `Null`; it is stored as text instead.
+fn with_text_for_null(schema: &Schema) -> Schema {
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Null => f.as_ref().clone().with_data_type(DataType::Utf8),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 fn read_json(bytes: &[u8]) -> Result<FileData> {
@@ -218,20 +321,28 @@ fn read_json(bytes: &[u8]) -> Result<FileData> {
     if let Some(row) = rows.iter().find(|r| !r.is_object()) {
         return Err(invalid(&format!("a row is not an object: {row}")));
     }
-    let inferred = infer_json_schema_from_iterator(rows.iter().map(Ok)).map_err(|e| invalid(&e))?;
     // serde_json's objects sort their keys; the columns keep the order of the file instead.
+    // Counted first, so a body of a million distinct keys is refused before inference.
     let order = key_order(text).map_err(|e| invalid(&e))?;
-    let mut fields: Vec<Field> = inferred
+    if order.len() > MAX_COLUMNS {
+        return Err(too_wide(order.len()));
+    }
+    let inferred = infer_json_schema_from_iterator(rows.iter().map(Ok)).map_err(|_| {
+        invalid(&"a key holds an object in one row and another kind of value in another")
+    })?;
+    let mut fields: Vec<Field> = with_text_for_null(&inferred)
         .fields()
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    fields.sort_by_key(|f| order.iter().position(|k| k == f.name()));
+    fields.sort_by_key(|f| order.get_index_of(f.name()));
     let schema = Schema::new(fields);
     check_columns(&schema)?;
     let schema = Arc::new(schema);
+    // Numbers and booleans in a column inferred as text (mixed kinds) are read as their text.
     let mut decoder = JsonReaderBuilder::new(Arc::clone(&schema))
         .with_batch_size(BATCH_ROWS)
+        .with_coerce_primitive(true)
         .build_decoder()
         .map_err(|e| invalid(&e))?;
     let mut batches = Vec::new();
@@ -249,6 +360,9 @@ fn check_columns(schema: &Schema) -> Result<()> {
     if schema.fields().is_empty() {
         return Err(Error::invalid("The file has no columns"));
     }
+    if schema.fields().len() > MAX_COLUMNS {
+        return Err(too_wide(schema.fields().len()));
+    }
     let mut seen = std::collections::HashSet::new();
     for field in schema.fields() {
         if field.name().trim().is_empty() {
@@ -264,18 +378,43 @@ fn check_columns(schema: &Schema) -> Result<()> {
     Ok(())
 }
 
+fn too_wide(columns: usize) -> Error {
+    Error::invalid(format!(
+        "The file has {columns} columns; at most {MAX_COLUMNS} are accepted"
+    ))
+}
+
 /// Every object key of a JSON document (an array of objects, or objects one after another),
 /// each once, in the order it first appears.
-fn key_order(text: &str) -> serde_json::Result<Vec<String>> {
-    let mut keys = Vec::new();
+fn key_order(text: &str) -> serde_json::Result<KeyOrder> {
+    let mut keys = KeyOrder::default();
     for document in serde_json::Deserializer::from_str(text).into_iter::<Keys>() {
         for key in document?.0 {
-            if !keys.contains(&key) {
-                keys.push(key);
-            }
+            keys.insert(key);
         }
     }
     Ok(keys)
+}
+
+/// Distinct keys in the order they first appear.
+#[derive(Default)]
+struct KeyOrder {
+    positions: std::collections::HashMap<String, usize>,
+}
+
+impl KeyOrder {
+    fn insert(&mut self, key: String) {
+        let next = self.positions.len();
+        self.positions.entry(key).or_insert(next);
+    }
+
+    fn get_index_of(&self, key: &str) -> Option<usize> {
+        self.positions.get(key).copied()
+    }
+
+    fn len(&self) -> usize {
+        self.positions.len()
+    }
 }
 
 /// The keys of an object, or of each object of an array, in order.
@@ -307,15 +446,15 @@ impl<'de> serde::Deserialize<'de> for Keys {
                 self,
                 mut seq: A,
             ) -> std::result::Result<Keys, A::Error> {
-                let mut keys: Vec<String> = Vec::new();
+                let mut order = KeyOrder::default();
                 while let Some(Keys(more)) = seq.next_element::<Keys>()? {
                     for key in more {
-                        if !keys.contains(&key) {
-                            keys.push(key);
-                        }
+                        order.insert(key);
                     }
                 }
-                Ok(Keys(keys))
+                let mut keys: Vec<(String, usize)> = order.positions.into_iter().collect();
+                keys.sort_by_key(|(_, position)| *position);
+                Ok(Keys(keys.into_iter().map(|(key, _)| key).collect()))
             }
         }
         deserializer.deserialize_any(KeysVisitor)
@@ -345,6 +484,40 @@ mod tests {
             [&DataType::Int64, &DataType::Float64, &DataType::Utf8]
         );
         assert_eq!(data.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn a_value_that_only_looks_typed_makes_its_column_text() {
+        let data = read(b"d,n\n2021-01-01,1\n2021-02-30,\n", None, None).unwrap();
+        let types: Vec<&DataType> = data.schema.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(types, [&DataType::Utf8, &DataType::Int64]);
+        let empty = read(b"a,b\n1,\n", None, None).unwrap();
+        assert_eq!(empty.schema.field(1).data_type(), &DataType::Utf8);
+    }
+
+    #[test]
+    fn json_values_of_mixed_kinds_are_text() {
+        let data = read(br#"[{"zip": 12345}, {"zip": "A1B"}]"#, None, None).unwrap();
+        assert_eq!(data.schema.field(0).data_type(), &DataType::Utf8);
+        let mixed = read(br#"[{"a": {"b": 1}}, {"a": 2}]"#, None, None)
+            .err()
+            .unwrap();
+        assert!(
+            mixed.message().contains("holds an object"),
+            "{}",
+            mixed.message()
+        );
+        let wide: String = (0..=MAX_COLUMNS)
+            .map(|i| format!("{{\"k{i}\": 1}}\n"))
+            .collect();
+        let error = read(wide.as_bytes(), None, None).err().unwrap();
+        assert!(
+            error.message().contains("at most 4096"),
+            "{}",
+            error.message()
+        );
+        let tsv = read(b"a\tb\n1\t2\n", None, Some("x.tsv")).err().unwrap();
+        assert!(tsv.message().contains("'.tsv'"), "{}", tsv.message());
     }
 
     #[test]

@@ -114,6 +114,10 @@ async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Error> {
 
 /// MindsDB's `{"source_type": "url", "source": …}` body, which asks the server to download.
 fn url_source(body: &[u8]) -> Option<String> {
+    // Only a small object can be such a request; a large upload is not parsed twice.
+    if body.len() > 4096 || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
     let value: Value = serde_json::from_slice(body).ok()?;
     match value.get("source_type")?.as_str()? {
         "url" => Some(value.get("source")?.as_str()?.to_string()),
