@@ -311,7 +311,9 @@ fn check_table(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<
     })?;
     let exists = match db.as_str() {
         crate::sql::SYSTEM_DB => table == "*" || crate::sql::INFO_TABLES.contains(&table.as_str()),
-        crate::sql::FILES_DB => table == "*",
+        crate::sql::FILES_DB => {
+            table == "*" || tables::get(&txn.open_table(TABLES)?, tenant, &db, &table)?.is_some()
+        }
         _ => {
             if projects::get(&txn.open_table(PROJECTS)?, tenant, &db)?.is_none() {
                 return Err(Error::invalid(format!(

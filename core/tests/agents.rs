@@ -236,6 +236,52 @@ fn an_answer_that_needed_sql_over_a_table() {
     );
 }
 
+/// An uploaded file is a table an agent can be given, by name or with `files.*`.
+#[test]
+fn an_agent_reads_an_uploaded_file() {
+    let llm = FakeLlm::start(vec![
+        Reply::Sql("SELECT max(temp) AS top FROM files.weather"),
+        Reply::Text("18."),
+    ]);
+    let engine = engine_for(&llm, 10);
+    engine
+        .block_on(engine.upload_file(
+            "weather",
+            b"city,temp\nOslo,4\nRome,18\n".to_vec(),
+            None,
+            None,
+        ))
+        .unwrap();
+    let missing = create(
+        &engine,
+        json!({"name": "w", "data": {"tables": ["files.nosuch"]}}),
+    )
+    .unwrap_err();
+    assert!(
+        missing.message().contains("'nosuch'"),
+        "{}",
+        missing.message()
+    );
+    for (name, entry) in [("by_name", "files.weather"), ("all_files", "files.*")] {
+        create(&engine, json!({"name": name, "data": {"tables": [entry]}})).unwrap();
+    }
+    assert_eq!(ask(&engine, "by_name", "Warmest?").unwrap().content, "18.");
+    let requests = llm.requests();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("Table files.weather (city VARCHAR, temp BIGINT)"),
+        "{system}"
+    );
+    let tool = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let result: Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["rows"], json!([[18]]), "{result}");
+}
+
 #[test]
 fn a_table_outside_the_agents_data_is_refused_and_never_reaches_the_model() {
     let llm = FakeLlm::start(vec![

@@ -76,10 +76,13 @@ impl SqlRunner {
         dbs.sort();
         dbs.dedup();
         for db in dbs {
-            let Some(Namespace::Project(project)) = snapshot.namespace(db)? else {
-                continue;
+            // Stored tables live in projects and, uploaded, in `files`.
+            let holder = match snapshot.namespace(db)? {
+                Some(Namespace::Project(project)) => project.name,
+                Some(Namespace::Files) => super::FILES_DB.to_string(),
+                _ => continue,
             };
-            for table in snapshot.tables(&project.name)? {
+            for table in snapshot.tables(&holder)? {
                 if !allowed.permits(db, &table.name) {
                     continue;
                 }
@@ -90,7 +93,7 @@ impl SqlRunner {
                     .map(|f| (f.name().clone(), super::sql_type_name(f.data_type())))
                     .collect();
                 out.push(TableShape {
-                    db: project.name.clone(),
+                    db: holder.clone(),
                     table: table.name,
                     columns,
                 });
