@@ -7,7 +7,11 @@ started=$SECONDS
 step() { printf '\n==> %s  [%ds]\n' "$*" "$((SECONDS - started))"; }
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+cleanup() {
+  bash scripts/postgres.sh stop "$tmp/pg" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 step "format"
 if cargo fmt --version >/dev/null 2>&1; then
@@ -43,6 +47,13 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   echo "SKIPPED: not a git checkout, so there is no committed header to compare"
 fi
+
+step "PostgreSQL for the datasource tests (scripts/postgres.sh, 127.0.0.1, data in $tmp/pg)"
+# A free port, then a throwaway server; its URL and statement log reach the tests by env.
+pg_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+eval "$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port")"
+export MINDLITE_PG MINDLITE_PG_LOG
+echo "PostgreSQL at $MINDLITE_PG"
 
 step "Rust tests"
 cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"

@@ -278,7 +278,7 @@ impl Asker<'_> {
             .prompt_template()
             .unwrap_or("You are a helpful assistant that answers questions about data.")
             .to_string();
-        let tables = self.sql.tables_matching(self.tenant, allowed)?;
+        let tables = self.sql.tables_matching(self.tenant, allowed).await?;
         if tables.is_empty() {
             prompt.push_str("\n\nYou have no tables to query.");
             return Ok(prompt);

@@ -314,6 +314,8 @@ fn check_table(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<
         crate::sql::FILES_DB => {
             table == "*" || tables::get(&txn.open_table(TABLES)?, tenant, &db, &table)?.is_some()
         }
+        // A datasource's tables are on the remote database: looked up when the agent reads.
+        _ if crate::datasources::exists(txn, tenant, &db)? => true,
         _ => {
             if projects::get(&txn.open_table(PROJECTS)?, tenant, &db)?.is_none() {
                 return Err(Error::invalid(format!(

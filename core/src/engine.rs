@@ -141,6 +141,7 @@ impl Engine {
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
         agents::init(&guard.txn)?;
+        crate::datasources::init(&guard.txn)?;
         models::init(&guard.txn)?;
         models::fail_interrupted(&guard.txn)?;
         auth::init(&guard.txn)?;

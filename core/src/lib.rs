@@ -18,6 +18,7 @@ mod agent_loop;
 mod agents;
 mod auth;
 mod config;
+mod datasources;
 mod engine;
 mod error;
 mod files;

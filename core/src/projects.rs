@@ -55,7 +55,9 @@ pub(crate) fn create(
         )));
     }
     let mut table = txn.open_table(PROJECTS)?;
-    if table.get((tenant.0, key.as_str()))?.is_some() {
+    if table.get((tenant.0, key.as_str()))?.is_some()
+        || crate::datasources::exists(txn, tenant, &key)?
+    {
         return if if_not_exists {
             Ok(false)
         } else {

@@ -167,7 +167,7 @@ fn using(words: &[&Token], k: usize) -> Result<Map<String, Value>> {
 }
 
 /// A JSON-like value on tokens: strings in either quote, numbers, true/false/null, objects and lists.
-fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
+pub(crate) fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
     let token = words
         .get(*k)
         .ok_or_else(|| Error::invalid("Expected a value at the end of the statement"))?;

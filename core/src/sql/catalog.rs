@@ -24,6 +24,8 @@ use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::predict::{ModelTable, PredictModel};
 use crate::agents::{self, Agent, AGENTS};
+use crate::datasources::table::{NativeQuery, RemoteTable, NATIVE};
+use crate::datasources::{self, Datasource, DATASOURCES};
 use crate::error::{Error, Result};
 use crate::models::{self, ModelVersion, MODELS};
 use crate::projects::{self, Project, PROJECTS};
@@ -48,6 +50,9 @@ pub(crate) struct Snapshot {
     pub(crate) tenant: TenantId,
     pub(crate) txn: ReadTransaction,
     pub(crate) store: Arc<Store>,
+    /// Whether `information_schema.databases` shows datasource secrets (the request's
+    /// `context.show_secrets`).
+    pub(crate) show_secrets: bool,
 }
 
 impl fmt::Debug for Snapshot {
@@ -63,14 +68,35 @@ pub(crate) enum Namespace {
     System,
     Files,
     Project(Project),
+    Datasource(Datasource),
+}
+
+/// A row of `SHOW DATABASES` / `information_schema.databases`.
+pub(crate) struct DatabaseRow {
+    pub(crate) name: String,
+    /// `system`, `project` or `data`.
+    pub(crate) kind: &'static str,
+    pub(crate) engine: Option<String>,
+    /// The parameters as JSON text, secrets masked unless asked for (`{}` when none).
+    pub(crate) connection_data: String,
 }
 
 impl Snapshot {
     pub(crate) fn new(store: Arc<Store>, tenant: TenantId) -> Result<Arc<Self>> {
+        Self::showing_secrets(store, tenant, false)
+    }
+
+    /// A snapshot whose system tables show secrets when `show_secrets` is set.
+    pub(crate) fn showing_secrets(
+        store: Arc<Store>,
+        tenant: TenantId,
+        show_secrets: bool,
+    ) -> Result<Arc<Self>> {
         Ok(Arc::new(Snapshot {
             tenant,
             txn: store.read()?,
             store,
+            show_secrets,
         }))
     }
 
@@ -83,9 +109,21 @@ impl Snapshot {
         Ok(match lower.as_str() {
             SYSTEM_DB => Some(Namespace::System),
             FILES_DB => Some(Namespace::Files),
-            _ => projects::get(&self.txn.open_table(PROJECTS)?, self.tenant, &lower)?
-                .map(Namespace::Project),
+            _ => match projects::get(&self.txn.open_table(PROJECTS)?, self.tenant, &lower)? {
+                Some(project) => Some(Namespace::Project(project)),
+                None => self.datasource(&lower)?.map(Namespace::Datasource),
+            },
         })
+    }
+
+    /// One datasource by name.
+    pub(crate) fn datasource(&self, name: &str) -> Result<Option<Datasource>> {
+        datasources::get(&self.txn.open_table(DATASOURCES)?, self.tenant, name)
+    }
+
+    /// Every datasource, by name.
+    pub(crate) fn datasources(&self) -> Result<Vec<Datasource>> {
+        datasources::list(&self.txn.open_table(DATASOURCES)?, self.tenant)
     }
 
     /// The databases that hold stored tables: every project, then `files`.
@@ -157,13 +195,28 @@ impl Snapshot {
         tables::schema(&self.txn.open_table(TABLE_SCHEMAS)?, id)
     }
 
-    /// The rows of `SHOW DATABASES` / `information_schema.databases`: (name, type, engine).
-    pub(crate) fn databases(&self) -> Result<Vec<(String, &'static str, Option<&'static str>)>> {
-        let mut out = vec![(SYSTEM_DB.to_string(), "system", None)];
+    /// The rows of `SHOW DATABASES` / `information_schema.databases`: the system database,
+    /// projects, `files`, then datasources.
+    pub(crate) fn databases(&self, show_secrets: bool) -> Result<Vec<DatabaseRow>> {
+        let row = |name: String, kind, engine: Option<&str>| DatabaseRow {
+            name,
+            kind,
+            engine: engine.map(str::to_string),
+            connection_data: "{}".to_string(),
+        };
+        let mut out = vec![row(SYSTEM_DB.to_string(), "system", None)];
         for project in self.projects()? {
-            out.push((project.name, "project", Some("mindsdb")));
+            out.push(row(project.name, "project", Some("mindsdb")));
         }
-        out.push((FILES_DB.to_string(), "data", Some("files")));
+        out.push(row(FILES_DB.to_string(), "data", Some("files")));
+        for source in self.datasources()? {
+            out.push(DatabaseRow {
+                connection_data: source.connection_data(show_secrets),
+                name: source.name,
+                kind: "data",
+                engine: Some(source.engine),
+            });
+        }
         Ok(out)
     }
 }
@@ -196,8 +249,8 @@ pub(crate) struct TenantCatalog {
 impl CatalogProvider for TenantCatalog {
     fn schema_names(&self) -> Vec<String> {
         self.snapshot
-            .databases()
-            .map(|dbs| dbs.into_iter().map(|(name, _, _)| name).collect())
+            .databases(false)
+            .map(|dbs| dbs.into_iter().map(|db| db.name).collect())
             .unwrap_or_default()
     }
 
@@ -216,7 +269,38 @@ impl CatalogProvider for TenantCatalog {
                 project: project.name,
                 models: true,
             })),
+            Namespace::Datasource(source) => Some(Arc::new(DatasourceSchema { source })),
         }
+    }
+}
+
+/// A datasource's tables, looked up on the remote database when a query names them, and its
+/// native queries (table names that start with [`NATIVE`]; see `parse`).
+#[derive(Debug)]
+struct DatasourceSchema {
+    source: Datasource,
+}
+
+#[async_trait]
+impl SchemaProvider for DatasourceSchema {
+    fn table_names(&self) -> Vec<String> {
+        // Listing needs the network; SHOW TABLES FROM asks the datasource itself.
+        Vec::new()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let settings = self.source.postgres()?;
+        if let Some(sql) = name.strip_prefix(NATIVE) {
+            return Ok(Some(Arc::new(NativeQuery::prepare(settings, sql).await?)));
+        }
+        Ok(RemoteTable::open(settings, name)
+            .await?
+            .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, _name: &str) -> bool {
+        // Only consulted when creating tables, which a datasource does through its own path.
+        false
     }
 }
 
@@ -251,6 +335,13 @@ impl SchemaProvider for ProjectSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if name.starts_with(NATIVE) {
+            return Err(Error::invalid(format!(
+                "'{}' is not a datasource: native queries (FROM db (…)) run only in a datasource",
+                self.project
+            ))
+            .into());
+        }
         let Some(record) = self.snapshot.table(&self.project, name)? else {
             if !self.models {
                 return Ok(None);
@@ -559,12 +650,15 @@ impl InformationSchema {
         let snap = &self.snapshot;
         let batch = match name {
             "databases" => {
-                let dbs = snap.databases()?;
+                let dbs = snap.databases(snap.show_secrets)?;
                 SystemTable::default()
-                    .text("NAME", dbs.iter().map(|d| Some(d.0.as_str())))
-                    .text("TYPE", dbs.iter().map(|d| Some(d.1)))
-                    .text("ENGINE", dbs.iter().map(|d| d.2))
-                    .text("CONNECTION_DATA", dbs.iter().map(|_| Some("{}")))
+                    .text("NAME", dbs.iter().map(|d| Some(d.name.as_str())))
+                    .text("TYPE", dbs.iter().map(|d| Some(d.kind)))
+                    .text("ENGINE", dbs.iter().map(|d| d.engine.as_deref()))
+                    .text(
+                        "CONNECTION_DATA",
+                        dbs.iter().map(|d| Some(d.connection_data.as_str())),
+                    )
                     .build()?
             }
             "tables" => {

@@ -84,6 +84,10 @@ impl WriteJob {
                     FILES_DB
                 }
             ))),
+            Some(Namespace::Datasource(source)) => Err(Error::invalid(format!(
+                "Datasource '{}' takes INSERT INTO and CREATE TABLE … (SELECT …); other changes to its tables are made in the datasource itself",
+                source.name
+            ))),
             None => Err(Error::not_found(format!("Database '{db}' not found"))),
         }
     }

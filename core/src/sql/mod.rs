@@ -31,7 +31,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState};
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::ast::Statement;
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,7 @@ use self::parse::Command;
 use self::plan_cache::{PlanCache, PlanKey};
 use self::session::{Session, Sessions};
 use crate::agents;
+use crate::datasources;
 use crate::error::{Error, Result};
 use crate::projects;
 use crate::store::Store;
@@ -91,7 +92,7 @@ impl QueryRequest {
     /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format}`.
     /// Returns the request and the wire format asked for; anything malformed is an
     /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
-    /// Other `context` keys MindsDB knows (`show_secrets`, `profiling`, …) are accepted and ignored.
+    /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
     ///
     /// ```
     /// use mindlite::{QueryRequest, WireFormat};
@@ -112,13 +113,25 @@ impl QueryRequest {
             Some(_) => return Err(Error::invalid("'query' must be a string")),
             None => return Err(Error::invalid("The request body has no 'query'")),
         };
-        let db = match fields.remove("context") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Object(mut context)) => match context.remove("db") {
-                None | Some(serde_json::Value::Null) => None,
-                Some(serde_json::Value::String(db)) => Some(db),
-                Some(_) => return Err(Error::invalid("'context.db' must be a string")),
-            },
+        let (db, show_secrets) = match fields.remove("context") {
+            None | Some(serde_json::Value::Null) => (None, false),
+            Some(serde_json::Value::Object(mut context)) => {
+                let db = match context.remove("db") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::String(db)) => Some(db),
+                    Some(_) => return Err(Error::invalid("'context.db' must be a string")),
+                };
+                let show_secrets = match context.remove("show_secrets") {
+                    None | Some(serde_json::Value::Null) => false,
+                    Some(serde_json::Value::Bool(show)) => show,
+                    Some(_) => {
+                        return Err(Error::invalid(
+                            "'context.show_secrets' must be true or false",
+                        ))
+                    }
+                };
+                (db, show_secrets)
+            }
             Some(_) => return Err(Error::invalid("'context' must be an object")),
         };
         let params = match fields.remove("params") {
@@ -137,7 +150,7 @@ impl QueryRequest {
         };
         let request = QueryRequest {
             query,
-            context: QueryContext { db },
+            context: QueryContext { db, show_secrets },
             params,
             typed_params: HashMap::new(),
         };
@@ -178,12 +191,15 @@ pub struct QueryContext {
     /// The current database; the configured default project when absent.
     #[serde(default)]
     pub db: Option<String>,
+    /// Whether `information_schema.databases` shows datasource passwords unmasked.
+    #[serde(default)]
+    pub show_secrets: bool,
 }
 
 /// The context returned with every result (`USE` changes `db`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultContext {
-    /// Whether secrets are shown in `CONNECTION_DATA`; always false here.
+    /// Whether secrets are shown in `CONNECTION_DATA`, as the request asked.
     pub show_secrets: bool,
     /// The current database after the request ran.
     pub db: String,
@@ -313,7 +329,7 @@ impl SqlRunner {
     /// failure stops the request and is its result.
     pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
         let mut context = ResultContext {
-            show_secrets: false,
+            show_secrets: request.context.show_secrets,
             db: request
                 .context
                 .db
@@ -394,12 +410,49 @@ impl SqlRunner {
                     .await?;
                 ok(None)
             }
+            Command::CreateDatasource {
+                name,
+                engine,
+                parameters,
+                if_not_exists,
+            } => {
+                // Connecting takes a while: done before the writer lock is taken.
+                let engine = datasources::check(&engine, &parameters).await?;
+                self.store
+                    .write(move |txn| {
+                        datasources::create(txn, tenant, &name, &engine, parameters, if_not_exists)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::AlterDatasource { name, parameters } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let source = match snapshot.namespace(&name)? {
+                    Some(Namespace::Datasource(source)) => source,
+                    Some(_) => return Err(Error::invalid(format!(
+                        "Database '{name}' is not a datasource: only datasources have PARAMETERS"
+                    ))),
+                    None => return Err(Error::not_found(format!("Database '{name}' not found"))),
+                };
+                drop(snapshot);
+                let parameters = datasources::changed_parameters(&source, &parameters);
+                datasources::check(&source.engine, &parameters).await?;
+                self.store
+                    .write(move |txn| {
+                        datasources::set_parameters(txn, tenant, &source.name, parameters)
+                    })
+                    .await?;
+                ok(None)
+            }
             Command::DropProject { name, if_exists } => {
                 let lock = self.store.lock_writes().await;
                 let default = self.default_project.clone();
                 self.job(tenant, context)?
                     .run(lock, move |_, guard, _| {
-                        if projects::remove(&guard.txn, tenant, &name, if_exists, &default)? {
+                        if datasources::remove(&guard.txn, tenant, &name)? {
+                            // A datasource keeps nothing here but its record.
+                        } else if projects::remove(&guard.txn, tenant, &name, if_exists, &default)?
+                        {
                             tables::drop_all(&guard.txn, tenant, &name)?;
                             agents::drop_all(&guard.txn, tenant, &name)?;
                             crate::models::drop_all(&guard.txn, tenant, &name)?;
@@ -419,17 +472,17 @@ impl SqlRunner {
             }
             Command::ShowDatabases { full } => {
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-                let dbs = snapshot.databases()?;
+                let dbs = snapshot.databases(false)?;
                 let mut columns = vec![(
                     "Database",
-                    dbs.iter().map(|d| Some(d.0.clone())).collect::<Vec<_>>(),
+                    dbs.iter().map(|d| Some(d.name.clone())).collect::<Vec<_>>(),
                 )];
                 if full {
-                    columns.push(("TYPE", dbs.iter().map(|d| Some(d.1.to_string())).collect()));
                     columns.push((
-                        "ENGINE",
-                        dbs.iter().map(|d| d.2.map(str::to_string)).collect(),
+                        "TYPE",
+                        dbs.iter().map(|d| Some(d.kind.to_string())).collect(),
                     ));
+                    columns.push(("ENGINE", dbs.iter().map(|d| d.engine.clone()).collect()));
                 }
                 text_table(columns)
             }
@@ -468,6 +521,13 @@ impl SqlRunner {
                             .collect(),
                         "BASE TABLE",
                     ),
+                    Some(Namespace::Datasource(source)) => {
+                        drop(snapshot);
+                        (
+                            datasources::postgres::table_names(&source.postgres()?).await?,
+                            "BASE TABLE",
+                        )
+                    }
                 };
                 let header = format!("Tables_in_{db}");
                 let mut columns = vec![(
@@ -648,7 +708,8 @@ impl SqlRunner {
         } else {
             None
         };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot =
+            Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
         // Rewrites keep row order, so they run on one partition.
         let partitions = match statement {
             Statement::Update(_) | Statement::Delete(_) => 1,
@@ -668,6 +729,20 @@ impl SqlRunner {
                 ))
             }
         };
+        // A write into a datasource's table goes to the datasource, not the store.
+        let remote_target = match &plan {
+            LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Insert(_)) => {
+                remote_table(&snapshot, &dml.table_name, &context.db)?
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+                remote_table(&snapshot, &create.name, &context.db)?
+            }
+            _ => None,
+        };
+        if let Some((source, table)) = remote_target {
+            drop(lock);
+            return self.write_remote(state, plan, source, table).await;
+        }
         let job = |state| dml::WriteJob {
             store: Arc::clone(&self.store),
             snapshot,
@@ -736,6 +811,49 @@ impl SqlRunner {
                 }))
             }
         }
+    }
+
+    /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
+    /// remote transaction; the store is not touched.
+    async fn write_remote(
+        &self,
+        state: Session,
+        plan: LogicalPlan,
+        source: datasources::Datasource,
+        table: String,
+    ) -> Result<Outcome> {
+        let settings = source.postgres()?;
+        let (input, existing) = match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+                let existing = match (create.or_replace, create.if_not_exists) {
+                    (true, _) => datasources::table::Existing::Replace,
+                    (false, true) => datasources::table::Existing::Keep,
+                    (false, false) => datasources::table::Existing::Fail,
+                };
+                (create.input.as_ref().clone(), Some(existing))
+            }
+            insert => (insert, None),
+        };
+        let physical = state.create_physical_plan(&input).await?;
+        let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
+        let written = match existing {
+            Some(existing) => {
+                datasources::table::create_table(&settings, &table, existing, stream).await?
+            }
+            // DataFusion's insert plan ends in the datasource's sink and yields one count.
+            None => {
+                let batches = datafusion::physical_plan::common::collect(stream).await?;
+                batches.first().and_then(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+                        .map(|c| c.value(0))
+                })
+            }
+        };
+        Ok(Outcome::Ok {
+            affected_rows: written,
+        })
     }
 
     /// Loads batches into a stored table in one transaction; returns the rows written.
@@ -925,4 +1043,19 @@ fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
         column_names,
         stream: Box::pin(stream),
     }))
+}
+
+/// The datasource and table a write names, when it names a datasource's table.
+fn remote_table(
+    snapshot: &Snapshot,
+    reference: &datafusion::common::TableReference,
+    db: &str,
+) -> Result<Option<(datasources::Datasource, String)>> {
+    let Some((db, table)) = catalog::db_and_table(reference, db) else {
+        return Ok(None);
+    };
+    Ok(match snapshot.namespace(&db)? {
+        Some(Namespace::Datasource(source)) => Some((source, table)),
+        _ => None,
+    })
 }

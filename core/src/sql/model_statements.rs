@@ -244,7 +244,7 @@ fn count(words: &[&Token], k: usize, clause: &str) -> Result<Value> {
 }
 
 /// The index of the `)` that closes the `(` at `open`.
-fn closing_paren(words: &[&Token], open: usize) -> Result<usize> {
+pub(crate) fn closing_paren(words: &[&Token], open: usize) -> Result<usize> {
     let mut depth = 0usize;
     for (i, token) in words.iter().enumerate().skip(open) {
         match token {
@@ -263,7 +263,7 @@ fn closing_paren(words: &[&Token], open: usize) -> Result<usize> {
 
 /// Tokens back to SQL text, spaced plainly (`SELECT * FROM t WHERE a = 'x'`). Quotes are
 /// written again: the tokenizer has unescaped them.
-fn tokens_text(words: &[&Token]) -> String {
+pub(crate) fn tokens_text(words: &[&Token]) -> String {
     let mut out = String::new();
     for (i, token) in words.iter().enumerate() {
         let previous = i.checked_sub(1).map(|p| words[p]);

@@ -158,8 +158,17 @@ impl SqlRunner {
         query: &str,
         target: &str,
     ) -> Result<ReadOnlyQuery> {
+        // `FROM pg (SELECT …)` names a datasource: its query is PostgreSQL's, run there.
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let native = matches!(snapshot.namespace(db)?, Some(Namespace::Datasource(_)));
+        drop(snapshot);
+        let query = if native {
+            format!("SELECT * FROM {db} ({query})")
+        } else {
+            query.to_string()
+        };
         let rows = self
-            .read_only_query(tenant, db, query, |reference, resolved| match resolved {
+            .read_only_query(tenant, db, &query, |reference, resolved| match resolved {
                 Some(_) => Ok(()),
                 None => Err(Error::invalid(format!(
                     "The training query names '{reference}', which is not in this catalog"

@@ -27,7 +27,20 @@ use crate::error::{Error, Result};
 pub(crate) enum Command {
     /// `CREATE PROJECT` / `CREATE DATABASE` without a foreign engine.
     CreateProject { name: String, if_not_exists: bool },
-    /// `DROP PROJECT|DATABASE|SCHEMA`.
+    /// `CREATE DATABASE [IF NOT EXISTS] name [WITH] ENGINE = 'e', PARAMETERS = {…}`.
+    CreateDatasource {
+        name: String,
+        engine: String,
+        parameters: serde_json::Map<String, serde_json::Value>,
+        if_not_exists: bool,
+    },
+    /// `ALTER DATABASE name [WITH] PARAMETERS = {…}` or `ALTER DATABASE name key = value, …`:
+    /// parameters of a datasource to change (a null removes one).
+    AlterDatasource {
+        name: String,
+        parameters: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `DROP PROJECT|DATABASE|SCHEMA`: a project or a datasource.
     DropProject { name: String, if_exists: bool },
     /// `SHOW [FULL] DATABASES`.
     ShowDatabases { full: bool },
@@ -115,7 +128,7 @@ pub(crate) fn parse(
     let tokens = normalise_tokens(tokens);
     let mut commands = Vec::new();
     for statement in split_statements(tokens) {
-        let statement = mindsdb_forms(statement);
+        let statement = native_queries(mindsdb_forms(statement));
         let words: Vec<&Token> = statement
             .iter()
             .map(|t| &t.token)
@@ -311,6 +324,78 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     out
 }
 
+/// Rewrites each native query `FROM db (SELECT …)` (or after JOIN) into the table reference
+/// `db."<NATIVE>SELECT …"`, which the datasource's schema runs as written (see
+/// `datasources::table::NATIVE`). CREATE MODEL and RETRAIN read their own `FROM db (…)`.
+fn native_queries(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    let first = at(0);
+    let trains = first.is_some_and(|t| is_word(t, "RETRAIN") || is_word(t, "FINETUNE"))
+        || (first.and_then(keyword) == Some(Keyword::CREATE)
+            && (1..4)
+                .any(|k| at(k).is_some_and(|t| is_word(t, "MODEL") || is_word(t, "PREDICTOR"))));
+    if trains {
+        return tokens;
+    }
+    let starts_native = |t: Option<&Token>| {
+        matches!(
+            t.and_then(keyword),
+            Some(
+                Keyword::SELECT
+                    | Keyword::WITH
+                    | Keyword::VALUES
+                    | Keyword::TABLE
+                    | Keyword::SHOW
+                    | Keyword::EXPLAIN
+            )
+        )
+    };
+    // (index of the database word, index of the closing parenthesis), in word positions.
+    let mut spans = Vec::new();
+    let mut k = 0;
+    while k + 3 < positions.len() {
+        let after_from = matches!(at(k).and_then(keyword), Some(Keyword::FROM | Keyword::JOIN));
+        if after_from
+            && matches!(at(k + 1), Some(Token::Word(_)))
+            && at(k + 2) == Some(&Token::LParen)
+            && starts_native(at(k + 3))
+        {
+            let words: Vec<&Token> = positions.iter().map(|&i| &tokens[i].token).collect();
+            if let Ok(close) = super::model_statements::closing_paren(&words, k + 2) {
+                spans.push((k + 1, close));
+                k = close + 1;
+                continue;
+            }
+        }
+        k += 1;
+    }
+    if spans.is_empty() {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut next = 0;
+    for (db, close) in spans {
+        out.extend(tokens[next..=positions[db]].iter().cloned());
+        let inner: Vec<&Token> = positions[db + 2..close]
+            .iter()
+            .map(|&i| &tokens[i].token)
+            .collect();
+        let text = super::model_statements::tokens_text(&inner);
+        out.push(synthetic(Token::Period));
+        out.push(synthetic(Token::Word(Word {
+            value: format!("{}{text}", crate::datasources::table::NATIVE),
+            quote_style: Some('"'),
+            keyword: Keyword::NoKeyword,
+        })));
+        next = positions[close] + 1;
+    }
+    out.extend(tokens[next..].iter().cloned());
+    out
+}
+
 /// Recognises MindsDB's own statements; `None` means "standard SQL".
 fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
     let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
@@ -340,15 +425,29 @@ fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
             let is_project = words.get(1).is_some_and(|t| is_word(t, "PROJECT"));
             let (if_not_exists, k) = if_exists_at(words, 2, true);
             let name = name_at(k)?;
-            if !is_project {
-                check_project_engine(&words[k + 1..])?;
-            } else {
+            if is_project {
                 end_at(k + 1)?;
+            } else if let Some((engine, parameters)) = database_engine(&words[k + 1..])? {
+                return Ok(Some(Command::CreateDatasource {
+                    name,
+                    engine,
+                    parameters,
+                    if_not_exists,
+                }));
             }
             Ok(Some(Command::CreateProject {
                 name,
                 if_not_exists,
             }))
+        }
+        Some(Keyword::ALTER) if matches!(kw(1), Some(Keyword::DATABASE)) => {
+            let name = name_at(2)?;
+            let mut k = 3;
+            if kw(k) == Some(Keyword::WITH) {
+                k += 1;
+            }
+            let parameters = alter_pairs(words, k)?;
+            Ok(Some(Command::AlterDatasource { name, parameters }))
         }
         Some(Keyword::DROP) if is_db_word(1) => {
             let (if_exists, k) = if_exists_at(words, 2, false);
@@ -394,35 +493,133 @@ fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
     }
 }
 
-/// After `CREATE DATABASE name`: accepts `[WITH] [ENGINE [=] 'mindsdb']`; other engines belong
-/// to datasources, which this build does not have yet.
-fn check_project_engine(rest: &[&Token]) -> Result<()> {
+/// After `CREATE DATABASE name`: `[WITH] [ENGINE [=] 'e'] [,] [PARAMETERS [=] {…}]`. `None`
+/// means a project (no engine, or `mindsdb` without parameters); otherwise the engine and its
+/// parameters, for a datasource.
+#[allow(clippy::type_complexity)]
+fn database_engine(
+    rest: &[&Token],
+) -> Result<Option<(String, serde_json::Map<String, serde_json::Value>)>> {
     let mut k = 0;
     if rest.get(k).and_then(|t| keyword(t)) == Some(Keyword::WITH) {
         k += 1;
     }
-    if rest.get(k).and_then(|t| keyword(t)) == Some(Keyword::ENGINE) {
-        k += 1;
-        if rest.get(k) == Some(&&Token::Eq) {
-            k += 1;
-        }
-        let engine = match rest.get(k) {
-            Some(Token::SingleQuotedString(s)) | Some(Token::DoubleQuotedString(s)) => s.clone(),
-            Some(Token::Word(w)) => w.value.clone(),
-            _ => return Err(Error::invalid("ENGINE must be followed by an engine name")),
+    if rest.is_empty() || k == rest.len() && k > 0 {
+        return if k == 0 {
+            Ok(None)
+        } else {
+            Err(Error::invalid("WITH must be followed by ENGINE"))
         };
+    }
+    if rest.get(k).and_then(|t| keyword(t)) != Some(Keyword::ENGINE) {
+        return Err(Error::invalid(format!(
+            "Expected ENGINE = 'engine' after the database name, found '{}'",
+            rest[k]
+        )));
+    }
+    k += 1;
+    if rest.get(k) == Some(&&Token::Eq) {
         k += 1;
-        if !engine.eq_ignore_ascii_case("mindsdb") {
-            return Err(Error::invalid(format!(
-                "Database engine '{engine}' is not available in this build; only 'mindsdb' (a project) is"
-            )));
+    }
+    let engine = match rest.get(k) {
+        Some(Token::SingleQuotedString(s)) => s.clone(),
+        Some(Token::Word(w)) => w.value.clone(),
+        _ => return Err(Error::invalid("ENGINE must be followed by an engine name")),
+    };
+    k += 1;
+    if rest.get(k) == Some(&&Token::Comma) {
+        k += 1;
+    }
+    if k == rest.len() {
+        if engine.eq_ignore_ascii_case("mindsdb") {
+            return Ok(None);
+        }
+        return Ok(Some((engine, serde_json::Map::new())));
+    }
+    let parameters = parameters_at(rest, k)?;
+    if engine.eq_ignore_ascii_case("mindsdb") {
+        return Err(Error::invalid("A project takes no PARAMETERS"));
+    }
+    Ok(Some((engine, parameters)))
+}
+
+/// `key = value, …` from word `k` to the end, as changes; `parameters = {…}` (as MindsDB's SDK
+/// writes it) means the object's keys.
+fn alter_pairs(
+    words: &[&Token],
+    mut k: usize,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let mut changes = serde_json::Map::new();
+    if k == words.len() {
+        return Err(Error::invalid(
+            "Expected PARAMETERS = {…} or key = value after ALTER DATABASE name",
+        ));
+    }
+    loop {
+        let key = match words.get(k) {
+            Some(Token::Word(w)) => w.value.to_ascii_lowercase(),
+            Some(Token::SingleQuotedString(s)) => s.to_ascii_lowercase(),
+            other => {
+                return Err(Error::invalid(format!(
+                    "Expected a parameter name, found '{}'",
+                    other.map(|t| t.to_string()).unwrap_or_default()
+                )))
+            }
+        };
+        if words.get(k + 1) != Some(&&Token::Eq) {
+            return Err(Error::invalid(format!("Expected '=' after '{key}'")));
+        }
+        k += 2;
+        let value = super::agent_statements::json_value(words, &mut k)?;
+        match (key.as_str(), value) {
+            ("parameters", serde_json::Value::Object(object)) => changes.extend(object),
+            ("parameters", _) => {
+                return Err(Error::invalid(
+                    "PARAMETERS must be an object: {\"key\": value, …}",
+                ))
+            }
+            (_, value) => {
+                changes.insert(key, value);
+            }
+        }
+        match words.get(k) {
+            None => return Ok(changes),
+            Some(Token::Comma) => k += 1,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "Expected ',' between parameters, found '{other}'"
+                )))
+            }
         }
     }
-    match rest.get(k) {
-        None => Ok(()),
-        Some(_) => Err(Error::invalid(
-            "A project takes no PARAMETERS or other options",
-        )),
+}
+
+/// `PARAMETERS [=] {…}` from word `k` to the end.
+fn parameters_at(
+    words: &[&Token],
+    mut k: usize,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    if !words.get(k).is_some_and(|t| is_word(t, "PARAMETERS")) {
+        return Err(Error::invalid(match words.get(k) {
+            Some(other) => format!("Expected PARAMETERS = {{…}}, found '{other}'"),
+            None => "Expected PARAMETERS = {…}".to_string(),
+        }));
+    }
+    k += 1;
+    if words.get(k) == Some(&&Token::Eq) {
+        k += 1;
+    }
+    let value = super::agent_statements::json_value(words, &mut k)?;
+    let serde_json::Value::Object(parameters) = value else {
+        return Err(Error::invalid(
+            "PARAMETERS must be an object: {\"key\": value, …}",
+        ));
+    };
+    match words.get(k) {
+        None => Ok(parameters),
+        Some(extra) => Err(Error::invalid(format!(
+            "Unexpected '{extra}' after PARAMETERS"
+        ))),
     }
 }
 
@@ -702,14 +899,49 @@ mod tests {
             .unwrap()[0],
             Command::CreateProject { .. }
         ));
+        match &parse(
+            "CREATE DATABASE IF NOT EXISTS pg WITH ENGINE = 'postgres', PARAMETERS = {\"host\": '127.0.0.1', \"port\": 5432}",
+            &none,
+            &HashMap::new(),
+        )
+        .unwrap()[0]
+        {
+            Command::CreateDatasource {
+                name,
+                engine,
+                parameters,
+                if_not_exists: true,
+            } => {
+                assert_eq!((name.as_str(), engine.as_str()), ("pg", "postgres"));
+                assert_eq!(parameters["port"], 5432);
+                assert_eq!(parameters["host"], "127.0.0.1");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            &parse("ALTER DATABASE pg PARAMETERS = {'port': 5433}", &none, &HashMap::new()).unwrap()[0],
+            Command::AlterDatasource { name, parameters } if name == "pg" && parameters["port"] == 5433
+        ));
+        assert!(matches!(
+            &parse("ALTER DATABASE pg password = 'x', port = 1", &none, &HashMap::new()).unwrap()[0],
+            Command::AlterDatasource { parameters, .. } if parameters["password"] == "x" && parameters["port"] == 1
+        ));
         assert!(parse(
-            "CREATE DATABASE pg ENGINE = 'postgres', PARAMETERS = {}",
+            "CREATE DATABASE p ENGINE = 'mindsdb', PARAMETERS = {}",
             &none,
             &HashMap::new()
         )
         .unwrap_err()
         .message()
-        .contains("postgres"));
+        .contains("no PARAMETERS"));
+        assert!(parse(
+            "CREATE DATABASE p ENGINE = 'postgres' PARAMETERS = [1]",
+            &none,
+            &HashMap::new()
+        )
+        .unwrap_err()
+        .message()
+        .contains("must be an object"));
         assert!(matches!(
             parse("SHOW FULL DATABASES", &none, &HashMap::new()).unwrap()[0],
             Command::ShowDatabases { full: true }

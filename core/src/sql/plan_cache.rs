@@ -43,8 +43,12 @@ impl PlanKey {
     /// The key of `request` run as `tenant` with `db` as its current database; `None` when
     /// the request is too large to be worth keeping.
     pub(crate) fn new(tenant: TenantId, db: &str, request: &QueryRequest) -> Option<Self> {
-        // Typed parameters are rare (the in-process fronts' dates and bytes): not worth a key.
-        if request.query.len() > MAX_KEY_BYTES || !request.typed_params.is_empty() {
+        // Typed parameters are rare (the in-process fronts' dates and bytes): not worth a key;
+        // nor are requests that show secrets, whose system tables differ from everyone else's.
+        if request.query.len() > MAX_KEY_BYTES
+            || !request.typed_params.is_empty()
+            || request.context.show_secrets
+        {
             return None;
         }
         let params = if request.params.is_empty() {

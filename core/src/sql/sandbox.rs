@@ -65,25 +65,51 @@ pub(crate) fn refused(why: impl std::fmt::Display) -> Error {
 impl SqlRunner {
     /// The stored tables `allowed` names that exist now, with their columns' names and SQL
     /// types, by database and name.
-    pub(crate) fn tables_matching(
+    pub(crate) async fn tables_matching(
         &self,
         tenant: TenantId,
         allowed: &Allowed,
     ) -> Result<Vec<TableShape>> {
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let mut out = Vec::new();
-        let mut dbs: Vec<&String> = allowed.0.iter().map(|(db, _)| db).collect();
+        let mut dbs: Vec<String> = allowed.0.iter().map(|(db, _)| db.clone()).collect();
         dbs.sort();
         dbs.dedup();
         for db in dbs {
-            // Stored tables live in projects and, uploaded, in `files`.
-            let holder = match snapshot.namespace(db)? {
+            let namespace = Snapshot::new(Arc::clone(&self.store), tenant)?.namespace(&db)?;
+            // Stored tables live in projects and, uploaded, in `files`; a datasource's are
+            // asked for (the snapshot is not held across the network).
+            let holder = match namespace {
                 Some(Namespace::Project(project)) => project.name,
                 Some(Namespace::Files) => super::FILES_DB.to_string(),
+                Some(Namespace::Datasource(source)) => {
+                    let settings = source.postgres()?;
+                    for table in crate::datasources::postgres::table_names(&settings).await? {
+                        if !allowed.permits(&db, &table) {
+                            continue;
+                        }
+                        let Some(columns) =
+                            crate::datasources::postgres::table_columns(&settings, &table).await?
+                        else {
+                            continue;
+                        };
+                        out.push(TableShape {
+                            db: source.name.clone(),
+                            table,
+                            columns: columns
+                                .iter()
+                                .map(|c| {
+                                    (c.name.clone(), super::sql_type_name(&c.kind.data_type()))
+                                })
+                                .collect(),
+                        });
+                    }
+                    continue;
+                }
                 _ => continue,
             };
+            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
             for table in snapshot.tables(&holder)? {
-                if !allowed.permits(db, &table.name) {
+                if !allowed.permits(&db, &table.name) {
                     continue;
                 }
                 let schema = snapshot.table_schema(table.id)?;

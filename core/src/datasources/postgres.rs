@@ -1,0 +1,794 @@
+//! PostgreSQL datasources: connection settings, the catalog of a remote schema, and reading
+//! rows as Arrow batches. Rows arrive in PostgreSQL's binary format and are decoded by column
+//! type here, batch by batch, so a scan never holds more than one batch of a result.
+//!
+//! The client is `tokio-postgres` over plain TCP (no TLS stack, so no OpenSSL in the build).
+//! SQL text for pushed-down filters comes from DataFusion's unparser (see [`super::pushdown`]);
+//! what this module writes itself is only quoted identifiers and casts.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::{
+    ArrayBuilder, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder,
+    Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
+    RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::sql::sqlparser::ast::Ident;
+use futures::{Stream, StreamExt};
+use serde_json::{Map, Value};
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::{Client, NoTls, RowStream};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The engine name in `CREATE DATABASE … ENGINE = 'postgres'`.
+pub(crate) const ENGINE: &str = "postgres";
+
+/// The PARAMETERS keys a PostgreSQL datasource takes.
+const KEYS: [&str; 8] = [
+    "host",
+    "port",
+    "database",
+    "user",
+    "password",
+    "schema",
+    "connect_timeout",
+    "push_down",
+];
+
+/// How long a connection attempt may take unless `connect_timeout` says otherwise.
+const DEFAULT_CONNECT_TIMEOUT: u64 = 10;
+
+/// Checked connection settings of one PostgreSQL datasource.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) database: String,
+    pub(crate) user: String,
+    password: String,
+    /// The schema whose tables the datasource shows (`public` unless given).
+    pub(crate) schema: String,
+    connect_timeout: Duration,
+    /// Whether filters and limits are sent to PostgreSQL (on unless `push_down` is false; off
+    /// is for measuring what push-down saves).
+    pub(crate) push_down: bool,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs and error messages.
+        f.debug_struct("Settings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("database", &self.database)
+            .field("user", &self.user)
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// Reads PARAMETERS, refusing unknown keys and values of the wrong kind by name.
+    pub(crate) fn from_parameters(parameters: &Map<String, Value>) -> Result<Self> {
+        if let Some(unknown) = parameters.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(Error::invalid(format!(
+                "Unknown PostgreSQL parameter '{unknown}'; the parameters are {}",
+                KEYS.join(", ")
+            )));
+        }
+        let text = |key: &str, default: Option<&str>| -> Result<String> {
+            match parameters.get(key) {
+                Some(Value::String(s)) if !s.is_empty() || default.is_some() => Ok(s.clone()),
+                Some(Value::Number(n)) if key != "host" => Ok(n.to_string()),
+                Some(Value::String(_)) => Err(Error::invalid(format!(
+                    "PostgreSQL parameter '{key}' must not be empty"
+                ))),
+                Some(other) => Err(Error::invalid(format!(
+                    "PostgreSQL parameter '{key}' must be text, got {other}"
+                ))),
+                None => default.map(str::to_string).ok_or_else(|| {
+                    Error::invalid(format!("PostgreSQL parameter '{key}' is required"))
+                }),
+            }
+        };
+        let whole = |key: &str, default: u64, max: u64| -> Result<u64> {
+            let value = match parameters.get(key) {
+                None => return Ok(default),
+                Some(Value::Number(n)) => n.as_u64(),
+                Some(Value::String(s)) => s.trim().parse().ok(),
+                Some(_) => None,
+            };
+            value.filter(|v| (1..=max).contains(v)).ok_or_else(|| {
+                Error::invalid(format!(
+                    "PostgreSQL parameter '{key}' must be a whole number from 1 to {max}"
+                ))
+            })
+        };
+        let push_down = match parameters.get("push_down") {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "PostgreSQL parameter 'push_down' must be true or false, got {other}"
+                )))
+            }
+        };
+        Ok(Settings {
+            host: text("host", None)?,
+            port: whole("port", 5432, u64::from(u16::MAX))? as u16,
+            database: text("database", None)?,
+            user: text("user", None)?,
+            password: text("password", Some(""))?,
+            schema: text("schema", Some("public"))?,
+            connect_timeout: Duration::from_secs(whole(
+                "connect_timeout",
+                DEFAULT_CONNECT_TIMEOUT,
+                600,
+            )?),
+            push_down,
+        })
+    }
+
+    /// Opens a connection; its driver runs on the current tokio runtime until the client drops.
+    pub(crate) async fn connect(&self) -> Result<Client> {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host(&self.host)
+            .port(self.port)
+            .dbname(&self.database)
+            .user(&self.user)
+            .connect_timeout(self.connect_timeout)
+            .application_name("mindlite");
+        if !self.password.is_empty() {
+            config.password(&self.password);
+        }
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "Cannot connect to PostgreSQL at {}:{} (database '{}', user '{}'): {}",
+                    self.host,
+                    self.port,
+                    self.database,
+                    self.user,
+                    error_text(&e)
+                ),
+            )
+        })?;
+        tokio::spawn(async move {
+            // Ends when the client is dropped or the server goes away; either way the
+            // queries that were waiting see the error.
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    /// The table `table` of the datasource's schema, quoted.
+    pub(crate) fn qualified(&self, table: &str) -> String {
+        format!("{}.{}", quote(&self.schema), quote(table))
+    }
+}
+
+/// A PostgreSQL error as its server message (with detail) or the client's own text.
+pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_string(),
+        },
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(inner) = source {
+                text = format!("{text}: {inner}");
+                source = inner.source();
+            }
+            text
+        }
+    }
+}
+
+/// A failed remote statement as an error naming the datasource.
+pub(crate) fn query_error(e: &tokio_postgres::Error) -> Error {
+    let kind = if e.as_db_error().is_some() {
+        ErrorKind::InvalidInput
+    } else {
+        ErrorKind::Unavailable
+    };
+    Error::new(kind, format!("PostgreSQL: {}", error_text(e)))
+}
+
+/// `name` as a PostgreSQL identifier, always quoted (so case and odd characters survive).
+pub(crate) fn quote(name: &str) -> String {
+    Ident::with_quote('"', name).to_string()
+}
+
+/// The tables and views of the datasource's schema, by name.
+pub(crate) async fn table_names(settings: &Settings) -> Result<Vec<String>> {
+    let client = settings.connect().await?;
+    let rows = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = $1 ORDER BY table_name",
+            &[&settings.schema],
+        )
+        .await
+        .map_err(|e| query_error(&e))?;
+    Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+}
+
+/// How one column's values are read and what Arrow type they become.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kind {
+    Bool,
+    Int16,
+    Int32,
+    Int64,
+    /// `oid` and other unsigned 32-bit values, widened.
+    Oid,
+    Float32,
+    Float64,
+    /// `numeric(p, s)` with p ≤ 38: exact.
+    Decimal(u8, i8),
+    /// `numeric` without a precision: as a double.
+    Numeric,
+    Text,
+    Jsonb,
+    Date,
+    Timestamp,
+    TimestampTz,
+    Uuid,
+    Bytes,
+    /// Any other type; table scans select it as `::text` (a native query must cast it itself).
+    AsText,
+}
+
+impl Kind {
+    /// The kind for a type (by its oid) and modifier (`atttypmod`, −1 when unknown).
+    pub(crate) fn of(ty: &Type, typmod: i32) -> Kind {
+        match *ty {
+            Type::BOOL => Kind::Bool,
+            Type::INT2 => Kind::Int16,
+            Type::INT4 => Kind::Int32,
+            Type::INT8 => Kind::Int64,
+            Type::OID => Kind::Oid,
+            Type::FLOAT4 => Kind::Float32,
+            Type::FLOAT8 => Kind::Float64,
+            Type::NUMERIC => {
+                // typmod = ((precision << 16) | scale) + 4
+                if typmod >= 4 {
+                    let precision = ((typmod - 4) >> 16) & 0xffff;
+                    let scale = (typmod - 4) & 0xffff;
+                    if (1..=38).contains(&precision) && scale <= precision {
+                        return Kind::Decimal(precision as u8, scale as i8);
+                    }
+                }
+                Kind::Numeric
+            }
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON | Type::XML => {
+                Kind::Text
+            }
+            Type::JSONB => Kind::Jsonb,
+            Type::DATE => Kind::Date,
+            Type::TIMESTAMP => Kind::Timestamp,
+            Type::TIMESTAMPTZ => Kind::TimestampTz,
+            Type::UUID => Kind::Uuid,
+            Type::BYTEA => Kind::Bytes,
+            _ => Kind::AsText,
+        }
+    }
+
+    /// The Arrow type its values become.
+    pub(crate) fn data_type(self) -> DataType {
+        match self {
+            Kind::Bool => DataType::Boolean,
+            Kind::Int16 => DataType::Int16,
+            Kind::Int32 => DataType::Int32,
+            Kind::Int64 | Kind::Oid => DataType::Int64,
+            Kind::Float32 => DataType::Float32,
+            Kind::Float64 | Kind::Numeric => DataType::Float64,
+            Kind::Decimal(p, s) => DataType::Decimal128(p, s),
+            Kind::Text | Kind::Jsonb | Kind::Uuid | Kind::AsText => DataType::Utf8,
+            Kind::Date => DataType::Date32,
+            Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Kind::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            Kind::Bytes => DataType::Binary,
+        }
+    }
+
+    /// Whether SQL comparing this column in PostgreSQL means what it means in DataFusion.
+    pub(crate) fn compares_alike(self) -> bool {
+        !matches!(self, Kind::AsText | Kind::Jsonb | Kind::Bytes)
+    }
+}
+
+/// A remote column: its name and how it is read.
+#[derive(Debug, Clone)]
+pub(crate) struct Column {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) nullable: bool,
+}
+
+impl Column {
+    /// The select-list item that reads it.
+    pub(crate) fn select_item(&self) -> String {
+        match self.kind {
+            Kind::AsText => format!("{}::text", quote(&self.name)),
+            _ => quote(&self.name),
+        }
+    }
+}
+
+/// The columns of `table` in the datasource's schema; `None` when there is no such table.
+pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Option<Vec<Column>>> {
+    let client = settings.connect().await?;
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull \
+             FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'v', 'm', 'p', 'f') \
+               AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&settings.schema, &table],
+        )
+        .await
+        .map_err(|e| query_error(&e))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        rows.iter()
+            .map(|row| {
+                let oid = row.get::<_, i64>(1) as u32;
+                let ty = Type::from_oid(oid).unwrap_or(Type::UNKNOWN);
+                Column {
+                    name: row.get(0),
+                    kind: Kind::of(&ty, row.get(2)),
+                    nullable: !row.get::<_, bool>(3),
+                }
+            })
+            .collect(),
+    ))
+}
+
+/// The columns a native query returns, from PostgreSQL's description of the prepared text.
+/// Names repeated in the result get `_1`, `_2`… so every column can be addressed.
+pub(crate) async fn query_columns(settings: &Settings, sql: &str) -> Result<Vec<Column>> {
+    let client = settings.connect().await?;
+    let statement = client.prepare(sql).await.map_err(|e| query_error(&e))?;
+    let mut columns: Vec<Column> = Vec::new();
+    for c in statement.columns() {
+        let kind = Kind::of(c.type_(), -1);
+        if kind == Kind::AsText {
+            return Err(Error::invalid(format!(
+                "Column '{}' of the native query has the PostgreSQL type '{}', which mindlite \
+                 cannot read yet; cast it in the query (for example {}::text)",
+                c.name(),
+                c.type_().name(),
+                quote(c.name())
+            )));
+        }
+        let mut name = c.name().to_string();
+        let mut n = 0;
+        while columns.iter().any(|seen| seen.name == name) {
+            n += 1;
+            name = format!("{}_{n}", c.name());
+        }
+        columns.push(Column {
+            name,
+            kind,
+            nullable: true,
+        });
+    }
+    Ok(columns)
+}
+
+/// The Arrow schema of `columns`.
+pub(crate) fn schema_of(columns: &[Column]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(&c.name, c.kind.data_type(), c.nullable))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// A value in PostgreSQL's binary format, taken as it comes; decoded by [`Kind`].
+struct Raw<'a>(&'a [u8]);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(raw))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// Runs `sql` and yields its rows as batches of up to `batch_size` rows of `schema`, read as
+/// `kinds` say. Rows stream from the server; nothing waits for the whole result, and dropping
+/// the stream closes the connection, which ends the query on the server.
+pub(crate) fn read_rows(
+    settings: Settings,
+    sql: String,
+    schema: SchemaRef,
+    kinds: Vec<Kind>,
+    batch_size: usize,
+) -> impl Stream<Item = Result<RecordBatch>> + Send {
+    enum State {
+        Start(Settings, String),
+        /// The client is kept with its rows: its connection serves them.
+        Reading(Client, Pin<Box<RowStream>>),
+        /// The rows ended (a row stream must not be polled after its end).
+        Done,
+    }
+    let batch_size = batch_size.max(1);
+    futures::stream::try_unfold(State::Start(settings, sql), move |state| {
+        let schema = Arc::clone(&schema);
+        let kinds = kinds.clone();
+        async move {
+            let (client, mut rows) = match state {
+                State::Start(settings, sql) => {
+                    let client = settings.connect().await?;
+                    let rows = client
+                        .query_raw(sql.as_str(), std::iter::empty::<&(dyn ToSql + Sync)>())
+                        .await
+                        .map_err(|e| query_error(&e))?;
+                    (client, Box::pin(rows))
+                }
+                State::Reading(client, rows) => (client, rows),
+                State::Done => return Ok(None),
+            };
+            let mut chunk = Vec::with_capacity(batch_size);
+            let mut ended = false;
+            while chunk.len() < batch_size {
+                match rows.next().await {
+                    Some(row) => chunk.push(row.map_err(|e| query_error(&e))?),
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            if chunk.is_empty() {
+                return Ok(None);
+            }
+            let batch = decode(&schema, &kinds, &chunk)?;
+            let next = if ended {
+                State::Done
+            } else {
+                State::Reading(client, rows)
+            };
+            Ok(Some((batch, next)))
+        }
+    })
+}
+
+/// Decodes rows into one batch of `schema`.
+fn decode(schema: &SchemaRef, kinds: &[Kind], rows: &[tokio_postgres::Row]) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(kinds.len());
+    for (i, kind) in kinds.iter().enumerate() {
+        let mut builder = Builder::new(*kind, rows.len());
+        for row in rows {
+            let raw: Option<Raw> = row.try_get(i).map_err(|e| query_error(&e))?;
+            builder.push(raw.map(|r| r.0)).map_err(|message| {
+                Error::new(
+                    ErrorKind::InvalidData,
+                    format!(
+                        "Column '{}' from PostgreSQL: {message}",
+                        schema.field(i).name()
+                    ),
+                )
+            })?;
+        }
+        columns.push(builder.finish());
+    }
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+    )?)
+}
+
+/// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+/// Days between 1970-01-01 and 2000-01-01.
+const PG_EPOCH_DAYS: i32 = 10_957;
+
+/// One column's values as they are decoded.
+enum Builder {
+    Bool(BooleanBuilder),
+    Int16(Int16Builder),
+    Int32(Int32Builder),
+    Int64(Int64Builder, Kind),
+    Float32(Float32Builder),
+    Float64(Float64Builder, Kind),
+    Decimal(Decimal128Builder, i8),
+    Text(StringBuilder, Kind),
+    Date(Date32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+    Bytes(BinaryBuilder),
+}
+
+impl Builder {
+    fn new(kind: Kind, rows: usize) -> Builder {
+        match kind {
+            Kind::Bool => Builder::Bool(BooleanBuilder::with_capacity(rows)),
+            Kind::Int16 => Builder::Int16(Int16Builder::with_capacity(rows)),
+            Kind::Int32 => Builder::Int32(Int32Builder::with_capacity(rows)),
+            Kind::Int64 | Kind::Oid => Builder::Int64(Int64Builder::with_capacity(rows), kind),
+            Kind::Float32 => Builder::Float32(Float32Builder::with_capacity(rows)),
+            Kind::Float64 | Kind::Numeric => {
+                Builder::Float64(Float64Builder::with_capacity(rows), kind)
+            }
+            Kind::Decimal(p, s) => Builder::Decimal(
+                Decimal128Builder::with_capacity(rows)
+                    .with_precision_and_scale(p, s)
+                    .expect("precision 1..=38 and scale ≤ precision were checked"),
+                s,
+            ),
+            Kind::Text | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
+                Builder::Text(StringBuilder::with_capacity(rows, rows * 16), kind)
+            }
+            Kind::Date => Builder::Date(Date32Builder::with_capacity(rows)),
+            Kind::Timestamp => Builder::Timestamp(TimestampMicrosecondBuilder::with_capacity(rows)),
+            Kind::TimestampTz => Builder::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("UTC"),
+            ),
+            Kind::Bytes => Builder::Bytes(BinaryBuilder::with_capacity(rows, rows * 16)),
+        }
+    }
+
+    fn push(&mut self, raw: Option<&[u8]>) -> std::result::Result<(), String> {
+        let Some(raw) = raw else {
+            match self {
+                Builder::Bool(b) => b.append_null(),
+                Builder::Int16(b) => b.append_null(),
+                Builder::Int32(b) => b.append_null(),
+                Builder::Int64(b, _) => b.append_null(),
+                Builder::Float32(b) => b.append_null(),
+                Builder::Float64(b, _) => b.append_null(),
+                Builder::Decimal(b, _) => b.append_null(),
+                Builder::Text(b, _) => b.append_null(),
+                Builder::Date(b) => b.append_null(),
+                Builder::Timestamp(b) => b.append_null(),
+                Builder::Bytes(b) => b.append_null(),
+            }
+            return Ok(());
+        };
+        let fixed = |n: usize| -> std::result::Result<&[u8], String> {
+            raw.get(..n)
+                .filter(|_| raw.len() == n)
+                .ok_or_else(|| format!("expected {n} bytes, got {}", raw.len()))
+        };
+        match self {
+            Builder::Bool(b) => b.append_value(fixed(1)?[0] != 0),
+            Builder::Int16(b) => b.append_value(i16::from_be_bytes(fixed(2)?.try_into().unwrap())),
+            Builder::Int32(b) => b.append_value(i32::from_be_bytes(fixed(4)?.try_into().unwrap())),
+            Builder::Int64(b, Kind::Oid) => {
+                b.append_value(i64::from(u32::from_be_bytes(fixed(4)?.try_into().unwrap())))
+            }
+            Builder::Int64(b, _) => {
+                b.append_value(i64::from_be_bytes(fixed(8)?.try_into().unwrap()))
+            }
+            Builder::Float32(b) => {
+                b.append_value(f32::from_be_bytes(fixed(4)?.try_into().unwrap()))
+            }
+            Builder::Float64(b, Kind::Numeric) => b.append_option(numeric(raw)?.to_f64()),
+            Builder::Float64(b, _) => {
+                b.append_value(f64::from_be_bytes(fixed(8)?.try_into().unwrap()))
+            }
+            Builder::Decimal(b, scale) => b.append_option(numeric(raw)?.to_scaled(*scale)),
+            Builder::Text(b, Kind::Uuid) => {
+                let bytes = fixed(16)?;
+                let hex: String = bytes.iter().map(|x| format!("{x:02x}")).collect();
+                b.append_value(format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[0..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..32]
+                ))
+            }
+            Builder::Text(b, kind) => {
+                // jsonb's binary form is a version byte (1) and the JSON text.
+                let text = if *kind == Kind::Jsonb {
+                    raw.get(1..).unwrap_or_default()
+                } else {
+                    raw
+                };
+                b.append_value(std::str::from_utf8(text).map_err(|e| e.to_string())?)
+            }
+            Builder::Date(b) => {
+                let days = i32::from_be_bytes(fixed(4)?.try_into().unwrap());
+                // ±infinity have no Arrow date: they read as NULL.
+                if days == i32::MAX || days == i32::MIN {
+                    b.append_null()
+                } else {
+                    b.append_value(days + PG_EPOCH_DAYS)
+                }
+            }
+            Builder::Timestamp(b) => {
+                let micros = i64::from_be_bytes(fixed(8)?.try_into().unwrap());
+                if micros == i64::MAX || micros == i64::MIN {
+                    b.append_null()
+                } else {
+                    b.append_value(micros + PG_EPOCH_MICROS)
+                }
+            }
+            Builder::Bytes(b) => b.append_value(raw),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> ArrayRef {
+        fn done(mut b: impl ArrayBuilder) -> ArrayRef {
+            b.finish()
+        }
+        match self {
+            Builder::Bool(b) => done(b),
+            Builder::Int16(b) => done(b),
+            Builder::Int32(b) => done(b),
+            Builder::Int64(b, _) => done(b),
+            Builder::Float32(b) => done(b),
+            Builder::Float64(b, _) => done(b),
+            Builder::Decimal(b, _) => done(b),
+            Builder::Text(b, _) => done(b),
+            Builder::Date(b) => done(b),
+            Builder::Timestamp(b) => done(b),
+            Builder::Bytes(b) => done(b),
+        }
+    }
+}
+
+/// A `numeric` in PostgreSQL's binary form: base-10000 digits, the weight of the first, a sign.
+struct Numeric {
+    negative: bool,
+    /// NaN and ±infinity have no Arrow value.
+    special: bool,
+    weight: i16,
+    digits: Vec<u16>,
+}
+
+fn numeric(raw: &[u8]) -> std::result::Result<Numeric, String> {
+    let word = |i: usize| -> std::result::Result<u16, String> {
+        raw.get(i * 2..i * 2 + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| "a truncated numeric".to_string())
+    };
+    let ndigits = word(0)? as usize;
+    let weight = word(1)? as i16;
+    let sign = word(2)?;
+    let digits = (0..ndigits)
+        .map(|i| word(4 + i))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Numeric {
+        negative: sign == 0x4000,
+        special: sign != 0 && sign != 0x4000,
+        weight,
+        digits,
+    })
+}
+
+impl Numeric {
+    fn to_f64(&self) -> Option<f64> {
+        if self.special {
+            return None;
+        }
+        // Through text, so the double is the correctly rounded one.
+        let mut text = String::with_capacity(self.digits.len() * 4 + 8);
+        if self.negative {
+            text.push('-');
+        }
+        text.push_str("0.");
+        for d in &self.digits {
+            text.push_str(&format!("{d:04}"));
+        }
+        text.push_str(&format!("e{}", (i32::from(self.weight) + 1) * 4));
+        text.parse().ok()
+    }
+
+    fn to_scaled(&self, scale: i8) -> Option<i128> {
+        if self.special {
+            return None;
+        }
+        let mut value: i128 = 0;
+        // Digit i is worth 10000^(weight - i); scaled by 10^scale.
+        for (i, d) in self.digits.iter().enumerate() {
+            let exponent = 4 * (i32::from(self.weight) - i as i32) + i32::from(scale);
+            let part = if exponent >= 0 {
+                i128::from(*d).checked_mul(10i128.checked_pow(exponent as u32)?)?
+            } else {
+                // Beyond the scale: a numeric(p, s) column holds none, so only truncation of
+                // digits PostgreSQL already rounded away.
+                i128::from(*d) / 10i128.checked_pow((-exponent) as u32).unwrap_or(i128::MAX)
+            };
+            value = value.checked_add(part)?;
+        }
+        Some(if self.negative { -value } else { value })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn numeric_bytes(weight: i16, sign: u16, dscale: u16, digits: &[u16]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for w in [digits.len() as u16, weight as u16, sign, dscale] {
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+        for d in digits {
+            out.extend_from_slice(&d.to_be_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn numerics_decode_exactly_and_as_doubles() {
+        // 12345.678 = 1 2345 . 6780
+        let n = numeric(&numeric_bytes(1, 0, 3, &[1, 2345, 6780])).unwrap();
+        assert_eq!(n.to_scaled(3), Some(12_345_678));
+        assert_eq!(n.to_f64(), Some(12345.678));
+        // -0.05 = 0 . 0500 (weight -1)
+        let n = numeric(&numeric_bytes(-1, 0x4000, 2, &[500])).unwrap();
+        assert_eq!(n.to_scaled(2), Some(-5));
+        assert_eq!(n.to_f64(), Some(-0.05));
+        let nan = numeric(&numeric_bytes(0, 0xC000, 0, &[])).unwrap();
+        assert_eq!(nan.to_f64(), None);
+        let zero = numeric(&numeric_bytes(0, 0, 0, &[])).unwrap();
+        assert_eq!(zero.to_scaled(2), Some(0));
+    }
+
+    #[test]
+    fn numeric_modifiers_give_decimals() {
+        let typmod = ((10 << 16) | 2) + 4;
+        assert_eq!(Kind::of(&Type::NUMERIC, typmod), Kind::Decimal(10, 2));
+        assert_eq!(Kind::of(&Type::NUMERIC, -1), Kind::Numeric);
+        assert_eq!(Kind::of(&Type::INTERVAL, -1), Kind::AsText);
+    }
+
+    #[test]
+    fn settings_name_what_is_wrong() {
+        let params = |v: Value| v.as_object().unwrap().clone();
+        let err =
+            Settings::from_parameters(&params(json!({"host": "h", "user": "u"}))).unwrap_err();
+        assert!(err.message().contains("'database' is required"), "{err}");
+        let err = Settings::from_parameters(&params(
+            json!({"host": "h", "user": "u", "database": "d", "sslmode": "x"}),
+        ))
+        .unwrap_err();
+        assert!(
+            err.message()
+                .contains("Unknown PostgreSQL parameter 'sslmode'"),
+            "{err}"
+        );
+        let err = Settings::from_parameters(&params(
+            json!({"host": "h", "user": "u", "database": "d", "port": 70000}),
+        ))
+        .unwrap_err();
+        assert!(err.message().contains("'port'"), "{err}");
+        let ok = Settings::from_parameters(&params(
+            json!({"host": "h", "user": "u", "database": "d", "port": "5433", "password": "s3cret"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            (ok.port, ok.schema.as_str(), ok.push_down),
+            (5433, "public", true)
+        );
+        assert!(!format!("{ok:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,170 @@
+//! Which filters of a query go to the remote database, and their SQL text. A filter is sent
+//! only when the remote database would compute exactly what DataFusion computes, so the rows
+//! that come back need no second check: comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists,
+//! BETWEEN, LIKE and simple arithmetic over columns and literals. Ordering comparisons of text
+//! stay local (a remote collation may sort differently from DataFusion's byte order), as does
+//! anything over a column read as text. The text is DataFusion's unparser's, PostgreSQL dialect.
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column as DfColumn, ScalarValue};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use datafusion::sql::unparser::dialect::PostgreSqlDialect;
+use datafusion::sql::unparser::Unparser;
+
+use super::postgres::{Column, Kind};
+
+/// The SQL condition for `filter` over `columns`, or `None` when it must run locally.
+pub(crate) fn remote_filter(filter: &Expr, columns: &[Column]) -> Option<String> {
+    if !supported(filter, columns) {
+        return None;
+    }
+    // Columns unqualified: the remote statement reads one table under its own name.
+    let bare = filter
+        .clone()
+        .transform(|e| {
+            Ok(match e {
+                Expr::Column(c) => {
+                    Transformed::yes(Expr::Column(DfColumn::new_unqualified(c.name)))
+                }
+                other => Transformed::no(other),
+            })
+        })
+        .ok()?
+        .data;
+    let sql = Unparser::new(&PostgreSqlDialect {})
+        .expr_to_sql(&bare)
+        .ok()?;
+    Some(sql.to_string())
+}
+
+fn column_kind(expr: &Expr, columns: &[Column]) -> Option<Kind> {
+    match expr {
+        Expr::Column(c) => columns
+            .iter()
+            .find(|col| col.name == c.name)
+            .map(|col| col.kind),
+        _ => None,
+    }
+}
+
+/// Whether `expr` holds text: a text column or a text literal anywhere in it.
+fn has_text(expr: &Expr, columns: &[Column]) -> bool {
+    expr.exists(|e| {
+        Ok(match e {
+            Expr::Column(_) => column_kind(e, columns) == Some(Kind::Text),
+            Expr::Literal(v, _) => matches!(
+                v,
+                ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_)
+            ),
+            _ => false,
+        })
+    })
+    .unwrap_or(true)
+}
+
+fn literal_ok(value: &ScalarValue) -> bool {
+    match value {
+        ScalarValue::Null
+        | ScalarValue::Boolean(_)
+        | ScalarValue::Int8(_)
+        | ScalarValue::Int16(_)
+        | ScalarValue::Int32(_)
+        | ScalarValue::Int64(_)
+        | ScalarValue::UInt8(_)
+        | ScalarValue::UInt16(_)
+        | ScalarValue::UInt32(_)
+        | ScalarValue::Utf8(_)
+        | ScalarValue::LargeUtf8(_)
+        | ScalarValue::Utf8View(_)
+        | ScalarValue::Date32(_)
+        | ScalarValue::Decimal128(_, _, _) => true,
+        // NaN and infinities compare differently in PostgreSQL.
+        ScalarValue::Float32(v) => v.is_none_or(|v| v.is_finite()),
+        ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
+        _ => false,
+    }
+}
+
+fn supported(expr: &Expr, columns: &[Column]) -> bool {
+    let ok = |e: &Expr| supported(e, columns);
+    match expr {
+        Expr::Column(_) => column_kind(expr, columns).is_some_and(Kind::compares_alike),
+        Expr::Literal(value, _) => literal_ok(value),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let allowed = match op {
+                Operator::Eq | Operator::NotEq | Operator::And | Operator::Or => true,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
+                    !has_text(left, columns) && !has_text(right, columns)
+                }
+                Operator::Plus | Operator::Minus | Operator::Multiply => {
+                    !has_text(left, columns) && !has_text(right, columns)
+                }
+                _ => false,
+            };
+            allowed && ok(left) && ok(right)
+        }
+        Expr::Not(e)
+        | Expr::IsNull(e)
+        | Expr::IsNotNull(e)
+        | Expr::IsTrue(e)
+        | Expr::IsFalse(e)
+        | Expr::IsNotTrue(e)
+        | Expr::IsNotFalse(e) => ok(e),
+        Expr::Between(b) => !has_text(&b.expr, columns) && ok(&b.expr) && ok(&b.low) && ok(&b.high),
+        Expr::InList(list) => {
+            ok(&list.expr)
+                && list
+                    .list
+                    .iter()
+                    .all(|e| matches!(e, Expr::Literal(v, _) if literal_ok(v) && !v.is_null()))
+        }
+        Expr::Like(like) => like.escape_char.is_none() && ok(&like.expr) && ok(&like.pattern),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::logical_expr::{col, lit};
+
+    fn columns() -> Vec<Column> {
+        let c = |name: &str, kind| Column {
+            name: name.into(),
+            kind,
+            nullable: true,
+        };
+        vec![
+            c("id", Kind::Int64),
+            c("name", Kind::Text),
+            c("span", Kind::AsText),
+        ]
+    }
+
+    #[test]
+    fn comparable_filters_become_sql() {
+        let cols = columns();
+        let sql = |e: Expr| remote_filter(&e, &cols);
+        assert_eq!(
+            sql(col("id").gt(lit(5i64)).and(col("name").eq(lit("a")))).as_deref(),
+            Some(r#"(("id" > 5) AND ("name" = 'a'))"#)
+        );
+        assert_eq!(
+            sql(col("name").in_list(vec![lit("it's")], false)).as_deref(),
+            Some(r#""name" IN ('it''s')"#)
+        );
+        assert!(sql(col("name").like(lit("a%"))).is_some());
+    }
+
+    #[test]
+    fn filters_that_could_differ_stay_local() {
+        let cols = columns();
+        let sql = |e: Expr| remote_filter(&e, &cols);
+        // Text order depends on the remote collation.
+        assert_eq!(sql(col("name").lt(lit("m"))), None);
+        // A column read as text is not the remote type.
+        assert_eq!(sql(col("span").eq(lit("1 day"))), None);
+        assert_eq!(sql(col("id").gt(lit(f64::NAN))), None);
+        assert_eq!(sql(col("missing").eq(lit(1))), None);
+    }
+}

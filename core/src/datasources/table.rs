@@ -1,0 +1,579 @@
+//! Remote tables as DataFusion sees them: [`RemoteTable`] (a table of a datasource, with
+//! projections, filters and limits pushed down), [`NativeQuery`] (`SELECT … FROM pg (raw SQL)`,
+//! run as written), the scan operator both plan into, and writes (`INSERT INTO pg.t …`,
+//! `CREATE TABLE pg.t (SELECT …)`), each one remote transaction.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+use tokio_postgres::types::{Format, IsNull, ToSql, Type};
+
+use super::postgres::{self, query_error, quote, Column, Kind, Settings};
+use super::pushdown;
+use crate::error::{Error, Result};
+
+/// Marks a table name that is really a native query's text: `FROM pg (SELECT …)` reaches the
+/// datasource's schema as the table `pg."\u{1}SELECT …"` (a name no real table has).
+pub(crate) const NATIVE: char = '\u{1}';
+
+/// A table of a datasource.
+#[derive(Debug)]
+pub(crate) struct RemoteTable {
+    settings: Settings,
+    table: String,
+    columns: Vec<Column>,
+    schema: SchemaRef,
+}
+
+impl RemoteTable {
+    /// The table `name` of the datasource, or `None` when the remote schema has no such table.
+    pub(crate) async fn open(settings: Settings, name: &str) -> Result<Option<RemoteTable>> {
+        let Some(columns) = postgres::table_columns(&settings, name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(RemoteTable {
+            schema: postgres::schema_of(&columns),
+            settings,
+            table: name.to_string(),
+            columns,
+        }))
+    }
+}
+
+#[async_trait]
+impl TableProvider for RemoteTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if self.settings.push_down && pushdown::remote_filter(f, &self.columns).is_some() {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let indices: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.columns.len()).collect(),
+        };
+        let columns: Vec<&Column> = indices.iter().map(|&i| &self.columns[i]).collect();
+        // An empty select list is valid PostgreSQL: rows without columns, for count(*).
+        let select: Vec<String> = columns.iter().map(|c| c.select_item()).collect();
+        let mut sql = format!(
+            "SELECT {} FROM {}",
+            select.join(", "),
+            self.settings.qualified(&self.table)
+        );
+        let mut conditions = Vec::with_capacity(filters.len());
+        for filter in filters {
+            // Only filters accepted as exact arrive here, and each of those renders.
+            let condition = pushdown::remote_filter(filter, &self.columns).ok_or_else(|| {
+                DataFusionError::Internal(format!("filter {filter} cannot be sent"))
+            })?;
+            conditions.push(condition);
+        }
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        if let (Some(n), true) = (limit, self.settings.push_down) {
+            sql.push_str(&format!(" LIMIT {n}"));
+        }
+        let schema = Arc::new(self.schema.project(&indices)?);
+        Ok(Arc::new(RemoteScanExec::new(
+            self.settings.clone(),
+            sql,
+            schema,
+            columns.iter().map(|c| c.kind).collect(),
+            None,
+        )))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if op != InsertOp::Append {
+            return Err(DataFusionError::Plan(format!(
+                "{op} is not supported for a datasource table; use INSERT INTO"
+            )));
+        }
+        let sink = RemoteSink {
+            settings: self.settings.clone(),
+            table: self.table.clone(),
+            schema: Arc::clone(&self.schema),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// A native query: raw PostgreSQL text whose result is a table.
+#[derive(Debug)]
+pub(crate) struct NativeQuery {
+    settings: Settings,
+    sql: String,
+    kinds: Vec<Kind>,
+    schema: SchemaRef,
+}
+
+impl NativeQuery {
+    /// Describes `sql` on the server (nothing runs yet) to learn its columns.
+    pub(crate) async fn prepare(settings: Settings, sql: &str) -> Result<NativeQuery> {
+        let columns = postgres::query_columns(&settings, sql).await?;
+        Ok(NativeQuery {
+            schema: postgres::schema_of(&columns),
+            kinds: columns.iter().map(|c| c.kind).collect(),
+            settings,
+            sql: sql.to_string(),
+        })
+    }
+}
+
+#[async_trait]
+impl TableProvider for NativeQuery {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // The text runs as written; columns the query does not need are dropped after reading.
+        Ok(Arc::new(RemoteScanExec::new(
+            self.settings.clone(),
+            self.sql.clone(),
+            Arc::clone(&self.schema),
+            self.kinds.clone(),
+            projection.cloned(),
+        )))
+    }
+}
+
+/// Reads the rows of one remote statement, as one partition.
+#[derive(Debug)]
+pub(crate) struct RemoteScanExec {
+    settings: Settings,
+    sql: String,
+    /// The statement's columns, before `projection`.
+    read_schema: SchemaRef,
+    kinds: Vec<Kind>,
+    projection: Option<Vec<usize>>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl RemoteScanExec {
+    fn new(
+        settings: Settings,
+        sql: String,
+        read_schema: SchemaRef,
+        kinds: Vec<Kind>,
+        projection: Option<Vec<usize>>,
+    ) -> Self {
+        let schema = match &projection {
+            Some(p) => Arc::new(
+                read_schema
+                    .project(p)
+                    .expect("projection of its own schema"),
+            ),
+            None => Arc::clone(&read_schema),
+        };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        RemoteScanExec {
+            settings,
+            sql,
+            read_schema,
+            kinds,
+            projection,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+}
+
+impl DisplayAs for RemoteScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "PostgresScan: {}:{}/{} sql={}",
+            self.settings.host, self.settings.port, self.settings.database, self.sql
+        )
+    }
+}
+
+impl ExecutionPlan for RemoteScanExec {
+    fn name(&self) -> &str {
+        "PostgresScan"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "PostgresScan has no inputs".to_string(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let rows_read = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let projection = self.projection.clone();
+        let batches = postgres::read_rows(
+            self.settings.clone(),
+            self.sql.clone(),
+            Arc::clone(&self.read_schema),
+            self.kinds.clone(),
+            context.session_config().batch_size(),
+        )
+        .map(move |batch| {
+            let batch = batch?;
+            rows_read.add(batch.num_rows());
+            Ok(match &projection {
+                Some(p) => batch.project(p)?,
+                None => batch,
+            })
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            batches,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// A value sent in PostgreSQL's text format, which the server parses as the column's type:
+/// Arrow's text form of every type we hold is one PostgreSQL reads.
+#[derive(Debug)]
+struct TextParam<'a>(Option<&'a str>);
+
+impl ToSql for TextParam<'_> {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0 {
+            Some(text) => {
+                out.extend_from_slice(text.as_bytes());
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _ty: &Type) -> Format {
+        Format::Text
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// Parameters per INSERT statement are capped by the protocol's 65,535.
+const MAX_PARAMS: usize = 65_535;
+/// Rows per INSERT statement.
+const ROWS_PER_INSERT: usize = 1_000;
+
+/// Inserts every batch of `data` into `table` on `client` (inside the caller's transaction),
+/// columns by name from `schema`; returns the rows written.
+async fn insert_batches(
+    client: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    schema: &SchemaRef,
+    mut data: SendableRecordBatchStream,
+) -> Result<u64> {
+    let names: Vec<String> = schema.fields().iter().map(|f| quote(f.name())).collect();
+    let width = names.len().max(1);
+    let per_statement = ROWS_PER_INSERT.min(MAX_PARAMS / width).max(1);
+    let statement_for = |rows: usize| {
+        let mut sql = format!("INSERT INTO {table} ({}) VALUES ", names.join(", "));
+        for r in 0..rows {
+            if r > 0 {
+                sql.push_str(", ");
+            }
+            let slots: Vec<String> = (0..width)
+                .map(|c| format!("${}", r * width + c + 1))
+                .collect();
+            sql.push('(');
+            sql.push_str(&slots.join(", "));
+            sql.push(')');
+        }
+        sql
+    };
+    let mut full = None;
+    let mut written = 0u64;
+    while let Some(batch) = data.next().await {
+        let batch = batch?;
+        let texts: Vec<StringArray> = batch
+            .columns()
+            .iter()
+            .map(|c| text_column(c.as_ref()))
+            .collect::<Result<_>>()?;
+        let mut start = 0;
+        while start < batch.num_rows() {
+            let rows = per_statement.min(batch.num_rows() - start);
+            let statement = if rows == per_statement {
+                match &full {
+                    Some(s) => s,
+                    None => full.insert(
+                        client
+                            .prepare(&statement_for(rows))
+                            .await
+                            .map_err(|e| query_error(&e))?,
+                    ),
+                }
+                .clone()
+            } else {
+                client
+                    .prepare(&statement_for(rows))
+                    .await
+                    .map_err(|e| query_error(&e))?
+            };
+            let mut params: Vec<TextParam> = Vec::with_capacity(rows * width);
+            for r in start..start + rows {
+                for column in &texts {
+                    params.push(TextParam(if column.is_null(r) {
+                        None
+                    } else {
+                        Some(column.value(r))
+                    }));
+                }
+            }
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            written += client
+                .execute(&statement, &refs)
+                .await
+                .map_err(|e| query_error(&e))?;
+            start += rows;
+        }
+    }
+    Ok(written)
+}
+
+/// A column as text PostgreSQL parses: booleans `true`/`false`, times in ISO form.
+fn text_column(array: &dyn Array) -> Result<StringArray> {
+    let text = cast(array, &DataType::Utf8)?;
+    Ok(text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("a cast to Utf8 gives a StringArray")
+        .clone())
+}
+
+/// Where `INSERT INTO pg.t …` sends its rows.
+#[derive(Debug)]
+struct RemoteSink {
+    settings: Settings,
+    table: String,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for RemoteSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "PostgresInsert: {}", self.table)
+    }
+}
+
+#[async_trait]
+impl DataSink for RemoteSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        let mut client = self.settings.connect().await?;
+        let txn = client.transaction().await.map_err(|e| query_error(&e))?;
+        let written = insert_batches(
+            &txn,
+            &self.settings.qualified(&self.table),
+            &self.schema,
+            data,
+        )
+        .await?;
+        txn.commit().await.map_err(|e| query_error(&e))?;
+        Ok(written)
+    }
+}
+
+/// The PostgreSQL column type for an Arrow type, for `CREATE TABLE pg.t (SELECT …)`.
+fn remote_type(data_type: &DataType) -> Result<String> {
+    Ok(match data_type {
+        DataType::Boolean => "boolean".into(),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
+        DataType::Int32 | DataType::UInt16 => "integer".into(),
+        DataType::Int64 | DataType::UInt32 => "bigint".into(),
+        DataType::UInt64 => "numeric(20, 0)".into(),
+        DataType::Float16 | DataType::Float32 => "real".into(),
+        DataType::Float64 => "double precision".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p}, {s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => "text".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "bytea".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(
+            TimeUnit::Second | TimeUnit::Millisecond | TimeUnit::Microsecond | TimeUnit::Nanosecond,
+            None,
+        ) => "timestamp".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "time".into(),
+        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
+        other => {
+            return Err(Error::invalid(format!(
+                "A column of type {other} cannot be stored in PostgreSQL by mindlite"
+            )))
+        }
+    })
+}
+
+/// How `CREATE TABLE pg.t …` treats an existing table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Existing {
+    Fail,
+    Keep,
+    Replace,
+}
+
+/// `CREATE [OR REPLACE] TABLE pg.t [IF NOT EXISTS] (SELECT …)`: makes the remote table with
+/// the query's columns and fills it, in one remote transaction (so a failure leaves nothing).
+/// Returns the rows written, `None` when the table existed and was kept.
+pub(crate) async fn create_table(
+    settings: &Settings,
+    table: &str,
+    existing: Existing,
+    data: SendableRecordBatchStream,
+) -> Result<Option<u64>> {
+    let schema = data.schema();
+    let mut definitions = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        definitions.push(format!(
+            "{} {}",
+            quote(field.name()),
+            remote_type(field.data_type())?
+        ));
+    }
+    let qualified = settings.qualified(table);
+    let mut client = settings.connect().await?;
+    let txn = client.transaction().await.map_err(|e| query_error(&e))?;
+    let exists = txn
+        .query_opt(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = $2",
+            &[&settings.schema, &table],
+        )
+        .await
+        .map_err(|e| query_error(&e))?
+        .is_some();
+    if exists {
+        match existing {
+            Existing::Keep => return Ok(None),
+            Existing::Fail => {
+                return Err(Error::conflict(format!(
+                    "Table '{table}' already exists in PostgreSQL schema '{}'",
+                    settings.schema
+                )))
+            }
+            Existing::Replace => {
+                txn.batch_execute(&format!("DROP TABLE {qualified}"))
+                    .await
+                    .map_err(|e| query_error(&e))?;
+            }
+        }
+    }
+    txn.batch_execute(&format!(
+        "CREATE TABLE {qualified} ({})",
+        definitions.join(", ")
+    ))
+    .await
+    .map_err(|e| query_error(&e))?;
+    let written = insert_batches(&txn, &qualified, &schema, data).await?;
+    txn.commit().await.map_err(|e| query_error(&e))?;
+    Ok(Some(written))
+}
