@@ -613,7 +613,7 @@ mindlite_status mindlite_model_describe(const mindlite_database *db,
 /**
  * Stores `len` bytes at `data` (a CSV file with a header line, or JSON: an array of objects
  * or one object per line) as the table `files.<name>`, column types inferred, all rows or
- * none. `format` is "csv" or "json", or NULL to let the first bytes decide. `*out_rows`
+ * none. `format` is "csv", "json" or "parquet", or NULL to let the first bytes decide. `*out_rows`
  * (may be NULL) receives the rows stored. `MINDLITE_CONFLICT` when a file of that name
  * exists, `MINDLITE_INVALID` when the bytes cannot be read (the message says why).
  */

@@ -20,7 +20,7 @@ if [ -z "$bin" ] && [ "${1:-}" = start ]; then
   echo "installing PostgreSQL from Debian's packages" >&2
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
   bin=$(find_bin)
 fi
 
@@ -37,6 +37,9 @@ case "${1:-}" in
       chown postgres "$dir"; chmod 700 "$dir"
       # The server runs as `postgres`, which must be able to reach DIR.
       chmod o+x "$(dirname "$dir")"
+      if ! runuser -u postgres -- test -w "$dir"; then
+        echo "the postgres user cannot reach $dir; use a directory under /tmp" >&2; exit 1
+      fi
     fi
     as_owner "$bin/initdb" -D "$dir/data" -U mindlite --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -o \

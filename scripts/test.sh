@@ -51,7 +51,8 @@ fi
 step "PostgreSQL for the datasource tests (scripts/postgres.sh, 127.0.0.1, data in $tmp/pg)"
 # A free port, then a throwaway server; its URL and statement log reach the tests by env.
 pg_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-eval "$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port")"
+pg_env=$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port") || { echo "PostgreSQL did not start"; exit 1; }
+eval "$pg_env"
 export MINDLITE_PG MINDLITE_PG_LOG
 echo "PostgreSQL at $MINDLITE_PG"
 

@@ -36,6 +36,8 @@ pub enum FileFormat {
     Csv,
     /// A JSON array of objects, or one object per line.
     Json,
+    /// Apache Parquet; its own column types are kept.
+    Parquet,
 }
 
 impl FileFormat {
@@ -47,6 +49,7 @@ impl FileFormat {
         match name.rsplit(['.', '/', '+']).next().unwrap_or_default() {
             "csv" => Some(FileFormat::Csv),
             "json" | "jsonl" | "ndjson" | "x-ndjson" | "jsonlines" => Some(FileFormat::Json),
+            "parquet" | "x-parquet" | "vnd.apache.parquet" => Some(FileFormat::Parquet),
             _ => None,
         }
     }
@@ -56,7 +59,7 @@ impl FileFormat {
     pub fn parse(name: &str) -> Result<FileFormat> {
         FileFormat::from_name(name).ok_or_else(|| {
             Error::invalid(format!(
-                "Unknown file format '{name}'; files are csv or json (an array of objects, or one object per line)"
+                "Unknown file format '{name}'; files are csv, json (an array of objects, or one object per line) or parquet"
             ))
         })
     }
@@ -155,8 +158,7 @@ pub(crate) struct FileData {
 }
 
 /// Reads an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
-/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, which this build does not
-/// read, anything else CSV).
+/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, anything else CSV).
 pub(crate) fn read(
     bytes: &[u8],
     format: Option<FileFormat>,
@@ -166,15 +168,11 @@ pub(crate) fn read(
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let named = file_name.and_then(|name| {
         let extension = name.rsplit_once('.')?.1.to_ascii_lowercase();
-        matches!(
-            extension.as_str(),
-            "tsv" | "xlsx" | "xls" | "parquet" | "txt"
-        )
-        .then_some(extension)
+        matches!(extension.as_str(), "tsv" | "xlsx" | "xls" | "txt").then_some(extension)
     });
     if let (None, Some(extension)) = (format, named) {
         return Err(Error::invalid(format!(
-            "'.{extension}' files cannot be uploaded; upload CSV (comma-separated, with a header line) or JSON"
+            "'.{extension}' files cannot be uploaded; upload CSV (comma-separated, with a header line), JSON or Parquet"
         )));
     }
     let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
@@ -187,14 +185,57 @@ pub(crate) fn read(
     match format {
         FileFormat::Csv => read_csv(bytes),
         FileFormat::Json => read_json(bytes),
+        FileFormat::Parquet => read_parquet(bytes),
     }
+}
+
+/// Parquet: the file's own schema (without its metadata) and its rows.
+fn read_parquet(bytes: &[u8]) -> Result<FileData> {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let unreadable = |e: &dyn std::fmt::Display| {
+        Error::invalid(format!("The file is not readable as Parquet: {e}"))
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(bytes))
+        .map_err(|e| unreadable(&e))?;
+    let fields = builder.schema().fields().clone();
+    if fields.len() > MAX_COLUMNS {
+        return Err(too_wide(fields.len()));
+    }
+    if fields.is_empty() {
+        return Err(Error::invalid("The file has no columns"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = fields
+        .iter()
+        .find(|f| !seen.insert(f.name().to_ascii_lowercase()))
+    {
+        return Err(Error::invalid(format!(
+            "The file has two columns named '{}'",
+            twice.name()
+        )));
+    }
+    // Parquet's own field ids and writer metadata mean nothing once stored.
+    let schema = Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|f| f.as_ref().clone().with_metadata(Default::default()))
+            .collect::<Vec<_>>(),
+    ));
+    let reader = builder.build().map_err(|e| unreadable(&e))?;
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| unreadable(&e))?;
+        batches.push(RecordBatch::try_new(
+            Arc::clone(&schema),
+            batch.columns().to_vec(),
+        )?);
+    }
+    Ok(FileData { schema, batches })
 }
 
 fn sniff(bytes: &[u8]) -> Result<FileFormat> {
     if bytes.starts_with(b"PAR1") {
-        return Err(Error::invalid(
-            "Parquet files cannot be uploaded yet; upload it as CSV or JSON",
-        ));
+        return Ok(FileFormat::Parquet);
     }
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace());
     Ok(match start.map(|i| bytes[i]) {

@@ -520,6 +520,86 @@ fn writes_go_through_in_one_remote_transaction() {
     );
     assert_eq!(rows(&engine, "SELECT * FROM pg.wr_copy"), json!([[1]]));
     assert!(error(&engine, "DELETE FROM pg.wr_target").contains("INSERT INTO"));
+    // Replacing a table from a query over itself: built aside, swapped in at the end.
+    ok(
+        &engine,
+        "CREATE OR REPLACE TABLE pg.wr_copy (SELECT x + 1 AS x FROM pg.wr_copy)",
+    );
+    assert_eq!(rows(&engine, "SELECT x FROM pg.wr_copy"), json!([[2]]));
+}
+
+#[test]
+fn inserts_leave_unnamed_columns_to_their_defaults_and_bytes_intact() {
+    let Some((config, _)) = server() else { return };
+    admin(
+        &config,
+        "DROP TABLE IF EXISTS wd_rows;          CREATE TABLE wd_rows (id serial PRIMARY KEY, name text, at timestamptz NOT NULL DEFAULT now(), b bytea);",
+    );
+    let engine = engine_with_pg(&config);
+    ok(
+        &engine,
+        "INSERT INTO pg.wd_rows (name) VALUES ('first'), ('second')",
+    );
+    ok(
+        &engine,
+        "INSERT INTO pg.wd_rows (name, b) SELECT 'bytes', decode('5c7800ff', 'hex')",
+    );
+    assert_eq!(
+        admin(
+            &config,
+            "SELECT id, name, at IS NOT NULL, encode(b, 'hex') FROM wd_rows ORDER BY id"
+        ),
+        vec![
+            vec![
+                Some("1".into()),
+                Some("first".into()),
+                Some("t".into()),
+                None
+            ],
+            vec![
+                Some("2".into()),
+                Some("second".into()),
+                Some("t".into()),
+                None
+            ],
+            vec![
+                Some("3".into()),
+                Some("bytes".into()),
+                Some("t".into()),
+                Some("5c7800ff".into())
+            ],
+        ]
+    );
+    assert!(error(&engine, "INSERT INTO pg.wd_rows (nope) VALUES (1)").contains("nope"));
+}
+
+#[test]
+fn reads_are_read_only_and_unrepresentable_values_are_errors() {
+    let Some((config, _)) = server() else { return };
+    admin(
+        &config,
+        "DROP TABLE IF EXISTS ro_rows; CREATE TABLE ro_rows (id int, day date);          INSERT INTO ro_rows VALUES (1, '2024-01-01'), (2, 'infinity');",
+    );
+    let engine = engine_with_pg(&config);
+    let message = error(
+        &engine,
+        "SELECT * FROM pg (WITH gone AS (DELETE FROM ro_rows RETURNING *) SELECT * FROM gone)",
+    );
+    assert!(message.contains("read-only transaction"), "{message}");
+    assert_eq!(
+        admin(&config, "SELECT count(*) FROM ro_rows"),
+        vec![vec![Some("2".into())]]
+    );
+    let message = error(&engine, "SELECT day FROM pg.ro_rows");
+    assert!(
+        message.contains("'day'") && message.contains("infinity"),
+        "{message}"
+    );
+    // A pushed-down filter that leaves it out reads fine.
+    assert_eq!(
+        rows(&engine, "SELECT day FROM pg.ro_rows WHERE id = 1"),
+        json!([["2024-01-01"]])
+    );
 }
 
 #[test]

@@ -568,7 +568,7 @@ class Connection:
     ) -> int:
         """Stores a CSV or JSON file as the table ``files.<name>``; returns the rows stored.
         ``data`` is the file's content (bytes or text) or a path to read. ``format`` is
-        ``"csv"`` or ``"json"``; by default the path's extension or the first bytes decide.
+        ``"csv"``, ``"json"`` or ``"parquet"``; by default the path's extension or the first bytes decide.
         ``ProgrammingError`` when a file of that name exists or the file cannot be read."""
         self._check()
         file_name: Optional[str] = None

@@ -1,11 +1,14 @@
 """Uploaded files (wire reference §7, the files_* captures): `PUT /api/files/{name}` as a
-multipart form (as MindsDB's clients send it) or as the raw CSV / JSON body, `GET /api/files`,
+multipart form (as MindsDB's clients send it) or as the raw CSV / JSON / Parquet body, `GET /api/files`,
 `DELETE /api/files/{name}`; an uploaded file is the table `files.<name>` in SQL."""
 
 from __future__ import annotations
 
+import io
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import requests
 
 CSV = "x,y,name\n" + "".join(f"{i},{2 * i},{chr(96 + i)}\n" for i in range(1, 11))
@@ -83,6 +86,26 @@ def test_raw_csv_and_json_bodies(server):
     server.sql_ok("DROP TABLE IF EXISTS files.c")
     insert = server.sql("INSERT INTO files.j (city) VALUES ('Paris')").json()
     assert insert["type"] == "error" and "read-only" in insert["error_message"], insert
+
+
+def test_parquet_uploads_keep_their_column_types(server):
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int32()),
+                      "price": [1.5, None, 3.25],
+                      "label": ["a", "b", None]})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    body = buffer.getvalue()
+    multipart = requests.put(files_url(server, "pq"), timeout=30,
+                             files={"file": ("prices.parquet", body, "application/octet-stream")})
+    assert multipart.status_code == 200, multipart.text
+    raw = requests.put(files_url(server, "pq_raw"), data=body, timeout=30,
+                       headers={"Content-Type": "application/vnd.apache.parquet"})
+    assert raw.status_code == 200, raw.text
+    for name in ("pq", "pq_raw"):
+        got = server.sql_ok(f"SELECT id, price, label, arrow_typeof(id) FROM files.{name} ORDER BY id")
+        assert got["data"] == [[1, 1.5, "a", "Int32"], [2, None, "b", "Int32"], [3, 3.25, None, "Int32"]]
+    listed = {f["name"]: f["columns"] for f in requests.get(files_url(server), timeout=10).json()}
+    assert listed["pq"] == ["id", "price", "label"]
 
 
 def test_bad_uploads_are_refused_by_name_and_store_nothing(server):

@@ -40,3 +40,15 @@ def test_file_errors_are_clear(con):
     with pytest.raises(mindlite.ProgrammingError, match="'nope'"):
         con.delete_file("nope")
     assert [f["name"] for f in con.files()] == ["t"]
+
+
+def test_parquet_files_keep_their_types(con, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "measures.parquet"
+    pq.write_table(pa.table({"at": pa.array([1, 2], pa.int16()), "value": [0.5, None]}), path)
+    assert con.upload_file("measures", path) == 2
+    assert con.upload_file("measures_bytes", path.read_bytes(), format="parquet") == 2
+    for name in ("measures", "measures_bytes"):
+        cur = con.execute(f"SELECT at, value, arrow_typeof(at) FROM files.{name} ORDER BY at")
+        assert cur.fetchall() == [(1, 0.5, "Int16"), (2, None, "Int16")]

@@ -3,10 +3,15 @@
 //! redb table `datasources`, keyed by (tenant, lower-cased name). Datasources share one name
 //! space with projects: a name is either, never both.
 
+pub(crate) mod directory;
 pub(crate) mod postgres;
 pub(crate) mod pushdown;
 pub(crate) mod table;
 
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -26,7 +31,7 @@ const SECRET_KEYS: [&str; 3] = ["password", "api_key", "token"];
 const MASK: &str = "******";
 
 /// A datasource as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Datasource {
     /// Stable id, never reused.
     pub(crate) id: u64,
@@ -38,6 +43,17 @@ pub(crate) struct Datasource {
     pub(crate) parameters: Map<String, Value>,
     /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
     pub(crate) created_at: String,
+}
+
+impl std::fmt::Debug for Datasource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets stay out of logs and error messages.
+        f.debug_struct("Datasource")
+            .field("name", &self.name)
+            .field("engine", &self.engine)
+            .field("parameters", &self.connection_data(false))
+            .finish()
+    }
 }
 
 impl Datasource {
@@ -54,9 +70,66 @@ impl Datasource {
         Value::Object(shown).to_string()
     }
 
-    /// The PostgreSQL settings of this datasource.
-    pub(crate) fn postgres(&self) -> Result<postgres::Settings> {
-        postgres::Settings::from_parameters(&self.parameters)
+    /// How this datasource is reached.
+    pub(crate) fn connection(&self) -> Result<Connection> {
+        match self.engine.as_str() {
+            directory::ENGINE => Ok(Connection::Directory(
+                directory::Directory::from_parameters(&self.parameters)?,
+            )),
+            _ => Ok(Connection::Postgres(postgres::Settings::from_parameters(
+                &self.parameters,
+            )?)),
+        }
+    }
+}
+
+/// A datasource's engine with its checked settings.
+pub(crate) enum Connection {
+    Postgres(postgres::Settings),
+    Directory(directory::Directory),
+}
+
+impl Connection {
+    /// The names of the tables it shows, sorted.
+    pub(crate) async fn table_names(&self) -> Result<Vec<String>> {
+        match self {
+            Connection::Postgres(settings) => postgres::table_names(settings).await,
+            Connection::Directory(dir) => Ok(dir.tables()?.into_iter().map(|(n, _)| n).collect()),
+        }
+    }
+
+    /// The table `name`, or a native query's result when `name` starts with
+    /// [`table::NATIVE`]; `None` when there is no such table.
+    pub(crate) async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        match (self, name.strip_prefix(table::NATIVE)) {
+            (Connection::Postgres(settings), Some(sql)) => Ok(Some(Arc::new(
+                table::NativeQuery::prepare(settings.clone(), sql).await?,
+            ))),
+            (Connection::Postgres(settings), None) => {
+                Ok(table::RemoteTable::open(settings.clone(), name)
+                    .await?
+                    .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+            }
+            (Connection::Directory(_), Some(_)) => Err(Error::invalid(
+                "A 'files' datasource runs no native queries; select from its tables",
+            )),
+            (Connection::Directory(dir), None) => dir.table(name).await,
+        }
+    }
+
+    /// The columns of the table `name`, for listings (agents' prompts).
+    pub(crate) async fn table_schema(&self, name: &str) -> Result<Option<SchemaRef>> {
+        Ok(self.table(name).await?.map(|t| t.schema()))
+    }
+
+    /// The PostgreSQL settings for a write to `table`; a `files` datasource is read-only.
+    pub(crate) fn writable(&self, table: &str) -> Result<&postgres::Settings> {
+        match self {
+            Connection::Postgres(settings) => Ok(settings),
+            Connection::Directory(_) => Err(Error::invalid(format!(
+                "Cannot write '{table}': a 'files' datasource is read-only"
+            ))),
+        }
     }
 }
 
@@ -75,12 +148,20 @@ pub(crate) fn exists(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Re
 }
 
 /// Checks `engine` and `parameters` and connects once, so a datasource that cannot work is
-/// refused at CREATE / ALTER with the reason. Returns the engine's canonical name.
-pub(crate) async fn check(engine: &str, parameters: &Map<String, Value>) -> Result<String> {
+/// refused at CREATE / ALTER with the reason. Returns the engine's canonical name and the
+/// parameters to store.
+pub(crate) async fn check(
+    engine: &str,
+    parameters: Map<String, Value>,
+) -> Result<(String, Map<String, Value>)> {
     let engine = engine.to_ascii_lowercase();
     match engine.as_str() {
+        directory::ENGINE => {
+            let stored = directory::Directory::from_parameters(&parameters)?.checked_parameters()?;
+            Ok((directory::ENGINE.to_string(), stored))
+        }
         postgres::ENGINE | "postgresql" => {
-            let settings = postgres::Settings::from_parameters(parameters)?;
+            let settings = postgres::Settings::from_parameters(&parameters)?;
             let client = settings.connect().await?;
             // The schema must exist, or every table would be "not found" later.
             let found = client
@@ -96,13 +177,13 @@ pub(crate) async fn check(engine: &str, parameters: &Map<String, Value>) -> Resu
                     settings.database, settings.host, settings.port, settings.schema
                 )));
             }
-            Ok(postgres::ENGINE.to_string())
+            Ok((postgres::ENGINE.to_string(), parameters))
         }
         "mindsdb" => Err(Error::invalid(
             "ENGINE 'mindsdb' makes a project, which takes no PARAMETERS",
         )),
         other => Err(Error::invalid(format!(
-            "Unknown database engine '{other}'; this build has 'postgres' (and 'mindsdb' for a project)"
+            "Unknown database engine '{other}'; this build has 'postgres', 'files' (a local directory) and 'mindsdb' (a project)"
         ))),
     }
 }

@@ -133,8 +133,19 @@ impl Settings {
         })
     }
 
-    /// Opens a connection; its driver runs on the current tokio runtime until the client drops.
+    /// Opens a connection for reading: every transaction on it is READ ONLY, so neither a
+    /// native query nor anything an agent sends can change the remote database.
     pub(crate) async fn connect(&self) -> Result<Client> {
+        self.open(true).await
+    }
+
+    /// Opens a connection that may write (INSERT, CREATE TABLE).
+    pub(crate) async fn connect_for_writes(&self) -> Result<Client> {
+        self.open(false).await
+    }
+
+    /// Opens a connection; its driver runs on the current tokio runtime until the client drops.
+    async fn open(&self, read_only: bool) -> Result<Client> {
         let mut config = tokio_postgres::Config::new();
         config
             .host(&self.host)
@@ -142,7 +153,14 @@ impl Settings {
             .dbname(&self.database)
             .user(&self.user)
             .connect_timeout(self.connect_timeout)
-            .application_name("mindlite");
+            .application_name("mindlite")
+            // Literals in pushed-down filters are written with standard string escapes, which
+            // a server configured otherwise would read differently.
+            .options(if read_only {
+                "-c standard_conforming_strings=on -c default_transaction_read_only=on"
+            } else {
+                "-c standard_conforming_strings=on"
+            });
         if !self.password.is_empty() {
             config.password(&self.password);
         }
@@ -237,6 +255,10 @@ pub(crate) enum Kind {
     /// `numeric` without a precision: as a double.
     Numeric,
     Text,
+    /// `char(n)`: blank-padded, compared ignoring the padding remotely.
+    Bpchar,
+    /// `json` and `xml`: text with no `=` of their own remotely.
+    Json,
     Jsonb,
     Date,
     Timestamp,
@@ -269,9 +291,9 @@ impl Kind {
                 }
                 Kind::Numeric
             }
-            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON | Type::XML => {
-                Kind::Text
-            }
+            Type::TEXT | Type::VARCHAR | Type::NAME => Kind::Text,
+            Type::BPCHAR => Kind::Bpchar,
+            Type::JSON | Type::XML => Kind::Json,
             Type::JSONB => Kind::Jsonb,
             Type::DATE => Kind::Date,
             Type::TIMESTAMP => Kind::Timestamp,
@@ -292,7 +314,9 @@ impl Kind {
             Kind::Float32 => DataType::Float32,
             Kind::Float64 | Kind::Numeric => DataType::Float64,
             Kind::Decimal(p, s) => DataType::Decimal128(p, s),
-            Kind::Text | Kind::Jsonb | Kind::Uuid | Kind::AsText => DataType::Utf8,
+            Kind::Text | Kind::Bpchar | Kind::Json | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
+                DataType::Utf8
+            }
             Kind::Date => DataType::Date32,
             Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Kind::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
@@ -300,9 +324,24 @@ impl Kind {
         }
     }
 
-    /// Whether SQL comparing this column in PostgreSQL means what it means in DataFusion.
+    /// Whether SQL comparing this column in PostgreSQL means what it means in DataFusion: not
+    /// for types whose remote operators differ from their Arrow form's (padding, case, no `=`,
+    /// unsigned), nor for unbounded numerics read as doubles.
     pub(crate) fn compares_alike(self) -> bool {
-        !matches!(self, Kind::AsText | Kind::Jsonb | Kind::Bytes)
+        matches!(
+            self,
+            Kind::Bool
+                | Kind::Int16
+                | Kind::Int32
+                | Kind::Int64
+                | Kind::Float32
+                | Kind::Float64
+                | Kind::Decimal(..)
+                | Kind::Text
+                | Kind::Date
+                | Kind::Timestamp
+                | Kind::TimestampTz
+        )
     }
 }
 
@@ -417,8 +456,9 @@ impl<'a> FromSql<'a> for Raw<'a> {
 }
 
 /// Runs `sql` and yields its rows as batches of up to `batch_size` rows of `schema`, read as
-/// `kinds` say. Rows stream from the server; nothing waits for the whole result, and dropping
-/// the stream closes the connection, which ends the query on the server.
+/// `kinds` say. Rows stream from the server; nothing waits for the whole result. Dropping the
+/// stream before its end cancels the statement on the server (the client alone would read the
+/// rest of the result before closing).
 pub(crate) fn read_rows(
     settings: Settings,
     sql: String,
@@ -428,8 +468,7 @@ pub(crate) fn read_rows(
 ) -> impl Stream<Item = Result<RecordBatch>> + Send {
     enum State {
         Start(Settings, String),
-        /// The client is kept with its rows: its connection serves them.
-        Reading(Client, Pin<Box<RowStream>>),
+        Reading(Open),
         /// The rows ended (a row stream must not be polled after its end).
         Done,
     }
@@ -438,25 +477,28 @@ pub(crate) fn read_rows(
         let schema = Arc::clone(&schema);
         let kinds = kinds.clone();
         async move {
-            let (client, mut rows) = match state {
+            let mut open = match state {
                 State::Start(settings, sql) => {
                     let client = settings.connect().await?;
                     let rows = client
                         .query_raw(sql.as_str(), std::iter::empty::<&(dyn ToSql + Sync)>())
                         .await
                         .map_err(|e| query_error(&e))?;
-                    (client, Box::pin(rows))
+                    Open {
+                        client,
+                        rows: Box::pin(rows),
+                        finished: false,
+                    }
                 }
-                State::Reading(client, rows) => (client, rows),
+                State::Reading(open) => open,
                 State::Done => return Ok(None),
             };
             let mut chunk = Vec::with_capacity(batch_size);
-            let mut ended = false;
             while chunk.len() < batch_size {
-                match rows.next().await {
+                match open.rows.next().await {
                     Some(row) => chunk.push(row.map_err(|e| query_error(&e))?),
                     None => {
-                        ended = true;
+                        open.finished = true;
                         break;
                     }
                 }
@@ -465,14 +507,37 @@ pub(crate) fn read_rows(
                 return Ok(None);
             }
             let batch = decode(&schema, &kinds, &chunk)?;
-            let next = if ended {
+            let next = if open.finished {
                 State::Done
             } else {
-                State::Reading(client, rows)
+                State::Reading(open)
             };
             Ok(Some((batch, next)))
         }
     })
+}
+
+/// A statement whose rows are being read; the client is kept with them (its connection
+/// serves them).
+struct Open {
+    client: Client,
+    rows: Pin<Box<RowStream>>,
+    finished: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let token = self.client.cancel_token();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Best effort: the connection closes either way once its rows are read.
+                let _ = token.cancel_query(NoTls).await;
+            });
+        }
+    }
 }
 
 /// Decodes rows into one batch of `schema`.
@@ -500,6 +565,13 @@ fn decode(schema: &SchemaRef, kinds: &[Kind], rows: &[tokio_postgres::Row]) -> R
         &RecordBatchOptions::new().with_row_count(Some(rows.len())),
     )?)
 }
+
+/// Values with no Arrow counterpart are errors rather than NULLs (see `Builder::push`).
+const INFINITE: &str =
+    "'infinity' has no value here; filter it out or cast it to text in a native query";
+const OUT_OF_RANGE: &str = "a time beyond the range mindlite holds";
+const NOT_A_NUMBER: &str =
+    "NaN, infinity or a number beyond the column's decimal range; cast it to text in a native query";
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -538,7 +610,7 @@ impl Builder {
                     .expect("precision 1..=38 and scale ≤ precision were checked"),
                 s,
             ),
-            Kind::Text | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
+            Kind::Text | Kind::Bpchar | Kind::Json | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
                 Builder::Text(StringBuilder::with_capacity(rows, rows * 16), kind)
             }
             Kind::Date => Builder::Date(Date32Builder::with_capacity(rows)),
@@ -585,11 +657,19 @@ impl Builder {
             Builder::Float32(b) => {
                 b.append_value(f32::from_be_bytes(fixed(4)?.try_into().unwrap()))
             }
-            Builder::Float64(b, Kind::Numeric) => b.append_option(numeric(raw)?.to_f64()),
+            Builder::Float64(b, Kind::Numeric) => b.append_value(
+                numeric(raw)?
+                    .to_f64()
+                    .ok_or_else(|| NOT_A_NUMBER.to_string())?,
+            ),
             Builder::Float64(b, _) => {
                 b.append_value(f64::from_be_bytes(fixed(8)?.try_into().unwrap()))
             }
-            Builder::Decimal(b, scale) => b.append_option(numeric(raw)?.to_scaled(*scale)),
+            Builder::Decimal(b, scale) => b.append_value(
+                numeric(raw)?
+                    .to_scaled(*scale)
+                    .ok_or_else(|| NOT_A_NUMBER.to_string())?,
+            ),
             Builder::Text(b, Kind::Uuid) => {
                 let bytes = fixed(16)?;
                 let hex: String = bytes.iter().map(|x| format!("{x:02x}")).collect();
@@ -613,20 +693,26 @@ impl Builder {
             }
             Builder::Date(b) => {
                 let days = i32::from_be_bytes(fixed(4)?.try_into().unwrap());
-                // ±infinity have no Arrow date: they read as NULL.
+                // ±infinity have no Arrow date; reading them as NULL would disagree with a
+                // pushed-down `IS NULL`, so they are refused.
                 if days == i32::MAX || days == i32::MIN {
-                    b.append_null()
-                } else {
-                    b.append_value(days + PG_EPOCH_DAYS)
+                    return Err(INFINITE.to_string());
                 }
+                b.append_value(
+                    days.checked_add(PG_EPOCH_DAYS)
+                        .ok_or_else(|| OUT_OF_RANGE.to_string())?,
+                )
             }
             Builder::Timestamp(b) => {
                 let micros = i64::from_be_bytes(fixed(8)?.try_into().unwrap());
                 if micros == i64::MAX || micros == i64::MIN {
-                    b.append_null()
-                } else {
-                    b.append_value(micros + PG_EPOCH_MICROS)
+                    return Err(INFINITE.to_string());
                 }
+                b.append_value(
+                    micros
+                        .checked_add(PG_EPOCH_MICROS)
+                        .ok_or_else(|| OUT_OF_RANGE.to_string())?,
+                )
             }
             Builder::Bytes(b) => b.append_value(raw),
         }

@@ -1,9 +1,9 @@
 //! Which filters of a query go to the remote database, and their SQL text. A filter is sent
 //! only when the remote database would compute exactly what DataFusion computes, so the rows
 //! that come back need no second check: comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists,
-//! BETWEEN, LIKE and simple arithmetic over columns and literals. Ordering comparisons of text
-//! stay local (a remote collation may sort differently from DataFusion's byte order), as does
-//! anything over a column read as text. The text is DataFusion's unparser's, PostgreSQL dialect.
+//! BETWEEN and LIKE over columns and literals. Ordering comparisons of text stay local (a remote
+//! collation may sort differently from DataFusion's byte order), as do arithmetic and columns
+//! whose remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's unparser's, PostgreSQL dialect.
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column as DfColumn, ScalarValue};
@@ -78,8 +78,8 @@ fn literal_ok(value: &ScalarValue) -> bool {
         | ScalarValue::Utf8View(_)
         | ScalarValue::Date32(_)
         | ScalarValue::Decimal128(_, _, _) => true,
-        // NaN and infinities compare differently in PostgreSQL.
-        ScalarValue::Float32(v) => v.is_none_or(|v| v.is_finite()),
+        // NaN and infinities compare differently in PostgreSQL. A real (f32) literal would be
+        // written as a decimal that PostgreSQL compares as numeric, not as real.
         ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
         _ => false,
     }
@@ -96,9 +96,8 @@ fn supported(expr: &Expr, columns: &[Column]) -> bool {
                 Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
                     !has_text(left, columns) && !has_text(right, columns)
                 }
-                Operator::Plus | Operator::Minus | Operator::Multiply => {
-                    !has_text(left, columns) && !has_text(right, columns)
-                }
+                // Arithmetic stays local: PostgreSQL raises on integer overflow where Arrow
+                // kernels differ, and literal types (numeric vs double) change results.
                 _ => false,
             };
             allowed && ok(left) && ok(right)
@@ -138,6 +137,8 @@ mod tests {
             c("id", Kind::Int64),
             c("name", Kind::Text),
             c("span", Kind::AsText),
+            c("code", Kind::Bpchar),
+            c("n", Kind::Numeric),
         ]
     }
 
@@ -166,5 +167,10 @@ mod tests {
         assert_eq!(sql(col("span").eq(lit("1 day"))), None);
         assert_eq!(sql(col("id").gt(lit(f64::NAN))), None);
         assert_eq!(sql(col("missing").eq(lit(1))), None);
+        // char(n) ignores padding remotely; unbounded numerics are read as doubles.
+        assert_eq!(sql(col("code").eq(lit("ab"))), None);
+        assert_eq!(sql(col("n").eq(lit(1.0))), None);
+        // Overflow raises remotely.
+        assert_eq!(sql((col("id") * col("id")).gt(lit(0i64))), None);
     }
 }

@@ -12,11 +12,9 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -128,25 +126,6 @@ impl TableProvider for RemoteTable {
             columns.iter().map(|c| c.kind).collect(),
             None,
         )))
-    }
-
-    async fn insert_into(
-        &self,
-        _state: &dyn Session,
-        input: Arc<dyn ExecutionPlan>,
-        op: InsertOp,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if op != InsertOp::Append {
-            return Err(DataFusionError::Plan(format!(
-                "{op} is not supported for a datasource table; use INSERT INTO"
-            )));
-        }
-        let sink = RemoteSink {
-            settings: self.settings.clone(),
-            table: self.table.clone(),
-            schema: Arc::clone(&self.schema),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }
 
@@ -436,8 +415,28 @@ async fn insert_batches(
     Ok(written)
 }
 
-/// A column as text PostgreSQL parses: booleans `true`/`false`, times in ISO form.
+/// A column as text PostgreSQL parses: booleans `true`/`false`, times in ISO form, bytes in
+/// bytea's hex form (`\x0102`).
 fn text_column(array: &dyn Array) -> Result<StringArray> {
+    if matches!(
+        array.data_type(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    ) {
+        let bytes = cast(array, &DataType::Binary)?;
+        let bytes = bytes
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::BinaryArray>()
+            .expect("a cast to Binary gives a BinaryArray");
+        return Ok(bytes
+            .iter()
+            .map(|v| {
+                v.map(|v| {
+                    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                    format!("\\x{hex}")
+                })
+            })
+            .collect());
+    }
     let text = cast(array, &DataType::Utf8)?;
     Ok(text
         .as_any()
@@ -446,43 +445,41 @@ fn text_column(array: &dyn Array) -> Result<StringArray> {
         .clone())
 }
 
-/// Where `INSERT INTO pg.t …` sends its rows.
-#[derive(Debug)]
-struct RemoteSink {
-    settings: Settings,
-    table: String,
-    schema: SchemaRef,
-}
-
-impl DisplayAs for RemoteSink {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "PostgresInsert: {}", self.table)
-    }
-}
-
-#[async_trait]
-impl DataSink for RemoteSink {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    async fn write_all(
-        &self,
-        data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
-    ) -> DfResult<u64> {
-        let mut client = self.settings.connect().await?;
-        let txn = client.transaction().await.map_err(|e| query_error(&e))?;
-        let written = insert_batches(
-            &txn,
-            &self.settings.qualified(&self.table),
-            &self.schema,
-            data,
-        )
-        .await?;
-        txn.commit().await.map_err(|e| query_error(&e))?;
-        Ok(written)
-    }
+/// `INSERT INTO pg.t [(columns)] …`: the rows of `data` into `table`, in one remote
+/// transaction. Only the columns the statement named are sent (all when it named none), so
+/// PostgreSQL's defaults apply to the others. Returns the rows written.
+pub(crate) async fn insert(
+    settings: &Settings,
+    table: &str,
+    columns: Option<Vec<String>>,
+    data: SendableRecordBatchStream,
+) -> Result<u64> {
+    let schema = data.schema();
+    let indices: Vec<usize> = match &columns {
+        None => (0..schema.fields().len()).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                schema
+                    .fields()
+                    .iter()
+                    .position(|f| f.name().eq_ignore_ascii_case(n))
+                    .ok_or_else(|| {
+                        Error::invalid(format!("Column '{n}' is not in table '{table}'"))
+                    })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let projected = Arc::new(schema.project(&indices)?);
+    let data: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+        Arc::clone(&projected),
+        data.map(move |batch| Ok(batch?.project(&indices)?)),
+    ));
+    let mut client = settings.connect_for_writes().await?;
+    let txn = client.transaction().await.map_err(|e| query_error(&e))?;
+    let written = insert_batches(&txn, &settings.qualified(table), &projected, data).await?;
+    txn.commit().await.map_err(|e| query_error(&e))?;
+    Ok(written)
 }
 
 /// The PostgreSQL column type for an Arrow type, for `CREATE TABLE pg.t (SELECT …)`.
@@ -541,7 +538,7 @@ pub(crate) async fn create_table(
         ));
     }
     let qualified = settings.qualified(table);
-    let mut client = settings.connect().await?;
+    let mut client = settings.connect_for_writes().await?;
     let txn = client.transaction().await.map_err(|e| query_error(&e))?;
     let exists = txn
         .query_opt(
@@ -560,20 +557,31 @@ pub(crate) async fn create_table(
                     settings.schema
                 )))
             }
-            Existing::Replace => {
-                txn.batch_execute(&format!("DROP TABLE {qualified}"))
-                    .await
-                    .map_err(|e| query_error(&e))?;
-            }
+            Existing::Replace => {}
         }
     }
+    // Filled under a new name and swapped in at the end: the query may read the table it
+    // replaces (on another connection), which a DROP first would block forever.
+    let building = format!("{table}__mindlite_{}", std::process::id());
+    let building_qualified = settings.qualified(&building);
     txn.batch_execute(&format!(
-        "CREATE TABLE {qualified} ({})",
+        "CREATE TABLE {building_qualified} ({})",
         definitions.join(", ")
     ))
     .await
     .map_err(|e| query_error(&e))?;
-    let written = insert_batches(&txn, &qualified, &schema, data).await?;
+    let written = insert_batches(&txn, &building_qualified, &schema, data).await?;
+    if exists {
+        txn.batch_execute(&format!("DROP TABLE {qualified}"))
+            .await
+            .map_err(|e| query_error(&e))?;
+    }
+    txn.batch_execute(&format!(
+        "ALTER TABLE {building_qualified} RENAME TO {}",
+        quote(table)
+    ))
+    .await
+    .map_err(|e| query_error(&e))?;
     txn.commit().await.map_err(|e| query_error(&e))?;
     Ok(Some(written))
 }

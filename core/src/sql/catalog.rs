@@ -24,7 +24,7 @@ use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::predict::{ModelTable, PredictModel};
 use crate::agents::{self, Agent, AGENTS};
-use crate::datasources::table::{NativeQuery, RemoteTable, NATIVE};
+use crate::datasources::table::NATIVE;
 use crate::datasources::{self, Datasource, DATASOURCES};
 use crate::error::{Error, Result};
 use crate::models::{self, ModelVersion, MODELS};
@@ -289,13 +289,7 @@ impl SchemaProvider for DatasourceSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let settings = self.source.postgres()?;
-        if let Some(sql) = name.strip_prefix(NATIVE) {
-            return Ok(Some(Arc::new(NativeQuery::prepare(settings, sql).await?)));
-        }
-        Ok(RemoteTable::open(settings, name)
-            .await?
-            .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+        Ok(self.source.connection()?.table(name).await?)
     }
 
     fn table_exist(&self, _name: &str) -> bool {

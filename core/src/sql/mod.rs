@@ -417,7 +417,7 @@ impl SqlRunner {
                 if_not_exists,
             } => {
                 // Connecting takes a while: done before the writer lock is taken.
-                let engine = datasources::check(&engine, &parameters).await?;
+                let (engine, parameters) = datasources::check(&engine, parameters).await?;
                 self.store
                     .write(move |txn| {
                         datasources::create(txn, tenant, &name, &engine, parameters, if_not_exists)
@@ -429,14 +429,16 @@ impl SqlRunner {
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
                 let source = match snapshot.namespace(&name)? {
                     Some(Namespace::Datasource(source)) => source,
-                    Some(_) => return Err(Error::invalid(format!(
+                    Some(_) => {
+                        return Err(Error::invalid(format!(
                         "Database '{name}' is not a datasource: only datasources have PARAMETERS"
-                    ))),
+                    )))
+                    }
                     None => return Err(Error::not_found(format!("Database '{name}' not found"))),
                 };
                 drop(snapshot);
                 let parameters = datasources::changed_parameters(&source, &parameters);
-                datasources::check(&source.engine, &parameters).await?;
+                let (_, parameters) = datasources::check(&source.engine, parameters).await?;
                 self.store
                     .write(move |txn| {
                         datasources::set_parameters(txn, tenant, &source.name, parameters)
@@ -523,10 +525,7 @@ impl SqlRunner {
                     ),
                     Some(Namespace::Datasource(source)) => {
                         drop(snapshot);
-                        (
-                            datasources::postgres::table_names(&source.postgres()?).await?,
-                            "BASE TABLE",
-                        )
+                        (source.connection()?.table_names().await?, "BASE TABLE")
                     }
                 };
                 let header = format!("Tables_in_{db}");
@@ -702,8 +701,14 @@ impl SqlRunner {
                 | Statement::Truncate(_)
         );
         let cache = if writes { None } else { cache };
+        // A write into a datasource's table goes to the datasource: it takes no writer lock,
+        // which would stop every other write while the network is waited on.
+        let remote = match writes {
+            true => self.remote_write(tenant, &statement, &context.db)?,
+            false => None,
+        };
         // A write takes the writer lock before its snapshot, so what it read is what it replaces.
-        let lock = if writes {
+        let lock = if writes && remote.is_none() {
             Some(self.store.lock_writes().await)
         } else {
             None
@@ -729,19 +734,9 @@ impl SqlRunner {
                 ))
             }
         };
-        // A write into a datasource's table goes to the datasource, not the store.
-        let remote_target = match &plan {
-            LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Insert(_)) => {
-                remote_table(&snapshot, &dml.table_name, &context.db)?
-            }
-            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-                remote_table(&snapshot, &create.name, &context.db)?
-            }
-            _ => None,
-        };
-        if let Some((source, table)) = remote_target {
-            drop(lock);
-            return self.write_remote(state, plan, source, table).await;
+        if let Some(target) = remote {
+            drop(snapshot);
+            return self.write_remote(state, plan, target).await;
         }
         let job = |state| dml::WriteJob {
             store: Arc::clone(&self.store),
@@ -813,16 +808,62 @@ impl SqlRunner {
         }
     }
 
+    /// The datasource table an INSERT or CREATE TABLE writes, read from the statement before
+    /// planning; `None` for writes into the store.
+    fn remote_write(
+        &self,
+        tenant: TenantId,
+        statement: &Statement,
+        db: &str,
+    ) -> Result<Option<RemoteWrite>> {
+        use datafusion::sql::sqlparser::ast::TableObject;
+        let (name, columns) = match statement {
+            Statement::Insert(insert) => match &insert.table {
+                TableObject::TableName(name) => {
+                    let columns: Vec<String> = insert
+                        .columns
+                        .iter()
+                        .filter_map(|c| c.0.last().and_then(|p| p.as_ident()))
+                        .map(|ident| match ident.quote_style {
+                            Some(_) => ident.value.clone(),
+                            None => ident.value.to_ascii_lowercase(),
+                        })
+                        .collect();
+                    (name.clone(), (!columns.is_empty()).then_some(columns))
+                }
+                _ => return Ok(None),
+            },
+            Statement::CreateTable(create) => (create.name.clone(), None),
+            _ => return Ok(None),
+        };
+        let Ok(reference) = datafusion::sql::planner::object_name_to_table_reference(name, true)
+        else {
+            return Ok(None);
+        };
+        let Some((db, table)) = catalog::db_and_table(&reference, db) else {
+            return Ok(None);
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        Ok(match snapshot.namespace(&db)? {
+            Some(Namespace::Datasource(source)) => Some(RemoteWrite {
+                source,
+                table,
+                columns,
+            }),
+            _ => None,
+        })
+    }
+
     /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
     /// remote transaction; the store is not touched.
     async fn write_remote(
         &self,
         state: Session,
         plan: LogicalPlan,
-        source: datasources::Datasource,
-        table: String,
+        target: RemoteWrite,
     ) -> Result<Outcome> {
-        let settings = source.postgres()?;
+        let connection = target.source.connection()?;
+        let settings = connection.writable(&target.table)?;
         let (input, existing) = match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
                 let existing = match (create.or_replace, create.if_not_exists) {
@@ -832,24 +873,26 @@ impl SqlRunner {
                 };
                 (create.input.as_ref().clone(), Some(existing))
             }
-            insert => (insert, None),
+            LogicalPlan::Dml(insert) if matches!(insert.op, WriteOp::Insert(_)) => {
+                (insert.input.as_ref().clone(), None)
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not supported on datasource '{}'",
+                    other.display(),
+                    target.source.name
+                )))
+            }
         };
         let physical = state.create_physical_plan(&input).await?;
         let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
         let written = match existing {
             Some(existing) => {
-                datasources::table::create_table(&settings, &table, existing, stream).await?
+                datasources::table::create_table(settings, &target.table, existing, stream).await?
             }
-            // DataFusion's insert plan ends in the datasource's sink and yields one count.
-            None => {
-                let batches = datafusion::physical_plan::common::collect(stream).await?;
-                batches.first().and_then(|b| {
-                    b.column(0)
-                        .as_any()
-                        .downcast_ref::<datafusion::arrow::array::UInt64Array>()
-                        .map(|c| c.value(0))
-                })
-            }
+            None => Some(
+                datasources::table::insert(settings, &target.table, target.columns, stream).await?,
+            ),
         };
         Ok(Outcome::Ok {
             affected_rows: written,
@@ -1045,17 +1088,10 @@ fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
     }))
 }
 
-/// The datasource and table a write names, when it names a datasource's table.
-fn remote_table(
-    snapshot: &Snapshot,
-    reference: &datafusion::common::TableReference,
-    db: &str,
-) -> Result<Option<(datasources::Datasource, String)>> {
-    let Some((db, table)) = catalog::db_and_table(reference, db) else {
-        return Ok(None);
-    };
-    Ok(match snapshot.namespace(&db)? {
-        Some(Namespace::Datasource(source)) => Some((source, table)),
-        _ => None,
-    })
+/// A write that goes to a datasource's table.
+struct RemoteWrite {
+    source: datasources::Datasource,
+    table: String,
+    /// The columns an INSERT named, if it named any.
+    columns: Option<Vec<String>>,
 }

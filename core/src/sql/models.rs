@@ -158,9 +158,13 @@ impl SqlRunner {
         query: &str,
         target: &str,
     ) -> Result<ReadOnlyQuery> {
-        // `FROM pg (SELECT …)` names a datasource: its query is PostgreSQL's, run there.
+        // `FROM pg (SELECT …)` names a PostgreSQL datasource: its query is PostgreSQL's, run
+        // there. Over a directory (`files` engine) the query is ours, naming its tables.
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        let native = matches!(snapshot.namespace(db)?, Some(Namespace::Datasource(_)));
+        let native = matches!(
+            snapshot.namespace(db)?,
+            Some(Namespace::Datasource(source)) if source.engine == crate::datasources::postgres::ENGINE
+        );
         drop(snapshot);
         let query = if native {
             format!("SELECT * FROM {db} ({query})")

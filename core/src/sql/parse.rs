@@ -128,7 +128,7 @@ pub(crate) fn parse(
     let tokens = normalise_tokens(tokens);
     let mut commands = Vec::new();
     for statement in split_statements(tokens) {
-        let statement = native_queries(mindsdb_forms(statement));
+        let statement = native_queries(sql, mindsdb_forms(statement));
         let words: Vec<&Token> = statement
             .iter()
             .map(|t| &t.token)
@@ -327,7 +327,7 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 /// Rewrites each native query `FROM db (SELECT …)` (or after JOIN) into the table reference
 /// `db."<NATIVE>SELECT …"`, which the datasource's schema runs as written (see
 /// `datasources::table::NATIVE`). CREATE MODEL and RETRAIN read their own `FROM db (…)`.
-fn native_queries(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let positions: Vec<usize> = (0..tokens.len())
         .filter(|&i| !is_space(&tokens[i].token))
         .collect();
@@ -358,8 +358,14 @@ fn native_queries(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let mut k = 0;
     while k + 3 < positions.len() {
         let after_from = matches!(at(k).and_then(keyword), Some(Keyword::FROM | Keyword::JOIN));
+        // `JOIN LATERAL (SELECT …)` and `FROM UNNEST(…)` are SQL, not a database's name.
+        let names_database = matches!(
+            at(k + 1),
+            Some(Token::Word(w)) if w.quote_style.is_some()
+                || !matches!(w.keyword, Keyword::LATERAL | Keyword::UNNEST)
+        );
         if after_from
-            && matches!(at(k + 1), Some(Token::Word(_)))
+            && names_database
             && at(k + 2) == Some(&Token::LParen)
             && starts_native(at(k + 3))
         {
@@ -379,11 +385,23 @@ fn native_queries(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let mut next = 0;
     for (db, close) in spans {
         out.extend(tokens[next..=positions[db]].iter().cloned());
-        let inner: Vec<&Token> = positions[db + 2..close]
-            .iter()
-            .map(|&i| &tokens[i].token)
-            .collect();
-        let text = super::model_statements::tokens_text(&inner);
+        // The text exactly as written (the tokenizer's MySQL rules would change backslashes
+        // and quotes); rebuilt from tokens only if the positions are unknown.
+        let open = &tokens[positions[db + 1]];
+        let shut = &tokens[positions[close]];
+        let text = match (
+            byte_offset(sql, open.span.end),
+            byte_offset(sql, shut.span.start),
+        ) {
+            (Some(from), Some(to)) if from <= to => sql[from..to].trim().to_string(),
+            _ => {
+                let inner: Vec<&Token> = positions[db + 2..close]
+                    .iter()
+                    .map(|&i| &tokens[i].token)
+                    .collect();
+                super::model_statements::tokens_text(&inner)
+            }
+        };
         out.push(synthetic(Token::Period));
         out.push(synthetic(Token::Word(Word {
             value: format!("{}{text}", crate::datasources::table::NATIVE),
@@ -394,6 +412,27 @@ fn native_queries(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     }
     out.extend(tokens[next..].iter().cloned());
     out
+}
+
+/// The byte offset in `sql` of a tokenizer location (1-based line and character column);
+/// `None` for a made-up token's empty location or one past the text.
+fn byte_offset(sql: &str, at: datafusion::sql::sqlparser::tokenizer::Location) -> Option<usize> {
+    if at.line == 0 {
+        return None;
+    }
+    let (mut line, mut column) = (1, 1);
+    for (i, ch) in sql.char_indices() {
+        if line == at.line && column == at.column {
+            return Some(i);
+        }
+        if ch == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    (line == at.line && column == at.column).then_some(sql.len())
 }
 
 /// Recognises MindsDB's own statements; `None` means "standard SQL".
@@ -942,6 +981,19 @@ mod tests {
         .unwrap_err()
         .message()
         .contains("must be an object"));
+        // A native query reaches the datasource as written, backslashes and all.
+        let native = r"SELECT * FROM pg (SELECT code FROM t WHERE code ~ '^\d+$' AND a::int > 1) AS q JOIN LATERAL (SELECT 1) AS l ON true";
+        match &parse(native, &none, &HashMap::new()).unwrap()[0] {
+            Command::Sql(statement) => {
+                let text = statement.to_string();
+                assert!(
+                    text.contains(r"SELECT code FROM t WHERE code ~ '^\d+$' AND a::int > 1"),
+                    "{text}"
+                );
+                assert!(text.contains("LATERAL (SELECT 1)"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
             parse("SHOW FULL DATABASES", &none, &HashMap::new()).unwrap()[0],
             Command::ShowDatabases { full: true }

@@ -82,24 +82,21 @@ impl SqlRunner {
                 Some(Namespace::Project(project)) => project.name,
                 Some(Namespace::Files) => super::FILES_DB.to_string(),
                 Some(Namespace::Datasource(source)) => {
-                    let settings = source.postgres()?;
-                    for table in crate::datasources::postgres::table_names(&settings).await? {
+                    let connection = source.connection()?;
+                    for table in connection.table_names().await? {
                         if !allowed.permits(&db, &table) {
                             continue;
                         }
-                        let Some(columns) =
-                            crate::datasources::postgres::table_columns(&settings, &table).await?
-                        else {
+                        let Some(schema) = connection.table_schema(&table).await? else {
                             continue;
                         };
                         out.push(TableShape {
                             db: source.name.clone(),
                             table,
-                            columns: columns
+                            columns: schema
+                                .fields()
                                 .iter()
-                                .map(|c| {
-                                    (c.name.clone(), super::sql_type_name(&c.kind.data_type()))
-                                })
+                                .map(|f| (f.name().clone(), super::sql_type_name(f.data_type())))
                                 .collect(),
                         });
                     }
@@ -161,6 +158,12 @@ impl SqlRunner {
     ) -> Result<ToolRows> {
         let mut query = self
             .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
+                // A native query is text the datasource runs as written: never an agent's.
+                Some((schema, table)) if table.starts_with(crate::datasources::table::NATIVE) => {
+                    Err(refused(format!(
+                        "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
+                    )))
+                }
                 Some((schema, table)) if allowed.permits(schema, table) => Ok(()),
                 Some((schema, table)) => Err(refused(format!(
                     "'{schema}.{table}' is not one of this agent's tables"
