@@ -14,7 +14,7 @@ eval "$pg_env"
 export MINDLITE_PG
 psql "$MINDLITE_PG" -q -v ON_ERROR_STOP=1 -c "
   CREATE TABLE bench_rows AS
-    SELECT i AS id, i % 100 AS category, ((i * 7919) % 1000)::float8 AS amount, 'name ' || i AS name
+    SELECT i AS id, i % 100 AS category, ((i::int8 * 7919) % 1000)::float8 AS amount, 'name ' || i AS name
     FROM generate_series(1, $rows) i;
   ANALYZE bench_rows;"
 target/release/datasources --rows "$rows" --runs "${2:-5}"

@@ -52,14 +52,20 @@ fn rows_transferred(engine: &Engine, sql: &str) -> u64 {
             for line in plans.value(i).lines() {
                 if let Some(at) = line.find("PostgresScan") {
                     let metrics = &line[at..];
-                    let n = metrics
+                    // DataFusion shows counts as `5000`, `5.00 K` or `1.00 M`.
+                    let shown = metrics
                         .split("output_rows=")
                         .nth(1)
-                        .expect("the scan's output_rows")
-                        .split(|c: char| !c.is_ascii_digit())
-                        .next()
-                        .unwrap();
-                    return n.parse().unwrap();
+                        .expect("the scan's output_rows");
+                    let mut words = shown.split([',', ']']).next().unwrap().split_whitespace();
+                    let number: f64 = words.next().unwrap().parse().unwrap();
+                    let scale = match words.next() {
+                        Some("K") => 1e3,
+                        Some("M") => 1e6,
+                        Some("B") => 1e9,
+                        _ => 1.0,
+                    };
+                    return (number * scale).round() as u64;
                 }
             }
         }

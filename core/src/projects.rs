@@ -114,11 +114,7 @@ pub(crate) fn get(
     tenant: TenantId,
     name: &str,
 ) -> Result<Option<Project>> {
-    let key = name.to_ascii_lowercase();
-    match table.get((tenant.0, key.as_str()))? {
-        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
-        None => Ok(None),
-    }
+    store::get_named(table, tenant, name)
 }
 
 /// All projects of `tenant`, by name.
@@ -126,10 +122,5 @@ pub(crate) fn list(
     table: &impl ReadableTable<(u64, &'static str), &'static str>,
     tenant: TenantId,
 ) -> Result<Vec<Project>> {
-    let mut out = Vec::new();
-    for entry in table.range((tenant.0, "")..(tenant.0 + 1, ""))? {
-        let (_, value) = entry?;
-        out.push(serde_json::from_str(value.value())?);
-    }
-    Ok(out)
+    store::list_named(table, tenant)
 }

@@ -342,6 +342,33 @@ impl ChunkCache {
     }
 }
 
+/// One record of a table of JSON records keyed by (tenant, lower-cased name), as projects and
+/// datasources are kept; `name` is matched case-insensitively.
+pub(crate) fn get_named<T: serde::de::DeserializeOwned>(
+    table: &impl ReadableTable<(u64, &'static str), &'static str>,
+    tenant: crate::tenant::TenantId,
+    name: &str,
+) -> Result<Option<T>> {
+    let key = name.to_ascii_lowercase();
+    match table.get((tenant.0, key.as_str()))? {
+        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Every record of `tenant` in a table like [`get_named`]'s, by name.
+pub(crate) fn list_named<T: serde::de::DeserializeOwned>(
+    table: &impl ReadableTable<(u64, &'static str), &'static str>,
+    tenant: crate::tenant::TenantId,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, "")..(tenant.0 + 1, ""))? {
+        let (_, value) = entry?;
+        out.push(serde_json::from_str(value.value())?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -282,6 +282,54 @@ fn an_agent_reads_an_uploaded_file() {
     assert_eq!(result["rows"], json!([[18]]), "{result}");
 }
 
+/// A datasource's tables (here a directory of CSV files) are tables an agent can be given with
+/// `db.*`; native queries through it are never the agent's.
+#[test]
+fn an_agent_reads_a_datasource_but_sends_it_no_native_query() {
+    let llm = FakeLlm::start(vec![
+        Reply::Sql("SELECT * FROM shop (SELECT 1)"),
+        Reply::Sql("SELECT sum(qty) AS n FROM shop.orders"),
+        Reply::Text("12."),
+    ]);
+    let engine = engine_for(&llm, 10);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("orders.csv"), "id,qty\n1,5\n2,7\n").unwrap();
+    engine
+        .sql_blocking(&format!(
+            "CREATE DATABASE shop ENGINE = 'files', PARAMETERS = {{\"path\": \"{}\"}}",
+            dir.path().display()
+        ))
+        .unwrap();
+    create(
+        &engine,
+        json!({"name": "buyer", "data": {"tables": ["shop.*"]}}),
+    )
+    .unwrap();
+    assert_eq!(ask(&engine, "buyer", "How many?").unwrap().content, "12.");
+    let requests = llm.requests();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("Table shop.orders (id BIGINT, qty BIGINT)"),
+        "{system}"
+    );
+    let tool_result = |i: usize| -> String {
+        let last = requests[i]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        last["content"].as_str().unwrap().to_string()
+    };
+    assert!(
+        tool_result(1).contains("not for agents"),
+        "{}",
+        tool_result(1)
+    );
+    let rows: Value = serde_json::from_str(&tool_result(2)).unwrap();
+    assert_eq!(rows["rows"], json!([[12]]), "{rows}");
+}
+
 #[test]
 fn a_table_outside_the_agents_data_is_refused_and_never_reaches_the_model() {
     let llm = FakeLlm::start(vec![

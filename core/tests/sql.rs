@@ -105,11 +105,12 @@ fn projects_are_created_listed_and_dropped_in_every_spelling() {
     exec(&e, "DROP DATABASE IF EXISTS p2");
     assert!(error(&e, "DROP DATABASE p2").contains("does not exist"));
     assert_eq!(rows(&e, "SHOW PROJECTS"), json!([["mindsdb"], ["p3"]]));
+    // A datasource is checked before anything is stored (core/tests/postgres.rs has the rest).
     assert!(error(
         &e,
         "CREATE DATABASE pg ENGINE = 'postgres', PARAMETERS = {\"host\": \"h\"}"
     )
-    .contains("postgres"));
+    .contains("PostgreSQL parameter 'database' is required"));
     assert!(error(&e, "CREATE PROJECT files").contains("already exists"));
     assert!(error(&e, "CREATE PROJECT `bad-name`").contains("Invalid project name"));
 }

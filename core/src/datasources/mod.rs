@@ -281,11 +281,7 @@ pub(crate) fn get(
     tenant: TenantId,
     name: &str,
 ) -> Result<Option<Datasource>> {
-    let key = name.to_ascii_lowercase();
-    match table.get((tenant.0, key.as_str()))? {
-        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
-        None => Ok(None),
-    }
+    store::get_named(table, tenant, name)
 }
 
 /// All datasources of `tenant`, by name.
@@ -293,12 +289,7 @@ pub(crate) fn list(
     table: &impl ReadableTable<(u64, &'static str), &'static str>,
     tenant: TenantId,
 ) -> Result<Vec<Datasource>> {
-    let mut out = Vec::new();
-    for entry in table.range((tenant.0, "")..(tenant.0 + 1, ""))? {
-        let (_, value) = entry?;
-        out.push(serde_json::from_str(value.value())?);
-    }
-    Ok(out)
+    store::list_named(table, tenant)
 }
 
 #[cfg(test)]
