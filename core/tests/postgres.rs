@@ -302,7 +302,7 @@ fn native_queries_run_as_written() {
     assert_eq!(got, json!([["1", "n1"], ["10", "n10"]]));
     assert!(
         logged(&log, "nq_items").iter().any(|l| l.contains(
-            "SELECT id :: text AS id_text, name FROM nq_items WHERE name ILIKE 'N1%' ORDER BY id"
+            "SELECT id::text AS id_text, name FROM nq_items WHERE name ILIKE 'N1%' ORDER BY id"
         )),
         "{:#?}",
         logged(&log, "nq_items")
