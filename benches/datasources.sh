@@ -11,8 +11,8 @@ trap 'bash scripts/postgres.sh stop "$dir/pg"; rm -rf "$dir"' EXIT
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pg_env=$(bash scripts/postgres.sh start "$dir/pg" "$port")
 eval "$pg_env"
-export MINDLITE_PG
-psql "$MINDLITE_PG" -q -v ON_ERROR_STOP=1 -c "
+export PGTEST_URL
+psql "$PGTEST_URL" -q -v ON_ERROR_STOP=1 -c "
   CREATE TABLE bench_rows AS
     SELECT i AS id, i % 100 AS category, ((i::int8 * 7919) % 1000)::float8 AS amount, 'name ' || i AS name
     FROM generate_series(1, $rows) i;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the datasource tests and benchmarks, on 127.0.0.1 with its own data
 # directory. Installs Debian's package when no server binaries are found.
-#   scripts/postgres.sh start DIR PORT   prints "export MINDLITE_PG=…" lines for eval
+#   scripts/postgres.sh start DIR PORT   prints "export PGTEST_URL=…" lines for eval
 #   scripts/postgres.sh stop DIR
 # Every statement the server receives goes to DIR/postgres.log (log_statement = all): the tests
 # read it to prove what was pushed down.
@@ -45,8 +45,8 @@ case "${1:-}" in
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -o \
       "-c listen_addresses=127.0.0.1 -p $port -k $dir -c log_statement=all -c fsync=off -c log_line_prefix= -c log_parameter_max_length=0" \
       start >/dev/null
-    echo "export MINDLITE_PG=postgresql://mindlite@127.0.0.1:$port/postgres"
-    echo "export MINDLITE_PG_LOG=$dir/postgres.log"
+    echo "export PGTEST_URL=postgresql://mindlite@127.0.0.1:$port/postgres"
+    echo "export PGTEST_LOG=$dir/postgres.log"
     ;;
   stop)
     dir=$2

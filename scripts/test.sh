@@ -49,12 +49,13 @@ else
 fi
 
 step "PostgreSQL for the datasource tests (scripts/postgres.sh, 127.0.0.1, data in $tmp/pg)"
-# A free port, then a throwaway server; its URL and statement log reach the tests by env.
+# A free port, then a throwaway server; its URL and statement log reach the tests by env
+# (not MINDLITE_*: those names are configuration overrides, and unknown ones are refused).
 pg_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pg_env=$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port") || { echo "PostgreSQL did not start"; exit 1; }
 eval "$pg_env"
-export MINDLITE_PG MINDLITE_PG_LOG
-echo "PostgreSQL at $MINDLITE_PG"
+export PGTEST_URL PGTEST_LOG
+echo "PostgreSQL at $PGTEST_URL"
 
 step "Rust tests"
 cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"

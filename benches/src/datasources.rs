@@ -1,7 +1,7 @@
 //! The datasources benchmark: a filtered query over a PostgreSQL table of N rows, with filter
 //! push-down and with it turned off (`"push_down": false`): rows transferred from PostgreSQL
 //! (the scan operator's output rows, from EXPLAIN ANALYZE) and time. `benches/datasources.sh`
-//! starts the server and fills the table; this program reads `MINDLITE_PG`. Prints one JSON object.
+//! starts the server and fills the table; this program reads `PGTEST_URL`. Prints one JSON object.
 //!
 //! ```text
 //! datasources [--rows 1000000] [--runs 5]
@@ -76,7 +76,7 @@ fn rows_transferred(engine: &Engine, sql: &str) -> u64 {
 fn main() {
     let rows = arg("--rows", 1_000_000);
     let runs = arg("--runs", 5) as usize;
-    let url = std::env::var("MINDLITE_PG").expect("MINDLITE_PG (benches/datasources.sh sets it)");
+    let url = std::env::var("PGTEST_URL").expect("PGTEST_URL (benches/datasources.sh sets it)");
     let engine = Engine::open_in_memory(Config::default()).expect("opens");
     let on = parameters(&url);
     let mut off = on.clone();

@@ -1,6 +1,6 @@
 //! PostgreSQL datasources against a real server: `scripts/postgres.sh` starts one on
-//! 127.0.0.1 and the test command passes its URL in `MINDLITE_PG` and its statement log in
-//! `MINDLITE_PG_LOG`. What was pushed down is read from that log, not assumed. Each test
+//! 127.0.0.1 and the test command passes its URL in `PGTEST_URL` and its statement log in
+//! `PGTEST_LOG`. What was pushed down is read from that log, not assumed. Each test
 //! works in tables of its own name, so the tests can run at once.
 
 use std::time::{Duration, Instant};
@@ -10,18 +10,18 @@ use serde_json::{json, Value};
 
 /// The server's URL and log, or `None` (with a note) when no server was started for this run.
 fn server() -> Option<(tokio_postgres::Config, String)> {
-    let Ok(url) = std::env::var("MINDLITE_PG") else {
+    let Ok(url) = std::env::var("PGTEST_URL") else {
         // The test command always starts one; so must CI.
         assert!(
             std::env::var("CI").is_err(),
-            "MINDLITE_PG is not set: run scripts/test.sh, which starts PostgreSQL"
+            "PGTEST_URL is not set: run scripts/test.sh, which starts PostgreSQL"
         );
-        eprintln!("SKIPPED: MINDLITE_PG is not set (scripts/postgres.sh start DIR PORT)");
+        eprintln!("SKIPPED: PGTEST_URL is not set (scripts/postgres.sh start DIR PORT)");
         return None;
     };
-    let log = std::env::var("MINDLITE_PG_LOG").expect("MINDLITE_PG_LOG goes with MINDLITE_PG");
+    let log = std::env::var("PGTEST_LOG").expect("PGTEST_LOG goes with PGTEST_URL");
     Some((
-        url.parse().expect("MINDLITE_PG is a postgresql:// URL"),
+        url.parse().expect("PGTEST_URL is a postgresql:// URL"),
         log,
     ))
 }
@@ -54,7 +54,7 @@ fn parameters(config: &tokio_postgres::Config) -> Value {
     let host = match &config.get_hosts()[0] {
         tokio_postgres::config::Host::Tcp(h) => h.clone(),
         #[allow(unreachable_patterns)]
-        _ => panic!("MINDLITE_PG must name a TCP host"),
+        _ => panic!("PGTEST_URL must name a TCP host"),
     };
     json!({
         "host": host,

@@ -1,6 +1,6 @@
 """PostgreSQL datasources through the server: MindsDB's SDK (`mindsdb_sdk`, unmodified) creates,
 lists, updates and drops one and queries its tables; the SQL route masks its password. The
-test command starts PostgreSQL (scripts/postgres.sh) and passes its URL in MINDLITE_PG."""
+test command starts PostgreSQL (scripts/postgres.sh) and passes its URL in PGTEST_URL."""
 
 import json
 import os
@@ -11,10 +11,10 @@ import mindsdb_sdk
 import pytest
 import requests
 
-PG_URL = os.environ.get("MINDLITE_PG")
+PG_URL = os.environ.get("PGTEST_URL")
 if PG_URL is None and os.environ.get("CI") == "true":
-    raise RuntimeError("MINDLITE_PG is not set: scripts/test.sh starts PostgreSQL for these tests")
-pytestmark = pytest.mark.skipif(PG_URL is None, reason="MINDLITE_PG is not set")
+    raise RuntimeError("PGTEST_URL is not set: scripts/test.sh starts PostgreSQL for these tests")
+pytestmark = pytest.mark.skipif(PG_URL is None, reason="PGTEST_URL is not set")
 
 
 def psql(sql: str) -> str:
