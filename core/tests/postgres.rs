@@ -20,10 +20,7 @@ fn server() -> Option<(tokio_postgres::Config, String)> {
         return None;
     };
     let log = std::env::var("PGTEST_LOG").expect("PGTEST_LOG goes with PGTEST_URL");
-    Some((
-        url.parse().expect("PGTEST_URL is a postgresql:// URL"),
-        log,
-    ))
+    Some((url.parse().expect("PGTEST_URL is a postgresql:// URL"), log))
 }
 
 /// Runs statements on the server directly, to set up and to check what mindlite wrote.
