@@ -1,5 +1,6 @@
-//! Datasources: named connections to outside databases (`CREATE DATABASE pg ENGINE =
-//! 'postgres', PARAMETERS = {…}`), whose tables are read and written through them. Owns the
+//! Datasources: named connections to outside data — a PostgreSQL database (`CREATE DATABASE pg
+//! ENGINE = 'postgres', PARAMETERS = {…}`, read and written) or a local directory of CSV and
+//! Parquet files (`ENGINE = 'files'`, read-only) — whose tables are queried through them. Owns the
 //! redb table `datasources`, keyed by (tenant, lower-cased name). Datasources share one name
 //! space with projects: a name is either, never both.
 
