@@ -793,6 +793,102 @@ mindlite_status mindlite_result_text(const mindlite_result *result,
  */
 mindlite_status mindlite_result_json(const mindlite_result *result, char **out_json);
 
+/**
+ * Creates a user on `plan` (NULL: the configured default plan, `free` unless configured
+ * otherwise), with its own default project and no API key yet. `*out_json` receives the user:
+ * `{"id", "name", "plan", "disabled", "created_at", "api_keys": []}`. `MINDLITE_CONFLICT` when
+ * the name is taken, `MINDLITE_INVALID` for a bad name or a plan the configuration does not
+ * have (the message names it), `MINDLITE_FORBIDDEN` on a user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_user_create(const mindlite_database *db,
+                                     const char *name,
+                                     const char *plan,
+                                     char **out_json);
+
+/**
+ * Every user, in creation order: `[{"id", "name", "plan", "disabled", "created_at",
+ * "api_keys": [{"id", "prefix", "created_at"}, …]}, …]` (keys without their text).
+ * `MINDLITE_FORBIDDEN` on a user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_user_list(const mindlite_database *db, char **out_json);
+
+/**
+ * One user by name (case-insensitive), as `mindlite_user_list` shows each.
+ * `MINDLITE_NOT_FOUND` when there is none, `MINDLITE_FORBIDDEN` on a user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_user_get(const mindlite_database *db, const char *name, char **out_json);
+
+/**
+ * Changes a user: `changes_json` is an object with either or both of `"plan"` (a string
+ * naming a configured plan) and `"disabled"` (a boolean; a disabled user's keys are refused,
+ * its objects kept). `*out_json` receives the user. `MINDLITE_INVALID` for another key, a
+ * value of the wrong type (the message names the key) or an unknown plan (the message names
+ * it), `MINDLITE_NOT_FOUND` for an unknown user, `MINDLITE_FORBIDDEN` on a user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_user_update(const mindlite_database *db,
+                                     const char *name,
+                                     const char *changes_json,
+                                     char **out_json);
+
+/**
+ * Issues an API key for the user `user`. `*out_json` receives `{"id", "user", "key",
+ * "created_at"}`; `"key"` (`mlk_…`) is shown here and never again (only its hash is kept), so
+ * `out_json` is required. `MINDLITE_NOT_FOUND` for an unknown user, `MINDLITE_FORBIDDEN` on a
+ * user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_api_key_create(const mindlite_database *db,
+                                        const char *user,
+                                        char **out_json);
+
+/**
+ * Revokes the API key `key_id` (the `"id"` `mindlite_api_key_create` gave) of the user
+ * `user`: `mindlite_open_as_user` with it is `MINDLITE_UNAUTHORIZED` from then on.
+ * `*out_json` receives the user without that key.
+ * `MINDLITE_NOT_FOUND` for an unknown user or a key the user does not have,
+ * `MINDLITE_FORBIDDEN` on a user's handle.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_api_key_revoke(const mindlite_database *db,
+                                        const char *user,
+                                        uint64_t key_id,
+                                        char **out_json);
+
+/**
+ * Opens a handle on the same database acting as the user `api_key` belongs to: every
+ * function on it sees and changes only that user's objects, one-part names resolve in the
+ * user's own default project, and the user's plan quotas apply. `MINDLITE_UNAUTHORIZED` for an unknown or revoked key, `MINDLITE_FORBIDDEN`
+ * for a disabled user's key; the message is on `db`.
+ *
+ * - `out_db`: receives the new handle, or NULL on failure.
+ *
+ * Ownership: the caller owns the new handle and closes it with `mindlite_close`, independently
+ * of `db`: the database stays open until both are closed.
+ */
+mindlite_status mindlite_open_as_user(const mindlite_database *db,
+                                      const char *api_key,
+                                      mindlite_database **out_db);
+
+/**
+ * The plan, quotas and usage of the user `db` acts as (a handle from
+ * `mindlite_open_as_user`): `{"plan", "minds": {"limit", "used", "remaining"}, "datasources":
+ * {…}, "questions": {"limit", "used", "remaining", "window_secs", "resets_at"}, "callbacks"}`.
+ * `MINDLITE_NOT_FOUND` on a handle that is not a user's.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_limits(const mindlite_database *db, char **out_json);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

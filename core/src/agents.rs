@@ -428,7 +428,7 @@ pub(crate) fn create(
     validate(txn, tenant, &params)?;
     let now = crate::time::now_text();
     let agent = Agent {
-        id: store::next_id(txn, "agent")?,
+        id: store::next_tenant_id(txn, tenant, "agent")?,
         name,
         project: project.name.clone(),
         project_id: project.id,

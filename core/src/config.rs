@@ -2,6 +2,7 @@
 //! `MINDLITE_<SECTION>_<KEY>` environment variables that override the file (for example
 //! `MINDLITE_HTTP_PORT=8080` or `MINDLITE_STORAGE_BATCH_CACHE_MB=0`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,9 @@ pub struct HttpConfig {
     pub max_header_bytes: usize,
     /// Seconds a connection may wait for (or in the middle of) a request before it is closed.
     pub idle_timeout_secs: u64,
+    /// Where the Minds API (`/minds`, `/datasources`, `/chat/completions`, `/responses`) is
+    /// mounted in the hosted edition.
+    pub minds_prefix: String,
 }
 
 impl Default for HttpConfig {
@@ -95,6 +99,7 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 64 * 1024,
             idle_timeout_secs: 60,
+            minds_prefix: "/api/v1".to_string(),
         }
     }
 }
@@ -175,6 +180,66 @@ impl Default for AgentsConfig {
     }
 }
 
+/// One plan tier's quotas (DESIGN §8). A limit of 0 allows none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlanConfig {
+    /// Minds a user may have at once.
+    pub max_minds: u64,
+    /// Datasources a user may have at once (`CREATE DATABASE … ENGINE` and the Minds API alike).
+    pub max_datasources: u64,
+    /// Questions (chat completions, responses, agent completions) per window.
+    pub questions_per_window: u64,
+    /// The question window's length in seconds; it starts with the first question after the
+    /// previous window ended.
+    pub window_secs: u64,
+    /// Whether the tier may register model-status callbacks.
+    pub callbacks: bool,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            max_minds: 3,
+            max_datasources: 3,
+            questions_per_window: 100,
+            window_secs: 24 * 3600,
+            callbacks: false,
+        }
+    }
+}
+
+/// Hosted edition settings: plan tiers and the tier new users get.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostedConfig {
+    /// The tier of a user created without one; must name one of `plans`.
+    pub default_plan: String,
+    /// The tiers by name. A config that sets any replaces all of the defaults, which are
+    /// `free` (3 minds, 3 datasources, 100 questions a day, no callbacks) and `pro` (50, 50,
+    /// 10,000 a day, callbacks).
+    pub plans: BTreeMap<String, PlanConfig>,
+}
+
+impl Default for HostedConfig {
+    fn default() -> Self {
+        let pro = PlanConfig {
+            max_minds: 50,
+            max_datasources: 50,
+            questions_per_window: 10_000,
+            window_secs: 24 * 3600,
+            callbacks: true,
+        };
+        HostedConfig {
+            default_plan: "free".to_string(),
+            plans: BTreeMap::from([
+                ("free".to_string(), PlanConfig::default()),
+                ("pro".to_string(), pro),
+            ]),
+        }
+    }
+}
+
 /// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -193,6 +258,8 @@ pub struct Config {
     pub llm: LlmConfig,
     /// Agent loop and sandbox limits.
     pub agents: AgentsConfig,
+    /// Users' plan tiers (hosted edition).
+    pub hosted: HostedConfig,
 }
 
 impl Config {
@@ -205,6 +272,25 @@ impl Config {
         } else {
             toml::from_str(text).map_err(|e| Error::invalid(format!("invalid TOML config: {e}")))
         }
+    }
+
+    /// Checks what the types cannot: the default plan tier exists, and no window is zero long.
+    pub fn validate(&self) -> Result<()> {
+        let hosted = &self.hosted;
+        if !hosted.plans.contains_key(&hosted.default_plan) {
+            let known: Vec<&str> = hosted.plans.keys().map(String::as_str).collect();
+            return Err(Error::invalid(format!(
+                "hosted.default_plan '{}' is not one of the plans ({})",
+                hosted.default_plan,
+                known.join(", ")
+            )));
+        }
+        if let Some((name, _)) = hosted.plans.iter().find(|(_, p)| p.window_secs == 0) {
+            return Err(Error::invalid(format!(
+                "hosted.plans.{name}.window_secs must be at least 1"
+            )));
+        }
+        Ok(())
     }
 
     /// Reads and parses a config file (TOML, or JSON when the name ends in `.json` or the text

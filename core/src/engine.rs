@@ -40,7 +40,19 @@ use crate::tenant::TenantId;
 /// ```
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
+    /// Whose catalog this handle reads and changes: the local tenant for a handle from
+    /// [`Engine::open`], a user for one from [`Engine::as_user`] (hosted edition).
+    pub(crate) tenant: TenantId,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("id", &self.inner.id)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
 }
 
 /// Engine ids start at 1: 0 marks threads outside every engine's runtime.
@@ -51,14 +63,14 @@ thread_local! {
     static RUNTIME_OF: Cell<u64> = const { Cell::new(0) };
 }
 
-struct Inner {
+pub(crate) struct Inner {
     /// Tells this engine's runtime threads apart from all others.
     id: u64,
-    config: Config,
-    sql: SqlRunner,
+    pub(crate) config: Config,
+    pub(crate) sql: SqlRunner,
     /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
     runtime: Option<Runtime>,
-    handle: Handle,
+    pub(crate) handle: Handle,
 }
 
 impl Drop for Inner {
@@ -133,6 +145,7 @@ impl Engine {
     }
 
     fn start(store: Store, config: Config) -> Result<Engine> {
+        config.validate()?;
         let store = Arc::new(store);
         let sql = SqlRunner::new(Arc::clone(&store), &config)?;
         let default = sql.default_project().to_string();
@@ -145,6 +158,9 @@ impl Engine {
         models::init(&guard.txn)?;
         models::fail_interrupted(&guard.txn)?;
         auth::init(&guard.txn)?;
+        crate::users::init(&guard.txn)?;
+        crate::quotas::init(&guard.txn)?;
+        crate::minds::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
         // Built last: a runtime dropped on an error path inside async code would panic.
@@ -164,6 +180,7 @@ impl Engine {
                 runtime: Some(runtime),
                 handle,
             }),
+            tenant: TenantId::LOCAL,
         })
     }
 
@@ -175,7 +192,7 @@ impl Engine {
     /// Runs a request. Work happens on the engine's runtime, so this can be awaited from any
     /// executor; a table result's stream also runs its tasks there.
     pub async fn query(&self, request: QueryRequest) -> QueryResult {
-        self.query_as(TenantId::LOCAL, request).await
+        self.query_as(self.tenant, request).await
     }
 
     /// Runs a request as `tenant` (the hosted edition's entry point). A caller already on
@@ -271,24 +288,17 @@ impl Engine {
             return self
                 .inner
                 .sql
-                .load(TenantId::LOCAL, db, table, schema, batches, mode)
+                .load(self.tenant, db, table, schema, batches, mode)
                 .await;
         }
-        let inner = Arc::clone(&self.inner);
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let (db, table) = (db.map(str::to_string), table.to_string());
         self.inner
             .handle
             .spawn(async move {
                 inner
                     .sql
-                    .load(
-                        TenantId::LOCAL,
-                        db.as_deref(),
-                        &table,
-                        schema,
-                        batches,
-                        mode,
-                    )
+                    .load(tenant, db.as_deref(), &table, schema, batches, mode)
                     .await
             })
             .await
@@ -311,22 +321,29 @@ impl Engine {
         auth::required(&self.inner.config)
     }
 
-    /// Checks a username and password against the configured ones and issues a bearer token
-    /// valid for `auth.token_lifetime_secs`. Missing or empty fields are
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind), wrong ones
-    /// [`ErrorKind::Unauthorized`](crate::ErrorKind).
+    /// Checks a username and password and issues a bearer token valid for
+    /// `auth.token_lifetime_secs`. The local edition checks the configured ones; the hosted
+    /// edition takes a user's name with one of its API keys as the password, and the token
+    /// acts as that user. Missing or empty fields are [`ErrorKind::InvalidInput`](crate::ErrorKind),
+    /// wrong ones [`ErrorKind::Unauthorized`](crate::ErrorKind).
     pub async fn login(
         &self,
         username: Option<&str>,
         password: Option<&str>,
     ) -> Result<LoginToken> {
-        let config = &self.inner.config.auth;
-        auth::check_credentials(config, username, password)?;
-        let lifetime = config.token_lifetime_secs;
+        let config = &self.inner.config;
+        let tenant = match config.edition {
+            crate::config::Edition::Local => {
+                auth::check_credentials(&config.auth, username, password)?;
+                self.tenant
+            }
+            crate::config::Edition::Hosted => self.user_login(username, password)?,
+        };
+        let lifetime = config.auth.token_lifetime_secs;
         self.inner
             .sql
             .store
-            .write(move |txn| auth::issue(txn, TenantId::LOCAL, lifetime))
+            .write(move |txn| auth::issue(txn, tenant, lifetime))
             .await
     }
 
@@ -348,14 +365,16 @@ impl Engine {
 
     /// The projects, by name.
     pub fn list_projects(&self) -> Result<Vec<Project>> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        projects::list(&txn.open_table(projects::PROJECTS)?, TenantId::LOCAL)
+        projects::list(&txn.open_table(projects::PROJECTS)?, tenant)
     }
 
     /// One project by name (case-insensitive), or [`ErrorKind::NotFound`](crate::ErrorKind).
     pub fn get_project(&self, name: &str) -> Result<Project> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        projects::get(&txn.open_table(projects::PROJECTS)?, TenantId::LOCAL, name)?
+        projects::get(&txn.open_table(projects::PROJECTS)?, tenant, name)?
             .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
     }
 
@@ -365,39 +384,33 @@ impl Engine {
     /// [`ErrorKind::NotFound`](crate::ErrorKind), a taken name `Conflict`; a missing name, a
     /// parameter outside MindsDB's set or a table that does not exist `InvalidInput`.
     pub async fn create_agent(&self, project: &str, spec: serde_json::Value) -> Result<Agent> {
+        let tenant = self.tenant;
         let spec = body_object(spec)?;
         let (project, llm) = (project.to_string(), self.inner.config.llm.clone());
         let created = self
             .inner
             .sql
             .store
-            .write(move |txn| agents::create(txn, TenantId::LOCAL, &project, &spec, &llm, false))
+            .write(move |txn| agents::create(txn, tenant, &project, &spec, &llm, false))
             .await?;
         created.ok_or_else(|| Error::internal("an agent was not created and no error said why"))
     }
 
     /// The agents of `project`, by name.
     pub fn list_agents(&self, project: &str) -> Result<Vec<Agent>> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        require_project(&txn, project)?;
-        agents::list(
-            &txn.open_table(agents::AGENTS)?,
-            TenantId::LOCAL,
-            Some(project),
-        )
+        require_project(&txn, tenant, project)?;
+        agents::list(&txn.open_table(agents::AGENTS)?, tenant, Some(project))
     }
 
     /// One agent by name (case-insensitive).
     pub fn get_agent(&self, project: &str, name: &str) -> Result<Agent> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        require_project(&txn, project)?;
-        agents::get_in(
-            &txn.open_table(agents::AGENTS)?,
-            TenantId::LOCAL,
-            project,
-            name,
-        )?
-        .ok_or_else(|| agents::agent_missing(name))
+        require_project(&txn, tenant, project)?;
+        agents::get_in(&txn.open_table(agents::AGENTS)?, tenant, project, name)?
+            .ok_or_else(|| agents::agent_missing(name))
     }
 
     /// Updates an agent as MindsDB's PUT does: shallow merge of the body into its params, a
@@ -409,29 +422,32 @@ impl Engine {
         name: &str,
         changes: serde_json::Value,
     ) -> Result<Agent> {
+        let tenant = self.tenant;
         let changes = body_object(changes)?;
         let (project, name) = (project.to_string(), name.to_string());
         self.inner
             .sql
             .store
-            .write(move |txn| agents::update(txn, TenantId::LOCAL, &project, &name, &changes))
+            .write(move |txn| agents::update(txn, tenant, &project, &name, &changes))
             .await
     }
 
     /// Deletes an agent.
     pub async fn delete_agent(&self, project: &str, name: &str) -> Result<()> {
+        let tenant = self.tenant;
         let (project, name) = (project.to_string(), name.to_string());
         self.inner
             .sql
             .store
-            .write(move |txn| agents::delete(txn, TenantId::LOCAL, &project, &name, false))
+            .write(move |txn| agents::delete(txn, tenant, &project, &name, false))
             .await
             .map(|_| ())
     }
 
     /// Asks an agent. `messages` is a completion request's list: `[{"role", "content"}]` or
     /// the legacy `[{"question", "answer"}]`. A provider failure or timeout is
-    /// [`ErrorKind::Upstream`](crate::ErrorKind) with the provider's message.
+    /// [`ErrorKind::Upstream`](crate::ErrorKind) with the provider's message. For a user of
+    /// the hosted edition the question counts against the plan's quota (unless it fails).
     pub async fn ask_agent(
         &self,
         project: &str,
@@ -440,8 +456,25 @@ impl Engine {
     ) -> Result<Answer> {
         let agent = self.get_agent(project, name)?;
         let messages = agent_loop::read_messages(messages)?;
-        let inner = Arc::clone(&self.inner);
-        let task = async move { asker(&inner).answer(&agent, messages, None).await };
+        self.answer(agent, messages).await
+    }
+
+    /// Answers `messages` with `agent`, the question counted against the tenant's quota first
+    /// and given back if answering fails.
+    pub(crate) async fn answer(
+        &self,
+        agent: Agent,
+        messages: Vec<serde_json::Value>,
+    ) -> Result<Answer> {
+        let reservation = self.take_question().await?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        let task = async move {
+            let answer = asker(&inner, tenant).answer(&agent, messages, None).await;
+            if answer.is_err() {
+                crate::quotas::give_back(&inner.sql.store, reservation).await;
+            }
+            answer
+        };
         // Aborted when the caller stops waiting (a dropped request, Ctrl-C in Python), so a
         // question nobody waits for stops calling the provider.
         let mut task = AbortOnDrop(self.inner.handle.spawn(task));
@@ -452,9 +485,9 @@ impl Engine {
 
     /// Asks an agent and follows the answer as it forms: queries it runs, their results, and
     /// the answer's text piece by piece, always ending with [`AgentEvent::End`]. Errors found
-    /// before anything runs (unknown agent, bad messages) are returned here; later ones come
-    /// as [`AgentEvent::Error`] followed by the end.
-    pub fn ask_agent_stream(
+    /// before anything runs (unknown agent, bad messages, a question over quota) are returned
+    /// here; later ones come as [`AgentEvent::Error`] followed by the end.
+    pub async fn ask_agent_stream(
         &self,
         project: &str,
         name: &str,
@@ -462,10 +495,24 @@ impl Engine {
     ) -> Result<AgentStream> {
         let agent = self.get_agent(project, name)?;
         let messages = agent_loop::read_messages(messages)?;
+        self.answer_stream(agent, messages).await
+    }
+
+    /// [`Engine::answer`], followed as it forms.
+    pub(crate) async fn answer_stream(
+        &self,
+        agent: Agent,
+        messages: Vec<serde_json::Value>,
+    ) -> Result<AgentStream> {
+        let reservation = self.take_question().await?;
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let inner = Arc::clone(&self.inner);
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = self.inner.handle.spawn(async move {
-            if let Err(e) = asker(&inner).answer(&agent, messages, Some(&sender)).await {
+            let answer = asker(&inner, tenant)
+                .answer(&agent, messages, Some(&sender))
+                .await;
+            if let Err(e) = answer {
+                crate::quotas::give_back(&inner.sql.store, reservation).await;
                 let _ = sender.send(AgentEvent::Error(e.message().to_string()));
             }
             let _ = sender.send(AgentEvent::End);
@@ -478,23 +525,21 @@ impl Engine {
 
     /// Every version of every model of `project`, by name and version.
     pub fn list_models(&self, project: &str) -> Result<Vec<Model>> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        require_project(&txn, project)?;
-        let versions = models::list(
-            &txn.open_table(models::MODELS)?,
-            TenantId::LOCAL,
-            Some(project),
-        )?;
+        require_project(&txn, tenant, project)?;
+        let versions = models::list(&txn.open_table(models::MODELS)?, tenant, Some(project))?;
         Ok(versions.into_iter().map(Model).collect())
     }
 
     /// One model's version, or its active version when `version` is `None`.
     pub fn get_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<Model> {
+        let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        require_project(&txn, project)?;
+        require_project(&txn, tenant, project)?;
         let found = models::find(
             &txn.open_table(models::MODELS)?,
-            TenantId::LOCAL,
+            tenant,
             project,
             name,
             version,
@@ -508,6 +553,7 @@ impl Engine {
     /// Runs one `CREATE MODEL` statement with `project` as the current database; returns the
     /// new version (status `generating`; training goes on in the background).
     pub async fn create_model(&self, project: &str, statement: &str) -> Result<Model> {
+        let tenant = self.tenant;
         self.get_project(project)?;
         let inner = Arc::clone(&self.inner);
         let (project, statement) = (project.to_string(), statement.to_string());
@@ -516,7 +562,7 @@ impl Engine {
             .spawn(async move {
                 inner
                     .sql
-                    .create_model_from_sql(TenantId::LOCAL, &project, &statement)
+                    .create_model_from_sql(tenant, &project, &statement)
                     .await
             })
             .await
@@ -535,6 +581,7 @@ impl Engine {
         query: Option<&str>,
         data_db: Option<&str>,
     ) -> Result<Model> {
+        let tenant = self.tenant;
         self.get_model(project, name, None)?;
         let from = match (query, data_db) {
             (Some(query), db) => Some((
@@ -555,7 +602,7 @@ impl Engine {
             .spawn(async move {
                 inner
                     .sql
-                    .retrain_model(TenantId::LOCAL, project, name, from, Default::default())
+                    .retrain_model(tenant, project, name, from, Default::default())
                     .await
             })
             .await
@@ -565,24 +612,24 @@ impl Engine {
 
     /// Makes a complete version of a model the active one (the one predictions use).
     pub async fn set_active_model(&self, project: &str, name: &str, version: u32) -> Result<Model> {
+        let tenant = self.tenant;
         let (owned_project, owned_name) = (project.to_ascii_lowercase(), name.to_string());
         self.inner
             .sql
-            .set_active_model(TenantId::LOCAL, owned_project, owned_name, version)
+            .set_active_model(tenant, owned_project, owned_name, version)
             .await?;
         self.get_model(project, name, Some(version))
     }
 
     /// Drops a model (every version), or one version of it.
     pub async fn drop_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<()> {
+        let tenant = self.tenant;
         self.get_model(project, name, version)?;
         let (project, name) = (project.to_string(), name.to_string());
         self.inner
             .sql
             .store
-            .write(move |txn| {
-                models::drop_model(txn, TenantId::LOCAL, &project, &name, version, false)
-            })
+            .write(move |txn| models::drop_model(txn, tenant, &project, &name, version, false))
             .await
             .map(|_| ())
     }
@@ -598,6 +645,7 @@ impl Engine {
         format: Option<FileFormat>,
         file_name: Option<&str>,
     ) -> Result<u64> {
+        let tenant = self.tenant;
         let inner = Arc::clone(&self.inner);
         let (name, file_name) = (name.to_string(), file_name.map(str::to_string));
         // Aborted when the caller stops waiting, so an abandoned upload stops being read (once
@@ -605,7 +653,7 @@ impl Engine {
         let mut task = AbortOnDrop(self.inner.handle.spawn(async move {
             inner
                 .sql
-                .upload_file(TenantId::LOCAL, &name, bytes, format, file_name)
+                .upload_file(tenant, &name, bytes, format, file_name)
                 .await
         }));
         (&mut task.0)
@@ -615,12 +663,14 @@ impl Engine {
 
     /// Every uploaded file, by name.
     pub fn list_files(&self) -> Result<Vec<FileInfo>> {
-        self.inner.sql.list_files(TenantId::LOCAL)
+        let tenant = self.tenant;
+        self.inner.sql.list_files(tenant)
     }
 
     /// Removes the uploaded file `name` (NotFound when there is none).
     pub async fn delete_file(&self, name: &str) -> Result<()> {
-        self.inner.sql.delete_file(TenantId::LOCAL, name).await
+        let tenant = self.tenant;
+        self.inner.sql.delete_file(tenant, name).await
     }
 
     /// Predicts with a model's version (or its active one) for `rows`: a list of `{column:
@@ -634,16 +684,16 @@ impl Engine {
         version: Option<u32>,
         rows: &serde_json::Value,
     ) -> Result<serde_json::Value> {
+        let tenant = self.tenant;
         let model = self.get_model(project, name, version)?;
         let (inner, rows) = (Arc::clone(&self.inner), rows.clone());
         // On the engine's runtime: provider calls need its reactor whatever runtime awaits this.
         // Aborted when the caller stops waiting, so nobody's prediction keeps calling a provider.
-        let mut task = AbortOnDrop(self.inner.handle.spawn(async move {
-            inner
-                .sql
-                .predict_rows(TenantId::LOCAL, &model.0, &rows)
-                .await
-        }));
+        let mut task = AbortOnDrop(
+            self.inner
+                .handle
+                .spawn(async move { inner.sql.predict_rows(tenant, &model.0, &rows).await }),
+        );
         (&mut task.0)
             .await
             .map_err(|e| Error::internal(format!("prediction task failed: {e}")))?
@@ -703,21 +753,21 @@ impl AgentStream {
 }
 
 /// Fails with MindsDB's "Project with name … does not exist" unless `project` exists.
-fn require_project(txn: &redb::ReadTransaction, project: &str) -> Result<()> {
+fn require_project(txn: &redb::ReadTransaction, tenant: TenantId, project: &str) -> Result<()> {
     let table = txn.open_table(projects::PROJECTS)?;
-    match projects::get(&table, TenantId::LOCAL, project)? {
+    match projects::get(&table, tenant, project)? {
         Some(_) => Ok(()),
         None => Err(agents::project_missing(project)),
     }
 }
 
-/// What answering a question needs, borrowed from the engine (local edition: one tenant).
-fn asker(inner: &Inner) -> Asker<'_> {
+/// What answering a question as `tenant` needs, borrowed from the engine.
+pub(crate) fn asker(inner: &Inner, tenant: TenantId) -> Asker<'_> {
     Asker {
         sql: &inner.sql,
         client: &inner.sql.client,
         config: &inner.config,
-        tenant: TenantId::LOCAL,
+        tenant,
     }
 }
 

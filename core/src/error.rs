@@ -36,6 +36,8 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// Seconds until a windowed quota resets ([`ErrorKind::QuotaExceeded`] only).
+    retry_after: Option<u64>,
 }
 
 /// `Result` with mindlite's [`Error`].
@@ -47,7 +49,22 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// A [`ErrorKind::QuotaExceeded`] error for a quota that frees up in `seconds` (HTTP's
+    /// `Retry-After`).
+    pub fn quota_exceeded(message: impl Into<String>, retry_after: Option<u64>) -> Self {
+        Error {
+            retry_after,
+            ..Self::new(ErrorKind::QuotaExceeded, message)
+        }
+    }
+
+    /// For a windowed quota, the seconds until it resets.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// Shorthand for [`ErrorKind::InvalidInput`].

@@ -22,9 +22,12 @@ mod datasources;
 mod engine;
 mod error;
 mod files;
+mod hosted;
 mod llm;
+mod minds;
 mod models;
 mod projects;
+mod quotas;
 mod reader;
 mod sql;
 mod status;
@@ -32,18 +35,22 @@ mod store;
 mod tables;
 mod tenant;
 mod time;
+mod users;
 
 pub use agent_loop::{AgentEvent, Answer};
 pub use agents::Agent;
 pub use auth::LoginToken;
 pub use config::{
-    AgentsConfig, AuthConfig, Config, Edition, HttpConfig, LlmConfig, QueryConfig, StorageConfig,
+    AgentsConfig, AuthConfig, Config, Edition, HostedConfig, HttpConfig, LlmConfig, PlanConfig,
+    QueryConfig, StorageConfig,
 };
 pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
 pub use files::{FileFormat, FileInfo};
+pub use minds::{ChatApi, ChatRequest, Mind, MindDatasource, MindStream};
 pub use models::Model;
 pub use projects::Project;
+pub use quotas::{Limits, Usage, WindowUsage};
 pub use reader::BlockingReader;
 pub use sql::encode::{encode_document, WireFormat, WireStream};
 pub use sql::sql_type_name;
@@ -53,6 +60,7 @@ pub use sql::{
 };
 pub use status::{AuthStatus, Status};
 pub use tenant::TenantId;
+pub use users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 
 /// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.
 pub use datafusion::arrow;

@@ -65,7 +65,7 @@ pub(crate) fn create(
         };
     }
     let project = Project {
-        id: store::next_id(txn, "project")?,
+        id: store::next_tenant_id(txn, tenant, "project")?,
         name: key.clone(),
         created_at: crate::time::now_text(),
     };

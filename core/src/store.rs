@@ -14,6 +14,7 @@ use redb::{
 };
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::tenant::TenantId;
 
 /// The on-disk format this build reads and writes. Bump it when a record layout changes.
 pub(crate) const FORMAT_VERSION: u64 = 1;
@@ -268,6 +269,16 @@ pub(crate) fn next_id(txn: &WriteTransaction, sequence: &str) -> Result<u64> {
     let next = table.get(sequence)?.map(|v| v.value()).unwrap_or(0) + 1;
     table.insert(sequence, next)?;
     Ok(next)
+}
+
+/// [`next_id`] for ids that callers see (projects, agents, models, minds, datasources): one
+/// sequence per tenant, so nobody can count another tenant's objects from gaps in their own
+/// ids. The local tenant keeps the plain sequence its files always used.
+pub(crate) fn next_tenant_id(txn: &WriteTransaction, tenant: TenantId, kind: &str) -> Result<u64> {
+    if tenant == TenantId::LOCAL {
+        return next_id(txn, kind);
+    }
+    next_id(txn, &format!("{kind}@{}", tenant.0))
 }
 
 /// Decoded chunks keyed by (table id, chunk number). Chunk keys are written once and never

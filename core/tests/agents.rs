@@ -657,11 +657,11 @@ fn a_streamed_answer_reports_its_steps_and_ends() {
     sales_agent(&engine);
     let events = |question: &str| {
         let mut stream = engine
-            .ask_agent_stream(
+            .block_on(engine.ask_agent_stream(
                 "mindsdb",
                 "analyst",
                 &json!([{"question": question, "answer": null}]),
-            )
+            ))
             .unwrap();
         let mut events = Vec::new();
         while let Some(event) = engine.block_on(stream.next_event()) {
@@ -705,7 +705,7 @@ fn a_streamed_answer_reports_its_steps_and_ends() {
         b"data: {\"content\": \"SELECT 1, 2\", \"type\": \"sql\"}\n\n"
     );
     assert!(engine
-        .ask_agent_stream("mindsdb", "nope", &json!([]))
+        .block_on(engine.ask_agent_stream("mindsdb", "nope", &json!([])))
         .is_err());
 }
 

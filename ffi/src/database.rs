@@ -172,14 +172,7 @@ unsafe fn open_with(
             Some(text) => Config::parse(text)?,
             None => Config::default(),
         };
-        let handle = Arc::new(Database {
-            engine: open(config)?,
-            current_db: Mutex::new(None),
-            errors: Mutex::new(HashMap::new()),
-        });
-        let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
-        lock(&OPEN).insert(key, handle);
-        *out_db = key as *mut Database;
+        *out_db = register(open(config)?);
         Ok(())
     });
     if let Err(failure) = &outcome {
@@ -189,6 +182,18 @@ unsafe fn open_with(
         }
     }
     boundary::status_of(outcome)
+}
+
+/// Puts `engine` behind a new handle, which the caller closes with `mindlite_close`.
+pub(crate) fn register(engine: Engine) -> *mut Database {
+    let handle = Arc::new(Database {
+        engine,
+        current_db: Mutex::new(None),
+        errors: Mutex::new(HashMap::new()),
+    });
+    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
+    lock(&OPEN).insert(key, handle);
+    key as *mut Database
 }
 
 /// Closes a database handle. `mindlite_close(NULL)` does nothing and returns `MINDLITE_OK`;

@@ -6,7 +6,8 @@
 //!
 //! One module per handle: [`database`] (open, close, errmsg, login), [`rows`] (a materialized
 //! result with typed cell access), [`cursor`] (a result streamed in a wire framing),
-//! [`arrow_stream`] (a result as an Arrow C stream), [`records`] (engine records as JSON).
+//! [`arrow_stream`] (a result as an Arrow C stream), [`records`] (engine records as JSON),
+//! [`users`] (the hosted edition's users, API keys and limits, as JSON).
 
 // Every exported function takes raw pointers from C and checks them itself; the header states
 // what each one must point to.
@@ -18,6 +19,7 @@ pub mod cursor;
 pub mod database;
 pub mod records;
 pub mod rows;
+pub mod users;
 
 use std::ffi::{c_char, CString};
 

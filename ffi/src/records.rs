@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::boundary::{self, give_string, out, Failure, Status};
 use crate::database::{with_database, Database};
 
-fn give_json(out_json: *mut *mut c_char, value: &impl Serialize) -> Result<(), Failure> {
+/// Hands `value` to C as JSON text through `out_json`; the caller frees it with `mindlite_free`.
+pub(crate) fn give_json(out_json: *mut *mut c_char, value: &impl Serialize) -> Result<(), Failure> {
     let slot = out(out_json, "out_json")?;
     let text = serde_json::to_string(value)
         .map_err(|e| mindlite::Error::internal(format!("cannot encode a record as JSON: {e}")))?;
@@ -68,7 +69,7 @@ pub unsafe extern "C" fn mindlite_status_get(
 }
 
 /// Parses a JSON argument, naming it when it is not JSON.
-fn json_arg(text: &str, what: &str) -> Result<serde_json::Value, Failure> {
+pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value, Failure> {
     serde_json::from_str(text)
         .map_err(|e| mindlite::Error::invalid(format!("'{what}' is not valid JSON: {e}")).into())
 }
@@ -240,7 +241,10 @@ pub unsafe extern "C" fn mindlite_agent_ask(
 }
 
 /// Like [`give_json`], for an out-parameter the caller may leave NULL.
-fn give_optional_json(out_json: *mut *mut c_char, value: &impl Serialize) -> Result<(), Failure> {
+pub(crate) fn give_optional_json(
+    out_json: *mut *mut c_char,
+    value: &impl Serialize,
+) -> Result<(), Failure> {
     if out_json.is_null() {
         return Ok(());
     }

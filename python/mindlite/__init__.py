@@ -18,6 +18,11 @@ fails (autocommit), so ``commit()`` has nothing to do and ``rollback()`` raises
 Threads: a connection may be shared by any number of threads (``threadsafety = 2``); give each
 thread its own cursor. The engine runs without the GIL, and Ctrl-C (KeyboardInterrupt) cancels
 the query a thread is waiting for.
+
+Hosted edition (``connect(config={"edition": "hosted"})``): the connection ``connect()`` returns
+is the operator's, which administers users (``create_user``, ``create_api_key``, …);
+``as_user(api_key)`` returns a connection acting as one user, which sees only that user's
+objects and is held to its plan's quotas.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from ._native import (
     DatabaseError,
     DataError,
     Error,
+    ForbiddenError,
     IntegrityError,
     InterfaceError,
     InternalError,
     NotSupportedError,
     OperationalError,
     ProgrammingError,
+    QuotaExceededError,
+    UnauthorizedError,
     Warning,
     __version__,
 )
@@ -57,6 +65,9 @@ __all__ = [
     "DatabaseError",
     "DataError",
     "OperationalError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "QuotaExceededError",
     "IntegrityError",
     "InternalError",
     "ProgrammingError",
@@ -419,6 +430,9 @@ class Connection:
     DatabaseError = DatabaseError
     DataError = DataError
     OperationalError = OperationalError
+    UnauthorizedError = UnauthorizedError
+    ForbiddenError = ForbiddenError
+    QuotaExceededError = QuotaExceededError
     IntegrityError = IntegrityError
     InternalError = InternalError
     ProgrammingError = ProgrammingError
@@ -691,6 +705,70 @@ class Connection:
         """Drops a model with every version, or only ``version``."""
         self._check()
         self._db.drop_model(project or self.current_db, name, version)
+
+    # The hosted edition's users. Administration belongs to the connection connect() returned
+    # (the operator's): on a user's connection these raise ForbiddenError.
+
+    def as_user(self, api_key: str) -> "Connection":
+        """A new connection to the same database acting as the user ``api_key`` belongs to: it
+        sees and changes only that user's projects, tables, models and agents, under the user's
+        plan's quotas, starting in the user's own default project. The key is checked here,
+        once: revoking it or disabling the user refuses later calls, not this connection. Each
+        connection closes on its own; the file stays open while any is open.
+        ``UnauthorizedError`` for an unknown or revoked key, ``ForbiddenError`` for a disabled
+        user."""
+        self._check()
+        return Connection(self._db.as_user(api_key))
+
+    def create_user(self, name: str, plan: Optional[str] = None) -> Dict[str, Any]:
+        """Creates a user, with its own default project and no API key yet, on ``plan`` (the
+        configured ``hosted.default_plan`` when ``None``). Returns ``{"id", "name", "plan",
+        "disabled", "created_at", "api_keys"}``. ``ProgrammingError`` for a taken or invalid
+        name or an unknown plan."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.create_user(name, plan)))
+
+    def users(self) -> List[Dict[str, Any]]:
+        """Every user, in creation order, as :meth:`create_user` returns them; ``api_keys``
+        lists the live keys as ``{"id", "prefix", "created_at"}``, without their text."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.users()))
+
+    def user(self, name: str) -> Dict[str, Any]:
+        """One user by name (case-insensitive); ``ProgrammingError`` when there is none."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.user(name)))
+
+    def update_user(
+        self, name: str, plan: Optional[str] = None, disabled: Optional[bool] = None
+    ) -> Dict[str, Any]:
+        """Moves a user to ``plan`` and/or disables it (``disabled=True``: :meth:`as_user`
+        refuses its keys, its objects are kept) or enables it again; ``None`` leaves a field as it is. Returns the
+        user. ``ProgrammingError`` for an unknown plan, naming it and the configured ones."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.update_user(name, plan, disabled)))
+
+    def create_api_key(self, user: str) -> Dict[str, Any]:
+        """Issues an API key for ``user``: ``{"id", "user", "key", "created_at"}``. The
+        ``"key"`` text is shown here only (the database keeps its hash); pass it to
+        :meth:`as_user`."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.create_api_key(user)))
+
+    def revoke_api_key(self, user: str, key_id: int) -> Dict[str, Any]:
+        """Revokes ``user``'s API key ``key_id`` (its ``"id"``): :meth:`as_user` refuses it
+        from now on. Returns the user; ``ProgrammingError`` when
+        the user has no such key."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.revoke_api_key(user, key_id)))
+
+    def limits(self) -> Dict[str, Any]:
+        """This user's plan, quotas and usage, as the Minds API's ``GET /limits/``: ``{"plan",
+        "minds": {"limit", "used", "remaining"}, "datasources": {…}, "questions": {"limit",
+        "used", "remaining", "window_secs", "resets_at"}, "callbacks"}``. On a user's
+        connection only (``ProgrammingError`` on the operator's)."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.limits()))
 
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""

@@ -1,4 +1,5 @@
-//! `Database`: one open engine, shared by the Python connection and every thread using it.
+//! `Database`: one open engine, shared by the Python connection and every thread using it, or
+//! a hosted user's handle on it (`as_user`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -66,6 +67,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Database {
+    fn over(engine: Engine) -> Database {
+        Database {
+            shared: Arc::new(Shared {
+                engine: Mutex::new(Some(engine)),
+                readings: Mutex::new(Vec::new()),
+            }),
+            current_db: Mutex::new(None),
+        }
+    }
+
     fn engine(&self) -> PyResult<Engine> {
         self.shared.engine()
     }
@@ -88,13 +99,15 @@ impl Database {
                 None => Engine::open_in_memory(config),
             })
             .map_err(to_py)?;
-        Ok(Database {
-            shared: Arc::new(Shared {
-                engine: Mutex::new(Some(engine)),
-                readings: Mutex::new(Vec::new()),
-            }),
-            current_db: Mutex::new(None),
-        })
+        Ok(Database::over(engine))
+    }
+
+    /// The same database as the user an API key belongs to (hosted edition): a connection of
+    /// its own that sees and changes only that user's objects. UnauthorizedError for an
+    /// unknown or revoked key, ForbiddenError for a disabled user's.
+    fn as_user(&self, api_key: &str) -> PyResult<Database> {
+        let user = self.engine()?.as_user(api_key).map_err(to_py)?;
+        Ok(Database::over(user))
     }
 
     /// Runs `sql` with `params` (a mapping of `:name` values) in `db`, or in the current
@@ -417,6 +430,78 @@ impl Database {
         Ok(predicted.to_string())
     }
 
+    /// Creates a user on `plan` (the configured default when None); returns it as JSON text.
+    #[pyo3(signature = (name, plan=None))]
+    fn create_user(&self, py: Python<'_>, name: &str, plan: Option<String>) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, name) = (engine.clone(), name.to_string());
+        let user = wait(py, &engine, async move {
+            runner.create_user(&name, plan.as_deref()).await
+        })?
+        .map_err(to_py)?;
+        Ok(serde_json::to_string(&user).expect("a user serializes"))
+    }
+
+    /// Every user as JSON text, in creation order.
+    fn users(&self) -> PyResult<String> {
+        let users = self.engine()?.list_users().map_err(to_py)?;
+        Ok(serde_json::to_string(&users).expect("users serialize"))
+    }
+
+    /// One user as JSON text; ProgrammingError when there is none of that name.
+    fn user(&self, name: &str) -> PyResult<String> {
+        let user = self.engine()?.get_user(name).map_err(to_py)?;
+        Ok(serde_json::to_string(&user).expect("a user serializes"))
+    }
+
+    /// Changes a user's plan and/or whether it is disabled; returns it as JSON text.
+    #[pyo3(signature = (name, plan=None, disabled=None))]
+    fn update_user(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        plan: Option<String>,
+        disabled: Option<bool>,
+    ) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, name) = (engine.clone(), name.to_string());
+        let user = wait(py, &engine, async move {
+            runner.update_user(&name, plan.as_deref(), disabled).await
+        })?
+        .map_err(to_py)?;
+        Ok(serde_json::to_string(&user).expect("a user serializes"))
+    }
+
+    /// Issues an API key for a user; returns it, with the key's text, as JSON text.
+    fn create_api_key(&self, py: Python<'_>, user: &str) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, user) = (engine.clone(), user.to_string());
+        let issued = wait(
+            py,
+            &engine,
+            async move { runner.create_api_key(&user).await },
+        )?
+        .map_err(to_py)?;
+        Ok(serde_json::to_string(&issued).expect("an API key serializes"))
+    }
+
+    /// Revokes one of a user's API keys; returns the user as JSON text.
+    fn revoke_api_key(&self, py: Python<'_>, user: &str, key_id: u64) -> PyResult<String> {
+        let engine = self.engine()?;
+        let (runner, user) = (engine.clone(), user.to_string());
+        let user = wait(py, &engine, async move {
+            runner.revoke_api_key(&user, key_id).await
+        })?
+        .map_err(to_py)?;
+        Ok(serde_json::to_string(&user).expect("a user serializes"))
+    }
+
+    /// This connection's user's plan, quotas and usage as JSON text (`GET /limits/`).
+    fn limits(&self) -> PyResult<String> {
+        let limits = self.engine()?.limits().map_err(to_py)?;
+        Ok(serde_json::to_string(&limits).expect("limits serialize"))
+    }
+
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
     fn status(&self) -> PyResult<String> {
         let status = self.engine()?.status(true);
@@ -438,8 +523,9 @@ impl Database {
         self.shared.is_closed()
     }
 
-    /// Lets go of the engine and of every result's unread rows, closing the file (an Arrow
-    /// stream already handed out keeps it open until released). Closing twice does nothing.
+    /// Lets go of the engine and of every result's unread rows, closing the file unless another
+    /// connection to it (one `as_user` made, or the one that made this) is open; an Arrow
+    /// stream already handed out keeps it open until released. Closing twice does nothing.
     fn close(&self, py: Python<'_>) {
         let engine = self.shared.close();
         // Closing waits for the runtime's tasks to stop: not with the GIL held.

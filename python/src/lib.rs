@@ -49,7 +49,25 @@ create_exception!(
     mindlite,
     OperationalError,
     DatabaseError,
-    "The database is unavailable: the file is locked, a quota is used up, access is denied."
+    "The database is unavailable: the file is locked, a provider failed; its subclasses: a key, a permission or a quota refuses."
+);
+create_exception!(
+    mindlite,
+    UnauthorizedError,
+    OperationalError,
+    "Hosted edition: the API key is unknown or revoked."
+);
+create_exception!(
+    mindlite,
+    ForbiddenError,
+    OperationalError,
+    "Hosted edition: not allowed: the user is disabled, or a user's connection administers users."
+);
+create_exception!(
+    mindlite,
+    QuotaExceededError,
+    OperationalError,
+    "Hosted edition: the user's plan allows no more (minds, datasources, questions)."
 );
 create_exception!(
     mindlite,
@@ -85,11 +103,10 @@ pub(crate) fn to_py(err: mindlite::Error) -> PyErr {
         }
         ErrorKind::InvalidData => DataError::new_err(message),
         ErrorKind::ConstraintViolation => IntegrityError::new_err(message),
-        ErrorKind::Unauthorized
-        | ErrorKind::Forbidden
-        | ErrorKind::QuotaExceeded
-        | ErrorKind::Unavailable
-        | ErrorKind::Upstream => OperationalError::new_err(message),
+        ErrorKind::Unauthorized => UnauthorizedError::new_err(message),
+        ErrorKind::Forbidden => ForbiddenError::new_err(message),
+        ErrorKind::QuotaExceeded => QuotaExceededError::new_err(message),
+        ErrorKind::Unavailable | ErrorKind::Upstream => OperationalError::new_err(message),
         ErrorKind::Internal => InternalError::new_err(message),
     }
 }
@@ -158,6 +175,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("DatabaseError", py.get_type::<DatabaseError>())?;
     module.add("DataError", py.get_type::<DataError>())?;
     module.add("OperationalError", py.get_type::<OperationalError>())?;
+    module.add("UnauthorizedError", py.get_type::<UnauthorizedError>())?;
+    module.add("ForbiddenError", py.get_type::<ForbiddenError>())?;
+    module.add("QuotaExceededError", py.get_type::<QuotaExceededError>())?;
     module.add("IntegrityError", py.get_type::<IntegrityError>())?;
     module.add("InternalError", py.get_type::<InternalError>())?;
     module.add("ProgrammingError", py.get_type::<ProgrammingError>())?;

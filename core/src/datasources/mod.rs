@@ -17,8 +17,10 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+use crate::config::{Edition, HostedConfig};
+use crate::error::{Error, ErrorKind, Result};
 use crate::projects::{self, PROJECTS};
+use crate::quotas::{self, Slot};
 use crate::store;
 use crate::tenant::TenantId;
 
@@ -44,6 +46,12 @@ pub(crate) struct Datasource {
     pub(crate) parameters: Map<String, Value>,
     /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
     pub(crate) created_at: String,
+    /// Last change, same form (records written before it existed show their creation).
+    #[serde(default)]
+    pub(crate) modified_at: String,
+    /// What the data is, for people and for minds (Minds API `description`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) description: Option<String>,
 }
 
 impl std::fmt::Debug for Datasource {
@@ -69,6 +77,26 @@ impl Datasource {
             }
         }
         Value::Object(shown).to_string()
+    }
+
+    /// The datasource in the Minds API's shape: `name`, `engine`, `description`,
+    /// `connection_data` (secrets masked), `created_at`, `modified_at`.
+    pub(crate) fn to_minds_json(&self) -> Value {
+        let connection_data: Value =
+            serde_json::from_str(&self.connection_data(false)).unwrap_or(Value::Null);
+        let modified = if self.modified_at.is_empty() {
+            &self.created_at
+        } else {
+            &self.modified_at
+        };
+        serde_json::json!({
+            "name": self.name,
+            "engine": self.engine,
+            "description": self.description,
+            "connection_data": connection_data,
+            "created_at": self.created_at,
+            "modified_at": modified,
+        })
     }
 
     /// How this datasource is reached.
@@ -154,9 +182,15 @@ pub(crate) fn exists(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Re
 pub(crate) async fn check(
     engine: &str,
     parameters: Map<String, Value>,
+    edition: Edition,
 ) -> Result<(String, Map<String, Value>)> {
     let engine = engine.to_ascii_lowercase();
     match engine.as_str() {
+        // The server's files are not its users' to read.
+        directory::ENGINE if edition == Edition::Hosted => Err(Error::new(
+            ErrorKind::Forbidden,
+            "ENGINE 'files' reads the server's own directories and is not offered in the hosted edition",
+        )),
         directory::ENGINE => {
             let stored = directory::Directory::from_parameters(&parameters)?.checked_parameters()?;
             Ok((directory::ENGINE.to_string(), stored))
@@ -189,16 +223,21 @@ pub(crate) async fn check(
     }
 }
 
-/// Stores a new datasource whose engine and parameters [`check`] accepted. Returns false when
-/// the name was taken and `if_not_exists` was set.
+/// Stores a new datasource whose engine and parameters [`check`] accepted, within the
+/// tenant's datasource quota. Returns false when the name was taken and `if_not_exists` was set.
 pub(crate) fn create(
     txn: &WriteTransaction,
     tenant: TenantId,
-    name: &str,
-    engine: &str,
-    parameters: Map<String, Value>,
+    new: NewDatasource<'_>,
     if_not_exists: bool,
+    hosted: &HostedConfig,
 ) -> Result<bool> {
+    let NewDatasource {
+        name,
+        engine,
+        parameters,
+        description,
+    } = new;
     let key = name.to_ascii_lowercase();
     projects::validate_name("database", &key)?;
     let taken = projects::RESERVED.contains(&key.as_str())
@@ -211,18 +250,35 @@ pub(crate) fn create(
             Err(Error::conflict(format!("Database '{key}' already exists")))
         };
     }
+    let used = list(&txn.open_table(DATASOURCES)?, tenant)?.len() as u64;
+    quotas::check_slot(txn, tenant, hosted, Slot::Datasources, used)?;
+    let now = crate::time::now_text();
     let record = Datasource {
-        id: store::next_id(txn, "datasource")?,
+        id: store::next_tenant_id(txn, tenant, "datasource")?,
         name: key.clone(),
         engine: engine.to_string(),
         parameters,
-        created_at: crate::time::now_text(),
+        created_at: now.clone(),
+        modified_at: now,
+        description,
     };
     txn.open_table(DATASOURCES)?.insert(
         (tenant.0, key.as_str()),
         serde_json::to_string(&record)?.as_str(),
     )?;
     Ok(true)
+}
+
+/// A datasource to create, as [`check`] accepted it.
+pub(crate) struct NewDatasource<'a> {
+    /// Its name as given.
+    pub(crate) name: &'a str,
+    /// The canonical engine name.
+    pub(crate) engine: &'a str,
+    /// The parameters to store.
+    pub(crate) parameters: Map<String, Value>,
+    /// Minds API `description`.
+    pub(crate) description: Option<String>,
 }
 
 /// The parameters of `source` after `changes` (a null value removes its key).
@@ -259,6 +315,7 @@ pub(crate) fn set_parameters(
         }
     };
     record.parameters = parameters;
+    record.modified_at = crate::time::now_text();
     table.insert(
         (tenant.0, key.as_str()),
         serde_json::to_string(&record)?.as_str(),
@@ -266,9 +323,74 @@ pub(crate) fn set_parameters(
     Ok(())
 }
 
-/// Removes a datasource; true when it existed. Nothing is stored under it, so nothing else goes.
+/// A Minds API change to a datasource: each field given replaces the stored one.
+#[derive(Debug, Default)]
+pub(crate) struct Change {
+    /// A new name (renaming it, and pointing the minds that read it there).
+    pub(crate) name: Option<String>,
+    /// New parameters, already through [`check`].
+    pub(crate) parameters: Option<Map<String, Value>>,
+    /// A new description.
+    pub(crate) description: Option<String>,
+}
+
+/// Applies a [`Change`] to datasource `name` and returns the result.
+pub(crate) fn update(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    name: &str,
+    change: Change,
+) -> Result<Datasource> {
+    let key = name.to_ascii_lowercase();
+    let mut record = get(&txn.open_table(DATASOURCES)?, tenant, &key)?
+        .ok_or_else(|| Error::not_found(format!("Datasource '{key}' not found")))?;
+    if let Some(parameters) = change.parameters {
+        record.parameters = parameters;
+    }
+    if let Some(description) = change.description {
+        record.description = Some(description);
+    }
+    if let Some(new) = change.name.map(|n| n.to_ascii_lowercase()) {
+        if new != key {
+            projects::validate_name("database", &new)?;
+            let taken = projects::RESERVED.contains(&new.as_str())
+                || projects::get(&txn.open_table(PROJECTS)?, tenant, &new)?.is_some()
+                || exists(txn, tenant, &new)?;
+            if taken {
+                return Err(Error::conflict(format!("Database '{new}' already exists")));
+            }
+            txn.open_table(DATASOURCES)?
+                .remove((tenant.0, key.as_str()))?;
+            crate::minds::rename_datasource(txn, tenant, &key, &new)?;
+            record.name = new;
+        }
+    }
+    record.modified_at = crate::time::now_text();
+    txn.open_table(DATASOURCES)?.insert(
+        (tenant.0, record.name.as_str()),
+        serde_json::to_string(&record)?.as_str(),
+    )?;
+    Ok(record)
+}
+
+/// `connection_data` sent back to replace `source`'s parameters: a secret still showing the
+/// mask (as GET gave it) keeps its stored value.
+pub(crate) fn unmasked(source: &Datasource, mut given: Map<String, Value>) -> Map<String, Value> {
+    for (key, value) in given.iter_mut() {
+        if SECRET_KEYS.contains(&key.as_str()) && value.as_str() == Some(MASK) {
+            if let Some(stored) = source.parameters.get(key) {
+                *value = stored.clone();
+            }
+        }
+    }
+    given
+}
+
+/// Removes a datasource; true when it existed. Nothing is stored under it, so nothing else
+/// goes; a datasource a mind reads is refused with Conflict.
 pub(crate) fn remove(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Result<bool> {
     let key = name.to_ascii_lowercase();
+    crate::minds::check_unused(txn, tenant, &key)?;
     let removed = txn
         .open_table(DATASOURCES)?
         .remove((tenant.0, key.as_str()))?
@@ -309,6 +431,8 @@ mod tests {
                 .unwrap()
                 .clone(),
             created_at: String::new(),
+            modified_at: String::new(),
+            description: None,
         };
         assert_eq!(
             source.connection_data(false),

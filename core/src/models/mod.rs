@@ -354,7 +354,7 @@ pub(crate) fn create(
         train::PHASES
     };
     let model = ModelVersion {
-        id: store::next_id(txn, "model")?,
+        id: store::next_tenant_id(txn, tenant, "model")?,
         name: spec.name.clone(),
         project: project.name,
         version: 1,
@@ -415,7 +415,7 @@ pub(crate) fn retrain(
     let (data_db, select_data_query) =
         from.unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
     let model = ModelVersion {
-        id: store::next_id(txn, "model")?,
+        id: store::next_tenant_id(txn, tenant, "model")?,
         version: latest.version + 1,
         active: false,
         status: ModelStatus::Generating,

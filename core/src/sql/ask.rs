@@ -83,13 +83,23 @@ impl SqlRunner {
             config: &self.config,
             tenant,
         };
+        // A question asked through SQL counts against the plan like any other.
+        let reservation =
+            crate::quotas::reserve_question(&self.store, &self.config.hosted, tenant).await?;
         let answer = asker
             .answer(
                 &agent,
                 vec![json!({"role": "user", "content": question})],
                 None,
             )
-            .await?;
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                crate::quotas::give_back(&self.store, reservation).await;
+                return Err(e);
+            }
+        };
         select.from[0].relation = answer_table(&question, &answer.content, &alias)?;
         Ok(true)
     }

@@ -417,10 +417,18 @@ impl SqlRunner {
                 if_not_exists,
             } => {
                 // Connecting takes a while: done before the writer lock is taken.
-                let (engine, parameters) = datasources::check(&engine, parameters).await?;
+                let edition = self.config.edition;
+                let (engine, parameters) = datasources::check(&engine, parameters, edition).await?;
+                let hosted = self.config.hosted.clone();
                 self.store
                     .write(move |txn| {
-                        datasources::create(txn, tenant, &name, &engine, parameters, if_not_exists)
+                        let new = datasources::NewDatasource {
+                            name: &name,
+                            engine: &engine,
+                            parameters,
+                            description: None,
+                        };
+                        datasources::create(txn, tenant, new, if_not_exists, &hosted)
                     })
                     .await?;
                 ok(None)
@@ -438,7 +446,8 @@ impl SqlRunner {
                 };
                 drop(snapshot);
                 let parameters = datasources::changed_parameters(&source, &parameters);
-                let (_, parameters) = datasources::check(&source.engine, parameters).await?;
+                let (_, parameters) =
+                    datasources::check(&source.engine, parameters, self.config.edition).await?;
                 self.store
                     .write(move |txn| {
                         datasources::set_parameters(txn, tenant, &source.name, parameters)

@@ -84,7 +84,7 @@ pub async fn one(
                 Ok(messages) => messages,
                 Err(response) => return *response,
             };
-            match engine.ask_agent_stream(project, name, &messages) {
+            match engine.ask_agent_stream(project, name, &messages).await {
                 Ok(stream) => Response {
                     status: 200,
                     content_type: Some("text/event-stream"),

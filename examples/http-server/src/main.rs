@@ -5,8 +5,10 @@
 mod agents;
 mod files;
 mod http;
+mod minds;
 mod models;
 mod routes;
+mod users;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,7 @@ const USAGE: &str = "\
 mindlite-server: MindsDB's HTTP API over an embedded mindlite database
 
 Usage: mindlite-server [--config FILE] [--data PATH] [--host HOST] [--port PORT]
+       mindlite-server users COMMAND … (hosted edition user administration; `users --help`)
 
 Options:
   --config FILE   TOML or JSON configuration (see README.md); MINDLITE_* variables override it
@@ -44,6 +47,8 @@ struct Options {
     data: Option<PathBuf>,
     host: Option<String>,
     port: Option<u16>,
+    /// `users …`: the command's words and its `--plan`.
+    users: Option<(Vec<String>, Option<String>)>,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +72,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some((words, plan)) = options.users {
+        return run_users(&words, plan, config);
+    }
     let started = Instant::now();
     let path = config.storage.path.clone();
     let engine = match Engine::open(&path, config.clone()) {
@@ -95,13 +103,19 @@ fn main() -> ExitCode {
 }
 
 /// Reads the options; `Ok(None)` when `--help` or `--version` was answered.
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
     let mut options = Options {
         config: None,
         data: None,
         host: None,
         port: None,
+        users: None,
     };
+    let mut args = args.peekable();
+    if args.peek().map(String::as_str) == Some("users") {
+        args.next();
+        options.users = Some((Vec::new(), None));
+    }
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((name, value)) if name.starts_with("--") => {
@@ -117,7 +131,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Options>,
         };
         match name.as_str() {
             "-h" | "--help" => {
-                println!("{USAGE}");
+                match options.users {
+                    Some(_) => println!("{}", users::USAGE),
+                    None => println!("{USAGE}"),
+                }
                 return Ok(None);
             }
             "-V" | "--version" => {
@@ -134,10 +151,51 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Options>,
                 })?;
                 options.port = Some(port);
             }
+            "--plan" if options.users.is_some() => {
+                let plan = value()?;
+                if let Some((_, slot)) = options.users.as_mut() {
+                    *slot = Some(plan);
+                }
+            }
+            word if !word.starts_with('-') && options.users.is_some() => {
+                if let Some((words, _)) = options.users.as_mut() {
+                    words.push(word.to_string());
+                }
+            }
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
     Ok(Some(options))
+}
+
+/// Runs a `users` command on the configured database and prints its JSON.
+fn run_users(words: &[String], plan: Option<String>, config: Config) -> ExitCode {
+    let command = match users::Command::parse(words, plan) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("mindlite-server: {message}\n\n{}", users::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let engine = match Engine::open(&config.storage.path, config.clone()) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("mindlite-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ran = engine.block_on(command.run(&engine));
+    engine.close();
+    match ran {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mindlite-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Defaults, then the config file, then `MINDLITE_*` variables, then the command line.

@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::agents;
 use crate::files;
 use crate::http::{reason, Body, Request, Response};
+use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
 
 const JSON: &str = "application/json";
@@ -16,7 +17,7 @@ const PROBLEM: &str = "application/problem+json";
 pub async fn handle(engine: &Engine, request: &Request) -> Response {
     let path = request.path.as_str();
     let method = request.method.as_str();
-    let route = match Route::find(path) {
+    let route = match Route::find(path, &engine.config().http.minds_prefix) {
         Some(route) => route,
         None => {
             return problem(
@@ -32,18 +33,33 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
         )
         .with_header("allow", route.methods().join(", "));
     }
-    if route.needs_auth() && engine.auth_required() {
-        let verified = bearer(request)
-            .ok_or_else(unauthorized)
-            .and_then(|token| engine.verify_token(token));
-        if let Err(e) = verified {
-            return error_response(&e);
-        }
+    // The Minds API and /limits/ are the hosted edition's; a local server has none of them.
+    if matches!(route, Route::Minds(_)) && !engine.is_hosted() {
+        return problem(
+            404,
+            "The Minds API is served by the hosted edition only (edition = \"hosted\")",
+        );
     }
+    // The handle the request acts through: the caller's tenant when credentials are needed.
+    let scoped;
+    let engine = if route.needs_auth() && engine.auth_required() {
+        let authenticated = credential(request)
+            .ok_or_else(unauthorized)
+            .and_then(|credential| engine.authenticate(credential));
+        match authenticated {
+            Ok(handle) => {
+                scoped = handle;
+                &scoped
+            }
+            Err(e) => return error_response(&e),
+        }
+    } else {
+        engine
+    };
     match route {
         Route::SqlQuery => sql_query(engine, request).await,
         Route::Status => {
-            let authenticated = bearer(request).is_some_and(|t| engine.verify_token(t).is_ok());
+            let authenticated = credential(request).is_some_and(|c| engine.authenticate(c).is_ok());
             json_response(200, &engine.status(authenticated))
         }
         Route::Ping => json_response(200, &json!({"status": "ok"})),
@@ -71,7 +87,11 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             json_response(200, &"")
         }
         // The local edition has no cloud login; a 404 sends MindsDB's SDK on to /api/login.
-        Route::CloudLogin => problem(404, "This server has no cloud login; use /api/login"),
+        Route::CloudLogin if !engine.is_hosted() => {
+            problem(404, "This server has no cloud login; use /api/login")
+        }
+        Route::CloudLogin => login(engine, request).await,
+        Route::Minds(route) => minds::handle(engine, request, route).await,
         Route::Agents(project) => match decode(project) {
             Ok(project) => agents::collection(engine, request, &project).await,
             Err(e) => error_response(&e),
@@ -119,6 +139,8 @@ enum Route<'a> {
     Files,
     /// `/api/files/{name}`
     File(&'a str),
+    /// The Minds API under its prefix, and `/limits/`.
+    Minds(MindsRoute<'a>),
 }
 
 /// What is asked of one agent.
@@ -133,7 +155,10 @@ pub enum AgentAction {
 }
 
 impl<'a> Route<'a> {
-    fn find(path: &'a str) -> Option<Route<'a>> {
+    fn find(path: &'a str, minds_prefix: &str) -> Option<Route<'a>> {
+        if let Some(route) = MindsRoute::find(path, minds_prefix) {
+            return Some(Route::Minds(route));
+        }
         Some(match path {
             "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
             "/api/status" | "/api/status/" => Route::Status,
@@ -195,6 +220,7 @@ impl<'a> Route<'a> {
             Route::Model(_, _, ModelAction::Describe) => &["GET"],
             Route::Files => &["GET"],
             Route::File(_) => &["PUT", "DELETE"],
+            Route::Minds(route) => route.methods(),
         }
     }
 
@@ -236,10 +262,23 @@ async fn login(engine: &Engine, request: &Request) -> Response {
         }
     };
     let field = |name| body.get(name).and_then(|v| v.as_str());
-    match engine.login(field("username"), field("password")).await {
+    // MindsDB's cloud login names the user `email`.
+    let username = field("username").or_else(|| field("email"));
+    match engine.login(username, field("password")).await {
         Ok(login) => json_response(200, &json!({"token": login.token})),
         Err(e) => error_response(&e),
     }
+}
+
+/// The caller's credential: a bearer token or API key, or `X-Api-Key` as MindsDB's Python SDK
+/// sends an API key.
+fn credential(request: &Request) -> Option<&str> {
+    bearer(request).or_else(|| {
+        request
+            .header("x-api-key")
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    })
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -282,7 +321,15 @@ pub fn status_of(kind: ErrorKind) -> u16 {
 }
 
 pub(crate) fn error_response(error: &Error) -> Response {
-    problem(status_of(error.kind()), error.message())
+    with_retry_after(problem(status_of(error.kind()), error.message()), error)
+}
+
+/// Adds `Retry-After` for an error about a quota that resets.
+pub(crate) fn with_retry_after(response: Response, error: &Error) -> Response {
+    match error.retry_after() {
+        Some(seconds) => response.with_header("retry-after", seconds.to_string()),
+        None => response,
+    }
 }
 
 /// An engine error about a `thing` ("Agent", "Model") of `project`, with MindsDB's title:

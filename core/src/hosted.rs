@@ -1,0 +1,361 @@
+//! The hosted edition's side of [`Engine`] (DESIGN §2, §8): handles scoped to one user,
+//! authentication by API key or login token, user administration, quotas and `/limits/`,
+//! and the Minds API (minds, datasources, questions). Every method acts as the handle's
+//! tenant; administration needs the unscoped handle [`Engine::open`] gave.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::config::Edition;
+use crate::datasources::{self, DATASOURCES};
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Result};
+use crate::minds::{self, ChatRequest, Mind, MindStream, MINDS};
+use crate::quotas::{self, Limits, Reservation};
+use crate::tenant::TenantId;
+use crate::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
+
+impl Engine {
+    /// The tenant this handle acts as.
+    pub fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    /// A handle on the same database acting as the user an API key belongs to: it sees and
+    /// changes only that user's objects, under its plan's quotas. An unknown or revoked key is
+    /// [`ErrorKind::Unauthorized`]; a disabled user's key [`ErrorKind::Forbidden`].
+    /// A handle checks its key when it is made: revoking the key or disabling the user later
+    /// stops new handles and HTTP requests, not this one.
+    pub fn as_user(&self, api_key: &str) -> Result<Engine> {
+        let user = users::authenticate(&self.inner.sql.store.read()?, api_key)?;
+        Ok(self.scoped(user.tenant()))
+    }
+
+    /// The handle a request with `Authorization: Bearer <credential>` acts through: an API
+    /// key (`mlk_…`) or a login token. A disabled user is [`ErrorKind::Forbidden`]; anything
+    /// else unknown, revoked or expired is [`ErrorKind::Unauthorized`].
+    pub fn authenticate(&self, credential: &str) -> Result<Engine> {
+        if credential.starts_with(API_KEY_PREFIX) {
+            return self.as_user(credential);
+        }
+        let txn = self.inner.sql.store.read()?;
+        let tenant = crate::auth::verify(&txn, credential)?;
+        users::active(&txn, tenant)?;
+        Ok(self.scoped(tenant))
+    }
+
+    fn scoped(&self, tenant: TenantId) -> Engine {
+        Engine {
+            inner: Arc::clone(&self.inner),
+            tenant,
+        }
+    }
+
+    /// The tenant of a hosted login: the user named `username` owning the API key `password`.
+    pub(crate) fn user_login(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<TenantId> {
+        let (Some(username), Some(password)) = (username, password) else {
+            return Err(Error::invalid("Username and password should be string"));
+        };
+        if username.is_empty() || password.is_empty() {
+            return Err(Error::invalid("Username and password should be string"));
+        }
+        let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
+        let user = match users::authenticate(&self.inner.sql.store.read()?, password) {
+            Ok(user) => user,
+            Err(e) if e.kind() == ErrorKind::Unauthorized => return Err(wrong()),
+            Err(e) => return Err(e),
+        };
+        if !user.name.eq_ignore_ascii_case(username) {
+            return Err(wrong());
+        }
+        Ok(user.tenant())
+    }
+
+    /// User administration belongs to the hosted edition's operator handle, never to a user's.
+    fn require_operator(&self) -> Result<()> {
+        if !self.is_hosted() {
+            return Err(Error::invalid(
+                "Users belong to the hosted edition; set edition = \"hosted\" in the config",
+            ));
+        }
+        if self.tenant == TenantId::LOCAL {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Forbidden,
+                "Only the operator's handle manages users",
+            ))
+        }
+    }
+
+    /// Creates a user (a tenant) on `plan`, or on the configured default plan. The user gets
+    /// its own default project and no API key yet.
+    pub async fn create_user(&self, name: &str, plan: Option<&str>) -> Result<User> {
+        self.require_operator()?;
+        let (name, plan) = (name.to_string(), plan.map(str::to_string));
+        let inner = Arc::clone(&self.inner);
+        self.write(move |txn| {
+            let project = inner.sql.default_project();
+            users::create(txn, &name, plan.as_deref(), &inner.config.hosted, project)
+        })
+        .await
+    }
+
+    /// Every user, in creation order.
+    pub fn list_users(&self) -> Result<Vec<User>> {
+        self.require_operator()?;
+        users::list(&self.inner.sql.store.read()?)
+    }
+
+    /// One user by name (case-insensitive).
+    pub fn get_user(&self, name: &str) -> Result<User> {
+        self.require_operator()?;
+        users::read(&self.inner.sql.store.read()?, name)
+    }
+
+    /// Changes a user's plan and/or disables (or re-enables) it. A disabled user's keys and
+    /// tokens are refused; its objects stay.
+    pub async fn update_user(
+        &self,
+        name: &str,
+        plan: Option<&str>,
+        disabled: Option<bool>,
+    ) -> Result<User> {
+        self.require_operator()?;
+        let (name, plan) = (name.to_string(), plan.map(str::to_string));
+        let inner = Arc::clone(&self.inner);
+        self.write(move |txn| {
+            users::update(txn, &name, plan.as_deref(), disabled, &inner.config.hosted)
+        })
+        .await
+    }
+
+    /// Issues an API key for a user; its text is in the answer and nowhere else.
+    pub async fn create_api_key(&self, user: &str) -> Result<IssuedApiKey> {
+        self.require_operator()?;
+        let user = user.to_string();
+        self.write(move |txn| users::issue_key(txn, &user)).await
+    }
+
+    /// Revokes one of a user's API keys by id.
+    pub async fn revoke_api_key(&self, user: &str, key_id: u64) -> Result<User> {
+        self.require_operator()?;
+        let user = user.to_string();
+        self.write(move |txn| users::revoke_key(txn, &user, key_id))
+            .await
+    }
+
+    /// This handle's user's plan, quotas and usage (`GET /limits/`); NotFound for a handle
+    /// that is not a user's.
+    pub fn limits(&self) -> Result<Limits> {
+        let txn = self.inner.sql.store.read()?;
+        let minds = minds::list(&txn.open_table(MINDS)?, self.tenant)?.len() as u64;
+        let sources = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?.len() as u64;
+        quotas::limits(
+            &txn,
+            self.tenant,
+            &self.inner.config.hosted,
+            (minds, sources),
+            crate::time::now_unix(),
+        )
+    }
+
+    /// Counts a question against this tenant's quota; `None` when it has none.
+    pub(crate) async fn take_question(&self) -> Result<Option<Reservation>> {
+        let inner = &self.inner;
+        quotas::reserve_question(&inner.sql.store, &inner.config.hosted, self.tenant).await
+    }
+
+    /// Creates a mind from a Minds API body: `name`, and optionally `model_name` and
+    /// `provider` (the configured default model otherwise), `datasources` (`[{"name",
+    /// "tables"}]`, each an existing datasource) and `parameters` (`prompt_template`, …).
+    /// Quota-checked: over the plan's minds is [`ErrorKind::QuotaExceeded`].
+    pub async fn create_mind(&self, body: Value) -> Result<Mind> {
+        let body = object(body, "mind")?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        self.write(move |txn| {
+            let config = &inner.config;
+            minds::create(txn, tenant, &body, &config.llm, &config.hosted)
+        })
+        .await
+    }
+
+    /// Every mind, by name.
+    pub fn list_minds(&self) -> Result<Vec<Mind>> {
+        let txn = self.inner.sql.store.read()?;
+        minds::list(&txn.open_table(MINDS)?, self.tenant)
+    }
+
+    /// One mind by name (case-insensitive).
+    pub fn get_mind(&self, name: &str) -> Result<Mind> {
+        let txn = self.inner.sql.store.read()?;
+        minds::require(&txn.open_table(MINDS)?, self.tenant, name)
+    }
+
+    /// Changes a mind: the fields given replace the stored ones; `name` renames it.
+    pub async fn update_mind(&self, name: &str, body: Value) -> Result<Mind> {
+        let body = object(body, "mind")?;
+        let (name, tenant) = (name.to_string(), self.tenant);
+        self.write(move |txn| minds::update(txn, tenant, &name, &body))
+            .await
+    }
+
+    /// Deletes a mind, freeing its quota slot.
+    pub async fn delete_mind(&self, name: &str) -> Result<()> {
+        let (name, tenant) = (name.to_string(), self.tenant);
+        self.write(move |txn| minds::delete(txn, tenant, &name))
+            .await
+    }
+
+    /// Creates a datasource from a Minds API body (`name`, `engine`, `connection_data`,
+    /// `description`): the same object `CREATE DATABASE … ENGINE … PARAMETERS` makes, checked
+    /// by connecting first and quota-checked. Returns it in the Minds API's shape.
+    pub async fn create_datasource(&self, body: Value) -> Result<Value> {
+        let body = object(body, "datasource")?;
+        let name = text_field(&body, "name")?
+            .ok_or_else(|| Error::invalid("A datasource needs a 'name' (a string)"))?;
+        let engine = text_field(&body, "engine")?
+            .ok_or_else(|| Error::invalid("A datasource needs an 'engine' (a string)"))?;
+        let description = text_field(&body, "description")?;
+        let parameters = match body.get("connection_data") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(data)) => data.clone(),
+            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
+        };
+        // A taken name is told before a slow connection attempt.
+        if self.find_datasource(&name)?.is_some() {
+            return Err(Error::conflict(format!(
+                "Database '{}' already exists",
+                name.to_ascii_lowercase()
+            )));
+        }
+        let edition = self.inner.config.edition;
+        let (engine, parameters) = datasources::check(&engine, parameters, edition).await?;
+        let (inner, tenant, key) = (Arc::clone(&self.inner), self.tenant, name.clone());
+        self.write(move |txn| {
+            let new = datasources::NewDatasource {
+                name: &key,
+                engine: &engine,
+                parameters,
+                description,
+            };
+            datasources::create(txn, tenant, new, false, &inner.config.hosted)
+        })
+        .await?;
+        self.get_datasource(&name)
+    }
+
+    /// Every datasource in the Minds API's shape, secrets masked.
+    pub fn list_datasources(&self) -> Result<Vec<Value>> {
+        let txn = self.inner.sql.store.read()?;
+        let all = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?;
+        Ok(all.iter().map(|d| d.to_minds_json()).collect())
+    }
+
+    /// One datasource in the Minds API's shape, secrets masked.
+    pub fn get_datasource(&self, name: &str) -> Result<Value> {
+        self.find_datasource(name)?
+            .map(|d| d.to_minds_json())
+            .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))
+    }
+
+    fn find_datasource(&self, name: &str) -> Result<Option<datasources::Datasource>> {
+        let txn = self.inner.sql.store.read()?;
+        datasources::get(&txn.open_table(DATASOURCES)?, self.tenant, name)
+    }
+
+    /// Changes a datasource with a Minds API PUT body: `connection_data` replaces the
+    /// parameters (a secret sent back masked keeps its value) after a connection check,
+    /// `description` replaces the description, `name` renames it (minds follow).
+    pub async fn update_datasource(&self, name: &str, body: Value) -> Result<Value> {
+        let body = object(body, "datasource")?;
+        let source = self
+            .find_datasource(name)?
+            .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))?;
+        let mut change = datasources::Change {
+            name: text_field(&body, "name")?,
+            description: text_field(&body, "description")?,
+            parameters: None,
+        };
+        match body.get("connection_data") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(data)) => {
+                let parameters = datasources::unmasked(&source, data.clone());
+                let edition = self.inner.config.edition;
+                let (_, checked) = datasources::check(&source.engine, parameters, edition).await?;
+                change.parameters = Some(checked);
+            }
+            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
+        }
+        let (tenant, key) = (self.tenant, source.name.clone());
+        let updated = self
+            .write(move |txn| datasources::update(txn, tenant, &key, change))
+            .await?;
+        Ok(updated.to_minds_json())
+    }
+
+    /// Deletes a datasource, freeing its quota slot; Conflict while a mind reads it.
+    pub async fn delete_datasource(&self, name: &str) -> Result<()> {
+        let (tenant, key) = (self.tenant, name.to_string());
+        let removed = self
+            .write(move |txn| datasources::remove(txn, tenant, &key))
+            .await?;
+        if removed {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("Datasource '{name}' not found")))
+        }
+    }
+
+    /// Answers a question to a mind ([`ChatRequest`]) in the shape of the API it came
+    /// through (a chat completion or a response object). Counted against the question quota,
+    /// given back if answering fails.
+    pub async fn ask_mind(&self, request: &ChatRequest) -> Result<Value> {
+        let mind = self.get_mind(&request.mind)?;
+        let agent = mind.agent(self.inner.sql.default_project());
+        let answer = self.answer(agent, request.messages.clone()).await?;
+        Ok(minds::answer_json(request.api, &mind.name, &answer.content))
+    }
+
+    /// [`Engine::ask_mind`] as server-sent event frames in the API's streaming shape.
+    pub async fn ask_mind_stream(&self, request: &ChatRequest) -> Result<MindStream> {
+        let mind = self.get_mind(&request.mind)?;
+        let agent = mind.agent(self.inner.sql.default_project());
+        let events = self.answer_stream(agent, request.messages.clone()).await?;
+        Ok(MindStream::new(events, request.api, &mind.name))
+    }
+
+    /// Runs `change` in one write transaction of this engine's store.
+    async fn write<T, F>(&self, change: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
+    {
+        self.inner.sql.store.write(change).await
+    }
+
+    /// Whether this engine runs the hosted edition.
+    pub fn is_hosted(&self) -> bool {
+        self.inner.config.edition == Edition::Hosted
+    }
+}
+
+fn object(value: Value, what: &str) -> Result<Map<String, Value>> {
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(Error::invalid(format!("The {what} must be a JSON object"))),
+    }
+}
+
+fn text_field(body: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(Error::invalid(format!("'{key}' must be a string"))),
+    }
+}
