@@ -285,6 +285,75 @@ mindlite_status mindlite_query_arrow(const mindlite_database *db,
                                      struct ArrowArrayStream *out_stream);
 
 /**
+ * Registers a model-status callback from MindsDB's body: `{"url": "https://…", "filter":
+ * {"model_name": "regex", "project_name": "regex"}, "attempt": {"count": 3, "interval": 10,
+ * "http_timeout": 5}}`; only `url` (http or https) is required. A filter pattern must match a
+ * model's or project's name from its start; a missing one matches all. A missing attempt
+ * value takes the configured default. `*out_json` receives `{"id", "secret"}`; the secret
+ * (`whsec_…`) signs the deliveries and is shown here and never again, so `out_json` is
+ * required. `MINDLITE_INVALID` for a bad URL, a pattern that is not a regex or an attempt
+ * value out of range (the message names the field). Like every `mindlite_callback_*`
+ * function, it needs a handle from `mindlite_open_as_user`: `MINDLITE_FORBIDDEN` when that
+ * user's plan has no callbacks or on the operator's handle, `MINDLITE_NOT_FOUND` in the local
+ * edition.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_callback_register(const mindlite_database *db,
+                                           const char *body_json,
+                                           char **out_json);
+
+/**
+ * The user's callbacks, by id, as MindsDB lists them: `[{"id", "created_at", "url"}, …]`
+ * (`created_at` an HTTP-date).
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_callback_list(const mindlite_database *db, char **out_json);
+
+/**
+ * One callback with its settings, not its secret: `{"id", "url", "created_at", "filter":
+ * {"model_name", "project_name"}, "attempt": {"count", "interval", "http_timeout"}}`.
+ * `MINDLITE_NOT_FOUND` for an unknown id, and for another user's.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_callback_get(const mindlite_database *db, uint64_t id, char **out_json);
+
+/**
+ * Changes a callback: `body_json` is an object with any of `"url"`, `"filter"` (which
+ * replaces the whole filter; a pattern left out then matches all) and `"attempt"` (whose
+ * values replace those given). The secret stays the same. `*out_json` receives the callback
+ * as `mindlite_callback_get` shows it. `MINDLITE_INVALID` as for
+ * `mindlite_callback_register`, `MINDLITE_NOT_FOUND` for an unknown id or another user's.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_callback_update(const mindlite_database *db,
+                                         uint64_t id,
+                                         const char *body_json,
+                                         char **out_json);
+
+/**
+ * Deletes a callback with its delivery log; deliveries still pending are never sent.
+ * `MINDLITE_NOT_FOUND` for an unknown id or another user's.
+ */
+mindlite_status mindlite_callback_delete(const mindlite_database *db, uint64_t id);
+
+/**
+ * A callback's delivery log, oldest first, one entry per attempt: `[{"event_id", "attempt",
+ * "at", "enqueued_at", "duration_ms", "status", "error", "delivered"}, …]`; `"event_id"` is
+ * the same on every attempt of one event, `"status"` the receiver's HTTP status (null when it
+ * did not answer), `"error"` why the attempt failed (null when it did not).
+ * `MINDLITE_NOT_FOUND` for an unknown id or another user's.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_callback_deliveries(const mindlite_database *db,
+                                             uint64_t id,
+                                             char **out_json);
+
+/**
  * Runs `sql` in the handle's current project and opens a cursor over its result in `format`.
  * The chunks are byte for byte the body `POST /api/sql/query` sends with that
  * `response_format`; concatenated they are the whole answer. At most about one record batch

@@ -240,6 +240,32 @@ impl Default for HostedConfig {
     }
 }
 
+/// Model-status callbacks (hosted edition): the attempt settings a registration leaves out,
+/// and how many deliveries may be in flight at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CallbacksConfig {
+    /// Attempts per event before it is given up.
+    pub count: u32,
+    /// Seconds between attempts.
+    pub interval_secs: u32,
+    /// Seconds an attempt may take, connecting to the last byte read.
+    pub http_timeout_secs: u32,
+    /// Deliveries in flight at once, over all callbacks.
+    pub max_concurrent_deliveries: usize,
+}
+
+impl Default for CallbacksConfig {
+    fn default() -> Self {
+        CallbacksConfig {
+            count: 3,
+            interval_secs: 10,
+            http_timeout_secs: 5,
+            max_concurrent_deliveries: 16,
+        }
+    }
+}
+
 /// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -260,6 +286,8 @@ pub struct Config {
     pub agents: AgentsConfig,
     /// Users' plan tiers (hosted edition).
     pub hosted: HostedConfig,
+    /// Model-status callbacks (hosted edition).
+    pub callbacks: CallbacksConfig,
 }
 
 impl Config {

@@ -161,8 +161,10 @@ impl Engine {
         crate::users::init(&guard.txn)?;
         crate::quotas::init(&guard.txn)?;
         crate::minds::init(&guard.txn)?;
+        crate::callbacks::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
+        let worker = crate::callbacks::Worker::new(Arc::clone(&store), &config.callbacks)?;
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -172,6 +174,7 @@ impl Engine {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
+        worker.start(&handle);
         Ok(Engine {
             inner: Arc::new(Inner {
                 id,

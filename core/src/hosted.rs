@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::callbacks;
 use crate::config::Edition;
 use crate::datasources::{self, DATASOURCES};
 use crate::engine::Engine;
@@ -328,6 +329,101 @@ impl Engine {
         let agent = mind.agent(self.inner.sql.default_project());
         let events = self.answer_stream(agent, request.messages.clone()).await?;
         Ok(MindStream::new(events, request.api, &mind.name))
+    }
+
+    /// Callbacks are the hosted edition's, for users whose plan includes them: NotFound in
+    /// the local edition, Forbidden otherwise.
+    fn require_callbacks(&self) -> Result<()> {
+        if !self.is_hosted() {
+            return Err(Error::not_found(
+                "Model-status callbacks are served by the hosted edition only",
+            ));
+        }
+        let txn = self.inner.sql.store.read()?;
+        let hosted = &self.inner.config.hosted;
+        let plan = users::active(&txn, self.tenant)?.map(|u| u.plan);
+        let allowed = plan
+            .as_ref()
+            .and_then(|p| hosted.plans.get(p))
+            .is_some_and(|p| p.callbacks);
+        if allowed {
+            return Ok(());
+        }
+        let with: Vec<&str> = hosted
+            .plans
+            .iter()
+            .filter(|(_, p)| p.callbacks)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        Err(Error::new(
+            ErrorKind::Forbidden,
+            match plan {
+                Some(plan) => format!(
+                    "Model-status callbacks are not included in plan '{plan}'; plans that include them: {}",
+                    if with.is_empty() { "none".to_string() } else { with.join(", ") }
+                ),
+                None => "Model-status callbacks belong to users; this handle is none".to_string(),
+            },
+        ))
+    }
+
+    /// Registers a model-status callback from MindsDB's body `{url, filter: {model_name,
+    /// project_name}, attempt: {count, interval, http_timeout}}`; returns `{"id", "secret"}`,
+    /// the secret that signs its deliveries (shown here only).
+    pub async fn register_callback(&self, body: Value) -> Result<Value> {
+        self.require_callbacks()?;
+        let body = object(body, "callback")?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        let callback = self
+            .write(move |txn| callbacks::register(txn, tenant, &body, &inner.config.callbacks))
+            .await?;
+        Ok(serde_json::json!({"id": callback.id, "secret": callback.secret}))
+    }
+
+    /// The callbacks as MindsDB lists them: `[{"id", "created_at" (an HTTP-date), "url"}]`.
+    pub fn list_callbacks(&self) -> Result<Vec<Value>> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        let all = callbacks::list(&callbacks::table(&txn)?, self.tenant)?;
+        Ok(all.iter().map(|c| c.to_list_json()).collect())
+    }
+
+    /// One callback with its filter and attempt settings (not its secret).
+    pub fn get_callback(&self, id: u64) -> Result<Value> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        Ok(callbacks::get(&callbacks::table(&txn)?, self.tenant, id)?.to_json())
+    }
+
+    /// Changes a callback's `url` (and `filter` or `attempt` when given).
+    pub async fn update_callback(&self, id: u64, body: Value) -> Result<Value> {
+        self.require_callbacks()?;
+        let body = object(body, "callback")?;
+        let tenant = self.tenant;
+        let callback = self
+            .write(move |txn| callbacks::update(txn, tenant, id, &body))
+            .await?;
+        Ok(callback.to_json())
+    }
+
+    /// Deletes a callback; its pending deliveries are never sent.
+    pub async fn delete_callback(&self, id: u64) -> Result<()> {
+        self.require_callbacks()?;
+        let tenant = self.tenant;
+        self.write(move |txn| callbacks::delete(txn, tenant, id))
+            .await
+    }
+
+    /// A callback's delivery log, oldest first: `[{"event_id", "attempt", "at", "enqueued_at",
+    /// "duration_ms", "status", "error", "delivered"}]`.
+    pub fn callback_deliveries(&self, id: u64) -> Result<Vec<Value>> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        let attempts = callbacks::attempts(&txn, self.tenant, id)?;
+        Ok(attempts
+            .iter()
+            .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
+            .collect())
     }
 
     /// Runs `change` in one write transaction of this engine's store.

@@ -17,6 +17,7 @@
 mod agent_loop;
 mod agents;
 mod auth;
+mod callbacks;
 mod config;
 mod datasources;
 mod engine;
@@ -41,8 +42,8 @@ pub use agent_loop::{AgentEvent, Answer};
 pub use agents::Agent;
 pub use auth::LoginToken;
 pub use config::{
-    AgentsConfig, AuthConfig, Config, Edition, HostedConfig, HttpConfig, LlmConfig, PlanConfig,
-    QueryConfig, StorageConfig,
+    AgentsConfig, AuthConfig, CallbacksConfig, Config, Edition, HostedConfig, HttpConfig,
+    LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};

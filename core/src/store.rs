@@ -34,6 +34,9 @@ pub(crate) struct Store {
     pub(crate) chunk_cache: ChunkCache,
     /// Commits made through this store, so caches of what was read can tell they are stale.
     commits: Arc<AtomicU64>,
+    /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
+    /// looks at its outbox as soon as a status change has landed.
+    committed: Arc<tokio::sync::Notify>,
 }
 
 /// The right to be the one writer of this process, held from before a write's read snapshot
@@ -44,6 +47,7 @@ pub(crate) struct WriteLock(tokio::sync::OwnedMutexGuard<()>);
 pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
     commits: Arc<AtomicU64>,
+    committed: Arc<tokio::sync::Notify>,
     /// Set when whoever waited for this write gave up (a cancelled query): the write must not
     /// commit behind their back.
     pub(crate) cancelled: Arc<AtomicBool>,
@@ -67,6 +71,7 @@ impl WriteGuard {
         self.check_cancelled()?;
         self.txn.commit()?;
         self.commits.fetch_add(1, Ordering::SeqCst);
+        self.committed.notify_one();
         Ok(())
     }
 }
@@ -102,6 +107,7 @@ impl Store {
             path: Some(path.to_path_buf()),
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             commits: Arc::new(AtomicU64::new(0)),
+            committed: Arc::new(tokio::sync::Notify::new()),
         };
         store.check_format()?;
         Ok(store)
@@ -118,6 +124,7 @@ impl Store {
             path: None,
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             commits: Arc::new(AtomicU64::new(0)),
+            committed: Arc::new(tokio::sync::Notify::new()),
         };
         store.check_format()?;
         Ok(store)
@@ -197,6 +204,7 @@ impl Store {
         Ok(WriteGuard {
             txn,
             commits: Arc::clone(&self.commits),
+            committed: Arc::clone(&self.committed),
             cancelled: Arc::new(AtomicBool::new(false)),
             _lock: lock.0,
         })
@@ -206,6 +214,11 @@ impl Store {
     /// taking a snapshot: a snapshot is known current while the count has not moved since.
     pub(crate) fn commits(&self) -> u64 {
         self.commits.load(Ordering::SeqCst)
+    }
+
+    /// Notified after each commit.
+    pub(crate) fn committed(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.committed)
     }
 }
 

@@ -7,7 +7,8 @@
 //! One module per handle: [`database`] (open, close, errmsg, login), [`rows`] (a materialized
 //! result with typed cell access), [`cursor`] (a result streamed in a wire framing),
 //! [`arrow_stream`] (a result as an Arrow C stream), [`records`] (engine records as JSON),
-//! [`users`] (the hosted edition's users, API keys and limits, as JSON).
+//! [`users`] (the hosted edition's users, API keys and limits, as JSON), [`callbacks`] (a hosted
+//! user's model-status callbacks, as JSON).
 
 // Every exported function takes raw pointers from C and checks them itself; the header states
 // what each one must point to.
@@ -15,6 +16,7 @@
 
 pub mod arrow_stream;
 mod boundary;
+pub mod callbacks;
 pub mod cursor;
 pub mod database;
 pub mod records;

@@ -22,7 +22,8 @@ the query a thread is waiting for.
 Hosted edition (``connect(config={"edition": "hosted"})``): the connection ``connect()`` returns
 is the operator's, which administers users (``create_user``, ``create_api_key``, …);
 ``as_user(api_key)`` returns a connection acting as one user, which sees only that user's
-objects and is held to its plan's quotas.
+objects, is held to its plan's quotas and, when the plan includes them, registers model-status
+callbacks (``register_callback``, ``callbacks``, …).
 """
 
 from __future__ import annotations
@@ -212,6 +213,28 @@ def _arrow_stream(data: Any) -> Any:
         f"cannot load a {type(data).__name__}: expected a pyarrow Table, RecordBatch or "
         "RecordBatchReader, a pandas or polars DataFrame, or an object with __arrow_c_stream__"
     )
+
+
+def _callback_body(
+    url: Optional[str],
+    model_name: Optional[str],
+    project_name: Optional[str],
+    count: Optional[int],
+    interval: Optional[int],
+    http_timeout: Optional[int],
+) -> Dict[str, Any]:
+    """MindsDB's callback body ``{url, filter: {…}, attempt: {…}}``, without the settings left
+    ``None``."""
+    body: Dict[str, Any] = {}
+    if url is not None:
+        body["url"] = url
+    patterns = {"model_name": model_name, "project_name": project_name}
+    attempt = {"count": count, "interval": interval, "http_timeout": http_timeout}
+    for key, values in (("filter", patterns), ("attempt", attempt)):
+        given = {name: value for name, value in values.items() if value is not None}
+        if given:
+            body[key] = given
+    return body
 
 
 class Result:
@@ -769,6 +792,73 @@ class Connection:
         connection only (``ProgrammingError`` on the operator's)."""
         self._check()
         return cast(Dict[str, Any], _json.loads(self._db.limits()))
+
+    # A user's model-status callbacks (hosted edition, on a connection from as_user() whose plan
+    # includes them): ForbiddenError otherwise, ProgrammingError in the local edition.
+
+    def register_callback(
+        self,
+        url: str,
+        model_name: Optional[str] = None,
+        project_name: Optional[str] = None,
+        count: Optional[int] = None,
+        interval: Optional[int] = None,
+        http_timeout: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """Registers ``url`` (http or https) to be POSTed when one of this user's models becomes
+        ``complete`` or ``error``. ``model_name`` and ``project_name`` are regexes a model's and
+        its project's names must match from their start (``None``: any); ``count`` attempts,
+        ``interval`` seconds apart, each waiting ``http_timeout`` seconds (``None``: the
+        configured default). Returns ``{"id", "secret"}``: the secret (``whsec_…``) signs the
+        deliveries and is shown here only. ``ProgrammingError`` naming the field for a bad URL,
+        regex or attempt value."""
+        self._check()
+        body = _callback_body(url, model_name, project_name, count, interval, http_timeout)
+        return cast(Dict[str, Any], _json.loads(self._db.register_callback(_json.dumps(body))))
+
+    def callbacks(self) -> List[Dict[str, Any]]:
+        """This user's callbacks, by id: ``[{"id", "created_at", "url"}, …]``, ``created_at``
+        an HTTP-date."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.callbacks()))
+
+    def callback(self, id: int) -> Dict[str, Any]:
+        """One callback's settings, without its secret: ``{"id", "url", "created_at", "filter":
+        {"model_name", "project_name"}, "attempt": {"count", "interval", "http_timeout"}}``.
+        ``ProgrammingError`` for an unknown id, and for another user's."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.callback(id)))
+
+    def update_callback(
+        self,
+        id: int,
+        url: Optional[str] = None,
+        model_name: Optional[str] = None,
+        project_name: Optional[str] = None,
+        count: Optional[int] = None,
+        interval: Optional[int] = None,
+        http_timeout: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """Changes a callback; ``None`` leaves a setting as it is, except that giving either
+        pattern replaces the filter as a pair (the other one then matches any name). The secret
+        stays the same. Returns the callback as :meth:`callback` shows it."""
+        self._check()
+        body = _callback_body(url, model_name, project_name, count, interval, http_timeout)
+        return cast(Dict[str, Any], _json.loads(self._db.update_callback(id, _json.dumps(body))))
+
+    def delete_callback(self, id: int) -> None:
+        """Deletes a callback with its delivery log; deliveries still pending are never sent.
+        ``ProgrammingError`` for an unknown id."""
+        self._check()
+        self._db.delete_callback(id)
+
+    def callback_deliveries(self, id: int) -> List[Dict[str, Any]]:
+        """A callback's delivery log, one entry per attempt, oldest first: ``{"event_id",
+        "attempt", "at", "enqueued_at", "duration_ms", "status", "error", "delivered"}``;
+        ``status`` is the receiver's HTTP status (``None`` when it did not answer), ``error``
+        why the attempt failed."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.callback_deliveries(id)))
 
     def commit(self) -> None:
         """Nothing to do: every statement commits on its own."""

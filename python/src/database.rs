@@ -502,6 +502,58 @@ impl Database {
         Ok(serde_json::to_string(&limits).expect("limits serialize"))
     }
 
+    /// Registers a model-status callback from MindsDB's body (JSON text); returns
+    /// `{"id", "secret"}` as JSON text.
+    fn register_callback(&self, py: Python<'_>, body: &str) -> PyResult<String> {
+        let engine = self.engine()?;
+        let body = json_arg(body, "body")?;
+        let runner = engine.clone();
+        let registered = wait(
+            py,
+            &engine,
+            async move { runner.register_callback(body).await },
+        )?
+        .map_err(to_py)?;
+        Ok(registered.to_string())
+    }
+
+    /// This connection's user's callbacks as JSON text: `[{"id", "created_at", "url"}, …]`.
+    fn callbacks(&self) -> PyResult<String> {
+        let callbacks = self.engine()?.list_callbacks().map_err(to_py)?;
+        Ok(serde_json::Value::Array(callbacks).to_string())
+    }
+
+    /// One callback with its settings as JSON text; ProgrammingError for an unknown id.
+    fn callback(&self, id: u64) -> PyResult<String> {
+        let callback = self.engine()?.get_callback(id).map_err(to_py)?;
+        Ok(callback.to_string())
+    }
+
+    /// Changes a callback from a partial body (JSON text); returns it as JSON text.
+    fn update_callback(&self, py: Python<'_>, id: u64, body: &str) -> PyResult<String> {
+        let engine = self.engine()?;
+        let body = json_arg(body, "body")?;
+        let runner = engine.clone();
+        let callback = wait(py, &engine, async move {
+            runner.update_callback(id, body).await
+        })?
+        .map_err(to_py)?;
+        Ok(callback.to_string())
+    }
+
+    /// Deletes a callback; its pending deliveries are never sent.
+    fn delete_callback(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        let engine = self.engine()?;
+        let runner = engine.clone();
+        wait(py, &engine, async move { runner.delete_callback(id).await })?.map_err(to_py)
+    }
+
+    /// A callback's delivery log as JSON text, one entry per attempt, oldest first.
+    fn callback_deliveries(&self, id: u64) -> PyResult<String> {
+        let attempts = self.engine()?.callback_deliveries(id).map_err(to_py)?;
+        Ok(serde_json::Value::Array(attempts).to_string())
+    }
+
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
     fn status(&self) -> PyResult<String> {
         let status = self.engine()?.status(true);

@@ -508,7 +508,7 @@ fn record_change(
     let seq = store::next_id(txn, "model_status_event")?;
     txn.open_table(STATUS_OUTBOX)?
         .insert(seq, serde_json::to_string(&event)?.as_str())?;
-    Ok(())
+    crate::callbacks::enqueue(txn, tenant, model, old_status)
 }
 
 /// Changes the status of the version `of` names, and whatever `change` sets with it,

@@ -3,6 +3,7 @@
 //! every decision is the engine's, this binary only translates HTTP to engine calls and back.
 
 mod agents;
+mod callbacks;
 mod files;
 mod http;
 mod minds;

@@ -5,6 +5,7 @@ use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
 
 use crate::agents;
+use crate::callbacks::{self, CallbackRoute};
 use crate::files;
 use crate::http::{reason, Body, Request, Response};
 use crate::minds::{self, MindsRoute};
@@ -92,6 +93,7 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
         }
         Route::CloudLogin => login(engine, request).await,
         Route::Minds(route) => minds::handle(engine, request, route).await,
+        Route::Callbacks(route) => callbacks::handle(engine, request, route).await,
         Route::Agents(project) => match decode(project) {
             Ok(project) => agents::collection(engine, request, &project).await,
             Err(e) => error_response(&e),
@@ -141,6 +143,8 @@ enum Route<'a> {
     File(&'a str),
     /// The Minds API under its prefix, and `/limits/`.
     Minds(MindsRoute<'a>),
+    /// `/cloud/callback/model_status[/{id}[/deliveries]]`
+    Callbacks(CallbackRoute<'a>),
 }
 
 /// What is asked of one agent.
@@ -158,6 +162,9 @@ impl<'a> Route<'a> {
     fn find(path: &'a str, minds_prefix: &str) -> Option<Route<'a>> {
         if let Some(route) = MindsRoute::find(path, minds_prefix) {
             return Some(Route::Minds(route));
+        }
+        if let Some(route) = CallbackRoute::find(path) {
+            return Some(Route::Callbacks(route));
         }
         Some(match path {
             "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
@@ -221,6 +228,7 @@ impl<'a> Route<'a> {
             Route::Files => &["GET"],
             Route::File(_) => &["PUT", "DELETE"],
             Route::Minds(route) => route.methods(),
+            Route::Callbacks(route) => route.methods(),
         }
     }
 

@@ -1,0 +1,710 @@
+//! Model-status callbacks (DESIGN §7, hosted edition): a tenant registers URLs with filters and
+//! attempt settings; every model transition into `complete` or `error` writes one delivery per
+//! matching callback into the outbox, in the status change's own transaction; a worker POSTs
+//! each, signed in the Standard Webhooks style, retries on failure, and logs every attempt.
+//!
+//! Owns the redb tables `callbacks` ((tenant, id) → registration), `callback_outbox` (sequence
+//! → pending delivery) and `callback_deliveries` ((tenant, callback id, n) → attempt log).
+//!
+//! At least once: a delivery leaves the outbox only after a 2xx (or its last failed attempt),
+//! so one in flight when the process died is sent again on the next start; its `webhook-id`
+//! stays the same, so receivers can drop the copy. A tenant's deliveries to one URL go one at a
+//! time in outbox order, so a receiver sees them in the order they happened.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use hmac::{KeyInit, Mac};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sha2::Sha256;
+
+use crate::config::CallbacksConfig;
+use crate::error::{Error, Result};
+use crate::models::{ModelStatus, ModelVersion};
+use crate::store::{self, Store};
+use crate::tenant::TenantId;
+
+const CALLBACKS: TableDefinition<(u64, u64), &str> = TableDefinition::new("callbacks");
+const OUTBOX: TableDefinition<u64, &str> = TableDefinition::new("callback_outbox");
+const LOG: TableDefinition<(u64, u64, u64), &str> = TableDefinition::new("callback_deliveries");
+
+/// Bounds of a registration's `attempt` values.
+const MAX_COUNT: u64 = 20;
+const MAX_INTERVAL: u64 = 86_400;
+const MAX_HTTP_TIMEOUT: u64 = 300;
+/// Bytes of a receiver's answer read (and kept in the log) at most.
+const BODY_CAP: usize = 4096;
+/// Bytes of a URL accepted.
+const MAX_URL: usize = 2048;
+
+/// A registered callback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Callback {
+    pub(crate) id: u64,
+    pub(crate) url: String,
+    /// Python-style regex the model's name must match from its start; `None` matches all.
+    pub(crate) model_name: Option<String>,
+    /// The same for the project's name.
+    pub(crate) project_name: Option<String>,
+    pub(crate) count: u32,
+    pub(crate) interval: u32,
+    pub(crate) http_timeout: u32,
+    /// `whsec_` and the base64 of the signing key.
+    pub(crate) secret: String,
+    /// Unix seconds.
+    pub(crate) created_at: u64,
+}
+
+impl Callback {
+    /// `{"id", "created_at", "url"}` with an HTTP-date, as MindsDB lists callbacks.
+    pub(crate) fn to_list_json(&self) -> Value {
+        json!({"id": self.id, "created_at": http_date(self.created_at as i64), "url": self.url})
+    }
+
+    /// Every setting, the secret left out.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "url": self.url,
+            "created_at": http_date(self.created_at as i64),
+            "filter": {"model_name": self.model_name, "project_name": self.project_name},
+            "attempt": {"count": self.count, "interval": self.interval, "http_timeout": self.http_timeout},
+        })
+    }
+}
+
+/// A delivery waiting in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pending {
+    tenant: u64,
+    callback: u64,
+    /// `webhook-id`: the same on every attempt.
+    event_id: String,
+    /// The JSON body, fixed when the event happened.
+    body: String,
+    /// Attempts made so far.
+    attempts: u32,
+    /// Unix milliseconds before which no attempt is made.
+    next_at: u64,
+    /// Unix milliseconds when the event was written.
+    enqueued_at: u64,
+}
+
+/// One attempt, as the delivery log keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Attempt {
+    pub(crate) event_id: String,
+    /// 1 for the first attempt of an event.
+    pub(crate) attempt: u32,
+    /// When the attempt started, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub(crate) at: String,
+    /// When the event was written to the outbox, Unix milliseconds.
+    pub(crate) enqueued_at: u64,
+    /// Milliseconds the attempt took.
+    pub(crate) duration_ms: u64,
+    /// The receiver's HTTP status, if it answered.
+    pub(crate) status: Option<u16>,
+    /// Why the attempt failed, if it did.
+    pub(crate) error: Option<String>,
+    /// Whether this attempt delivered the event.
+    pub(crate) delivered: bool,
+}
+
+/// Creates the tables in a new file.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(CALLBACKS)?;
+    txn.open_table(OUTBOX)?;
+    txn.open_table(LOG)?;
+    Ok(())
+}
+
+/// Registers a callback from MindsDB's body `{url, filter: {model_name, project_name},
+/// attempt: {count, interval, http_timeout}}`. Returns it, secret included.
+pub(crate) fn register(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    body: &Map<String, Value>,
+    defaults: &CallbacksConfig,
+) -> Result<Callback> {
+    let url = check_url(body.get("url"))?;
+    let (model_name, project_name) = read_filter(body.get("filter"))?;
+    let attempt = body.get("attempt").unwrap_or(&Value::Null);
+    if !attempt.is_null() && !attempt.is_object() {
+        return Err(Error::invalid(
+            "'attempt' must be an object like {\"count\": 3, \"interval\": 10, \"http_timeout\": 5}",
+        ));
+    }
+    let mut key = [0u8; 24];
+    getrandom::fill(&mut key)
+        .map_err(|e| Error::internal(format!("no randomness for a signing secret: {e}")))?;
+    let callback = Callback {
+        id: store::next_tenant_id(txn, tenant, "callback")?,
+        url,
+        model_name,
+        project_name,
+        count: bounded(attempt, "count", defaults.count, MAX_COUNT)?,
+        interval: bounded(attempt, "interval", defaults.interval_secs, MAX_INTERVAL)?,
+        http_timeout: bounded(
+            attempt,
+            "http_timeout",
+            defaults.http_timeout_secs,
+            MAX_HTTP_TIMEOUT,
+        )?,
+        secret: format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        ),
+        created_at: crate::time::now_unix(),
+    };
+    put(txn, tenant, &callback)?;
+    Ok(callback)
+}
+
+/// Changes a callback: `url`, and `filter` or `attempt` when given.
+pub(crate) fn update(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    id: u64,
+    body: &Map<String, Value>,
+) -> Result<Callback> {
+    let mut callback = get(&txn.open_table(CALLBACKS)?, tenant, id)?;
+    if body.contains_key("url") {
+        callback.url = check_url(body.get("url"))?;
+    }
+    if let Some(filter) = body.get("filter") {
+        (callback.model_name, callback.project_name) = read_filter(Some(filter))?;
+    }
+    if let Some(attempt) = body.get("attempt").filter(|a| !a.is_null()) {
+        if !attempt.is_object() {
+            return Err(Error::invalid("'attempt' must be an object"));
+        }
+        callback.count = bounded(attempt, "count", callback.count, MAX_COUNT)?;
+        callback.interval = bounded(attempt, "interval", callback.interval, MAX_INTERVAL)?;
+        callback.http_timeout = bounded(
+            attempt,
+            "http_timeout",
+            callback.http_timeout,
+            MAX_HTTP_TIMEOUT,
+        )?;
+    }
+    put(txn, tenant, &callback)?;
+    Ok(callback)
+}
+
+/// Deletes a callback with its pending deliveries (never sent after this) and its log.
+pub(crate) fn delete(txn: &WriteTransaction, tenant: TenantId, id: u64) -> Result<()> {
+    if txn.open_table(CALLBACKS)?.remove((tenant.0, id))?.is_none() {
+        return Err(missing(id));
+    }
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let mut gone = Vec::new();
+    for entry in outbox.iter()? {
+        let (seq, pending) = entry?;
+        let pending: Pending = serde_json::from_str(pending.value())?;
+        if pending.tenant == tenant.0 && pending.callback == id {
+            gone.push(seq.value());
+        }
+    }
+    for seq in gone {
+        outbox.remove(seq)?;
+    }
+    let mut log = txn.open_table(LOG)?;
+    let keys: Vec<(u64, u64, u64)> = log
+        .range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for key in keys {
+        log.remove(key)?;
+    }
+    Ok(())
+}
+
+/// The tenant's callbacks, by id.
+pub(crate) fn list(
+    table: &impl ReadableTable<(u64, u64), &'static str>,
+    tenant: TenantId,
+) -> Result<Vec<Callback>> {
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, 0)..=(tenant.0, u64::MAX))? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+/// One callback; NotFound for an unknown id, and for another tenant's.
+pub(crate) fn get(
+    table: &impl ReadableTable<(u64, u64), &'static str>,
+    tenant: TenantId,
+    id: u64,
+) -> Result<Callback> {
+    match table.get((tenant.0, id))? {
+        Some(record) => Ok(serde_json::from_str(record.value())?),
+        None => Err(missing(id)),
+    }
+}
+
+/// The attempts made for a callback, oldest first.
+pub(crate) fn attempts(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    id: u64,
+) -> Result<Vec<Attempt>> {
+    get(&txn.open_table(CALLBACKS)?, tenant, id)?;
+    let log = txn.open_table(LOG)?;
+    let mut out = Vec::new();
+    for entry in log.range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+/// Read-side access to the registrations, for the engine's listing.
+pub(crate) fn table(
+    txn: &redb::ReadTransaction,
+) -> Result<redb::ReadOnlyTable<(u64, u64), &'static str>> {
+    Ok(txn.open_table(CALLBACKS)?)
+}
+
+fn put(txn: &WriteTransaction, tenant: TenantId, callback: &Callback) -> Result<()> {
+    txn.open_table(CALLBACKS)?.insert(
+        (tenant.0, callback.id),
+        serde_json::to_string(callback)?.as_str(),
+    )?;
+    Ok(())
+}
+
+fn missing(id: u64) -> Error {
+    Error::not_found(format!("Callback {id} not found"))
+}
+
+fn check_url(url: Option<&Value>) -> Result<String> {
+    let text = match url {
+        Some(Value::String(text)) if !text.is_empty() => text,
+        _ => return Err(Error::invalid("'url' is required: an http or https URL")),
+    };
+    if text.len() > MAX_URL {
+        return Err(Error::invalid(format!(
+            "'url' is longer than {MAX_URL} bytes"
+        )));
+    }
+    let parsed = reqwest::Url::parse(text)
+        .map_err(|e| Error::invalid(format!("'url' is not a URL ({e}): {text}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(Error::invalid(format!(
+            "'url' must use http or https, not '{}': {text}",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Error::invalid(format!("'url' has no host: {text}")));
+    }
+    Ok(text.clone())
+}
+
+/// `filter`'s two patterns, each checked to compile.
+fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
+    let filter = match filter {
+        None | Some(Value::Null) => return Ok((None, None)),
+        Some(Value::Object(filter)) => filter,
+        Some(_) => {
+            return Err(Error::invalid(
+                "'filter' must be an object like {\"model_name\": \"regex\", \"project_name\": \"regex\"}",
+            ))
+        }
+    };
+    if let Some(other) = filter
+        .keys()
+        .find(|k| !matches!(k.as_str(), "model_name" | "project_name"))
+    {
+        return Err(Error::invalid(format!(
+            "'filter.{other}' is not a filter; use model_name and project_name"
+        )));
+    }
+    let pattern = |key: &str| -> Result<Option<String>> {
+        match filter.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(pattern)) => {
+                compile(pattern).map_err(|e| {
+                    Error::invalid(format!("'filter.{key}' is not a valid regex: {e}"))
+                })?;
+                Ok(Some(pattern.clone()))
+            }
+            Some(_) => Err(Error::invalid(format!(
+                "'filter.{key}' must be a regex (a string)"
+            ))),
+        }
+    };
+    Ok((pattern("model_name")?, pattern("project_name")?))
+}
+
+/// A pattern anchored at the start, as Python's `re.match` applies it.
+fn compile(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})"))
+        .size_limit(1 << 20)
+        .build()
+}
+
+/// An `attempt` value: a whole number from 1 to `max`, or `default` when absent.
+fn bounded(attempt: &Value, key: &str, default: u32, max: u64) -> Result<u32> {
+    match attempt.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => match value.as_u64() {
+            Some(n) if (1..=max).contains(&n) => Ok(n as u32),
+            _ => Err(Error::invalid(format!(
+                "'attempt.{key}' must be a whole number from 1 to {max}, got {value}"
+            ))),
+        },
+    }
+}
+
+fn matches(pattern: &Option<String>, text: &str) -> bool {
+    match pattern {
+        None => true,
+        // Patterns compiled at registration; one that no longer compiles matches nothing.
+        Some(pattern) => compile(pattern).is_ok_and(|re| re.is_match(text)),
+    }
+}
+
+/// Writes one delivery per matching callback of `tenant` for `model`'s change from `old` to
+/// its current status, when that status is `complete` or `error`. Runs in the status
+/// change's transaction, so the change and its deliveries land together or not at all.
+pub(crate) fn enqueue(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+    old: Option<ModelStatus>,
+) -> Result<()> {
+    if !matches!(model.status, ModelStatus::Complete | ModelStatus::Error) {
+        return Ok(());
+    }
+    let callbacks = list(&txn.open_table(CALLBACKS)?, tenant)?;
+    let chosen: Vec<&Callback> = callbacks
+        .iter()
+        .filter(|c| matches(&c.model_name, &model.name) && matches(&c.project_name, &model.project))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let body = json!({
+        "name": model.name,
+        "version": model.version,
+        "active": model.active,
+        "predictor_id": model.id,
+        "project_name": model.project,
+        "predictor_created_at": http_date_of_text(&model.created_at),
+        "old_status": old.map(ModelStatus::as_str),
+        "new_status": model.status.as_str(),
+        "changed_at": http_date(now.timestamp()),
+    })
+    .to_string();
+    let mut outbox = txn.open_table(OUTBOX)?;
+    for callback in chosen {
+        let seq = store::next_id(txn, "callback_delivery")?;
+        let pending = Pending {
+            tenant: tenant.0,
+            callback: callback.id,
+            event_id: format!("msg_{seq:012}_{}", random_hex(8)?),
+            body: body.clone(),
+            attempts: 0,
+            next_at: 0,
+            enqueued_at: now.timestamp_millis().max(0) as u64,
+        };
+        outbox.insert(seq, serde_json::to_string(&pending)?.as_str())?;
+    }
+    Ok(())
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| Error::internal(format!("no randomness: {e}")))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `Day, DD Mon YYYY HH:MM:SS GMT`.
+pub(crate) fn http_date(unix: i64) -> String {
+    chrono::DateTime::from_timestamp(unix, 0)
+        .unwrap_or_default()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
+}
+
+/// MindsDB's stored time text as an HTTP-date (the text itself if it does not parse).
+fn http_date_of_text(text: &str) -> String {
+    match chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f") {
+        Ok(time) => http_date(time.and_utc().timestamp()),
+        Err(_) => text.to_string(),
+    }
+}
+
+/// The Standard Webhooks signature header value: `v1,` and the base64 HMAC-SHA256 of
+/// `id.timestamp.body` keyed with the secret's bytes.
+pub(crate) fn signature(secret: &str, id: &str, timestamp: i64, body: &str) -> Result<String> {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .map_err(|e| Error::internal(format!("a stored signing secret is not base64: {e}")))?;
+    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&key)
+        .map_err(|e| Error::internal(format!("signing key: {e}")))?;
+    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+    let tag = mac.finalize().into_bytes();
+    Ok(format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(tag)
+    ))
+}
+
+/// The delivery worker: one task on the engine's runtime, woken by every commit and by the
+/// next retry coming due.
+pub(crate) struct Worker {
+    /// Weak, so a closed engine's file closes at once: nothing here keeps it open.
+    store: std::sync::Weak<Store>,
+    client: reqwest::Client,
+    permits: Arc<tokio::sync::Semaphore>,
+    /// (tenant, URL) pairs with a delivery in flight: the tenant's next one to that URL waits
+    /// for it. Keyed by tenant too, so one user's failing receiver never holds up another's.
+    busy: Arc<parking_lot::Mutex<HashSet<(u64, String)>>>,
+}
+
+impl Worker {
+    /// The worker for `store`, not yet started.
+    pub(crate) fn new(store: Arc<Store>, config: &CallbacksConfig) -> Result<Worker> {
+        let client = reqwest::Client::builder()
+            // A receiver names where it is; it does not get to send us elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("mindlite-callbacks/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                Error::internal(format!("cannot build the callbacks' HTTP client: {e}"))
+            })?;
+        let worker = Worker {
+            store: Arc::downgrade(&store),
+            client,
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                config.max_concurrent_deliveries.max(1),
+            )),
+            busy: Arc::new(parking_lot::Mutex::new(HashSet::new())),
+        };
+        Ok(worker)
+    }
+
+    /// Starts the worker on `handle`'s runtime.
+    pub(crate) fn start(self, handle: &tokio::runtime::Handle) {
+        handle.spawn(self.run());
+    }
+
+    async fn run(self) {
+        let Some(committed) = self.store.upgrade().map(|s| s.committed()) else {
+            return;
+        };
+        loop {
+            let Some(store) = self.store.upgrade() else {
+                return;
+            };
+            let due = self.start_due(&store).await;
+            drop(store);
+            let wait = match due {
+                Ok(wait) => wait,
+                // A read that fails now (the file closing) is tried again shortly.
+                Err(_) => Some(Duration::from_secs(1)),
+            };
+            match wait {
+                Some(wait) => {
+                    let _ = tokio::time::timeout(wait, committed.notified()).await;
+                }
+                None => committed.notified().await,
+            }
+        }
+    }
+
+    /// Starts every delivery that is due and whose URL is free; returns how long until the
+    /// next one comes due (`None`: nothing waits on time).
+    async fn start_due(&self, store: &Arc<Store>) -> Result<Option<Duration>> {
+        let txn = store.read()?;
+        let outbox = txn.open_table(OUTBOX)?;
+        let callbacks = txn.open_table(CALLBACKS)?;
+        // The first pending delivery per tenant and URL, in outbox order.
+        let mut heads: BTreeMap<(u64, String), (u64, Pending, Callback)> = BTreeMap::new();
+        for entry in outbox.iter()? {
+            let (seq, pending) = entry?;
+            let pending: Pending = serde_json::from_str(pending.value())?;
+            let Ok(callback) = get(&callbacks, TenantId(pending.tenant), pending.callback) else {
+                continue;
+            };
+            heads
+                .entry((pending.tenant, callback.url.clone()))
+                .or_insert((seq.value(), pending, callback));
+        }
+        drop((outbox, callbacks, txn));
+        let now = now_ms();
+        let mut next: Option<u64> = None;
+        for (lane, (seq, pending, callback)) in heads {
+            if self.busy.lock().contains(&lane) {
+                continue;
+            }
+            if pending.next_at > now {
+                next = Some(next.map_or(pending.next_at, |n| n.min(pending.next_at)));
+                continue;
+            }
+            let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+                // All slots taken: a finishing delivery commits, which wakes us again.
+                continue;
+            };
+            self.busy.lock().insert(lane.clone());
+            let committed = store.committed();
+            let (store, client, busy) = (
+                Arc::downgrade(store),
+                self.client.clone(),
+                Arc::clone(&self.busy),
+            );
+            tokio::spawn(async move {
+                let outcome = attempt(&client, &callback, &pending).await;
+                if let Some(store) = store.upgrade() {
+                    // A failed write leaves the delivery due: it is tried again.
+                    let _ = record(&store, seq, &pending, &callback, outcome).await;
+                }
+                busy.lock().remove(&lane);
+                drop(permit);
+                // The commit above woke the loop while this URL was still busy: wake it again
+                // now that the URL (and a slot) is free.
+                committed.notify_one();
+            });
+        }
+        Ok(next.map(|at| Duration::from_millis(at.saturating_sub(now_ms()).max(1))))
+    }
+}
+
+/// What one attempt came to.
+struct Outcome {
+    started: chrono::DateTime<chrono::Utc>,
+    duration_ms: u64,
+    status: Option<u16>,
+    error: Option<String>,
+}
+
+impl Outcome {
+    fn delivered(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s)) && self.error.is_none()
+    }
+}
+
+async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pending) -> Outcome {
+    let started = chrono::Utc::now();
+    let clock = std::time::Instant::now();
+    let timestamp = started.timestamp();
+    let sent = async {
+        let signature = signature(
+            &callback.secret,
+            &pending.event_id,
+            timestamp,
+            &pending.body,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut response = client
+            .post(&callback.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &pending.event_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(pending.body.clone())
+            .send()
+            .await
+            .map_err(|e| describe(&e))?;
+        let status = response.status().as_u16();
+        // Read a little of the answer (so the connection can be reused), never all of it.
+        let mut read = 0;
+        while read < BODY_CAP {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok::<u16, String>(status)
+    };
+    let limit = Duration::from_secs(u64::from(callback.http_timeout));
+    let (status, error) = match tokio::time::timeout(limit, sent).await {
+        Ok(Ok(status)) if (200..300).contains(&status) => (Some(status), None),
+        Ok(Ok(status)) => (
+            Some(status),
+            Some(format!("the receiver answered {status}")),
+        ),
+        Ok(Err(error)) => (None, Some(error)),
+        Err(_) => (
+            None,
+            Some(format!("timed out after {} s", callback.http_timeout)),
+        ),
+    };
+    Outcome {
+        started,
+        duration_ms: clock.elapsed().as_millis() as u64,
+        status,
+        error,
+    }
+}
+
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// Logs an attempt and settles its delivery: gone when delivered or out of attempts, else due
+/// again after the interval. A delivery whose callback was deleted meanwhile is left alone
+/// (the delete removed it).
+async fn record(
+    store: &Arc<Store>,
+    seq: u64,
+    pending: &Pending,
+    callback: &Callback,
+    outcome: Outcome,
+) -> Result<()> {
+    let (pending, callback) = (pending.clone(), callback.clone());
+    store
+        .write(move |txn| {
+            let mut outbox = txn.open_table(OUTBOX)?;
+            let current: Option<Pending> = match outbox.get(seq)? {
+                Some(v) => Some(serde_json::from_str(v.value())?),
+                None => None,
+            };
+            let Some(mut current) = current.filter(|c| c.event_id == pending.event_id) else {
+                return Ok(());
+            };
+            current.attempts += 1;
+            let delivered = outcome.delivered();
+            let entry = Attempt {
+                event_id: current.event_id.clone(),
+                attempt: current.attempts,
+                at: outcome.started.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+                enqueued_at: current.enqueued_at,
+                duration_ms: outcome.duration_ms,
+                status: outcome.status,
+                error: outcome.error.clone(),
+                delivered,
+            };
+            let n = store::next_id(txn, "callback_attempt")?;
+            txn.open_table(LOG)?.insert(
+                (current.tenant, current.callback, n),
+                serde_json::to_string(&entry)?.as_str(),
+            )?;
+            if delivered || current.attempts >= callback.count {
+                outbox.remove(seq)?;
+            } else {
+                current.next_at = now_ms() + u64::from(callback.interval) * 1000;
+                outbox.insert(seq, serde_json::to_string(&current)?.as_str())?;
+            }
+            Ok(())
+        })
+        .await
+}
+
+fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}
