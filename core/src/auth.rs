@@ -3,7 +3,7 @@
 //! `auth_tokens`, so sessions survive a restart and a copied file reveals no live token.
 
 use base64::Engine as _;
-use redb::{ReadTransaction, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use sha2::{Digest, Sha256};
 
 use crate::config::{AuthConfig, Config, Edition};
@@ -110,6 +110,21 @@ pub(crate) fn revoke(txn: &WriteTransaction, token: &str) -> Result<bool> {
     let mut table = txn.open_table(TOKENS)?;
     let removed = table.remove(hash(token).as_slice())?;
     Ok(removed.is_some_and(|entry| now_secs() < entry.value().1))
+}
+
+/// Revokes every login token of `tenant` (its API key was revoked: sessions opened with it end).
+pub(crate) fn revoke_tenant(txn: &WriteTransaction, tenant: TenantId) -> Result<()> {
+    let mut table = txn.open_table(TOKENS)?;
+    let mine: Vec<Vec<u8>> = table
+        .iter()?
+        .filter_map(|entry| entry.ok())
+        .filter(|(_, value)| value.value().0 == tenant.0)
+        .map(|(key, _)| key.value().to_vec())
+        .collect();
+    for key in mine {
+        table.remove(key.as_slice())?;
+    }
+    Ok(())
 }
 
 /// The error for a request without valid credentials.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::Sha256;
 
-use crate::config::CallbacksConfig;
+use crate::config::{CallbacksConfig, HostedConfig};
 use crate::error::{Error, Result};
 use crate::models::{ModelStatus, ModelVersion};
 use crate::store::{self, Store};
@@ -341,11 +341,12 @@ fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>
     Ok((pattern("model_name")?, pattern("project_name")?))
 }
 
-/// A pattern anchored at the start, as Python's `re.match` applies it.
+/// A pattern anchored at the start, as Python's `re.match` applies it. The pattern is first
+/// compiled alone, so one that only parses inside the wrapper (`a)|(b`) is refused.
 fn compile(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(&format!("^(?:{pattern})"))
-        .size_limit(1 << 20)
-        .build()
+    let build = |text: &str| regex::RegexBuilder::new(text).size_limit(1 << 20).build();
+    build(pattern)?;
+    build(&format!("^(?:{pattern})"))
 }
 
 /// An `attempt` value: a whole number from 1 to `max`, or `default` when absent.
@@ -405,10 +406,12 @@ pub(crate) fn enqueue(
     let mut outbox = txn.open_table(OUTBOX)?;
     for callback in chosen {
         let seq = store::next_id(txn, "callback_delivery")?;
+        // Numbered per tenant: a receiver learns nothing of other tenants' events from gaps.
+        let number = store::next_tenant_id(txn, tenant, "callback_event")?;
         let pending = Pending {
             tenant: tenant.0,
             callback: callback.id,
-            event_id: format!("msg_{seq:012}_{}", random_hex(8)?),
+            event_id: format!("msg_{number:012}_{}", random_hex(8)?),
             body: body.clone(),
             attempts: 0,
             next_at: 0,
@@ -467,11 +470,19 @@ pub(crate) struct Worker {
     /// (tenant, URL) pairs with a delivery in flight: the tenant's next one to that URL waits
     /// for it. Keyed by tenant too, so one user's failing receiver never holds up another's.
     busy: Arc<parking_lot::Mutex<HashSet<(u64, String)>>>,
+    /// Outbox rows in flight, whatever URL their callback has now (a PUT may change it).
+    in_flight: Arc<parking_lot::Mutex<HashSet<u64>>>,
+    /// Plans, to stop sending for users whose plan lost callbacks or who were disabled.
+    hosted: HostedConfig,
 }
 
 impl Worker {
     /// The worker for `store`, not yet started.
-    pub(crate) fn new(store: Arc<Store>, config: &CallbacksConfig) -> Result<Worker> {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        config: &CallbacksConfig,
+        hosted: &HostedConfig,
+    ) -> Result<Worker> {
         let client = reqwest::Client::builder()
             // A receiver names where it is; it does not get to send us elsewhere.
             .redirect(reqwest::redirect::Policy::none())
@@ -487,6 +498,8 @@ impl Worker {
                 config.max_concurrent_deliveries.max(1),
             )),
             busy: Arc::new(parking_lot::Mutex::new(HashSet::new())),
+            in_flight: Arc::new(parking_lot::Mutex::new(HashSet::new())),
+            hosted: hosted.clone(),
         };
         Ok(worker)
     }
@@ -523,26 +536,50 @@ impl Worker {
     /// Starts every delivery that is due and whose URL is free; returns how long until the
     /// next one comes due (`None`: nothing waits on time).
     async fn start_due(&self, store: &Arc<Store>) -> Result<Option<Duration>> {
+        // Taken before the snapshot: a delivery that finished after this point committed
+        // before its lane was freed, so the snapshot below already shows its outcome; one
+        // still running is skipped. (Read after the snapshot, a lane freed in between would
+        // let the snapshot's stale row be sent again.)
+        let (busy, in_flight) = (self.busy.lock().clone(), self.in_flight.lock().clone());
         let txn = store.read()?;
         let outbox = txn.open_table(OUTBOX)?;
         let callbacks = txn.open_table(CALLBACKS)?;
         // The first pending delivery per tenant and URL, in outbox order.
         let mut heads: BTreeMap<(u64, String), (u64, Pending, Callback)> = BTreeMap::new();
+        let mut refused = Vec::new();
         for entry in outbox.iter()? {
             let (seq, pending) = entry?;
+            let seq = seq.value();
             let pending: Pending = serde_json::from_str(pending.value())?;
             let Ok(callback) = get(&callbacks, TenantId(pending.tenant), pending.callback) else {
                 continue;
             };
+            if in_flight.contains(&seq) {
+                // Its lane (under the URL it has now) waits for it, whatever came first.
+                heads.insert(
+                    (pending.tenant, callback.url.clone()),
+                    (seq, pending, callback),
+                );
+                continue;
+            }
+            if let Some(reason) = self.refusal(&txn, TenantId(pending.tenant))? {
+                refused.push((seq, pending, callback, reason));
+                continue;
+            }
             heads
                 .entry((pending.tenant, callback.url.clone()))
-                .or_insert((seq.value(), pending, callback));
+                .or_insert((seq, pending, callback));
         }
         drop((outbox, callbacks, txn));
+        for (seq, pending, callback, reason) in refused {
+            let outcome = Outcome::refused(reason);
+            record(store, seq, &pending, &callback, outcome, true).await?;
+        }
         let now = now_ms();
         let mut next: Option<u64> = None;
         for (lane, (seq, pending, callback)) in heads {
-            if self.busy.lock().contains(&lane) {
+            if busy.contains(&lane) || self.busy.lock().contains(&lane) || in_flight.contains(&seq)
+            {
                 continue;
             }
             if pending.next_at > now {
@@ -554,27 +591,75 @@ impl Worker {
                 continue;
             };
             self.busy.lock().insert(lane.clone());
+            self.in_flight.lock().insert(seq);
             let committed = store.committed();
-            let (store, client, busy) = (
+            let (store, client, busy, in_flight) = (
                 Arc::downgrade(store),
                 self.client.clone(),
                 Arc::clone(&self.busy),
+                Arc::clone(&self.in_flight),
             );
             tokio::spawn(async move {
-                let outcome = attempt(&client, &callback, &pending).await;
-                if let Some(store) = store.upgrade() {
-                    // A failed write leaves the delivery due: it is tried again.
-                    let _ = record(&store, seq, &pending, &callback, outcome).await;
+                // Still pending as read, and its callback still there? A delete may have
+                // landed since the snapshot.
+                if still_due(&store, seq, &pending) {
+                    let outcome = attempt(&client, &callback, &pending).await;
+                    if let Some(store) = store.upgrade() {
+                        // A failed write leaves the delivery due: it is tried again.
+                        let _ = record(&store, seq, &pending, &callback, outcome, false).await;
+                    }
                 }
                 busy.lock().remove(&lane);
+                in_flight.lock().remove(&seq);
                 drop(permit);
-                // The commit above woke the loop while this URL was still busy: wake it again
-                // now that the URL (and a slot) is free.
+                // The commit above woke the loop while this lane was still busy: wake it
+                // again now that the lane (and a slot) is free.
                 committed.notify_one();
             });
         }
         Ok(next.map(|at| Duration::from_millis(at.saturating_sub(now_ms()).max(1))))
     }
+
+    /// Why `tenant`'s events are no longer sent (disabled, or its plan lost callbacks), if so.
+    fn refusal(&self, txn: &redb::ReadTransaction, tenant: TenantId) -> Result<Option<String>> {
+        let user = match crate::users::active(txn, tenant) {
+            Ok(Some(user)) => user,
+            Ok(None) => return Ok(Some("not sent: the owner is not a user".into())),
+            Err(e) if e.kind() == crate::ErrorKind::Forbidden => {
+                return Ok(Some("not sent: the user is disabled".into()))
+            }
+            Err(e) => return Err(e),
+        };
+        let allowed = self
+            .hosted
+            .plans
+            .get(&user.plan)
+            .is_some_and(|plan| plan.callbacks);
+        Ok(
+            (!allowed)
+                .then(|| format!("not sent: plan '{}' does not include callbacks", user.plan)),
+        )
+    }
+}
+
+/// Whether outbox row `seq` still holds `pending` unchanged and its callback still exists.
+fn still_due(store: &std::sync::Weak<Store>, seq: u64, pending: &Pending) -> bool {
+    let Some(store) = store.upgrade() else {
+        return false;
+    };
+    let check = || -> Result<bool> {
+        let txn = store.read()?;
+        let current: Option<Pending> = match txn.open_table(OUTBOX)?.get(seq)? {
+            Some(v) => Some(serde_json::from_str(v.value())?),
+            None => None,
+        };
+        let callback = txn
+            .open_table(CALLBACKS)?
+            .get((pending.tenant, pending.callback))?
+            .is_some();
+        Ok(callback && current.as_ref() == Some(pending))
+    };
+    check().unwrap_or(false)
 }
 
 /// What one attempt came to.
@@ -586,6 +671,16 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// An event not sent at all.
+    fn refused(reason: String) -> Outcome {
+        Outcome {
+            started: chrono::Utc::now(),
+            duration_ms: 0,
+            status: None,
+            error: Some(reason),
+        }
+    }
+
     fn delivered(&self) -> bool {
         self.status.is_some_and(|s| (200..300).contains(&s)) && self.error.is_none()
     }
@@ -603,7 +698,7 @@ async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pendin
             &pending.body,
         )
         .map_err(|e| e.to_string())?;
-        let mut response = client
+        client
             .post(&callback.url)
             .header("content-type", "application/json")
             .header("webhook-id", &pending.event_id)
@@ -612,25 +707,33 @@ async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pendin
             .body(pending.body.clone())
             .send()
             .await
-            .map_err(|e| describe(&e))?;
-        let status = response.status().as_u16();
-        // Read a little of the answer (so the connection can be reused), never all of it.
-        let mut read = 0;
-        while read < BODY_CAP {
-            match response.chunk().await {
-                Ok(Some(chunk)) => read += chunk.len(),
-                Ok(None) | Err(_) => break,
-            }
-        }
-        Ok::<u16, String>(status)
+            .map_err(|e| describe(&e))
     };
     let limit = Duration::from_secs(u64::from(callback.http_timeout));
     let (status, error) = match tokio::time::timeout(limit, sent).await {
-        Ok(Ok(status)) if (200..300).contains(&status) => (Some(status), None),
-        Ok(Ok(status)) => (
-            Some(status),
-            Some(format!("the receiver answered {status}")),
-        ),
+        Ok(Ok(mut response)) => {
+            let status = response.status().as_u16();
+            // The status decides. A little of the body is read (so the connection can be
+            // reused), briefly, and whatever happens there changes nothing.
+            let drain = async {
+                let mut read = 0;
+                while read < BODY_CAP {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => read += chunk.len(),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+            if (200..300).contains(&status) {
+                (Some(status), None)
+            } else {
+                (
+                    Some(status),
+                    Some(format!("the receiver answered {status}")),
+                )
+            }
+        }
         Ok(Err(error)) => (None, Some(error)),
         Err(_) => (
             None,
@@ -665,6 +768,7 @@ async fn record(
     pending: &Pending,
     callback: &Callback,
     outcome: Outcome,
+    give_up: bool,
 ) -> Result<()> {
     let (pending, callback) = (pending.clone(), callback.clone());
     store
@@ -694,7 +798,7 @@ async fn record(
                 (current.tenant, current.callback, n),
                 serde_json::to_string(&entry)?.as_str(),
             )?;
-            if delivered || current.attempts >= callback.count {
+            if delivered || give_up || current.attempts >= callback.count {
                 outbox.remove(seq)?;
             } else {
                 current.next_at = now_ms() + u64::from(callback.interval) * 1000;

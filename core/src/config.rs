@@ -313,6 +313,22 @@ impl Config {
                 known.join(", ")
             )));
         }
+        let callbacks = &self.callbacks;
+        for (key, value) in [
+            ("count", u64::from(callbacks.count)),
+            ("interval_secs", u64::from(callbacks.interval_secs)),
+            ("http_timeout_secs", u64::from(callbacks.http_timeout_secs)),
+            (
+                "max_concurrent_deliveries",
+                callbacks.max_concurrent_deliveries as u64,
+            ),
+        ] {
+            if value == 0 {
+                return Err(Error::invalid(format!(
+                    "callbacks.{key} must be at least 1"
+                )));
+            }
+        }
         if let Some((name, _)) = hosted.plans.iter().find(|(_, p)| p.window_secs == 0) {
             return Err(Error::invalid(format!(
                 "hosted.plans.{name}.window_secs must be at least 1"

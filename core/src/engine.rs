@@ -164,7 +164,8 @@ impl Engine {
         crate::callbacks::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
-        let worker = crate::callbacks::Worker::new(Arc::clone(&store), &config.callbacks)?;
+        let worker =
+            crate::callbacks::Worker::new(Arc::clone(&store), &config.callbacks, &config.hosted)?;
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -469,12 +470,13 @@ impl Engine {
         agent: Agent,
         messages: Vec<serde_json::Value>,
     ) -> Result<Answer> {
-        let reservation = self.take_question().await?;
+        let question = self.take_question().await?;
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = async move {
             let answer = asker(&inner, tenant).answer(&agent, messages, None).await;
-            if answer.is_err() {
-                crate::quotas::give_back(&inner.sql.store, reservation).await;
+            match answer {
+                Ok(_) => question.answered(),
+                Err(_) => question.give_back().await,
             }
             answer
         };
@@ -507,16 +509,19 @@ impl Engine {
         agent: Agent,
         messages: Vec<serde_json::Value>,
     ) -> Result<AgentStream> {
-        let reservation = self.take_question().await?;
+        let question = self.take_question().await?;
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = self.inner.handle.spawn(async move {
             let answer = asker(&inner, tenant)
                 .answer(&agent, messages, Some(&sender))
                 .await;
-            if let Err(e) = answer {
-                crate::quotas::give_back(&inner.sql.store, reservation).await;
-                let _ = sender.send(AgentEvent::Error(e.message().to_string()));
+            match answer {
+                Ok(_) => question.answered(),
+                Err(e) => {
+                    question.give_back().await;
+                    let _ = sender.send(AgentEvent::Error(e.message().to_string()));
+                }
             }
             let _ = sender.send(AgentEvent::End);
         });

@@ -13,7 +13,7 @@ use crate::datasources::{self, DATASOURCES};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::minds::{self, ChatRequest, Mind, MindStream, MINDS};
-use crate::quotas::{self, Limits, Reservation};
+use crate::quotas::{self, Limits};
 use crate::tenant::TenantId;
 use crate::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
 
@@ -37,12 +37,21 @@ impl Engine {
     /// key (`mlk_…`) or a login token. A disabled user is [`ErrorKind::Forbidden`]; anything
     /// else unknown, revoked or expired is [`ErrorKind::Unauthorized`].
     pub fn authenticate(&self, credential: &str) -> Result<Engine> {
+        let hosted = self.is_hosted();
         if credential.starts_with(API_KEY_PREFIX) {
+            // API keys are the hosted edition's; a local server takes only its own tokens.
+            if !hosted {
+                return Err(crate::auth::unauthorized());
+            }
             return self.as_user(credential);
         }
         let txn = self.inner.sql.store.read()?;
         let tenant = crate::auth::verify(&txn, credential)?;
-        users::active(&txn, tenant)?;
+        // In the hosted edition a token must belong to a live user: one left from a local run
+        // of the same file (the operator's tenant) is refused.
+        if users::active(&txn, tenant)?.is_none() && hosted {
+            return Err(crate::auth::unauthorized());
+        }
         Ok(self.scoped(tenant))
     }
 
@@ -166,10 +175,10 @@ impl Engine {
         )
     }
 
-    /// Counts a question against this tenant's quota; `None` when it has none.
-    pub(crate) async fn take_question(&self) -> Result<Option<Reservation>> {
+    /// Counts a question against this tenant's quota (a no-op for tenants without one).
+    pub(crate) async fn take_question(&self) -> Result<quotas::Question> {
         let inner = &self.inner;
-        quotas::reserve_question(&inner.sql.store, &inner.config.hosted, self.tenant).await
+        quotas::Question::take(&inner.sql.store, &inner.config.hosted, self.tenant).await
     }
 
     /// Creates a mind from a Minds API body: `name`, and optionally `model_name` and
@@ -228,12 +237,25 @@ impl Engine {
             Some(Value::Object(data)) => data.clone(),
             Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
         };
-        // A taken name is told before a slow connection attempt.
+        // A taken name, or a full quota, is told before a slow connection attempt (the
+        // quota is checked again, atomically, when the datasource is stored).
         if self.find_datasource(&name)?.is_some() {
             return Err(Error::conflict(format!(
                 "Database '{}' already exists",
                 name.to_ascii_lowercase()
             )));
+        }
+        let limits = self.limits();
+        if let Ok(limits) = limits.as_ref() {
+            if limits.datasources.remaining == 0 {
+                return Err(Error::quota_exceeded(
+                    format!(
+                        "Quota exceeded: datasources (limit {}, used {}) on plan '{}'; delete one to free a slot",
+                        limits.datasources.limit, limits.datasources.used, limits.plan
+                    ),
+                    None,
+                ));
+            }
         }
         let edition = self.inner.config.edition;
         let (engine, parameters) = datasources::check(&engine, parameters, edition).await?;
@@ -331,14 +353,28 @@ impl Engine {
         Ok(MindStream::new(events, request.api, &mind.name))
     }
 
-    /// Callbacks are the hosted edition's, for users whose plan includes them: NotFound in
-    /// the local edition, Forbidden otherwise.
-    fn require_callbacks(&self) -> Result<()> {
+    /// Callbacks are the hosted edition's users': NotFound in the local edition, Forbidden
+    /// for the operator's handle.
+    fn require_callback_owner(&self) -> Result<()> {
         if !self.is_hosted() {
             return Err(Error::not_found(
                 "Model-status callbacks are served by the hosted edition only",
             ));
         }
+        let txn = self.inner.sql.store.read()?;
+        match users::active(&txn, self.tenant)? {
+            Some(_) => Ok(()),
+            None => Err(Error::new(
+                ErrorKind::Forbidden,
+                "Model-status callbacks belong to users; this handle is none",
+            )),
+        }
+    }
+
+    /// [`Engine::require_callback_owner`], and the user's plan must include callbacks (a
+    /// user whose plan lost them gets 403 everywhere, and the worker stops sending its events).
+    fn require_callbacks(&self) -> Result<()> {
+        self.require_callback_owner()?;
         let txn = self.inner.sql.store.read()?;
         let hosted = &self.inner.config.hosted;
         let plan = users::active(&txn, self.tenant)?.map(|u| u.plan);

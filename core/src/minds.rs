@@ -627,6 +627,11 @@ impl MindStream {
         })
     }
 
+    /// The id of the one output message (as the non-streamed response names it).
+    fn item_id(&self) -> String {
+        format!("msg_{}", self.id.trim_start_matches("resp_"))
+    }
+
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
         json!({
             "id": self.id,
@@ -654,6 +659,21 @@ impl MindStream {
                 let response =
                     response_object(&self.id, &self.mind, self.created, "in_progress", "");
                 self.event(out, "response.created", json!({ "response": response }));
+                // The item and its text part open before any delta: the openai client's
+                // stream helper refuses deltas for an item it was not told about.
+                let item = self.item_id();
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": 0, "item": {"type": "message", "id": item,
+                        "status": "in_progress", "role": "assistant", "content": []}}),
+                );
+                self.event(
+                    out,
+                    "response.content_part.added",
+                    json!({"item_id": item, "output_index": 0, "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": []}}),
+                );
             }
         }
     }
@@ -666,7 +686,7 @@ impl MindStream {
                 data_frame(out, &chunk);
             }
             ChatApi::Responses => {
-                let item = format!("msg_{}", self.id.trim_start_matches("resp_"));
+                let item = self.item_id();
                 self.event(
                     out,
                     "response.output_text.delta",
@@ -684,12 +704,24 @@ impl MindStream {
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
             ChatApi::Responses => {
-                let item = format!("msg_{}", self.id.trim_start_matches("resp_"));
+                let item = self.item_id();
                 let text = self.text.clone();
                 self.event(
                     out,
                     "response.output_text.done",
                     json!({"item_id": item, "output_index": 0, "content_index": 0, "text": text}),
+                );
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                self.event(
+                    out,
+                    "response.content_part.done",
+                    json!({"item_id": item, "output_index": 0, "content_index": 0, "part": part}),
+                );
+                self.event(
+                    out,
+                    "response.output_item.done",
+                    json!({"output_index": 0, "item": {"type": "message", "id": item,
+                        "status": "completed", "role": "assistant", "content": [part]}}),
                 );
                 let response =
                     response_object(&self.id, &self.mind, self.created, "completed", &text);

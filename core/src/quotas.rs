@@ -134,26 +134,61 @@ pub(crate) fn take_question(
     }))
 }
 
-/// Counts a question for `tenant` in its own write transaction, before the question is asked.
-pub(crate) async fn reserve_question(
-    store: &Arc<Store>,
-    hosted: &HostedConfig,
-    tenant: TenantId,
-) -> Result<Option<Reservation>> {
-    if tenant == TenantId::LOCAL {
-        return Ok(None);
-    }
-    let hosted = hosted.clone();
-    store
-        .write(move |txn| take_question(txn, tenant, &hosted, crate::time::now_unix()))
-        .await
+/// A question counted against its tenant's quota. Dropped without [`Question::answered`] (the
+/// answer failed, or its caller stopped waiting and the task was aborted), it is given back.
+pub(crate) struct Question {
+    store: Arc<Store>,
+    reservation: Option<Reservation>,
 }
 
-/// Gives back a question whose answer failed.
-pub(crate) async fn give_back(store: &Arc<Store>, reservation: Option<Reservation>) {
-    if let Some(reservation) = reservation {
-        // A refund that cannot be written leaves the question counted: the safe side.
-        let _ = store.write(move |txn| refund(txn, reservation)).await;
+impl Question {
+    /// Counts a question for `tenant` in its own write transaction, before it is asked.
+    pub(crate) async fn take(
+        store: &Arc<Store>,
+        hosted: &HostedConfig,
+        tenant: TenantId,
+    ) -> Result<Question> {
+        let reservation = if tenant == TenantId::LOCAL {
+            None
+        } else {
+            let hosted = hosted.clone();
+            store
+                .write(move |txn| take_question(txn, tenant, &hosted, crate::time::now_unix()))
+                .await?
+        };
+        Ok(Question {
+            store: Arc::clone(store),
+            reservation,
+        })
+    }
+
+    /// The question was answered: it stays counted.
+    pub(crate) fn answered(mut self) {
+        self.reservation = None;
+    }
+
+    /// The answer failed: the question is given back before this returns.
+    pub(crate) async fn give_back(mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            // A refund that cannot be written leaves the question counted: the safe side.
+            let _ = self.store.write(move |txn| refund(txn, reservation)).await;
+        }
+    }
+}
+
+impl Drop for Question {
+    fn drop(&mut self) {
+        let Some(reservation) = self.reservation.take() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        // A refund that cannot be written (no runtime, a failed write) leaves the question
+        // counted: the safe side.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = store.write(move |txn| refund(txn, reservation)).await;
+            });
+        }
     }
 }
 

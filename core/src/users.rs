@@ -203,7 +203,8 @@ pub(crate) fn issue_key(txn: &WriteTransaction, name: &str) -> Result<IssuedApiK
     Ok(issued)
 }
 
-/// Revokes one of a user's API keys; NotFound when the user has no key with that id.
+/// Revokes one of a user's API keys, and ends the user's login sessions (a token does not
+/// record which key opened it, so all go); NotFound when the user has no key with that id.
 pub(crate) fn revoke_key(txn: &WriteTransaction, name: &str, key_id: u64) -> Result<User> {
     let mut user = get_mut(txn, name)?;
     let before = user.api_keys.len();
@@ -225,6 +226,8 @@ pub(crate) fn revoke_key(txn: &WriteTransaction, name: &str, key_id: u64) -> Res
     for hash in hashes {
         keys.remove(hash.as_slice())?;
     }
+    drop(keys);
+    crate::auth::revoke_tenant(txn, user.tenant())?;
     put(txn, &user)?;
     Ok(user)
 }

@@ -483,3 +483,31 @@ fn one_users_failing_delivery_never_holds_up_anothers_to_the_same_url() {
         .collect();
     assert_eq!(names, ["\"first\"", "\"second\""]);
 }
+
+#[test]
+fn a_user_whose_plan_loses_callbacks_gets_no_more_deliveries() {
+    let receiver = Receiver::start(vec![Reply::Status(500)]);
+    let engine = Engine::open_in_memory(hosted_config()).unwrap();
+    let alice = pro_user(&engine, "alice");
+    let (id, _) = register(
+        &alice,
+        json!({"url": receiver.url, "attempt": {"count": 10, "interval": 1}}),
+    );
+    llm_model(&alice, "m");
+    receiver.wait_for(1, Duration::from_secs(10));
+    engine
+        .block_on(engine.update_user("alice", Some("free"), None))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(receiver.received().len(), 1, "no retry after the downgrade");
+    engine
+        .block_on(engine.update_user("alice", Some("pro"), None))
+        .unwrap();
+    let log = alice.callback_deliveries(id).unwrap();
+    let last = log.last().unwrap();
+    assert!(
+        last["error"].as_str().unwrap().contains("plan 'free'"),
+        "{log:?}"
+    );
+    assert_eq!(last["delivered"], false);
+}

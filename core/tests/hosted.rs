@@ -212,6 +212,51 @@ fn a_login_token_acts_as_the_user_and_stops_when_the_user_is_disabled() {
         engine.authenticate(&token).unwrap_err().kind(),
         ErrorKind::Forbidden
     );
+    engine
+        .block_on(engine.update_user("alice", None, Some(false)))
+        .unwrap();
+    // Revoking the key that opened a session ends the session.
+    let id = engine.get_user("alice").unwrap().api_keys[0].id;
+    engine.block_on(engine.revoke_api_key("alice", id)).unwrap();
+    assert_eq!(
+        engine.authenticate(&token).unwrap_err().kind(),
+        ErrorKind::Unauthorized
+    );
+}
+
+#[test]
+fn operator_tokens_and_keys_cross_no_edition() {
+    // A token the operator got in a local run of the file is refused once it is hosted.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let mut local = Config::default();
+    local.auth.username = "admin".into();
+    local.auth.password = "secret".into();
+    let engine = Engine::open(&path, local.clone()).unwrap();
+    let token = engine
+        .block_on(engine.login(Some("admin"), Some("secret")))
+        .unwrap()
+        .token;
+    engine.close();
+    let hosted = Config {
+        edition: Edition::Hosted,
+        ..local.clone()
+    };
+    let engine = Engine::open(&path, hosted).unwrap();
+    assert_eq!(
+        engine.authenticate(&token).unwrap_err().kind(),
+        ErrorKind::Unauthorized
+    );
+    engine.block_on(engine.create_user("alice", None)).unwrap();
+    let key = engine.block_on(engine.create_api_key("alice")).unwrap().key;
+    engine.close();
+    // And an API key means nothing to the local edition.
+    let engine = Engine::open(&path, local).unwrap();
+    assert_eq!(
+        engine.authenticate(&key).unwrap_err().kind(),
+        ErrorKind::Unauthorized
+    );
+    assert!(engine.authenticate(&token).is_ok());
 }
 
 #[test]
@@ -470,4 +515,11 @@ fn the_files_engine_is_refused_in_the_hosted_edition() {
         ))
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
+    // Nor PostgreSQL over the server's own Unix socket.
+    let err = alice
+        .block_on(alice.create_datasource(json!({"name": "d", "engine": "postgres",
+            "connection_data": {"host": "/var/run/postgresql", "database": "postgres", "user": "postgres"}})))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
+    assert!(err.message().contains("Unix socket"), "{err}");
 }

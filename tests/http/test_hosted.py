@@ -258,12 +258,21 @@ def test_openai_client_asks_a_mind_by_chat_completions_and_responses(start_serve
     llm.script(text("Responses stream too."))
     events = list(client.responses.create(model="oracle", input="Stream?", stream=True))
     kinds = [e.type for e in events]
-    assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
-    assert kinds[-2] == "response.output_text.done", kinds
+    assert kinds[:3] == ["response.created", "response.output_item.added",
+                         "response.content_part.added"], kinds
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.completed"], kinds
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert deltas and "".join(deltas) == "Responses stream too."
-    assert events[-2].text == "Responses stream too."
+    assert events[-4].text == "Responses stream too."
     assert events[-1].response.output_text == "Responses stream too."
+
+    # The client's stream helper, which checks that every delta belongs to an opened item.
+    llm.script(text("Helped along."))
+    with client.responses.stream(model="oracle", input="Helper?") as stream:
+        pieces = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(pieces) == "Helped along." and final.output_text == "Helped along."
 
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nosuch", messages=question)

@@ -197,6 +197,13 @@ pub(crate) async fn check(
         }
         postgres::ENGINE | "postgresql" => {
             let settings = postgres::Settings::from_parameters(&parameters)?;
+            // A socket path reaches the server machine's own databases with its OS user.
+            if edition == Edition::Hosted && settings.host.starts_with('/') {
+                return Err(Error::new(
+                    ErrorKind::Forbidden,
+                    "PostgreSQL over a Unix socket ('host' a path) is not offered in the hosted edition; give a network host",
+                ));
+            }
             let client = settings.connect().await?;
             // The schema must exist, or every table would be "not found" later.
             let found = client

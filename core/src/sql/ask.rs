@@ -84,8 +84,8 @@ impl SqlRunner {
             tenant,
         };
         // A question asked through SQL counts against the plan like any other.
-        let reservation =
-            crate::quotas::reserve_question(&self.store, &self.config.hosted, tenant).await?;
+        let counted =
+            crate::quotas::Question::take(&self.store, &self.config.hosted, tenant).await?;
         let answer = asker
             .answer(
                 &agent,
@@ -94,9 +94,12 @@ impl SqlRunner {
             )
             .await;
         let answer = match answer {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                counted.answered();
+                answer
+            }
             Err(e) => {
-                crate::quotas::give_back(&self.store, reservation).await;
+                counted.give_back().await;
                 return Err(e);
             }
         };

@@ -41,6 +41,12 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             "The Minds API is served by the hosted edition only (edition = \"hosted\")",
         );
     }
+    if matches!(route, Route::Callbacks(_)) && !engine.is_hosted() {
+        return problem(
+            404,
+            "Model-status callbacks are served by the hosted edition only (edition = \"hosted\")",
+        );
+    }
     // The handle the request acts through: the caller's tenant when credentials are needed.
     let scoped;
     let engine = if route.needs_auth() && engine.auth_required() {
