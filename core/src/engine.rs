@@ -175,7 +175,11 @@ impl Engine {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
-        worker.start(&handle);
+        // Callbacks are the hosted edition's: a local engine has no deliveries to make, and
+        // its commits wake nothing.
+        if config.edition == crate::config::Edition::Hosted {
+            worker.start(&handle);
+        }
         Ok(Engine {
             inner: Arc::new(Inner {
                 id,

@@ -29,6 +29,10 @@ impl Engine {
     /// A handle checks its key when it is made: revoking the key or disabling the user later
     /// stops new handles and HTTP requests, not this one.
     pub fn as_user(&self, api_key: &str) -> Result<Engine> {
+        // API keys are the hosted edition's; a local engine takes none, even from its file.
+        if !self.is_hosted() {
+            return Err(crate::auth::unauthorized());
+        }
         let user = users::authenticate(&self.inner.sql.store.read()?, api_key)?;
         Ok(self.scoped(user.tenant()))
     }
@@ -39,10 +43,6 @@ impl Engine {
     pub fn authenticate(&self, credential: &str) -> Result<Engine> {
         let hosted = self.is_hosted();
         if credential.starts_with(API_KEY_PREFIX) {
-            // API keys are the hosted edition's; a local server takes only its own tokens.
-            if !hosted {
-                return Err(crate::auth::unauthorized());
-            }
             return self.as_user(credential);
         }
         let txn = self.inner.sql.store.read()?;
@@ -245,16 +245,11 @@ impl Engine {
                 name.to_ascii_lowercase()
             )));
         }
-        let limits = self.limits();
-        if let Ok(limits) = limits.as_ref() {
-            if limits.datasources.remaining == 0 {
-                return Err(Error::quota_exceeded(
-                    format!(
-                        "Quota exceeded: datasources (limit {}, used {}) on plan '{}'; delete one to free a slot",
-                        limits.datasources.limit, limits.datasources.used, limits.plan
-                    ),
-                    None,
-                ));
+        if let Ok(limits) = self.limits() {
+            let full = &limits.datasources;
+            if full.remaining == 0 {
+                let slot = quotas::Slot::Datasources;
+                return Err(quotas::slot_full(slot, &limits.plan, full.limit, full.used));
             }
         }
         let edition = self.inner.config.edition;

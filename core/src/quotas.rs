@@ -83,16 +83,21 @@ pub(crate) fn check_slot(
     };
     let limit = slot.limit(plan);
     if used >= limit {
-        return Err(Error::quota_exceeded(
-            format!(
-                "Quota exceeded: {} (limit {limit}, used {used}) on plan '{plan_name}'; \
-                 delete one to free a slot",
-                slot.name()
-            ),
-            None,
-        ));
+        return Err(slot_full(slot, &plan_name, limit, used));
     }
     Ok(())
+}
+
+/// The error for a counted quota that is full.
+pub(crate) fn slot_full(slot: Slot, plan: &str, limit: u64, used: u64) -> Error {
+    Error::quota_exceeded(
+        format!(
+            "Quota exceeded: {} (limit {limit}, used {used}) on plan '{plan}'; \
+             delete one to free a slot",
+            slot.name()
+        ),
+        None,
+    )
 }
 
 /// A question counted against its window, to be given back if the question fails.
