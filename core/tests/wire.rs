@@ -149,6 +149,58 @@ fn cells_encode_per_design() {
     );
 }
 
+/// Nulls at every level, lists sliced out of a longer column, dictionaries and 32-bit floats:
+/// the per-column writers must give each row its own values.
+#[test]
+fn nested_and_null_cells_encode_row_by_row() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    let rows = "SELECT * FROM (VALUES \
+        (1, [1, NULL, 3], named_struct('a', CAST(NULL AS TEXT), 'b', [2.5]), \
+         arrow_cast('x', 'Dictionary(Int32, Utf8)'), CAST(1.5 AS FLOAT)), \
+        (2, NULL, NULL, NULL, NULL), \
+        (3, [], named_struct('a', 'z', 'b', CAST(NULL AS DOUBLE[])), \
+         arrow_cast('y', 'Dictionary(Int32, Utf8)'), CAST('inf' AS FLOAT)), \
+        (4, [4], named_struct('a', 'w', 'b', [0.25, NULL]), \
+         arrow_cast('x', 'Dictionary(Int32, Utf8)'), CAST(-2 AS FLOAT)) \
+        ) AS t(n, l, s, d, f) ORDER BY n";
+    let all = serde_json::json!([
+        [1, [1, null, 3], {"a": null, "b": [2.5]}, "x", 1.5],
+        [2, null, null, null, null],
+        [3, [], {"a": "z", "b": null}, "y", null],
+        [4, [4], {"a": "w", "b": [0.25, null]}, "x", -2.0]
+    ]);
+    for format in [serde_json::Value::Null, "jsonlines".into()] {
+        for (sql, expected) in [
+            (rows.to_string(), all.clone()),
+            (
+                format!("{rows} LIMIT 2 OFFSET 2"),
+                serde_json::json!([all[2], all[3]]),
+            ),
+        ] {
+            let body = answer(
+                &engine,
+                &serde_json::json!({"query": sql, "response_format": format}),
+            );
+            let data = if format.is_null() {
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap()["data"].clone()
+            } else {
+                let lines: Vec<serde_json::Value> = body
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| serde_json::from_slice(l).unwrap())
+                    .collect();
+                serde_json::Value::Array(
+                    lines[1..]
+                        .iter()
+                        .flat_map(|l| l.as_array().unwrap().clone())
+                        .collect(),
+                )
+            };
+            assert_eq!(data, expected, "{sql} as {format}");
+        }
+    }
+}
+
 /// MindsDB executes before it streams, so a failing query is one error item, never a table
 /// header followed by an error.
 #[test]

@@ -10,7 +10,8 @@ use base64::Engine as _;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Date64Type, Float16Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Int8Type, TimeUnit, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
@@ -250,152 +251,196 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 /// Appends the batch's rows as `[..],[..]`, with a leading comma unless `first`.
 fn write_rows(batch: &RecordBatch, out: &mut Vec<u8>, first: &mut bool) {
-    let columns: Vec<&dyn Array> = batch.columns().iter().map(|c| c.as_ref()).collect();
+    let writers: Vec<CellWriter<'_>> = batch
+        .columns()
+        .iter()
+        .map(|c| cell_writer(c.as_ref()))
+        .collect();
     for row in 0..batch.num_rows() {
         if !*first {
             out.push(b',');
         }
         *first = false;
         out.push(b'[');
-        for (i, column) in columns.iter().enumerate() {
+        for (i, write) in writers.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            write_cell(*column, row, out);
+            write(row, out);
         }
         out.push(b']');
     }
 }
 
-fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
-}
+/// Writes one column's cell at a row as a JSON value. Chosen once per column and batch, so the
+/// work per cell is one call instead of a type dispatch and a downcast (a third of the time of
+/// encoding a million rows went there).
+type CellWriter<'a> = Box<dyn Fn(usize, &mut Vec<u8>) + 'a>;
 
-fn write_float(out: &mut Vec<u8>, value: f64, as_f32: bool) {
-    if !value.is_finite() {
-        out.extend_from_slice(b"null");
-    } else if as_f32 {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(value as f32).as_bytes());
-    } else {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
+/// The writer for `array`'s cells: numbers as numbers (NaN and infinities as null), DATE
+/// `YYYY-MM-DD`, TIMESTAMP `YYYY-MM-DD HH:MM:SS.ffffff`, binary as base64, lists and structs as
+/// JSON, decimals as floats (MindsDB sends 12.50 as 12.5), other types as Arrow's text.
+fn cell_writer(array: &dyn Array) -> CellWriter<'_> {
+    macro_rules! int {
+        ($type:ty) => {{
+            let values = array.as_primitive::<$type>();
+            Box::new(move |row, out: &mut Vec<u8>| write_int(out, values.value(row)))
+        }};
     }
-}
-
-/// Writes one cell as a JSON value.
-fn write_cell(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
-    if array.is_null(row) {
-        out.extend_from_slice(b"null");
-        return;
+    macro_rules! text {
+        ($array:expr, $write:expr) => {{
+            let values = $array;
+            Box::new(move |row, out: &mut Vec<u8>| $write(out, values.value(row)))
+        }};
     }
-    match array.data_type() {
-        DataType::Null => out.extend_from_slice(b"null"),
-        DataType::Boolean => out.extend_from_slice(if array.as_boolean().value(row) {
-            b"true"
-        } else {
-            b"false"
-        }),
-        DataType::Int8 => write_int(out, array.as_primitive::<Int8Type>().value(row)),
-        DataType::Int16 => write_int(out, array.as_primitive::<Int16Type>().value(row)),
-        DataType::Int32 => write_int(out, array.as_primitive::<Int32Type>().value(row)),
-        DataType::Int64 => write_int(out, array.as_primitive::<Int64Type>().value(row)),
-        DataType::UInt8 => write_int(out, array.as_primitive::<UInt8Type>().value(row)),
-        DataType::UInt16 => write_int(out, array.as_primitive::<UInt16Type>().value(row)),
-        DataType::UInt32 => write_int(out, array.as_primitive::<UInt32Type>().value(row)),
-        DataType::UInt64 => write_int(out, array.as_primitive::<UInt64Type>().value(row)),
-        DataType::Float16 => write_float(
-            out,
-            array.as_primitive::<Float16Type>().value(row).to_f64(),
-            true,
-        ),
-        DataType::Float32 => write_float(
-            out,
-            array.as_primitive::<Float32Type>().value(row) as f64,
-            true,
-        ),
+    macro_rules! timestamp {
+        ($type:ty) => {{
+            let values = array.as_primitive::<$type>();
+            Box::new(move |row, out: &mut Vec<u8>| {
+                let when = values.value_as_datetime(row);
+                write_text(out, when.map(|t| t.format("%Y-%m-%d %H:%M:%S%.6f")))
+            })
+        }};
+    }
+    let write: CellWriter<'_> = match array.data_type() {
+        DataType::Null => return Box::new(|_, out| out.extend_from_slice(b"null")),
+        DataType::Boolean => {
+            let values = array.as_boolean();
+            Box::new(move |row, out| {
+                out.extend_from_slice(if values.value(row) { b"true" } else { b"false" })
+            })
+        }
+        DataType::Int8 => int!(Int8Type),
+        DataType::Int16 => int!(Int16Type),
+        DataType::Int32 => int!(Int32Type),
+        DataType::Int64 => int!(Int64Type),
+        DataType::UInt8 => int!(UInt8Type),
+        DataType::UInt16 => int!(UInt16Type),
+        DataType::UInt32 => int!(UInt32Type),
+        DataType::UInt64 => int!(UInt64Type),
+        DataType::Float16 => {
+            let values = array.as_primitive::<Float16Type>();
+            Box::new(move |row, out| write_float(out, values.value(row).to_f64(), true))
+        }
+        DataType::Float32 => {
+            let values = array.as_primitive::<Float32Type>();
+            Box::new(move |row, out| write_float(out, values.value(row) as f64, true))
+        }
         DataType::Float64 => {
-            write_float(out, array.as_primitive::<Float64Type>().value(row), false)
+            let values = array.as_primitive::<Float64Type>();
+            Box::new(move |row, out| write_float(out, values.value(row), false))
         }
-        DataType::Utf8 => write_json(out, array.as_string::<i32>().value(row)),
-        DataType::LargeUtf8 => write_json(out, array.as_string::<i64>().value(row)),
-        DataType::Utf8View => write_json(out, array.as_string_view().value(row)),
-        DataType::Binary => write_base64(out, array.as_binary::<i32>().value(row)),
-        DataType::LargeBinary => write_base64(out, array.as_binary::<i64>().value(row)),
-        DataType::BinaryView => write_base64(out, array.as_binary_view().value(row)),
-        DataType::FixedSizeBinary(_) => write_base64(out, array.as_fixed_size_binary().value(row)),
-        DataType::Date32 => write_text(
-            out,
-            array
-                .as_primitive::<Date32Type>()
-                .value_as_date(row)
-                .map(|d| d.format("%Y-%m-%d")),
-        ),
-        DataType::Date64 => write_text(
-            out,
-            array
-                .as_primitive::<Date64Type>()
-                .value_as_date(row)
-                .map(|d| d.format("%Y-%m-%d")),
-        ),
-        DataType::Timestamp(unit, _) => {
-            let when = match unit {
-                TimeUnit::Second => array
-                    .as_primitive::<datafusion::arrow::datatypes::TimestampSecondType>()
-                    .value_as_datetime(row),
-                TimeUnit::Millisecond => array
-                    .as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>()
-                    .value_as_datetime(row),
-                TimeUnit::Microsecond => array
-                    .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>()
-                    .value_as_datetime(row),
-                TimeUnit::Nanosecond => array
-                    .as_primitive::<datafusion::arrow::datatypes::TimestampNanosecondType>()
-                    .value_as_datetime(row),
-            };
-            write_text(out, when.map(|t| t.format("%Y-%m-%d %H:%M:%S%.6f")));
+        DataType::Utf8 => text!(array.as_string::<i32>(), write_json::<str>),
+        DataType::LargeUtf8 => text!(array.as_string::<i64>(), write_json::<str>),
+        DataType::Utf8View => text!(array.as_string_view(), write_json::<str>),
+        DataType::Binary => text!(array.as_binary::<i32>(), write_base64),
+        DataType::LargeBinary => text!(array.as_binary::<i64>(), write_base64),
+        DataType::BinaryView => text!(array.as_binary_view(), write_base64),
+        DataType::FixedSizeBinary(_) => text!(array.as_fixed_size_binary(), write_base64),
+        DataType::Date32 => {
+            let values = array.as_primitive::<Date32Type>();
+            Box::new(move |row, out| {
+                write_text(out, values.value_as_date(row).map(|d| d.format("%Y-%m-%d")))
+            })
         }
-        DataType::Decimal32(_, _)
-        | DataType::Decimal64(_, _)
-        | DataType::Decimal128(_, _)
-        | DataType::Decimal256(_, _) => {
-            // MindsDB sends decimals as floats (12.50 → 12.5).
-            match formatted(array, row).parse::<f64>() {
-                Ok(value) => write_float(out, value, false),
-                Err(_) => out.extend_from_slice(b"null"),
-            }
+        DataType::Date64 => {
+            let values = array.as_primitive::<Date64Type>();
+            Box::new(move |row, out| {
+                write_text(out, values.value_as_date(row).map(|d| d.format("%Y-%m-%d")))
+            })
         }
-        DataType::List(_)
-        | DataType::LargeList(_)
-        | DataType::FixedSizeList(_, _)
-        | DataType::ListView(_)
-        | DataType::LargeListView(_) => {
-            let values = match array.data_type() {
-                DataType::List(_) => array.as_list::<i32>().value(row),
-                DataType::LargeList(_) => array.as_list::<i64>().value(row),
-                DataType::FixedSizeList(_, _) => array.as_fixed_size_list().value(row),
-                _ => return write_json(out, &formatted(array, row)),
-            };
-            out.push(b'[');
-            for i in 0..values.len() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_cell(values.as_ref(), i, out);
-            }
-            out.push(b']');
+        DataType::Timestamp(TimeUnit::Second, _) => timestamp!(TimestampSecondType),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => timestamp!(TimestampMillisecondType),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => timestamp!(TimestampMicrosecondType),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => timestamp!(TimestampNanosecondType),
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            list_writer(list.values().as_ref(), move |row| {
+                let offsets = list.value_offsets();
+                offsets[row] as usize..offsets[row + 1] as usize
+            })
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            list_writer(list.values().as_ref(), move |row| {
+                let offsets = list.value_offsets();
+                offsets[row] as usize..offsets[row + 1] as usize
+            })
+        }
+        DataType::FixedSizeList(_, _) => {
+            let list = array.as_fixed_size_list();
+            let size = list.value_length() as usize;
+            list_writer(list.values().as_ref(), move |row| {
+                row * size..(row + 1) * size
+            })
         }
         DataType::Struct(fields) => {
             let strukt = array.as_struct();
-            out.push(b'{');
-            for (i, field) in fields.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
+            let children: Vec<(Vec<u8>, CellWriter<'_>)> = fields
+                .iter()
+                .zip(strukt.columns())
+                .map(|(field, column)| {
+                    let mut key = Vec::new();
+                    write_json(&mut key, field.name());
+                    key.push(b':');
+                    (key, cell_writer(column.as_ref()))
+                })
+                .collect();
+            Box::new(move |row, out| {
+                out.push(b'{');
+                for (i, (key, write)) in children.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(key);
+                    write(row, out);
                 }
-                write_json(out, field.name());
-                out.push(b':');
-                write_cell(strukt.column(i).as_ref(), row, out);
-            }
-            out.push(b'}');
+                out.push(b'}');
+            })
         }
+        _ => Box::new(move |row, out| write_other(array, row, out)),
+    };
+    if array.null_count() == 0 {
+        write
+    } else {
+        Box::new(move |row, out| {
+            if array.is_null(row) {
+                out.extend_from_slice(b"null");
+            } else {
+                write(row, out);
+            }
+        })
+    }
+}
+
+/// A writer for a list column whose row `row` holds `values[range(row)]`.
+fn list_writer<'a>(
+    values: &'a dyn Array,
+    range: impl Fn(usize) -> std::ops::Range<usize> + 'a,
+) -> CellWriter<'a> {
+    let item = cell_writer(values);
+    Box::new(move |row, out| {
+        out.push(b'[');
+        for (n, i) in range(row).enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            item(i, out);
+        }
+        out.push(b']');
+    })
+}
+
+/// Writes a cell of a type without a writer of its own (rare enough to dispatch per cell).
+fn write_other(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
+    match array.data_type() {
+        DataType::Decimal32(_, _)
+        | DataType::Decimal64(_, _)
+        | DataType::Decimal128(_, _)
+        | DataType::Decimal256(_, _) => match formatted(array, row).parse::<f64>() {
+            Ok(value) => write_float(out, value, false),
+            Err(_) => out.extend_from_slice(b"null"),
+        },
         DataType::Dictionary(_, _) => match datafusion::arrow::compute::take(
             array,
             &datafusion::arrow::array::UInt32Array::from(vec![row as u32]),
@@ -407,10 +452,34 @@ fn write_cell(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
             }
             _ => Ok(one),
         }) {
-            Ok(value) => write_cell(value.as_ref(), 0, out),
+            Ok(value) => cell_writer(value.as_ref())(0, out),
             Err(_) => write_json(out, &formatted(array, row)),
         },
         _ => write_json(out, &formatted(array, row)),
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+fn write_float(out: &mut Vec<u8>, value: f64, as_f32: bool) {
+    // A whole number below 2^53 (2^24 for FLOAT) is exact, so the shortest text that reads back
+    // as it is its digits, and ryu writes exactly `<digits>.0`, at several times the cost.
+    let exact = if as_f32 {
+        16_777_216.0
+    } else {
+        9_007_199_254_740_992.0
+    };
+    if value.fract() == 0.0 && value.abs() < exact && value != 0.0 {
+        write_int(out, value as i64);
+        out.extend_from_slice(b".0");
+    } else if !value.is_finite() {
+        out.extend_from_slice(b"null");
+    } else if as_f32 {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(value as f32).as_bytes());
+    } else {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
     }
 }
 
@@ -452,4 +521,71 @@ pub(crate) fn rows_as_json(batch: &RecordBatch) -> Vec<Vec<serde_json::Value>> {
     out.push(b']');
     // The encoder writes valid JSON (non-finite floats as null), so this cannot fail.
     serde_json::from_slice(&out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_float;
+
+    fn written(value: f64, as_f32: bool) -> String {
+        let mut out = Vec::new();
+        write_float(&mut out, value, as_f32);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn whole_numbers_are_written_as_ryu_writes_them() {
+        let mut values = vec![
+            1.0,
+            -1.0,
+            10.0,
+            1000.0,
+            123_456_789.0,
+            -4_503_599_627_370_497.0,
+        ];
+        values.extend([
+            0.0,
+            -0.0,
+            0.5,
+            -2.25,
+            1e15,
+            1e16,
+            1e22,
+            9_007_199_254_740_992.0,
+        ]);
+        values.extend([
+            9_007_199_254_740_991.0,
+            -9_007_199_254_740_991.0,
+            16_777_215.0,
+        ]);
+        values.extend([
+            16_777_216.0,
+            16_777_217.0,
+            1e300,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ]);
+        let mut x = 1.0f64;
+        while x < 1e17 {
+            values.extend([x, -x, x.floor(), (x * 7.3).floor()]);
+            x *= 1.37;
+        }
+        for value in values {
+            assert_eq!(
+                written(value, false),
+                ryu::Buffer::new().format_finite(value),
+                "{value}"
+            );
+            let single = value as f32;
+            if single.is_finite() {
+                assert_eq!(
+                    written(value, true),
+                    ryu::Buffer::new().format_finite(single),
+                    "{value} as FLOAT"
+                );
+            }
+        }
+        assert_eq!(written(f64::NAN, false), "null");
+        assert_eq!(written(f64::INFINITY, true), "null");
+    }
 }
