@@ -8,7 +8,7 @@
 //!   (written by `benches/hot-code.sh` from a callgrind profile), and the linker places them
 //!   together at the start of the code. Spread over 100 MB they kept about 50 MiB of code
 //!   resident in an idle server, because the kernel maps 64 KiB around each page touched;
-//!   packed, about 5 MiB. The names carry build hashes, so the list only matches the release
+//!   packed, about 6 MiB. The names carry build hashes, so the list only matches the release
 //!   build of the toolchain and dependencies it was written from; names that match nothing are
 //!   skipped, which costs memory, never correctness. Only `x86_64-unknown-linux-gnu` links with
 //!   LLD by default (Rust 1.90 and later), and only LLD reads the list, so it is not passed
