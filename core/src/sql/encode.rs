@@ -273,8 +273,8 @@ fn write_rows(batch: &RecordBatch, out: &mut Vec<u8>, first: &mut bool) {
 }
 
 /// Writes one column's cell at a row as a JSON value. Chosen once per column and batch, so the
-/// work per cell is one call instead of a type dispatch and a downcast (a third of the time of
-/// encoding a million rows went there).
+/// work per cell is one call instead of a type dispatch, a downcast and a null check on every
+/// one of a result's cells.
 type CellWriter<'a> = Box<dyn Fn(usize, &mut Vec<u8>) + 'a>;
 
 /// The writer for `array`'s cells: numbers as numbers (NaN and infinities as null), DATE
