@@ -474,6 +474,8 @@ pub(crate) struct Worker {
     in_flight: Arc<parking_lot::Mutex<HashSet<u64>>>,
     /// Plans, to stop sending for users whose plan lost callbacks or who were disabled.
     hosted: HostedConfig,
+    /// Attempts kept in each callback's log; older ones are dropped as new ones are written.
+    log_entries: usize,
 }
 
 impl Worker {
@@ -500,6 +502,7 @@ impl Worker {
             busy: Arc::new(parking_lot::Mutex::new(HashSet::new())),
             in_flight: Arc::new(parking_lot::Mutex::new(HashSet::new())),
             hosted: hosted.clone(),
+            log_entries: config.log_entries.max(1),
         };
         Ok(worker)
     }
@@ -573,7 +576,16 @@ impl Worker {
         drop((outbox, callbacks, txn));
         for (seq, pending, callback, reason) in refused {
             let outcome = Outcome::refused(reason);
-            record(store, seq, &pending, &callback, outcome, true).await?;
+            record(
+                store,
+                seq,
+                &pending,
+                &callback,
+                outcome,
+                true,
+                self.log_entries,
+            )
+            .await?;
         }
         let now = now_ms();
         let mut next: Option<u64> = None;
@@ -593,6 +605,7 @@ impl Worker {
             self.busy.lock().insert(lane.clone());
             self.in_flight.lock().insert(seq);
             let committed = store.committed();
+            let keep = self.log_entries;
             let (store, client, busy, in_flight) = (
                 Arc::downgrade(store),
                 self.client.clone(),
@@ -606,7 +619,8 @@ impl Worker {
                     let outcome = attempt(&client, &callback, &pending).await;
                     if let Some(store) = store.upgrade() {
                         // A failed write leaves the delivery due: it is tried again.
-                        let _ = record(&store, seq, &pending, &callback, outcome, false).await;
+                        let _ =
+                            record(&store, seq, &pending, &callback, outcome, false, keep).await;
                     }
                 }
                 busy.lock().remove(&lane);
@@ -769,6 +783,7 @@ async fn record(
     callback: &Callback,
     outcome: Outcome,
     give_up: bool,
+    keep: usize,
 ) -> Result<()> {
     let (pending, callback) = (pending.clone(), callback.clone());
     store
@@ -794,10 +809,12 @@ async fn record(
                 delivered,
             };
             let n = store::next_id(txn, "callback_attempt")?;
-            txn.open_table(LOG)?.insert(
+            let mut log = txn.open_table(LOG)?;
+            log.insert(
                 (current.tenant, current.callback, n),
                 serde_json::to_string(&entry)?.as_str(),
             )?;
+            trim_log(&mut log, current.tenant, current.callback, keep)?;
             if delivered || give_up || current.attempts >= callback.count {
                 outbox.remove(seq)?;
             } else {
@@ -807,6 +824,30 @@ async fn record(
             Ok(())
         })
         .await
+}
+
+/// Drops a callback's oldest logged attempts beyond `keep`, so a long-lived callback's log
+/// stays bounded (a busy one writes an entry per attempt for as long as it exists).
+fn trim_log(
+    log: &mut redb::Table<(u64, u64, u64), &'static str>,
+    tenant: u64,
+    callback: u64,
+    keep: usize,
+) -> Result<()> {
+    let range = (tenant, callback, 0)..=(tenant, callback, u64::MAX);
+    let logged = log.range(range.clone())?.count();
+    if logged <= keep {
+        return Ok(());
+    }
+    let oldest: Vec<(u64, u64, u64)> = log
+        .range(range)?
+        .take(logged - keep)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for key in oldest {
+        log.remove(key)?;
+    }
+    Ok(())
 }
 
 fn now_ms() -> u64 {

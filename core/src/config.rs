@@ -253,6 +253,8 @@ pub struct CallbacksConfig {
     pub http_timeout_secs: u32,
     /// Deliveries in flight at once, over all callbacks.
     pub max_concurrent_deliveries: usize,
+    /// Attempts kept in each callback's delivery log (the newest; older ones are dropped).
+    pub log_entries: usize,
 }
 
 impl Default for CallbacksConfig {
@@ -262,6 +264,7 @@ impl Default for CallbacksConfig {
             interval_secs: 10,
             http_timeout_secs: 5,
             max_concurrent_deliveries: 16,
+            log_entries: 1000,
         }
     }
 }
@@ -322,6 +325,7 @@ impl Config {
                 "max_concurrent_deliveries",
                 callbacks.max_concurrent_deliveries as u64,
             ),
+            ("log_entries", callbacks.log_entries as u64),
         ] {
             if value == 0 {
                 return Err(Error::invalid(format!(

@@ -446,7 +446,8 @@ impl Engine {
     }
 
     /// A callback's delivery log, oldest first: `[{"event_id", "attempt", "at", "enqueued_at",
-    /// "duration_ms", "status", "error", "delivered"}]`.
+    /// "duration_ms", "status", "error", "delivered"}]`; the newest `callbacks.log_entries`
+    /// attempts (1,000 by default) are kept.
     pub fn callback_deliveries(&self, id: u64) -> Result<Vec<Value>> {
         self.require_callbacks()?;
         let txn = self.inner.sql.store.read()?;

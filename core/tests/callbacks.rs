@@ -249,6 +249,47 @@ fn failing_twice_then_succeeding_takes_exactly_three_attempts_at_the_interval() 
 }
 
 #[test]
+fn the_delivery_log_keeps_the_newest_attempts_only() {
+    let receiver = Receiver::start(vec![Reply::Status(500), Reply::Status(502)]);
+    let mut config = hosted_config();
+    config.callbacks.log_entries = 2;
+    let engine = Engine::open_in_memory(config).unwrap();
+    let alice = pro_user(&engine, "alice");
+    let (id, _) = register(
+        &alice,
+        json!({"url": receiver.url, "attempt": {"count": 5, "interval": 1, "http_timeout": 5}}),
+    );
+    let quiet = Receiver::start(Vec::new());
+    let (other, _) = register(&alice, json!({"url": quiet.url}));
+    llm_model(&alice, "m");
+    receiver.wait_for(3, Duration::from_secs(15));
+    let start = Instant::now();
+    let mut log = alice.callback_deliveries(id).unwrap();
+    while log.last().is_none_or(|a| a["delivered"] != true)
+        && start.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        log = alice.callback_deliveries(id).unwrap();
+    }
+    let kept: Vec<(Value, Value)> = log
+        .iter()
+        .map(|a| (a["attempt"].clone(), a["status"].clone()))
+        .collect();
+    assert_eq!(kept, [(json!(2), json!(502)), (json!(3), json!(200))]);
+    // Another callback's log is its own: one delivery, kept.
+    quiet.wait_for(1, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    let theirs = alice.callback_deliveries(other).unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0]["delivered"], true);
+
+    let mut zero = hosted_config();
+    zero.callbacks.log_entries = 0;
+    let error = Engine::open_in_memory(zero).unwrap_err();
+    assert!(error.message().contains("callbacks.log_entries"), "{error}");
+}
+
+#[test]
 fn a_hanging_receiver_is_cut_off_at_the_timeout_and_given_up_after_the_count() {
     let hang = Reply::Hang(Duration::from_secs(6));
     let receiver = Receiver::start(vec![hang, hang, hang]);
