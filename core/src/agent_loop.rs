@@ -3,15 +3,18 @@
 //! tool results (or refusals) handed back to the model, a bounded number of steps, and the
 //! final text as the answer. Progress can be watched as [`AgentEvent`]s in MindsDB's shapes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 
 use crate::agents::{split_entry, Agent};
 use crate::config::Config;
+use crate::egress::HttpClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::llm;
+use crate::quotas::Question;
 use crate::sql::{Allowed, SqlRunner, ToolRows};
 use crate::tenant::TenantId;
 
@@ -147,22 +150,57 @@ pub(crate) fn read_messages(messages: &Value) -> Result<Vec<Value>> {
     }
 }
 
+/// Events an answer may have waiting for a slow reader before the agent waits for it.
+pub(crate) const EVENT_BUFFER: usize = 64;
+
 /// What answering needs from the engine.
 pub(crate) struct Asker<'a> {
     pub(crate) sql: &'a SqlRunner,
-    pub(crate) client: &'a reqwest::Client,
+    pub(crate) client: &'a HttpClient,
     pub(crate) config: &'a Config,
     pub(crate) tenant: TenantId,
+    /// Provider calls answered so far (a question that made any stays counted even if it fails).
+    pub(crate) calls: AtomicU64,
 }
 
-impl Asker<'_> {
+impl<'a> Asker<'a> {
+    /// An asker for `tenant` over the engine's parts.
+    pub(crate) fn new(sql: &'a SqlRunner, config: &'a Config, tenant: TenantId) -> Asker<'a> {
+        Asker {
+            sql,
+            client: &sql.client,
+            config,
+            tenant,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// [`Asker::answer`] for a question counted against the quota: it stays counted when
+    /// answered, and when it failed after calling the provider (the provider was paid); one
+    /// that failed before any call is given back.
+    pub(crate) async fn answer_counted(
+        &self,
+        question: Question,
+        agent: &Agent,
+        messages: Vec<Value>,
+        events: Option<&Sender<AgentEvent>>,
+    ) -> Result<Answer> {
+        let answer = self.answer(agent, messages, events).await;
+        if answer.is_ok() || self.calls.load(Ordering::SeqCst) > 0 {
+            question.answered();
+        } else {
+            question.give_back().await;
+        }
+        answer
+    }
+
     /// Answers the conversation `messages` with `agent`. With `events`, progress and the
     /// answer's text are sent there as they happen (the caller adds [`AgentEvent::End`]).
     pub(crate) async fn answer(
         &self,
         agent: &Agent,
         messages: Vec<Value>,
-        events: Option<&UnboundedSender<AgentEvent>>,
+        events: Option<&Sender<AgentEvent>>,
     ) -> Result<Answer> {
         let run = self.run(agent, messages, events);
         let content = match agent.timeout_secs() {
@@ -186,7 +224,7 @@ impl Asker<'_> {
         &self,
         agent: &Agent,
         mut history: Vec<Value>,
-        events: Option<&UnboundedSender<AgentEvent>>,
+        events: Option<&Sender<AgentEvent>>,
     ) -> Result<String> {
         let endpoint = crate::llm::endpoint(&agent.model(), &self.config.llm);
         let allowed = allowed_tables(agent);
@@ -195,25 +233,37 @@ impl Asker<'_> {
             vec![json!({"role": "system", "content": self.system_prompt(agent, &allowed).await?})];
         messages.append(&mut history);
         let tools = [sql_tool(limits.row_limit)];
-        let send = |event: AgentEvent| {
-            if let Some(events) = events {
-                let _ = events.send(event);
-            }
-        };
         for _ in 0..limits.max_steps.max(1) {
-            let mut forward = |text: &str| send(AgentEvent::Text(text.to_string()));
-            let on_text: Option<&mut (dyn FnMut(&str) + Send)> = match events {
+            let mut forward =
+                |text: String| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+                    let events = events.cloned();
+                    Box::pin(async move {
+                        if let Some(events) = events {
+                            let _ = events.send(AgentEvent::Text(text)).await;
+                        }
+                    })
+                };
+            let on_text: Option<llm::TextSink<'_>> = match events {
                 Some(_) => Some(&mut forward),
                 None => None,
             };
-            let reply = llm::chat(self.client, &endpoint, &messages, &tools, on_text).await?;
+            let reply = llm::chat(
+                self.client,
+                &endpoint,
+                &messages,
+                &tools,
+                on_text,
+                Some(&self.calls),
+            )
+            .await?;
             if reply.tool_calls.is_empty() {
                 return Ok(reply.content);
             }
             messages.push(reply.to_message());
             for call in &reply.tool_calls {
                 let content = if call.name == "sql_query" {
-                    self.run_tool(agent, &call.arguments, &allowed, &send).await
+                    self.run_tool(agent, &call.arguments, &allowed, events)
+                        .await
                 } else {
                     json!({"error": format!("There is no tool '{}'; the only tool is sql_query", call.name)})
                 };
@@ -235,8 +285,13 @@ impl Asker<'_> {
         agent: &Agent,
         arguments: &str,
         allowed: &Allowed,
-        send: &impl Fn(AgentEvent),
+        events: Option<&Sender<AgentEvent>>,
     ) -> Value {
+        let send = |event: AgentEvent| async move {
+            if let Some(events) = events {
+                let _ = events.send(event).await;
+            }
+        };
         let query = serde_json::from_str::<Value>(arguments)
             .ok()
             .and_then(|args| {
@@ -247,7 +302,7 @@ impl Asker<'_> {
         let Some(query) = query else {
             return json!({"error": "sql_query takes {\"query\": \"SELECT …\"}"});
         };
-        send(AgentEvent::Sql(query.clone()));
+        send(AgentEvent::Sql(query.clone())).await;
         let limits = &self.config.agents;
         let ran = self
             .sql
@@ -262,11 +317,11 @@ impl Asker<'_> {
             .await;
         match ran {
             Ok(rows) => {
-                send(AgentEvent::Data(markdown(&rows)));
+                send(AgentEvent::Data(markdown(&rows))).await;
                 json!({"columns": rows.column_names, "rows": rows.rows, "truncated": rows.truncated})
             }
             Err(e) => {
-                send(AgentEvent::Context(e.message().to_string()));
+                send(AgentEvent::Context(e.message().to_string())).await;
                 json!({"error": e.message()})
             }
         }

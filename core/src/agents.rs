@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::LlmConfig;
+use crate::egress::Egress;
 use crate::error::{Error, Result};
 use crate::projects::{self, Project, PROJECTS};
 use crate::store;
@@ -225,7 +226,12 @@ fn not_allowed(key: &str) -> Error {
 
 /// Checks merged params against MindsDB's closed schema and the catalog: only
 /// `prompt_template`, `model`, `data`, `timeout`, `mode`; tables and knowledge bases must exist.
-fn validate(txn: &WriteTransaction, tenant: TenantId, params: &Map<String, Value>) -> Result<()> {
+fn validate(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    params: &Map<String, Value>,
+    egress: &Egress,
+) -> Result<()> {
     for (key, value) in params {
         match key.as_str() {
             "prompt_template" if !value.is_string() => {
@@ -239,7 +245,7 @@ fn validate(txn: &WriteTransaction, tenant: TenantId, params: &Map<String, Value
             "mode" if !matches!(value.as_str(), Some("text" | "sql")) => {
                 return Err(Error::invalid("'mode' must be \"text\" or \"sql\""))
             }
-            "model" => validate_model(value)?,
+            "model" => validate_model(value, egress)?,
             "data" => validate_data(txn, tenant, value)?,
             "prompt_template" | "timeout" | "mode" => {}
             other => return Err(not_allowed(other)),
@@ -248,7 +254,7 @@ fn validate(txn: &WriteTransaction, tenant: TenantId, params: &Map<String, Value
     Ok(())
 }
 
-fn validate_model(model: &Value) -> Result<()> {
+fn validate_model(model: &Value, egress: &Egress) -> Result<()> {
     let Value::Object(model) = model else {
         return Err(Error::invalid(
             "'model' must be an object like {\"provider\": \"openai\", \"model_name\": \"gpt-4o\"}",
@@ -261,6 +267,10 @@ fn validate_model(model: &Value) -> Result<()> {
     }
     if let Some(url) = model.get("base_url").and_then(Value::as_str) {
         crate::llm::check_base_url("model.base_url", url)?;
+        // An address written in the URL is checked now; a name, at every call.
+        egress
+            .check_url_text(url)
+            .map_err(|e| Error::new(e.kind(), format!("'model.base_url' was {}", e.message())))?;
     }
     Ok(())
 }
@@ -290,15 +300,28 @@ fn validate_data(txn: &WriteTransaction, tenant: TenantId, data: &Value) -> Resu
     Ok(())
 }
 
-/// Splits `db.table` (either part may be quoted with backticks or double quotes).
+/// Splits `db.table` (either part may be quoted with backticks or double quotes). The
+/// database comes back in lower case; the table as SQL reads an identifier: in lower case
+/// unless quoted, as written when quoted, so a datasource that tells `orders` from `"Orders"`
+/// (PostgreSQL does) gets the one the entry means.
 pub(crate) fn split_entry(entry: &str) -> Option<(String, String)> {
     let (db, table) = entry.trim().split_once('.')?;
-    let unquote = |s: &str| {
-        s.trim()
-            .trim_matches(|c| c == '`' || c == '"')
-            .to_ascii_lowercase()
+    let quoted = |s: &str| {
+        let s = s.trim();
+        s.len() >= 2
+            && ((s.starts_with('"') && s.ends_with('"'))
+                || (s.starts_with('`') && s.ends_with('`')))
     };
-    let (db, table) = (unquote(db), unquote(table));
+    let db = db
+        .trim()
+        .trim_matches(|c| c == '`' || c == '"')
+        .to_ascii_lowercase();
+    let table = if quoted(table) {
+        let table = table.trim();
+        table[1..table.len() - 1].to_string()
+    } else {
+        table.trim().to_ascii_lowercase()
+    };
     (!db.is_empty() && !table.is_empty()).then_some((db, table))
 }
 
@@ -310,7 +333,9 @@ fn check_table(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<
         ))
     })?;
     let exists = match db.as_str() {
-        crate::sql::SYSTEM_DB => table == "*" || crate::sql::INFO_TABLES.contains(&table.as_str()),
+        crate::sql::SYSTEM_DB => {
+            table == "*" || crate::sql::INFO_TABLES.contains(&table.to_ascii_lowercase().as_str())
+        }
         crate::sql::FILES_DB => {
             table == "*" || tables::get(&txn.open_table(TABLES)?, tenant, &db, &table)?.is_some()
         }
@@ -399,6 +424,7 @@ pub(crate) fn create(
     spec: &Map<String, Value>,
     default_model: &LlmConfig,
     if_not_exists: bool,
+    egress: &Egress,
 ) -> Result<Option<Agent>> {
     let project = project_of(txn, tenant, project)?;
     let name = name_of(spec)?;
@@ -425,7 +451,7 @@ pub(crate) fn create(
         model.insert("model_name".into(), default_model.model_name.clone().into());
         params.insert("model".into(), Value::Object(model));
     }
-    validate(txn, tenant, &params)?;
+    validate(txn, tenant, &params, egress)?;
     let now = crate::time::now_text();
     let agent = Agent {
         id: store::next_tenant_id(txn, tenant, "agent")?,
@@ -458,6 +484,7 @@ pub(crate) fn update(
     project: &str,
     name: &str,
     spec: &Map<String, Value>,
+    egress: &Egress,
 ) -> Result<Agent> {
     let project = project_of(txn, tenant, project)?;
     let mut agent = get_in(&txn.open_table(AGENTS)?, tenant, &project.name, name)?
@@ -477,7 +504,7 @@ pub(crate) fn update(
             agent.params.insert(key, value);
         }
     }
-    validate(txn, tenant, &agent.params)?;
+    validate(txn, tenant, &agent.params, egress)?;
     if let Some(new_name) = new_name {
         let (old_key, new_key) = (
             agent.name.to_ascii_lowercase(),

@@ -10,8 +10,13 @@
 //! so one in flight when the process died is sent again on the next start; its `webhook-id`
 //! stays the same, so receivers can drop the copy. A tenant's deliveries to one URL go one at a
 //! time in outbox order, so a receiver sees them in the order they happened.
+//!
+//! Shared fairly: a plan caps a user's callbacks and pending deliveries (events beyond the
+//! cap are logged as not queued), each user has at most `max_concurrent_deliveries_per_user`
+//! in flight, and free slots go round the users in turn, so one user's slow receivers cannot
+//! hold every slot. Deliveries connect under the egress policy.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +28,7 @@ use serde_json::{json, Map, Value};
 use sha2::Sha256;
 
 use crate::config::{CallbacksConfig, HostedConfig};
+use crate::egress::{self, Egress, HttpClient};
 use crate::error::{Error, Result};
 use crate::models::{ModelStatus, ModelVersion};
 use crate::store::{self, Store};
@@ -123,14 +129,31 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 }
 
 /// Registers a callback from MindsDB's body `{url, filter: {model_name, project_name},
-/// attempt: {count, interval, http_timeout}}`. Returns it, secret included.
+/// attempt: {count, interval, http_timeout}}`, within the plan's `max_callbacks` (`limit`).
+/// Returns it, secret included.
 pub(crate) fn register(
     txn: &WriteTransaction,
     tenant: TenantId,
     body: &Map<String, Value>,
     defaults: &CallbacksConfig,
+    egress: &Egress,
+    limit: Option<(&str, u64)>,
 ) -> Result<Callback> {
-    let url = check_url(body.get("url"))?;
+    let url = check_url(body.get("url"), egress)?;
+    if let Some((plan, limit)) = limit {
+        let used = txn
+            .open_table(CALLBACKS)?
+            .range((tenant.0, 0)..=(tenant.0, u64::MAX))?
+            .count() as u64;
+        if used >= limit {
+            return Err(Error::quota_exceeded(
+                format!(
+                    "Quota exceeded: callbacks (limit {limit}, used {used}) on plan '{plan}'; delete one to register another"
+                ),
+                None,
+            ));
+        }
+    }
     let (model_name, project_name) = read_filter(body.get("filter"))?;
     let attempt = body.get("attempt").unwrap_or(&Value::Null);
     if !attempt.is_null() && !attempt.is_object() {
@@ -170,10 +193,11 @@ pub(crate) fn update(
     tenant: TenantId,
     id: u64,
     body: &Map<String, Value>,
+    egress: &Egress,
 ) -> Result<Callback> {
     let mut callback = get(&txn.open_table(CALLBACKS)?, tenant, id)?;
     if body.contains_key("url") {
-        callback.url = check_url(body.get("url"))?;
+        callback.url = check_url(body.get("url"), egress)?;
     }
     if let Some(filter) = body.get("filter") {
         (callback.model_name, callback.project_name) = read_filter(Some(filter))?;
@@ -281,7 +305,9 @@ fn missing(id: u64) -> Error {
     Error::not_found(format!("Callback {id} not found"))
 }
 
-fn check_url(url: Option<&Value>) -> Result<String> {
+/// A callback URL: http or https with a host, and no address the egress policy refuses
+/// (names are checked again at every delivery, as they resolve then).
+fn check_url(url: Option<&Value>, egress: &Egress) -> Result<String> {
     let text = match url {
         Some(Value::String(text)) if !text.is_empty() => text,
         _ => return Err(Error::invalid("'url' is required: an http or https URL")),
@@ -302,6 +328,9 @@ fn check_url(url: Option<&Value>) -> Result<String> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(Error::invalid(format!("'url' has no host: {text}")));
     }
+    egress
+        .check_url_text(text)
+        .map_err(|e| Error::new(e.kind(), format!("'url' was {}", e.message())))?;
     Ok(text.clone())
 }
 
@@ -465,8 +494,13 @@ pub(crate) fn signature(secret: &str, id: &str, timestamp: i64, body: &str) -> R
 pub(crate) struct Worker {
     /// Weak, so a closed engine's file closes at once: nothing here keeps it open.
     store: std::sync::Weak<Store>,
-    client: reqwest::Client,
+    client: HttpClient,
     permits: Arc<tokio::sync::Semaphore>,
+    /// Deliveries in flight per tenant, each at most `per_user`.
+    per_tenant: Arc<parking_lot::Mutex<HashMap<u64, usize>>>,
+    per_user: usize,
+    /// Where the last round of starts began, so the next begins with the tenant after it.
+    turn: Arc<std::sync::atomic::AtomicU64>,
     /// (tenant, URL) pairs with a delivery in flight: the tenant's next one to that URL waits
     /// for it. Keyed by tenant too, so one user's failing receiver never holds up another's.
     busy: Arc<parking_lot::Mutex<HashSet<(u64, String)>>>,
@@ -484,18 +518,17 @@ impl Worker {
         store: Arc<Store>,
         config: &CallbacksConfig,
         hosted: &HostedConfig,
+        egress: &Egress,
     ) -> Result<Worker> {
-        let client = reqwest::Client::builder()
-            // A receiver names where it is; it does not get to send us elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("mindlite-callbacks/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                Error::internal(format!("cannot build the callbacks' HTTP client: {e}"))
-            })?;
+        // A receiver names where it is; it does not get to send us elsewhere (no redirects).
+        let client =
+            egress.http_client(concat!("mindlite-callbacks/", env!("CARGO_PKG_VERSION")))?;
         let worker = Worker {
             store: Arc::downgrade(&store),
             client,
+            per_tenant: Arc::new(parking_lot::Mutex::new(HashMap::new())),
+            per_user: config.max_concurrent_deliveries_per_user.max(1),
+            turn: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             permits: Arc::new(tokio::sync::Semaphore::new(
                 config.max_concurrent_deliveries.max(1),
             )),
@@ -550,6 +583,9 @@ impl Worker {
         // The first pending delivery per tenant and URL, in outbox order.
         let mut heads: BTreeMap<(u64, String), (u64, Pending, Callback)> = BTreeMap::new();
         let mut refused = Vec::new();
+        // Per tenant: why its events are not sent (if so), its plan's pending cap, and how
+        // many of its deliveries were counted so far.
+        let mut tenants: HashMap<u64, Standing> = HashMap::new();
         for entry in outbox.iter()? {
             let (seq, pending) = entry?;
             let seq = seq.value();
@@ -557,6 +593,13 @@ impl Worker {
             let Ok(callback) = get(&callbacks, TenantId(pending.tenant), pending.callback) else {
                 continue;
             };
+            let tenant = match tenants.entry(pending.tenant) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    entry.insert(self.standing(&txn, TenantId(pending.tenant))?)
+                }
+            };
+            tenant.2 += 1;
             if in_flight.contains(&seq) {
                 // Its lane (under the URL it has now) waits for it, whatever came first.
                 heads.insert(
@@ -565,31 +608,48 @@ impl Worker {
                 );
                 continue;
             }
-            if let Some(reason) = self.refusal(&txn, TenantId(pending.tenant))? {
-                refused.push((seq, pending, callback, reason));
+            if let Some(reason) = &tenant.0 {
+                refused.push((seq, pending, callback, reason.clone()));
                 continue;
+            }
+            if let Some((plan, cap)) = &tenant.1 {
+                // The newest beyond the cap are dropped: a full queue takes no more.
+                if pending.attempts == 0 && tenant.2 > *cap {
+                    tenant.2 -= 1;
+                    let reason = format!(
+                        "not queued: {cap} deliveries were already pending for this user (max_pending_deliveries of plan '{plan}')"
+                    );
+                    refused.push((seq, pending, callback, reason));
+                    continue;
+                }
             }
             heads
                 .entry((pending.tenant, callback.url.clone()))
                 .or_insert((seq, pending, callback));
         }
         drop((outbox, callbacks, txn));
-        for (seq, pending, callback, reason) in refused {
-            let outcome = Outcome::refused(reason);
-            record(
-                store,
-                seq,
-                &pending,
-                &callback,
-                outcome,
-                true,
-                self.log_entries,
-            )
-            .await?;
+        if !refused.is_empty() {
+            let keep = self.log_entries;
+            store
+                .write(move |txn| {
+                    for (seq, pending, callback, reason) in refused {
+                        record_in(
+                            txn,
+                            seq,
+                            &pending,
+                            &callback,
+                            Outcome::refused(reason),
+                            true,
+                            keep,
+                        )?;
+                    }
+                    Ok(())
+                })
+                .await?;
         }
         let now = now_ms();
         let mut next: Option<u64> = None;
-        for (lane, (seq, pending, callback)) in heads {
+        for (lane, (seq, pending, callback)) in self.in_turns(heads) {
             if busy.contains(&lane) || self.busy.lock().contains(&lane) || in_flight.contains(&seq)
             {
                 continue;
@@ -598,19 +658,28 @@ impl Worker {
                 next = Some(next.map_or(pending.next_at, |n| n.min(pending.next_at)));
                 continue;
             }
+            let tenant = lane.0;
+            if self.per_tenant.lock().get(&tenant).copied().unwrap_or(0) >= self.per_user {
+                // This user's share is in flight; its finishing delivery wakes us again.
+                continue;
+            }
             let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
                 // All slots taken: a finishing delivery commits, which wakes us again.
                 continue;
             };
+            self.turn
+                .store(tenant, std::sync::atomic::Ordering::Relaxed);
+            *self.per_tenant.lock().entry(tenant).or_insert(0) += 1;
             self.busy.lock().insert(lane.clone());
             self.in_flight.lock().insert(seq);
             let committed = store.committed();
             let keep = self.log_entries;
-            let (store, client, busy, in_flight) = (
+            let (store, client, busy, in_flight, per_tenant) = (
                 Arc::downgrade(store),
                 self.client.clone(),
                 Arc::clone(&self.busy),
                 Arc::clone(&self.in_flight),
+                Arc::clone(&self.per_tenant),
             );
             tokio::spawn(async move {
                 // Still pending as read, and its callback still there? A delete may have
@@ -625,6 +694,15 @@ impl Worker {
                 }
                 busy.lock().remove(&lane);
                 in_flight.lock().remove(&seq);
+                {
+                    let mut counts = per_tenant.lock();
+                    if let Some(count) = counts.get_mut(&tenant) {
+                        *count -= 1;
+                        if *count == 0 {
+                            counts.remove(&tenant);
+                        }
+                    }
+                }
                 drop(permit);
                 // The commit above woke the loop while this lane was still busy: wake it
                 // again now that the lane (and a slot) is free.
@@ -632,6 +710,54 @@ impl Worker {
             });
         }
         Ok(next.map(|at| Duration::from_millis(at.saturating_sub(now_ms()).max(1))))
+    }
+
+    /// The lanes' heads in turns: each tenant's first, then each one's second, and so on,
+    /// beginning with the tenant after the one that last got a slot, so free slots go round.
+    #[allow(clippy::type_complexity)]
+    fn in_turns(
+        &self,
+        heads: BTreeMap<(u64, String), (u64, Pending, Callback)>,
+    ) -> Vec<((u64, String), (u64, Pending, Callback))> {
+        let mut by_tenant: BTreeMap<u64, Vec<((u64, String), (u64, Pending, Callback))>> =
+            BTreeMap::new();
+        for (lane, head) in heads {
+            by_tenant.entry(lane.0).or_default().push((lane, head));
+        }
+        let last = self.turn.load(std::sync::atomic::Ordering::Relaxed);
+        let mut order: Vec<Vec<_>> = Vec::new();
+        let (after, upto): (Vec<_>, Vec<_>) = by_tenant.into_iter().partition(|(t, _)| *t > last);
+        for (_, lanes) in after.into_iter().chain(upto) {
+            order.push(lanes.into_iter().rev().collect());
+        }
+        let mut out = Vec::new();
+        loop {
+            let mut any = false;
+            for lanes in order.iter_mut() {
+                if let Some(head) = lanes.pop() {
+                    out.push(head);
+                    any = true;
+                }
+            }
+            if !any {
+                return out;
+            }
+        }
+    }
+
+    /// Why `tenant`'s events are not sent at all (disabled, or its plan lost callbacks), if so,
+    /// and its plan's cap on pending deliveries.
+    fn standing(&self, txn: &redb::ReadTransaction, tenant: TenantId) -> Result<Standing> {
+        let refusal = self.refusal(txn, tenant)?;
+        let cap = match crate::users::active(txn, tenant) {
+            Ok(Some(user)) => self
+                .hosted
+                .plans
+                .get(&user.plan)
+                .map(|plan| (user.plan.clone(), plan.max_pending_deliveries)),
+            _ => None,
+        };
+        Ok((refusal, cap, 0))
     }
 
     /// Why `tenant`'s events are no longer sent (disabled, or its plan lost callbacks), if so.
@@ -655,6 +781,10 @@ impl Worker {
         )
     }
 }
+
+/// A tenant as one pass over the outbox sees it: why its events are not sent (if so), its
+/// plan and cap on pending deliveries, and how many of its deliveries were counted so far.
+type Standing = (Option<String>, Option<(String, u64)>, u64);
 
 /// Whether outbox row `seq` still holds `pending` unchanged and its callback still exists.
 fn still_due(store: &std::sync::Weak<Store>, seq: u64, pending: &Pending) -> bool {
@@ -700,7 +830,7 @@ impl Outcome {
     }
 }
 
-async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pending) -> Outcome {
+async fn attempt(client: &HttpClient, callback: &Callback, pending: &Pending) -> Outcome {
     let started = chrono::Utc::now();
     let clock = std::time::Instant::now();
     let timestamp = started.timestamp();
@@ -714,6 +844,7 @@ async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pendin
         .map_err(|e| e.to_string())?;
         client
             .post(&callback.url)
+            .map_err(|refused| refused.to_string())?
             .header("content-type", "application/json")
             .header("webhook-id", &pending.event_id)
             .header("webhook-timestamp", timestamp.to_string())
@@ -721,7 +852,7 @@ async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pendin
             .body(pending.body.clone())
             .send()
             .await
-            .map_err(|e| describe(&e))
+            .map_err(|e| egress::http_reason(&e))
     };
     let limit = Duration::from_secs(u64::from(callback.http_timeout));
     let (status, error) = match tokio::time::timeout(limit, sent).await {
@@ -762,17 +893,6 @@ async fn attempt(client: &reqwest::Client, callback: &Callback, pending: &Pendin
     }
 }
 
-fn describe(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
-
 /// Logs an attempt and settles its delivery: gone when delivered or out of attempts, else due
 /// again after the interval. A delivery whose callback was deleted meanwhile is left alone
 /// (the delete removed it).
@@ -787,43 +907,54 @@ async fn record(
 ) -> Result<()> {
     let (pending, callback) = (pending.clone(), callback.clone());
     store
-        .write(move |txn| {
-            let mut outbox = txn.open_table(OUTBOX)?;
-            let current: Option<Pending> = match outbox.get(seq)? {
-                Some(v) => Some(serde_json::from_str(v.value())?),
-                None => None,
-            };
-            let Some(mut current) = current.filter(|c| c.event_id == pending.event_id) else {
-                return Ok(());
-            };
-            current.attempts += 1;
-            let delivered = outcome.delivered();
-            let entry = Attempt {
-                event_id: current.event_id.clone(),
-                attempt: current.attempts,
-                at: outcome.started.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
-                enqueued_at: current.enqueued_at,
-                duration_ms: outcome.duration_ms,
-                status: outcome.status,
-                error: outcome.error.clone(),
-                delivered,
-            };
-            let n = store::next_id(txn, "callback_attempt")?;
-            let mut log = txn.open_table(LOG)?;
-            log.insert(
-                (current.tenant, current.callback, n),
-                serde_json::to_string(&entry)?.as_str(),
-            )?;
-            trim_log(&mut log, current.tenant, current.callback, keep)?;
-            if delivered || give_up || current.attempts >= callback.count {
-                outbox.remove(seq)?;
-            } else {
-                current.next_at = now_ms() + u64::from(callback.interval) * 1000;
-                outbox.insert(seq, serde_json::to_string(&current)?.as_str())?;
-            }
-            Ok(())
-        })
+        .write(move |txn| record_in(txn, seq, &pending, &callback, outcome, give_up, keep))
         .await
+}
+
+/// [`record`] inside `txn`.
+fn record_in(
+    txn: &WriteTransaction,
+    seq: u64,
+    pending: &Pending,
+    callback: &Callback,
+    outcome: Outcome,
+    give_up: bool,
+    keep: usize,
+) -> Result<()> {
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let current: Option<Pending> = match outbox.get(seq)? {
+        Some(v) => Some(serde_json::from_str(v.value())?),
+        None => None,
+    };
+    let Some(mut current) = current.filter(|c| c.event_id == pending.event_id) else {
+        return Ok(());
+    };
+    current.attempts += 1;
+    let delivered = outcome.delivered();
+    let entry = Attempt {
+        event_id: current.event_id.clone(),
+        attempt: current.attempts,
+        at: outcome.started.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+        enqueued_at: current.enqueued_at,
+        duration_ms: outcome.duration_ms,
+        status: outcome.status,
+        error: outcome.error.clone(),
+        delivered,
+    };
+    let n = store::next_id(txn, "callback_attempt")?;
+    let mut log = txn.open_table(LOG)?;
+    log.insert(
+        (current.tenant, current.callback, n),
+        serde_json::to_string(&entry)?.as_str(),
+    )?;
+    trim_log(&mut log, current.tenant, current.callback, keep)?;
+    if delivered || give_up || current.attempts >= callback.count {
+        outbox.remove(seq)?;
+    } else {
+        current.next_at = now_ms() + u64::from(callback.interval) * 1000;
+        outbox.insert(seq, serde_json::to_string(&current)?.as_str())?;
+    }
+    Ok(())
 }
 
 /// Drops a callback's oldest logged attempts beyond `keep`, so a long-lived callback's log

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +59,18 @@ pub struct QueryConfig {
     /// Physical plans of repeated read queries kept for reuse until the next commit; 0 plans
     /// every query afresh.
     pub plan_cache_entries: usize,
+    /// Seconds a statement may run, from its start to its last row; 0 is no limit. A request
+    /// may ask for less, never more. Default: none locally, 300 in the hosted edition.
+    pub statement_timeout_secs: Option<u64>,
+    /// Largest result sent as one JSON document (`response_format` null), in MiB; a larger one
+    /// is an error that points to the streaming formats. Default: 1024 locally, 64 hosted.
+    pub max_document_mb: Option<u64>,
+    /// Temporary-file space all running statements may use together (sorts and joins that
+    /// spill, writes that stage their rows), in MiB. Default: 102400 locally, 10240 hosted.
+    pub max_spill_mb: Option<u64>,
+    /// Rows a write computes (CREATE TABLE AS, INSERT … SELECT, uploads) are staged before its
+    /// short commit: in memory up to this many MiB, in a temporary file beyond.
+    pub staging_memory_mb: u64,
 }
 
 impl Default for QueryConfig {
@@ -68,6 +81,10 @@ impl Default for QueryConfig {
             default_project: "mindsdb".to_string(),
             memory_limit_mb: 2048,
             plan_cache_entries: 256,
+            statement_timeout_secs: None,
+            max_document_mb: None,
+            max_spill_mb: None,
+            staging_memory_mb: 64,
         }
     }
 }
@@ -86,6 +103,20 @@ pub struct HttpConfig {
     pub max_header_bytes: usize,
     /// Seconds a connection may wait for (or in the middle of) a request before it is closed.
     pub idle_timeout_secs: u64,
+    /// Seconds a client has to send a whole request head once it started one (slow senders
+    /// are cut off).
+    pub head_timeout_secs: u64,
+    /// Seconds a client has to send a whole request body.
+    pub body_timeout_secs: u64,
+    /// Connections open at once; more are refused with 503 until some close.
+    pub max_connections: usize,
+    /// Request bodies being received at once may hold this many MiB together; a body that
+    /// does not fit waits briefly, then gets 503.
+    pub max_buffered_body_mb: u64,
+    /// Requests per minute one client address may make to the routes that need no
+    /// credentials (login, logout) and with credentials that fail; more get 429.
+    /// Default: 600 locally, 120 hosted.
+    pub unauthenticated_per_minute: Option<u32>,
     /// Where the Minds API (`/minds`, `/datasources`, `/chat/completions`, `/responses`) is
     /// mounted in the hosted edition.
     pub minds_prefix: String,
@@ -99,6 +130,11 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 64 * 1024,
             idle_timeout_secs: 60,
+            head_timeout_secs: 10,
+            body_timeout_secs: 120,
+            max_connections: 1024,
+            max_buffered_body_mb: 256,
+            unauthenticated_per_minute: None,
             minds_prefix: "/api/v1".to_string(),
         }
     }
@@ -141,6 +177,10 @@ pub struct LlmConfig {
     pub api_key: String,
     /// Seconds one provider call may take, connecting and reading included.
     pub timeout_secs: u64,
+    /// Largest reply read from a provider, in KiB (streamed or not); a larger one fails the call.
+    pub max_reply_kb: u64,
+    /// Tool calls one reply may make; more (or a tool-call index at or past it) fail the call.
+    pub max_tool_calls: usize,
 }
 
 impl Default for LlmConfig {
@@ -151,6 +191,8 @@ impl Default for LlmConfig {
             base_url: "https://api.openai.com/v1".to_string(),
             api_key: String::new(),
             timeout_secs: 60,
+            max_reply_kb: 4096,
+            max_tool_calls: 16,
         }
     }
 }
@@ -195,6 +237,16 @@ pub struct PlanConfig {
     pub window_secs: u64,
     /// Whether the tier may register model-status callbacks.
     pub callbacks: bool,
+    /// Provider calls LLM-backed models may make per window (one per row predicted).
+    pub model_calls_per_window: u64,
+    /// Statements a user may have running at once (a streamed result runs until it is read).
+    pub max_running_statements: u64,
+    /// Models a user may have training at once.
+    pub max_running_trainings: u64,
+    /// Callbacks a user may have registered.
+    pub max_callbacks: u64,
+    /// Deliveries waiting to be sent for one user; events beyond it are logged as not queued.
+    pub max_pending_deliveries: u64,
 }
 
 impl Default for PlanConfig {
@@ -205,6 +257,11 @@ impl Default for PlanConfig {
             questions_per_window: 100,
             window_secs: 24 * 3600,
             callbacks: false,
+            model_calls_per_window: 1_000,
+            max_running_statements: 4,
+            max_running_trainings: 1,
+            max_callbacks: 10,
+            max_pending_deliveries: 100,
         }
     }
 }
@@ -216,8 +273,9 @@ pub struct HostedConfig {
     /// The tier of a user created without one; must name one of `plans`.
     pub default_plan: String,
     /// The tiers by name. A config that sets any replaces all of the defaults, which are
-    /// `free` (3 minds, 3 datasources, 100 questions a day, no callbacks) and `pro` (50, 50,
-    /// 10,000 a day, callbacks).
+    /// `free` (3 minds, 3 datasources, 100 questions and 1,000 model calls a day, 4 statements
+    /// and 1 training at once, no callbacks) and `pro` (50, 50, 10,000 and 100,000 a day, 16
+    /// and 4 at once, 100 callbacks with up to 1,000 deliveries pending).
     pub plans: BTreeMap<String, PlanConfig>,
 }
 
@@ -229,6 +287,11 @@ impl Default for HostedConfig {
             questions_per_window: 10_000,
             window_secs: 24 * 3600,
             callbacks: true,
+            model_calls_per_window: 100_000,
+            max_running_statements: 16,
+            max_running_trainings: 4,
+            max_callbacks: 100,
+            max_pending_deliveries: 1_000,
         };
         HostedConfig {
             default_plan: "free".to_string(),
@@ -253,6 +316,9 @@ pub struct CallbacksConfig {
     pub http_timeout_secs: u32,
     /// Deliveries in flight at once, over all callbacks.
     pub max_concurrent_deliveries: usize,
+    /// Deliveries in flight at once for one user, so one user's slow receivers leave slots
+    /// for everyone else's.
+    pub max_concurrent_deliveries_per_user: usize,
     /// Attempts kept in each callback's delivery log (the newest; older ones are dropped).
     pub log_entries: usize,
 }
@@ -264,9 +330,59 @@ impl Default for CallbacksConfig {
             interval_secs: 10,
             http_timeout_secs: 5,
             max_concurrent_deliveries: 16,
+            max_concurrent_deliveries_per_user: 4,
             log_entries: 1000,
         }
     }
+}
+
+/// Where the engine may connect: every outbound connection (LLM providers, callback receivers,
+/// PostgreSQL) resolves its host and checks each address here when it connects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Whether addresses inside the operator's network are refused: loopback, private,
+    /// link-local, carrier-grade NAT, unique-local, multicast, unspecified and reserved ranges
+    /// (and IPv6 forms that embed them). Default: allowed locally, refused hosted.
+    pub deny_internal: Option<bool>,
+    /// Reachable even when internal addresses are refused: networks (`10.1.0.0/16`), addresses
+    /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`, for URLs and
+    /// hosts that write the address), or host names (`ollama.internal`, any address they
+    /// resolve to). The configured `llm.base_url`'s host and port are always reachable.
+    pub allow: Vec<String>,
+    /// Never reachable, in either edition, whatever `allow` says: networks or addresses.
+    pub deny: Vec<String>,
+}
+
+/// Limits on what a datasource's server may send.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatasourcesConfig {
+    /// Largest single protocol message (a row, an error) accepted from a PostgreSQL server, in
+    /// MiB; a larger one ends the statement.
+    pub max_message_mb: u64,
+    /// Tables a datasource may list (`SHOW TABLES`, agents' prompts); more end the listing.
+    pub max_tables: usize,
+}
+
+impl Default for DatasourcesConfig {
+    fn default() -> Self {
+        DatasourcesConfig {
+            max_message_mb: 64,
+            max_tables: 100_000,
+        }
+    }
+}
+
+/// Limits on uploaded files, checked while they are read (before anything is stored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// Rows one file may hold. Default: 1,000,000,000 locally, 10,000,000 hosted.
+    pub max_rows: Option<u64>,
+    /// Decoded size one file may have (its columns in memory, counted batch by batch), in MiB;
+    /// a small compressed file that expands beyond it is refused. Default: 65536 locally, 1024 hosted.
+    pub max_decoded_mb: Option<u64>,
 }
 
 /// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
@@ -291,6 +407,12 @@ pub struct Config {
     pub hosted: HostedConfig,
     /// Model-status callbacks (hosted edition).
     pub callbacks: CallbacksConfig,
+    /// Where outbound connections may go.
+    pub egress: EgressConfig,
+    /// Limits on datasources' answers.
+    pub datasources: DatasourcesConfig,
+    /// Limits on uploaded files.
+    pub files: FilesConfig,
 }
 
 impl Config {
@@ -338,7 +460,85 @@ impl Config {
                 "hosted.plans.{name}.window_secs must be at least 1"
             )));
         }
+        for (key, value) in [
+            ("http.max_connections", self.http.max_connections as u64),
+            ("http.head_timeout_secs", self.http.head_timeout_secs),
+            ("http.body_timeout_secs", self.http.body_timeout_secs),
+            ("http.max_buffered_body_mb", self.http.max_buffered_body_mb),
+            ("llm.max_reply_kb", self.llm.max_reply_kb),
+            ("llm.max_tool_calls", self.llm.max_tool_calls as u64),
+            (
+                "callbacks.max_concurrent_deliveries_per_user",
+                callbacks.max_concurrent_deliveries_per_user as u64,
+            ),
+            (
+                "datasources.max_message_mb",
+                self.datasources.max_message_mb,
+            ),
+            ("datasources.max_tables", self.datasources.max_tables as u64),
+        ] {
+            if value == 0 {
+                return Err(Error::invalid(format!("{key} must be at least 1")));
+            }
+        }
+        crate::egress::Rules::parse(&self.egress.allow, "egress.allow")?;
+        crate::egress::Rules::parse(&self.egress.deny, "egress.deny")?;
         Ok(())
+    }
+
+    fn is_hosted(&self) -> bool {
+        self.edition == Edition::Hosted
+    }
+
+    /// The edition's default when `value` is not set: `local` or `hosted`.
+    fn or_edition<T: Copy>(&self, value: Option<T>, local: T, hosted: T) -> T {
+        value.unwrap_or(if self.is_hosted() { hosted } else { local })
+    }
+
+    /// How long a statement may run (`query.statement_timeout_secs`); `None` for no limit.
+    pub fn statement_timeout(&self) -> Option<Duration> {
+        let secs = self.or_edition(self.query.statement_timeout_secs, 0, 300);
+        (secs > 0).then(|| Duration::from_secs(secs))
+    }
+
+    /// How long a statement may run when its request asks for `requested`: the request's
+    /// limit where it is smaller than the configured one, else the configured one.
+    pub fn statement_limit(&self, requested: Option<Duration>) -> Option<Duration> {
+        match (self.statement_timeout(), requested) {
+            (Some(configured), Some(asked)) => Some(configured.min(asked)),
+            (configured, asked) => configured.or(asked),
+        }
+    }
+
+    /// The largest JSON document a result may become (`query.max_document_mb`), in bytes.
+    pub fn max_document_bytes(&self) -> u64 {
+        mib(self.or_edition(self.query.max_document_mb, 1024, 64))
+    }
+
+    /// Temporary-file space for all statements together (`query.max_spill_mb`), in bytes.
+    pub fn max_spill_bytes(&self) -> u64 {
+        mib(self.or_edition(self.query.max_spill_mb, 102_400, 10_240))
+    }
+
+    /// Whether addresses inside the operator's network are refused (`egress.deny_internal`).
+    pub fn egress_denies_internal(&self) -> bool {
+        self.or_edition(self.egress.deny_internal, false, true)
+    }
+
+    /// Rows an uploaded file may hold (`files.max_rows`).
+    pub fn upload_max_rows(&self) -> u64 {
+        self.or_edition(self.files.max_rows, 1_000_000_000, 10_000_000)
+    }
+
+    /// Decoded bytes an uploaded file may have (`files.max_decoded_mb`).
+    pub fn upload_max_decoded_bytes(&self) -> u64 {
+        mib(self.or_edition(self.files.max_decoded_mb, 65_536, 1024))
+    }
+
+    /// Requests per minute per client address on routes without credentials
+    /// (`http.unauthenticated_per_minute`); 0 turns the limit off.
+    pub fn unauthenticated_per_minute(&self) -> u32 {
+        self.or_edition(self.http.unauthenticated_per_minute, 600, 120)
     }
 
     /// Reads and parses a config file (TOML, or JSON when the name ends in `.json` or the text
@@ -384,12 +584,31 @@ impl Config {
                         )))
                     }
                 },
+                // A list takes comma-separated items: MINDLITE_EGRESS_ALLOW=10.0.0.0/8,llm.internal
+                serde_json::Value::Array(_) => serde_json::Value::Array(
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|item| !item.is_empty())
+                        .map(|item| serde_json::Value::String(item.to_string()))
+                        .collect(),
+                ),
+                // A key whose default depends on the edition: a number or a boolean as such,
+                // anything else as text (the config's own types then judge it).
+                serde_json::Value::Null => serde_json::from_str(&value)
+                    .ok()
+                    .filter(|v: &serde_json::Value| v.is_number() || v.is_boolean())
+                    .unwrap_or(serde_json::Value::String(value)),
                 _ => serde_json::Value::String(value),
             };
         }
         serde_json::from_value(tree)
             .map_err(|e| Error::invalid(format!("invalid configuration override: {e}")))
     }
+}
+
+fn mib(mb: u64) -> u64 {
+    mb.saturating_mul(1024 * 1024)
 }
 
 /// Finds the leaf named by `key`: a top-level key, or `<section>_<key>` for a nested one.
@@ -451,6 +670,31 @@ mod tests {
         assert_eq!(config.storage.batch_cache_mb, 0);
         assert_eq!(config.edition, Edition::Hosted);
         assert_eq!(config.query.default_project, "p");
+    }
+
+    #[test]
+    fn edition_defaults_are_stricter_when_hosted_and_overridable() {
+        let local = Config::default();
+        let hosted = Config::parse("edition = \"hosted\"").unwrap();
+        assert_eq!(local.statement_timeout(), None);
+        assert_eq!(hosted.statement_timeout(), Some(Duration::from_secs(300)));
+        assert!(!local.egress_denies_internal() && hosted.egress_denies_internal());
+        assert!(hosted.max_document_bytes() < local.max_document_bytes());
+        assert!(hosted.upload_max_decoded_bytes() < local.upload_max_decoded_bytes());
+        let vars = [
+            ("MINDLITE_QUERY_STATEMENT_TIMEOUT_SECS", "5"),
+            ("MINDLITE_EGRESS_DENY_INTERNAL", "false"),
+            ("MINDLITE_EGRESS_ALLOW", "10.0.0.0/8, llm.internal"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let changed = hosted.with_overrides(vars).unwrap();
+        assert_eq!(changed.statement_timeout(), Some(Duration::from_secs(5)));
+        assert!(!changed.egress_denies_internal());
+        assert_eq!(changed.egress.allow, ["10.0.0.0/8", "llm.internal"]);
+        let err = Config::parse("[egress]\nallow = [\"10.0.0.0/99\"]")
+            .unwrap()
+            .validate();
+        assert!(err.unwrap_err().message().contains("egress.allow"));
     }
 
     #[test]

@@ -16,9 +16,11 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
+use crate::admission::Work;
 use crate::agent_loop::{self, AgentEvent, Answer, Asker};
 use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
+use crate::cancel::{Control, Interrupts};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::files::{FileFormat, FileInfo};
@@ -44,6 +46,8 @@ pub struct Engine {
     /// Whose catalog this handle reads and changes: the local tenant for a handle from
     /// [`Engine::open`], a user for one from [`Engine::as_user`] (hosted edition).
     pub(crate) tenant: TenantId,
+    /// What [`Engine::interrupt`] stops: statements started through this handle or its clones.
+    pub(crate) interrupts: Interrupts,
 }
 
 impl std::fmt::Debug for Engine {
@@ -164,8 +168,12 @@ impl Engine {
         crate::callbacks::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
         guard.commit()?;
-        let worker =
-            crate::callbacks::Worker::new(Arc::clone(&store), &config.callbacks, &config.hosted)?;
+        let worker = crate::callbacks::Worker::new(
+            Arc::clone(&store),
+            &config.callbacks,
+            &config.hosted,
+            &sql.net.egress,
+        )?;
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -189,6 +197,7 @@ impl Engine {
                 handle,
             }),
             tenant: TenantId::LOCAL,
+            interrupts: Interrupts::new(),
         })
     }
 
@@ -206,52 +215,110 @@ impl Engine {
     /// Runs a request as `tenant` (the hosted edition's entry point). A caller already on
     /// the engine's runtime (the HTTP server serves from it) runs the request in place; others
     /// hand it to the runtime, which costs a task and a cross-thread wake-up per request.
+    /// Either way, dropping the returned future stops the statement.
     pub(crate) async fn query_as(&self, tenant: TenantId, request: QueryRequest) -> QueryResult {
-        let context_db = request.context.db.clone();
+        let context = crate::sql::ResultContext {
+            show_secrets: request.context.show_secrets,
+            db: request
+                .context
+                .db
+                .clone()
+                .unwrap_or_else(|| self.inner.sql.default_project().to_string()),
+        };
+        let control = Control::new(
+            self.inner.config.statement_limit(request.timeout),
+            &self.interrupts,
+        );
+        let run = Self::run(Arc::clone(&self.inner), tenant, request, control);
         let joined = if RUNTIME_OF.with(Cell::get) == self.inner.id {
             // The same guard a spawned task has: a panic becomes an error result.
-            std::panic::AssertUnwindSafe(Self::run(Arc::clone(&self.inner), tenant, request))
+            std::panic::AssertUnwindSafe(run)
                 .catch_unwind()
                 .await
                 .map_err(|panic| panic_message(&*panic))
         } else {
-            let inner = Arc::clone(&self.inner);
-            self.inner
-                .handle
-                .spawn(Self::run(inner, tenant, request))
-                .await
-                .map_err(|e| e.to_string())
+            let mut task = AbortOnDrop(self.inner.handle.spawn(run));
+            (&mut task.0).await.map_err(|e| e.to_string())
         };
         match joined {
             Ok(result) => result,
             Err(e) => QueryResult {
-                context: crate::sql::ResultContext {
-                    show_secrets: false,
-                    db: context_db.unwrap_or_else(|| self.inner.sql.default_project().to_string()),
-                },
+                context,
                 outcome: Outcome::Error(Error::internal(format!("query task failed: {e}"))),
+                document_limit: None,
             },
         }
     }
 
-    /// Runs a request on the engine's runtime; a table result's stream keeps running there
-    /// whoever polls it.
-    async fn run(inner: Arc<Inner>, tenant: TenantId, request: QueryRequest) -> QueryResult {
-        let mut result = inner.sql.run(tenant, &request).await;
+    /// Runs a request on the engine's runtime under `control`, in one of the tenant's places
+    /// for running statements (held until a table result is read or dropped); a table result's
+    /// stream keeps running there whoever polls it.
+    async fn run(
+        inner: Arc<Inner>,
+        tenant: TenantId,
+        request: QueryRequest,
+        control: Control,
+    ) -> QueryResult {
+        let context = crate::sql::ResultContext {
+            show_secrets: request.context.show_secrets,
+            db: request
+                .context
+                .db
+                .clone()
+                .unwrap_or_else(|| inner.sql.default_project().to_string()),
+        };
+        let document_limit = Some(inner.config.max_document_bytes());
+        let ticket = match inner.sql.admit(tenant, Work::Statement) {
+            Ok(ticket) => ticket,
+            Err(e) => {
+                return QueryResult {
+                    context,
+                    outcome: Outcome::Error(e),
+                    document_limit,
+                }
+            }
+        };
+        let ran = control
+            .run(async { Ok(inner.sql.run(tenant, &request).await) })
+            .await;
+        let mut result = match ran {
+            Ok(result) => result,
+            Err(stopped) => QueryResult {
+                context,
+                outcome: Outcome::Error(stopped),
+                document_limit,
+            },
+        };
+        result.document_limit = document_limit;
         if let Outcome::Table(table) = result.outcome {
+            let in_runtime = Box::pin(RecordBatchStreamAdapter::new(
+                table.stream.schema(),
+                InRuntime {
+                    inner: table.stream,
+                    handle: inner.handle.clone(),
+                    failed: false,
+                },
+            ));
             result.outcome = Outcome::Table(TableResult {
                 column_names: table.column_names,
-                stream: Box::pin(RecordBatchStreamAdapter::new(
-                    table.stream.schema(),
-                    InRuntime {
-                        inner: table.stream,
-                        handle: inner.handle.clone(),
-                        failed: false,
-                    },
-                )),
+                stream: control.guard(in_runtime, ticket),
             });
         }
         result
+    }
+
+    /// Stops every statement running through this handle (or a clone of it): each ends with
+    /// "The statement was interrupted", and a write that had not committed writes nothing.
+    /// Statements started afterwards run normally. Callable from any thread.
+    pub fn interrupt(&self) {
+        self.interrupts.interrupt();
+    }
+
+    /// Counts a request that came without valid credentials from `client` (an address, say)
+    /// against `http.unauthenticated_per_minute`; over it,
+    /// [`ErrorKind::QuotaExceeded`](crate::ErrorKind) with the seconds to wait.
+    pub fn throttle_unauthenticated(&self, client: &str) -> Result<()> {
+        self.inner.sql.admission.throttle_unauthenticated(client)
     }
 
     /// [`Engine::query`] for callers outside async code. Must not be called from inside an async task.
@@ -361,8 +428,12 @@ impl Engine {
         auth::verify(&self.inner.sql.store.read()?, token)
     }
 
-    /// Revokes a bearer token; returns whether it was live. Revoking an unknown token is no error.
+    /// Revokes a bearer token; returns whether it was live. Revoking an unknown, expired or
+    /// revoked token is no error and writes nothing (it is checked on a read snapshot first).
     pub async fn logout(&self, token: &str) -> Result<bool> {
+        if auth::verify(&self.inner.sql.store.read()?, token).is_err() {
+            return Ok(false);
+        }
         let token = token.to_string();
         self.inner
             .sql
@@ -395,11 +466,12 @@ impl Engine {
         let tenant = self.tenant;
         let spec = body_object(spec)?;
         let (project, llm) = (project.to_string(), self.inner.config.llm.clone());
+        let egress = self.inner.sql.net.egress.clone();
         let created = self
             .inner
             .sql
             .store
-            .write(move |txn| agents::create(txn, tenant, &project, &spec, &llm, false))
+            .write(move |txn| agents::create(txn, tenant, &project, &spec, &llm, false, &egress))
             .await?;
         created.ok_or_else(|| Error::internal("an agent was not created and no error said why"))
     }
@@ -433,10 +505,11 @@ impl Engine {
         let tenant = self.tenant;
         let changes = body_object(changes)?;
         let (project, name) = (project.to_string(), name.to_string());
+        let egress = self.inner.sql.net.egress.clone();
         self.inner
             .sql
             .store
-            .write(move |txn| agents::update(txn, tenant, &project, &name, &changes))
+            .write(move |txn| agents::update(txn, tenant, &project, &name, &changes, &egress))
             .await
     }
 
@@ -455,7 +528,8 @@ impl Engine {
     /// Asks an agent. `messages` is a completion request's list: `[{"role", "content"}]` or
     /// the legacy `[{"question", "answer"}]`. A provider failure or timeout is
     /// [`ErrorKind::Upstream`](crate::ErrorKind) with the provider's message. For a user of
-    /// the hosted edition the question counts against the plan's quota (unless it fails).
+    /// the hosted edition the question counts against the plan's quota (unless it fails
+    /// before the provider was called).
     pub async fn ask_agent(
         &self,
         project: &str,
@@ -468,7 +542,7 @@ impl Engine {
     }
 
     /// Answers `messages` with `agent`, the question counted against the tenant's quota first
-    /// and given back if answering fails.
+    /// and given back if answering fails before the provider was called.
     pub(crate) async fn answer(
         &self,
         agent: Agent,
@@ -477,12 +551,9 @@ impl Engine {
         let question = self.take_question().await?;
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = async move {
-            let answer = asker(&inner, tenant).answer(&agent, messages, None).await;
-            match answer {
-                Ok(_) => question.answered(),
-                Err(_) => question.give_back().await,
-            }
-            answer
+            Asker::new(&inner.sql, &inner.config, tenant)
+                .answer_counted(question, &agent, messages, None)
+                .await
         };
         // Aborted when the caller stops waiting (a dropped request, Ctrl-C in Python), so a
         // question nobody waits for stops calling the provider.
@@ -507,27 +578,26 @@ impl Engine {
         self.answer_stream(agent, messages).await
     }
 
-    /// [`Engine::answer`], followed as it forms.
+    /// [`Engine::answer`], followed as it forms. The events wait in a small buffer: a reader
+    /// that stops reading pauses the agent (and its provider stream) instead of filling memory.
     pub(crate) async fn answer_stream(
         &self,
         agent: Agent,
         messages: Vec<serde_json::Value>,
     ) -> Result<AgentStream> {
         let question = self.take_question().await?;
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (sender, receiver) = tokio::sync::mpsc::channel(agent_loop::EVENT_BUFFER);
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = self.inner.handle.spawn(async move {
-            let answer = asker(&inner, tenant)
-                .answer(&agent, messages, Some(&sender))
+            let answer = Asker::new(&inner.sql, &inner.config, tenant)
+                .answer_counted(question, &agent, messages, Some(&sender))
                 .await;
-            match answer {
-                Ok(_) => question.answered(),
-                Err(e) => {
-                    question.give_back().await;
-                    let _ = sender.send(AgentEvent::Error(e.message().to_string()));
-                }
+            if let Err(e) = answer {
+                let _ = sender
+                    .send(AgentEvent::Error(e.message().to_string()))
+                    .await;
             }
-            let _ = sender.send(AgentEvent::End);
+            let _ = sender.send(AgentEvent::End).await;
         });
         Ok(AgentStream {
             receiver,
@@ -753,7 +823,7 @@ impl Engine {
 
 /// The events of an answer being formed ([`Engine::ask_agent_stream`]). Dropping it stops the agent.
 pub struct AgentStream {
-    receiver: tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
+    receiver: tokio::sync::mpsc::Receiver<AgentEvent>,
     _task: AbortOnDrop<()>,
 }
 
@@ -770,16 +840,6 @@ fn require_project(txn: &redb::ReadTransaction, tenant: TenantId, project: &str)
     match projects::get(&table, tenant, project)? {
         Some(_) => Ok(()),
         None => Err(agents::project_missing(project)),
-    }
-}
-
-/// What answering a question as `tenant` needs, borrowed from the engine.
-pub(crate) fn asker(inner: &Inner, tenant: TenantId) -> Asker<'_> {
-    Asker {
-        sql: &inner.sql,
-        client: &inner.sql.client,
-        config: &inner.config,
-        tenant,
     }
 }
 

@@ -18,6 +18,8 @@ use datafusion::arrow::util::display::FormatOptions;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
+use bytes::Bytes;
+
 use crate::error::{Error, Result};
 use crate::sql::{LoadMode, LoadTarget, SqlRunner, FILES_DB};
 use crate::tables;
@@ -96,17 +98,24 @@ impl SqlRunner {
     ) -> Result<u64> {
         // A bad name is refused before the file is read.
         crate::projects::validate_name("file", name)?;
-        // Reading a large file is CPU work: off the async workers.
-        let data = tokio::task::spawn_blocking(move || read(&bytes, format, file_name.as_deref()))
-            .await
-            .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
+        let caps = Caps::of(&self.config);
+        // Inferring the columns reads the file once: CPU work, off the async workers.
+        let file = tokio::task::spawn_blocking(move || {
+            open(Bytes::from(bytes), format, file_name.as_deref(), caps)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
+        let schema = Arc::clone(&file.schema);
+        // Decoded batch by batch into the staged table, within the caps: nothing is stored
+        // unless every row fits.
+        let rows: crate::sql::BatchSource = Box::new(move |sink| file.read_into(caps, sink));
         let loaded = self
             .load_into(
                 tenant,
                 LoadTarget::File,
                 name,
-                data.schema,
-                data.batches,
+                schema,
+                rows,
                 LoadMode::Create,
             )
             .await;
@@ -151,21 +160,79 @@ impl SqlRunner {
     }
 }
 
-/// A file read into record batches.
-pub(crate) struct FileData {
-    pub(crate) schema: SchemaRef,
-    pub(crate) batches: Vec<RecordBatch>,
+/// Caps on what one uploaded file may decode to (`files.max_rows`, `files.max_decoded_mb`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    pub(crate) max_rows: u64,
+    pub(crate) max_bytes: u64,
 }
 
-/// Reads an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
-/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, anything else CSV).
-pub(crate) fn read(
-    bytes: &[u8],
+impl Caps {
+    /// The caps `config` sets.
+    pub(crate) fn of(config: &crate::Config) -> Caps {
+        Caps {
+            max_rows: config.upload_max_rows(),
+            max_bytes: config.upload_max_decoded_bytes(),
+        }
+    }
+
+    fn rows_over(&self) -> Error {
+        Error::invalid(format!(
+            "The file holds more than {} rows, the most one upload may (files.max_rows); nothing was stored",
+            self.max_rows
+        ))
+    }
+
+    fn bytes_over(&self) -> Error {
+        Error::invalid(format!(
+            "The file decodes to more than {} MiB, the most one upload may (files.max_decoded_mb); nothing was stored",
+            self.max_bytes / (1024 * 1024)
+        ))
+    }
+}
+
+/// Rows handed on one batch at a time; the sink's error stops the reading.
+type Sink<'a> = &'a mut dyn FnMut(RecordBatch) -> Result<()>;
+
+/// A file opened for reading: its columns now, its rows batch by batch when run.
+pub(crate) struct FileRows {
+    pub(crate) schema: SchemaRef,
+    rows: Box<dyn FnOnce(Sink<'_>) -> Result<()> + Send>,
+}
+
+impl FileRows {
+    /// Reads every row into `sink`, counting against `caps` as it goes.
+    pub(crate) fn read_into(self, caps: Caps, sink: Sink<'_>) -> Result<()> {
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        (self.rows)(&mut |batch: RecordBatch| {
+            rows += batch.num_rows() as u64;
+            bytes += batch.get_array_memory_size() as u64;
+            if rows > caps.max_rows {
+                return Err(caps.rows_over());
+            }
+            if bytes > caps.max_bytes {
+                return Err(caps.bytes_over());
+            }
+            sink(batch)
+        })
+    }
+}
+
+/// Opens an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
+/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, anything else CSV). The
+/// columns are known (and checked) when this returns; rows are decoded only as they are read.
+pub(crate) fn open(
+    bytes: Bytes,
     format: Option<FileFormat>,
     file_name: Option<&str>,
-) -> Result<FileData> {
+    caps: Caps,
+) -> Result<FileRows> {
     // A byte-order mark (spreadsheets write one) would become part of the first column's name.
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let bytes = if bytes.starts_with(b"\xEF\xBB\xBF") {
+        bytes.slice(3..)
+    } else {
+        bytes
+    };
     let named = file_name.and_then(|name| {
         let extension = name.rsplit_once('.')?.1.to_ascii_lowercase();
         matches!(extension.as_str(), "tsv" | "xlsx" | "xls" | "txt").then_some(extension)
@@ -177,26 +244,43 @@ pub(crate) fn read(
     }
     let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
         Some(format) => format,
-        None => sniff(bytes)?,
+        None => sniff(&bytes)?,
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::invalid("The file is empty"));
     }
     match format {
-        FileFormat::Csv => read_csv(bytes),
-        FileFormat::Json => read_json(bytes),
-        FileFormat::Parquet => read_parquet(bytes),
+        FileFormat::Csv => open_csv(bytes),
+        FileFormat::Json => open_json(bytes),
+        FileFormat::Parquet => open_parquet(bytes, caps),
     }
 }
 
-/// Parquet: the file's own schema (without its metadata) and its rows.
-fn read_parquet(bytes: &[u8]) -> Result<FileData> {
+/// Rows per batch when reading Parquet: small, so one batch of a file whose values expand a
+/// lot (a dictionary of long strings) stays small before the caps are checked.
+const PARQUET_BATCH_ROWS: usize = 1024;
+
+/// Parquet: the file's own schema (without its metadata) and its rows. The footer's row count
+/// and sizes are checked against the caps before anything is decoded (a file may lie in them;
+/// the caps are checked again batch by batch).
+fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::invalid(format!("The file is not readable as Parquet: {e}"))
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(bytes))
-        .map_err(|e| unreadable(&e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| unreadable(&e))?;
+    let metadata = builder.metadata();
+    if u64::try_from(metadata.file_metadata().num_rows()).unwrap_or(u64::MAX) > caps.max_rows {
+        return Err(caps.rows_over());
+    }
+    let declared: u64 = metadata
+        .row_groups()
+        .iter()
+        .map(|group| u64::try_from(group.total_byte_size()).unwrap_or(u64::MAX))
+        .fold(0, u64::saturating_add);
+    if declared > caps.max_bytes {
+        return Err(caps.bytes_over());
+    }
     let fields = builder.schema().fields().clone();
     if fields.len() > MAX_COLUMNS {
         return Err(too_wide(fields.len()));
@@ -221,16 +305,24 @@ fn read_parquet(bytes: &[u8]) -> Result<FileData> {
             .map(|f| f.as_ref().clone().with_metadata(Default::default()))
             .collect::<Vec<_>>(),
     ));
-    let reader = builder.build().map_err(|e| unreadable(&e))?;
-    let mut batches = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| unreadable(&e))?;
-        batches.push(RecordBatch::try_new(
-            Arc::clone(&schema),
-            batch.columns().to_vec(),
-        )?);
-    }
-    Ok(FileData { schema, batches })
+    let reader = builder
+        .with_batch_size(PARQUET_BATCH_ROWS)
+        .build()
+        .map_err(|e| unreadable(&e))?;
+    let target = Arc::clone(&schema);
+    Ok(FileRows {
+        schema,
+        rows: Box::new(move |sink: Sink<'_>| {
+            for batch in reader {
+                let batch = batch.map_err(|e| unreadable(&e))?;
+                sink(RecordBatch::try_new(
+                    Arc::clone(&target),
+                    batch.columns().to_vec(),
+                )?)?;
+            }
+            Ok(())
+        }),
+    })
 }
 
 fn sniff(bytes: &[u8]) -> Result<FileFormat> {
@@ -244,32 +336,42 @@ fn sniff(bytes: &[u8]) -> Result<FileFormat> {
     })
 }
 
-fn read_csv(bytes: &[u8]) -> Result<FileData> {
-    let unreadable =
-        |e: &dyn std::fmt::Display| Error::invalid(format!("The file is not readable as CSV: {e}"));
+/// CSV: types inferred from the whole file, then checked by reading it once; where a value
+/// only looked typed (`2021-02-30`), that column is text. Read again batch by batch.
+fn csv_unreadable(e: &dyn std::fmt::Display) -> Error {
+    Error::invalid(format!("The file is not readable as CSV: {e}"))
+}
+
+fn open_csv(bytes: Bytes) -> Result<FileRows> {
+    let unreadable = csv_unreadable;
     let (inferred, _) = CsvFormat::default()
         .with_header(true)
-        .infer_schema(Cursor::new(bytes), None)
+        .infer_schema(Cursor::new(&bytes[..]), None)
         .map_err(|e| unreadable(&e))?;
     let inferred = Arc::new(with_text_for_null(&inferred));
     check_columns(&inferred)?;
-    let read_as = |schema: &SchemaRef| -> Result<Vec<RecordBatch>> {
+    let reader = |bytes: Bytes, schema: &SchemaRef| {
         CsvReaderBuilder::new(Arc::clone(schema))
             .with_header(true)
             .with_batch_size(BATCH_ROWS)
             .build(Cursor::new(bytes))
-            .map_err(|e| unreadable(&e))?
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| unreadable(&e))
+            .map_err(|e| csv_unreadable(&e))
     };
-    if let Ok(batches) = read_as(&inferred) {
-        return Ok(FileData {
+    let fits = reader(bytes.clone(), &inferred)?.all(|batch| batch.is_ok());
+    if fits {
+        let schema = Arc::clone(&inferred);
+        return Ok(FileRows {
             schema: inferred,
-            batches,
+            rows: Box::new(move |sink: Sink<'_>| {
+                for batch in reader(bytes, &schema)? {
+                    sink(batch.map_err(|e| unreadable(&e))?)?;
+                }
+                Ok(())
+            }),
         });
     }
     // Inference goes by the look of values: `2021-02-30` looks like a date and is none. Read
-    // everything as text, then keep a column's inferred type only where every value casts.
+    // everything as text, and keep a column's inferred type only where every value casts.
     let text = Arc::new(Schema::new(
         inferred
             .fields()
@@ -277,16 +379,21 @@ fn read_csv(bytes: &[u8]) -> Result<FileData> {
             .map(|f| f.as_ref().clone().with_data_type(DataType::Utf8))
             .collect::<Vec<_>>(),
     ));
-    let batches = read_as(&text)?;
+    let mut column_fits = vec![true; inferred.fields().len()];
+    for batch in reader(bytes.clone(), &text)? {
+        let batch = batch.map_err(|e| unreadable(&e))?;
+        for (i, field) in inferred.fields().iter().enumerate() {
+            if column_fits[i] && !matches!(field.data_type(), DataType::Utf8) {
+                column_fits[i] = typed(batch.column(i), field.data_type()).is_ok();
+            }
+        }
+    }
     let fields: Vec<Field> = inferred
         .fields()
         .iter()
-        .enumerate()
-        .map(|(i, field)| {
-            let fits = batches
-                .iter()
-                .all(|b| typed(b.column(i), field.data_type()).is_ok());
-            let data_type = if fits {
+        .zip(&column_fits)
+        .map(|(field, fits)| {
+            let data_type = if *fits {
                 field.data_type().clone()
             } else {
                 DataType::Utf8
@@ -295,22 +402,26 @@ fn read_csv(bytes: &[u8]) -> Result<FileData> {
         })
         .collect();
     let schema = Arc::new(Schema::new(fields));
-    let batches = batches
-        .iter()
-        .map(|batch| {
-            let columns = batch
-                .columns()
-                .iter()
-                .zip(schema.fields())
-                .map(|(column, field)| match field.data_type() {
-                    DataType::Utf8 => Ok(Arc::clone(column)),
-                    other => typed(column, other),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(RecordBatch::try_new(Arc::clone(&schema), columns)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(FileData { schema, batches })
+    let target = Arc::clone(&schema);
+    Ok(FileRows {
+        schema,
+        rows: Box::new(move |sink: Sink<'_>| {
+            for batch in reader(bytes, &text)? {
+                let batch = batch.map_err(|e| unreadable(&e))?;
+                let columns = batch
+                    .columns()
+                    .iter()
+                    .zip(target.fields())
+                    .map(|(column, field)| match field.data_type() {
+                        DataType::Utf8 => Ok(Arc::clone(column)),
+                        other => typed(column, other),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                sink(RecordBatch::try_new(Arc::clone(&target), columns)?)?;
+            }
+            Ok(())
+        }),
+    })
 }
 
 /// A text column as `data_type`, an empty value as NULL (as the typed reader reads it);
@@ -344,32 +455,38 @@ fn with_text_for_null(schema: &Schema) -> Schema {
     )
 }
 
-fn read_json(bytes: &[u8]) -> Result<FileData> {
-    let invalid = |e: &dyn std::fmt::Display| {
-        Error::invalid(format!(
-            "The file is not readable as JSON (an array of objects, or one object per line): {e}"
-        ))
-    };
-    let text = std::str::from_utf8(bytes).map_err(|e| invalid(&e))?;
-    let rows: Vec<Value> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(text).map_err(|e| invalid(&e))?
-    } else {
-        serde_json::Deserializer::from_str(text)
-            .into_iter::<Value>()
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| invalid(&e))?
-    };
-    if let Some(row) = rows.iter().find(|r| !r.is_object()) {
-        return Err(invalid(&format!("a row is not an object: {row}")));
-    }
+fn json_unreadable(e: &dyn std::fmt::Display) -> Error {
+    Error::invalid(format!(
+        "The file is not readable as JSON (an array of objects, or one object per line): {e}"
+    ))
+}
+
+/// JSON, an array of objects or one object per line: read twice, one row at a time, never
+/// whole (the first pass checks the rows and infers the columns, the second decodes them).
+fn open_json(bytes: Bytes) -> Result<FileRows> {
+    let text = std::str::from_utf8(&bytes).map_err(|e| json_unreadable(&e))?;
     // serde_json's objects sort their keys; the columns keep the order of the file instead.
     // Counted first, so a body of a million distinct keys is refused before inference.
-    let order = key_order(text).map_err(|e| invalid(&e))?;
+    let order = key_order(text).map_err(|e| {
+        if e.is_data() {
+            json_unreadable(&format!("a row is not an object ({e})"))
+        } else {
+            json_unreadable(&e)
+        }
+    })?;
     if order.len() > MAX_COLUMNS {
         return Err(too_wide(order.len()));
     }
-    let inferred = infer_json_schema_from_iterator(rows.iter().map(Ok)).map_err(|_| {
-        invalid(&"a key holds an object in one row and another kind of value in another")
+    let inferred = infer_json_schema_from_iterator(json_rows(&bytes)).map_err(|e| match e {
+        datafusion::arrow::error::ArrowError::ExternalError(inner) => {
+            match inner.downcast::<Error>() {
+                Ok(ours) => *ours,
+                Err(other) => json_unreadable(&other),
+            }
+        }
+        _ => json_unreadable(
+            &"a key holds an object in one row and another kind of value in another",
+        ),
     })?;
     let mut fields: Vec<Field> = with_text_for_null(&inferred)
         .fields()
@@ -385,15 +502,149 @@ fn read_json(bytes: &[u8]) -> Result<FileData> {
         .with_batch_size(BATCH_ROWS)
         .with_coerce_primitive(true)
         .build_decoder()
-        .map_err(|e| invalid(&e))?;
-    let mut batches = Vec::new();
-    for chunk in rows.chunks(BATCH_ROWS) {
-        decoder.serialize(chunk).map_err(|e| invalid(&e))?;
-        if let Some(batch) = decoder.flush().map_err(|e| invalid(&e))? {
-            batches.push(batch);
+        .map_err(|e| json_unreadable(&e))?;
+    Ok(FileRows {
+        schema,
+        rows: Box::new(move |sink: Sink<'_>| {
+            let mut chunk = Vec::with_capacity(BATCH_ROWS);
+            let mut rows = json_rows(&bytes);
+            loop {
+                chunk.clear();
+                for row in rows.by_ref().take(BATCH_ROWS) {
+                    chunk.push(row.map_err(|e| json_unreadable(&e))?);
+                }
+                if chunk.is_empty() {
+                    return Ok(());
+                }
+                decoder.serialize(&chunk).map_err(|e| json_unreadable(&e))?;
+                if let Some(batch) = decoder.flush().map_err(|e| json_unreadable(&e))? {
+                    sink(batch)?;
+                }
+            }
+        }),
+    })
+}
+
+/// The rows of a JSON file one at a time, each checked to be an object: the elements of a
+/// top-level array, or the values one after another.
+fn json_rows(
+    bytes: &[u8],
+) -> impl Iterator<Item = std::result::Result<Value, datafusion::arrow::error::ArrowError>> + '_ {
+    let external = |e: Error| datafusion::arrow::error::ArrowError::ExternalError(Box::new(e));
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(0);
+    let values: Box<dyn Iterator<Item = Result<Value>> + '_> = if bytes.get(start) == Some(&b'[') {
+        Box::new(ArrayElements::new(bytes, start + 1).map(|element| {
+            element.and_then(|slice| {
+                serde_json::from_slice::<Value>(slice).map_err(|e| json_unreadable(&e))
+            })
+        }))
+    } else {
+        Box::new(
+            serde_json::Deserializer::from_slice(bytes)
+                .into_iter::<Value>()
+                .map(|value| value.map_err(|e| json_unreadable(&e))),
+        )
+    };
+    values.map(move |value| {
+        let value = value.map_err(external)?;
+        if value.is_object() {
+            Ok(value)
+        } else {
+            let shown = crate::egress::excerpt(&value.to_string(), 60);
+            Err(external(json_unreadable(&format!(
+                "a row is not an object: {shown}"
+            ))))
+        }
+    })
+}
+
+/// The elements of a JSON array as byte slices, found by scanning for the commas and the
+/// closing bracket at depth zero outside strings; each is parsed on its own.
+struct ArrayElements<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    done: bool,
+}
+
+impl<'a> ArrayElements<'a> {
+    /// The elements of the array whose `[` is just before `at`.
+    fn new(bytes: &'a [u8], at: usize) -> Self {
+        ArrayElements {
+            bytes,
+            at,
+            done: false,
         }
     }
-    Ok(FileData { schema, batches })
+}
+
+impl<'a> Iterator for ArrayElements<'a> {
+    type Item = Result<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let bytes = self.bytes;
+        let skip_space = |mut at: usize| {
+            while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+                at += 1;
+            }
+            at
+        };
+        let start = skip_space(self.at);
+        let fail = |done: &mut bool, what: &str| {
+            *done = true;
+            Some(Err(json_unreadable(&what)))
+        };
+        if bytes.get(start) == Some(&b']') {
+            self.done = true;
+            return if bytes[start + 1..].iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                fail(&mut self.done, "text after the closing bracket")
+            };
+        }
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        let mut at = start;
+        while at < bytes.len() {
+            let b = bytes[at];
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                }
+            } else {
+                match b {
+                    b'"' => in_string = true,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' if depth > 0 => depth -= 1,
+                    b',' | b']' if depth == 0 => {
+                        let element = &bytes[start..at];
+                        if element.iter().all(u8::is_ascii_whitespace) {
+                            return fail(&mut self.done, "an empty element in the array");
+                        }
+                        if b == b']' {
+                            self.done = true;
+                            if !bytes[at + 1..].iter().all(u8::is_ascii_whitespace) {
+                                return fail(&mut self.done, "text after the closing bracket");
+                            }
+                        }
+                        self.at = at + 1;
+                        return Some(Ok(element));
+                    }
+                    _ => {}
+                }
+            }
+            at += 1;
+        }
+        fail(&mut self.done, "the array is not closed")
+    }
 }
 
 /// A table needs columns with distinct names (ignoring case, as SQL does).
@@ -506,6 +757,78 @@ impl<'de> serde::Deserialize<'de> for Keys {
 mod tests {
     use super::*;
     use datafusion::arrow::datatypes::DataType;
+
+    /// A file read whole, for looking at.
+    struct FileData {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    }
+
+    const NO_CAPS: Caps = Caps {
+        max_rows: u64::MAX,
+        max_bytes: u64::MAX,
+    };
+
+    fn read(bytes: &[u8], format: Option<FileFormat>, name: Option<&str>) -> Result<FileData> {
+        let file = open(Bytes::copy_from_slice(bytes), format, name, NO_CAPS)?;
+        let schema = Arc::clone(&file.schema);
+        let mut batches = Vec::new();
+        file.read_into(NO_CAPS, &mut |batch| {
+            batches.push(batch);
+            Ok(())
+        })?;
+        Ok(FileData { schema, batches })
+    }
+
+    #[test]
+    fn caps_stop_a_file_while_it_is_read() {
+        let csv: String = std::iter::once("n,s\n".to_string())
+            .chain((0..20_000).map(|i| format!("{i},{}\n", "x".repeat(100))))
+            .collect();
+        let caps = Caps {
+            max_rows: 10_000,
+            max_bytes: u64::MAX,
+        };
+        let file = open(Bytes::from(csv.clone()), None, None, caps).unwrap();
+        let mut seen = 0;
+        let err = file
+            .read_into(caps, &mut |batch| {
+                seen += batch.num_rows();
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(err.message().contains("files.max_rows"), "{err}");
+        assert!(
+            seen <= 10_000,
+            "nothing past the cap was handed on ({seen})"
+        );
+        let caps = Caps {
+            max_rows: u64::MAX,
+            max_bytes: 1 << 20,
+        };
+        let file = open(Bytes::from(csv), None, None, caps).unwrap();
+        let err = file.read_into(caps, &mut |_| Ok(())).unwrap_err();
+        assert!(err.message().contains("files.max_decoded_mb"), "{err}");
+    }
+
+    #[test]
+    fn json_arrays_are_split_into_rows_without_parsing_them_whole() {
+        let data = read(
+            br#" [ {"a": "x, ] y", "b": {"c": "}]["}} , {"a": "q\"]"} ] "#,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(data.batches[0].num_rows(), 2);
+        for bad in [&br#"[{"a": 1},]"#[..], br#"[{"a": 1}] x"#, br#"[{"a": 1}"#] {
+            let err = read(bad, None, None).err().expect("refused");
+            assert!(
+                err.message().contains("not readable as JSON"),
+                "{}",
+                err.message()
+            );
+        }
+    }
 
     fn names(data: &FileData) -> Vec<String> {
         data.schema

@@ -59,6 +59,7 @@ impl Engine {
         Engine {
             inner: Arc::clone(&self.inner),
             tenant,
+            interrupts: crate::cancel::Interrupts::new(),
         }
     }
 
@@ -253,7 +254,8 @@ impl Engine {
             }
         }
         let edition = self.inner.config.edition;
-        let (engine, parameters) = datasources::check(&engine, parameters, edition).await?;
+        let (engine, parameters) =
+            datasources::check(&engine, parameters, edition, &self.inner.sql.net).await?;
         let (inner, tenant, key) = (Arc::clone(&self.inner), self.tenant, name.clone());
         self.write(move |txn| {
             let new = datasources::NewDatasource {
@@ -305,7 +307,9 @@ impl Engine {
             Some(Value::Object(data)) => {
                 let parameters = datasources::unmasked(&source, data.clone());
                 let edition = self.inner.config.edition;
-                let (_, checked) = datasources::check(&source.engine, parameters, edition).await?;
+                let (_, checked) =
+                    datasources::check(&source.engine, parameters, edition, &self.inner.sql.net)
+                        .await?;
                 change.parameters = Some(checked);
             }
             Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
@@ -406,7 +410,15 @@ impl Engine {
         let body = object(body, "callback")?;
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
-            .write(move |txn| callbacks::register(txn, tenant, &body, &inner.config.callbacks))
+            .write(move |txn| {
+                let plan = users::plan_of(txn, tenant)?;
+                let limit = plan.as_deref().and_then(|name| {
+                    let plan = inner.config.hosted.plans.get(name)?;
+                    Some((name, plan.max_callbacks))
+                });
+                let config = &inner.config.callbacks;
+                callbacks::register(txn, tenant, &body, config, &inner.sql.net.egress, limit)
+            })
             .await?;
         Ok(serde_json::json!({"id": callback.id, "secret": callback.secret}))
     }
@@ -430,9 +442,9 @@ impl Engine {
     pub async fn update_callback(&self, id: u64, body: Value) -> Result<Value> {
         self.require_callbacks()?;
         let body = object(body, "callback")?;
-        let tenant = self.tenant;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
-            .write(move |txn| callbacks::update(txn, tenant, id, &body))
+            .write(move |txn| callbacks::update(txn, tenant, id, &body, &inner.sql.net.egress))
             .await?;
         Ok(callback.to_json())
     }

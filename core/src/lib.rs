@@ -14,12 +14,15 @@
 //! );
 //! ```
 
+mod admission;
 mod agent_loop;
 mod agents;
 mod auth;
 mod callbacks;
+mod cancel;
 mod config;
 mod datasources;
+mod egress;
 mod engine;
 mod error;
 mod files;
@@ -30,6 +33,7 @@ mod models;
 mod projects;
 mod quotas;
 mod reader;
+mod spool;
 mod sql;
 mod status;
 mod store;
@@ -42,8 +46,8 @@ pub use agent_loop::{AgentEvent, Answer};
 pub use agents::Agent;
 pub use auth::LoginToken;
 pub use config::{
-    AgentsConfig, AuthConfig, CallbacksConfig, Config, Edition, HostedConfig, HttpConfig,
-    LlmConfig, PlanConfig, QueryConfig, StorageConfig,
+    AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
+    FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::{AgentStream, Collected, Engine};
 pub use error::{Error, ErrorKind, Result};

@@ -1,7 +1,8 @@
 //! Plan-tier quotas (DESIGN §8): minds and datasources a user may have at once, and questions
-//! per window. Each check runs inside the write transaction of the action it guards (or of
-//! the question's reservation), and redb has one writer at a time, so concurrent requests
-//! can never overrun a limit. Owns the redb table `quota_questions`.
+//! and LLM-model provider calls per window. Each check runs inside the write transaction of
+//! the action it guards (or of the reservation), and redb has one writer at a time, so
+//! concurrent requests can never overrun a limit. Owns the redb tables `quota_questions` and
+//! `quota_model_calls`.
 //!
 //! Counted quotas read the catalog itself (minds, datasources), so deleting an object frees
 //! its slot with nothing to keep in step. Questions are counted in a fixed window that starts
@@ -20,6 +21,9 @@ use crate::users;
 
 /// Tenant → (window start in Unix seconds, questions asked in it).
 const QUESTIONS: TableDefinition<u64, (u64, u64)> = TableDefinition::new("quota_questions");
+
+/// Tenant → (window start in Unix seconds, provider calls LLM models made in it).
+const MODEL_CALLS: TableDefinition<u64, (u64, u64)> = TableDefinition::new("quota_model_calls");
 
 /// A counted quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +53,7 @@ impl Slot {
 /// Creates the table in a new file.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(QUESTIONS)?;
+    txn.open_table(MODEL_CALLS)?;
     Ok(())
 }
 
@@ -137,6 +142,71 @@ pub(crate) fn take_question(
         tenant,
         window_start: start,
     }))
+}
+
+/// Counts `calls` provider calls of LLM-backed models for `tenant` at `now`, all or none:
+/// QuotaExceeded (with the seconds until the window resets) when they do not all fit.
+pub(crate) fn take_model_calls(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    hosted: &HostedConfig,
+    calls: u64,
+    now: u64,
+) -> Result<()> {
+    let Some((plan_name, plan)) = plan(txn, tenant, hosted)? else {
+        return Ok(());
+    };
+    let mut table = txn.open_table(MODEL_CALLS)?;
+    let (start, used) = current_window(&table, tenant, plan, now)?;
+    let limit = plan.model_calls_per_window;
+    if used.saturating_add(calls) > limit {
+        let retry = (start + plan.window_secs).saturating_sub(now).max(1);
+        return Err(Error::quota_exceeded(
+            format!(
+                "Quota exceeded: model_calls (limit {limit} per {} s, used {used}, {calls} more asked) on plan \
+                 '{plan_name}'; LLM-backed models call their provider once per row; the window resets in {retry} s",
+                plan.window_secs
+            ),
+            Some(retry),
+        ));
+    }
+    table.insert(tenant.0, (start, used + calls))?;
+    Ok(())
+}
+
+/// Meters the provider calls LLM-backed models make, for every tenant of one engine.
+#[derive(Clone)]
+pub(crate) struct ModelCalls {
+    store: Arc<Store>,
+    hosted: HostedConfig,
+}
+
+impl std::fmt::Debug for ModelCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelCalls").finish_non_exhaustive()
+    }
+}
+
+impl ModelCalls {
+    pub(crate) fn new(store: &Arc<Store>, hosted: &HostedConfig) -> ModelCalls {
+        ModelCalls {
+            store: Arc::clone(store),
+            hosted: hosted.clone(),
+        }
+    }
+
+    /// Counts `calls` for `tenant` before they are made (nothing for a tenant without a plan).
+    pub(crate) async fn take(&self, tenant: TenantId, calls: u64) -> Result<()> {
+        if tenant == TenantId::LOCAL || calls == 0 {
+            return Ok(());
+        }
+        let hosted = self.hosted.clone();
+        self.store
+            .write(move |txn| {
+                take_model_calls(txn, tenant, &hosted, calls, crate::time::now_unix())
+            })
+            .await
+    }
 }
 
 /// A question counted against its tenant's quota. Dropped without [`Question::answered`] (the
@@ -234,6 +304,8 @@ pub struct Limits {
     pub datasources: Usage,
     /// Questions in the current window.
     pub questions: WindowUsage,
+    /// Provider calls LLM-backed models made in the current window (one per row predicted).
+    pub model_calls: WindowUsage,
     /// Whether the tier may register model-status callbacks.
     pub callbacks: bool,
 }
@@ -291,25 +363,29 @@ pub(crate) fn limits(
         .plans
         .get(&user.plan)
         .ok_or_else(|| Error::internal(format!("plan '{}' is not configured", user.plan)))?;
-    let stored = txn.open_table(QUESTIONS)?.get(tenant.0)?.map(|v| v.value());
-    let (used, resets_at) = match stored {
-        Some((start, used)) if now < start.saturating_add(plan.window_secs) => {
-            (used, Some(crate::time::unix_text(start + plan.window_secs)))
-        }
-        _ => (0, None),
+    let window = |table: TableDefinition<u64, (u64, u64)>, limit: u64| -> Result<WindowUsage> {
+        let stored = txn.open_table(table)?.get(tenant.0)?.map(|v| v.value());
+        let (used, resets_at) = match stored {
+            Some((start, used)) if now < start.saturating_add(plan.window_secs) => {
+                (used, Some(crate::time::unix_text(start + plan.window_secs)))
+            }
+            _ => (0, None),
+        };
+        let usage = Usage::new(limit, used);
+        Ok(WindowUsage {
+            limit: usage.limit,
+            used: usage.used,
+            remaining: usage.remaining,
+            window_secs: plan.window_secs,
+            resets_at,
+        })
     };
-    let questions = Usage::new(plan.questions_per_window, used);
     Ok(Limits {
+        questions: window(QUESTIONS, plan.questions_per_window)?,
+        model_calls: window(MODEL_CALLS, plan.model_calls_per_window)?,
         plan: user.plan,
         minds: Usage::new(plan.max_minds, minds),
         datasources: Usage::new(plan.max_datasources, datasources),
-        questions: WindowUsage {
-            limit: questions.limit,
-            used: questions.used,
-            remaining: questions.remaining,
-            window_secs: plan.window_secs,
-            resets_at,
-        },
         callbacks: plan.callbacks,
     })
 }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::projects::validate_name;
+use crate::spool::Spool;
 use crate::store;
 use crate::tenant::TenantId;
 
@@ -242,52 +243,6 @@ fn save(txn: &WriteTransaction, tenant: TenantId, record: &TableRecord) -> Resul
     Ok(())
 }
 
-/// Rewrites a table chunk by chunk, in place: `change` gets each chunk's rows and returns `None`
-/// to leave the chunk untouched, or its new rows (possibly none). Changed chunks get new ids at
-/// their old positions, so row order holds and untouched chunks are never copied.
-pub(crate) fn rewrite_chunks(
-    txn: &WriteTransaction,
-    tenant: TenantId,
-    mut record: TableRecord,
-    mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
-) -> Result<TableRecord> {
-    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
-    let mut chunks = txn.open_table(CHUNKS)?;
-    let mut order = txn.open_table(CHUNK_ORDER)?;
-    for (position, chunk) in chunk_order(&order, record.id)? {
-        let batch = {
-            let bytes = chunks.get((record.id, chunk))?.ok_or_else(|| {
-                Error::internal(format!(
-                    "chunk {chunk} of table id {} is missing",
-                    record.id
-                ))
-            })?;
-            decode_chunk(bytes.value(), None)?
-        };
-        let old_rows = batch.num_rows() as u64;
-        let Some(new) = change(batch)? else {
-            continue;
-        };
-        chunks.remove((record.id, chunk))?;
-        record.row_count = record.row_count - old_rows + new.num_rows() as u64;
-        if record.tail.is_some_and(|t| t.position == position) {
-            record.tail = None;
-        }
-        if new.num_rows() == 0 {
-            order.remove((record.id, position))?;
-            continue;
-        }
-        let new = RecordBatch::try_new(Arc::clone(&schema), new.columns().to_vec())?;
-        let bytes = encode_batches(&schema, &[compact(&new)?])?;
-        chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
-        order.insert((record.id, position), record.next_chunk)?;
-        record.next_chunk += 1;
-    }
-    drop((chunks, order));
-    save(txn, tenant, &record)?;
-    Ok(record)
-}
-
 /// Decodes one stored chunk, reading only the `projection` columns when given.
 pub(crate) fn decode_chunk(bytes: &[u8], projection: Option<Vec<usize>>) -> Result<RecordBatch> {
     let mut reader = StreamReader::try_new(Cursor::new(bytes), projection)?;
@@ -296,6 +251,44 @@ pub(crate) fn decode_chunk(bytes: &[u8], projection: Option<Vec<usize>>) -> Resu
         Some(batch) => Ok(batch?),
         None => Ok(RecordBatch::new_empty(schema)),
     }
+}
+
+/// A chunk is closed at this many bytes of rows even before it has [`CHUNK_ROWS`] rows, so
+/// wide rows (long texts) do not make chunks that take gigabytes to buffer and decode.
+const CHUNK_BYTES: usize = 64 * 1024 * 1024;
+
+/// The next full chunk of the buffered rows (`CHUNK_ROWS` rows, or fewer once they reach
+/// `CHUNK_BYTES`), taken out of the buffer; `None` while they make no full chunk yet.
+fn take_chunk(
+    schema: &SchemaRef,
+    pending: &mut Vec<RecordBatch>,
+    pending_rows: &mut usize,
+    pending_bytes: &mut usize,
+) -> Result<Option<RecordBatch>> {
+    if *pending_rows < CHUNK_ROWS && *pending_bytes < CHUNK_BYTES {
+        return Ok(None);
+    }
+    let all = concat_batches(schema, pending.as_slice())?;
+    pending.clear();
+    let take = if *pending_rows >= CHUNK_ROWS {
+        CHUNK_ROWS
+    } else {
+        // By bytes: as many rows as fit, at least one.
+        let per_row = (*pending_bytes / all.num_rows().max(1)).max(1);
+        (CHUNK_BYTES / per_row).clamp(1, all.num_rows())
+    };
+    let chunk = all.slice(0, take);
+    let rest = all.num_rows() - take;
+    *pending_rows = rest;
+    *pending_bytes = 0;
+    if rest > 0 {
+        // Copied, so the remainder does not keep the whole concatenated chunk alive
+        // (and, through it, into the next chunk's buffers).
+        let remainder = compact(&all.slice(take, rest))?;
+        *pending_bytes = remainder.get_array_memory_size();
+        pending.push(remainder);
+    }
+    Ok(Some(chunk))
 }
 
 /// Chunks are LZ4-compressed Arrow IPC: decompression is cheaper than reading the extra bytes
@@ -338,7 +331,7 @@ pub(crate) struct TableWriter<'t> {
     schema: SchemaRef,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
-    written: u64,
+    pending_bytes: usize,
 }
 
 impl<'t> TableWriter<'t> {
@@ -357,7 +350,7 @@ impl<'t> TableWriter<'t> {
             schema,
             pending: Vec::new(),
             pending_rows: 0,
-            written: 0,
+            pending_bytes: 0,
         };
         if let Some(tail) = record.tail.take() {
             if tail.rows < SMALL_TAIL_ROWS {
@@ -369,6 +362,7 @@ impl<'t> TableWriter<'t> {
                     // The rows are counted again when the merged chunk is written.
                     writer.record.row_count -= batch.num_rows() as u64;
                     writer.pending_rows += batch.num_rows();
+                    writer.pending_bytes += batch.get_array_memory_size();
                     writer.pending.push(batch);
                 }
                 writer.record.tail = None;
@@ -390,38 +384,24 @@ impl<'t> TableWriter<'t> {
         Self::append(txn, tenant, record)
     }
 
-    /// The table's schema; pushed batches must have its columns.
-    pub(crate) fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
     /// Buffers a batch, writing full chunks as they fill up.
     pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
         let batch = self.conform(batch)?;
-        self.written += batch.num_rows() as u64;
         self.pending_rows += batch.num_rows();
+        self.pending_bytes += batch.get_array_memory_size();
         self.pending.push(batch);
-        while self.pending_rows >= CHUNK_ROWS {
-            let all = concat_batches(&self.schema, &self.pending)?;
-            self.pending.clear();
-            self.write_chunk(&all.slice(0, CHUNK_ROWS))?;
-            self.pending_rows = all.num_rows() - CHUNK_ROWS;
-            if self.pending_rows > 0 {
-                // Copied, so the remainder does not keep the whole concatenated chunk alive
-                // (and, through it, into the next chunk's buffers).
-                self.pending
-                    .push(compact(&all.slice(CHUNK_ROWS, self.pending_rows))?);
-            }
+        while let Some(chunk) = take_chunk(
+            &self.schema,
+            &mut self.pending,
+            &mut self.pending_rows,
+            &mut self.pending_bytes,
+        )? {
+            self.write_chunk(&chunk)?;
         }
         Ok(())
-    }
-
-    /// Rows pushed so far (not counting rows merged from an earlier tail).
-    pub(crate) fn rows_written(&self) -> u64 {
-        self.written
     }
 
     /// Writes what is buffered and the updated record. The transaction is still the caller's to commit.
@@ -461,48 +441,276 @@ impl<'t> TableWriter<'t> {
 
     /// Gives the batch the table's schema, refusing NULLs in NOT NULL columns.
     fn conform(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        if batch.num_columns() != self.schema.fields().len() {
-            return Err(Error::invalid(format!(
-                "Table '{}' has {} columns but {} values were given",
-                self.record.name,
-                self.schema.fields().len(),
-                batch.num_columns()
-            )));
-        }
-        let mut columns = Vec::with_capacity(batch.num_columns());
-        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
-            let column = if column.data_type() == field.data_type() {
-                column.clone()
-            } else {
-                // Unsafe casts fail on values that do not fit instead of turning them into NULLs.
-                let options = CastOptions {
-                    safe: false,
-                    ..Default::default()
-                };
-                cast_with_options(column, field.data_type(), &options).map_err(|e| {
-                    Error::new(
-                        crate::ErrorKind::InvalidData,
-                        format!(
-                            "Column '{}' of table '{}' takes {}: {e}",
-                            field.name(),
-                            self.record.name,
-                            crate::sql::sql_type_name(field.data_type())
-                        ),
-                    )
-                })?
-            };
-            if !field.is_nullable() && column.null_count() > 0 {
-                return Err(Error::new(
-                    crate::ErrorKind::ConstraintViolation,
-                    format!(
-                        "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
-                        field.name(),
-                        self.record.name
-                    ),
-                ));
+        conform(&self.schema, &self.record.name, batch)
+    }
+
+    /// Appends rows staged before the transaction began (see [`StagedRows`]): their full
+    /// chunks go in as they were encoded, the rest is buffered like pushed rows. A small last
+    /// chunk of the table taken back for merging is written first, so row order holds.
+    pub(crate) fn push_staged(&mut self, staged: StagedRows) -> Result<()> {
+        let StagedRows {
+            chunks, pending, ..
+        } = staged;
+        if !chunks.is_empty() {
+            if self.pending_rows > 0 {
+                let all = concat_batches(&self.schema, &self.pending)?;
+                self.pending.clear();
+                self.pending_rows = 0;
+                self.pending_bytes = 0;
+                self.write_chunk(&all)?;
             }
-            columns.push(column);
+            let (id, txn) = (self.record.id, self.txn);
+            let mut chunks_table = txn.open_table(CHUNKS)?;
+            let mut order = txn.open_table(CHUNK_ORDER)?;
+            chunks.drain(|chunk_rows, bytes| {
+                chunks_table.insert((id, self.record.next_chunk), bytes.as_slice())?;
+                order.insert((id, self.record.next_position), self.record.next_chunk)?;
+                self.record.next_chunk += 1;
+                self.record.next_position += 1;
+                self.record.row_count += chunk_rows;
+                Ok(())
+            })?;
         }
-        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+        for batch in pending {
+            self.push(batch)?;
+        }
+        Ok(())
     }
 }
+
+/// Gives `batch` the table's `schema` (casting strictly: a value that does not fit is an
+/// error), refusing NULLs in NOT NULL columns; `table` names the table in messages.
+fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(Error::invalid(format!(
+            "Table '{}' has {} columns but {} values were given",
+            table,
+            schema.fields().len(),
+            batch.num_columns()
+        )));
+    }
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let column = if column.data_type() == field.data_type() {
+            column.clone()
+        } else {
+            // Unsafe casts fail on values that do not fit instead of turning them into NULLs.
+            let options = CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            cast_with_options(column, field.data_type(), &options).map_err(|e| {
+                Error::new(
+                    crate::ErrorKind::InvalidData,
+                    format!(
+                        "Column '{}' of table '{}' takes {}: {e}",
+                        field.name(),
+                        table,
+                        crate::sql::sql_type_name(field.data_type())
+                    ),
+                )
+            })?
+        };
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(Error::new(
+                crate::ErrorKind::ConstraintViolation,
+                format!(
+                    "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
+                    field.name(),
+                    table
+                ),
+            ));
+        }
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Rows for a table, conformed to its schema and encoded into full chunks before the write
+/// that stores them takes the writer lock; [`TableWriter::push_staged`] appends them. Memory
+/// stays bounded: encoded chunks go to a [`Spool`] (memory, then a temporary file).
+pub(crate) struct StagedRows {
+    table: String,
+    schema: SchemaRef,
+    chunks: Spool,
+    /// Rows not yet making a full chunk.
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
+    rows: u64,
+}
+
+impl StagedRows {
+    /// Staging for the table `table` of `schema`.
+    pub(crate) fn new(table: &str, schema: SchemaRef, chunks: Spool) -> StagedRows {
+        StagedRows {
+            table: table.to_string(),
+            schema,
+            chunks,
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
+            rows: 0,
+        }
+    }
+
+    /// Rows staged so far.
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Conforms and buffers a batch, encoding full chunks as they fill up.
+    pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = conform(&self.schema, &self.table, batch)?;
+        self.rows += batch.num_rows() as u64;
+        self.pending_rows += batch.num_rows();
+        self.pending_bytes += batch.get_array_memory_size();
+        self.pending.push(batch);
+        while let Some(chunk) = take_chunk(
+            &self.schema,
+            &mut self.pending,
+            &mut self.pending_rows,
+            &mut self.pending_bytes,
+        )? {
+            let rows = chunk.num_rows() as u64;
+            self.chunks
+                .push(rows, encode_batches(&self.schema, &[compact(&chunk)?])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Chunk-by-chunk changes to a table computed from a read snapshot (an UPDATE or DELETE that
+/// ran before taking the writer lock), applied by [`apply_rewrite`] if the table is still as
+/// it was read.
+pub(crate) struct Rewrite {
+    /// The table's (position, chunk id) pairs as read.
+    base: Vec<(u64, u64)>,
+    /// The id of the table read.
+    table_id: u64,
+    /// Per changed chunk: its position in the spool's numbers, its new rows as bytes (empty
+    /// when every row went); the chunk ids and row counts alongside.
+    changes: Spool,
+    /// (position, old chunk id, old rows, new rows) per change, in order.
+    index: Vec<(u64, u64, u64, u64)>,
+}
+
+impl Rewrite {
+    /// Whether nothing changed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+/// Computes, from `txn` (a snapshot or the write transaction), the chunks `change` rewrites,
+/// without writing them. `change` gets each chunk's rows and returns `None` to leave the chunk
+/// untouched, or its new rows (possibly none). Changed chunks get new ids at their old
+/// positions (see [`apply_rewrite`]), so row order holds and untouched chunks are never copied.
+pub(crate) fn plan_rewrite(
+    txn: &impl ReadTables,
+    record: &TableRecord,
+    changes: Spool,
+    mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
+) -> Result<Rewrite> {
+    let schema = txn.schema_of(record.id)?;
+    let base = txn.chunk_order_of(record.id)?;
+    let mut rewrite = Rewrite {
+        base: base.clone(),
+        table_id: record.id,
+        changes,
+        index: Vec::new(),
+    };
+    for (position, chunk) in base {
+        let batch = txn.chunk(record.id, chunk)?;
+        let old_rows = batch.num_rows() as u64;
+        let Some(new) = change(batch)? else {
+            continue;
+        };
+        let new_rows = new.num_rows() as u64;
+        let bytes = if new_rows == 0 {
+            Vec::new()
+        } else {
+            let new = RecordBatch::try_new(Arc::clone(&schema), new.columns().to_vec())?;
+            encode_batches(&schema, &[compact(&new)?])?
+        };
+        rewrite.changes.push(position, bytes)?;
+        rewrite.index.push((position, chunk, old_rows, new_rows));
+    }
+    Ok(rewrite)
+}
+
+/// Applies `rewrite` to the table `record` names inside `txn`. Returns `false` (writing
+/// nothing) when the table is no longer as it was read: another write changed it since.
+pub(crate) fn apply_rewrite(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    mut record: TableRecord,
+    rewrite: Rewrite,
+) -> Result<bool> {
+    if record.id != rewrite.table_id
+        || chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? != rewrite.base
+    {
+        return Ok(false);
+    }
+    let mut chunks = txn.open_table(CHUNKS)?;
+    let mut order = txn.open_table(CHUNK_ORDER)?;
+    let mut index = rewrite.index.into_iter();
+    rewrite.changes.drain(|position, bytes| {
+        let (at, old_chunk, old_rows, new_rows) =
+            index
+                .next()
+                .filter(|(at, ..)| *at == position)
+                .ok_or_else(|| Error::internal("a staged rewrite lost its order"))?;
+        chunks.remove((record.id, old_chunk))?;
+        record.row_count = record.row_count - old_rows + new_rows;
+        if record.tail.is_some_and(|t| t.position == at) {
+            record.tail = None;
+        }
+        if new_rows == 0 {
+            order.remove((record.id, at))?;
+            return Ok(());
+        }
+        chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
+        order.insert((record.id, at), record.next_chunk)?;
+        record.next_chunk += 1;
+        Ok(())
+    })?;
+    drop((chunks, order));
+    save(txn, tenant, &record)?;
+    Ok(true)
+}
+
+/// Reading a table's schema and chunks, from a read snapshot or a write transaction alike.
+pub(crate) trait ReadTables {
+    fn schema_of(&self, id: u64) -> Result<SchemaRef>;
+    fn chunk_order_of(&self, id: u64) -> Result<Vec<(u64, u64)>>;
+    fn chunk(&self, id: u64, chunk: u64) -> Result<RecordBatch>;
+}
+
+macro_rules! read_tables {
+    ($txn:ty) => {
+        impl ReadTables for $txn {
+            fn schema_of(&self, id: u64) -> Result<SchemaRef> {
+                schema(&self.open_table(TABLE_SCHEMAS)?, id)
+            }
+
+            fn chunk_order_of(&self, id: u64) -> Result<Vec<(u64, u64)>> {
+                chunk_order(&self.open_table(CHUNK_ORDER)?, id)
+            }
+
+            fn chunk(&self, id: u64, chunk: u64) -> Result<RecordBatch> {
+                let chunks = self.open_table(CHUNKS)?;
+                let bytes = chunks.get((id, chunk))?.ok_or_else(|| {
+                    Error::internal(format!("chunk {chunk} of table id {id} is missing"))
+                })?;
+                decode_chunk(bytes.value(), None)
+            }
+        }
+    };
+}
+
+read_tables!(WriteTransaction);
+read_tables!(redb::ReadTransaction);

@@ -90,6 +90,7 @@ fn hosted(provider: Option<&Provider>) -> Engine {
             questions_per_window: 3,
             window_secs: 3600,
             callbacks: false,
+            ..PlanConfig::default()
         },
     );
     config.hosted.default_plan = "tiny".into();
@@ -368,7 +369,7 @@ fn minds_quota_holds_under_concurrency_and_a_delete_frees_a_slot() {
 }
 
 #[test]
-fn questions_are_counted_per_window_and_failed_ones_given_back() {
+fn questions_are_counted_per_window_and_ones_that_never_reached_the_provider_given_back() {
     let provider = Provider::start();
     let engine = hosted(Some(&provider));
     let (_, alice) = user(&engine, "alice");
@@ -389,14 +390,30 @@ fn questions_are_counted_per_window_and_failed_ones_given_back() {
         .unwrap()
         .starts_with("answer"));
 
-    // A failed question costs nothing.
+    // A question that failed after the provider answered cost a provider call: it counts.
     provider.failing.store(true, Ordering::SeqCst);
     let err = alice.block_on(alice.ask_mind(&question)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Upstream, "{err}");
-    assert_eq!(alice.limits().unwrap().questions.used, 1);
+    assert_eq!(alice.limits().unwrap().questions.used, 2);
     provider.failing.store(false, Ordering::SeqCst);
 
-    alice.block_on(alice.ask_mind(&question)).unwrap();
+    // One refused before reaching any provider (the egress policy) costs nothing.
+    alice
+        .sql_blocking(
+            "CREATE AGENT mindsdb.local USING model = {\"provider\": \"openai\", \"model_name\": \"x\", \"base_url\": \"http://localhost:9/v1\"}",
+        )
+        .unwrap();
+    let refused = alice
+        .block_on(alice.ask_agent(
+            "mindsdb",
+            "local",
+            &json!([{"role": "user", "content": "hi"}]),
+        ))
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Forbidden, "{refused}");
+    assert!(refused.message().contains("egress policy"), "{refused}");
+    assert_eq!(alice.limits().unwrap().questions.used, 2);
+
     let responses = ChatRequest::from_responses(br#"{"model": "helper", "input": "hi"}"#).unwrap();
     let response = alice.block_on(alice.ask_mind(&responses)).unwrap();
     assert_eq!(response["object"], "response");

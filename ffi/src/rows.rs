@@ -628,9 +628,11 @@ pub unsafe extern "C" fn mindlite_result_json(
                 )),
             })
         };
+        // The rows are already in the caller's memory: the document is theirs to size.
         let result = QueryResult {
             context: rows.context.clone(),
             outcome,
+            document_limit: None,
         };
         give_string(slot, rows.engine.block_on(encode_document(result)));
         Ok(())

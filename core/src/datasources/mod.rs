@@ -17,7 +17,8 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::config::{Edition, HostedConfig};
+use crate::config::{Config, Edition, HostedConfig};
+use crate::egress::Egress;
 use crate::error::{Error, ErrorKind, Result};
 use crate::projects::{self, PROJECTS};
 use crate::quotas::{self, Slot};
@@ -32,6 +33,33 @@ const SECRET_KEYS: [&str; 3] = ["password", "api_key", "token"];
 
 /// What a masked secret shows instead.
 const MASK: &str = "******";
+
+/// How datasources reach their servers: the engine's egress policy, and what a server may send.
+#[derive(Debug, Clone)]
+pub(crate) struct Net {
+    pub(crate) egress: Egress,
+    /// `datasources.max_message_mb`, in bytes.
+    pub(crate) max_message_bytes: usize,
+    /// `datasources.max_tables`.
+    pub(crate) max_tables: usize,
+}
+
+impl Net {
+    /// The reach `config` describes.
+    pub(crate) fn new(config: &Config) -> Result<Net> {
+        Ok(Net {
+            egress: Egress::new(config)?,
+            max_message_bytes: usize::try_from(
+                config
+                    .datasources
+                    .max_message_mb
+                    .saturating_mul(1024 * 1024),
+            )
+            .unwrap_or(usize::MAX),
+            max_tables: config.datasources.max_tables,
+        })
+    }
+}
 
 /// A datasource as stored.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -99,14 +127,15 @@ impl Datasource {
         })
     }
 
-    /// How this datasource is reached.
-    pub(crate) fn connection(&self) -> Result<Connection> {
+    /// How this datasource is reached, through `net`.
+    pub(crate) fn connection(&self, net: &Net) -> Result<Connection> {
         match self.engine.as_str() {
             directory::ENGINE => Ok(Connection::Directory(
                 directory::Directory::from_parameters(&self.parameters)?,
             )),
             _ => Ok(Connection::Postgres(postgres::Settings::from_parameters(
                 &self.parameters,
+                net,
             )?)),
         }
     }
@@ -183,6 +212,7 @@ pub(crate) async fn check(
     engine: &str,
     parameters: Map<String, Value>,
     edition: Edition,
+    net: &Net,
 ) -> Result<(String, Map<String, Value>)> {
     let engine = engine.to_ascii_lowercase();
     match engine.as_str() {
@@ -196,13 +226,10 @@ pub(crate) async fn check(
             Ok((directory::ENGINE.to_string(), stored))
         }
         postgres::ENGINE | "postgresql" => {
-            let settings = postgres::Settings::from_parameters(&parameters)?;
+            let settings = postgres::Settings::from_parameters(&parameters, net)?;
             // A socket path reaches the server machine's own databases with its OS user.
-            if edition == Edition::Hosted && settings.host.starts_with('/') {
-                return Err(Error::new(
-                    ErrorKind::Forbidden,
-                    "PostgreSQL over a Unix socket ('host' a path) is not offered in the hosted edition; give a network host",
-                ));
+            if settings.host.starts_with('/') {
+                net.egress.check_unix_socket("PostgreSQL ('host' a path)")?;
             }
             let client = settings.connect().await?;
             // The schema must exist, or every table would be "not found" later.

@@ -2,12 +2,18 @@
 //! rows as Arrow batches. Rows arrive in PostgreSQL's binary format and are decoded by column
 //! type here, batch by batch, so a scan never holds more than one batch of a result.
 //!
-//! The client is `tokio-postgres` over plain TCP (no TLS stack, so no OpenSSL in the build).
-//! SQL text for pushed-down filters comes from DataFusion's unparser (see [`super::pushdown`]);
-//! what this module writes itself is only quoted identifiers and casts.
+//! The client is `tokio-postgres` over plain TCP (no TLS stack, so no OpenSSL in the build),
+//! on a socket the engine's egress policy opened (so the host's every address was checked).
+//! What the server sends passes through [`Metered`]: no single protocol message may exceed
+//! `datasources.max_message_mb` (tokio-postgres buffers a message whole), and batches close
+//! early when their rows' bytes reach [`BATCH_BYTES`], so a hostile or broken server bounds
+//! what a scan holds. SQL text for pushed-down filters comes from DataFusion's unparser (see
+//! [`super::pushdown`]); what this module writes itself is only quoted identifiers and casts.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use datafusion::arrow::array::{
@@ -19,10 +25,19 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::sql::sqlparser::ast::Ident;
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{Client, NoTls, RowStream};
+use tokio_postgres::{CancelToken, Client, NoTls, RowStream};
 
+use super::Net;
 use crate::error::{Error, ErrorKind, Result};
+
+/// Bytes of rows (as received) after which a batch is closed even if it has fewer rows than
+/// the batch size, so wide rows do not make huge batches.
+const BATCH_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Columns a table may have: PostgreSQL allows 1,600; more is not a PostgreSQL server.
+const MAX_COLUMNS: usize = 1600;
 
 /// The engine name in `CREATE DATABASE … ENGINE = 'postgres'`.
 pub(crate) const ENGINE: &str = "postgres";
@@ -56,6 +71,8 @@ pub(crate) struct Settings {
     /// Whether filters and limits are sent to PostgreSQL (on unless `push_down` is false; off
     /// is for measuring what push-down saves).
     pub(crate) push_down: bool,
+    /// Where connections may go, and what the server may send.
+    net: Net,
 }
 
 impl std::fmt::Debug for Settings {
@@ -72,8 +89,9 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
-    /// Reads PARAMETERS, refusing unknown keys and values of the wrong kind by name.
-    pub(crate) fn from_parameters(parameters: &Map<String, Value>) -> Result<Self> {
+    /// Reads PARAMETERS, refusing unknown keys and values of the wrong kind by name; `net` is
+    /// how its connections reach out.
+    pub(crate) fn from_parameters(parameters: &Map<String, Value>, net: &Net) -> Result<Self> {
         if let Some(unknown) = parameters.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(format!(
                 "Unknown PostgreSQL parameter '{unknown}'; the parameters are {}",
@@ -130,6 +148,7 @@ impl Settings {
                 600,
             )?),
             push_down,
+            net: net.clone(),
         })
     }
 
@@ -146,13 +165,15 @@ impl Settings {
 
     /// Opens a connection; its driver runs on the current tokio runtime until the client drops.
     async fn open(&self, read_only: bool) -> Result<Client> {
+        Ok(self.open_metered(read_only).await?.0)
+    }
+
+    /// Opens a connection under the egress policy, with what the server sends metered.
+    async fn open_metered(&self, read_only: bool) -> Result<(Client, Arc<Received>)> {
         let mut config = tokio_postgres::Config::new();
         config
-            .host(&self.host)
-            .port(self.port)
             .dbname(&self.database)
             .user(&self.user)
-            .connect_timeout(self.connect_timeout)
             .application_name("mindlite")
             // Literals in pushed-down filters are written with standard string escapes, which
             // a server configured otherwise would read differently.
@@ -164,25 +185,107 @@ impl Settings {
         if !self.password.is_empty() {
             config.password(&self.password);
         }
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
-            Error::new(
+        let received = Arc::new(Received::default());
+        let cap = self.net.max_message_bytes;
+        let connecting = async {
+            if self.host.starts_with('/') {
+                self.net.egress.check_unix_socket("PostgreSQL")?;
+                let stream = self.unix_socket().await?;
+                let metered = Metered::new(stream, Arc::clone(&received), cap);
+                let (client, connection) = config
+                    .connect_raw(metered, NoTls)
+                    .await
+                    .map_err(|e| self.connect_error(&e, &received))?;
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok::<Client, Error>(client)
+            } else {
+                let stream = self
+                    .net
+                    .egress
+                    .connect_tcp(&self.host, self.port, self.connect_timeout)
+                    .await
+                    .map_err(|e| self.named(e))?;
+                let _ = stream.set_nodelay(true);
+                let metered = Metered::new(stream, Arc::clone(&received), cap);
+                let (client, connection) = config
+                    .connect_raw(metered, NoTls)
+                    .await
+                    .map_err(|e| self.connect_error(&e, &received))?;
+                tokio::spawn(async move {
+                    // Ends when the client is dropped or the server goes away; either way the
+                    // queries that were waiting see the error.
+                    let _ = connection.await;
+                });
+                Ok(client)
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(client) => Ok((client?, received)),
+            Err(_) => Err(self.named(Error::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "Cannot connect to PostgreSQL at {}:{} (database '{}', user '{}'): {}",
-                    self.host,
-                    self.port,
-                    self.database,
-                    self.user,
-                    error_text(&e)
+                    "no answer within {} s (connect_timeout)",
+                    self.connect_timeout.as_secs()
                 ),
-            )
-        })?;
-        tokio::spawn(async move {
-            // Ends when the client is dropped or the server goes away; either way the
-            // queries that were waiting see the error.
-            let _ = connection.await;
+            ))),
+        }
+    }
+
+    /// The socket of a server on this machine (`host` a directory, as libpq takes it).
+    async fn unix_socket(&self) -> Result<tokio::net::UnixStream> {
+        let path = format!("{}/.s.PGSQL.{}", self.host.trim_end_matches('/'), self.port);
+        tokio::net::UnixStream::connect(&path).await.map_err(|e| {
+            self.named(Error::new(
+                ErrorKind::Unavailable,
+                crate::egress::io_reason(&e).to_string(),
+            ))
+        })
+    }
+
+    /// `error` as "Cannot connect to PostgreSQL at host:port (database, user): …".
+    fn named(&self, error: Error) -> Error {
+        let reason = error
+            .message()
+            .strip_prefix(&format!("cannot connect to {}:{}: ", self.host, self.port))
+            .unwrap_or(error.message())
+            .to_string();
+        Error::new(
+            error.kind(),
+            format!(
+                "Cannot connect to PostgreSQL at {}:{} (database '{}', user '{}'): {reason}",
+                self.host, self.port, self.database, self.user
+            ),
+        )
+    }
+
+    fn connect_error(&self, e: &tokio_postgres::Error, received: &Received) -> Error {
+        let reason = received.refusal().unwrap_or_else(|| error_text(e));
+        self.named(Error::new(ErrorKind::Unavailable, reason))
+    }
+
+    /// Cancels the statement `token` belongs to, over a new connection under the same policy.
+    /// Best effort: errors are dropped (the statement's own connection closes either way).
+    fn cancel(&self, token: CancelToken) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let settings = self.clone();
+        runtime.spawn(async move {
+            if settings.host.starts_with('/') {
+                if let Ok(stream) = settings.unix_socket().await {
+                    let _ = token.cancel_query_raw(stream, NoTls).await;
+                }
+            } else if let Ok(stream) = settings
+                .net
+                .egress
+                .connect_tcp(&settings.host, settings.port, settings.connect_timeout)
+                .await
+            {
+                let _ = token.cancel_query_raw(stream, NoTls).await;
+            }
         });
-        Ok(client)
     }
 
     /// The table `table` of the datasource's schema, quoted.
@@ -225,18 +328,32 @@ pub(crate) fn quote(name: &str) -> String {
     Ident::with_quote('"', name).to_string()
 }
 
-/// The tables and views of the datasource's schema, by name.
+/// The tables and views of the datasource's schema, by name: at most
+/// `datasources.max_tables` of them (more is an error, not a silently short list).
 pub(crate) async fn table_names(settings: &Settings) -> Result<Vec<String>> {
-    let client = settings.connect().await?;
+    let (client, received) = settings.open_metered(true).await?;
+    let max = settings.net.max_tables;
     let rows = client
-        .query(
+        .query_raw(
             "SELECT table_name::text FROM information_schema.tables \
              WHERE table_schema = $1 ORDER BY table_name",
-            &[&settings.schema],
+            [&settings.schema],
         )
         .await
-        .map_err(|e| query_error(&e))?;
-    Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+        .map_err(|e| received.error(&e))?;
+    let mut rows = std::pin::pin!(rows);
+    let mut names = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.map_err(|e| received.error(&e))?;
+        if names.len() == max {
+            return Err(Error::invalid(format!(
+                "PostgreSQL schema '{}' has more than {max} tables, the most a datasource lists (datasources.max_tables)",
+                settings.schema
+            )));
+        }
+        names.push(row.try_get::<_, String>(0).map_err(|e| query_error(&e))?);
+    }
+    Ok(names)
 }
 
 /// How one column's values are read and what Arrow type they become.
@@ -365,9 +482,9 @@ impl Column {
 
 /// The columns of `table` in the datasource's schema; `None` when there is no such table.
 pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Option<Vec<Column>>> {
-    let client = settings.connect().await?;
+    let (client, received) = settings.open_metered(true).await?;
     let rows = client
-        .query(
+        .query_raw(
             "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull \
              FROM pg_catalog.pg_attribute a \
              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
@@ -375,33 +492,42 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
              WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'v', 'm', 'p', 'f') \
                AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
-            &[&settings.schema, &table],
+            [&settings.schema as &(dyn ToSql + Sync), &table],
         )
         .await
-        .map_err(|e| query_error(&e))?;
-    if rows.is_empty() {
-        return Ok(None);
+        .map_err(|e| received.error(&e))?;
+    let mut rows = std::pin::pin!(rows);
+    let mut columns = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.map_err(|e| received.error(&e))?;
+        if columns.len() == MAX_COLUMNS {
+            return Err(Error::invalid(format!(
+                "PostgreSQL answered more than {MAX_COLUMNS} columns for table '{table}', more than PostgreSQL allows"
+            )));
+        }
+        let field = |e: tokio_postgres::Error| query_error(&e);
+        let oid = row.try_get::<_, i64>(1).map_err(field)? as u32;
+        let ty = Type::from_oid(oid).unwrap_or(Type::UNKNOWN);
+        columns.push(Column {
+            name: row.try_get(0).map_err(field)?,
+            kind: Kind::of(&ty, row.try_get(2).map_err(field)?),
+            nullable: !row.try_get::<_, bool>(3).map_err(field)?,
+        });
     }
-    Ok(Some(
-        rows.iter()
-            .map(|row| {
-                let oid = row.get::<_, i64>(1) as u32;
-                let ty = Type::from_oid(oid).unwrap_or(Type::UNKNOWN);
-                Column {
-                    name: row.get(0),
-                    kind: Kind::of(&ty, row.get(2)),
-                    nullable: !row.get::<_, bool>(3),
-                }
-            })
-            .collect(),
-    ))
+    Ok((!columns.is_empty()).then_some(columns))
 }
 
 /// The columns a native query returns, from PostgreSQL's description of the prepared text.
 /// Names repeated in the result get `_1`, `_2`… so every column can be addressed.
 pub(crate) async fn query_columns(settings: &Settings, sql: &str) -> Result<Vec<Column>> {
-    let client = settings.connect().await?;
-    let statement = client.prepare(sql).await.map_err(|e| query_error(&e))?;
+    let (client, received) = settings.open_metered(true).await?;
+    let statement = client.prepare(sql).await.map_err(|e| received.error(&e))?;
+    if statement.columns().len() > MAX_COLUMNS {
+        return Err(Error::invalid(format!(
+            "The native query returns {} columns; at most {MAX_COLUMNS} are read",
+            statement.columns().len()
+        )));
+    }
     let mut columns: Vec<Column> = Vec::new();
     for c in statement.columns() {
         let kind = Kind::of(c.type_(), -1);
@@ -479,24 +605,27 @@ pub(crate) fn read_rows(
         async move {
             let mut open = match state {
                 State::Start(settings, sql) => {
-                    let client = settings.connect().await?;
+                    let (client, received) = settings.open_metered(true).await?;
                     let rows = client
                         .query_raw(sql.as_str(), std::iter::empty::<&(dyn ToSql + Sync)>())
                         .await
-                        .map_err(|e| query_error(&e))?;
+                        .map_err(|e| received.error(&e))?;
                     Open {
                         client,
                         rows: Box::pin(rows),
                         finished: false,
+                        received,
+                        settings,
                     }
                 }
                 State::Reading(open) => open,
                 State::Done => return Ok(None),
             };
-            let mut chunk = Vec::with_capacity(batch_size);
-            while chunk.len() < batch_size {
+            let mut chunk = Vec::with_capacity(batch_size.min(1024));
+            let start = open.received.bytes();
+            while chunk.len() < batch_size && open.received.bytes() - start < BATCH_BYTES {
                 match open.rows.next().await {
-                    Some(row) => chunk.push(row.map_err(|e| query_error(&e))?),
+                    Some(row) => chunk.push(row.map_err(|e| open.received.error(&e))?),
                     None => {
                         open.finished = true;
                         break;
@@ -523,20 +652,141 @@ struct Open {
     client: Client,
     rows: Pin<Box<RowStream>>,
     finished: bool,
+    received: Arc<Received>,
+    /// To cancel the statement with, over a connection of its own.
+    settings: Settings,
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        if self.finished {
-            return;
+        if !self.finished {
+            self.settings.cancel(self.client.cancel_token());
         }
-        let token = self.client.cancel_token();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // Best effort: the connection closes either way once its rows are read.
-                let _ = token.cancel_query(NoTls).await;
-            });
+    }
+}
+
+/// What a server has sent on one connection: its bytes, and why the connection was cut if a
+/// message broke the limit.
+#[derive(Debug, Default)]
+pub(crate) struct Received {
+    bytes: AtomicU64,
+    refused: parking_lot::Mutex<Option<String>>,
+}
+
+impl Received {
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.refused.lock().clone()
+    }
+
+    /// A failed statement as an error, naming the limit when that is why the connection ended.
+    pub(crate) fn error(&self, e: &tokio_postgres::Error) -> Error {
+        match self.refusal() {
+            Some(reason) => Error::new(ErrorKind::Unavailable, format!("PostgreSQL: {reason}")),
+            None => query_error(e),
         }
+    }
+}
+
+/// A socket whose incoming PostgreSQL messages are measured as they arrive: a message longer
+/// than the cap ends the connection before it is buffered.
+struct Metered<S> {
+    inner: S,
+    received: Arc<Received>,
+    cap: u64,
+    /// The header of the message being read (type byte and length), as far as it arrived.
+    header: [u8; 5],
+    header_len: usize,
+    /// Bytes of the current message's body still to come.
+    body_left: u64,
+}
+
+impl<S> Metered<S> {
+    fn new(inner: S, received: Arc<Received>, cap: usize) -> Self {
+        Metered {
+            inner,
+            received,
+            cap: cap as u64,
+            header: [0; 5],
+            header_len: 0,
+            body_left: 0,
+        }
+    }
+
+    /// Walks the message framing over newly read bytes; an error names the broken limit.
+    fn measure(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        self.received
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        while !bytes.is_empty() {
+            if self.body_left > 0 {
+                let skip = self.body_left.min(bytes.len() as u64);
+                self.body_left -= skip;
+                bytes = &bytes[skip as usize..];
+                continue;
+            }
+            let take = (5 - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+            self.header_len += take;
+            bytes = &bytes[take..];
+            if self.header_len == 5 {
+                self.header_len = 0;
+                let length = u64::from(u32::from_be_bytes([
+                    self.header[1],
+                    self.header[2],
+                    self.header[3],
+                    self.header[4],
+                ]));
+                if length > self.cap {
+                    let reason = format!(
+                        "the server sent a message of {} MiB; the limit is {} MiB (datasources.max_message_mb)",
+                        length / (1024 * 1024),
+                        self.cap / (1024 * 1024)
+                    );
+                    *self.received.refused.lock() = Some(reason.clone());
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
+                }
+                self.body_left = length.saturating_sub(4);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let fresh = buf.filled()[before..].to_vec();
+            self.measure(&fresh)?;
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -849,32 +1099,66 @@ mod tests {
 
     #[test]
     fn settings_name_what_is_wrong() {
+        let net = Net::new(&crate::Config::default()).unwrap();
         let params = |v: Value| v.as_object().unwrap().clone();
-        let err =
-            Settings::from_parameters(&params(json!({"host": "h", "user": "u"}))).unwrap_err();
+        let err = Settings::from_parameters(&params(json!({"host": "h", "user": "u"})), &net)
+            .unwrap_err();
         assert!(err.message().contains("'database' is required"), "{err}");
-        let err = Settings::from_parameters(&params(
-            json!({"host": "h", "user": "u", "database": "d", "sslmode": "x"}),
-        ))
+        let err = Settings::from_parameters(
+            &params(json!({"host": "h", "user": "u", "database": "d", "sslmode": "x"})),
+            &net,
+        )
         .unwrap_err();
         assert!(
             err.message()
                 .contains("Unknown PostgreSQL parameter 'sslmode'"),
             "{err}"
         );
-        let err = Settings::from_parameters(&params(
-            json!({"host": "h", "user": "u", "database": "d", "port": 70000}),
-        ))
+        let err = Settings::from_parameters(
+            &params(json!({"host": "h", "user": "u", "database": "d", "port": 70000})),
+            &net,
+        )
         .unwrap_err();
         assert!(err.message().contains("'port'"), "{err}");
         let ok = Settings::from_parameters(&params(
             json!({"host": "h", "user": "u", "database": "d", "port": "5433", "password": "s3cret"}),
-        ))
+        ), &net)
         .unwrap();
         assert_eq!(
             (ok.port, ok.schema.as_str(), ok.push_down),
             (5433, "public", true)
         );
         assert!(!format!("{ok:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn messages_over_the_cap_end_the_connection_wherever_the_bytes_split() {
+        let message = |kind: u8, body: usize| {
+            let mut bytes = vec![kind];
+            bytes.extend_from_slice(&((body + 4) as u32).to_be_bytes());
+            bytes.extend(std::iter::repeat_n(b'x', body));
+            bytes
+        };
+        let mut stream = message(b'R', 4);
+        stream.extend(message(b'D', 1000));
+        stream.extend(message(b'D', 10));
+        for split in [1, 3, 5, 7, 64, 4096] {
+            let received = Arc::new(Received::default());
+            let mut metered = Metered::new((), Arc::clone(&received), 2000);
+            for piece in stream.chunks(split) {
+                metered.measure(piece).unwrap();
+            }
+            assert_eq!(received.bytes(), stream.len() as u64);
+            let mut tight = Metered::new((), Arc::new(Received::default()), 500);
+            let failed = stream
+                .chunks(split)
+                .try_for_each(|piece| tight.measure(piece));
+            let err = failed.unwrap_err();
+            assert!(
+                err.to_string().contains("datasources.max_message_mb"),
+                "{err}"
+            );
+            assert!(tight.received.refusal().is_some());
+        }
     }
 }

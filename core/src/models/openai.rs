@@ -288,7 +288,7 @@ impl Prompted {
                     .await
                     .map_err(|_| Error::internal("the model's call permits were closed"))?;
                 let messages = [json!({"role": "user", "content": prompt})];
-                llm::chat(&llm.client, endpoint, &messages, &[], None)
+                llm::chat(&llm.client, endpoint, &messages, &[], None, None)
                     .await
                     .map(|reply| reply.content)
                     .map_err(|e| {

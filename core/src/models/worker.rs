@@ -11,6 +11,7 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::{openai, train, ModelStatus, ModelVersion};
+use crate::admission::Ticket;
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -26,10 +27,18 @@ pub(crate) enum Job {
     Prompt { default_model: String },
 }
 
-/// Trains `model` in the background on the current runtime. The caller has already recorded
-/// the version as `generating`.
-pub(crate) fn spawn(store: Arc<Store>, tenant: TenantId, model: ModelVersion, job: Job) {
+/// Trains `model` in the background on the current runtime, holding `ticket` (the user's
+/// place among its trainings) until it ends. The caller has already recorded the version as
+/// `generating`.
+pub(crate) fn spawn(
+    store: Arc<Store>,
+    tenant: TenantId,
+    model: ModelVersion,
+    job: Job,
+    ticket: Option<Ticket>,
+) {
     tokio::spawn(async move {
+        let _ticket = ticket;
         let done = match job {
             Job::Train(rows) => run(&store, tenant, &model, rows).await,
             Job::Prompt { default_model } => prompt(&store, tenant, &model, &default_model).await,

@@ -77,32 +77,17 @@ impl SqlRunner {
             .as_ref()
             .map(|a| a.name.value.clone())
             .unwrap_or_else(|| agent.name.clone());
-        let asker = Asker {
-            sql: self,
-            client: &self.client,
-            config: &self.config,
-            tenant,
-        };
         // A question asked through SQL counts against the plan like any other.
         let counted =
             crate::quotas::Question::take(&self.store, &self.config.hosted, tenant).await?;
-        let answer = asker
-            .answer(
+        let answer = Asker::new(self, &self.config, tenant)
+            .answer_counted(
+                counted,
                 &agent,
                 vec![json!({"role": "user", "content": question})],
                 None,
             )
-            .await;
-        let answer = match answer {
-            Ok(answer) => {
-                counted.answered();
-                answer
-            }
-            Err(e) => {
-                counted.give_back().await;
-                return Err(e);
-            }
-        };
+            .await?;
         select.from[0].relation = answer_table(&question, &answer.content, &alias)?;
         Ok(true)
     }

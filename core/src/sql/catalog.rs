@@ -186,6 +186,7 @@ impl Snapshot {
             .collect();
         Ok(PredictModel {
             scorer: models::scorer(&self.txn, self.tenant, &model)?,
+            tenant: self.tenant,
             schema: Arc::new(Schema::new(nullable)),
             model,
         })
@@ -244,6 +245,8 @@ pub(crate) fn db_and_table(
 #[derive(Debug)]
 pub(crate) struct TenantCatalog {
     pub(crate) snapshot: Arc<Snapshot>,
+    /// How datasources named in the query are reached.
+    pub(crate) net: crate::datasources::Net,
 }
 
 impl CatalogProvider for TenantCatalog {
@@ -269,7 +272,10 @@ impl CatalogProvider for TenantCatalog {
                 project: project.name,
                 models: true,
             })),
-            Namespace::Datasource(source) => Some(Arc::new(DatasourceSchema { source })),
+            Namespace::Datasource(source) => Some(Arc::new(DatasourceSchema {
+                source,
+                net: self.net.clone(),
+            })),
         }
     }
 }
@@ -279,6 +285,7 @@ impl CatalogProvider for TenantCatalog {
 #[derive(Debug)]
 struct DatasourceSchema {
     source: Datasource,
+    net: crate::datasources::Net,
 }
 
 #[async_trait]
@@ -289,7 +296,7 @@ impl SchemaProvider for DatasourceSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self.source.connection()?.table(name).await?)
+        Ok(self.source.connection(&self.net)?.table(name).await?)
     }
 
     fn table_exist(&self, _name: &str) -> bool {

@@ -1,15 +1,25 @@
 //! Statements that change stored tables: INSERT, UPDATE, DELETE, TRUNCATE, CREATE TABLE [AS],
-//! DROP TABLE. DataFusion plans them; this module runs the plans into one redb write
-//! transaction, on a blocking thread so the transaction never crosses an `.await`.
-//! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it matches,
-//! in place; a WHERE with a subquery (which DataFusion runs only inside a plan) rewrites the table.
+//! DROP TABLE. DataFusion plans them; this module runs the plans on a blocking thread, so the
+//! transaction never crosses an `.await`.
+//!
+//! Writers never wait on readers: a write's input (the rows of INSERT … SELECT or CREATE TABLE
+//! AS, including slow datasource reads, and the chunks an UPDATE or DELETE rewrites) is
+//! computed from a read snapshot before the writer lock is taken, and staged (encoded chunks,
+//! in memory then in a temporary file); the lock is held only to check that the target is
+//! still the one read and to commit. If another write changed the target meanwhile, the
+//! statement runs again with the lock held from the start, which cannot conflict.
+//!
+//! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it
+//! matches, in place; a WHERE with a subquery (which DataFusion runs only inside a plan)
+//! rewrites the table.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::{filter_record_batch, not};
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, TableReference};
 use datafusion::logical_expr::dml::InsertOp;
@@ -19,14 +29,16 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
 use super::catalog::{Namespace, Snapshot, StoredTable, FILES_DB, SYSTEM_DB};
 use super::names::{self, NameHint};
 use super::session::Session;
 use crate::error::{Error, Result};
+use crate::spool::Spool;
 use crate::store::{Store, WriteGuard, WriteLock};
-use crate::tables::{self, TableWriter};
+use crate::tables::{self, StagedRows, TableRecord, TableWriter};
 use crate::tenant::TenantId;
 
 /// Everything a write needs on its blocking thread.
@@ -38,15 +50,27 @@ pub(crate) struct WriteJob {
     pub(crate) db: String,
     /// Set when the caller stops waiting (a cancelled query): the write stops and aborts.
     pub(crate) cancelled: Arc<AtomicBool>,
+    /// The writer lock, when it was taken before the snapshot (a write that must not
+    /// conflict); otherwise [`WriteJob::lock`] takes it when the write is ready to commit.
+    pub(crate) held: Mutex<Option<WriteLock>>,
+    /// Bytes of staged rows kept in memory before a temporary file is used.
+    pub(crate) staging_memory: usize,
+}
+
+/// What a staged write came to: done, or to be run again under the lock because another
+/// write changed its target after it was read.
+pub(crate) enum Staged<T> {
+    Done(T),
+    TargetChanged,
 }
 
 impl WriteJob {
-    /// Runs `f` on a blocking thread inside a write transaction begun under `lock`; async
-    /// pieces inside use `Handle::block_on`. `f` commits; dropping the guard aborts.
+    /// Runs `f` on a blocking thread; async pieces inside use `Handle::block_on`. `f` takes
+    /// the writer lock with [`WriteJob::lock`] when it is ready to commit, and commits;
+    /// dropping the guard aborts.
     pub(crate) async fn run<T: Send + 'static>(
         self,
-        lock: WriteLock,
-        f: impl FnOnce(&WriteJob, WriteGuard, &Handle) -> Result<T> + Send + 'static,
+        f: impl FnOnce(&WriteJob, &Handle) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         /// Marks the write cancelled when the waiting future is dropped before it finished.
         struct CancelOnDrop(Option<Arc<AtomicBool>>);
@@ -59,16 +83,60 @@ impl WriteJob {
         }
         let handle = Handle::current();
         let mut cancel = CancelOnDrop(Some(Arc::clone(&self.cancelled)));
-        let result = tokio::task::spawn_blocking(move || {
-            let mut guard = self.store.begin_write(lock)?;
-            guard.cancelled = Arc::clone(&self.cancelled);
-            f(&self, guard, &handle)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("write task failed: {e}")));
+        let result = tokio::task::spawn_blocking(move || f(&self, &handle))
+            .await
+            .map_err(|e| Error::internal(format!("write task failed: {e}")));
         // Finished: nothing left to cancel.
         cancel.0 = None;
         result?
+    }
+
+    /// Takes the writer lock (the one held since the start, or waits for it, giving up if
+    /// the statement is cancelled meanwhile) and begins the write transaction.
+    pub(crate) fn lock(&self, handle: &Handle) -> Result<WriteGuard> {
+        let lock = match self.held.lock().take() {
+            Some(lock) => lock,
+            None => {
+                let store = Arc::clone(&self.store);
+                let mut waiting = handle.spawn(async move { store.lock_writes().await });
+                loop {
+                    self.check_cancelled()?;
+                    let polled = handle.block_on(tokio::time::timeout(
+                        Duration::from_millis(50),
+                        &mut waiting,
+                    ));
+                    match polled {
+                        Ok(lock) => {
+                            break lock.map_err(|e| Error::internal(format!("write lock: {e}")))?
+                        }
+                        Err(_) => continue,
+                    }
+                }
+            }
+        };
+        self.check_cancelled()?;
+        let mut guard = self.store.begin_write(lock)?;
+        guard.cancelled = Arc::clone(&self.cancelled);
+        Ok(guard)
+    }
+
+    /// Fails once the statement was cancelled, so a long write stops early.
+    pub(crate) fn check_cancelled(&self) -> Result<()> {
+        if self.cancelled.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                crate::ErrorKind::Unavailable,
+                "The statement was cancelled before it committed; nothing was written",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A spool for what this write stages.
+    fn spool(&self) -> Spool {
+        Spool::new(
+            Arc::clone(&self.state.runtime_env().disk_manager),
+            self.staging_memory,
+        )
     }
 
     /// `(project, table)` that a table reference names, checking that the database is a project.
@@ -110,6 +178,24 @@ impl WriteJob {
         })
     }
 
+    /// The table `project.name` as it is in the write transaction, if it is still the one
+    /// read (`read`); `None` when it was dropped or replaced meanwhile.
+    fn still(
+        &self,
+        guard: &WriteGuard,
+        project: &str,
+        name: &str,
+        read: &TableRecord,
+    ) -> Result<Option<TableRecord>> {
+        let current = tables::get(
+            &guard.txn.open_table(tables::TABLES)?,
+            self.tenant,
+            project,
+            name,
+        )?;
+        Ok(current.filter(|record| record.id == read.id))
+    }
+
     /// Plans `expr` over the rows of `scan` for evaluation on stored chunks (with DataFusion's
     /// type coercion, so `id = 1.5` on an integer column works as in a query).
     fn physical(&self, expr: Expr, scan: &LogicalPlan) -> Result<Arc<dyn PhysicalExpr>> {
@@ -127,19 +213,32 @@ impl WriteJob {
         let mut stream =
             handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
         while let Some(batch) = handle.block_on(stream.next()) {
-            if self.cancelled.load(Ordering::SeqCst) {
-                return Err(Error::new(
-                    crate::ErrorKind::Unavailable,
-                    "The statement was cancelled before it committed; nothing was written",
-                ));
-            }
+            self.check_cancelled()?;
             sink(batch?)?;
         }
         Ok(())
     }
+
+    /// Staging for rows of the table `table` of `schema`.
+    pub(crate) fn staged(&self, table: &str, schema: SchemaRef) -> StagedRows {
+        StagedRows::new(table, schema, self.spool())
+    }
+
+    /// Stages every row of `plan` for the table `table` of `schema`.
+    fn stage(
+        &self,
+        handle: &Handle,
+        plan: &LogicalPlan,
+        table: &str,
+        schema: SchemaRef,
+    ) -> Result<StagedRows> {
+        let mut staged = StagedRows::new(table, schema, self.spool());
+        self.drain(handle, plan, |batch| staged.push(batch))?;
+        Ok(staged)
+    }
 }
 
-fn stored_target(dml: &DmlStatement) -> Result<tables::TableRecord> {
+fn stored_target(dml: &DmlStatement) -> Result<TableRecord> {
     let provider = datafusion::catalog::default_table_source::source_as_provider(&dml.target)?;
     provider
         .downcast_ref::<StoredTable>()
@@ -147,40 +246,44 @@ fn stored_target(dml: &DmlStatement) -> Result<tables::TableRecord> {
         .ok_or_else(|| Error::invalid(format!("Table '{}' is read-only", dml.table_name)))
 }
 
+/// Arrow's message names the VALUES column (`column1`), not the table: say which table.
+fn named_not_null(table: &TableReference, e: Error) -> Error {
+    if e.message().contains("non-nullable") {
+        let message = format!(
+            "NULL value violates a NOT NULL constraint of table '{table}': {}",
+            e.message()
+        );
+        Error::new(e.kind(), message)
+    } else {
+        e
+    }
+}
+
 /// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count.
-pub(crate) fn run_dml(
-    job: &WriteJob,
-    guard: WriteGuard,
-    handle: &Handle,
-    dml: DmlStatement,
-) -> Result<u64> {
+pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Result<Staged<u64>> {
     // Refuses writes outside projects with a message naming the database.
-    job.resolve(&dml.table_name)?;
-    let record = stored_target(&dml)?;
+    let (project, name) = job.resolve(&dml.table_name)?;
+    let read = stored_target(&dml)?;
+    let schema = job.snapshot.table_schema(read.id)?;
     let affected = match &dml.op {
         WriteOp::Insert(InsertOp::Append) | WriteOp::Insert(InsertOp::Overwrite) => {
+            let staged = job
+                .stage(handle, &dml.input, &read.name, schema)
+                .map_err(|e| named_not_null(&dml.table_name, e))?;
+            let rows = staged.rows();
+            let guard = job.lock(handle)?;
+            let Some(record) = job.still(&guard, &project, &name, &read)? else {
+                return Ok(Staged::TargetChanged);
+            };
             let mut writer = if matches!(dml.op, WriteOp::Insert(InsertOp::Overwrite)) {
                 TableWriter::replace(&guard.txn, job.tenant, record)?
             } else {
                 TableWriter::append(&guard.txn, job.tenant, record)?
             };
-            job.drain(handle, &dml.input, |batch| writer.push(batch))
-                .map_err(|e| {
-                    // Arrow's message names the VALUES column (`column1`), not the table.
-                    if e.message().contains("non-nullable") {
-                        let message = format!(
-                            "NULL value violates a NOT NULL constraint of table '{}': {}",
-                            dml.table_name,
-                            e.message()
-                        );
-                        Error::new(e.kind(), message)
-                    } else {
-                        e
-                    }
-                })?;
-            let n = writer.rows_written();
+            writer.push_staged(staged)?;
             writer.finish()?;
-            n
+            guard.commit()?;
+            return Ok(Staged::Done(rows));
         }
         WriteOp::Insert(InsertOp::Replace) => {
             return Err(Error::invalid(
@@ -194,33 +297,28 @@ pub(crate) fn run_dml(
                 let keep = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
-                let before = record.row_count;
-                let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
-                job.drain(handle, &keep, |batch| writer.push(batch))?;
-                let kept = writer.rows_written();
-                writer.finish()?;
-                before - kept
-            } else {
-                let hit = job.physical(predicate.is_true(), &scan)?;
-                let mut deleted = 0u64;
-                tables::rewrite_chunks(&guard.txn, job.tenant, record, |batch| {
-                    let hits = evaluate(&hit, &batch)?;
-                    let hits = hits.as_boolean();
-                    if hits.true_count() == 0 {
-                        return Ok(None);
-                    }
-                    deleted += hits.true_count() as u64;
-                    Ok(Some(filter_record_batch(&batch, &not(hits)?)?))
-                })?;
-                deleted
+                let staged = job.stage(handle, &keep, &read.name, schema)?;
+                let deleted = read.row_count - staged.rows();
+                return replace_if_unchanged(job, handle, &project, &name, &read, staged)
+                    .map(|done| done.map(|()| deleted));
             }
+            let hit = job.physical(predicate.is_true(), &scan)?;
+            let change = |batch: RecordBatch| {
+                let hits = evaluate(&hit, &batch)?;
+                let hits = hits.as_boolean();
+                if hits.true_count() == 0 {
+                    return Ok(None);
+                }
+                let kept = filter_record_batch(&batch, &not(hits)?)?;
+                Ok(Some((kept, hits.true_count() as u64)))
+            };
+            rewrite(job, handle, &project, &name, &read, change)?
         }
         WriteOp::Update => {
             let LogicalPlan::Projection(projection) = dml.input.as_ref() else {
                 return Err(Error::invalid("UPDATE: unexpected plan shape"));
             };
             let (predicate, scan) = split_filter(&projection.input)?;
-            let mut updated = 0u64;
             if has_subquery(&predicate) {
                 if predicate.is_volatile() {
                     return Err(Error::invalid(
@@ -233,55 +331,144 @@ pub(crate) fn run_dml(
                 let kept = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
-                let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
-                job.drain(handle, &kept, |batch| writer.push(batch))?;
-                job.drain(handle, &dml.input, |batch| {
-                    updated += batch.num_rows() as u64;
-                    writer.push(batch)
-                })?;
-                writer.finish()?;
-            } else {
-                // Chunk by chunk: chunks without a matching row stay as they are; in the others
-                // each column becomes CASE WHEN hit THEN new ELSE old.
-                let hit = predicate.is_true();
-                let mut columns = Vec::with_capacity(projection.expr.len());
-                for (i, new_value) in projection.expr.iter().enumerate() {
-                    let (qualifier, field) = scan.schema().qualified_field(i);
-                    let old = Expr::Column(Column::from((qualifier, field)));
-                    let new_value = new_value.clone().unalias();
-                    let value = if new_value == old {
-                        old
-                    } else {
-                        when(hit.clone(), new_value).otherwise(old)?
-                    };
-                    columns.push(job.physical(value, &scan)?);
-                }
-                let hit = job.physical(hit, &scan)?;
-                tables::rewrite_chunks(&guard.txn, job.tenant, record, |batch| {
-                    let hits = evaluate(&hit, &batch)?;
-                    let hits = hits.as_boolean().true_count();
-                    if hits == 0 {
-                        return Ok(None);
-                    }
-                    updated += hits as u64;
-                    let values = columns
-                        .iter()
-                        .map(|column| evaluate(column, &batch))
-                        .collect::<Result<Vec<_>>>()?;
-                    Ok(Some(RecordBatch::try_new(batch.schema(), values)?))
-                })?;
+                let mut staged = StagedRows::new(&read.name, schema, job.spool());
+                job.drain(handle, &kept, |batch| staged.push(batch))?;
+                let untouched = staged.rows();
+                job.drain(handle, &dml.input, |batch| staged.push(batch))?;
+                let updated = staged.rows() - untouched;
+                return replace_if_unchanged(job, handle, &project, &name, &read, staged)
+                    .map(|done| done.map(|()| updated));
             }
-            updated
+            // Chunk by chunk: chunks without a matching row stay as they are; in the others
+            // each column becomes CASE WHEN hit THEN new ELSE old.
+            let hit = predicate.is_true();
+            let mut columns = Vec::with_capacity(projection.expr.len());
+            for (i, new_value) in projection.expr.iter().enumerate() {
+                let (qualifier, field) = scan.schema().qualified_field(i);
+                let old = Expr::Column(Column::from((qualifier, field)));
+                let new_value = new_value.clone().unalias();
+                let value = if new_value == old {
+                    old
+                } else {
+                    when(hit.clone(), new_value).otherwise(old)?
+                };
+                columns.push(job.physical(value, &scan)?);
+            }
+            let hit = job.physical(hit, &scan)?;
+            let change = |batch: RecordBatch| {
+                let hits = evaluate(&hit, &batch)?;
+                let hits = hits.as_boolean().true_count();
+                if hits == 0 {
+                    return Ok(None);
+                }
+                let values = columns
+                    .iter()
+                    .map(|column| evaluate(column, &batch))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Some((
+                    RecordBatch::try_new(batch.schema(), values)?,
+                    hits as u64,
+                )))
+            };
+            rewrite(job, handle, &project, &name, &read, change)?
         }
         WriteOp::Truncate => {
+            let guard = job.lock(handle)?;
+            let Some(record) = job.still(&guard, &project, &name, &read)? else {
+                return Ok(Staged::TargetChanged);
+            };
             let n = record.row_count;
             TableWriter::replace(&guard.txn, job.tenant, record)?.finish()?;
-            n
+            guard.commit()?;
+            return Ok(Staged::Done(n));
         }
         other => return Err(Error::invalid(format!("{other} is not supported"))),
     };
-    guard.commit()?;
     Ok(affected)
+}
+
+/// Rewrites the chunks of `read` that `change` changes (returning their new rows and how many
+/// rows it affected), computed from the snapshot and applied if the table is unchanged; if it
+/// changed, computed again inside the write transaction, which sees the latest rows.
+fn rewrite(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    name: &str,
+    read: &TableRecord,
+    mut change: impl FnMut(RecordBatch) -> Result<Option<(RecordBatch, u64)>>,
+) -> Result<Staged<u64>> {
+    let mut affected = 0u64;
+    let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
+        Ok(change(batch)?.map(|(rows, hits)| {
+            affected += hits;
+            rows
+        }))
+    };
+    let planned = tables::plan_rewrite(&job.snapshot.txn, read, job.spool(), &mut counted)?;
+    let guard = job.lock(handle)?;
+    let Some(record) = job.still(&guard, project, name, read)? else {
+        return Ok(Staged::TargetChanged);
+    };
+    if planned.is_empty() {
+        // Nothing matched in the snapshot; the table may have rows now that would: recheck
+        // only if it changed.
+        if tables::chunk_order(&guard.txn.open_table(tables::CHUNK_ORDER)?, record.id)?
+            == tables::chunk_order(&job.snapshot.txn.open_table(tables::CHUNK_ORDER)?, read.id)?
+        {
+            return Ok(Staged::Done(0));
+        }
+    }
+    if !tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)? {
+        // Another write landed in between: the rewrite is computed again from what is there now.
+        affected = 0;
+        let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
+            Ok(change(batch)?.map(|(rows, hits)| {
+                affected += hits;
+                rows
+            }))
+        };
+        let again = tables::plan_rewrite(&guard.txn, &record, job.spool(), &mut counted)?;
+        let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
+        debug_assert!(applied, "a rewrite planned inside the transaction applies");
+    }
+    guard.commit()?;
+    Ok(Staged::Done(affected))
+}
+
+/// Replaces the rows of `read` with `staged` if the table is as it was read; otherwise the
+/// statement must run again under the lock (its rows were computed from an older state).
+fn replace_if_unchanged(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    name: &str,
+    read: &TableRecord,
+    staged: StagedRows,
+) -> Result<Staged<()>> {
+    let guard = job.lock(handle)?;
+    let Some(record) = job.still(&guard, project, name, read)? else {
+        return Ok(Staged::TargetChanged);
+    };
+    let before = tables::chunk_order(&job.snapshot.txn.open_table(tables::CHUNK_ORDER)?, read.id)?;
+    if tables::chunk_order(&guard.txn.open_table(tables::CHUNK_ORDER)?, record.id)? != before {
+        return Ok(Staged::TargetChanged);
+    }
+    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+    writer.push_staged(staged)?;
+    writer.finish()?;
+    guard.commit()?;
+    Ok(Staged::Done(()))
+}
+
+impl<T> Staged<T> {
+    /// The outcome with `f` applied to a finished write's value.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Staged<U> {
+        match self {
+            Staged::Done(value) => Staged::Done(f(value)),
+            Staged::TargetChanged => Staged::TargetChanged,
+        }
+    }
 }
 
 /// Evaluates a planned expression on a chunk's rows.
@@ -325,13 +512,13 @@ fn check_scan(plan: &LogicalPlan) -> Result<()> {
 }
 
 /// CREATE TABLE (with columns, or AS a query); returns the rows written when there was a query.
+/// A query's rows are staged before the lock is taken.
 pub(crate) fn create_table(
     job: &WriteJob,
-    guard: WriteGuard,
     handle: &Handle,
     create: CreateMemoryTable,
     hints: Option<Vec<NameHint>>,
-) -> Result<Option<u64>> {
+) -> Result<Staged<Option<u64>>> {
     let (project, name) = job.resolve(&create.name)?;
     if create.temporary {
         return Err(Error::invalid("TEMPORARY tables are not supported"));
@@ -365,10 +552,44 @@ pub(crate) fn create_table(
             }
         })
         .collect();
-    let schema = Schema::new(fields);
-    if job.snapshot.table(&project, &name)?.is_some() {
+    let schema = Arc::new(Schema::new(fields));
+    if job.snapshot.table(&project, &name)?.is_some() && create.if_not_exists {
+        return Ok(Staged::Done(None));
+    }
+    let staged = if from_query {
+        // The query's batches carry its own field names: give them the table's.
+        let target = Arc::clone(&schema);
+        let mut staged = StagedRows::new(&name, Arc::clone(&schema), job.spool());
+        job.drain(handle, &create.input, |batch| {
+            staged.push(RecordBatch::try_new(
+                Arc::clone(&target),
+                batch.columns().to_vec(),
+            )?)
+        })?;
+        Some(staged)
+    } else {
+        None
+    };
+    let guard = job.lock(handle)?;
+    // The project may have gone, or the name been taken, while the rows were computed.
+    if crate::projects::get(
+        &guard.txn.open_table(crate::projects::PROJECTS)?,
+        job.tenant,
+        &project,
+    )?
+    .is_none()
+    {
+        return Ok(Staged::TargetChanged);
+    }
+    let existing = tables::get(
+        &guard.txn.open_table(tables::TABLES)?,
+        job.tenant,
+        &project,
+        &name,
+    )?;
+    if existing.is_some() {
         if create.if_not_exists {
-            return Ok(None);
+            return Ok(Staged::Done(None));
         }
         if !create.or_replace {
             return Err(Error::conflict(format!(
@@ -379,29 +600,24 @@ pub(crate) fn create_table(
     }
     let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema)?;
     let mut affected = None;
-    if from_query {
+    if let Some(staged) = staged {
         let mut writer = TableWriter::append(&guard.txn, job.tenant, record)?;
-        let target = Arc::clone(writer.schema());
-        job.drain(handle, &create.input, |batch| {
-            writer.push(datafusion::arrow::record_batch::RecordBatch::try_new(
-                Arc::clone(&target),
-                batch.columns().to_vec(),
-            )?)
-        })?;
-        affected = Some(writer.rows_written());
+        affected = Some(staged.rows());
+        writer.push_staged(staged)?;
         writer.finish()?;
     }
     guard.commit()?;
-    Ok(affected)
+    Ok(Staged::Done(affected))
 }
 
 /// DROP TABLE [IF EXISTS]; `DROP TABLE files.t` removes an uploaded file, as in MindsDB.
-pub(crate) fn drop_table(job: &WriteJob, guard: WriteGuard, drop: DropTable) -> Result<()> {
+pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Result<()> {
     let (db, table) = job.split(&drop.name)?;
     let (project, name) = match job.snapshot.namespace(&db)? {
         Some(Namespace::Files) => (FILES_DB.to_string(), table),
         _ => job.resolve(&drop.name)?,
     };
+    let guard = job.lock(handle)?;
     if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
         return Err(Error::not_found(format!(
             "Table '{name}' not found in database: {project}"

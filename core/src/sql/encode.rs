@@ -54,9 +54,14 @@ impl WireFormat {
 }
 
 /// Encodes a whole result as the JSON document. An error met while reading the rows turns the
-/// document into an error document: a table is never sent half-read.
+/// document into an error document: a table is never sent half-read. So does a document that
+/// grows past the result's `document_limit` (its rows stop being read then).
 pub async fn encode_document(result: QueryResult) -> Vec<u8> {
-    let QueryResult { context, outcome } = result;
+    let QueryResult {
+        context,
+        outcome,
+        document_limit,
+    } = result;
     match outcome {
         Outcome::Table(TableResult {
             column_names,
@@ -64,10 +69,18 @@ pub async fn encode_document(result: QueryResult) -> Vec<u8> {
         }) => {
             let mut out = b"{\"type\":\"table\",\"data\":[".to_vec();
             let mut first = true;
+            let limit = document_limit.unwrap_or(u64::MAX);
             while let Some(batch) = stream.next().await {
                 match batch {
                     Ok(batch) => write_rows(&batch, &mut out, &mut first),
                     Err(e) => return error_item(&Error::from(e), &context),
+                }
+                if out.len() as u64 > limit {
+                    let error = Error::invalid(format!(
+                        "The result is larger than {} MiB, the most one JSON document may hold (query.max_document_mb); ask for response_format \"jsonlines\" or \"sse\", which stream it, or add a LIMIT",
+                        limit / (1024 * 1024)
+                    ));
+                    return error_item(&error, &context);
                 }
             }
             out.extend_from_slice(b"],\"column_names\":");
@@ -117,7 +130,9 @@ impl WireStream {
             StreamState::Pending(result) if self.format == WireFormat::Json => {
                 Some(encode_document(result).await)
             }
-            StreamState::Pending(QueryResult { context, outcome }) => match outcome {
+            StreamState::Pending(QueryResult {
+                context, outcome, ..
+            }) => match outcome {
                 Outcome::Table(mut table) => {
                     // The first batch is pulled before the header goes out, so a query that fails
                     // before producing rows answers with one error item, as MindsDB does.

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::execution::disk_manager::DiskManagerBuilder;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState};
@@ -63,6 +64,10 @@ pub struct QueryRequest {
     /// decimals, bytes), from the in-process fronts; not part of the wire format.
     #[serde(skip)]
     pub typed_params: HashMap<String, TypedParam>,
+    /// How long the statements may run: less than `query.statement_timeout_secs` if asked
+    /// (never more). The wire body's `timeout`, in seconds.
+    #[serde(skip)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
@@ -89,7 +94,8 @@ impl QueryRequest {
         }
     }
 
-    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format}`.
+    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format,
+    /// timeout}` (`timeout` in seconds, mindlite's own: at most the configured limit).
     /// Returns the request and the wire format asked for; anything malformed is an
     /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
     /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
@@ -148,13 +154,38 @@ impl QueryRequest {
                 ))
             }
         };
+        let timeout = match fields.remove("timeout") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(secs)) => match secs.as_f64() {
+                Some(secs) if secs > 0.0 && secs.is_finite() && secs <= 1e9 => {
+                    Some(std::time::Duration::from_secs_f64(secs))
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "'timeout' must be a positive number of seconds",
+                    ))
+                }
+            },
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'timeout' must be a positive number of seconds",
+                ))
+            }
+        };
         let request = QueryRequest {
             query,
             context: QueryContext { db, show_secrets },
             params,
             typed_params: HashMap::new(),
+            timeout,
         };
         Ok((request, format))
+    }
+
+    /// Limits how long the statements may run (to less than the configured limit, if any).
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Sets the current database (`context.db`).
@@ -211,6 +242,10 @@ pub struct QueryResult {
     pub context: ResultContext,
     /// The outcome of the last statement.
     pub outcome: Outcome,
+    /// The most bytes [`encode_document`](encode::encode_document) makes of it; a larger
+    /// result becomes an error document that points to the streaming formats. The engine sets
+    /// `query.max_document_mb`; `None` is no limit.
+    pub document_limit: Option<u64>,
 }
 
 /// A table, an ok with a row count, or an error: SQL failures are results, not transport errors.
@@ -271,7 +306,11 @@ pub(crate) struct SqlRunner {
     /// The engine's configuration (agents read the default model and their limits here).
     pub(crate) config: crate::Config,
     /// Connections to LLM providers, shared by every agent.
-    pub(crate) client: reqwest::Client,
+    pub(crate) client: crate::egress::HttpClient,
+    /// How outbound connections reach out (the egress policy) and what datasources may send.
+    pub(crate) net: datasources::Net,
+    /// Per-user caps on work running at once, and the limit on unauthenticated requests.
+    pub(crate) admission: Arc<crate::admission::Admission>,
     sessions: Arc<Sessions>,
     plans: PlanCache,
     default_project: String,
@@ -288,23 +327,37 @@ impl SqlRunner {
         };
         let memory = usize::try_from(config.query.memory_limit_mb.saturating_mul(1024 * 1024))
             .unwrap_or(usize::MAX);
-        // Operators that outgrow the pool spill to files in the OS temp directory.
+        // Operators that outgrow the pool spill to files in the OS temp directory, within
+        // `query.max_spill_mb` for all statements together (writes stage there too).
+        let disk =
+            DiskManagerBuilder::default().with_max_temp_directory_size(config.max_spill_bytes());
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
+            .with_disk_manager_builder(disk)
             .build_arc()?;
-        let client = crate::llm::client()?;
+        let net = datasources::Net::new(config)?;
+        let client = net
+            .egress
+            .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
         let connector = crate::llm::Connector {
             client: client.clone(),
             default: config.llm.clone(),
+            meter: crate::quotas::ModelCalls::new(&store, &config.hosted),
         };
         Ok(SqlRunner {
             store,
             config: config.clone(),
             client,
+            net: net.clone(),
+            admission: Arc::new(crate::admission::Admission::new(
+                &config.hosted,
+                config.unauthenticated_per_minute(),
+            )),
             sessions: Arc::new(Sessions::new(
                 runtime,
                 config.query.batch_size.max(1),
                 connector,
+                net.clone(),
             )),
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
@@ -317,7 +370,24 @@ impl SqlRunner {
         crate::llm::Connector {
             client: self.client.clone(),
             default: self.config.llm.clone(),
+            meter: crate::quotas::ModelCalls::new(&self.store, &self.config.hosted),
         }
+    }
+
+    /// A place for `work` by `tenant` under its plan's cap; `None` for the local tenant, which
+    /// has no plan.
+    pub(crate) fn admit(
+        &self,
+        tenant: TenantId,
+        work: crate::admission::Work,
+    ) -> Result<Option<crate::admission::Ticket>> {
+        if tenant == TenantId::LOCAL {
+            return Ok(None);
+        }
+        let plan = crate::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
+        self.admission
+            .admit(tenant, plan.as_deref(), work)
+            .map(Some)
     }
 
     /// The default project's name.
@@ -342,7 +412,11 @@ impl SqlRunner {
         if let Some(cached) = key.as_ref().and_then(|key| self.plans.get(key, generation)) {
             // A plan that cannot run again is planned afresh below.
             if let Ok(outcome) = self.run_cached(&cached) {
-                return QueryResult { context, outcome };
+                return QueryResult {
+                    context,
+                    outcome,
+                    document_limit: None,
+                };
             }
         }
         let outcome = match parse::parse(&request.query, &request.params, &request.typed_params) {
@@ -373,7 +447,11 @@ impl SqlRunner {
         if self.store.commits() != generation {
             self.plans.clear();
         }
-        QueryResult { context, outcome }
+        QueryResult {
+            context,
+            outcome,
+            document_limit: None,
+        }
     }
 
     fn run_cached(&self, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
@@ -401,12 +479,8 @@ impl SqlRunner {
                 name,
                 if_not_exists,
             } => {
-                let lock = self.store.lock_writes().await;
-                self.job(tenant, context)?
-                    .run(lock, move |_, guard, _| {
-                        projects::create(&guard.txn, tenant, &name, if_not_exists)?;
-                        guard.commit()
-                    })
+                self.store
+                    .write(move |txn| projects::create(txn, tenant, &name, if_not_exists))
                     .await?;
                 ok(None)
             }
@@ -418,7 +492,8 @@ impl SqlRunner {
             } => {
                 // Connecting takes a while: done before the writer lock is taken.
                 let edition = self.config.edition;
-                let (engine, parameters) = datasources::check(&engine, parameters, edition).await?;
+                let (engine, parameters) =
+                    datasources::check(&engine, parameters, edition, &self.net).await?;
                 let hosted = self.config.hosted.clone();
                 self.store
                     .write(move |txn| {
@@ -447,7 +522,8 @@ impl SqlRunner {
                 drop(snapshot);
                 let parameters = datasources::changed_parameters(&source, &parameters);
                 let (_, parameters) =
-                    datasources::check(&source.engine, parameters, self.config.edition).await?;
+                    datasources::check(&source.engine, parameters, self.config.edition, &self.net)
+                        .await?;
                 self.store
                     .write(move |txn| {
                         datasources::set_parameters(txn, tenant, &source.name, parameters)
@@ -456,19 +532,17 @@ impl SqlRunner {
                 ok(None)
             }
             Command::DropProject { name, if_exists } => {
-                let lock = self.store.lock_writes().await;
                 let default = self.default_project.clone();
-                self.job(tenant, context)?
-                    .run(lock, move |_, guard, _| {
-                        if datasources::remove(&guard.txn, tenant, &name)? {
+                self.store
+                    .write(move |txn| {
+                        if datasources::remove(txn, tenant, &name)? {
                             // A datasource keeps nothing here but its record.
-                        } else if projects::remove(&guard.txn, tenant, &name, if_exists, &default)?
-                        {
-                            tables::drop_all(&guard.txn, tenant, &name)?;
-                            agents::drop_all(&guard.txn, tenant, &name)?;
-                            crate::models::drop_all(&guard.txn, tenant, &name)?;
+                        } else if projects::remove(txn, tenant, &name, if_exists, &default)? {
+                            tables::drop_all(txn, tenant, &name)?;
+                            agents::drop_all(txn, tenant, &name)?;
+                            crate::models::drop_all(txn, tenant, &name)?;
                         }
-                        guard.commit()
+                        Ok(())
                     })
                     .await?;
                 ok(None)
@@ -534,7 +608,10 @@ impl SqlRunner {
                     ),
                     Some(Namespace::Datasource(source)) => {
                         drop(snapshot);
-                        (source.connection()?.table_names().await?, "BASE TABLE")
+                        (
+                            source.connection(&self.net)?.table_names().await?,
+                            "BASE TABLE",
+                        )
                     }
                 };
                 let header = format!("Tables_in_{db}");
@@ -558,10 +635,10 @@ impl SqlRunner {
             } => {
                 let project = project.unwrap_or_else(|| context.db.clone());
                 spec.insert("name".into(), name.into());
-                let llm = self.config.llm.clone();
+                let (llm, egress) = (self.config.llm.clone(), self.net.egress.clone());
                 self.store
                     .write(move |txn| {
-                        agents::create(txn, tenant, &project, &spec, &llm, if_not_exists)
+                        agents::create(txn, tenant, &project, &spec, &llm, if_not_exists, &egress)
                     })
                     .await?;
                 ok(None)
@@ -572,8 +649,9 @@ impl SqlRunner {
                 spec,
             } => {
                 let project = project.unwrap_or_else(|| context.db.clone());
+                let egress = self.net.egress.clone();
                 self.store
-                    .write(move |txn| agents::update(txn, tenant, &project, &name, &spec))
+                    .write(move |txn| agents::update(txn, tenant, &project, &name, &spec, &egress))
                     .await?;
                 ok(None)
             }
@@ -665,7 +743,8 @@ impl SqlRunner {
                 .try_with_sql(&sql)
                 .and_then(|mut p| p.parse_statement())
                 .map_err(|e| Error::invalid(e.to_string()))?;
-                self.execute_sql(tenant, context, statement, None).await
+                self.execute_sql(tenant, context, statement, None, false)
+                    .await
             }
             Command::Sql(mut statement) => {
                 if self
@@ -673,31 +752,57 @@ impl SqlRunner {
                     .await?
                 {
                     // The answer is spliced into the statement: never reuse its plan.
-                    return self.execute_sql(tenant, context, *statement, None).await;
+                    return self
+                        .execute_sql(tenant, context, *statement, None, false)
+                        .await;
                 }
-                self.execute_sql(tenant, context, *statement, cache).await
+                self.execute_sql(tenant, context, *statement, cache, false)
+                    .await
             }
         }
     }
 
-    fn job(&self, tenant: TenantId, context: &ResultContext) -> Result<dml::WriteJob> {
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+    /// A write's job over `snapshot` (a fresh one when `None`); `held` is the writer lock
+    /// when it was taken before the snapshot.
+    fn job(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        snapshot: Option<Arc<Snapshot>>,
+        held: Option<crate::store::WriteLock>,
+    ) -> Result<dml::WriteJob> {
+        let snapshot = match snapshot {
+            Some(snapshot) => snapshot,
+            None => Snapshot::new(Arc::clone(&self.store), tenant)?,
+        };
         Ok(dml::WriteJob {
             store: Arc::clone(&self.store),
-            state: self.session(Arc::clone(&snapshot), &context.db, 1),
+            state: self.session(Arc::clone(&snapshot), db, 1),
             snapshot,
             tenant,
-            db: context.db.clone(),
+            db: db.to_string(),
             cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            held: parking_lot::Mutex::new(held),
+            staging_memory: usize::try_from(
+                self.config
+                    .query
+                    .staging_memory_mb
+                    .saturating_mul(1024 * 1024),
+            )
+            .unwrap_or(usize::MAX),
         })
     }
 
+    /// Plans and runs one SQL statement. A write into the store computes its rows before it
+    /// takes the writer lock (see `dml`); `pessimistic` takes the lock first instead, which is
+    /// how a write runs again when another write changed its target in between.
     async fn execute_sql(
         &self,
         tenant: TenantId,
         context: &mut ResultContext,
         statement: Statement,
         cache: Option<(PlanKey, u64)>,
+        pessimistic: bool,
     ) -> Result<Outcome> {
         let hints = names::hints(&statement);
         let writes = matches!(
@@ -716,8 +821,9 @@ impl SqlRunner {
             true => self.remote_write(tenant, &statement, &context.db)?,
             false => None,
         };
-        // A write takes the writer lock before its snapshot, so what it read is what it replaces.
-        let lock = if writes && remote.is_none() {
+        let local_write = writes && remote.is_none();
+        let again = (local_write && !pessimistic).then(|| statement.clone());
+        let held = if local_write && pessimistic {
             Some(self.store.lock_writes().await)
         } else {
             None
@@ -754,44 +860,65 @@ impl SqlRunner {
             tenant,
             db: context.db.clone(),
             cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            held: parking_lot::Mutex::new(held),
+            staging_memory: usize::try_from(
+                self.config
+                    .query
+                    .staging_memory_mb
+                    .saturating_mul(1024 * 1024),
+            )
+            .unwrap_or(usize::MAX),
         };
-        match (plan, lock) {
-            (LogicalPlan::Dml(statement), Some(lock)) => {
-                let n = job(state)
-                    .run(lock, move |job, guard, handle| {
-                        dml::run_dml(job, guard, handle, statement)
-                    })
-                    .await?;
-                Ok(Outcome::Ok {
-                    affected_rows: Some(n),
-                })
-            }
-            (LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)), Some(lock)) => {
-                let n = job(state)
-                    .run(lock, move |job, guard, handle| {
-                        dml::create_table(job, guard, handle, create, hints)
-                    })
-                    .await?;
-                Ok(Outcome::Ok { affected_rows: n })
-            }
-            (LogicalPlan::Ddl(DdlStatement::DropTable(drop)), Some(lock)) => {
+        let staged = match plan {
+            LogicalPlan::Dml(statement) if local_write => job(state)
+                .run(move |job, handle| dml::run_dml(job, handle, statement))
+                .await?
+                .map(Some),
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if local_write => {
                 job(state)
-                    .run(lock, move |job, guard, _| dml::drop_table(job, guard, drop))
-                    .await?;
-                Ok(Outcome::Ok {
-                    affected_rows: None,
-                })
+                    .run(move |job, handle| dml::create_table(job, handle, create, hints))
+                    .await?
             }
-            (LogicalPlan::Ddl(ddl), _) => Err(Error::invalid(format!(
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) if local_write => {
+                job(state)
+                    .run(move |job, handle| dml::drop_table(job, handle, drop))
+                    .await?;
+                dml::Staged::Done(None)
+            }
+            other => return self.execute_plan(other, state, hints, cache).await,
+        };
+        match (staged, again) {
+            (dml::Staged::Done(affected_rows), _) => Ok(Outcome::Ok { affected_rows }),
+            // Its target changed while its rows were computed: again, holding the lock.
+            (dml::Staged::TargetChanged, Some(statement)) => {
+                Box::pin(self.execute_sql(tenant, context, statement, None, true)).await
+            }
+            (dml::Staged::TargetChanged, None) => Err(Error::internal(
+                "a write's target changed while the writer lock was held",
+            )),
+        }
+    }
+
+    /// Runs a plan that is not a write into the store: a query (its rows as a stream), or a
+    /// statement that is refused.
+    async fn execute_plan(
+        &self,
+        plan: LogicalPlan,
+        state: Session,
+        hints: Option<Vec<names::NameHint>>,
+        cache: Option<(PlanKey, u64)>,
+    ) -> Result<Outcome> {
+        match plan {
+            LogicalPlan::Ddl(ddl) => Err(Error::invalid(format!(
                 "{} is not supported yet",
                 ddl.name()
             ))),
-            (LogicalPlan::Statement(s), _) => Err(Error::invalid(format!(
+            LogicalPlan::Statement(s) => Err(Error::invalid(format!(
                 "{} is not supported: every statement commits on its own",
                 s.name()
             ))),
-            (LogicalPlan::Copy(_), _) => Err(Error::invalid("COPY is not supported")),
-            (plan, _) => {
+            LogicalPlan::Copy(_) => Err(Error::invalid("COPY is not supported")),
+            plan => {
                 let repeatable = cache.is_some() && plan_cache::is_repeatable(&plan);
                 let physical = state.create_physical_plan(&plan).await?;
                 let column_names =
@@ -871,7 +998,7 @@ impl SqlRunner {
         plan: LogicalPlan,
         target: RemoteWrite,
     ) -> Result<Outcome> {
-        let connection = target.source.connection()?;
+        let connection = target.source.connection(&self.net)?;
         let settings = connection.writable(&target.table)?;
         let (input, existing) = match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
@@ -924,34 +1051,30 @@ impl SqlRunner {
             LoadTarget::Project(&db),
             table,
             schema,
-            batches,
+            Box::new(move |sink| batches.into_iter().try_for_each(sink)),
             mode,
         )
         .await
     }
 
-    /// Loads into the table `table` of a project, or an uploaded file, as
-    /// [`SqlRunner::load`] describes.
+    /// Loads the batches `rows` hands on into the table `table` of a project, or an uploaded
+    /// file, as [`SqlRunner::load`] describes. The rows are read and staged (on a blocking
+    /// thread, so `rows` may parse as it goes) before the writer lock is taken; a table
+    /// replaced or dropped meanwhile is an error, and nothing is written.
     pub(crate) async fn load_into(
         &self,
         tenant: TenantId,
         target: LoadTarget<'_>,
         table: &str,
         schema: SchemaRef,
-        batches: Vec<RecordBatch>,
+        rows: BatchSource,
         mode: LoadMode,
     ) -> Result<u64> {
-        // The database is resolved under the write lock, so it cannot be dropped meanwhile.
-        let lock = self.store.lock_writes().await;
         let (db, files) = match target {
             LoadTarget::Project(db) => (db, false),
             LoadTarget::File => (FILES_DB, true),
         };
-        let context = ResultContext {
-            show_secrets: false,
-            db: db.to_ascii_lowercase(),
-        };
-        let job = self.job(tenant, &context)?;
+        let job = self.job(tenant, &db.to_ascii_lowercase(), None, None)?;
         let project = match job.snapshot.namespace(db)? {
             Some(Namespace::Project(p)) if !files => p.name,
             Some(Namespace::Files) if files => FILES_DB.to_string(),
@@ -962,17 +1085,59 @@ impl SqlRunner {
             }
             None => return Err(Error::not_found(format!("Database '{db}' not found"))),
         };
-        let existing = job.snapshot.table(&project, table)?;
-        let (table, mode) = (table.to_string(), mode);
+        if mode != LoadMode::Append {
+            projects::validate_name("table", table)?;
+        }
+        let read = job.snapshot.table(&project, table)?;
+        let staged_schema = match (&read, mode) {
+            (Some(record), LoadMode::Append) => job.snapshot.table_schema(record.id)?,
+            (None, LoadMode::Append) => {
+                return Err(Error::not_found(format!(
+                    "Table '{table}' not found in database: {project}"
+                )))
+            }
+            (Some(_), LoadMode::Create) => {
+                return Err(Error::conflict(format!(
+                    "Table '{table}' already exists in database: {project}"
+                )))
+            }
+            (_, LoadMode::Create | LoadMode::Replace) => Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        f.as_ref()
+                            .clone()
+                            .with_data_type(stored_type(f.data_type()))
+                    })
+                    .collect::<Vec<Field>>(),
+            )),
+        };
+        let table = table.to_string();
         let loaded = job
-            .run(lock, move |job, guard, _| {
-                let record = match (existing, mode) {
-                    (Some(record), LoadMode::Append) => record,
-                    (None, LoadMode::Append) => {
-                        return Err(Error::not_found(format!(
-                            "Table '{table}' not found in database: {project}"
-                        )))
+            .run(move |job, handle| {
+                let mut staged = job.staged(&table, Arc::clone(&staged_schema));
+                rows(&mut |batch| {
+                    job.check_cancelled()?;
+                    staged.push(batch)
+                })?;
+                let rows = staged.rows();
+                let guard = job.lock(handle)?;
+                let current =
+                    tables::get(&guard.txn.open_table(tables::TABLES)?, job.tenant, &project, &table)?;
+                let changed = || {
+                    Error::conflict(format!(
+                        "Table '{table}' in database {project} changed while the rows were read; nothing was written"
+                    ))
+                };
+                let record = match (current, mode) {
+                    (Some(record), LoadMode::Append) => {
+                        if read.as_ref().is_none_or(|r| r.id != record.id) {
+                            return Err(changed());
+                        }
+                        record
                     }
+                    (None, LoadMode::Append) => return Err(changed()),
                     (Some(_), LoadMode::Create) => {
                         return Err(Error::conflict(format!(
                             "Table '{table}' already exists in database: {project}"
@@ -982,32 +1147,17 @@ impl SqlRunner {
                         if existing.is_some() {
                             tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
                         }
-                        let fields: Vec<Field> = schema
-                            .fields()
-                            .iter()
-                            .map(|f| {
-                                f.as_ref()
-                                    .clone()
-                                    .with_data_type(stored_type(f.data_type()))
-                            })
-                            .collect();
-                        tables::create(
-                            &guard.txn,
-                            job.tenant,
-                            &project,
-                            &table,
-                            &Schema::new(fields),
-                        )?
+                        if !files && projects::get(&guard.txn.open_table(projects::PROJECTS)?, job.tenant, &project)?.is_none() {
+                            return Err(Error::not_found(format!("Database '{project}' not found")));
+                        }
+                        tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema)?
                     }
                 };
                 let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
-                for batch in batches {
-                    writer.push(batch)?;
-                }
-                let n = writer.rows_written();
+                writer.push_staged(staged)?;
                 writer.finish()?;
                 guard.commit()?;
-                Ok(n)
+                Ok(rows)
             })
             .await;
         self.plans.clear();
@@ -1066,6 +1216,11 @@ impl SqlRunner {
         error
     }
 }
+
+/// Batches to load, handed to the sink one at a time as they are read (an upload parses its
+/// file as it goes); the sink's error stops the reading.
+pub(crate) type BatchSource =
+    Box<dyn FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> + Send>;
 
 /// Where [`SqlRunner::load_into`] writes.
 #[derive(Debug, Clone, Copy)]

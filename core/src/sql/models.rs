@@ -42,6 +42,8 @@ impl SqlRunner {
             ));
         };
         let engine = models::engine_of(&using)?;
+        self.check_llm_url(&using)?;
+        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
         // An LLM model reads no rows; a FROM given to one is recorded and not run.
         let (job, (data_db, query)) = if engine == openai::ENGINE {
             (self.prompt_job(), from.unwrap_or_default())
@@ -71,8 +73,22 @@ impl SqlRunner {
                 affected_rows: None,
             });
         };
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job);
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
         table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// Refuses an LLM model's `base_url` (or `api_base`) that writes an address the egress
+    /// policy refuses, when the statement runs; names are checked at every call.
+    fn check_llm_url(&self, using: &Map<String, Value>) -> Result<()> {
+        for key in ["base_url", "api_base"] {
+            if let Some(url) = using.get(key).and_then(Value::as_str) {
+                self.net
+                    .egress
+                    .check_url_text(url)
+                    .map_err(|e| Error::new(e.kind(), format!("'{key}' was {}", e.message())))?;
+            }
+        }
+        Ok(())
     }
 
     /// `RETRAIN` / `FINETUNE`: answers with the new version's info row.
@@ -109,6 +125,8 @@ impl SqlRunner {
             .rfind(|m| m.name.eq_ignore_ascii_case(&name))
             .ok_or_else(|| models::model_missing(&project, &name))?;
         drop(snapshot);
+        self.check_llm_url(&using)?;
+        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
         let job = if latest.is_prompted() {
             self.prompt_job()
         } else {
@@ -124,7 +142,7 @@ impl SqlRunner {
             .store
             .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
             .await?;
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job);
+        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
         Ok(model)
     }
 

@@ -31,6 +31,8 @@ use crate::models::{ModelVersion, Scorer};
 #[derive(Debug)]
 pub(crate) struct PredictModel {
     pub(crate) model: ModelVersion,
+    /// Whose model it is: an LLM model's calls count against this tenant's plan.
+    pub(crate) tenant: crate::tenant::TenantId,
     /// The model's columns (inputs and target) with every column nullable.
     pub(crate) schema: SchemaRef,
     pub(crate) scorer: Scorer,
@@ -52,6 +54,12 @@ impl PredictModel {
             .ok_or_else(|| {
                 Error::internal(format!("the model's columns do not include '{target}'"))
             })?;
+        if matches!(self.scorer, Scorer::Prompted(_)) {
+            // One provider call per row, counted before any is made.
+            llm.meter
+                .take(self.tenant, inputs.num_rows() as u64)
+                .await?;
+        }
         let predicted = self.scorer.predict(&inputs, llm).await?;
         let mut columns = inputs.columns().to_vec();
         columns[index] = cast(&predicted, schema.field(index).data_type())?;

@@ -17,16 +17,26 @@ use super::{encode, names, order, SqlRunner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
 
-/// The tables an agent may read: `(db, table)` pairs, lower case, `*` for every table of `db`.
+/// The tables an agent may read: `(db, table)` pairs, the database in lower case, the table as
+/// its entry named it (see `agents::split_entry`), `*` for every table of `db`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Allowed(pub(crate) Vec<(String, String)>);
 
 impl Allowed {
-    fn permits(&self, db: &str, table: &str) -> bool {
-        let (db, table) = (db.to_ascii_lowercase(), table.to_ascii_lowercase());
-        self.0
-            .iter()
-            .any(|(d, t)| *d == db && (t == "*" || *t == table))
+    /// Whether `db.table` may be read. `exact` compares table names as they are written (a
+    /// datasource's, whose server tells `orders` from `Orders`); otherwise case is ignored, as
+    /// for tables stored here.
+    fn permits(&self, db: &str, table: &str, exact: bool) -> bool {
+        let db = db.to_ascii_lowercase();
+        self.0.iter().any(|(d, t)| {
+            *d == db
+                && (t == "*"
+                    || if exact {
+                        t == table
+                    } else {
+                        t.eq_ignore_ascii_case(table)
+                    })
+        })
     }
 }
 
@@ -82,9 +92,9 @@ impl SqlRunner {
                 Some(Namespace::Project(project)) => project.name,
                 Some(Namespace::Files) => super::FILES_DB.to_string(),
                 Some(Namespace::Datasource(source)) => {
-                    let connection = source.connection()?;
+                    let connection = source.connection(&self.net)?;
                     for table in connection.table_names().await? {
-                        if !allowed.permits(&db, &table) {
+                        if !allowed.permits(&db, &table, true) {
                             continue;
                         }
                         let Some(schema) = connection.table_schema(&table).await? else {
@@ -106,7 +116,7 @@ impl SqlRunner {
             };
             let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
             for table in snapshot.tables(&holder)? {
-                if !allowed.permits(&db, &table.name) {
+                if !allowed.permits(&db, &table.name, false) {
                     continue;
                 }
                 let schema = snapshot.table_schema(table.id)?;
@@ -156,6 +166,16 @@ impl SqlRunner {
         allowed: &Allowed,
         row_limit: usize,
     ) -> Result<ToolRows> {
+        // Tables of datasources are named as their servers name them: case counts.
+        let remote: std::collections::HashSet<String> = {
+            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+            snapshot
+                .datasources()?
+                .into_iter()
+                .map(|source| source.name.to_ascii_lowercase())
+                .collect()
+        };
+        let exact = |schema: &str| remote.contains(&schema.to_ascii_lowercase());
         let mut query = self
             .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
                 // A native query is text the datasource runs as written: never an agent's.
@@ -164,7 +184,7 @@ impl SqlRunner {
                         "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
                     )))
                 }
-                Some((schema, table)) if allowed.permits(schema, table) => Ok(()),
+                Some((schema, table)) if allowed.permits(schema, table, exact(schema)) => Ok(()),
                 Some((schema, table)) => Err(refused(format!(
                     "'{schema}.{table}' is not one of this agent's tables"
                 ))),
@@ -250,5 +270,33 @@ impl SqlRunner {
             column_types,
             stream: order::execute(physical, state.task_ctx())?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Allowed;
+    use crate::agents::split_entry;
+
+    fn allowed(entries: &[&str]) -> Allowed {
+        Allowed(entries.iter().filter_map(|e| split_entry(e)).collect())
+    }
+
+    #[test]
+    fn remote_names_compare_as_the_remote_database_compares_them() {
+        let grants = allowed(&["pg.orders", "PG.\"Invoices\"", "mindsdb.Sales"]);
+        // A datasource's tables: exact, as PostgreSQL folds unquoted names to lower case.
+        assert!(grants.permits("pg", "orders", true));
+        assert!(
+            !grants.permits("pg", "Orders", true),
+            "pg.\"Orders\" is another table"
+        );
+        assert!(grants.permits("pg", "Invoices", true));
+        assert!(!grants.permits("pg", "invoices", true));
+        // Stored tables: names are case-insensitive here.
+        assert!(grants.permits("mindsdb", "SALES", false));
+        assert!(grants.permits("MindsDB", "sales", false));
+        let all = allowed(&["pg.*"]);
+        assert!(all.permits("pg", "Anything", true));
     }
 }

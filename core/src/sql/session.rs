@@ -23,6 +23,8 @@ const MAX_IDLE: usize = 16;
 /// The pool of session states.
 pub(crate) struct Sessions {
     base: SessionState,
+    /// How datasources are reached, handed to every request's catalog.
+    net: crate::datasources::Net,
     idle: Mutex<Vec<SessionState>>,
     /// Shared by every execution: its settings (batch size, memory pool) are the engine's,
     /// and building one per query copies all function maps again.
@@ -31,8 +33,13 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     /// A pool whose states run with `batch_size` on `runtime`; LLM models call through
-    /// `connector`, which the states carry as a config extension.
-    pub(crate) fn new(runtime: Arc<RuntimeEnv>, batch_size: usize, connector: Connector) -> Self {
+    /// `connector`, which the states carry as a config extension; datasources through `net`.
+    pub(crate) fn new(
+        runtime: Arc<RuntimeEnv>,
+        batch_size: usize,
+        connector: Connector,
+        net: crate::datasources::Net,
+    ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
             .with_batch_size(batch_size)
@@ -54,6 +61,7 @@ impl Sessions {
             task_ctx: base.task_ctx(),
             idle: Mutex::new(Vec::new()),
             base,
+            net,
         }
     }
 
@@ -72,6 +80,7 @@ impl Sessions {
         options.catalog.default_schema = db.to_ascii_lowercase();
         state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(TenantCatalog {
             snapshot,
+            net: self.net.clone(),
         })))));
         state.mark_start_execution();
         Session {

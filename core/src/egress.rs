@@ -1,0 +1,883 @@
+//! Where the engine may connect. Every outbound connection (LLM providers, callback receivers,
+//! PostgreSQL, anything added later) goes through [`Egress`]: the host is resolved here and every
+//! address it resolves to is checked when the connection is made, so a URL whose text looks
+//! harmless (a name that resolves to 127.0.0.1, a rebinding DNS server, `[::ffff:10.0.0.1]`,
+//! `http://2130706433/`) cannot reach the operator's network. HTTP clients follow no redirects
+//! and use no proxy, so the address checked is the address connected to.
+//!
+//! The policy: addresses on the `deny` list are always refused; addresses and names on the
+//! `allow` list (and the configured LLM endpoint) are reachable; internal addresses (loopback,
+//! private, link-local, CGNAT, unique-local, multicast, unspecified, reserved, and IPv6 forms
+//! that embed an IPv4 address) are refused when `deny_internal` is on (the hosted edition's
+//! default); everything else is reachable.
+//!
+//! What a refusal says names the host as the caller wrote it, never the address a name resolved
+//! to: that would map the operator's network for whoever asked.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+
+/// How long a name may take to resolve.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Characters of an outside party's text (an error body, a server message) shown at most.
+pub(crate) const EXCERPT_CHARS: usize = 300;
+
+/// A network: an address and how many leading bits of it count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Net {
+    addr: IpAddr,
+    bits: u8,
+}
+
+impl Net {
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, canonical(ip)) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_matches(
+                u128::from(u32::from(net)) << 96,
+                u128::from(u32::from(ip)) << 96,
+                self.bits,
+            ),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_matches(u128::from(net), u128::from(ip), self.bits)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn prefix_matches(a: u128, b: u128, bits: u8) -> bool {
+    if bits == 0 {
+        return true;
+    }
+    let mask = u128::MAX << (128 - u32::from(bits));
+    a & mask == b & mask
+}
+
+/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// What one `allow` or `deny` entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Net(Net),
+    /// A host name, lower case, without a trailing dot.
+    Host(String),
+}
+
+/// One `allow` or `deny` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rule {
+    target: Target,
+    /// Only this port, when given (addresses only).
+    port: Option<u16>,
+}
+
+/// The entries of `egress.allow` or `egress.deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rules(Vec<Rule>);
+
+impl Rules {
+    /// Reads the entries of the config key `key`; an entry that is neither a network, an
+    /// address (with or without a port) nor a host name is an error naming it.
+    pub(crate) fn parse(entries: &[String], key: &str) -> Result<Rules> {
+        entries
+            .iter()
+            .map(|entry| {
+                parse_rule(entry.trim()).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{key}: '{entry}' is not a network (10.0.0.0/8), an address (127.0.0.1, \
+                         [::1]:8080) or a host name (llm.internal)"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Rules)
+    }
+
+    /// Whether an entry covers the address `ip` on `port`. `None` as the port means it is not
+    /// known (a name being resolved): then an entry with a port matches only if `unknown_matches`
+    /// (a deny list errs on refusing, an allow list on not allowing).
+    fn covers(&self, ip: IpAddr, port: Option<u16>, unknown_matches: bool) -> bool {
+        self.0.iter().any(|rule| match &rule.target {
+            Target::Net(net) => {
+                net.contains(ip)
+                    && match (rule.port, port) {
+                        (None, _) => true,
+                        (Some(_), None) => unknown_matches,
+                        (Some(wanted), Some(port)) => wanted == port,
+                    }
+            }
+            Target::Host(_) => false,
+        })
+    }
+
+    /// Whether an entry names the host `name`.
+    fn names(&self, name: &str) -> bool {
+        let name = normal_name(name);
+        self.0
+            .iter()
+            .any(|rule| matches!(&rule.target, Target::Host(host) if *host == name))
+    }
+}
+
+fn normal_name(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+fn parse_rule(entry: &str) -> Option<Rule> {
+    if entry.is_empty() {
+        return None;
+    }
+    if let Some((addr, bits)) = entry.split_once('/') {
+        let addr: IpAddr = addr.parse().ok()?;
+        let bits: u8 = bits.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        return (bits <= max).then_some(Rule {
+            target: Target::Net(Net {
+                addr: canonical(addr),
+                bits: if addr.is_ipv4() || canonical(addr).is_ipv6() {
+                    bits
+                } else {
+                    bits.saturating_sub(96)
+                },
+            }),
+            port: None,
+        });
+    }
+    let host = |addr: IpAddr, port| Rule {
+        target: Target::Net(Net {
+            addr: canonical(addr),
+            bits: if canonical(addr).is_ipv4() { 32 } else { 128 },
+        }),
+        port,
+    };
+    if let Ok(addr) = entry.parse::<IpAddr>() {
+        return Some(host(addr, None));
+    }
+    if let Ok(socket) = entry.parse::<SocketAddr>() {
+        return Some(host(socket.ip(), Some(socket.port())));
+    }
+    // A host name: letters, digits, '-' and '.', as DNS names are written (no port: a name is
+    // checked while it is resolved, where the port is not known).
+    let valid = entry.len() <= 253
+        && entry
+            .split('.')
+            .filter(|label| !label.is_empty())
+            .all(|label| {
+                label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            })
+        && entry.bytes().any(|b| b.is_ascii_alphabetic());
+    valid.then(|| Rule {
+        target: Target::Host(normal_name(entry)),
+        port: None,
+    })
+}
+
+/// Why an address is internal, if it is: the range it falls in.
+fn internal_range(ip: IpAddr) -> Option<&'static str> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => internal_v4(v4),
+        IpAddr::V6(v6) => internal_v6(v6),
+    }
+}
+
+fn internal_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    Some(match (a, b, c) {
+        (0, _, _) => "an unspecified ('this network') address",
+        (10, _, _) | (172, 16..=31, _) | (192, 168, _) => "a private address",
+        (100, 64..=127, _) => "a carrier-grade NAT address",
+        (127, _, _) => "a loopback address",
+        (169, 254, _) => "a link-local address",
+        (192, 0, 0) => "an IETF protocol address",
+        (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "a documentation address",
+        (198, 18..=19, _) => "a benchmarking address",
+        (224..=239, _, _) => "a multicast address",
+        (240..=255, _, _) => "a reserved address",
+        _ => return None,
+    })
+}
+
+fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let segments = ip.segments();
+    let embedded = |high: u32| {
+        let bits = u128::from(ip);
+        Ipv4Addr::from(((bits >> (128 - high - 32)) & 0xffff_ffff) as u32)
+    };
+    if ip.is_unspecified() {
+        return Some("an unspecified address");
+    }
+    if ip.is_loopback() {
+        return Some("a loopback address");
+    }
+    match segments {
+        // IPv4-compatible (deprecated): the last 32 bits are an IPv4 address.
+        [0, 0, 0, 0, 0, 0, _, _] => internal_v4(embedded(96)).or(Some("a reserved address")),
+        // NAT64 (RFC 6052): the well-known prefix reaches the IPv4 address it embeds.
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => internal_v4(embedded(96)),
+        [0x64, 0xff9b, 1, ..] => Some("a local NAT64 address"),
+        // 6to4: bits 16..48 are the IPv4 address of the relay's far side.
+        [0x2002, ..] => internal_v4(embedded(16)),
+        // Teredo tunnels to an IPv4 address hidden in the suffix.
+        [0x2001, 0, ..] => Some("a Teredo tunnel address"),
+        [0x2001, 0xdb8, ..] => Some("a documentation address"),
+        [0x100, 0, 0, 0, ..] => Some("a discard-only address"),
+        [first, ..] if first & 0xfe00 == 0xfc00 => Some("a unique-local address"),
+        [first, ..] if first & 0xffc0 == 0xfe80 => Some("a link-local address"),
+        [first, ..] if first & 0xffc0 == 0xfec0 => Some("a site-local address"),
+        [first, ..] if first & 0xff00 == 0xff00 => Some("a multicast address"),
+        _ => None,
+    }
+}
+
+/// The policy one engine connects under.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    deny_internal: bool,
+    allow: Rules,
+    deny: Rules,
+}
+
+/// Why a connection was refused; found in error chains by [`refusal_in`].
+#[derive(Debug, Clone)]
+pub(crate) struct Refused(String);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl From<Refused> for Error {
+    fn from(refused: Refused) -> Error {
+        Error::new(ErrorKind::Forbidden, refused.0)
+    }
+}
+
+impl Policy {
+    /// The policy `config` describes; the configured LLM endpoint's host is always reachable.
+    pub(crate) fn from_config(config: &Config) -> Result<Policy> {
+        let mut allow = Rules::parse(&config.egress.allow, "egress.allow")?;
+        if let Ok(url) = reqwest::Url::parse(&config.llm.base_url) {
+            let port = url.port_or_known_default();
+            match url.host() {
+                Some(url::Host::Ipv4(v4)) => allow.0.push(address_rule(IpAddr::V4(v4), port)),
+                Some(url::Host::Ipv6(v6)) => allow.0.push(address_rule(IpAddr::V6(v6), port)),
+                Some(url::Host::Domain(name)) => allow.0.push(Rule {
+                    target: Target::Host(normal_name(name)),
+                    port: None,
+                }),
+                None => {}
+            }
+        }
+        Ok(Policy {
+            deny_internal: config.egress_denies_internal(),
+            allow,
+            deny: Rules::parse(&config.egress.deny, "egress.deny")?,
+        })
+    }
+
+    /// Checks the address `ip`, reached as `host` (as the caller wrote it) on `port` (when
+    /// known); `named` says whether `host` is an allow-listed name.
+    fn check(
+        &self,
+        host: &str,
+        ip: IpAddr,
+        port: Option<u16>,
+        named: bool,
+    ) -> std::result::Result<(), Refused> {
+        let literal = host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok();
+        let shown = |why: &str| {
+            if literal {
+                Refused(format!(
+                    "refused by the egress policy: {host} is {why}, which this server does not connect to"
+                ))
+            } else {
+                Refused(format!(
+                    "refused by the egress policy: '{host}' resolves to {why}, which this server does not connect to"
+                ))
+            }
+        };
+        if self.deny.covers(ip, port, true) {
+            return Err(shown("a denied address"));
+        }
+        if named || self.allow.covers(ip, port, false) {
+            return Ok(());
+        }
+        match internal_range(ip) {
+            Some(range) if self.deny_internal => Err(shown(range)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks every address `host` resolved to; all must pass, so a name that mixes a public
+    /// address with an internal one is refused outright.
+    fn check_all(
+        &self,
+        host: &str,
+        addrs: &[SocketAddr],
+        port: Option<u16>,
+    ) -> std::result::Result<(), Refused> {
+        if addrs.is_empty() {
+            return Err(Refused(format!("'{host}' has no address")));
+        }
+        let named = self.allow.names(host);
+        for addr in addrs {
+            self.check(host, addr.ip(), port, named)?;
+        }
+        Ok(())
+    }
+
+    /// Resolves `host` and checks each address; a literal address is checked as it is.
+    pub(crate) async fn resolve(
+        &self,
+        host: &str,
+        port: Option<u16>,
+    ) -> std::result::Result<Vec<SocketAddr>, ResolveError> {
+        let bare = host.trim_matches(['[', ']']);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            let addr = SocketAddr::new(ip, port.unwrap_or(0));
+            self.check(host, ip, port, false)?;
+            return Ok(vec![addr]);
+        }
+        let looked_up = tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            tokio::net::lookup_host((bare, port.unwrap_or(0))),
+        )
+        .await;
+        let addrs: Vec<SocketAddr> = match looked_up {
+            Ok(Ok(addrs)) => addrs.collect(),
+            Ok(Err(_)) => return Err(ResolveError::Unknown(host.to_string())),
+            Err(_) => return Err(ResolveError::Timeout(host.to_string())),
+        };
+        self.check_all(host, &addrs, port)?;
+        Ok(addrs)
+    }
+
+    /// Whether Unix sockets (the server machine's own services) may be used.
+    pub(crate) fn allows_unix_sockets(&self) -> bool {
+        !self.deny_internal
+    }
+}
+
+fn address_rule(ip: IpAddr, port: Option<u16>) -> Rule {
+    let ip = canonical(ip);
+    Rule {
+        target: Target::Net(Net {
+            addr: ip,
+            bits: if ip.is_ipv4() { 32 } else { 128 },
+        }),
+        port,
+    }
+}
+
+/// Why a name gave no address to connect to.
+#[derive(Debug)]
+pub(crate) enum ResolveError {
+    Refused(Refused),
+    Unknown(String),
+    Timeout(String),
+}
+
+impl From<Refused> for ResolveError {
+    fn from(refused: Refused) -> Self {
+        ResolveError::Refused(refused)
+    }
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::Refused(refused) => refused.fmt(f),
+            ResolveError::Unknown(host) => write!(f, "the host name '{host}' cannot be resolved"),
+            ResolveError::Timeout(host) => {
+                write!(f, "the host name '{host}' did not resolve in time")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+impl From<ResolveError> for Error {
+    fn from(error: ResolveError) -> Error {
+        match error {
+            ResolveError::Refused(refused) => refused.into(),
+            other => Error::new(ErrorKind::Unavailable, other.to_string()),
+        }
+    }
+}
+
+/// Outbound connections of one engine, under its [`Policy`].
+#[derive(Debug, Clone)]
+pub(crate) struct Egress {
+    policy: Arc<Policy>,
+}
+
+impl Egress {
+    /// The engine's egress, from its config.
+    pub(crate) fn new(config: &Config) -> Result<Egress> {
+        Ok(Egress {
+            policy: Arc::new(Policy::from_config(config)?),
+        })
+    }
+
+    /// An HTTP client whose every connection is checked: names resolve here, URLs that
+    /// write an address are checked before sending, no redirect is followed and no proxy used.
+    pub(crate) fn http_client(&self, user_agent: &str) -> Result<HttpClient> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(user_agent)
+            .dns_resolver(Arc::new(Resolver(Arc::clone(&self.policy))))
+            .build()
+            .map_err(|e| Error::internal(format!("cannot build an HTTP client: {e}")))?;
+        Ok(HttpClient {
+            client,
+            policy: Arc::clone(&self.policy),
+        })
+    }
+
+    /// Opens a TCP connection to `host`:`port` within `timeout`, trying each address the host
+    /// resolves to (all of which must pass the policy).
+    pub(crate) async fn connect_tcp(
+        &self,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<tokio::net::TcpStream> {
+        let attempt = async {
+            let addrs = self.policy.resolve(host, Some(port)).await?;
+            let mut last = None;
+            for addr in addrs {
+                match tokio::net::TcpStream::connect(addr).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "cannot connect to {host}:{port}: {}",
+                    last.as_ref().map_or("no address", io_reason)
+                ),
+            ))
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(connected) => connected,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "cannot connect to {host}:{port}: no answer within {} s",
+                    timeout.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// Refuses Unix sockets where the policy keeps connections off the server's own machine.
+    pub(crate) fn check_unix_socket(&self, what: &str) -> Result<()> {
+        if self.policy.allows_unix_sockets() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Forbidden,
+            format!(
+                "refused by the egress policy: {what} over a Unix socket reaches the server's own machine; give a network host"
+            ),
+        ))
+    }
+
+    /// Checks what can be checked of `url` before it is stored (a callback, a model's
+    /// `base_url`): an address written in it must pass. Names are checked when connecting.
+    pub(crate) fn check_url_text(&self, url: &str) -> Result<()> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| Error::invalid(format!("'{url}' is not a URL: {e}")))?;
+        check_url(&self.policy, &parsed).map_err(Error::from)
+    }
+}
+
+/// Checks a URL whose host is an address (which the HTTP client connects to without
+/// resolving, so the resolver never sees it).
+fn check_url(policy: &Policy, url: &reqwest::Url) -> std::result::Result<(), Refused> {
+    let port = url.port_or_known_default();
+    match url.host() {
+        Some(url::Host::Ipv4(v4)) => policy.check(&v4.to_string(), IpAddr::V4(v4), port, false),
+        Some(url::Host::Ipv6(v6)) => policy.check(&format!("[{v6}]"), IpAddr::V6(v6), port, false),
+        _ => Ok(()),
+    }
+}
+
+/// An HTTP client under the egress policy. Requests are only made through it.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    policy: Arc<Policy>,
+}
+
+impl HttpClient {
+    /// A POST to `url`, refused when the URL writes an address the policy refuses; names are
+    /// checked as they resolve.
+    pub(crate) fn post(&self, url: &str) -> std::result::Result<reqwest::RequestBuilder, Refused> {
+        if let Ok(parsed) = reqwest::Url::parse(url) {
+            check_url(&self.policy, &parsed)?;
+        }
+        Ok(self.client.post(url))
+    }
+}
+
+/// reqwest's resolver: names resolve here and every address is checked.
+struct Resolver(Arc<Policy>);
+
+impl reqwest::dns::Resolve for Resolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = Arc::clone(&self.0);
+        Box::pin(async move {
+            let addrs = policy.resolve(name.as_str(), None).await?;
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The refusal in `error`'s chain of causes, if the policy refused it.
+pub(crate) fn refusal_in(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(refused) = e.downcast_ref::<Refused>() {
+            return Some(refused.0.clone());
+        }
+        if let Some(ResolveError::Refused(refused)) = e.downcast_ref::<ResolveError>() {
+            return Some(refused.0.clone());
+        }
+        if let Some(other) = e.downcast_ref::<ResolveError>() {
+            return Some(other.to_string());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// A short reason for an HTTP failure that names no address and quotes no one: the policy's
+/// refusal, or what kind of failure it was.
+pub(crate) fn http_reason(error: &reqwest::Error) -> String {
+    if let Some(refusal) = refusal_in(error) {
+        return refusal;
+    }
+    if error.is_timeout() {
+        return "timed out".to_string();
+    }
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io_reason(io).to_string();
+        }
+        current = e.source();
+    }
+    if error.is_connect() {
+        "cannot connect".to_string()
+    } else if error.is_body() || error.is_decode() {
+        "the answer broke off".to_string()
+    } else if error.is_request() {
+        "the request could not be sent".to_string()
+    } else {
+        "the connection failed".to_string()
+    }
+}
+
+/// What kind of I/O failure `error` is, in words that name no address.
+pub(crate) fn io_reason(error: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind as K;
+    match error.kind() {
+        K::ConnectionRefused => "connection refused",
+        K::ConnectionReset => "connection reset",
+        K::ConnectionAborted => "connection aborted",
+        K::TimedOut => "timed out",
+        K::HostUnreachable => "host unreachable",
+        K::NetworkUnreachable => "network unreachable",
+        K::AddrNotAvailable => "address not available",
+        K::UnexpectedEof => "the connection closed early",
+        K::BrokenPipe => "the connection closed",
+        _ => "the connection failed",
+    }
+}
+
+/// At most `max` characters of an outside party's text, control characters as spaces, so a
+/// reply cannot smuggle lines or terminal codes into messages and logs.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(deny_internal: bool, allow: &[&str], deny: &[&str]) -> Policy {
+        let strings = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Policy {
+            deny_internal,
+            allow: Rules::parse(&strings(allow), "egress.allow").unwrap(),
+            deny: Rules::parse(&strings(deny), "egress.deny").unwrap(),
+        }
+    }
+
+    fn refused(policy: &Policy, host: &str, port: Option<u16>) -> bool {
+        let ip: IpAddr = host.trim_matches(['[', ']']).parse().unwrap();
+        policy.check(host, ip, port, false).is_err()
+    }
+
+    #[test]
+    fn every_internal_range_is_refused_when_hosted() {
+        let hosted = policy(true, &[], &[]);
+        for host in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.0.0.1",
+            "10.255.255.255",
+            "100.64.0.1",
+            "100.127.255.254",
+            "127.0.0.1",
+            "127.255.0.9",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "240.0.0.1",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+            "::127.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378::1",
+            "2001:db8::1",
+            "100::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "febf::1",
+            "fec0::1",
+            "ff02::1",
+        ] {
+            assert!(refused(&hosted, host, Some(80)), "{host} must be refused");
+        }
+        let local = policy(false, &[], &[]);
+        assert!(!refused(&local, "127.0.0.1", Some(80)));
+        assert!(!refused(&local, "::ffff:10.0.0.1", None));
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        let hosted = policy(true, &[], &[]);
+        for host in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "169.253.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
+            assert!(!refused(&hosted, host, Some(443)), "{host} must pass");
+        }
+    }
+
+    #[test]
+    fn allow_and_deny_lists_with_ports_and_mapped_forms() {
+        let p = policy(
+            true,
+            &[
+                "10.1.0.0/16",
+                "127.0.0.1:8080",
+                "[::1]:9000",
+                "llm.internal",
+            ],
+            &["8.8.4.4", "192.0.2.0/24"],
+        );
+        assert!(!refused(&p, "10.1.2.3", Some(5432)));
+        assert!(
+            !refused(&p, "::ffff:10.1.2.3", Some(5432)),
+            "mapped form of an allowed address"
+        );
+        assert!(refused(&p, "10.2.0.1", Some(5432)));
+        assert!(!refused(&p, "127.0.0.1", Some(8080)));
+        assert!(
+            refused(&p, "127.0.0.1", Some(8081)),
+            "another port of an address allowed with a port"
+        );
+        assert!(
+            refused(&p, "127.0.0.1", None),
+            "a name resolving to it: the port is not known"
+        );
+        assert!(!refused(&p, "[::1]", Some(9000)));
+        assert!(refused(&p, "[::1]", Some(9001)));
+        assert!(refused(&p, "8.8.4.4", Some(53)), "denied though public");
+        assert!(
+            refused(&p, "::ffff:8.8.4.4", Some(53)),
+            "mapped form of a denied address"
+        );
+        // A denied address stays denied in the local edition too.
+        let local = policy(false, &[], &["169.254.169.254"]);
+        assert!(refused(&local, "169.254.169.254", Some(80)));
+        assert!(!refused(&local, "10.0.0.1", Some(80)));
+        // Allowed names reach internal addresses; denied addresses even through them.
+        let addrs = |list: &[&str]| -> Vec<SocketAddr> {
+            list.iter()
+                .map(|a| SocketAddr::new(a.parse().unwrap(), 0))
+                .collect()
+        };
+        assert!(p
+            .check_all("llm.internal", &addrs(&["10.9.9.9"]), None)
+            .is_ok());
+        assert!(p
+            .check_all("LLM.Internal.", &addrs(&["10.9.9.9"]), None)
+            .is_ok());
+        assert!(p
+            .check_all("llm.internal", &addrs(&["8.8.4.4"]), None)
+            .is_err());
+    }
+
+    #[test]
+    fn names_resolving_to_several_addresses_pass_only_if_all_do() {
+        let p = policy(true, &[], &[]);
+        let addrs = |list: &[&str]| -> Vec<SocketAddr> {
+            list.iter()
+                .map(|a| SocketAddr::new(a.parse().unwrap(), 443))
+                .collect()
+        };
+        assert!(p
+            .check_all(
+                "example.com",
+                &addrs(&["93.184.215.14", "2606:2800::1"]),
+                None
+            )
+            .is_ok());
+        let mixed = p
+            .check_all(
+                "rebind.example",
+                &addrs(&["93.184.215.14", "127.0.0.1"]),
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            mixed
+                .0
+                .contains("'rebind.example' resolves to a loopback address"),
+            "{mixed}"
+        );
+        assert!(
+            !mixed.0.contains("127.0.0.1"),
+            "the resolved address is not shown: {mixed}"
+        );
+        assert!(p.check_all("empty.example", &[], None).is_err());
+    }
+
+    #[tokio::test]
+    async fn literal_urls_are_checked_before_sending_and_names_when_resolving() {
+        let p = Arc::new(policy(true, &[], &[]));
+        for url in [
+            "http://127.0.0.1:1/v1",
+            "http://[::1]/",
+            "http://[::ffff:7f00:1]/",
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://169.254.169.254/latest/meta-data",
+            "http://10.0.0.1/",
+        ] {
+            let parsed = reqwest::Url::parse(url).unwrap();
+            assert!(check_url(&p, &parsed).is_err(), "{url} must be refused");
+        }
+        assert!(check_url(&p, &reqwest::Url::parse("http://example.com/").unwrap()).is_ok());
+        let refused = p.resolve("localhost", Some(80)).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("refused by the egress policy"),
+            "{refused}"
+        );
+        let egress = Egress {
+            policy: Arc::clone(&p),
+        };
+        let err = egress
+            .connect_tcp("127.0.0.1", 5432, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Forbidden);
+        assert!(egress.check_unix_socket("PostgreSQL").is_err());
+        // Through the HTTP client, a name resolving to loopback never connects.
+        let client = egress.http_client("test").unwrap();
+        let sent = client
+            .post("http://localhost:9/v1")
+            .unwrap()
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            http_reason(&sent).contains("refused by the egress policy"),
+            "{sent:?}"
+        );
+        assert!(client.post("http://127.0.0.1:9/").is_err());
+    }
+
+    #[test]
+    fn entries_that_are_nothing_are_named() {
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "::/129",
+            "exa mple.com",
+            "host.example:443",
+            "1.2.3.4:99999",
+        ] {
+            let err = Rules::parse(&[bad.to_string()], "egress.allow").unwrap_err();
+            assert!(err.message().contains("egress.allow"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn excerpts_are_short_and_single_line() {
+        assert_eq!(excerpt("a\nb\r\x1b[31mc", 100), "a b  [31mc");
+        assert_eq!(excerpt(&"x".repeat(500), 3), "xxx…");
+    }
+}
