@@ -53,9 +53,10 @@ pub struct QueryConfig {
     pub batch_size: usize,
     /// The project a query runs in when its context names none.
     pub default_project: String,
-    /// Memory for query operators (sorts, aggregations, joins), in MiB; beyond it they spill to
-    /// temporary files instead of growing.
-    pub memory_limit_mb: u64,
+    /// Memory for query operators (sorts, aggregations, joins) of all running statements
+    /// together, in MiB; beyond it they spill to temporary files instead of growing. Default:
+    /// 2048 locally, 256 hosted.
+    pub memory_limit_mb: Option<u64>,
     /// Physical plans of repeated read queries kept for reuse until the next commit; 0 plans
     /// every query afresh.
     pub plan_cache_entries: usize,
@@ -79,7 +80,7 @@ impl Default for QueryConfig {
             target_partitions: 0,
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
-            memory_limit_mb: 2048,
+            memory_limit_mb: None,
             plan_cache_entries: 256,
             statement_timeout_secs: None,
             max_document_mb: None,
@@ -111,8 +112,8 @@ pub struct HttpConfig {
     /// Connections open at once; more are refused with 503 until some close.
     pub max_connections: usize,
     /// Request bodies being received at once may hold this many MiB together; a body that
-    /// does not fit waits briefly, then gets 503.
-    pub max_buffered_body_mb: u64,
+    /// does not fit waits briefly, then gets 503. Default: 256 locally, 128 hosted.
+    pub max_buffered_body_mb: Option<u64>,
     /// Requests per minute one client address may make to the routes that need no
     /// credentials (login, logout) and with credentials that fail; more get 429.
     /// Default: 600 locally, 120 hosted.
@@ -133,7 +134,7 @@ impl Default for HttpConfig {
             head_timeout_secs: 10,
             body_timeout_secs: 120,
             max_connections: 1024,
-            max_buffered_body_mb: 256,
+            max_buffered_body_mb: None,
             unauthenticated_per_minute: None,
             minds_prefix: "/api/v1".to_string(),
         }
@@ -464,7 +465,7 @@ impl Config {
             ("http.max_connections", self.http.max_connections as u64),
             ("http.head_timeout_secs", self.http.head_timeout_secs),
             ("http.body_timeout_secs", self.http.body_timeout_secs),
-            ("http.max_buffered_body_mb", self.http.max_buffered_body_mb),
+            ("http.max_buffered_body_mb", self.max_buffered_body_bytes()),
             ("llm.max_reply_kb", self.llm.max_reply_kb),
             ("llm.max_tool_calls", self.llm.max_tool_calls as u64),
             (
@@ -513,6 +514,16 @@ impl Config {
     /// The largest JSON document a result may become (`query.max_document_mb`), in bytes.
     pub fn max_document_bytes(&self) -> u64 {
         mib(self.or_edition(self.query.max_document_mb, 1024, 64))
+    }
+
+    /// Memory for query operators of all statements together (`query.memory_limit_mb`), in bytes.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        mib(self.or_edition(self.query.memory_limit_mb, 2048, 256))
+    }
+
+    /// Bytes of request bodies the HTTP server holds at once (`http.max_buffered_body_mb`).
+    pub fn max_buffered_body_bytes(&self) -> u64 {
+        mib(self.or_edition(self.http.max_buffered_body_mb, 256, 128))
     }
 
     /// Temporary-file space for all statements together (`query.max_spill_mb`), in bytes.

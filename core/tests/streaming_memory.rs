@@ -173,7 +173,7 @@ fn predicting_by_join_streams() {
 fn a_sort_larger_than_the_memory_limit_spills_instead_of_growing() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut config = Config::default();
-    config.query.memory_limit_mb = 40;
+    config.query.memory_limit_mb = Some(40);
     let engine = Engine::open_in_memory(config).unwrap();
     let sql = "SELECT value AS id, concat('row-', value) AS label, value * 0.5 AS half \
                FROM generate_series(1, 2000000) ORDER BY label DESC";

@@ -1,9 +1,8 @@
 //! Link settings for `mindlite-server` on Linux.
 //!
-//! - A position-dependent executable. A PIE of this size carries about 200,000 relocations that
-//!   the dynamic loader applies at every start, reading 5 MB of relocation records and writing
-//!   4 MB of pointer tables before `main`; a fixed load address resolves them at link time
-//!   instead. (The code is still position independent: only the final link changes.)
+//! - A position-independent executable (the toolchain's default), so the server's addresses
+//!   are randomised at every start: it is a network-facing program. The loader's relocation
+//!   work this costs at start-up is measured in the README (HTTP server, start-up).
 //! - Hot code first. `hot-symbols.txt` names the functions that start-up and common requests run
 //!   (written by `benches/hot-code.sh` from a callgrind profile), and the linker places them
 //!   together at the start of the code. Spread over 100 MB they kept about 50 MiB of code
@@ -15,10 +14,6 @@
 //!   when the build names a linker of its own.
 
 fn main() {
-    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    if os == "linux" {
-        println!("cargo:rustc-link-arg-bins=-no-pie");
-    }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=hot-symbols.txt");
     let target = std::env::var("TARGET").unwrap_or_default();

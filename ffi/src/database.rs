@@ -220,6 +220,19 @@ pub extern "C" fn mindlite_close(db: *mut Database) -> Status {
     }
 }
 
+/// Stops every statement running on `db` at its next chance, whichever thread started it, as
+/// `sqlite3_interrupt` does: each call running one returns `MINDLITE_UNAVAILABLE` with "The
+/// statement was interrupted" (a cursor's next `mindlite_cursor_next` too), and a write that
+/// had not committed writes nothing. Statements started after this returns run normally.
+/// Call it from another thread than the one waiting (not from a signal handler).
+#[no_mangle]
+pub extern "C" fn mindlite_interrupt(db: *const Database) -> Status {
+    with_database(db, |db| {
+        db.engine.interrupt();
+        Ok(())
+    })
+}
+
 /// The message of the last failed call this thread made on `db`, as UTF-8 text; "not an error"
 /// when the last call succeeded. Never NULL.
 ///

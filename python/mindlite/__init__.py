@@ -487,11 +487,26 @@ class Connection:
         """A new cursor that has run ``operation`` (as sqlite3's shortcut)."""
         return self.cursor().execute(operation, parameters)
 
-    def sql(self, query: str, params: Params = None, db: Optional[str] = None) -> Result:
+    def sql(
+        self,
+        query: str,
+        params: Params = None,
+        db: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Result:
         """Runs ``query`` with ``:name`` parameters in project ``db`` (the current one when
-        ``None``) and returns its result."""
+        ``None``) and returns its result. ``timeout`` (seconds) stops it sooner than the
+        configured statement time limit (``query.statement_timeout_secs``), never later."""
         self._check()
-        return Result(self._db.execute(query, params, db))
+        return Result(self._db.execute(query, params, db, timeout))
+
+    def interrupt(self) -> None:
+        """Stops every statement running on this connection, from another thread (as
+        ``sqlite3.Connection.interrupt``): each raises ``OperationalError`` ("The statement was
+        interrupted") and a write that had not committed writes nothing. Statements started
+        afterwards run normally."""
+        self._check()
+        self._db.interrupt()
 
     def register(self, name: str, data: Any, db: Optional[str] = None) -> int:
         """Stores ``data`` (pyarrow, pandas, polars, or any Arrow stream) as the table ``name``,

@@ -102,6 +102,13 @@ impl Database {
         Ok(Database::over(engine))
     }
 
+    /// Stops every statement running on this connection, from any thread: each raises
+    /// OperationalError ("The statement was interrupted"); later ones run normally.
+    fn interrupt(&self) -> PyResult<()> {
+        self.engine()?.interrupt();
+        Ok(())
+    }
+
     /// The same database as the user an API key belongs to (hosted edition): a connection of
     /// its own that sees and changes only that user's objects. UnauthorizedError for an
     /// unknown or revoked key, ForbiddenError for a disabled user's.
@@ -111,17 +118,30 @@ impl Database {
     }
 
     /// Runs `sql` with `params` (a mapping of `:name` values) in `db`, or in the current
-    /// project, which a `USE` then changes.
-    #[pyo3(signature = (sql, params=None, db=None))]
+    /// project, which a `USE` then changes; `timeout` (seconds) stops it sooner than the
+    /// configured statement time limit.
+    #[pyo3(signature = (sql, params=None, db=None, timeout=None))]
     fn execute(
         &self,
         py: Python<'_>,
         sql: &str,
         params: Option<&Bound<'_, PyAny>>,
         db: Option<String>,
+        timeout: Option<f64>,
     ) -> PyResult<Query> {
         let engine = self.engine()?;
         let mut request = QueryRequest::new(sql);
+        if let Some(seconds) = timeout {
+            let limit = std::time::Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|limit| !limit.is_zero())
+                .ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(
+                        "timeout must be a positive number of seconds",
+                    )
+                })?;
+            request = request.with_timeout(limit);
+        }
         if let Some(params) = params.filter(|p| !p.is_none()) {
             request = convert::bind(request, params)?;
         }

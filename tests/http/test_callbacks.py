@@ -39,7 +39,8 @@ PAYLOAD_KEYS = {"name", "version", "active", "predictor_id", "project_name",
                 "predictor_created_at", "old_status", "new_status", "changed_at"}
 ATTEMPT_KEYS = {"event_id", "attempt", "at", "enqueued_at", "duration_ms", "status", "error",
                 "delivered"}
-HOSTED = 'edition = "hosted"\n'
+# The receivers run on this machine, which the hosted egress policy refuses unless allowed.
+HOSTED = 'edition = "hosted"\negress.allow = ["127.0.0.1"]\n'
 
 
 # The receiver.

@@ -48,6 +48,9 @@ def hosted_config(llm_url: str, plans: str = "") -> str:
     replace the default tiers."""
     return f"""\
 edition = "hosted"
+# The fake provider and PostgreSQL run on this machine, which the hosted egress policy
+# refuses unless allowed.
+egress.allow = ["127.0.0.1"]
 
 [llm]
 provider = "openai"
@@ -414,9 +417,10 @@ def test_agent_questions_count_against_the_same_quota(start_server, llm):
     assert len(llm.requests) == 2
 
 
-def test_a_question_the_provider_fails_is_not_counted(start_server, llm):
-    """A provider error (plain: a 5xx answer; streamed: an error frame) gives the question
-    back: /limits shows the same usage before and after."""
+def test_a_question_the_provider_answered_counts_even_when_it_failed(start_server, llm):
+    """A provider error (plain: a 5xx answer; streamed: an error frame) still cost a provider
+    call, so the question stays counted (one refused before any call is given back: see the
+    hostile-tenant suite)."""
     plan = one_plan(questions_per_window=5)
     server, keys = hosted_server(start_server, hosted_config(llm.base_url, plan), "alice")
     key = keys["alice"]
@@ -429,14 +433,14 @@ def test_a_question_the_provider_fails_is_not_counted(start_server, llm):
     failed = ask(server, key, "oracle", "fails")
     assert failed.status_code != 200, failed.text
     assert "The model exploded" in failed.text, failed.text
-    assert limits(server, key)["questions"]["used"] == 1, "a failed question is given back"
+    assert limits(server, key)["questions"]["used"] == 2, "the provider was called"
     frames = sse_data(ask(server, key, "oracle", "fails streamed", stream=True))
     assert frames[-1] == "[DONE]" and any("The model exploded" in f for f in frames), frames
-    assert limits(server, key)["questions"]["used"] == 1, "a failed stream is given back"
+    assert limits(server, key)["questions"]["used"] == 3, "the provider was called"
 
     llm.fallback(text("back again"))
     assert answer_of(ask(server, key, "oracle", "works")) == "back again"
-    assert limits(server, key)["questions"]["used"] == 2
+    assert limits(server, key)["questions"]["used"] == 4
 
 
 def test_limits_show_the_plan_and_count_minds_on_every_path(start_server, llm):
@@ -451,6 +455,8 @@ def test_limits_show_the_plan_and_count_minds_on_every_path(start_server, llm):
                 "datasources": {"limit": 3, "used": 0, "remaining": 3},
                 "questions": {"limit": 10, "used": 0, "remaining": 10, "window_secs": 3600,
                               "resets_at": None},
+                "model_calls": {"limit": 1000, "used": 0, "remaining": 1000,
+                                "window_secs": 3600, "resets_at": None},
                 "callbacks": True}
     for path in LIMITS_PATHS:
         assert limits(server, key, path) == expected, path

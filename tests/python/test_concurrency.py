@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+import mindlite
+
 # None of these may hang the suite if an interrupt goes astray.
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,3 +101,23 @@ def test_keyboard_interrupt_rolls_a_write_back(con):
         con.execute("INSERT INTO t SELECT value FROM generate_series(1, 1000000000000)")
     time.sleep(1)
     assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_interrupt_from_another_thread_stops_the_statement(con):
+    timer = threading.Timer(0.5, con.interrupt)
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(mindlite.OperationalError, match="interrupted"):
+        con.sql(ENDLESS).fetchall()
+    assert time.monotonic() - started < 5
+    # Only what ran was stopped: the next statement runs.
+    assert con.sql("SELECT 1").fetchall() == [(1,)]
+
+
+def test_a_statement_stops_at_its_timeout(con):
+    started = time.monotonic()
+    with pytest.raises(mindlite.OperationalError, match="time limit"):
+        con.sql(ENDLESS, timeout=0.5).fetchall()
+    assert time.monotonic() - started < 5
+    with pytest.raises(ValueError, match="positive"):
+        con.sql("SELECT 1", timeout=0)

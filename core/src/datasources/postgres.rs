@@ -294,9 +294,10 @@ impl Settings {
     }
 }
 
-/// A PostgreSQL error as its server message (with detail) or the client's own text.
+/// A PostgreSQL error as its server message (with detail) or the client's own text, shortened:
+/// a server may send anything.
 pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
+    let text = match e.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("{} ({detail})", db.message()),
             None => db.message().to_string(),
@@ -310,7 +311,8 @@ pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
             }
             text
         }
-    }
+    };
+    crate::egress::excerpt(&text, 1000)
 }
 
 /// A failed remote statement as an error naming the datasource.

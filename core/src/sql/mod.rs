@@ -325,8 +325,7 @@ impl SqlRunner {
                 .unwrap_or(1),
             n => n,
         };
-        let memory = usize::try_from(config.query.memory_limit_mb.saturating_mul(1024 * 1024))
-            .unwrap_or(usize::MAX);
+        let memory = usize::try_from(config.memory_limit_bytes()).unwrap_or(usize::MAX);
         // Operators that outgrow the pool spill to files in the OS temp directory, within
         // `query.max_spill_mb` for all statements together (writes stage there too).
         let disk =

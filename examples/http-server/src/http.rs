@@ -1,17 +1,30 @@
 //! HTTP/1.1 on one connection: requests parsed by `httparse` (heads and chunk sizes), bodies by
 //! Content-Length or chunked framing, responses with a fixed length or chunked for streams,
-//! keep-alive and pipelining, and limits on head size, body size and idle time.
+//! keep-alive and pipelining. A request is read in two steps, so the server can refuse one
+//! (unknown route, no credentials, over a rate) before its body is read: [`Connection::read_head`],
+//! then [`Connection::read_body`]. Limits on head and body size, deadlines for a whole head and a
+//! whole body (a client trickling bytes is cut off), a budget of body bytes buffered across all
+//! connections, and an idle time between requests keep one client from holding the server.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mindlite::WireStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Most headers one request may carry; more is answered with 431.
 const MAX_HEADERS: usize = 100;
+
+/// How long a body waits for room in the shared budget before it is refused with 503.
+const BUDGET_WAIT: Duration = Duration::from_secs(5);
+
+/// Bytes consumed from the front of the buffer before it is compacted.
+const COMPACT_AT: usize = 64 * 1024;
 
 /// Limits a connection enforces.
 #[derive(Debug, Clone, Copy)]
@@ -20,8 +33,46 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: u64,
-    /// How long to wait for the next request, or for more bytes of the current one.
+    /// How long to wait for the next request, or for any byte of the current one.
     pub idle_timeout: Duration,
+    /// How long a whole request head may take to arrive, from its first byte.
+    pub head_timeout: Duration,
+    /// How long a whole request body may take to arrive, from the end of its head.
+    pub body_timeout: Duration,
+}
+
+/// The bytes of request bodies being received or handled, over all connections.
+#[derive(Debug, Clone)]
+pub struct BodyBudget {
+    /// One permit per KiB.
+    permits: Arc<Semaphore>,
+    total: u32,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: u64) -> BodyBudget {
+        let total = u32::try_from((bytes / 1024).max(1)).unwrap_or(u32::MAX);
+        BodyBudget {
+            permits: Arc::new(Semaphore::new(total as usize)),
+            total,
+        }
+    }
+
+    /// Room for `bytes` more, waiting briefly for other bodies to be done; 503 otherwise.
+    async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit, ReadError> {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total);
+        let waiting = Arc::clone(&self.permits).acquire_many_owned(kib);
+        match tokio::time::timeout(BUDGET_WAIT, waiting).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(ReadError::Reject(
+                503,
+                "The server is receiving too many request bodies at once (http.max_buffered_body_mb); try again shortly".into(),
+            )),
+        }
+    }
 }
 
 /// A parsed request.
@@ -32,13 +83,19 @@ pub struct Request {
     pub path: String,
     /// Headers with lower-cased names.
     pub headers: Vec<(String, Vec<u8>)>,
-    /// The whole body (bounded by [`Limits::max_body_bytes`]).
+    /// The whole body (bounded by [`Limits::max_body_bytes`]); empty until
+    /// [`Connection::read_body`] has read it.
     pub body: Vec<u8>,
     /// Whether the client wants the connection kept open after the response.
     pub keep_alive: bool,
     /// Whether the client speaks HTTP/1.0, which has no chunked framing: a streamed body then
     /// runs to the end of the connection.
     pub http10: bool,
+    /// How the body is framed, and whether the client waits for `100 Continue` before sending it.
+    framing: Framing,
+    expects_continue: bool,
+    /// The body's share of the [`BodyBudget`], given back when the request is dropped.
+    budget: Option<OwnedSemaphorePermit>,
 }
 
 impl Request {
@@ -48,6 +105,11 @@ impl Request {
             .iter()
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    /// Whether a body follows the head.
+    pub fn has_body(&self) -> bool {
+        self.framing != Framing::Length(0)
     }
 }
 
@@ -128,14 +190,16 @@ pub enum ReadError {
     Closed,
     /// The request is malformed or over a limit: answer with this status and detail, then close.
     Reject(u16, String),
-    /// The socket failed or timed out in the middle of a request: just drop the connection.
+    /// The socket failed in the middle of a request: just drop the connection.
     Io,
 }
 
 /// One client connection: the socket and the bytes read ahead of the current request.
 pub struct Connection {
     stream: TcpStream,
+    /// Bytes read; those before `start` are consumed.
     buffer: Vec<u8>,
+    start: usize,
     limits: Limits,
 }
 
@@ -147,13 +211,32 @@ impl Connection {
         Connection {
             stream,
             buffer: Vec::with_capacity(4096),
+            start: 0,
             limits,
+        }
+    }
+
+    /// Bytes read and not yet consumed.
+    fn unread(&self) -> &[u8] {
+        &self.buffer[self.start..]
+    }
+
+    /// Marks `n` unread bytes consumed; the buffer is compacted now and then, so consuming
+    /// costs nothing per byte (a body of many tiny chunks decodes in linear time).
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.buffer.len() {
+            self.buffer.clear();
+            self.start = 0;
+        } else if self.start >= COMPACT_AT && self.start * 2 >= self.buffer.len() {
+            self.buffer.drain(..self.start);
+            self.start = 0;
         }
     }
 
     /// Whether bytes of a next request have already arrived (pipelining).
     pub fn has_buffered_input(&self) -> bool {
-        !self.buffer.is_empty()
+        !self.unread().is_empty()
     }
 
     /// Waits until the socket has something to read (or is closed), without consuming it;
@@ -164,53 +247,95 @@ impl Connection {
             .is_ok()
     }
 
-    /// Reads the next request.
-    pub async fn read_request(&mut self) -> Result<Request, ReadError> {
-        let (head_len, mut request, framing, expects_continue) = loop {
-            if !self.buffer.is_empty() {
+    /// Completes when the client closes the connection (or it fails) while a request is being
+    /// handled, so the work for a client that is gone can stop. Bytes of pipelined requests
+    /// read meanwhile are kept for later (up to the head limit; then reading pauses).
+    pub async fn closed(&mut self) {
+        loop {
+            if self.unread().len() > self.limits.max_header_bytes {
+                return std::future::pending().await;
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Reads the next request's head; its body is read by [`Connection::read_body`]. The
+    /// whole head must arrive within the head timeout.
+    pub async fn read_head(&mut self) -> Result<Request, ReadError> {
+        let deadline = Instant::now() + self.limits.head_timeout;
+        let (head_len, request) = loop {
+            if !self.unread().is_empty() {
                 if let Some(parsed) = self.parse_head()? {
                     break parsed;
                 }
             }
-            if self.buffer.len() > self.limits.max_header_bytes {
+            if self.unread().len() > self.limits.max_header_bytes {
                 return Err(header_too_large(self.limits.max_header_bytes));
             }
-            let was_empty = self.buffer.is_empty();
-            match self.fill().await {
+            let was_empty = self.unread().is_empty();
+            match self.fill(deadline).await {
                 Ok(0) if was_empty => return Err(ReadError::Closed),
                 Ok(0) => return Err(ReadError::Io),
                 Ok(_) => {}
+                Err(Stall::Deadline) if !was_empty => {
+                    return Err(ReadError::Reject(
+                        408,
+                        format!(
+                            "The request head did not arrive within {} s (http.head_timeout_secs)",
+                            self.limits.head_timeout.as_secs()
+                        ),
+                    ))
+                }
                 Err(_) if was_empty => return Err(ReadError::Closed),
                 Err(_) => return Err(ReadError::Io),
             }
         };
-        self.buffer.drain(..head_len);
-        if let Framing::Length(length) = framing {
+        self.consume(head_len);
+        if let Framing::Length(length) = request.framing {
             if length > self.limits.max_body_bytes {
                 return Err(body_too_large(self.limits.max_body_bytes));
             }
         }
-        if expects_continue && framing != Framing::Length(0) {
+        Ok(request)
+    }
+
+    /// Reads the body of `request` (whose head [`Connection::read_head`] read), taking its
+    /// share of `budget` first; the whole body must arrive within the body timeout.
+    pub async fn read_body(
+        &mut self,
+        request: &mut Request,
+        budget: &BodyBudget,
+    ) -> Result<(), ReadError> {
+        let deadline = Instant::now() + self.limits.body_timeout;
+        if let Framing::Length(length) = request.framing {
+            if length > 0 {
+                request.budget = Some(budget.take(length).await?);
+            }
+        }
+        if request.expects_continue && request.has_body() {
             self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .await
                 .map_err(|_| ReadError::Io)?;
         }
-        request.body = match framing {
+        request.body = match request.framing {
             Framing::Length(length) => {
                 let length = usize::try_from(length).map_err(|_| body_too_large(0))?;
-                self.read_exact_into_body(length).await?
+                self.read_exact_into_body(length, deadline).await?
             }
-            Framing::Chunked => self.read_chunked_body().await?,
+            Framing::Chunked => self.read_chunked_body(request, budget, deadline).await?,
         };
-        Ok(request)
+        Ok(())
     }
 
-    /// Parses the head at the start of the buffer; `None` when more bytes are needed.
-    #[allow(clippy::type_complexity)]
-    fn parse_head(&mut self) -> Result<Option<(usize, Request, Framing, bool)>, ReadError> {
+    /// Parses the head at the start of the unread bytes; `None` when more bytes are needed.
+    fn parse_head(&mut self) -> Result<Option<(usize, Request)>, ReadError> {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut headers);
-        let head_len = match parsed.parse(&self.buffer) {
+        let head_len = match parsed.parse(self.unread()) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => {
@@ -245,6 +370,9 @@ impl Connection {
             body: Vec::new(),
             keep_alive: version == 1,
             http10: version == 0,
+            framing: Framing::Length(0),
+            expects_continue: false,
+            budget: None,
         };
         let mut keep_alive = request.keep_alive;
         if let Some(connection) = request.header("connection") {
@@ -257,76 +385,96 @@ impl Connection {
             }
         }
         request.keep_alive = keep_alive;
-        let framing = framing(&request)?;
-        let expects_continue = request
+        request.framing = framing(&request)?;
+        request.expects_continue = request
             .header("expect")
             .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
-        Ok(Some((head_len, request, framing, expects_continue)))
+        Ok(Some((head_len, request)))
     }
 
-    async fn read_exact_into_body(&mut self, length: usize) -> Result<Vec<u8>, ReadError> {
-        while self.buffer.len() < length {
-            match self.fill().await {
-                Ok(0) | Err(_) => return Err(ReadError::Io),
-                Ok(_) => {}
-            }
+    async fn read_exact_into_body(
+        &mut self,
+        length: usize,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ReadError> {
+        while self.unread().len() < length {
+            self.fill_body(deadline).await?;
         }
-        let rest = self.buffer.split_off(length);
-        Ok(std::mem::replace(&mut self.buffer, rest))
+        let body = self.unread()[..length].to_vec();
+        self.consume(length);
+        Ok(body)
     }
 
     /// Decodes a chunked body; chunk-size lines are parsed by `httparse`, trailers are skipped.
-    async fn read_chunked_body(&mut self) -> Result<Vec<u8>, ReadError> {
+    /// The body takes its share of the budget as it grows.
+    async fn read_chunked_body(
+        &mut self,
+        request: &mut Request,
+        budget: &BodyBudget,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ReadError> {
         let mut body = Vec::new();
+        let mut reserved = 0u64;
         loop {
             let (line_len, size) = loop {
-                match httparse::parse_chunk_size(&self.buffer) {
+                match httparse::parse_chunk_size(self.unread()) {
                     Ok(httparse::Status::Complete(found)) => break found,
-                    Ok(httparse::Status::Partial) if self.buffer.len() > 1024 => {
+                    Ok(httparse::Status::Partial) if self.unread().len() > 1024 => {
                         return Err(ReadError::Reject(400, "Malformed chunk size line".into()))
                     }
-                    Ok(httparse::Status::Partial) => self.fill_or_fail().await?,
+                    Ok(httparse::Status::Partial) => self.fill_body(deadline).await?,
                     Err(_) => {
                         return Err(ReadError::Reject(400, "Malformed chunk size line".into()))
                     }
                 }
             };
-            self.buffer.drain(..line_len);
+            self.consume(line_len);
             if size == 0 {
-                return self.skip_trailers().await.map(|()| body);
+                return self.skip_trailers(deadline).await.map(|()| body);
             }
-            if (body.len() as u64).saturating_add(size) > self.limits.max_body_bytes {
+            let total = (body.len() as u64).saturating_add(size);
+            if total > self.limits.max_body_bytes {
                 return Err(body_too_large(self.limits.max_body_bytes));
             }
-            let size = size as usize;
-            while self.buffer.len() < size + 2 {
-                self.fill_or_fail().await?;
+            if total > reserved {
+                // Room for at least the next 64 KiB, so tiny chunks do not each take a permit.
+                let more = (total - reserved).max(64 * 1024);
+                let permit = budget.take(more).await?;
+                reserved += more;
+                match request.budget.as_mut() {
+                    Some(held) => held.merge(permit),
+                    None => request.budget = Some(permit),
+                }
             }
-            if &self.buffer[size..size + 2] != b"\r\n" {
+            let size = size as usize;
+            while self.unread().len() < size + 2 {
+                self.fill_body(deadline).await?;
+            }
+            if &self.unread()[size..size + 2] != b"\r\n" {
                 return Err(ReadError::Reject(
                     400,
                     "A chunk is longer than its size line says".into(),
                 ));
             }
-            body.extend_from_slice(&self.buffer[..size]);
-            self.buffer.drain(..size + 2);
+            body.extend_from_slice(&self.unread()[..size]);
+            self.consume(size + 2);
         }
     }
 
     /// Skips trailer fields after the last chunk, up to the empty line that ends the body.
-    async fn skip_trailers(&mut self) -> Result<(), ReadError> {
+    async fn skip_trailers(&mut self, deadline: Instant) -> Result<(), ReadError> {
         let mut skipped = 0;
         loop {
-            match self.buffer.windows(2).position(|w| w == b"\r\n") {
+            match self.unread().windows(2).position(|w| w == b"\r\n") {
                 Some(0) => {
-                    self.buffer.drain(..2);
+                    self.consume(2);
                     return Ok(());
                 }
                 Some(end) => {
                     skipped += end + 2;
-                    self.buffer.drain(..end + 2);
+                    self.consume(end + 2);
                 }
-                None => self.fill_or_fail().await?,
+                None => self.fill_body(deadline).await?,
             }
             if skipped > self.limits.max_header_bytes {
                 return Err(header_too_large(self.limits.max_header_bytes));
@@ -334,19 +482,36 @@ impl Connection {
         }
     }
 
-    async fn fill_or_fail(&mut self) -> Result<(), ReadError> {
-        match self.fill().await {
-            Ok(0) | Err(_) => Err(ReadError::Io),
+    /// More bytes of a body before `deadline`; 408 past it, and a dropped connection when the
+    /// client goes quiet for the idle timeout or closes.
+    async fn fill_body(&mut self, deadline: Instant) -> Result<(), ReadError> {
+        match self.fill(deadline).await {
+            Ok(0) | Err(Stall::Io) | Err(Stall::Idle) => Err(ReadError::Io),
             Ok(_) => Ok(()),
+            Err(Stall::Deadline) => Err(ReadError::Reject(
+                408,
+                format!(
+                    "The request body did not arrive within {} s (http.body_timeout_secs)",
+                    self.limits.body_timeout.as_secs()
+                ),
+            )),
         }
     }
 
-    /// Reads more bytes into the buffer, waiting at most the idle timeout.
-    async fn fill(&mut self) -> std::io::Result<usize> {
+    /// Reads more bytes into the buffer, waiting at most the idle timeout and never past
+    /// `deadline`.
+    async fn fill(&mut self, deadline: Instant) -> Result<usize, Stall> {
         let mut chunk = [0u8; 16 * 1024];
-        let read = tokio::time::timeout(self.limits.idle_timeout, self.stream.read(&mut chunk))
+        let idle = Instant::now() + self.limits.idle_timeout;
+        let (until, stall) = if deadline < idle {
+            (deadline, Stall::Deadline)
+        } else {
+            (idle, Stall::Idle)
+        };
+        let read = tokio::time::timeout_at(until, self.stream.read(&mut chunk))
             .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            .map_err(|_| stall)?
+            .map_err(|_| Stall::Io)?;
         self.buffer.extend_from_slice(&chunk[..read]);
         Ok(read)
     }
@@ -439,6 +604,15 @@ impl Connection {
     }
 }
 
+/// Why a read stopped without bytes.
+enum Stall {
+    /// The request's own deadline passed.
+    Deadline,
+    /// Nothing arrived for the idle timeout.
+    Idle,
+    Io,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
     Length(u64),
@@ -517,6 +691,7 @@ pub fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         409 => "Conflict",
         413 => "Content Too Large",
         415 => "Unsupported Media Type",

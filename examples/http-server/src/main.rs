@@ -15,12 +15,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use mindlite::{Config, Engine};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::http::{Connection, Limits, ReadError};
+use crate::http::{BodyBudget, Connection, Limits, ReadError, Request, Response};
 
 const USAGE: &str = "\
 mindlite-server: MindsDB's HTTP API over an embedded mindlite database
@@ -224,7 +227,12 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
         max_header_bytes: config.http.max_header_bytes,
         max_body_bytes: config.http.max_body_bytes,
         idle_timeout: Duration::from_secs(config.http.idle_timeout_secs.max(1)),
+        head_timeout: Duration::from_secs(config.http.head_timeout_secs.max(1)),
+        body_timeout: Duration::from_secs(config.http.body_timeout_secs.max(1)),
     };
+    let budget = BodyBudget::new(config.max_buffered_body_bytes());
+    // Connections open at once; one over the cap is answered 503 and closed.
+    let slots = Arc::new(Semaphore::new(config.http.max_connections.max(1)));
     let path = &config.storage.path;
     let listener = TcpListener::bind(&address)
         .await
@@ -246,11 +254,22 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => {
-                    let engine = engine.clone();
-                    let stop = stop_rx.clone();
-                    connections.spawn(serve_connection(engine, Connection::new(socket, limits), stop));
-                }
+                Ok((socket, peer)) => match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(slot) => {
+                        let client = Client {
+                            engine: engine.clone(),
+                            address: peer.ip().to_string(),
+                            budget: budget.clone(),
+                            _slot: slot,
+                        };
+                        let stop = stop_rx.clone();
+                        connections.spawn(serve_connection(client, Connection::new(socket, limits), stop));
+                    }
+                    Err(_) => {
+                        tracing::warn!("connection from {peer} refused: {} connections are open (http.max_connections)", config.http.max_connections);
+                        tokio::spawn(refuse(socket, config.http.max_connections));
+                    }
+                },
                 // Out of file descriptors and the like: back off instead of spinning.
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
@@ -294,10 +313,38 @@ async fn shutdown_signal() -> &'static str {
     }
 }
 
-/// Serves requests on one connection until the client closes it, asks to, misbehaves, idles
-/// too long, or the server is stopping.
-async fn serve_connection(
+/// What serving one connection needs besides its socket.
+struct Client {
     engine: Engine,
+    /// The peer's address, the key of the rate limit on requests without credentials.
+    address: String,
+    budget: BodyBudget,
+    /// Its place among the open connections, given back when it closes.
+    _slot: OwnedSemaphorePermit,
+}
+
+/// Answers a connection over the cap with 503 and closes it, spending at most a second on it.
+async fn refuse(mut socket: TcpStream, cap: usize) {
+    let body = format!(
+        "{{\"title\":\"Service Unavailable\",\"detail\":\"The server has {cap} connections open, its limit (http.max_connections); try again shortly\"}}"
+    );
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = socket.write_all(response.as_bytes()).await;
+        let _ = socket.shutdown().await;
+    })
+    .await;
+}
+
+/// Serves requests on one connection until the client closes it, asks to, misbehaves, idles
+/// too long, or the server is stopping. Each request is judged on its head (route, credentials,
+/// rate) before its body is read; while it is handled, a client that closes the connection
+/// stops the work done for it.
+async fn serve_connection(
+    client: Client,
     mut connection: Connection,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -314,38 +361,80 @@ async fn serve_connection(
         // A half-received request is not work in flight: a client stalled mid-request must not
         // hold up a shutdown.
         let read = tokio::select! {
-            read = connection.read_request() => read,
+            read = connection.read_head() => read,
             _ = stop.changed() => return,
         };
-        let request = match read {
+        let mut request = match read {
             Ok(request) => request,
-            Err(ReadError::Closed) | Err(ReadError::Io) => return,
-            Err(ReadError::Reject(status, detail)) => {
-                tracing::info!(status, "rejected request: {detail}");
-                let response = routes::problem(status, &detail);
-                if connection.send(response, false, false).await.is_ok() {
-                    connection.linger_close().await;
+            Err(error) => return reject(connection, error).await,
+        };
+        let started = Instant::now();
+        let engine = match routes::admit(&client.engine, &request, &client.address) {
+            Ok(engine) => engine,
+            Err(response) => {
+                // Refused on its head: the body is never read, so the connection cannot
+                // carry another request after it unless there was none.
+                let keep_alive = request.keep_alive && !request.has_body() && !*stop.borrow();
+                let status = response.status;
+                let sent = connection.send(response, keep_alive, request.http10).await;
+                log(&request, status, started, sent.is_err());
+                if sent.is_err() {
+                    return;
                 }
+                if !keep_alive {
+                    return connection.linger_close().await;
+                }
+                continue;
+            }
+        };
+        let body = tokio::select! {
+            body = connection.read_body(&mut request, &client.budget) => body,
+            _ = stop.changed() => return,
+        };
+        if let Err(error) = body {
+            return reject(connection, error).await;
+        }
+        let handling = routes::handle(&engine, &request);
+        let response = tokio::select! {
+            response = handling => response,
+            // The client left: dropping the handler stops its statement.
+            () = connection.closed() => {
+                log(&request, 499, started, true);
                 return;
             }
         };
-        let started = Instant::now();
-        let response = routes::handle(&engine, &request).await;
         let status = response.status;
         // An HTTP/1.0 client learns where a streamed body ends only from the close.
         let keep_alive =
             request.keep_alive && !*stop.borrow() && !(request.http10 && response.is_stream());
         let sent = connection.send(response, keep_alive, request.http10).await;
-        tracing::info!(
-            "{} {} {} {:.3} ms{}",
-            request.method,
-            request.path,
-            status,
-            started.elapsed().as_secs_f64() * 1000.0,
-            if sent.is_err() { " (client gone)" } else { "" }
-        );
+        log(&request, status, started, sent.is_err());
         if sent.is_err() || !keep_alive {
             return;
         }
     }
+}
+
+/// Ends a connection whose request could not be read: a malformed or over-limit one gets its
+/// problem response first.
+async fn reject(mut connection: Connection, error: ReadError) {
+    if let ReadError::Reject(status, detail) = error {
+        tracing::info!(status, "rejected request: {detail}");
+        let response: Response = routes::problem(status, &detail);
+        if connection.send(response, false, false).await.is_ok() {
+            connection.linger_close().await;
+        }
+    }
+}
+
+/// The request's log line: method, path, status, milliseconds.
+fn log(request: &Request, status: u16, started: Instant, gone: bool) {
+    tracing::info!(
+        "{} {} {} {:.3} ms{}",
+        request.method,
+        request.path,
+        status,
+        started.elapsed().as_secs_f64() * 1000.0,
+        if gone { " (client gone)" } else { "" }
+    );
 }

@@ -14,54 +14,72 @@ use crate::models::{self, ModelAction};
 const JSON: &str = "application/json";
 const PROBLEM: &str = "application/problem+json";
 
-/// Answers one request.
-pub async fn handle(engine: &Engine, request: &Request) -> Response {
+/// Judges a request on its head, before its body is read: the route and method must exist
+/// (404, 405), the edition must serve it (404), a caller without valid credentials is refused
+/// (401, 403), and requests without credentials (login, logout, failed ones) are rate-limited
+/// per client address (429). Returns the handle the request acts through.
+pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine, Response> {
     let path = request.path.as_str();
     let method = request.method.as_str();
     let route = match Route::find(path, &engine.config().http.minds_prefix) {
         Some(route) => route,
         None => {
-            return problem(
+            return Err(problem(
                 404,
                 "The endpoint you are trying to access does not exist on the server.",
-            )
+            ))
         }
     };
     if !route.methods().contains(&method) {
-        return problem(
+        return Err(problem(
             405,
             &format!("The method {method} is not allowed for {path}"),
         )
-        .with_header("allow", route.methods().join(", "));
+        .with_header("allow", route.methods().join(", ")));
     }
     // The Minds API and /limits/ are the hosted edition's; a local server has none of them.
     if matches!(route, Route::Minds(_)) && !engine.is_hosted() {
-        return problem(
+        return Err(problem(
             404,
             "The Minds API is served by the hosted edition only (edition = \"hosted\")",
-        );
+        ));
     }
     if matches!(route, Route::Callbacks(_)) && !engine.is_hosted() {
-        return problem(
+        return Err(problem(
             404,
             "Model-status callbacks are served by the hosted edition only (edition = \"hosted\")",
-        );
+        ));
     }
-    // The handle the request acts through: the caller's tenant when credentials are needed.
-    let scoped;
-    let engine = if route.needs_auth() && engine.auth_required() {
-        let authenticated = credential(request)
-            .ok_or_else(unauthorized)
-            .and_then(|credential| engine.authenticate(credential));
-        match authenticated {
-            Ok(handle) => {
-                scoped = handle;
-                &scoped
-            }
-            Err(e) => return error_response(&e),
-        }
-    } else {
+    if matches!(route, Route::Login | Route::Logout | Route::CloudLogin) {
         engine
+            .throttle_unauthenticated(client)
+            .map_err(|e| error_response(&e))?;
+    }
+    if !(route.needs_auth() && engine.auth_required()) {
+        return Ok(engine.clone());
+    }
+    let authenticated = credential(request)
+        .ok_or_else(unauthorized)
+        .and_then(|credential| engine.authenticate(credential));
+    authenticated.map_err(|e| {
+        // Failed credentials count against the address's rate, so keys cannot be guessed fast.
+        match engine.throttle_unauthenticated(client) {
+            Err(throttled) => error_response(&throttled),
+            Ok(()) => error_response(&e),
+        }
+    })
+}
+
+/// Answers a request that [`admit`] let through, acting through `engine` (the handle it
+/// returned).
+pub async fn handle(engine: &Engine, request: &Request) -> Response {
+    let path = request.path.as_str();
+    let method = request.method.as_str();
+    let Some(route) = Route::find(path, &engine.config().http.minds_prefix) else {
+        return problem(
+            404,
+            "The endpoint you are trying to access does not exist on the server.",
+        );
     };
     match route {
         Route::SqlQuery => sql_query(engine, request).await,
@@ -86,6 +104,7 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
         },
         Route::Login => login(engine, request).await,
         Route::Logout => {
+            // Only a live token is revoked; anything else writes nothing.
             if let Some(token) = bearer(request) {
                 if let Err(e) = engine.logout(token).await {
                     return error_response(&e);
@@ -254,6 +273,7 @@ async fn sql_query(engine: &Engine, request: &Request) -> Response {
     };
     let result = engine.query(query).await;
     match format {
+        // The result carries the engine's cap on a document's size (query.max_document_mb).
         WireFormat::Json => Response::full(200, JSON, mindlite::encode_document(result).await),
         WireFormat::JsonLines | WireFormat::Sse => Response {
             status: 200,
