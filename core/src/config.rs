@@ -49,6 +49,11 @@ impl Default for StorageConfig {
 pub struct QueryConfig {
     /// Parallel partitions per query; 0 means one per CPU core.
     pub target_partitions: usize,
+    /// Threads of the engine's runtime, which runs statements (and the HTTP server's
+    /// connections); 0 means four per CPU core and at least 16. More threads than cores let the
+    /// operating system share the CPU between a statement that computes for a long stretch
+    /// (a large sort) and everyone else's short ones, instead of queueing them behind it.
+    pub worker_threads: usize,
     /// Rows per record batch inside DataFusion.
     pub batch_size: usize,
     /// The project a query runs in when its context names none.
@@ -78,6 +83,7 @@ impl Default for QueryConfig {
     fn default() -> Self {
         QueryConfig {
             target_partitions: 0,
+            worker_threads: 0,
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
             memory_limit_mb: None,
@@ -347,11 +353,13 @@ pub struct EgressConfig {
     /// (and IPv6 forms that embed them). Default: allowed locally, refused hosted.
     pub deny_internal: Option<bool>,
     /// Reachable even when internal addresses are refused: networks (`10.1.0.0/16`), addresses
-    /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`, for URLs and
-    /// hosts that write the address), or host names (`ollama.internal`, any address they
-    /// resolve to). The configured `llm.base_url`'s host and port are always reachable.
+    /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`: that port
+    /// only, for URLs and hosts that write the address), or host names (`ollama.internal`, any
+    /// address it resolves to; `ollama.internal:11434`, that port only). The configured
+    /// `llm.base_url`'s host and port are always reachable.
     pub allow: Vec<String>,
-    /// Never reachable, in either edition, whatever `allow` says: networks or addresses.
+    /// Never reachable, in either edition, whatever `allow` says: networks or addresses (a host
+    /// name would be resolved by a DNS its owner controls, so it cannot be denied).
     pub deny: Vec<String>,
 }
 
@@ -483,7 +491,7 @@ impl Config {
             }
         }
         crate::egress::Rules::parse(&self.egress.allow, "egress.allow")?;
-        crate::egress::Rules::parse(&self.egress.deny, "egress.deny")?;
+        crate::egress::Rules::parse_addresses(&self.egress.deny, "egress.deny")?;
         Ok(())
     }
 
@@ -508,6 +516,17 @@ impl Config {
         match (self.statement_timeout(), requested) {
             (Some(configured), Some(asked)) => Some(configured.min(asked)),
             (configured, asked) => configured.or(asked),
+        }
+    }
+
+    /// Threads of the engine's runtime (`query.worker_threads`).
+    pub fn worker_threads(&self) -> usize {
+        match self.query.worker_threads {
+            0 => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (4 * cores).max(16)
+            }
+            n => n,
         }
     }
 

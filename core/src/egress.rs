@@ -92,7 +92,7 @@ pub(crate) struct Rules(Vec<Rule>);
 
 impl Rules {
     /// Reads the entries of the config key `key`; an entry that is neither a network, an
-    /// address (with or without a port) nor a host name is an error naming it.
+    /// address nor a host name (either with a port or not) is an error naming it.
     pub(crate) fn parse(entries: &[String], key: &str) -> Result<Rules> {
         entries
             .iter()
@@ -100,12 +100,27 @@ impl Rules {
                 parse_rule(entry.trim()).ok_or_else(|| {
                     Error::invalid(format!(
                         "{key}: '{entry}' is not a network (10.0.0.0/8), an address (127.0.0.1, \
-                         [::1]:8080) or a host name (llm.internal)"
+                         [::1]:8080) or a host name (llm.internal, llm.internal:11434)"
                     ))
                 })
             })
             .collect::<Result<Vec<_>>>()
             .map(Rules)
+    }
+
+    /// [`Rules::parse`] for a deny list, which names addresses: a host name would be resolved
+    /// at the moment of connecting, by a DNS its owner controls, so it cannot deny anything.
+    pub(crate) fn parse_addresses(entries: &[String], key: &str) -> Result<Rules> {
+        let rules = Rules::parse(entries, key)?;
+        if let Some(rule) = rules.0.iter().find(|r| matches!(r.target, Target::Host(_))) {
+            let Target::Host(name) = &rule.target else {
+                unreachable!("found as a host")
+            };
+            return Err(Error::invalid(format!(
+                "{key}: '{name}' is a host name; deny networks or addresses"
+            )));
+        }
+        Ok(rules)
     }
 
     /// Whether an entry covers the address `ip` on `port`. `None` as the port means it is not
@@ -125,12 +140,32 @@ impl Rules {
         })
     }
 
-    /// Whether an entry names the host `name`.
-    fn names(&self, name: &str) -> bool {
+    /// Whether an entry names the host `name` on `port` (`None`: the port is not known, as
+    /// while a name resolves; any entry for the name counts then, since a URL's port was
+    /// checked before its name was resolved, see [`check_url`]).
+    fn names(&self, name: &str, port: Option<u16>) -> bool {
         let name = normal_name(name);
-        self.0
-            .iter()
-            .any(|rule| matches!(&rule.target, Target::Host(host) if *host == name))
+        self.0.iter().any(|rule| match &rule.target {
+            Target::Host(host) => {
+                *host == name && (port.is_none() || rule.port.is_none() || rule.port == port)
+            }
+            Target::Net(_) => false,
+        })
+    }
+
+    /// The ports `name` is allowed on when every entry naming it has a port; `None` when an
+    /// entry allows it on any port, or none names it.
+    fn only_ports_of(&self, name: &str) -> Option<Vec<u16>> {
+        let name = normal_name(name);
+        let mut ports = Vec::new();
+        for rule in &self.0 {
+            if let Target::Host(host) = &rule.target {
+                if *host == name {
+                    ports.push(rule.port?);
+                }
+            }
+        }
+        (!ports.is_empty()).then_some(ports)
     }
 }
 
@@ -171,8 +206,11 @@ fn parse_rule(entry: &str) -> Option<Rule> {
     if let Ok(socket) = entry.parse::<SocketAddr>() {
         return Some(host(socket.ip(), Some(socket.port())));
     }
-    // A host name: letters, digits, '-' and '.', as DNS names are written (no port: a name is
-    // checked while it is resolved, where the port is not known).
+    // A host name, with a port or not: letters, digits, '-' and '.', as DNS names are written.
+    let (entry, port) = match entry.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port.parse::<u16>().ok()?)),
+        None => (entry, None),
+    };
     let valid = entry.len() <= 253
         && entry
             .split('.')
@@ -186,7 +224,7 @@ fn parse_rule(entry: &str) -> Option<Rule> {
         && entry.bytes().any(|b| b.is_ascii_alphabetic());
     valid.then(|| Rule {
         target: Target::Host(normal_name(entry)),
-        port: None,
+        port,
     })
 }
 
@@ -284,7 +322,7 @@ impl Policy {
                 Some(url::Host::Ipv6(v6)) => allow.0.push(address_rule(IpAddr::V6(v6), port)),
                 Some(url::Host::Domain(name)) => allow.0.push(Rule {
                     target: Target::Host(normal_name(name)),
-                    port: None,
+                    port,
                 }),
                 None => {}
             }
@@ -292,7 +330,7 @@ impl Policy {
         Ok(Policy {
             deny_internal: config.egress_denies_internal(),
             allow,
-            deny: Rules::parse(&config.egress.deny, "egress.deny")?,
+            deny: Rules::parse_addresses(&config.egress.deny, "egress.deny")?,
         })
     }
 
@@ -317,6 +355,9 @@ impl Policy {
                 ))
             }
         };
+        // An entry with a port covers a host that writes the address, never a name that
+        // resolves to it: the name's owner decides what it resolves to.
+        let port = if literal { port } else { None };
         if self.deny.covers(ip, port, true) {
             return Err(shown("a denied address"));
         }
@@ -340,7 +381,7 @@ impl Policy {
         if addrs.is_empty() {
             return Err(Refused(format!("'{host}' has no address")));
         }
-        let named = self.allow.names(host);
+        let named = self.allow.names(host, port);
         for addr in addrs {
             self.check(host, addr.ip(), port, named)?;
         }
@@ -516,14 +557,25 @@ impl Egress {
     }
 }
 
-/// Checks a URL whose host is an address (which the HTTP client connects to without
-/// resolving, so the resolver never sees it).
+/// Checks what the HTTP client's resolver cannot: a URL whose host is an address (connected to
+/// without resolving), and the port of a name allowed on some ports only (the resolver is
+/// told the name, never the port).
 fn check_url(policy: &Policy, url: &reqwest::Url) -> std::result::Result<(), Refused> {
     let port = url.port_or_known_default();
     match url.host() {
         Some(url::Host::Ipv4(v4)) => policy.check(&v4.to_string(), IpAddr::V4(v4), port, false),
         Some(url::Host::Ipv6(v6)) => policy.check(&format!("[{v6}]"), IpAddr::V6(v6), port, false),
-        _ => Ok(()),
+        Some(url::Host::Domain(name)) => match policy.allow.only_ports_of(name) {
+            Some(ports) if !port.is_some_and(|p| ports.contains(&p)) => {
+                let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+                Err(Refused(format!(
+                    "refused by the egress policy: '{name}' is reachable on port {} only",
+                    ports.join(", ")
+                )))
+            }
+            _ => Ok(()),
+        },
+        None => Ok(()),
     }
 }
 
@@ -778,6 +830,23 @@ mod tests {
         assert!(p
             .check_all("llm.internal", &addrs(&["8.8.4.4"]), None)
             .is_err());
+        // A name resolving to an address allowed with a port is not allowed by that entry,
+        // even when connecting to that very port.
+        assert!(p
+            .check_all("localhost", &addrs(&["127.0.0.1"]), Some(8080))
+            .is_err());
+        // A name allowed on one port: other ports are refused before anything resolves.
+        let ported = policy(true, &["ollama.internal:11434"], &[]);
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(check_url(&ported, &url("http://ollama.internal:11434/v1")).is_ok());
+        let other = check_url(&ported, &url("http://ollama.internal:22/")).unwrap_err();
+        assert!(other.0.contains("port 11434 only"), "{other}");
+        assert!(ported
+            .check_all("ollama.internal", &addrs(&["10.0.0.7"]), Some(11434))
+            .is_ok());
+        assert!(ported
+            .check_all("ollama.internal", &addrs(&["10.0.0.7"]), Some(5432))
+            .is_err());
     }
 
     #[test]
@@ -867,12 +936,14 @@ mod tests {
             "10.0.0.0/33",
             "::/129",
             "exa mple.com",
-            "host.example:443",
+            "host.example:99999",
             "1.2.3.4:99999",
         ] {
             let err = Rules::parse(&[bad.to_string()], "egress.allow").unwrap_err();
             assert!(err.message().contains("egress.allow"), "{bad}: {err}");
         }
+        let err = Rules::parse_addresses(&["evil.example".to_string()], "egress.deny").unwrap_err();
+        assert!(err.message().contains("host name"), "{err}");
     }
 
     #[test]

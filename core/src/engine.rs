@@ -177,6 +177,7 @@ impl Engine {
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.worker_threads())
             .thread_name("mindlite")
             .on_thread_start(move || RUNTIME_OF.with(|of| of.set(id)))
             .enable_all()
@@ -217,14 +218,7 @@ impl Engine {
     /// hand it to the runtime, which costs a task and a cross-thread wake-up per request.
     /// Either way, dropping the returned future stops the statement.
     pub(crate) async fn query_as(&self, tenant: TenantId, request: QueryRequest) -> QueryResult {
-        let context = crate::sql::ResultContext {
-            show_secrets: request.context.show_secrets,
-            db: request
-                .context
-                .db
-                .clone()
-                .unwrap_or_else(|| self.inner.sql.default_project().to_string()),
-        };
+        let context = self.inner.sql.request_context(&request);
         let control = Control::new(
             self.inner.config.statement_limit(request.timeout),
             &self.interrupts,
@@ -240,14 +234,9 @@ impl Engine {
             let mut task = AbortOnDrop(self.inner.handle.spawn(run));
             (&mut task.0).await.map_err(|e| e.to_string())
         };
-        match joined {
-            Ok(result) => result,
-            Err(e) => QueryResult {
-                context,
-                outcome: Outcome::Error(Error::internal(format!("query task failed: {e}"))),
-                document_limit: None,
-            },
-        }
+        joined.unwrap_or_else(|e| {
+            QueryResult::failed(context, Error::internal(format!("query task failed: {e}")))
+        })
     }
 
     /// Runs a request on the engine's runtime under `control`, in one of the tenant's places
@@ -259,37 +248,16 @@ impl Engine {
         request: QueryRequest,
         control: Control,
     ) -> QueryResult {
-        let context = crate::sql::ResultContext {
-            show_secrets: request.context.show_secrets,
-            db: request
-                .context
-                .db
-                .clone()
-                .unwrap_or_else(|| inner.sql.default_project().to_string()),
-        };
-        let document_limit = Some(inner.config.max_document_bytes());
+        let context = inner.sql.request_context(&request);
         let ticket = match inner.sql.admit(tenant, Work::Statement) {
             Ok(ticket) => ticket,
-            Err(e) => {
-                return QueryResult {
-                    context,
-                    outcome: Outcome::Error(e),
-                    document_limit,
-                }
-            }
+            Err(e) => return QueryResult::failed(context, e),
         };
         let ran = control
             .run(async { Ok(inner.sql.run(tenant, &request).await) })
             .await;
-        let mut result = match ran {
-            Ok(result) => result,
-            Err(stopped) => QueryResult {
-                context,
-                outcome: Outcome::Error(stopped),
-                document_limit,
-            },
-        };
-        result.document_limit = document_limit;
+        let mut result = ran.unwrap_or_else(|stopped| QueryResult::failed(context, stopped));
+        result.document_limit = Some(inner.config.max_document_bytes());
         if let Outcome::Table(table) = result.outcome {
             let in_runtime = Box::pin(RecordBatchStreamAdapter::new(
                 table.stream.schema(),

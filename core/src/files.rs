@@ -6,7 +6,7 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, StringArray};
+use datafusion::arrow::array::{AnyDictionaryArray, Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::csv::reader::Format as CsvFormat;
 use datafusion::arrow::csv::ReaderBuilder as CsvReaderBuilder;
@@ -201,21 +201,85 @@ pub(crate) struct FileRows {
 }
 
 impl FileRows {
-    /// Reads every row into `sink`, counting against `caps` as it goes.
+    /// Reads every row into `sink`, counting against `caps` as it goes: rows, and bytes as the
+    /// rows will be stored (a dictionary column counts each row's value, not its shared
+    /// dictionary once). A batch that would be large once expanded goes on in slices, so no
+    /// more than about [`SLICE_BYTES`] of it is ever expanded at once.
     pub(crate) fn read_into(self, caps: Caps, sink: Sink<'_>) -> Result<()> {
         let (mut rows, mut bytes) = (0u64, 0u64);
         (self.rows)(&mut |batch: RecordBatch| {
+            let size = stored_size(&batch);
             rows += batch.num_rows() as u64;
-            bytes += batch.get_array_memory_size() as u64;
+            bytes = bytes.saturating_add(size);
             if rows > caps.max_rows {
                 return Err(caps.rows_over());
             }
             if bytes > caps.max_bytes {
                 return Err(caps.bytes_over());
             }
-            sink(batch)
+            let slices = size
+                .div_ceil(SLICE_BYTES)
+                .clamp(1, batch.num_rows().max(1) as u64);
+            let per_slice = batch.num_rows().div_ceil(slices as usize).max(1);
+            let mut at = 0;
+            while at < batch.num_rows() {
+                let length = per_slice.min(batch.num_rows() - at);
+                sink(batch.slice(at, length))?;
+                at += length;
+            }
+            Ok(())
         })
     }
+}
+
+/// The most bytes of a batch handed on at once, once its dictionaries are expanded.
+const SLICE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The bytes `batch` takes as it will be stored: dictionary columns expanded.
+fn stored_size(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Dictionary(_, _) => expanded_size(column.as_any_dictionary()),
+            _ => column.get_array_memory_size() as u64,
+        })
+        .sum()
+}
+
+/// What a dictionary array takes once each row holds its own value: the sum of its rows'
+/// value sizes, counted from the dictionary without expanding it.
+fn expanded_size(dictionary: &dyn AnyDictionaryArray) -> u64 {
+    let values = dictionary.values();
+    let count = values.len();
+    let each: Vec<u64> = if let Some(text) = values.as_string_opt::<i32>() {
+        (0..count)
+            .map(|i| text.value_length(i) as u64 + 4)
+            .collect()
+    } else if let Some(text) = values.as_string_opt::<i64>() {
+        (0..count)
+            .map(|i| text.value_length(i) as u64 + 8)
+            .collect()
+    } else if let Some(bytes) = values.as_binary_opt::<i32>() {
+        (0..count)
+            .map(|i| bytes.value_length(i) as u64 + 4)
+            .collect()
+    } else if let Some(bytes) = values.as_binary_opt::<i64>() {
+        (0..count)
+            .map(|i| bytes.value_length(i) as u64 + 8)
+            .collect()
+    } else {
+        let average = values.get_array_memory_size() as u64 / count.max(1) as u64;
+        vec![average.max(1); count]
+    };
+    let keys = dictionary.keys();
+    dictionary
+        .normalized_keys()
+        .iter()
+        .enumerate()
+        .filter(|(row, _)| keys.is_valid(*row))
+        .map(|(_, key)| each.get(*key).copied().unwrap_or(0))
+        .sum()
 }
 
 /// Opens an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
@@ -256,19 +320,28 @@ pub(crate) fn open(
     }
 }
 
-/// Rows per batch when reading Parquet: small, so one batch of a file whose values expand a
-/// lot (a dictionary of long strings) stays small before the caps are checked.
+/// Rows per batch when reading Parquet, at most: small, so a batch of a file whose values
+/// expand a lot stays small before the caps are checked.
 const PARQUET_BATCH_ROWS: usize = 1024;
 
+/// Bytes of rows per Parquet batch aimed at, by the footer's sizes: a file of very wide rows
+/// is read fewer rows at a time.
+const PARQUET_BATCH_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Parquet: the file's own schema (without its metadata) and its rows. The footer's row count
-/// and sizes are checked against the caps before anything is decoded (a file may lie in them;
-/// the caps are checked again batch by batch).
+/// and sizes are checked against the caps before anything is decoded, and set how many rows a
+/// batch takes; text and binary columns are read as dictionaries, so a column of one long
+/// value repeated is counted (and refused) before it is expanded. A file may lie in its
+/// footer: the caps are checked again batch by batch.
 fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use datafusion::parquet::arrow::arrow_reader::{
+        ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    };
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::invalid(format!("The file is not readable as Parquet: {e}"))
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| unreadable(&e))?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| unreadable(&e))?;
     let metadata = builder.metadata();
     if u64::try_from(metadata.file_metadata().num_rows()).unwrap_or(u64::MAX) > caps.max_rows {
         return Err(caps.rows_over());
@@ -281,6 +354,18 @@ fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     if declared > caps.max_bytes {
         return Err(caps.bytes_over());
     }
+    let widest_row = metadata
+        .row_groups()
+        .iter()
+        .map(|group| {
+            u64::try_from(group.total_byte_size()).unwrap_or(u64::MAX)
+                / u64::try_from(group.num_rows()).unwrap_or(1).max(1)
+        })
+        .max()
+        .unwrap_or(0);
+    let batch_rows = usize::try_from(PARQUET_BATCH_BYTES / widest_row.max(1))
+        .unwrap_or(PARQUET_BATCH_ROWS)
+        .clamp(1, PARQUET_BATCH_ROWS);
     let fields = builder.schema().fields().clone();
     if fields.len() > MAX_COLUMNS {
         return Err(too_wide(fields.len()));
@@ -305,11 +390,30 @@ fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
             .map(|f| f.as_ref().clone().with_metadata(Default::default()))
             .collect::<Vec<_>>(),
     ));
-    let reader = builder
-        .with_batch_size(PARQUET_BATCH_ROWS)
+    let as_read = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary => {
+                    let dictionary = DataType::Dictionary(
+                        Box::new(DataType::Int32),
+                        Box::new(f.data_type().clone()),
+                    );
+                    f.as_ref().clone().with_data_type(dictionary)
+                }
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    ));
+    drop(builder);
+    let options = ArrowReaderOptions::new().with_schema(Arc::clone(&as_read));
+    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
+        .map_err(|e| unreadable(&e))?
+        .with_batch_size(batch_rows)
         .build()
         .map_err(|e| unreadable(&e))?;
-    let target = Arc::clone(&schema);
+    let target = as_read;
     Ok(FileRows {
         schema,
         rows: Box::new(move |sink: Sink<'_>| {
@@ -809,6 +913,55 @@ mod tests {
         let file = open(Bytes::from(csv), None, None, caps).unwrap();
         let err = file.read_into(caps, &mut |_| Ok(())).unwrap_err();
         assert!(err.message().contains("files.max_decoded_mb"), "{err}");
+    }
+
+    /// A tiny Parquet file of one long text repeated (dictionary-encoded, compressed) is
+    /// counted as it will be stored, and refused before it is expanded.
+    #[test]
+    fn a_parquet_file_that_expands_is_refused_by_its_stored_size() {
+        use datafusion::arrow::array::{DictionaryArray, Int32Array};
+        use datafusion::parquet::arrow::ArrowWriter;
+        use datafusion::parquet::basic::{Compression, ZstdLevel};
+        use datafusion::parquet::file::properties::WriterProperties;
+        let rows = 200_000;
+        let long = "x".repeat(10_000);
+        let keys = Int32Array::from(vec![0; rows]);
+        let dictionary =
+            DictionaryArray::new(keys, Arc::new(StringArray::from(vec![long.clone()])));
+        // Arrow's own dictionary type, and plain text that Parquet dictionary-encodes itself.
+        let plain = StringArray::from(vec![long.as_str(); 20_000]);
+        for column in [
+            Arc::new(dictionary) as ArrayRef,
+            Arc::new(plain) as ArrayRef,
+        ] {
+            let batch = RecordBatch::try_from_iter([("s", column)]).unwrap();
+            let mut file = Vec::new();
+            let properties = WriterProperties::builder()
+                .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
+                .build();
+            let mut writer =
+                ArrowWriter::try_new(&mut file, batch.schema(), Some(properties)).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            assert!(file.len() < 200_000, "a small file: {} bytes", file.len());
+            let caps = Caps {
+                max_rows: u64::MAX,
+                max_bytes: 32 << 20,
+            };
+            let opened = open(Bytes::from(file), None, Some("bomb.parquet"), caps).unwrap();
+            let mut expanded = 0u64;
+            let err = opened
+                .read_into(caps, &mut |batch| {
+                    expanded += stored_size(&batch);
+                    Ok(())
+                })
+                .unwrap_err();
+            assert!(err.message().contains("files.max_decoded_mb"), "{err}");
+            assert!(
+                expanded <= caps.max_bytes,
+                "refused before more than the cap was handed on"
+            );
+        }
     }
 
     #[test]

@@ -302,7 +302,12 @@ fn parse_reply(bytes: &[u8], endpoint: &Endpoint) -> Result<Reply> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     if calls.len() > endpoint.max_tool_calls {
-        return Err(too_many_calls(endpoint, calls.len() as u64));
+        return Err(upstream(format!(
+            "{} sent {} tool calls in one reply; a reply may make at most {} (llm.max_tool_calls)",
+            capitalized(&endpoint.shown),
+            calls.len(),
+            endpoint.max_tool_calls
+        )));
     }
     let tool_calls = calls
         .iter()
@@ -316,14 +321,6 @@ fn parse_reply(bytes: &[u8], endpoint: &Endpoint) -> Result<Reply> {
         content,
         tool_calls,
     })
-}
-
-fn too_many_calls(endpoint: &Endpoint, asked: u64) -> Error {
-    upstream(format!(
-        "{} asked for tool call {asked}; a reply may make at most {} (llm.max_tool_calls)",
-        capitalized(&endpoint.shown),
-        endpoint.max_tool_calls
-    ))
 }
 
 fn text_at(value: &Value, pointer: &str) -> String {
@@ -413,7 +410,11 @@ fn merge_tool_delta(calls: &mut Vec<ToolCall>, delta: &Value, endpoint: &Endpoin
         })?,
     };
     if index >= endpoint.max_tool_calls as u64 {
-        return Err(too_many_calls(endpoint, index.saturating_add(1)));
+        return Err(upstream(format!(
+            "{} streamed a tool call with index {index}; a reply may make at most {} (llm.max_tool_calls, indexes from 0)",
+            capitalized(&endpoint.shown),
+            endpoint.max_tool_calls
+        )));
     }
     let index = index as usize;
     while calls.len() <= index {

@@ -3,7 +3,7 @@
 //! Record tables belong to their modules (`projects`, `tables`); this module owns none of their rows.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -12,6 +12,8 @@ use redb::{
     Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, TableHandle,
     WriteTransaction,
 };
+
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
@@ -48,20 +50,17 @@ pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
     commits: Arc<AtomicU64>,
     committed: Arc<tokio::sync::Notify>,
-    /// Set when whoever waited for this write gave up (a cancelled query): the write must not
-    /// commit behind their back.
-    pub(crate) cancelled: Arc<AtomicBool>,
+    /// Cancelled when whoever waited for this write gave up (a cancelled query): the write must
+    /// not commit behind their back.
+    pub(crate) cancelled: CancellationToken,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl WriteGuard {
     /// Fails when the write was cancelled, so a long write stops early.
     pub(crate) fn check_cancelled(&self) -> Result<()> {
-        if self.cancelled.load(Ordering::SeqCst) {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                "The statement was cancelled before it committed; nothing was written",
-            ));
+        if self.cancelled.is_cancelled() {
+            return Err(cancelled());
         }
         Ok(())
     }
@@ -74,6 +73,14 @@ impl WriteGuard {
         self.committed.notify_one();
         Ok(())
     }
+}
+
+/// The error of a write whose statement was cancelled before it committed.
+pub(crate) fn cancelled() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "The statement was cancelled before it committed; nothing was written",
+    )
 }
 
 impl Store {
@@ -205,7 +212,7 @@ impl Store {
             txn,
             commits: Arc::clone(&self.commits),
             committed: Arc::clone(&self.committed),
-            cancelled: Arc::new(AtomicBool::new(false)),
+            cancelled: CancellationToken::new(),
             _lock: lock.0,
         })
     }

@@ -727,3 +727,69 @@ fn agents_survive_a_restart() {
         "x"
     );
 }
+
+/// PostgreSQL tells `orders` from `"Orders"`: an agent given `pg.orders` reads that table and
+/// never `pg."Orders"`, as the remote database compares names (exactly, unquoted ones folded).
+#[test]
+fn remote_table_names_are_compared_as_postgresql_compares_them() {
+    let Ok(url) = std::env::var("PGTEST_URL") else {
+        assert!(std::env::var("CI").is_err(), "PGTEST_URL is not set");
+        eprintln!("SKIPPED: PGTEST_URL is not set");
+        return;
+    };
+    let pg: tokio_postgres::Config = url.parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = pg.connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(
+                "DROP SCHEMA IF EXISTS agent_case CASCADE; CREATE SCHEMA agent_case; \
+                 CREATE TABLE agent_case.orders (n INT); INSERT INTO agent_case.orders VALUES (1), (2); \
+                 CREATE TABLE agent_case.\"Orders\" (secret TEXT); \
+                 INSERT INTO agent_case.\"Orders\" VALUES ('UPPER-SECRET');",
+            )
+            .await
+            .unwrap();
+    });
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => panic!("PGTEST_URL must name a TCP host"),
+    };
+    let llm = FakeLlm::start(vec![
+        Reply::Sql("SELECT * FROM pg.\"Orders\""),
+        Reply::Sql("SELECT count(*) AS n FROM pg.ORDERS"),
+        Reply::Text("2."),
+    ]);
+    let engine = engine_for(&llm, 10);
+    engine
+        .sql_blocking(&format!(
+            "CREATE DATABASE pg WITH ENGINE = 'postgres', PARAMETERS = {{\"host\": \"{host}\", \"port\": {}, \"database\": \"{}\", \"user\": \"{}\", \"schema\": \"agent_case\"}}",
+            pg.get_ports()[0],
+            pg.get_dbname().unwrap(),
+            pg.get_user().unwrap()
+        ))
+        .unwrap();
+    create(
+        &engine,
+        json!({"name": "clerk", "data": {"tables": ["pg.orders"]}}),
+    )
+    .unwrap();
+    assert_eq!(ask(&engine, "clerk", "How many?").unwrap().content, "2.");
+    let requests = llm.requests();
+    let everything = serde_json::to_string(&requests).unwrap();
+    assert!(!everything.contains("UPPER-SECRET"), "{everything}");
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("Table pg.orders"), "{system}");
+    assert!(!system.contains("Table pg.Orders"), "{system}");
+    let tool = |i: usize| -> String {
+        let last = requests[i]["messages"].as_array().unwrap().last().unwrap();
+        last["content"].as_str().unwrap().to_string()
+    };
+    assert!(tool(1).contains("Query refused"), "{}", tool(1));
+    assert!(tool(2).contains("[[2]]"), "{}", tool(2));
+}

@@ -629,3 +629,43 @@ fn models_train_from_a_datasource() {
     let y = got[0][0].as_f64().unwrap();
     assert!((y - 304.0).abs() < 15.0, "{got}");
 }
+
+/// Connections go through the egress policy (every address of the host checked when
+/// connecting), and no message the server sends may exceed `datasources.max_message_mb`.
+#[test]
+fn the_egress_policy_and_the_message_cap_hold_for_postgresql() {
+    let Some((config, _)) = server() else { return };
+    let params = parameters(&config);
+    let create = |name: &str, params: &Value| {
+        format!("CREATE DATABASE {name} WITH ENGINE = 'postgres', PARAMETERS = {params}")
+    };
+    // Internal addresses refused: the literal address and a name that resolves to it alike.
+    let mut strict = Config::default();
+    strict.egress.deny_internal = Some(true);
+    strict.datasources.max_message_mb = 1;
+    let engine = Engine::open_in_memory(strict.clone()).unwrap();
+    let refused = error(&engine, &create("pg", &params));
+    assert!(
+        refused.contains("refused by the egress policy"),
+        "{refused}"
+    );
+    let mut by_name = params.clone();
+    by_name["host"] = json!("localhost");
+    let refused = error(&engine, &create("pg", &by_name));
+    assert!(
+        refused.contains("'localhost' resolves to a loopback address"),
+        "{refused}"
+    );
+    // Allowed by address and port: connects, and a 3 MB value in one row is refused.
+    let port = config.get_ports()[0];
+    strict.egress.allow = vec![format!("127.0.0.1:{port}")];
+    let engine = Engine::open_in_memory(strict).unwrap();
+    ok(&engine, &create("pg", &params));
+    let big = error(
+        &engine,
+        "SELECT length(big) FROM pg (SELECT repeat('x', 3000000) AS big)",
+    );
+    assert!(big.contains("datasources.max_message_mb"), "{big}");
+    let small = rows(&engine, "SELECT n FROM pg (SELECT 7 AS n)");
+    assert_eq!(small, json!([[7]]));
+}

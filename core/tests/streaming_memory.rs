@@ -191,3 +191,27 @@ fn a_sort_larger_than_the_memory_limit_spills_instead_of_growing() {
         peak / MIB
     );
 }
+
+/// A sort over no columns (its keys computed from nothing but the row: `ORDER BY random()`)
+/// counts its keys against the memory limit and spills like any other.
+#[test]
+fn a_sort_of_keys_alone_spills_past_the_memory_limit() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut config = Config::default();
+    config.query.memory_limit_mb = Some(40);
+    let engine = Engine::open_in_memory(config).unwrap();
+    let sql = "SELECT max(rn) AS top FROM (SELECT row_number() OVER (ORDER BY random()) AS rn \
+               FROM generate_series(1, 6000000))";
+    let (_, rows, peak) = stream_peak(&engine, sql);
+    eprintln!(
+        "sorted 6M keys with a 40 MiB limit: peak {} MiB",
+        peak / MIB
+    );
+    assert_eq!(rows, 1);
+    // The keys and their sort indices alone take more than 90 MiB.
+    assert!(
+        peak < 80 * MIB,
+        "the sort peaked at {} MiB of heap",
+        peak / MIB
+    );
+}

@@ -2,6 +2,7 @@
  * stopped from another thread, fails with MINDLITE_UNAVAILABLE naming the interrupt, and the
  * handle serves the next statement normally; a statement time limit from the config does the
  * same without anyone calling. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <pthread.h>
 #include <time.h>
 

@@ -11,11 +11,14 @@ Replies are consumed one per request; once the script is empty the fallback answ
 the text "no scripted reply"; `llm.fallback(reply)` changes it, e.g. to an error that must also
 hit any retry). A reply is `text(...)`, `tool_call(...)` (or several with `tool_calls(...)`),
 `error(status, message)`, `hang(seconds)`, or `echo(prefix, delay)` (the last user message
-back, after `prefix`; for models that ask once per row). `llm.max_in_flight` is the most
-requests it was answering at once. Requests with `"stream": true` are answered as
-OpenAI streams them: `text/event-stream`, chunked, one `chat.completion.chunk` per `data:` line,
-the text split over several deltas, a tool call's arguments split over several chunks, a last
-chunk with `finish_reason`, then `data: [DONE]`.
+back, after `prefix`; for models that ask once per row); a hostile provider's replies are
+`raw(status, content_type, body)` (bytes sent verbatim, or a list of pieces sent as chunks) and
+`huge(n_bytes)` (a well-formed reply, plain or streamed, n bytes long, written piece by piece);
+`llm.reset()` empties the script and restores the fallback, for a fake shared by several tests.
+`llm.max_in_flight` is the most requests it was answering at once. Requests with
+`"stream": true` are answered as OpenAI streams them: `text/event-stream`, chunked, one
+`chat.completion.chunk` per `data:` line, the text split over several deltas, a tool call's
+arguments split over several chunks, a last chunk with `finish_reason`, then `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -66,6 +69,19 @@ def error(status: int, message: str, type: str | None = None,  # noqa: A002
 def echo(prefix: str = "", delay: float = 0.0) -> dict:
     """The text `prefix` + the last user message's content, after `delay` seconds."""
     return {"kind": "echo", "prefix": prefix, "delay": delay}
+
+
+def raw(status: int, content_type: str, body: bytes | list[bytes]) -> dict:
+    """`body` as it is, whatever the request asked: bytes with a Content-Length, or a list of
+    pieces each sent (and flushed) as one HTTP chunk. For replies no honest provider sends."""
+    return {"kind": "raw", "status": status, "content_type": content_type, "body": body}
+
+
+def huge(n_bytes: int) -> dict:
+    """A reply of about `n_bytes`: a chat completion whose content is that long, or (for a
+    streamed request) content deltas adding up to it, sent chunked in pieces so the fake never
+    holds it whole. A client that stops reading simply ends it."""
+    return {"kind": "huge", "n_bytes": n_bytes}
 
 
 def hang(seconds: float, then: dict | None = None) -> dict:
@@ -137,6 +153,13 @@ class FakeLLM:
         with self._lock:
             self._fallback = reply
 
+    def reset(self) -> None:
+        """Drops the replies not consumed yet and restores the default fallback (the record of
+        requests is kept), for a fake shared by several tests."""
+        with self._lock:
+            self._script.clear()
+            self._fallback = text(DEFAULT_TEXT)
+
     @property
     def pending(self) -> int:
         """Scripted replies not consumed yet."""
@@ -191,6 +214,15 @@ class FakeLLM:
             err = {"error": {"message": reply["message"], "type": reply["type"], "param": None,
                              "code": reply["code"]}}
             _send(handler, reply["status"], "application/json", json.dumps(err).encode())
+            return
+        if reply["kind"] == "raw":
+            if isinstance(reply["body"], (bytes, bytearray)):
+                _send(handler, reply["status"], reply["content_type"], bytes(reply["body"]))
+            else:
+                _send_chunked(handler, reply["status"], reply["content_type"], reply["body"])
+            return
+        if reply["kind"] == "huge":
+            _send_chunked(handler, 200, *_huge_pieces(reply["n_bytes"], bool(body.get("stream"))))
             return
         message, finish = self._message(reply)
         completion_id = f"chatcmpl-fake{len(self.requests)}"
@@ -256,6 +288,53 @@ def _send(handler: BaseHTTPRequestHandler, status: int, content_type: str, body:
         handler.wfile.flush()
     except OSError:
         handler.close_connection = True  # the client went away (e.g. it timed out)
+
+
+def _huge_pieces(n_bytes: int, stream: bool):
+    """The content type and the pieces (a generator) of a `huge(n_bytes)` reply."""
+    piece = 16 * 1024
+    if stream:
+        def frames():
+            sent = 0
+            while sent < n_bytes:
+                delta = {"choices": [{"index": 0, "delta": {"content": "x" * piece},
+                                      "finish_reason": None}]}
+                frame = f"data: {json.dumps(delta)}\n\n".encode()
+                sent += len(frame)
+                yield frame
+            yield b"data: [DONE]\n\n"
+        return "text/event-stream; charset=utf-8", frames()
+
+    def document():
+        head = b'{"id":"chatcmpl-huge","object":"chat.completion","choices":[{"index":0,' \
+               b'"message":{"role":"assistant","content":"'
+        tail = b'"},"finish_reason":"stop"}]}'
+        yield head
+        left = max(0, n_bytes - len(head) - len(tail))
+        while left > 0:
+            size = min(piece, left)
+            yield b"x" * size
+            left -= size
+        yield tail
+    return "application/json", document()
+
+
+def _send_chunked(handler: BaseHTTPRequestHandler, status: int, content_type: str,
+                  pieces) -> None:
+    """Each piece as its own HTTP chunk, flushed; a client that leaves ends the reply."""
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        for piece in pieces:
+            if piece:
+                handler.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+    except OSError:
+        handler.close_connection = True
 
 
 def _send_stream(handler: BaseHTTPRequestHandler, frames: list[bytes]) -> None:

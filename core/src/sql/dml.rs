@@ -13,9 +13,7 @@
 //! matches, in place; a WHERE with a subquery (which DataFusion runs only inside a plan)
 //! rewrites the table.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::{filter_record_batch, not};
@@ -31,6 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog::{Namespace, Snapshot, StoredTable, FILES_DB, SYSTEM_DB};
 use super::names::{self, NameHint};
@@ -48,8 +47,9 @@ pub(crate) struct WriteJob {
     pub(crate) state: Session,
     pub(crate) tenant: TenantId,
     pub(crate) db: String,
-    /// Set when the caller stops waiting (a cancelled query): the write stops and aborts.
-    pub(crate) cancelled: Arc<AtomicBool>,
+    /// Cancelled when the caller stops waiting (a cancelled query): the write stops, even in
+    /// the middle of computing a batch, and aborts.
+    pub(crate) cancelled: CancellationToken,
     /// The writer lock, when it was taken before the snapshot (a write that must not
     /// conflict); otherwise [`WriteJob::lock`] takes it when the write is ready to commit.
     pub(crate) held: Mutex<Option<WriteLock>>,
@@ -72,17 +72,17 @@ impl WriteJob {
         self,
         f: impl FnOnce(&WriteJob, &Handle) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        /// Marks the write cancelled when the waiting future is dropped before it finished.
-        struct CancelOnDrop(Option<Arc<AtomicBool>>);
+        /// Cancels the write when the waiting future is dropped before it finished.
+        struct CancelOnDrop(Option<CancellationToken>);
         impl Drop for CancelOnDrop {
             fn drop(&mut self) {
-                if let Some(flag) = &self.0 {
-                    flag.store(true, Ordering::SeqCst);
+                if let Some(token) = &self.0 {
+                    token.cancel();
                 }
             }
         }
         let handle = Handle::current();
-        let mut cancel = CancelOnDrop(Some(Arc::clone(&self.cancelled)));
+        let mut cancel = CancelOnDrop(Some(self.cancelled.clone()));
         let result = tokio::task::spawn_blocking(move || f(&self, &handle))
             .await
             .map_err(|e| Error::internal(format!("write task failed: {e}")));
@@ -96,39 +96,32 @@ impl WriteJob {
     pub(crate) fn lock(&self, handle: &Handle) -> Result<WriteGuard> {
         let lock = match self.held.lock().take() {
             Some(lock) => lock,
-            None => {
-                let store = Arc::clone(&self.store);
-                let mut waiting = handle.spawn(async move { store.lock_writes().await });
-                loop {
-                    self.check_cancelled()?;
-                    let polled = handle.block_on(tokio::time::timeout(
-                        Duration::from_millis(50),
-                        &mut waiting,
-                    ));
-                    match polled {
-                        Ok(lock) => {
-                            break lock.map_err(|e| Error::internal(format!("write lock: {e}")))?
-                        }
-                        Err(_) => continue,
-                    }
-                }
-            }
+            None => handle
+                .block_on(self.unless_cancelled(self.store.lock_writes()))
+                .ok_or_else(crate::store::cancelled)?,
         };
         self.check_cancelled()?;
         let mut guard = self.store.begin_write(lock)?;
-        guard.cancelled = Arc::clone(&self.cancelled);
+        guard.cancelled = self.cancelled.clone();
         Ok(guard)
     }
 
     /// Fails once the statement was cancelled, so a long write stops early.
     pub(crate) fn check_cancelled(&self) -> Result<()> {
-        if self.cancelled.load(Ordering::SeqCst) {
-            return Err(Error::new(
-                crate::ErrorKind::Unavailable,
-                "The statement was cancelled before it committed; nothing was written",
-            ));
+        if self.cancelled.is_cancelled() {
+            return Err(crate::store::cancelled());
         }
         Ok(())
+    }
+
+    /// `work`'s output, or `None` as soon as the statement is cancelled (dropping `work`, so a
+    /// plan computing a batch stops in the middle of it).
+    async fn unless_cancelled<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            biased;
+            () = self.cancelled.cancelled() => None,
+            done = work => Some(done),
+        }
     }
 
     /// A spool for what this write stages.
@@ -209,14 +202,20 @@ impl WriteJob {
         plan: &LogicalPlan,
         mut sink: impl FnMut(datafusion::arrow::record_batch::RecordBatch) -> Result<()>,
     ) -> Result<()> {
-        let physical = handle.block_on(self.state.create_physical_plan(plan))?;
+        let physical = handle
+            .block_on(self.unless_cancelled(self.state.create_physical_plan(plan)))
+            .ok_or_else(crate::store::cancelled)??;
         let mut stream =
             handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
-        while let Some(batch) = handle.block_on(stream.next()) {
-            self.check_cancelled()?;
-            sink(batch?)?;
+        loop {
+            let next = handle
+                .block_on(self.unless_cancelled(stream.next()))
+                .ok_or_else(crate::store::cancelled)?;
+            match next {
+                Some(batch) => sink(batch?)?,
+                None => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     /// Staging for rows of the table `table` of `schema`.

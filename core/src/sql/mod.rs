@@ -18,6 +18,7 @@ mod predict;
 mod predict_join;
 mod sandbox;
 mod session;
+mod sort_keys;
 
 pub use self::catalog::sql_type_name;
 pub(crate) use self::catalog::{FILES_DB, INFO_TABLES, SYSTEM_DB};
@@ -248,6 +249,17 @@ pub struct QueryResult {
     pub document_limit: Option<u64>,
 }
 
+impl QueryResult {
+    /// A request that failed before any statement ran.
+    pub(crate) fn failed(context: ResultContext, error: Error) -> QueryResult {
+        QueryResult {
+            context,
+            outcome: Outcome::Error(error),
+            document_limit: None,
+        }
+    }
+}
+
 /// A table, an ok with a row count, or an error: SQL failures are results, not transport errors.
 pub enum Outcome {
     /// Rows, as a lazy stream of record batches.
@@ -394,17 +406,22 @@ impl SqlRunner {
         &self.default_project
     }
 
-    /// Runs every statement of `request` in order and returns the last result; the first
-    /// failure stops the request and is its result.
-    pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
-        let mut context = ResultContext {
+    /// The context a request starts in: its database, or the default project.
+    pub(crate) fn request_context(&self, request: &QueryRequest) -> ResultContext {
+        ResultContext {
             show_secrets: request.context.show_secrets,
             db: request
                 .context
                 .db
                 .clone()
                 .unwrap_or_else(|| self.default_project.clone()),
-        };
+        }
+    }
+
+    /// Runs every statement of `request` in order and returns the last result; the first
+    /// failure stops the request and is its result.
+    pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
+        let mut context = self.request_context(request);
         // Read before anything else: a plan kept now is current only while no commit follows.
         let generation = self.store.commits();
         let key = PlanKey::new(tenant, &context.db, request);
@@ -780,7 +797,7 @@ impl SqlRunner {
             snapshot,
             tenant,
             db: db.to_string(),
-            cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            cancelled: tokio_util::sync::CancellationToken::new(),
             held: parking_lot::Mutex::new(held),
             staging_memory: usize::try_from(
                 self.config
@@ -858,7 +875,7 @@ impl SqlRunner {
             state,
             tenant,
             db: context.db.clone(),
-            cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            cancelled: tokio_util::sync::CancellationToken::new(),
             held: parking_lot::Mutex::new(held),
             staging_memory: usize::try_from(
                 self.config

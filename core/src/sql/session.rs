@@ -54,6 +54,7 @@ impl Sessions {
             .with_catalog_list(Arc::new(Catalogs(None)))
             .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
             .with_query_planner(Arc::new(super::predict_join::Planner))
+            .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .build();
         base.register_function_rewrite(Arc::new(super::coerce::BooleanText))
             .expect("registering a rewrite only adds it to a list");

@@ -23,6 +23,14 @@ const MAX_HEADERS: usize = 100;
 /// How long a body waits for room in the shared budget before it is refused with 503.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
+/// Bodies up to this size need no room in the budget: at most one per connection, they are
+/// bounded by the connection cap, and an ordinary request never waits behind large uploads.
+const SMALL_BODY: u64 = 64 * 1024;
+
+/// The budget is taken in steps of this size as a large body's bytes arrive, so a client that
+/// announces a large body and trickles it holds only what it has sent.
+const BUDGET_STEP: u64 = 1024 * 1024;
+
 /// Bytes consumed from the front of the buffer before it is compacted.
 const COMPACT_AT: usize = 64 * 1024;
 
@@ -59,19 +67,48 @@ impl BodyBudget {
         }
     }
 
-    /// Room for `bytes` more, waiting briefly for other bodies to be done; 503 otherwise.
-    async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit, ReadError> {
+    /// Room for `bytes` more. Taken when free; otherwise tried again now and then (not in
+    /// line: one large body waiting must not hold up smaller ones behind it) until `until`,
+    /// then 503.
+    async fn take(&self, bytes: u64, until: Instant) -> Result<OwnedSemaphorePermit, ReadError> {
         let kib = u32::try_from(bytes.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .clamp(1, self.total);
-        let waiting = Arc::clone(&self.permits).acquire_many_owned(kib);
-        match tokio::time::timeout(BUDGET_WAIT, waiting).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => Err(ReadError::Reject(
-                503,
-                "The server is receiving too many request bodies at once (http.max_buffered_body_mb); try again shortly".into(),
-            )),
+        loop {
+            if let Ok(permit) = Arc::clone(&self.permits).try_acquire_many_owned(kib) {
+                return Ok(permit);
+            }
+            if Instant::now() >= until {
+                return Err(ReadError::Reject(
+                    503,
+                    "The server is receiving too many request bodies at once (http.max_buffered_body_mb); try again shortly".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// A large body's share of the [`BodyBudget`], taken as its bytes arrive.
+struct Reserved<'a> {
+    budget: &'a BodyBudget,
+    bytes: u64,
+}
+
+impl Reserved<'_> {
+    /// Grows the request's share to cover `bytes` bytes of its body.
+    async fn cover(&mut self, request: &mut Request, bytes: u64) -> Result<(), ReadError> {
+        if bytes <= SMALL_BODY || bytes <= self.bytes {
+            return Ok(());
+        }
+        let more = (bytes - self.bytes).max(BUDGET_STEP);
+        let permit = self.budget.take(more, Instant::now() + BUDGET_WAIT).await?;
+        self.bytes += more;
+        match request.budget.as_mut() {
+            Some(held) => held.merge(permit),
+            None => request.budget = Some(permit),
+        }
+        Ok(())
     }
 }
 
@@ -263,9 +300,16 @@ impl Connection {
         }
     }
 
-    /// Reads the next request's head; its body is read by [`Connection::read_body`]. The
-    /// whole head must arrive within the head timeout.
+    /// Reads the next request's head; its body is read by [`Connection::read_body`]. The first
+    /// byte may take the idle timeout to come; from it, the whole head must arrive within the
+    /// head timeout.
     pub async fn read_head(&mut self) -> Result<Request, ReadError> {
+        if self.unread().is_empty() {
+            match self.fill(Instant::now() + self.limits.idle_timeout).await {
+                Ok(0) | Err(_) => return Err(ReadError::Closed),
+                Ok(_) => {}
+            }
+        }
         let deadline = Instant::now() + self.limits.head_timeout;
         let (head_len, request) = loop {
             if !self.unread().is_empty() {
@@ -311,11 +355,7 @@ impl Connection {
         budget: &BodyBudget,
     ) -> Result<(), ReadError> {
         let deadline = Instant::now() + self.limits.body_timeout;
-        if let Framing::Length(length) = request.framing {
-            if length > 0 {
-                request.budget = Some(budget.take(length).await?);
-            }
-        }
+        let mut reserved = Reserved { budget, bytes: 0 };
         if request.expects_continue && request.has_body() {
             self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .await
@@ -324,9 +364,13 @@ impl Connection {
         request.body = match request.framing {
             Framing::Length(length) => {
                 let length = usize::try_from(length).map_err(|_| body_too_large(0))?;
-                self.read_exact_into_body(length, deadline).await?
+                self.read_exact_into_body(request, length, &mut reserved, deadline)
+                    .await?
             }
-            Framing::Chunked => self.read_chunked_body(request, budget, deadline).await?,
+            Framing::Chunked => {
+                self.read_chunked_body(request, &mut reserved, deadline)
+                    .await?
+            }
         };
         Ok(())
     }
@@ -394,12 +438,18 @@ impl Connection {
 
     async fn read_exact_into_body(
         &mut self,
+        request: &mut Request,
         length: usize,
+        reserved: &mut Reserved<'_>,
         deadline: Instant,
     ) -> Result<Vec<u8>, ReadError> {
         while self.unread().len() < length {
+            // Room for what has arrived and the next read's worth.
+            let arrived = (self.unread().len() as u64 + 16 * 1024).min(length as u64);
+            reserved.cover(request, arrived).await?;
             self.fill_body(deadline).await?;
         }
+        reserved.cover(request, length as u64).await?;
         let body = self.unread()[..length].to_vec();
         self.consume(length);
         Ok(body)
@@ -410,11 +460,10 @@ impl Connection {
     async fn read_chunked_body(
         &mut self,
         request: &mut Request,
-        budget: &BodyBudget,
+        reserved: &mut Reserved<'_>,
         deadline: Instant,
     ) -> Result<Vec<u8>, ReadError> {
         let mut body = Vec::new();
-        let mut reserved = 0u64;
         loop {
             let (line_len, size) = loop {
                 match httparse::parse_chunk_size(self.unread()) {
@@ -436,16 +485,7 @@ impl Connection {
             if total > self.limits.max_body_bytes {
                 return Err(body_too_large(self.limits.max_body_bytes));
             }
-            if total > reserved {
-                // Room for at least the next 64 KiB, so tiny chunks do not each take a permit.
-                let more = (total - reserved).max(64 * 1024);
-                let permit = budget.take(more).await?;
-                reserved += more;
-                match request.budget.as_mut() {
-                    Some(held) => held.merge(permit),
-                    None => request.budget = Some(permit),
-                }
-            }
+            reserved.cover(request, total).await?;
             let size = size as usize;
             while self.unread().len() < size + 2 {
                 self.fill_body(deadline).await?;
