@@ -143,7 +143,7 @@ fn main() {
 
     // No chunk cache: every query decodes every chunk from redb.
     let mut config = Config::default();
-    config.storage.batch_cache_mb = 0;
+    config.storage.batch_cache_mb = Some(0);
     let engine = Engine::open(&path, config).expect("engine reopens");
     let uncached: Vec<f64> = (0..runs).map(|_| time_query(&engine)).collect();
 

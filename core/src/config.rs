@@ -27,18 +27,19 @@ pub enum Edition {
 pub struct StorageConfig {
     /// The redb file used by fronts that open "the default store" (the HTTP server, the shell).
     pub path: PathBuf,
-    /// redb's page cache, in MiB.
-    pub page_cache_mb: u64,
+    /// redb's page cache, in MiB. Default: 256 locally, 64 hosted.
+    pub page_cache_mb: Option<u64>,
     /// Decoded table chunks kept in memory between queries, in MiB; 0 turns the cache off.
-    pub batch_cache_mb: u64,
+    /// Default: 512 locally, 64 hosted.
+    pub batch_cache_mb: Option<u64>,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             path: PathBuf::from("./mindlite-data/mindlite.redb"),
-            page_cache_mb: 256,
-            batch_cache_mb: 512,
+            page_cache_mb: None,
+            batch_cache_mb: None,
         }
     }
 }
@@ -535,6 +536,16 @@ impl Config {
         mib(self.or_edition(self.query.max_document_mb, 1024, 64))
     }
 
+    /// redb's page cache (`storage.page_cache_mb`), in bytes.
+    pub fn page_cache_bytes(&self) -> u64 {
+        mib(self.or_edition(self.storage.page_cache_mb, 256, 64))
+    }
+
+    /// The decoded-chunk cache (`storage.batch_cache_mb`), in bytes.
+    pub fn batch_cache_bytes(&self) -> u64 {
+        mib(self.or_edition(self.storage.batch_cache_mb, 512, 64))
+    }
+
     /// Memory for query operators of all statements together (`query.memory_limit_mb`), in bytes.
     pub fn memory_limit_bytes(&self) -> u64 {
         mib(self.or_edition(self.query.memory_limit_mb, 2048, 256))
@@ -697,7 +708,7 @@ mod tests {
         ];
         let config = Config::default().with_overrides(vars).unwrap();
         assert_eq!(config.http.port, 9000);
-        assert_eq!(config.storage.batch_cache_mb, 0);
+        assert_eq!(config.storage.batch_cache_mb, Some(0));
         assert_eq!(config.edition, Edition::Hosted);
         assert_eq!(config.query.default_project, "p");
     }

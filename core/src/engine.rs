@@ -136,15 +136,15 @@ impl Engine {
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Engine> {
         let store = Store::open(
             path.as_ref(),
-            mib(config.storage.page_cache_mb),
-            mib(config.storage.batch_cache_mb),
+            to_usize(config.page_cache_bytes()),
+            to_usize(config.batch_cache_bytes()),
         )?;
         Engine::start(store, config)
     }
 
     /// Opens a fresh database in memory; it is gone when the last clone is dropped.
     pub fn open_in_memory(config: Config) -> Result<Engine> {
-        let store = Store::open_in_memory(mib(config.storage.batch_cache_mb))?;
+        let store = Store::open_in_memory(to_usize(config.batch_cache_bytes()))?;
         Engine::start(store, config)
     }
 
@@ -828,8 +828,8 @@ fn body_object(value: serde_json::Value) -> Result<serde_json::Map<String, serde
     }
 }
 
-fn mib(mb: u64) -> usize {
-    usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+fn to_usize(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// Polls a stream inside the engine's runtime context, so tasks DataFusion spawns while

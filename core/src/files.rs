@@ -233,7 +233,7 @@ impl FileRows {
 }
 
 /// The most bytes of a batch handed on at once, once its dictionaries are expanded.
-const SLICE_BYTES: u64 = 32 * 1024 * 1024;
+const SLICE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The bytes `batch` takes as it will be stored: dictionary columns expanded.
 fn stored_size(batch: &RecordBatch) -> u64 {
@@ -326,7 +326,7 @@ const PARQUET_BATCH_ROWS: usize = 1024;
 
 /// Bytes of rows per Parquet batch aimed at, by the footer's sizes: a file of very wide rows
 /// is read fewer rows at a time.
-const PARQUET_BATCH_BYTES: u64 = 32 * 1024 * 1024;
+const PARQUET_BATCH_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Parquet: the file's own schema (without its metadata) and its rows. The footer's row count
 /// and sizes are checked against the caps before anything is decoded, and set how many rows a

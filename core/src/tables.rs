@@ -255,40 +255,68 @@ pub(crate) fn decode_chunk(bytes: &[u8], projection: Option<Vec<usize>>) -> Resu
 
 /// A chunk is closed at this many bytes of rows even before it has [`CHUNK_ROWS`] rows, so
 /// wide rows (long texts) do not make chunks that take gigabytes to buffer and decode.
-const CHUNK_BYTES: usize = 64 * 1024 * 1024;
+const CHUNK_BYTES: usize = 16 * 1024 * 1024;
 
-/// The next full chunk of the buffered rows (`CHUNK_ROWS` rows, or fewer once they reach
-/// `CHUNK_BYTES`), taken out of the buffer; `None` while they make no full chunk yet.
-fn take_chunk(
-    schema: &SchemaRef,
-    pending: &mut Vec<RecordBatch>,
-    pending_rows: &mut usize,
-    pending_bytes: &mut usize,
-) -> Result<Option<RecordBatch>> {
-    if *pending_rows < CHUNK_ROWS && *pending_bytes < CHUNK_BYTES {
-        return Ok(None);
+/// Rows waiting to make a chunk: batches of one schema, with their row and byte counts.
+struct ChunkBuffer {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl ChunkBuffer {
+    fn new(schema: SchemaRef) -> ChunkBuffer {
+        ChunkBuffer {
+            schema,
+            batches: Vec::new(),
+            rows: 0,
+            bytes: 0,
+        }
     }
-    let all = concat_batches(schema, pending.as_slice())?;
-    pending.clear();
-    let take = if *pending_rows >= CHUNK_ROWS {
-        CHUNK_ROWS
-    } else {
-        // By bytes: as many rows as fit, at least one.
-        let per_row = (*pending_bytes / all.num_rows().max(1)).max(1);
-        (CHUNK_BYTES / per_row).clamp(1, all.num_rows())
-    };
-    let chunk = all.slice(0, take);
-    let rest = all.num_rows() - take;
-    *pending_rows = rest;
-    *pending_bytes = 0;
-    if rest > 0 {
-        // Copied, so the remainder does not keep the whole concatenated chunk alive
-        // (and, through it, into the next chunk's buffers).
-        let remainder = compact(&all.slice(take, rest))?;
-        *pending_bytes = remainder.get_array_memory_size();
-        pending.push(remainder);
+
+    fn add(&mut self, batch: RecordBatch) {
+        self.rows += batch.num_rows();
+        self.bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
     }
-    Ok(Some(chunk))
+
+    /// The next full chunk (`CHUNK_ROWS` rows, or fewer once they reach `CHUNK_BYTES`), taken
+    /// out of the buffer; `None` while the rows make no full chunk yet.
+    fn full_chunk(&mut self) -> Result<Option<RecordBatch>> {
+        if self.rows < CHUNK_ROWS && self.bytes < CHUNK_BYTES {
+            return Ok(None);
+        }
+        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        let take = if self.rows >= CHUNK_ROWS {
+            CHUNK_ROWS
+        } else {
+            // By bytes: as many rows as fit, at least one.
+            let per_row = (self.bytes / all.num_rows().max(1)).max(1);
+            (CHUNK_BYTES / per_row).clamp(1, all.num_rows())
+        };
+        let chunk = all.slice(0, take);
+        self.batches.clear();
+        (self.rows, self.bytes) = (0, 0);
+        let rest = all.num_rows() - take;
+        if rest > 0 {
+            // Copied, so the remainder does not keep the whole concatenated chunk alive
+            // (and, through it, into the next chunk's buffers).
+            self.add(compact(&all.slice(take, rest))?);
+        }
+        Ok(Some(chunk))
+    }
+
+    /// Every buffered row as one batch, taken out of the buffer; `None` when it is empty.
+    fn rest(&mut self) -> Result<Option<RecordBatch>> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        self.batches.clear();
+        (self.rows, self.bytes) = (0, 0);
+        Ok(Some(all))
+    }
 }
 
 /// Chunks are LZ4-compressed Arrow IPC: decompression is cheaper than reading the extra bytes
@@ -329,9 +357,7 @@ pub(crate) struct TableWriter<'t> {
     tenant: TenantId,
     record: TableRecord,
     schema: SchemaRef,
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
-    pending_bytes: usize,
+    pending: ChunkBuffer,
 }
 
 impl<'t> TableWriter<'t> {
@@ -347,10 +373,8 @@ impl<'t> TableWriter<'t> {
             txn,
             tenant,
             record: record.clone(),
+            pending: ChunkBuffer::new(Arc::clone(&schema)),
             schema,
-            pending: Vec::new(),
-            pending_rows: 0,
-            pending_bytes: 0,
         };
         if let Some(tail) = record.tail.take() {
             if tail.rows < SMALL_TAIL_ROWS {
@@ -361,9 +385,7 @@ impl<'t> TableWriter<'t> {
                     let batch = decode_chunk(bytes.value(), None)?;
                     // The rows are counted again when the merged chunk is written.
                     writer.record.row_count -= batch.num_rows() as u64;
-                    writer.pending_rows += batch.num_rows();
-                    writer.pending_bytes += batch.get_array_memory_size();
-                    writer.pending.push(batch);
+                    writer.pending.add(batch);
                 }
                 writer.record.tail = None;
             }
@@ -390,15 +412,8 @@ impl<'t> TableWriter<'t> {
             return Ok(());
         }
         let batch = self.conform(batch)?;
-        self.pending_rows += batch.num_rows();
-        self.pending_bytes += batch.get_array_memory_size();
-        self.pending.push(batch);
-        while let Some(chunk) = take_chunk(
-            &self.schema,
-            &mut self.pending,
-            &mut self.pending_rows,
-            &mut self.pending_bytes,
-        )? {
+        self.pending.add(batch);
+        while let Some(chunk) = self.pending.full_chunk()? {
             self.write_chunk(&chunk)?;
         }
         Ok(())
@@ -406,8 +421,7 @@ impl<'t> TableWriter<'t> {
 
     /// Writes what is buffered and the updated record. The transaction is still the caller's to commit.
     pub(crate) fn finish(mut self) -> Result<TableRecord> {
-        if self.pending_rows > 0 {
-            let all = concat_batches(&self.schema, &self.pending)?;
+        if let Some(all) = self.pending.rest()? {
             let tail = Tail {
                 position: self.record.next_position,
                 chunk: self.record.next_chunk,
@@ -449,14 +463,12 @@ impl<'t> TableWriter<'t> {
     /// chunk of the table taken back for merging is written first, so row order holds.
     pub(crate) fn push_staged(&mut self, staged: StagedRows) -> Result<()> {
         let StagedRows {
-            chunks, pending, ..
+            chunks,
+            mut pending,
+            ..
         } = staged;
         if !chunks.is_empty() {
-            if self.pending_rows > 0 {
-                let all = concat_batches(&self.schema, &self.pending)?;
-                self.pending.clear();
-                self.pending_rows = 0;
-                self.pending_bytes = 0;
+            if let Some(all) = self.pending.rest()? {
                 self.write_chunk(&all)?;
             }
             let (id, txn) = (self.record.id, self.txn);
@@ -471,8 +483,8 @@ impl<'t> TableWriter<'t> {
                 Ok(())
             })?;
         }
-        for batch in pending {
-            self.push(batch)?;
+        if let Some(rest) = pending.rest()? {
+            self.push(rest)?;
         }
         Ok(())
     }
@@ -534,9 +546,7 @@ pub(crate) struct StagedRows {
     schema: SchemaRef,
     chunks: Spool,
     /// Rows not yet making a full chunk.
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
-    pending_bytes: usize,
+    pending: ChunkBuffer,
     rows: u64,
 }
 
@@ -545,11 +555,9 @@ impl StagedRows {
     pub(crate) fn new(table: &str, schema: SchemaRef, chunks: Spool) -> StagedRows {
         StagedRows {
             table: table.to_string(),
+            pending: ChunkBuffer::new(Arc::clone(&schema)),
             schema,
             chunks,
-            pending: Vec::new(),
-            pending_rows: 0,
-            pending_bytes: 0,
             rows: 0,
         }
     }
@@ -566,15 +574,8 @@ impl StagedRows {
         }
         let batch = conform(&self.schema, &self.table, batch)?;
         self.rows += batch.num_rows() as u64;
-        self.pending_rows += batch.num_rows();
-        self.pending_bytes += batch.get_array_memory_size();
-        self.pending.push(batch);
-        while let Some(chunk) = take_chunk(
-            &self.schema,
-            &mut self.pending,
-            &mut self.pending_rows,
-            &mut self.pending_bytes,
-        )? {
+        self.pending.add(batch);
+        while let Some(chunk) = self.pending.full_chunk()? {
             let rows = chunk.num_rows() as u64;
             self.chunks
                 .push(rows, encode_batches(&self.schema, &[compact(&chunk)?])?)?;

@@ -100,8 +100,8 @@ fn jsonlines_streaming_memory_does_not_grow_with_row_count() {
         .unwrap();
     drop(engine);
     let mut config = Config::default();
-    config.storage.batch_cache_mb = 0;
-    config.storage.page_cache_mb = 4;
+    config.storage.batch_cache_mb = Some(0);
+    config.storage.page_cache_mb = Some(4);
     // Each partition holds one decoded chunk at a time, so the bound scales with partitions.
     config.query.target_partitions = 2;
     let engine = Engine::open(dir.path().join("stream.redb"), config).unwrap();

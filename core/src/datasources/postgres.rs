@@ -186,20 +186,11 @@ impl Settings {
             config.password(&self.password);
         }
         let received = Arc::new(Received::default());
-        let cap = self.net.max_message_bytes;
         let connecting = async {
             if self.host.starts_with('/') {
                 self.net.egress.check_unix_socket("PostgreSQL")?;
                 let stream = self.unix_socket().await?;
-                let metered = Metered::new(stream, Arc::clone(&received), cap);
-                let (client, connection) = config
-                    .connect_raw(metered, NoTls)
-                    .await
-                    .map_err(|e| self.connect_error(&e, &received))?;
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                Ok::<Client, Error>(client)
+                self.handshake(&config, stream, &received).await
             } else {
                 let stream = self
                     .net
@@ -208,17 +199,7 @@ impl Settings {
                     .await
                     .map_err(|e| self.named(e))?;
                 let _ = stream.set_nodelay(true);
-                let metered = Metered::new(stream, Arc::clone(&received), cap);
-                let (client, connection) = config
-                    .connect_raw(metered, NoTls)
-                    .await
-                    .map_err(|e| self.connect_error(&e, &received))?;
-                tokio::spawn(async move {
-                    // Ends when the client is dropped or the server goes away; either way the
-                    // queries that were waiting see the error.
-                    let _ = connection.await;
-                });
-                Ok(client)
+                self.handshake(&config, stream, &received).await
             }
         };
         match tokio::time::timeout(self.connect_timeout, connecting).await {
@@ -231,6 +212,29 @@ impl Settings {
                 ),
             ))),
         }
+    }
+
+    /// Starts a session over `stream` with what the server sends metered into `received`; the
+    /// connection's driver runs on the current runtime until the client drops (or the server
+    /// goes away: either way the queries that were waiting see the error).
+    async fn handshake<S>(
+        &self,
+        config: &tokio_postgres::Config,
+        stream: S,
+        received: &Arc<Received>,
+    ) -> Result<Client>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let metered = Metered::new(stream, Arc::clone(received), self.net.max_message_bytes);
+        let (client, connection) = config
+            .connect_raw(metered, NoTls)
+            .await
+            .map_err(|e| self.connect_error(&e, received))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
     }
 
     /// The socket of a server on this machine (`host` a directory, as libpq takes it).

@@ -778,22 +778,19 @@ impl SqlRunner {
         }
     }
 
-    /// A write's job over `snapshot` (a fresh one when `None`); `held` is the writer lock
-    /// when it was taken before the snapshot.
+    /// A write's job over `snapshot`, planned in `state`; `held` is the writer lock when it
+    /// was taken before the snapshot.
     fn job(
         &self,
         tenant: TenantId,
         db: &str,
-        snapshot: Option<Arc<Snapshot>>,
+        snapshot: Arc<Snapshot>,
+        state: Session,
         held: Option<crate::store::WriteLock>,
-    ) -> Result<dml::WriteJob> {
-        let snapshot = match snapshot {
-            Some(snapshot) => snapshot,
-            None => Snapshot::new(Arc::clone(&self.store), tenant)?,
-        };
-        Ok(dml::WriteJob {
+    ) -> dml::WriteJob {
+        dml::WriteJob {
             store: Arc::clone(&self.store),
-            state: self.session(Arc::clone(&snapshot), db, 1),
+            state,
             snapshot,
             tenant,
             db: db.to_string(),
@@ -806,7 +803,7 @@ impl SqlRunner {
                     .saturating_mul(1024 * 1024),
             )
             .unwrap_or(usize::MAX),
-        })
+        }
     }
 
     /// Plans and runs one SQL statement. A write into the store computes its rows before it
@@ -869,22 +866,8 @@ impl SqlRunner {
             drop(snapshot);
             return self.write_remote(state, plan, target).await;
         }
-        let job = |state| dml::WriteJob {
-            store: Arc::clone(&self.store),
-            snapshot,
-            state,
-            tenant,
-            db: context.db.clone(),
-            cancelled: tokio_util::sync::CancellationToken::new(),
-            held: parking_lot::Mutex::new(held),
-            staging_memory: usize::try_from(
-                self.config
-                    .query
-                    .staging_memory_mb
-                    .saturating_mul(1024 * 1024),
-            )
-            .unwrap_or(usize::MAX),
-        };
+        let db = context.db.clone();
+        let job = |state| self.job(tenant, &db, snapshot, state, held);
         let staged = match plan {
             LogicalPlan::Dml(statement) if local_write => job(state)
                 .run(move |job, handle| dml::run_dml(job, handle, statement))
@@ -1090,8 +1073,11 @@ impl SqlRunner {
             LoadTarget::Project(db) => (db, false),
             LoadTarget::File => (FILES_DB, true),
         };
-        let job = self.job(tenant, &db.to_ascii_lowercase(), None, None)?;
-        let project = match job.snapshot.namespace(db)? {
+        let db = db.to_ascii_lowercase();
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let state = self.session(Arc::clone(&snapshot), &db, 1);
+        let job = self.job(tenant, &db, snapshot, state, None);
+        let project = match job.snapshot.namespace(&db)? {
             Some(Namespace::Project(p)) if !files => p.name,
             Some(Namespace::Files) if files => FILES_DB.to_string(),
             Some(_) => {
