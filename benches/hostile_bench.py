@@ -226,7 +226,7 @@ def server_environment(workdir):
     return env
 
 
-def config_text(llm):
+def config_text(llm, extra=""):
     return f"""\
 edition = "hosted"
 egress.allow = ["127.0.0.1:{llm.port}"]
@@ -239,6 +239,7 @@ api_key = "sk-test"
 
 [query]
 statement_timeout_secs = 5
+{extra}
 
 [hosted]
 default_plan = "pro"
@@ -857,6 +858,8 @@ def main():
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds watched after the attack for work left running (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server log, data)")
+    parser.add_argument("--query", default="",
+                        help="more [query] settings, as TOML lines (e.g. 'worker_threads = 4')")
     options = parser.parse_args()
     chosen = [name.strip() for name in options.attacks.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in ATTACKS]
@@ -869,7 +872,7 @@ def main():
     ctx = multiprocessing.get_context("spawn")
     workdir = tempfile.mkdtemp(prefix="mindlite-hostile-")
     llm = HostileLLM()
-    server = Server(binary, workdir, config_text(llm))
+    server = Server(binary, workdir, config_text(llm, options.query))
     sampler = None
     crashed = False
     try:

@@ -51,9 +51,10 @@ pub struct QueryConfig {
     /// Parallel partitions per query; 0 means one per CPU core.
     pub target_partitions: usize,
     /// Threads of the engine's runtime, which runs statements (and the HTTP server's
-    /// connections); 0 means four per CPU core and at least 16. More threads than cores let the
+    /// connections); 0 means two per CPU core and at least 4. More threads than cores let the
     /// operating system share the CPU between a statement that computes for a long stretch
-    /// (a large sort) and everyone else's short ones, instead of queueing them behind it.
+    /// (a large sort) and everyone else's short ones, instead of queueing them behind it; many
+    /// more cost throughput and tail latency when the machine is busy (benches/hostile.sh).
     pub worker_threads: usize,
     /// Rows per record batch inside DataFusion.
     pub batch_size: usize,
@@ -525,7 +526,7 @@ impl Config {
         match self.query.worker_threads {
             0 => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                (4 * cores).max(16)
+                (2 * cores).max(4)
             }
             n => n,
         }

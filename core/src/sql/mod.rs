@@ -446,10 +446,11 @@ impl SqlRunner {
                     affected_rows: None,
                 };
                 for command in commands {
-                    match self
-                        .execute(tenant, &mut context, command, cache.take())
-                        .await
-                    {
+                    // Boxed: planning's future is large, and this one is copied into each
+                    // layer around it; a cached plan (above) then costs no copy of it at all.
+                    let executing =
+                        Box::pin(self.execute(tenant, &mut context, command, cache.take()));
+                    match executing.await {
                         Ok(outcome) => last = outcome,
                         Err(e) => {
                             last = Outcome::Error(e);

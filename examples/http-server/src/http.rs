@@ -292,10 +292,10 @@ impl Connection {
             if self.unread().len() > self.limits.max_header_bytes {
                 return std::future::pending().await;
             }
-            let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk).await {
+            self.buffer.reserve(4096);
+            match self.stream.read_buf(&mut self.buffer).await {
                 Ok(0) | Err(_) => return,
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
             }
         }
     }
@@ -541,19 +541,18 @@ impl Connection {
     /// Reads more bytes into the buffer, waiting at most the idle timeout and never past
     /// `deadline`.
     async fn fill(&mut self, deadline: Instant) -> Result<usize, Stall> {
-        let mut chunk = [0u8; 16 * 1024];
         let idle = Instant::now() + self.limits.idle_timeout;
         let (until, stall) = if deadline < idle {
             (deadline, Stall::Deadline)
         } else {
             (idle, Stall::Idle)
         };
-        let read = tokio::time::timeout_at(until, self.stream.read(&mut chunk))
+        // Straight into the buffer's spare room: no stack buffer to zero and copy per read.
+        self.buffer.reserve(16 * 1024);
+        tokio::time::timeout_at(until, self.stream.read_buf(&mut self.buffer))
             .await
             .map_err(|_| stall)?
-            .map_err(|_| Stall::Io)?;
-        self.buffer.extend_from_slice(&chunk[..read]);
-        Ok(read)
+            .map_err(|_| Stall::Io)
     }
 
     /// Sends `response`; for a stream, pulls and sends one piece at a time, chunked, or for an

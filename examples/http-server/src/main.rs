@@ -42,6 +42,9 @@ Options:
 One log line per request goes to stderr. SIGINT or SIGTERM stops accepting connections, lets
 requests in flight finish, and closes the database cleanly.";
 
+/// How long a request runs before the server starts watching for its client leaving.
+const WATCH_AFTER: Duration = Duration::from_millis(20);
+
 /// How long a shutdown waits for requests in flight before closing the database anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -409,11 +412,18 @@ async fn serve_connection(
         if let Err(error) = body {
             return reject(connection, error).await;
         }
-        let handling = routes::handle(&engine, &request);
+        // Boxed, so the select below does not copy the handler's large future.
+        let handling = Box::pin(routes::handle(&engine, &request));
+        // Watched only once a request has run for a moment: most answer sooner, and watching
+        // costs a read of the socket per request.
+        let gone = async {
+            tokio::time::sleep(WATCH_AFTER).await;
+            connection.closed().await
+        };
         let response = tokio::select! {
             response = handling => response,
             // The client left: dropping the handler stops its statement.
-            () = connection.closed() => {
+            () = gone => {
                 log(&request, 499, started, true);
                 return;
             }
