@@ -1,4 +1,4 @@
-//! How an agent answers (DESIGN §6): a system prompt with its instruction and the schema and a
+//! How an agent answers: a system prompt with its instruction and the schema and a
 //! few sample rows of its tables, a `sql_query` tool whose calls run in the read-only sandbox,
 //! tool results (or refusals) handed back to the model, a bounded number of steps, and the
 //! final text as the answer. Progress can be watched as [`AgentEvent`]s in MindsDB's shapes.
@@ -34,7 +34,7 @@ impl Answer {
     }
 }
 
-/// One step of a streamed answer, in the shapes MindsDB's stream sends (wire reference §3).
+/// One step of a streamed answer, in the shapes MindsDB's stream sends (`docs/mindsdb-wire.md` §3).
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
     /// A note on progress, such as a refused query: `{"type": "context", "content": …}`.

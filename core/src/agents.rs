@@ -1,6 +1,6 @@
-//! Agents: an LLM bound to a model config, data and an instruction (DESIGN §6). Owns the redb
+//! Agents: an LLM bound to a model config, data and an instruction. Owns the redb
 //! table `agents`, keyed by (tenant, project, lower-cased name), and the rules MindsDB applies
-//! to agent records (wire reference §3): a closed set of parameters, tables and knowledge bases
+//! to agent records (`docs/mindsdb-wire.md` §3): a closed set of parameters, tables and knowledge bases
 //! that must exist, the default model when none is given, and update as a shallow merge.
 //! Answering questions lives in `agent_loop`.
 
@@ -37,7 +37,7 @@ pub struct Agent {
     pub params: Map<String, Value>,
 }
 
-/// An agent in MindsDB's JSON shape (wire reference §3): fixed fields first, then `data`,
+/// An agent in MindsDB's JSON shape (`docs/mindsdb-wire.md` §3): fixed fields first, then `data`,
 /// `model`, `prompt_template` lifted out of the params and `params` for the rest, each left
 /// out when empty.
 #[derive(Serialize)]

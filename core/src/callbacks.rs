@@ -1,4 +1,4 @@
-//! Model-status callbacks (DESIGN §7, hosted edition): a tenant registers URLs with filters and
+//! Model-status callbacks (hosted edition): a tenant registers URLs with filters and
 //! attempt settings; every model transition into `complete` or `error` writes one delivery per
 //! matching callback into the outbox, in the status change's own transaction; a worker POSTs
 //! each, signed in the Standard Webhooks style, retries on failure, and logs every attempt.

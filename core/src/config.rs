@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// Which edition the engine runs as (DESIGN §2, §8).
+/// Which edition the engine runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Edition {
@@ -172,7 +172,7 @@ impl Default for AuthConfig {
 }
 
 /// The default model: what agents use when they are created without one, and where model
-/// settings they leave out come from (DESIGN §6). Any OpenAI-compatible endpoint serves.
+/// settings they leave out come from. Any OpenAI-compatible endpoint serves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
@@ -231,7 +231,7 @@ impl Default for AgentsConfig {
     }
 }
 
-/// One plan tier's quotas (DESIGN §8). A limit of 0 allows none.
+/// One plan tier's quotas. A limit of 0 allows none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PlanConfig {

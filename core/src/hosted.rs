@@ -1,4 +1,4 @@
-//! The hosted edition's side of [`Engine`] (DESIGN §2, §8): handles scoped to one user,
+//! The hosted edition's side of [`Engine`]: handles scoped to one user,
 //! authentication by API key or login token, user administration, quotas and `/limits/`,
 //! and the Minds API (minds, datasources, questions). Every method acts as the handle's
 //! tenant; administration needs the unscoped handle [`Engine::open`] gave.

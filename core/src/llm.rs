@@ -1,5 +1,5 @@
 //! OpenAI's chat completions wire protocol, with tool calls and streaming, over reqwest: what
-//! OpenAI, Ollama, vLLM and llama.cpp servers all speak (DESIGN §6). Every call has a deadline
+//! OpenAI, Ollama, vLLM and llama.cpp servers all speak. Every call has a deadline
 //! and goes through the engine's egress policy; a reply is read up to `llm.max_reply_kb` and
 //! may make at most `llm.max_tool_calls` tool calls, so a hostile endpoint can neither exhaust
 //! memory nor stall the caller. Every failure becomes an [`ErrorKind::Upstream`] error with a

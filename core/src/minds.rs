@@ -1,4 +1,4 @@
-//! Minds (the Minds API, wire reference §6): a named LLM with datasources and parameters that
+//! Minds (the Minds API, `docs/mindsdb-wire.md` §6): a named LLM with datasources and parameters that
 //! answers questions with the agent loop over its datasources' tables. Owns the redb table
 //! `minds`, keyed by (tenant, lower-cased name). Also reads the OpenAI-style requests a mind is
 //! asked with (chat completions, responses) and shapes their answers, so every front speaks

@@ -1,4 +1,4 @@
-//! Plan-tier quotas (DESIGN §8): minds and datasources a user may have at once, and questions
+//! Plan-tier quotas: minds and datasources a user may have at once, and questions
 //! and LLM-model provider calls per window. Each check runs inside the write transaction of
 //! the action it guards (or of the reservation), and redb has one writer at a time, so
 //! concurrent requests can never overrun a limit. Owns the redb tables `quota_questions` and

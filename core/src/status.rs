@@ -1,5 +1,5 @@
 //! What `GET /api/status` reports: the version, the edition and whether logins are required,
-//! in MindsDB's shape (wire reference §1) so its clients read it unchanged.
+//! in MindsDB's shape (`docs/mindsdb-wire.md` §1) so its clients read it unchanged.
 
 use serde::Serialize;
 

@@ -1,4 +1,4 @@
-//! Users of the hosted edition (DESIGN §2, §8): each user is a tenant with a plan tier and API
+//! Users of the hosted edition: each user is a tenant with a plan tier and API
 //! keys. Owns the redb tables `users` (id → record), `user_names` (lower-cased name → id) and
 //! `api_keys` (SHA-256 of a key → user and key id). A key's text exists only in the answer
 //! that issued it; the file keeps its hash, so a copied file reveals no usable key.

@@ -103,7 +103,7 @@ fn context_db_is_echoed() {
 }
 
 /// MindsDB renders `CAST(… AS DATE)` through pandas as a midnight timestamp; mindlite
-/// deliberately sends a DATE as `YYYY-MM-DD` (DESIGN §4). Everything else is byte-identical.
+/// deliberately sends a DATE as `YYYY-MM-DD`. Everything else is byte-identical.
 #[test]
 fn cell_types_match_mindsdb_except_dates() {
     let engine = Engine::open_in_memory(Config::default()).unwrap();

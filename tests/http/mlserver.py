@@ -26,7 +26,7 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # MindsDB 26.1 captures of the SQL route, shared with the engine's own wire tests.
 CORE_CAPTURES = REPO_ROOT / "core" / "tests" / "captures"
-# Captures of the other routes, copied from the wire reference.
+# Captures of the other routes, copied from the MindsDB captures `docs/mindsdb-wire.md` names.
 HTTP_CAPTURES = Path(__file__).resolve().parent / "captures"
 
 START_TIMEOUT = 30.0

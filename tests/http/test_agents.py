@@ -1,4 +1,4 @@
-"""Agents over HTTP, as MindsDB serves them (wire reference §0 and §3, the agent_*/agents_*
+"""Agents over HTTP, as MindsDB serves them (`docs/mindsdb-wire.md` §0 and §3, the agent_*/agents_*
 captures): the REST routes with MindsDB's codes and bodies, answers worked out with a fake
 OpenAI-compatible provider on 127.0.0.1 (fake_llm.py) that calls the `sql_query` tool, the
 read-only sandbox that tool runs in, provider failures turned into 502s that never hang, the SSE
@@ -121,7 +121,7 @@ def answer_of(response: requests.Response) -> str:
 
 def problem(response: requests.Response, status: int, title: str | None = None,
             detail: str | None = None, mentions: tuple[str, ...] = ()) -> dict:
-    """A problem+json error (wire reference §0): status, title, detail, timestamp."""
+    """A problem+json error (`docs/mindsdb-wire.md` §0): status, title, detail, timestamp."""
     assert response.status_code == status, (response.status_code, response.text)
     assert response.headers.get("content-type") == PROBLEM, dict(response.headers)
     body = response.json()

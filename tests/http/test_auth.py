@@ -1,4 +1,4 @@
-"""Logins and bearer tokens (wire reference §1, captures auth_* and login_*): with a username and
+"""Logins and bearer tokens (`docs/mindsdb-wire.md` §1, captures auth_* and login_*): with a username and
 password configured every route but status, login, logout and ping needs a live token; tokens
 survive restarts and expire; without them configured everything is open and login fails."""
 

@@ -1,4 +1,4 @@
-"""Uploaded files (wire reference §7, the files_* captures): `PUT /api/files/{name}` as a
+"""Uploaded files (`docs/mindsdb-wire.md` §7, the files_* captures): `PUT /api/files/{name}` as a
 multipart form (as MindsDB's clients send it) or as the raw CSV / JSON / Parquet body, `GET /api/files`,
 `DELETE /api/files/{name}`; an uploaded file is the table `files.<name>` in SQL."""
 

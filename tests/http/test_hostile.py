@@ -656,11 +656,25 @@ def test_a_connection_over_max_connections_gets_503(start_server):
     each holds its place), the sixth is answered 503 naming the limit, with Retry-After, and
     closed; once one of the five closes, a new connection is served."""
     server = start_server("[http]\nmax_connections = 5\n")
-    held = [RawConnection(server.port) for _ in range(5)]
-    try:
-        for conn in held:
+
+    def hold() -> RawConnection:
+        # The fixture's readiness check closed its connection just before; the server frees
+        # that place when it reads the close, which may be a moment after this test connects.
+        for _ in range(50):
+            conn = RawConnection(server.port)
             conn.send(http_request("GET", "/api/util/ping", port=server.port))
-            assert conn.read_response().json() == {"status": "ok"}
+            answer = conn.read_response()
+            if answer.status == 200:
+                assert answer.json() == {"status": "ok"}
+                return conn
+            conn.close()
+            time.sleep(0.05)
+        raise AssertionError("five connections were never served at once")
+
+    held = []
+    try:
+        for _ in range(5):
+            held.append(hold())
         with RawConnection(server.port) as sixth:
             refused = sixth.read_response()
             assert refused.status == 503, (refused.status, refused.body)

@@ -1,4 +1,4 @@
-"""Models over MindsDB's SQL route (wire reference §4, the sql_*model* captures): CREATE MODEL
+"""Models over MindsDB's SQL route (`docs/mindsdb-wire.md` §4, the sql_*model* captures): CREATE MODEL
 answers the one-row model-info table at once, training finishes in the background, the models
 table and DESCRIBE show it, a model predicts from `WHERE`, and MindsDB's own `mindsdb_sdk` 3.5.0
 models API (create, wait_complete, list, get, describe, retrain, drop) works unmodified."""

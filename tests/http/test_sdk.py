@@ -1,6 +1,6 @@
 """MindsDB's own Python SDK (`mindsdb_sdk` 3.5.0, unmodified) against mindlite-server: connect
 with and without a login, projects, tables stored in a project, inserts and fetches as pandas
-DataFrames, and SQL errors. The SDK's traffic is listed in the wire reference §1 and §7."""
+DataFrames, and SQL errors. The SDK's traffic is listed in `docs/mindsdb-wire.md` §1 and §7."""
 
 import mindsdb_sdk
 import pandas as pd
@@ -121,7 +121,7 @@ def test_sdk_raises_the_sql_error_message(server):
 
 
 def test_sdk_query_with_parameters_through_the_rest_route(server):
-    # mindsdb_sdk has no parameter API; its REST route takes `params` (wire reference §2).
+    # mindsdb_sdk has no parameter API; its REST route takes `params` (`docs/mindsdb-wire.md` §2).
     con = mindsdb_sdk.connect(server.url)
     con.query("CREATE TABLE items (id BIGINT, name VARCHAR)").fetch()
     mindsdb_project_tables(con).tables.get("items").insert(

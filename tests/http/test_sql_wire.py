@@ -55,7 +55,7 @@ def test_create_project_answers_an_ok_result_like_mindsdb(server, name):
 
 def without_midnight(body: bytes) -> bytes:
     # MindsDB renders a DATE through pandas as a midnight timestamp; mindlite deliberately sends
-    # `YYYY-MM-DD` (DESIGN §4, core/tests/wire.rs). Every other byte is MindsDB's.
+    # `YYYY-MM-DD` (core/tests/wire.rs). Every other byte is MindsDB's.
     return body.replace(b" 00:00:00.000000", b"")
 
 

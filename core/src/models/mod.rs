@@ -1,4 +1,4 @@
-//! Models trained from SQL (DESIGN §5): versions, their status lifecycle and the status-change
+//! Models trained from SQL: versions, their status lifecycle and the status-change
 //! outbox. Owns the redb tables `models` (one record per version, keyed by tenant, project,
 //! lower-cased name and version), `model_predictors` (the fitted predictor of a complete
 //! version) and `model_status_outbox` (one ModelStatusChanged event per status change, written

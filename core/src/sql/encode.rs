@@ -1,4 +1,4 @@
-//! The three wire formats of MindsDB's `/api/sql/query` (wire reference §2): one JSON document;
+//! The three wire formats of MindsDB's `/api/sql/query` (`docs/mindsdb-wire.md` §2): one JSON document;
 //! jsonlines (a header line without context, then one line per batch, each an array of rows);
 //! SSE (the same items framed as `data: <json>\n\n`). Streaming formats pull one batch at a time.
 //! Cells: numbers as numbers (NaN and infinities as null), DATE `YYYY-MM-DD`, TIMESTAMP

@@ -1,4 +1,4 @@
-//! Read-only queries for agents' `sql_query` tool (DESIGN §6): one SELECT, naming only tables
+//! Read-only queries for agents' `sql_query` tool: one SELECT, naming only tables
 //! the agent was given, planned to a pure query (no DDL, DML or statements), cut at a row limit
 //! and stopped at a time limit. Refusals are [`ErrorKind::Forbidden`] errors whose message
 //! starts "Query refused", which the agent loop hands back to the model.

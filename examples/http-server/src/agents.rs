@@ -1,4 +1,4 @@
-//! The agent routes (wire reference §3): `/api/projects/{p}/agents[/{name}[/completions[/stream]]]`.
+//! The agent routes (`docs/mindsdb-wire.md` §3): `/api/projects/{p}/agents[/{name}[/completions[/stream]]]`.
 //! Each reads its body, calls the engine, and answers with MindsDB's codes, titles and bodies;
 //! the engine decides everything else. API keys pass through in bodies and are never logged.
 

@@ -1,4 +1,4 @@
-//! Model-status callbacks (hosted edition, wire reference §6): `/cloud/callback/model_status`
+//! Model-status callbacks (hosted edition, `docs/mindsdb-wire.md` §6): `/cloud/callback/model_status`
 //! (GET lists, POST registers), `/cloud/callback/model_status/{id}` (GET, PUT, DELETE) and
 //! `/cloud/callback/model_status/{id}/deliveries` (the delivery log). The engine decides who
 //! may (404 in the local edition, 403 for plans without callbacks); this maps its answers.

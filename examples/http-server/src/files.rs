@@ -1,4 +1,4 @@
-//! The file routes (wire reference §7, the `files_*` captures): `GET /api/files` lists the
+//! The file routes (`docs/mindsdb-wire.md` §7, the `files_*` captures): `GET /api/files` lists the
 //! uploaded files, `PUT /api/files/{name}` uploads one (a multipart form with the file in its
 //! `file` field, as MindsDB's clients send it, or the file itself as the body), `DELETE
 //! /api/files/{name}` removes it. The engine reads and stores the file; this only unwraps it.

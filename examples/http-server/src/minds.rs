@@ -1,4 +1,4 @@
-//! The hosted edition's Minds API (wire reference §6) under the configured prefix (default
+//! The hosted edition's Minds API (`docs/mindsdb-wire.md` §6) under the configured prefix (default
 //! `/api/v1`): minds, datasources, `chat/completions` and `responses` (OpenAI's shapes, plain
 //! or streamed), and `/limits/`. Each route reads its body, calls the engine, and answers with
 //! the Minds API's codes: 201 created, 204 deleted, 422 for a body the engine refused, 429 over

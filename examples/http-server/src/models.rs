@@ -1,4 +1,4 @@
-//! The model routes (wire reference §4): `/api/projects/{p}/models[/{name[.N]}[/predict|/describe]]`.
+//! The model routes (`docs/mindsdb-wire.md` §4): `/api/projects/{p}/models[/{name[.N]}[/predict|/describe]]`.
 //! Each reads its body, calls the engine, and answers with MindsDB's codes and bodies; the
 //! engine decides everything else.
 

@@ -1,5 +1,5 @@
 //! The routes: each parses its request, calls the engine, and encodes the answer in MindsDB's
-//! shape (wire reference §0–§2, §5). No rule lives here; the engine decides, this translates.
+//! shape (`docs/mindsdb-wire.md` §0–§2, §5). No rule lives here; the engine decides, this translates.
 
 use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
@@ -257,7 +257,7 @@ impl<'a> Route<'a> {
         }
     }
 
-    /// MindsDB leaves these open even with auth on (wire reference §1).
+    /// MindsDB leaves these open even with auth on (`docs/mindsdb-wire.md` §1).
     fn needs_auth(&self) -> bool {
         !matches!(
             self,
@@ -339,7 +339,7 @@ pub(crate) fn decode(segment: &str) -> mindlite::Result<String> {
         .map_err(|_| Error::invalid(format!("The path segment '{segment}' is not valid UTF-8")))
 }
 
-/// The HTTP status for an engine error (DESIGN §10).
+/// The HTTP status for an engine error.
 pub fn status_of(kind: ErrorKind) -> u16 {
     match kind {
         ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => 400,
