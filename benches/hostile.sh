@@ -7,6 +7,5 @@
 # Needs python3 with requests and pyarrow. Figures go into the README by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p mindlite-server
-target_dir=${CARGO_TARGET_DIR:-target}
-python3 benches/hostile_bench.py "$target_dir/release/mindlite-server" "$@"
+binary=$(bash scripts/release.sh)
+python3 benches/hostile_bench.py "$binary" "$@"

@@ -5,6 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk"; exit 1; }
-cargo build --release -p mindlite-server
-target_dir=${CARGO_TARGET_DIR:-target}
-python3 benches/http_bench.py "$target_dir/release/mindlite-server"
+binary=$(bash scripts/release.sh)
+python3 benches/http_bench.py "$binary"

@@ -144,16 +144,18 @@ def big_result(data, log, response_format):
 
 
 def hot_code_coverage():
-    """How much of examples/http-server/hot-symbols.txt names functions of this binary."""
-    listed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
-                          "http-server", "hot-symbols.txt")
+    """How much of the hot-code list scripts/release.sh wrote beside the binary's folder
+    (<target>/hot-symbols.txt) names functions of this binary."""
+    listed = os.path.join(os.path.dirname(os.path.abspath(SERVER)), "..", "hot-symbols.txt")
+    if not os.path.exists(listed):
+        return "none (build with scripts/release.sh)"
     with open(listed) as f:
         wanted = {line.strip() for line in f if line.strip()}
     out = subprocess.run(["nm", "--defined-only", SERVER], capture_output=True, text=True,
                          check=True).stdout
     present = {line.split()[-1] for line in out.splitlines()}
     found = len(wanted & present)
-    note = "" if found >= 0.9 * len(wanted) else " (stale: run benches/hot-code.sh)"
+    note = "" if found >= 0.9 * len(wanted) else " (stale: build with scripts/release.sh)"
     return f"{found} of {len(wanted)} functions found{note}"
 
 
@@ -202,7 +204,7 @@ def main():
         rows.append((f"1M rows (3 columns) as {name}",
                      f"{elapsed:.2f} s, {size / 2**20:.0f} MiB body, peak RSS +{growth / 2**20:.1f} MiB"))
 
-    rows.append(("hot-code list (examples/http-server/hot-symbols.txt)", hot_code_coverage()))
+    rows.append(("hot-code list (<target>/hot-symbols.txt)", hot_code_coverage()))
     print("| measure | mindlite-server |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

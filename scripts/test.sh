@@ -21,6 +21,14 @@ else
   if [ "${CI:-}" = "true" ]; then exit 1; fi
 fi
 
+step "unused dependencies (cargo machete)"
+if command -v cargo-machete >/dev/null 2>&1; then
+  cargo machete
+else
+  echo "SKIPPED: cargo-machete is not installed (cargo install cargo-machete --locked)"
+  if [ "${CI:-}" = "true" ]; then exit 1; fi
+fi
+
 # `cargo clippy` type-checks every dependency in a separate mode from `cargo build`, which costs
 # a third of a clean run on two cores. Running clippy-driver as the workspace's rustc wrapper
 # instead lints our crates while they build, so one compilation serves lint, build and tests;
@@ -80,6 +88,19 @@ if shell "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
   echo "mindlite-shell should fail on a missing table"; exit 1
 fi
 
+step "example: examples/rust (mindlite-quickstart)"
+"$bin_dir/mindlite-quickstart" "$tmp/quickstart.redb" > "$tmp/quickstart-rust.out"
+expected_rust='2 cities over 200,000:
+  Lisbon 545000
+  Porto 232000
+{"type":"table","column_names":["name","doubled"]}
+[["Braga",386000],["Lisbon",1090000],["Porto",464000]]
+error: Table '"'"'towns'"'"' not found in database: mindsdb'
+if [ "$(cat "$tmp/quickstart-rust.out")" != "$expected_rust" ]; then
+  echo "mindlite-quickstart printed:"; cat "$tmp/quickstart-rust.out"; echo "expected:"; echo "$expected_rust"; exit 1
+fi
+echo "examples/rust: ok"
+
 # Runs one pytest suite (its output to the terminal), fails unless it passed and ran
 # something, and prints how many tests passed.
 run_pytest() {
@@ -127,4 +148,4 @@ root=$(pwd)
 cat "$tmp/quickstart.out"
 
 step "summary"
-echo "all: $((rust_passed + c_passed + 1 + http_passed + python_passed + 1)) passed, 0 failed (Rust $rust_passed, C $c_passed, shell 1, HTTP $http_passed, Python $python_passed, quickstart 1)"
+echo "all: $((rust_passed + c_passed + 2 + http_passed + python_passed + 1)) passed, 0 failed (Rust $rust_passed, C $c_passed, shell 1, Rust example 1, HTTP $http_passed, Python $python_passed, Python example 1)"

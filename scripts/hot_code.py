@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the list of functions mindlite-server runs first (run on demand by benches/hot-code.sh).
+"""Writes the list of functions mindlite-server runs first (run by scripts/release.sh).
 
-The linker places the functions named in examples/http-server/hot-symbols.txt at the start of the
-code, in the list's order (see examples/http-server/build.rs). Without it, the code that starting
+The linker places the functions named in the list at the start of the code, in the list's order
+(MINDLITE_HOT_SYMBOLS, see server/build.rs). Without it, the code that starting
 and answering a query runs is spread over the binary's 100 MB of machine code; the kernel maps
 64 KiB around every page the process touches, so a few thousand small functions kept about 50 MiB
 of code resident in an idle server. Packed together they take about 5 MiB.
@@ -12,9 +12,8 @@ The functions are found by running the release server under valgrind's callgrind
      `SHOW DATABASES`): listed first, so an idle server holds only these pages;
   2. the same, then tables written and read in all three formats, joins, aggregates, sorts and
      the errors they meet: listed after, so a big query's code sits together too.
-Symbol names carry hashes of the toolchain, the dependencies and the build profile: after a change
-to any of those the list slowly stops matching (benches/http_bench.py prints how much still does)
-and should be written again.
+Symbol names carry hashes of the toolchain, the dependencies and the build profile, so the list is
+written from the very build it orders, each time (scripts/release.sh), and never kept.
 
 Usage: hot_code.py SERVER_BINARY OUTPUT_FILE
 """
