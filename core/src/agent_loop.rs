@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 
@@ -15,7 +16,7 @@ use crate::egress::HttpClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::llm;
 use crate::quotas::Question;
-use crate::sql::{Allowed, SqlRunner, ToolRows};
+use crate::sql::{Allowed, AskAgent, SqlRunner, ToolRows};
 use crate::tenant::TenantId;
 
 /// A finished answer, as `POST …/agents/{name}/completions` returns it.
@@ -437,6 +438,60 @@ fn trace_id() -> String {
         bytes = nanos.to_le_bytes();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The agent loop as SQL asks it (`SELECT answer FROM agent WHERE question = …`).
+pub(crate) struct AgentLoop;
+
+impl AskAgent for AgentLoop {
+    fn ask<'a>(
+        &'a self,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        counted: Question,
+        agent: &'a Agent,
+        question: String,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let answer = Asker::new(runner, &runner.config, tenant)
+                .answer_counted(
+                    counted,
+                    agent,
+                    vec![json!({"role": "user", "content": question})],
+                    None,
+                )
+                .await?;
+            Ok(answer.content)
+        })
+    }
+}
+
+/// The events of an answer being formed (`Engine::ask_agent_stream`). Dropping it stops the
+/// agent: the task forming the answer is aborted.
+pub struct AgentStream {
+    receiver: tokio::sync::mpsc::Receiver<AgentEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AgentStream {
+    /// The stream of `task`, which sends its events to `receiver`'s sender.
+    pub(crate) fn new(
+        receiver: tokio::sync::mpsc::Receiver<AgentEvent>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> AgentStream {
+        AgentStream { receiver, task }
+    }
+
+    /// The next event; `None` after [`AgentEvent::End`].
+    pub async fn next_event(&mut self) -> Option<AgentEvent> {
+        self.receiver.recv().await
+    }
+}
+
+impl Drop for AgentStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 #[cfg(test)]

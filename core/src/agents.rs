@@ -4,19 +4,18 @@
 //! that must exist, the default model when none is given, and update as a shallow merge.
 //! Answering questions lives in `agent_loop`.
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::LlmConfig;
 use crate::egress::Egress;
 use crate::error::{Error, Result};
-use crate::projects::{self, Project, PROJECTS};
+use crate::projects::{self, Project};
 use crate::store;
-use crate::tables::{self, TABLES};
+use crate::store::schema::{AGENTS, PROJECTS, TABLES};
+use crate::tables;
 use crate::tenant::TenantId;
-
-pub(crate) const AGENTS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("agents");
 
 /// An agent as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,7 +265,7 @@ fn validate_model(model: &Value, egress: &Egress) -> Result<()> {
         }
     }
     if let Some(url) = model.get("base_url").and_then(Value::as_str) {
-        crate::llm::check_base_url("model.base_url", url)?;
+        crate::egress::check_http_url("model.base_url", url)?;
         // An address written in the URL is checked now; a name, at every call.
         egress
             .check_url_text(url)
@@ -333,14 +332,15 @@ fn check_table(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<
         ))
     })?;
     let exists = match db.as_str() {
-        crate::sql::SYSTEM_DB => {
-            table == "*" || crate::sql::INFO_TABLES.contains(&table.to_ascii_lowercase().as_str())
+        crate::namespace::SYSTEM_DB => {
+            table == "*"
+                || crate::namespace::INFO_TABLES.contains(&table.to_ascii_lowercase().as_str())
         }
-        crate::sql::FILES_DB => {
+        crate::namespace::FILES_DB => {
             table == "*" || tables::get(&txn.open_table(TABLES)?, tenant, &db, &table)?.is_some()
         }
         // A datasource's tables are on the remote database: looked up when the agent reads.
-        _ if crate::datasources::exists(txn, tenant, &db)? => true,
+        _ if crate::namespace::is_datasource(txn, tenant, &db)? => true,
         _ => {
             if projects::get(&txn.open_table(PROJECTS)?, tenant, &db)?.is_none() {
                 return Err(Error::invalid(format!(
@@ -405,7 +405,7 @@ fn agent_taken(name: &str) -> Error {
 fn name_of(spec: &Map<String, Value>) -> Result<String> {
     match spec.get("name") {
         Some(Value::String(name)) if !name.is_empty() => {
-            projects::validate_name("agent", name)?;
+            crate::namespace::validate_name("agent", name)?;
             Ok(name.clone())
         }
         None | Some(Value::Null) => Err(Error::invalid("Missing \"name\" field for agent")),

@@ -3,15 +3,13 @@
 //! `auth_tokens`, so sessions survive a restart and a copied file reveals no live token.
 
 use base64::Engine as _;
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use sha2::{Digest, Sha256};
 
 use crate::config::{AuthConfig, Config, Edition};
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::schema::TOKENS;
 use crate::tenant::TenantId;
-
-/// SHA-256 of a token → (tenant, expiry in Unix seconds).
-const TOKENS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("auth_tokens");
 
 /// Random bytes per token: 256 bits, well above the 128 a guess would have to beat.
 const TOKEN_BYTES: usize = 32;

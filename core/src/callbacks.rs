@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::Sha256;
@@ -31,12 +31,9 @@ use crate::config::{CallbacksConfig, HostedConfig};
 use crate::egress::{self, Egress, HttpClient};
 use crate::error::{Error, Result};
 use crate::models::{ModelStatus, ModelVersion};
+use crate::store::schema::{CALLBACKS, DELIVERY_LOG, OUTBOX};
 use crate::store::{self, Store};
 use crate::tenant::TenantId;
-
-const CALLBACKS: TableDefinition<(u64, u64), &str> = TableDefinition::new("callbacks");
-const OUTBOX: TableDefinition<u64, &str> = TableDefinition::new("callback_outbox");
-const LOG: TableDefinition<(u64, u64, u64), &str> = TableDefinition::new("callback_deliveries");
 
 /// Bounds of a registration's `attempt` values.
 const MAX_COUNT: u64 = 20;
@@ -124,7 +121,7 @@ pub(crate) struct Attempt {
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(CALLBACKS)?;
     txn.open_table(OUTBOX)?;
-    txn.open_table(LOG)?;
+    txn.open_table(DELIVERY_LOG)?;
     Ok(())
 }
 
@@ -236,7 +233,7 @@ pub(crate) fn delete(txn: &WriteTransaction, tenant: TenantId, id: u64) -> Resul
     for seq in gone {
         outbox.remove(seq)?;
     }
-    let mut log = txn.open_table(LOG)?;
+    let mut log = txn.open_table(DELIVERY_LOG)?;
     let keys: Vec<(u64, u64, u64)> = log
         .range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))?
         .map(|e| e.map(|(k, _)| k.value()))
@@ -278,7 +275,7 @@ pub(crate) fn attempts(
     id: u64,
 ) -> Result<Vec<Attempt>> {
     get(&txn.open_table(CALLBACKS)?, tenant, id)?;
-    let log = txn.open_table(LOG)?;
+    let log = txn.open_table(DELIVERY_LOG)?;
     let mut out = Vec::new();
     for entry in log.range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))? {
         out.push(serde_json::from_str(entry?.1.value())?);
@@ -942,7 +939,7 @@ fn record_in(
         delivered,
     };
     let n = store::next_id(txn, "callback_attempt")?;
-    let mut log = txn.open_table(LOG)?;
+    let mut log = txn.open_table(DELIVERY_LOG)?;
     log.insert(
         (current.tenant, current.callback, n),
         serde_json::to_string(&entry)?.as_str(),

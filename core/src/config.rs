@@ -567,6 +567,16 @@ impl Config {
         self.or_edition(self.egress.deny_internal, false, true)
     }
 
+    /// The egress policy these settings describe: where the engine may connect.
+    pub(crate) fn egress(&self) -> Result<crate::egress::Egress> {
+        crate::egress::Egress::new(&crate::egress::EgressSettings {
+            deny_internal: self.egress_denies_internal(),
+            allow: &self.egress.allow,
+            deny: &self.egress.deny,
+            llm_base_url: &self.llm.base_url,
+        })
+    }
+
     /// Rows an uploaded file may hold (`files.max_rows`).
     pub fn upload_max_rows(&self) -> u64 {
         self.or_edition(self.files.max_rows, 1_000_000_000, 10_000_000)

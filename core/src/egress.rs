@@ -19,14 +19,38 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a name may take to resolve.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Checks that the base URL in the setting `name` is http(s) with a host, so a typo fails
+/// when the agent or model is saved rather than when it is first asked.
+pub(crate) fn check_http_url(name: &str, url: &str) -> Result<()> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
+            Ok(())
+        }
+        _ => Err(Error::invalid(format!(
+            "'{name}' must be an http or https URL with a host, like http://127.0.0.1:11434/v1; got '{url}'"
+        ))),
+    }
+}
+
 /// Characters of an outside party's text (an error body, a server message) shown at most.
 pub(crate) const EXCERPT_CHARS: usize = 300;
+
+/// What the policy is made from: the `egress` configuration and the configured LLM endpoint.
+pub(crate) struct EgressSettings<'a> {
+    /// Refuse internal addresses (`egress.deny_internal`, or the edition's default).
+    pub(crate) deny_internal: bool,
+    /// `egress.allow` entries.
+    pub(crate) allow: &'a [String],
+    /// `egress.deny` entries.
+    pub(crate) deny: &'a [String],
+    /// `llm.base_url`, always reachable.
+    pub(crate) llm_base_url: &'a str,
+}
 
 /// A network: an address and how many leading bits of it count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,10 +336,11 @@ impl From<Refused> for Error {
 }
 
 impl Policy {
-    /// The policy `config` describes; the configured LLM endpoint's host is always reachable.
-    pub(crate) fn from_config(config: &Config) -> Result<Policy> {
-        let mut allow = Rules::parse(&config.egress.allow, "egress.allow")?;
-        if let Ok(url) = reqwest::Url::parse(&config.llm.base_url) {
+    /// The policy of the `egress` settings; the configured LLM endpoint's host is always
+    /// reachable.
+    pub(crate) fn new(settings: &EgressSettings<'_>) -> Result<Policy> {
+        let mut allow = Rules::parse(settings.allow, "egress.allow")?;
+        if let Ok(url) = reqwest::Url::parse(settings.llm_base_url) {
             let port = url.port_or_known_default();
             match url.host() {
                 Some(url::Host::Ipv4(v4)) => allow.0.push(address_rule(IpAddr::V4(v4), port)),
@@ -328,9 +353,9 @@ impl Policy {
             }
         }
         Ok(Policy {
-            deny_internal: config.egress_denies_internal(),
+            deny_internal: settings.deny_internal,
             allow,
-            deny: Rules::parse_addresses(&config.egress.deny, "egress.deny")?,
+            deny: Rules::parse_addresses(settings.deny, "egress.deny")?,
         })
     }
 
@@ -475,10 +500,10 @@ pub(crate) struct Egress {
 }
 
 impl Egress {
-    /// The engine's egress, from its config.
-    pub(crate) fn new(config: &Config) -> Result<Egress> {
+    /// The engine's egress, from its `egress` settings (see `Config::egress`).
+    pub(crate) fn new(settings: &EgressSettings<'_>) -> Result<Egress> {
         Ok(Egress {
-            policy: Arc::new(Policy::from_config(config)?),
+            policy: Arc::new(Policy::new(settings)?),
         })
     }
 
@@ -950,5 +975,14 @@ mod tests {
     fn excerpts_are_short_and_single_line() {
         assert_eq!(excerpt("a\nb\r\x1b[31mc", 100), "a b  [31mc");
         assert_eq!(excerpt(&"x".repeat(500), 3), "xxx…");
+    }
+
+    #[test]
+    fn base_urls_must_be_http_with_a_host() {
+        assert!(check_http_url("base_url", "http://127.0.0.1:8080/v1").is_ok());
+        assert!(check_http_url("base_url", "https://api.openai.com/v1").is_ok());
+        for bad in ["ftp://x/v1", "127.0.0.1:8080", "http://", ""] {
+            assert!(check_http_url("base_url", bad).is_err(), "{bad}");
+        }
     }
 }

@@ -17,7 +17,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::admission::Work;
-use crate::agent_loop::{self, AgentEvent, Answer, Asker};
+use crate::agent_loop::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::agents::{self, Agent};
 use crate::auth::{self, LoginToken};
 use crate::cancel::{Control, Interrupts};
@@ -28,6 +28,7 @@ use crate::models::{self, Model};
 use crate::projects::{self, Project};
 use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
 use crate::status::Status;
+use crate::store::schema::{AGENTS, MODELS, PROJECTS};
 use crate::store::Store;
 use crate::tables;
 use crate::tenant::TenantId;
@@ -151,7 +152,7 @@ impl Engine {
     fn start(store: Store, config: Config) -> Result<Engine> {
         config.validate()?;
         let store = Arc::new(store);
-        let sql = SqlRunner::new(Arc::clone(&store), &config)?;
+        let sql = SqlRunner::new(Arc::clone(&store), &config, Arc::new(agent_loop::AgentLoop))?;
         let default = sql.default_project().to_string();
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.
@@ -414,14 +415,14 @@ impl Engine {
     pub fn list_projects(&self) -> Result<Vec<Project>> {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        projects::list(&txn.open_table(projects::PROJECTS)?, tenant)
+        projects::list(&txn.open_table(PROJECTS)?, tenant)
     }
 
     /// One project by name (case-insensitive), or [`ErrorKind::NotFound`](crate::ErrorKind).
     pub fn get_project(&self, name: &str) -> Result<Project> {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        projects::get(&txn.open_table(projects::PROJECTS)?, tenant, name)?
+        projects::get(&txn.open_table(PROJECTS)?, tenant, name)?
             .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
     }
 
@@ -449,7 +450,7 @@ impl Engine {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
         require_project(&txn, tenant, project)?;
-        agents::list(&txn.open_table(agents::AGENTS)?, tenant, Some(project))
+        agents::list(&txn.open_table(AGENTS)?, tenant, Some(project))
     }
 
     /// One agent by name (case-insensitive).
@@ -457,7 +458,7 @@ impl Engine {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
         require_project(&txn, tenant, project)?;
-        agents::get_in(&txn.open_table(agents::AGENTS)?, tenant, project, name)?
+        agents::get_in(&txn.open_table(AGENTS)?, tenant, project, name)?
             .ok_or_else(|| agents::agent_missing(name))
     }
 
@@ -567,10 +568,7 @@ impl Engine {
             }
             let _ = sender.send(AgentEvent::End).await;
         });
-        Ok(AgentStream {
-            receiver,
-            _task: AbortOnDrop(task),
-        })
+        Ok(AgentStream::new(receiver, task))
     }
 
     /// Every version of every model of `project`, by name and version.
@@ -578,7 +576,7 @@ impl Engine {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
         require_project(&txn, tenant, project)?;
-        let versions = models::list(&txn.open_table(models::MODELS)?, tenant, Some(project))?;
+        let versions = models::list(&txn.open_table(MODELS)?, tenant, Some(project))?;
         Ok(versions.into_iter().map(Model).collect())
     }
 
@@ -587,13 +585,7 @@ impl Engine {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
         require_project(&txn, tenant, project)?;
-        let found = models::find(
-            &txn.open_table(models::MODELS)?,
-            tenant,
-            project,
-            name,
-            version,
-        )?;
+        let found = models::find(&txn.open_table(MODELS)?, tenant, project, name, version)?;
         found.map(Model).ok_or_else(|| match version {
             None => models::model_missing(project, name),
             Some(v) => models::version_missing(project, name, v),
@@ -789,22 +781,9 @@ impl Engine {
     }
 }
 
-/// The events of an answer being formed ([`Engine::ask_agent_stream`]). Dropping it stops the agent.
-pub struct AgentStream {
-    receiver: tokio::sync::mpsc::Receiver<AgentEvent>,
-    _task: AbortOnDrop<()>,
-}
-
-impl AgentStream {
-    /// The next event; `None` after [`AgentEvent::End`].
-    pub async fn next_event(&mut self) -> Option<AgentEvent> {
-        self.receiver.recv().await
-    }
-}
-
 /// Fails with MindsDB's "Project with name … does not exist" unless `project` exists.
 fn require_project(txn: &redb::ReadTransaction, tenant: TenantId, project: &str) -> Result<()> {
-    let table = txn.open_table(projects::PROJECTS)?;
+    let table = txn.open_table(PROJECTS)?;
     match projects::get(&table, tenant, project)? {
         Some(_) => Ok(()),
         None => Err(agents::project_missing(project)),

@@ -21,7 +21,9 @@ use serde_json::Value;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::sql::{LoadMode, LoadTarget, SqlRunner, FILES_DB};
+use crate::namespace::FILES_DB;
+use crate::sql::{LoadMode, LoadTarget, SqlRunner};
+use crate::store::schema::{TABLES, TABLE_SCHEMAS};
 use crate::tables;
 use crate::tenant::TenantId;
 
@@ -97,7 +99,7 @@ impl SqlRunner {
         file_name: Option<String>,
     ) -> Result<u64> {
         // A bad name is refused before the file is read.
-        crate::projects::validate_name("file", name)?;
+        crate::namespace::validate_name("file", name)?;
         let caps = Caps::of(&self.config);
         // Inferring the columns reads the file once: CPU work, off the async workers.
         let file = tokio::task::spawn_blocking(move || {
@@ -130,8 +132,8 @@ impl SqlRunner {
     /// Every uploaded file, by name.
     pub(crate) fn list_files(&self, tenant: TenantId) -> Result<Vec<FileInfo>> {
         let txn = self.store.read()?;
-        let records = tables::list(&txn.open_table(tables::TABLES)?, tenant, FILES_DB)?;
-        let schemas = txn.open_table(tables::TABLE_SCHEMAS)?;
+        let records = tables::list(&txn.open_table(TABLES)?, tenant, FILES_DB)?;
+        let schemas = txn.open_table(TABLE_SCHEMAS)?;
         records
             .into_iter()
             .map(|record| {

@@ -8,12 +8,14 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::callbacks;
+use crate::chat::{self, ChatRequest, MindStream};
 use crate::config::Edition;
-use crate::datasources::{self, DATASOURCES};
+use crate::datasources;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::minds::{self, ChatRequest, Mind, MindStream, MINDS};
+use crate::minds::{self, Mind};
 use crate::quotas::{self, Limits};
+use crate::store::schema::{DATASOURCES, MINDS};
 use crate::tenant::TenantId;
 use crate::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
 
@@ -316,7 +318,7 @@ impl Engine {
         }
         let (tenant, key) = (self.tenant, source.name.clone());
         let updated = self
-            .write(move |txn| datasources::update(txn, tenant, &key, change))
+            .write(move |txn| crate::rules::update_datasource(txn, tenant, &key, change))
             .await?;
         Ok(updated.to_minds_json())
     }
@@ -325,7 +327,7 @@ impl Engine {
     pub async fn delete_datasource(&self, name: &str) -> Result<()> {
         let (tenant, key) = (self.tenant, name.to_string());
         let removed = self
-            .write(move |txn| datasources::remove(txn, tenant, &key))
+            .write(move |txn| crate::rules::remove_datasource(txn, tenant, &key))
             .await?;
         if removed {
             Ok(())
@@ -341,7 +343,7 @@ impl Engine {
         let mind = self.get_mind(&request.mind)?;
         let agent = mind.agent(self.inner.sql.default_project());
         let answer = self.answer(agent, request.messages.clone()).await?;
-        Ok(minds::answer_json(request.api, &mind.name, &answer.content))
+        Ok(chat::answer_json(request.api, &mind.name, &answer.content))
     }
 
     /// [`Engine::ask_mind`] as server-sent event frames in the API's streaming shape.

@@ -20,6 +20,7 @@ mod agents;
 mod auth;
 mod callbacks;
 mod cancel;
+mod chat;
 mod config;
 mod datasources;
 mod egress;
@@ -30,9 +31,11 @@ mod hosted;
 mod llm;
 mod minds;
 mod models;
+mod namespace;
 mod projects;
 mod quotas;
 mod reader;
+mod rules;
 mod spool;
 mod sql;
 mod status;
@@ -42,28 +45,29 @@ mod tenant;
 mod time;
 mod users;
 
-pub use agent_loop::{AgentEvent, Answer};
+pub use agent_loop::{AgentEvent, AgentStream, Answer};
 pub use agents::Agent;
 pub use auth::LoginToken;
+pub use chat::{ChatApi, ChatRequest, MindStream};
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
     FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
-pub use engine::{AgentStream, Collected, Engine};
+pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result};
 pub use files::{FileFormat, FileInfo};
-pub use minds::{ChatApi, ChatRequest, Mind, MindDatasource, MindStream};
+pub use minds::{Mind, MindDatasource};
 pub use models::Model;
 pub use projects::Project;
 pub use quotas::{Limits, Usage, WindowUsage};
 pub use reader::BlockingReader;
 pub use sql::encode::{encode_document, WireFormat, WireStream};
-pub use sql::sql_type_name;
 pub use sql::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
     TypedParam,
 };
 pub use status::{AuthStatus, Status};
+pub use tables::sql_type_name;
 pub use tenant::TenantId;
 pub use users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 

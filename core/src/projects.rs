@@ -1,18 +1,15 @@
 //! Projects: the namespaces that hold tables (and later models and agents). Owns the redb table
 //! `projects`, keyed by (tenant, lower-cased name). The default project always exists and cannot
-//! be dropped; `information_schema`, `files` and `log` are reserved built-in namespaces.
+//! be dropped; names are shared with datasources and the built-in namespaces (`namespace`).
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::namespace::{self, validate_name, RESERVED};
 use crate::store;
+use crate::store::schema::PROJECTS;
 use crate::tenant::TenantId;
-
-pub(crate) const PROJECTS: TableDefinition<(u64, &str), &str> = TableDefinition::new("projects");
-
-/// Names of built-in namespaces that no project may take.
-pub(crate) const RESERVED: [&str; 3] = ["information_schema", "files", "log"];
 
 /// A project as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,21 +20,6 @@ pub struct Project {
     pub name: String,
     /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
     pub created_at: String,
-}
-
-/// Checks a project (or table) name: letters, digits and underscores, not starting with a digit.
-pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with(|c: char| c.is_ascii_digit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "Invalid {kind} name '{name}': use 1 to 64 letters, digits or underscores, not starting with a digit"
-        )))
-    }
 }
 
 /// Creates `name` for `tenant`. Returns false when it existed and `if_not_exists` was set.
@@ -54,16 +36,14 @@ pub(crate) fn create(
             "Database '{key}' already exists (it is built in)"
         )));
     }
-    let mut table = txn.open_table(PROJECTS)?;
-    if table.get((tenant.0, key.as_str()))?.is_some()
-        || crate::datasources::exists(txn, tenant, &key)?
-    {
+    if namespace::taken(txn, tenant, &key)? {
         return if if_not_exists {
             Ok(false)
         } else {
             Err(Error::conflict(format!("Database '{key}' already exists")))
         };
     }
+    let mut table = txn.open_table(PROJECTS)?;
     let project = Project {
         id: store::next_tenant_id(txn, tenant, "project")?,
         name: key.clone(),

@@ -15,15 +15,10 @@ use serde::Serialize;
 
 use crate::config::{HostedConfig, PlanConfig};
 use crate::error::{Error, Result};
+use crate::store::schema::{MODEL_CALLS, QUESTIONS};
 use crate::store::Store;
 use crate::tenant::TenantId;
 use crate::users;
-
-/// Tenant → (window start in Unix seconds, questions asked in it).
-const QUESTIONS: TableDefinition<u64, (u64, u64)> = TableDefinition::new("quota_questions");
-
-/// Tenant → (window start in Unix seconds, provider calls LLM models made in it).
-const MODEL_CALLS: TableDefinition<u64, (u64, u64)> = TableDefinition::new("quota_model_calls");
 
 /// A counted quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

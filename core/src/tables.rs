@@ -15,20 +15,15 @@ use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use datafusion::arrow::ipc::CompressionType;
 use datafusion::arrow::record_batch::RecordBatch;
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::projects::validate_name;
+use crate::namespace::validate_name;
 use crate::spool::Spool;
 use crate::store;
+use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
-
-pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");
-pub(crate) const TABLE_SCHEMAS: TableDefinition<u64, &[u8]> = TableDefinition::new("table_schemas");
-pub(crate) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
-pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
-    TableDefinition::new("chunk_order");
 
 /// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
 /// holds little memory.
@@ -518,7 +513,7 @@ fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<Record
                         "Column '{}' of table '{}' takes {}: {e}",
                         field.name(),
                         table,
-                        crate::sql::sql_type_name(field.data_type())
+                        sql_type_name(field.data_type())
                     ),
                 )
             })?
@@ -715,3 +710,30 @@ macro_rules! read_tables {
 
 read_tables!(WriteTransaction);
 read_tables!(redb::ReadTransaction);
+
+/// The SQL name of an Arrow type, as `information_schema.columns.DATA_TYPE` shows it.
+pub fn sql_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INTEGER".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::UInt8 => "TINYINT UNSIGNED".into(),
+        DataType::UInt16 => "SMALLINT UNSIGNED".into(),
+        DataType::UInt32 => "INTEGER UNSIGNED".into(),
+        DataType::UInt64 => "BIGINT UNSIGNED".into(),
+        DataType::Float16 | DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "BLOB".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Timestamp(_, _) => "TIMESTAMP".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    }
+}

@@ -4,7 +4,7 @@
 //! that issued it; the file keeps its hash, so a copied file reveals no usable key.
 
 use base64::Engine as _;
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -12,12 +12,8 @@ use crate::config::HostedConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::projects;
 use crate::store;
+use crate::store::schema::{API_KEYS, USERS, USER_NAMES};
 use crate::tenant::TenantId;
-
-const USERS: TableDefinition<u64, &str> = TableDefinition::new("users");
-const USER_NAMES: TableDefinition<&str, u64> = TableDefinition::new("user_names");
-/// SHA-256 of a key → (user id, key id).
-const API_KEYS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("api_keys");
 
 /// Every API key starts so, which tells it from a login token (`pat_…`) at a glance.
 pub const API_KEY_PREFIX: &str = "mlk_";

@@ -13,20 +13,18 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::{Config, Edition, HostedConfig};
 use crate::egress::Egress;
 use crate::error::{Error, ErrorKind, Result};
-use crate::projects::{self, PROJECTS};
+use crate::namespace;
 use crate::quotas::{self, Slot};
 use crate::store;
+use crate::store::schema::DATASOURCES;
 use crate::tenant::TenantId;
-
-pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
-    TableDefinition::new("datasources");
 
 /// Parameters whose values are secrets, masked unless `show_secrets` is asked for.
 const SECRET_KEYS: [&str; 3] = ["password", "api_key", "token"];
@@ -48,7 +46,7 @@ impl Net {
     /// The reach `config` describes.
     pub(crate) fn new(config: &Config) -> Result<Net> {
         Ok(Net {
-            egress: Egress::new(config)?,
+            egress: config.egress()?,
             max_message_bytes: usize::try_from(
                 config
                     .datasources
@@ -197,14 +195,6 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     Ok(())
 }
 
-/// Whether `name` (lower case) is a datasource of `tenant`.
-pub(crate) fn exists(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Result<bool> {
-    Ok(txn
-        .open_table(DATASOURCES)?
-        .get((tenant.0, name))?
-        .is_some())
-}
-
 /// Checks `engine` and `parameters` and connects once, so a datasource that cannot work is
 /// refused at CREATE / ALTER with the reason. Returns the engine's canonical name and the
 /// parameters to store.
@@ -273,11 +263,8 @@ pub(crate) fn create(
         description,
     } = new;
     let key = name.to_ascii_lowercase();
-    projects::validate_name("database", &key)?;
-    let taken = projects::RESERVED.contains(&key.as_str())
-        || projects::get(&txn.open_table(PROJECTS)?, tenant, &key)?.is_some()
-        || exists(txn, tenant, &key)?;
-    if taken {
+    namespace::validate_name("database", &key)?;
+    if namespace::taken(txn, tenant, &key)? {
         return if if_not_exists {
             Ok(false)
         } else {
@@ -368,7 +355,8 @@ pub(crate) struct Change {
     pub(crate) description: Option<String>,
 }
 
-/// Applies a [`Change`] to datasource `name` and returns the result.
+/// Applies a [`Change`] to datasource `name` and returns the result (minds that read a renamed
+/// datasource are `rules::update_datasource`'s).
 pub(crate) fn update(
     txn: &WriteTransaction,
     tenant: TenantId,
@@ -386,16 +374,12 @@ pub(crate) fn update(
     }
     if let Some(new) = change.name.map(|n| n.to_ascii_lowercase()) {
         if new != key {
-            projects::validate_name("database", &new)?;
-            let taken = projects::RESERVED.contains(&new.as_str())
-                || projects::get(&txn.open_table(PROJECTS)?, tenant, &new)?.is_some()
-                || exists(txn, tenant, &new)?;
-            if taken {
+            namespace::validate_name("database", &new)?;
+            if namespace::taken(txn, tenant, &new)? {
                 return Err(Error::conflict(format!("Database '{new}' already exists")));
             }
             txn.open_table(DATASOURCES)?
                 .remove((tenant.0, key.as_str()))?;
-            crate::minds::rename_datasource(txn, tenant, &key, &new)?;
             record.name = new;
         }
     }
@@ -420,11 +404,10 @@ pub(crate) fn unmasked(source: &Datasource, mut given: Map<String, Value>) -> Ma
     given
 }
 
-/// Removes a datasource; true when it existed. Nothing is stored under it, so nothing else
-/// goes; a datasource a mind reads is refused with Conflict.
+/// Removes a datasource's record; true when it existed. Nothing is stored under it. Whether
+/// it may go (no mind reads it) is `rules::remove_datasource`'s to decide.
 pub(crate) fn remove(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Result<bool> {
     let key = name.to_ascii_lowercase();
-    crate::minds::check_unused(txn, tenant, &key)?;
     let removed = txn
         .open_table(DATASOURCES)?
         .remove((tenant.0, key.as_str()))?

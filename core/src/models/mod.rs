@@ -9,29 +9,21 @@ pub(crate) mod openai;
 pub(crate) mod train;
 pub(crate) mod worker;
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::projects::{self, PROJECTS};
+use crate::projects;
 use crate::store;
+use crate::store::schema::{
+    VersionKey, MODELS, PREDICTORS, PROJECTS, STATUS_OUTBOX, TABLES, TRAINING_SCHEMAS,
+};
 use crate::tables;
 use crate::tenant::TenantId;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use train::{Description, Predictor};
-
-type VersionKey<'a> = (u64, &'a str, &'a str, u32);
-
-pub(crate) const MODELS: TableDefinition<VersionKey, &str> = TableDefinition::new("models");
-const PREDICTORS: TableDefinition<VersionKey, &[u8]> = TableDefinition::new("model_predictors");
-/// The schema of the rows a complete version was trained on (an Arrow IPC stream, no rows).
-const TRAINING_SCHEMAS: TableDefinition<VersionKey, &[u8]> =
-    TableDefinition::new("model_training_schemas");
-/// ModelStatusChanged events by sequence number, oldest first.
-pub(crate) const STATUS_OUTBOX: TableDefinition<u64, &str> =
-    TableDefinition::new("model_status_outbox");
 
 /// The engines that train with the built-in trainer (`lightwood` is MindsDB's name for its own).
 pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];
@@ -319,16 +311,10 @@ pub(crate) fn create(
 ) -> Result<Option<ModelVersion>> {
     let project = projects::get(&txn.open_table(PROJECTS)?, tenant, &spec.project)?
         .ok_or_else(|| Error::not_found(format!("Project '{}' does not exist", spec.project)))?;
-    projects::validate_name("model", &spec.name)?;
+    crate::namespace::validate_name("model", &spec.name)?;
     // A stored table of the same name, or the `models` listing, would hide the model.
     if spec.name.eq_ignore_ascii_case("models")
-        || tables::get(
-            &txn.open_table(tables::TABLES)?,
-            tenant,
-            &project.name,
-            &spec.name,
-        )?
-        .is_some()
+        || tables::get(&txn.open_table(TABLES)?, tenant, &project.name, &spec.name)?.is_some()
     {
         return Err(Error::conflict(format!(
             "'{}' is already a table in project '{}'; choose another name for the model",

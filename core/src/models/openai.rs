@@ -101,7 +101,7 @@ pub(crate) fn check(using: &Map<String, Value>) -> Result<Prompted> {
         settings.insert("model_name".into(), name.into());
     }
     if let Some((key, url)) = one_of(&text, "base_url", "api_base")? {
-        llm::check_base_url(key, &url)?;
+        crate::egress::check_http_url(key, &url)?;
         settings.insert("base_url".into(), url.into());
     }
     if let Some((_, api_key)) = one_of(&text, "api_key", "openai_api_key")? {

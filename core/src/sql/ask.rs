@@ -10,13 +10,31 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use serde_json::json;
+
+use futures::future::BoxFuture;
 
 use super::catalog::Snapshot;
 use super::SqlRunner;
-use crate::agent_loop::Asker;
+use crate::agents::Agent;
 use crate::error::{Error, Result};
+use crate::quotas::Question;
 use crate::tenant::TenantId;
+
+/// What answers an agent asked from SQL: the agent loop, which the engine hands to
+/// [`SqlRunner::new`]. SQL cannot name it, since the agent loop runs SQL itself (its
+/// `sql_query` tool).
+pub(crate) trait AskAgent: Send + Sync {
+    /// `agent`'s answer to `question`, for `tenant`, whose plan counted the question already
+    /// (`counted` is given back if nothing reached a provider).
+    fn ask<'a>(
+        &'a self,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        counted: Question,
+        agent: &'a Agent,
+        question: String,
+    ) -> BoxFuture<'a, Result<String>>;
+}
 
 impl SqlRunner {
     /// When `statement` selects from an agent (and no table of that name exists), asks it and
@@ -80,15 +98,11 @@ impl SqlRunner {
         // A question asked through SQL counts against the plan like any other.
         let counted =
             crate::quotas::Question::take(&self.store, &self.config.hosted, tenant).await?;
-        let answer = Asker::new(self, &self.config, tenant)
-            .answer_counted(
-                counted,
-                &agent,
-                vec![json!({"role": "user", "content": question})],
-                None,
-            )
+        let answer = self
+            .agents
+            .ask(self, tenant, counted, &agent, question.clone())
             .await?;
-        select.from[0].relation = answer_table(&question, &answer.content, &alias)?;
+        select.from[0].relation = answer_table(&question, &answer, &alias)?;
         Ok(true)
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
 use datafusion::common::stats::Precision;
 use datafusion::common::Statistics;
@@ -23,14 +23,18 @@ use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::predict::{ModelTable, PredictModel};
-use crate::agents::{self, Agent, AGENTS};
+use crate::agents::{self, Agent};
 use crate::datasources::table::NATIVE;
-use crate::datasources::{self, Datasource, DATASOURCES};
+use crate::datasources::{self, Datasource};
 use crate::error::{Error, Result};
-use crate::models::{self, ModelVersion, MODELS};
-use crate::projects::{self, Project, PROJECTS};
+use crate::models::{self, ModelVersion};
+use crate::namespace::{FILES_DB, INFO_TABLES, SYSTEM_DB};
+use crate::projects::{self, Project};
+use crate::store::schema::{
+    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, MODELS, PROJECTS, TABLES, TABLE_SCHEMAS,
+};
 use crate::store::Store;
-use crate::tables::{self, TableRecord, CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
+use crate::tables::{self, sql_type_name, TableRecord};
 use crate::tenant::TenantId;
 
 /// Field metadata key holding the column name to show when it differs from the (lower-case)
@@ -39,11 +43,6 @@ pub(crate) const DISPLAY_NAME: &str = "mindlite.display_name";
 
 /// The name DataFusion knows the catalog by.
 pub(crate) const CATALOG: &str = "mindlite";
-
-/// The built-in namespace kinds, in the order `SHOW DATABASES` lists them.
-pub(crate) const SYSTEM_DB: &str = "information_schema";
-/// The built-in data namespace for uploaded files.
-pub(crate) const FILES_DB: &str = "files";
 
 /// One tenant's catalog at one read snapshot.
 pub(crate) struct Snapshot {
@@ -548,9 +547,6 @@ struct InformationSchema {
     snapshot: Arc<Snapshot>,
 }
 
-/// The tables of `information_schema`.
-pub(crate) const INFO_TABLES: [&str; 5] = ["databases", "tables", "columns", "agents", "models"];
-
 /// Every project's table of its models' versions (MindsDB's `<project>.models`).
 const MODELS_TABLE: &str = "models";
 
@@ -757,32 +753,5 @@ impl SchemaProvider for InformationSchema {
 
     fn table_exist(&self, name: &str) -> bool {
         INFO_TABLES.contains(&name.to_ascii_lowercase().as_str())
-    }
-}
-
-/// The SQL name of an Arrow type, as `information_schema.columns.DATA_TYPE` shows it.
-pub fn sql_type_name(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Int8 => "TINYINT".into(),
-        DataType::Int16 => "SMALLINT".into(),
-        DataType::Int32 => "INTEGER".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::UInt8 => "TINYINT UNSIGNED".into(),
-        DataType::UInt16 => "SMALLINT UNSIGNED".into(),
-        DataType::UInt32 => "INTEGER UNSIGNED".into(),
-        DataType::UInt64 => "BIGINT UNSIGNED".into(),
-        DataType::Float16 | DataType::Float32 => "FLOAT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
-        DataType::Binary
-        | DataType::LargeBinary
-        | DataType::BinaryView
-        | DataType::FixedSizeBinary(_) => "BLOB".into(),
-        DataType::Date32 | DataType::Date64 => "DATE".into(),
-        DataType::Timestamp(_, _) => "TIMESTAMP".into(),
-        DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
-        other => other.to_string(),
     }
 }

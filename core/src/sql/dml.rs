@@ -31,11 +31,13 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{Namespace, Snapshot, StoredTable, FILES_DB, SYSTEM_DB};
+use super::catalog::{Namespace, Snapshot, StoredTable};
 use super::names::{self, NameHint};
 use super::session::Session;
 use crate::error::{Error, Result};
+use crate::namespace::{FILES_DB, SYSTEM_DB};
 use crate::spool::Spool;
+use crate::store::schema::{CHUNK_ORDER, PROJECTS, TABLES};
 use crate::store::{Store, WriteGuard, WriteLock};
 use crate::tables::{self, StagedRows, TableRecord, TableWriter};
 use crate::tenant::TenantId;
@@ -180,12 +182,7 @@ impl WriteJob {
         name: &str,
         read: &TableRecord,
     ) -> Result<Option<TableRecord>> {
-        let current = tables::get(
-            &guard.txn.open_table(tables::TABLES)?,
-            self.tenant,
-            project,
-            name,
-        )?;
+        let current = tables::get(&guard.txn.open_table(TABLES)?, self.tenant, project, name)?;
         Ok(current.filter(|record| record.id == read.id))
     }
 
@@ -412,8 +409,8 @@ fn rewrite(
     if planned.is_empty() {
         // Nothing matched in the snapshot; the table may have rows now that would: recheck
         // only if it changed.
-        if tables::chunk_order(&guard.txn.open_table(tables::CHUNK_ORDER)?, record.id)?
-            == tables::chunk_order(&job.snapshot.txn.open_table(tables::CHUNK_ORDER)?, read.id)?
+        if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)?
+            == tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?
         {
             return Ok(Staged::Done(0));
         }
@@ -449,8 +446,8 @@ fn replace_if_unchanged(
     let Some(record) = job.still(&guard, project, name, read)? else {
         return Ok(Staged::TargetChanged);
     };
-    let before = tables::chunk_order(&job.snapshot.txn.open_table(tables::CHUNK_ORDER)?, read.id)?;
-    if tables::chunk_order(&guard.txn.open_table(tables::CHUNK_ORDER)?, record.id)? != before {
+    let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
+    if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before {
         return Ok(Staged::TargetChanged);
     }
     let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
@@ -571,21 +568,10 @@ pub(crate) fn create_table(
     };
     let guard = job.lock(handle)?;
     // The project may have gone, or the name been taken, while the rows were computed.
-    if crate::projects::get(
-        &guard.txn.open_table(crate::projects::PROJECTS)?,
-        job.tenant,
-        &project,
-    )?
-    .is_none()
-    {
+    if crate::projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
         return Ok(Staged::TargetChanged);
     }
-    let existing = tables::get(
-        &guard.txn.open_table(tables::TABLES)?,
-        job.tenant,
-        &project,
-        &name,
-    )?;
+    let existing = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &name)?;
     if existing.is_some() {
         if create.if_not_exists {
             return Ok(Staged::Done(None));
@@ -627,7 +613,8 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
 
 #[cfg(test)]
 mod tests {
-    use crate::tables::{self, CHUNK_ORDER, TABLES};
+    use crate::store::schema::{CHUNK_ORDER, TABLES};
+    use crate::tables;
     use crate::{Config, Engine, TenantId};
 
     /// Chunk ids of `mindsdb.t`, in row order.

@@ -20,9 +20,9 @@ mod sandbox;
 mod session;
 mod sort_keys;
 
-pub use self::catalog::sql_type_name;
-pub(crate) use self::catalog::{FILES_DB, INFO_TABLES, SYSTEM_DB};
+pub(crate) use self::ask::AskAgent;
 pub(crate) use self::sandbox::{Allowed, ToolRows};
+use crate::namespace::{FILES_DB, INFO_TABLES};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,6 +46,7 @@ use crate::agents;
 use crate::datasources;
 use crate::error::{Error, Result};
 use crate::projects;
+use crate::store::schema::{PROJECTS, TABLES};
 use crate::store::Store;
 use crate::tables;
 use crate::tenant::TenantId;
@@ -323,6 +324,8 @@ pub(crate) struct SqlRunner {
     pub(crate) net: datasources::Net,
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
     pub(crate) admission: Arc<crate::admission::Admission>,
+    /// Answers agents asked in SELECTs.
+    agents: Arc<dyn ask::AskAgent>,
     sessions: Arc<Sessions>,
     plans: PlanCache,
     default_project: String,
@@ -330,7 +333,11 @@ pub(crate) struct SqlRunner {
 }
 
 impl SqlRunner {
-    pub(crate) fn new(store: Arc<Store>, config: &crate::Config) -> Result<Self> {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        config: &crate::Config,
+        agents: Arc<dyn ask::AskAgent>,
+    ) -> Result<Self> {
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -358,6 +365,7 @@ impl SqlRunner {
         Ok(SqlRunner {
             store,
             config: config.clone(),
+            agents,
             client,
             net: net.clone(),
             admission: Arc::new(crate::admission::Admission::new(
@@ -552,14 +560,7 @@ impl SqlRunner {
                 let default = self.default_project.clone();
                 self.store
                     .write(move |txn| {
-                        if datasources::remove(txn, tenant, &name)? {
-                            // A datasource keeps nothing here but its record.
-                        } else if projects::remove(txn, tenant, &name, if_exists, &default)? {
-                            tables::drop_all(txn, tenant, &name)?;
-                            agents::drop_all(txn, tenant, &name)?;
-                            crate::models::drop_all(txn, tenant, &name)?;
-                        }
-                        Ok(())
+                        crate::rules::drop_database(txn, tenant, &name, if_exists, &default)
                     })
                     .await?;
                 ok(None)
@@ -1089,7 +1090,7 @@ impl SqlRunner {
             None => return Err(Error::not_found(format!("Database '{db}' not found"))),
         };
         if mode != LoadMode::Append {
-            projects::validate_name("table", table)?;
+            crate::namespace::validate_name("table", table)?;
         }
         let read = job.snapshot.table(&project, table)?;
         let staged_schema = match (&read, mode) {
@@ -1127,7 +1128,7 @@ impl SqlRunner {
                 let rows = staged.rows();
                 let guard = job.lock(handle)?;
                 let current =
-                    tables::get(&guard.txn.open_table(tables::TABLES)?, job.tenant, &project, &table)?;
+                    tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &table)?;
                 let changed = || {
                     Error::conflict(format!(
                         "Table '{table}' in database {project} changed while the rows were read; nothing was written"
@@ -1150,7 +1151,7 @@ impl SqlRunner {
                         if existing.is_some() {
                             tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
                         }
-                        if !files && projects::get(&guard.txn.open_table(projects::PROJECTS)?, job.tenant, &project)?.is_none() {
+                        if !files && projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
                             return Err(Error::not_found(format!("Database '{project}' not found")));
                         }
                         tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema)?
@@ -1204,13 +1205,13 @@ impl SqlRunner {
                 {
                     return Error::not_found(format!(
                         "Table '{table}' not found in database: {}",
-                        catalog::SYSTEM_DB
+                        crate::namespace::SYSTEM_DB
                     ));
                 }
                 Ok(Some(Namespace::Files)) => {
                     return Error::not_found(format!(
                         "Table '{table}' not found in database: {}",
-                        catalog::FILES_DB
+                        crate::namespace::FILES_DB
                     ));
                 }
                 _ => {}

@@ -90,7 +90,7 @@ impl SqlRunner {
             // asked for (the snapshot is not held across the network).
             let holder = match namespace {
                 Some(Namespace::Project(project)) => project.name,
-                Some(Namespace::Files) => super::FILES_DB.to_string(),
+                Some(Namespace::Files) => crate::namespace::FILES_DB.to_string(),
                 Some(Namespace::Datasource(source)) => {
                     let connection = source.connection(&self.net)?;
                     for table in connection.table_names().await? {
@@ -106,7 +106,12 @@ impl SqlRunner {
                             columns: schema
                                 .fields()
                                 .iter()
-                                .map(|f| (f.name().clone(), super::sql_type_name(f.data_type())))
+                                .map(|f| {
+                                    (
+                                        f.name().clone(),
+                                        crate::tables::sql_type_name(f.data_type()),
+                                    )
+                                })
                                 .collect(),
                         });
                     }
@@ -123,7 +128,12 @@ impl SqlRunner {
                 let columns = schema
                     .fields()
                     .iter()
-                    .map(|f| (f.name().clone(), super::sql_type_name(f.data_type())))
+                    .map(|f| {
+                        (
+                            f.name().clone(),
+                            crate::tables::sql_type_name(f.data_type()),
+                        )
+                    })
                     .collect();
                 out.push(TableShape {
                     db: holder.clone(),
@@ -263,7 +273,7 @@ impl SqlRunner {
         let column_types = schema
             .fields()
             .iter()
-            .map(|f| super::sql_type_name(f.data_type()))
+            .map(|f| crate::tables::sql_type_name(f.data_type()))
             .collect();
         Ok(ReadOnlyQuery {
             column_names,

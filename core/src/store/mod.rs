@@ -1,6 +1,7 @@
 //! The redb file: opening it (format version, clear errors for foreign or locked files), the
 //! `meta` and `sequences` tables, the in-process writer lock, and the decoded-chunk cache.
-//! Record tables belong to their modules (`projects`, `tables`); this module owns none of their rows.
+//! Every table of the file is defined in [`schema`]; the rows of record tables belong to the
+//! modules named there (`projects`, `tables`, …), and this module owns none of them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,20 +10,19 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, TableHandle,
-    WriteTransaction,
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableHandle, WriteTransaction,
 };
 
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
+use schema::{META, SEQUENCES};
+
+pub(crate) mod schema;
 
 /// The on-disk format this build reads and writes. Bump it when a record layout changes.
 pub(crate) const FORMAT_VERSION: u64 = 1;
-
-const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
-const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
 
 /// The opened redb database plus what every writer must share.
 pub(crate) struct Store {

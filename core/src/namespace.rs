@@ -1,0 +1,50 @@
+//! The names of a tenant's databases ("namespaces"): projects and datasources share one set of
+//! names, beside the built-in `information_schema` and `files`. What a name may look like, which
+//! names are built in, and whether a name is taken are decided here, so projects, datasources,
+//! agents and SQL agree.
+
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::error::{Error, Result};
+use crate::store::schema::{DATASOURCES, PROJECTS};
+use crate::tenant::TenantId;
+
+/// The built-in system namespace, read-only.
+pub(crate) const SYSTEM_DB: &str = "information_schema";
+/// The built-in data namespace for uploaded files.
+pub(crate) const FILES_DB: &str = "files";
+/// Names of built-in namespaces that no project or datasource may take (`log` is MindsDB's).
+pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, "log"];
+/// The tables of `information_schema`.
+pub(crate) const INFO_TABLES: [&str; 5] = ["databases", "tables", "columns", "agents", "models"];
+
+/// Checks a name of an object (project, table, model, agent, file, …): 1 to 64 letters, digits
+/// and underscores, not starting with a digit. `kind` names the object in the error.
+pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "Invalid {kind} name '{name}': use 1 to 64 letters, digits or underscores, not starting with a digit"
+        )))
+    }
+}
+
+/// Whether `name` (lower case) is built in or names a project or datasource of `tenant`.
+pub(crate) fn taken(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Result<bool> {
+    Ok(RESERVED.contains(&name)
+        || txn.open_table(PROJECTS)?.get((tenant.0, name))?.is_some()
+        || is_datasource(txn, tenant, name)?)
+}
+
+/// Whether `name` (lower case) is a datasource of `tenant`.
+pub(crate) fn is_datasource(txn: &WriteTransaction, tenant: TenantId, name: &str) -> Result<bool> {
+    Ok(txn
+        .open_table(DATASOURCES)?
+        .get((tenant.0, name))?
+        .is_some())
+}

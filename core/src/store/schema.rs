@@ -1,0 +1,77 @@
+//! Every redb table of the file, in one place: the on-disk format at a glance. A table's rows
+//! belong to the module named beside it, which reads and writes them; a change to any key or
+//! value layout here is a change of [`FORMAT_VERSION`](super::FORMAT_VERSION).
+//!
+//! Keys start with the tenant (a user in the hosted edition, 0 in the local one), so one
+//! tenant's rows are one key range. Names in keys are lower case. Values that are records are
+//! JSON (serde), so a file can be read with any redb tool.
+
+use redb::TableDefinition;
+
+/// `meta` (store): `format_version` → the format this file was written in.
+pub(crate) const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+/// `sequences` (store): a counter's name → its last value (ids are never reused).
+pub(crate) const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
+
+/// `projects` (projects): (tenant, name) → project record.
+pub(crate) const PROJECTS: TableDefinition<(u64, &str), &str> = TableDefinition::new("projects");
+/// `datasources` (datasources): (tenant, name) → datasource record (engine and parameters).
+pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
+    TableDefinition::new("datasources");
+
+/// `tables` (tables): (tenant, project, name) → table record.
+pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");
+/// `table_schemas` (tables): table id → its Arrow schema as an IPC stream without rows.
+pub(crate) const TABLE_SCHEMAS: TableDefinition<u64, &[u8]> = TableDefinition::new("table_schemas");
+/// `chunks` (tables): (table id, chunk id) → an LZ4-compressed Arrow IPC record batch.
+pub(crate) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
+/// `chunk_order` (tables): (table id, position) → chunk id, the table's row order.
+pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
+    TableDefinition::new("chunk_order");
+
+/// `agents` (agents): (tenant, project, name) → agent record.
+pub(crate) const AGENTS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("agents");
+
+/// A model version's key: (tenant, project, model name, version).
+pub(crate) type VersionKey<'a> = (u64, &'a str, &'a str, u32);
+/// `models` (models): version key → version record (status, settings, accuracies).
+pub(crate) const MODELS: TableDefinition<VersionKey, &str> = TableDefinition::new("models");
+/// `model_predictors` (models): version key → the trained predictor, serialized.
+pub(crate) const PREDICTORS: TableDefinition<VersionKey, &[u8]> =
+    TableDefinition::new("model_predictors");
+/// `model_training_schemas` (models): version key → the schema of the rows a complete version
+/// was trained on (an Arrow IPC stream, no rows).
+pub(crate) const TRAINING_SCHEMAS: TableDefinition<VersionKey, &[u8]> =
+    TableDefinition::new("model_training_schemas");
+/// `model_status_outbox` (models): sequence number → a status-change event, oldest first.
+pub(crate) const STATUS_OUTBOX: TableDefinition<u64, &str> =
+    TableDefinition::new("model_status_outbox");
+
+/// `callbacks` (callbacks): (tenant, callback id) → callback record (URL, filters, secret).
+pub(crate) const CALLBACKS: TableDefinition<(u64, u64), &str> = TableDefinition::new("callbacks");
+/// `callback_outbox` (callbacks): sequence number → a delivery still to make.
+pub(crate) const OUTBOX: TableDefinition<u64, &str> = TableDefinition::new("callback_outbox");
+/// `callback_deliveries` (callbacks): (tenant, callback id, attempt sequence) → one attempt's
+/// log entry.
+pub(crate) const DELIVERY_LOG: TableDefinition<(u64, u64, u64), &str> =
+    TableDefinition::new("callback_deliveries");
+
+/// `minds` (minds): (tenant, name) → mind record.
+pub(crate) const MINDS: TableDefinition<(u64, &str), &str> = TableDefinition::new("minds");
+
+/// `users` (users): user id → user record (name, plan, API keys).
+pub(crate) const USERS: TableDefinition<u64, &str> = TableDefinition::new("users");
+/// `user_names` (users): user name → user id.
+pub(crate) const USER_NAMES: TableDefinition<&str, u64> = TableDefinition::new("user_names");
+/// `api_keys` (users): SHA-256 of a key → (user id, key id).
+pub(crate) const API_KEYS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("api_keys");
+/// `auth_tokens` (auth): SHA-256 of a token → (tenant, expiry in Unix seconds).
+pub(crate) const TOKENS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("auth_tokens");
+
+/// `quota_questions` (quotas): tenant → (window start in Unix seconds, questions asked in it).
+pub(crate) const QUESTIONS: TableDefinition<u64, (u64, u64)> =
+    TableDefinition::new("quota_questions");
+/// `quota_model_calls` (quotas): tenant → (window start in Unix seconds, provider calls LLM
+/// models made in it).
+pub(crate) const MODEL_CALLS: TableDefinition<u64, (u64, u64)> =
+    TableDefinition::new("quota_model_calls");
