@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::query::{Query, Reading};
-use crate::{convert, to_py, wait, DataError, InterfaceError};
+use crate::{convert, wait, DataError, Failure, Fallible, InterfaceError};
 
 /// What a connection shares with its results: the engine while it is open, and the results'
 /// reading state, which closing empties, so that after `close()` nothing holds the file open
@@ -88,23 +88,21 @@ impl Database {
     /// `config` is TOML or JSON text.
     #[new]
     #[pyo3(signature = (path=None, config=None))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, config: Option<&str>) -> PyResult<Self> {
+    fn new(py: Python<'_>, path: Option<PathBuf>, config: Option<&str>) -> Fallible<Self> {
         let config = match config {
-            Some(text) => Config::parse(text).map_err(to_py)?,
+            Some(text) => Config::parse(text)?,
             None => Config::default(),
         };
-        let engine = py
-            .detach(|| match path {
-                Some(path) => Engine::open(path, config),
-                None => Engine::open_in_memory(config),
-            })
-            .map_err(to_py)?;
+        let engine = py.detach(|| match path {
+            Some(path) => Engine::open(path, config),
+            None => Engine::open_in_memory(config),
+        })?;
         Ok(Database::over(engine))
     }
 
     /// Stops every statement running on this connection, from any thread: each raises
     /// OperationalError ("The statement was interrupted"); later ones run normally.
-    fn interrupt(&self) -> PyResult<()> {
+    fn interrupt(&self) -> Fallible<()> {
         self.engine()?.interrupt();
         Ok(())
     }
@@ -112,8 +110,8 @@ impl Database {
     /// The same database as the user an API key belongs to (hosted edition): a connection of
     /// its own that sees and changes only that user's objects. UnauthorizedError for an
     /// unknown or revoked key, ForbiddenError for a disabled user's.
-    fn as_user(&self, api_key: &str) -> PyResult<Database> {
-        let user = self.engine()?.as_user(api_key).map_err(to_py)?;
+    fn as_user(&self, api_key: &str) -> Fallible<Database> {
+        let user = self.engine()?.as_user(api_key)?;
         Ok(Database::over(user))
     }
 
@@ -128,7 +126,7 @@ impl Database {
         params: Option<&Bound<'_, PyAny>>,
         db: Option<String>,
         timeout: Option<f64>,
-    ) -> PyResult<Query> {
+    ) -> Fallible<Query> {
         let engine = self.engine()?;
         let mut request = QueryRequest::new(sql);
         if let Some(seconds) = timeout {
@@ -161,7 +159,7 @@ impl Database {
         if remember && moved {
             *lock(&self.current_db) = Some(result.context.db.clone());
         }
-        Query::new(&self.shared, result)
+        Ok(Query::new(&self.shared, result)?)
     }
 
     /// Loads an Arrow C stream (a PyCapsule named `arrow_array_stream`) into `table` in one
@@ -174,7 +172,7 @@ impl Database {
         stream: &Bound<'_, PyAny>,
         mode: &str,
         db: Option<String>,
-    ) -> PyResult<u64> {
+    ) -> Fallible<u64> {
         let engine = self.engine()?;
         let mode = match mode {
             "append" => LoadMode::Append,
@@ -183,7 +181,8 @@ impl Database {
             other => {
                 return Err(InterfaceError::new_err(format!(
                     "mode must be 'append', 'create' or 'replace', not '{other}'"
-                )))
+                ))
+                .into())
             }
         };
         let capsule = stream.cast::<PyCapsule>().map_err(|_| {
@@ -213,43 +212,42 @@ impl Database {
                 .load(db.as_deref(), &table, schema, batches, mode)
                 .await
         };
-        wait(py, &engine, loading)?.map_err(to_py)
+        wait(py, &engine, loading)?.map_err(Failure::from)
     }
 
     /// The projects as JSON text: `[{"id", "name", "created_at"}, …]`.
-    fn projects(&self) -> PyResult<String> {
-        let projects = self.engine()?.list_projects().map_err(to_py)?;
+    fn projects(&self) -> Fallible<String> {
+        let projects = self.engine()?.list_projects()?;
         Ok(serde_json::to_string(&projects).expect("projects serialize"))
     }
 
     /// One project as JSON text; ProgrammingError when there is none of that name.
-    fn project(&self, name: &str) -> PyResult<String> {
-        let project = self.engine()?.get_project(name).map_err(to_py)?;
+    fn project(&self, name: &str) -> Fallible<String> {
+        let project = self.engine()?.get_project(name)?;
         Ok(serde_json::to_string(&project).expect("a project serializes"))
     }
 
     /// The agents of `project` as JSON text, in MindsDB's shape.
-    fn agents(&self, project: &str) -> PyResult<String> {
-        let agents = self.engine()?.list_agents(project).map_err(to_py)?;
+    fn agents(&self, project: &str) -> Fallible<String> {
+        let agents = self.engine()?.list_agents(project)?;
         let list: Vec<serde_json::Value> = agents.iter().map(|a| a.to_wire_json()).collect();
         Ok(serde_json::Value::Array(list).to_string())
     }
 
     /// One agent as JSON text.
-    fn agent(&self, project: &str, name: &str) -> PyResult<String> {
-        let agent = self.engine()?.get_agent(project, name).map_err(to_py)?;
+    fn agent(&self, project: &str, name: &str) -> Fallible<String> {
+        let agent = self.engine()?.get_agent(project, name)?;
         Ok(agent.to_wire_json().to_string())
     }
 
     /// Creates an agent from MindsDB's body (JSON text); returns it as JSON text.
-    fn create_agent(&self, py: Python<'_>, project: &str, spec: &str) -> PyResult<String> {
+    fn create_agent(&self, py: Python<'_>, project: &str, spec: &str) -> Fallible<String> {
         let engine = self.engine()?;
         let spec = json_arg(spec, "agent")?;
         let (runner, project) = (engine.clone(), project.to_string());
         let agent = wait(py, &engine, async move {
             runner.create_agent(&project, spec).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(agent.to_wire_json().to_string())
     }
 
@@ -260,25 +258,24 @@ impl Database {
         project: &str,
         name: &str,
         changes: &str,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let changes = json_arg(changes, "changes")?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let agent = wait(py, &engine, async move {
             runner.update_agent(&project, &name, changes).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(agent.to_wire_json().to_string())
     }
 
     /// Deletes an agent.
-    fn delete_agent(&self, py: Python<'_>, project: &str, name: &str) -> PyResult<()> {
+    fn delete_agent(&self, py: Python<'_>, project: &str, name: &str) -> Fallible<()> {
         let engine = self.engine()?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         wait(py, &engine, async move {
             runner.delete_agent(&project, &name).await
         })?
-        .map_err(to_py)
+        .map_err(Failure::from)
     }
 
     /// Asks an agent; `messages` is JSON text. Returns MindsDB's completion body as JSON text.
@@ -289,14 +286,13 @@ impl Database {
         project: &str,
         name: &str,
         messages: &str,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let messages = json_arg(messages, "messages")?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let answer = wait(py, &engine, async move {
             runner.ask_agent(&project, &name, &messages).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(answer.to_wire_json().to_string())
     }
 
@@ -309,68 +305,61 @@ impl Database {
         data: Vec<u8>,
         format: Option<&str>,
         file_name: Option<String>,
-    ) -> PyResult<u64> {
+    ) -> Fallible<u64> {
         let engine = self.engine()?;
-        let format = format.map(FileFormat::parse).transpose().map_err(to_py)?;
+        let format = format.map(FileFormat::parse).transpose()?;
         let (runner, name) = (engine.clone(), name.to_string());
         wait(py, &engine, async move {
             runner
                 .upload_file(&name, data, format, file_name.as_deref())
                 .await
         })?
-        .map_err(to_py)
+        .map_err(Failure::from)
     }
 
     /// The uploaded files as JSON text: `[{"name", "row_count", "columns"}]`.
-    fn files(&self) -> PyResult<String> {
-        let files = self.engine()?.list_files().map_err(to_py)?;
+    fn files(&self) -> Fallible<String> {
+        let files = self.engine()?.list_files()?;
         let list: Vec<serde_json::Value> = files.iter().map(|f| f.to_wire_json()).collect();
         Ok(serde_json::Value::Array(list).to_string())
     }
 
     /// Removes the uploaded file `name`.
-    fn delete_file(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+    fn delete_file(&self, py: Python<'_>, name: &str) -> Fallible<()> {
         let engine = self.engine()?;
         let (runner, name) = (engine.clone(), name.to_string());
-        wait(py, &engine, async move { runner.delete_file(&name).await })?.map_err(to_py)
+        wait(py, &engine, async move { runner.delete_file(&name).await })?.map_err(Failure::from)
     }
 
     /// Every version of every model of `project` as JSON text (MindsDB's REST records).
-    fn models(&self, project: &str) -> PyResult<String> {
-        let models = self.engine()?.list_models(project).map_err(to_py)?;
+    fn models(&self, project: &str) -> Fallible<String> {
+        let models = self.engine()?.list_models(project)?;
         let list: Vec<serde_json::Value> = models.iter().map(|m| m.to_wire_json()).collect();
         Ok(serde_json::Value::Array(list).to_string())
     }
 
     /// One model's version (the active one when `version` is None) as JSON text.
     #[pyo3(signature = (project, name, version=None))]
-    fn model(&self, project: &str, name: &str, version: Option<u32>) -> PyResult<String> {
-        let model = self
-            .engine()?
-            .get_model(project, name, version)
-            .map_err(to_py)?;
+    fn model(&self, project: &str, name: &str, version: Option<u32>) -> Fallible<String> {
+        let model = self.engine()?.get_model(project, name, version)?;
         Ok(model.to_wire_json().to_string())
     }
 
     /// The describe record of a model's version as JSON text.
     #[pyo3(signature = (project, name, version=None))]
-    fn describe_model(&self, project: &str, name: &str, version: Option<u32>) -> PyResult<String> {
-        let model = self
-            .engine()?
-            .get_model(project, name, version)
-            .map_err(to_py)?;
-        Ok(model.describe(None).map_err(to_py)?.to_string())
+    fn describe_model(&self, project: &str, name: &str, version: Option<u32>) -> Fallible<String> {
+        let model = self.engine()?.get_model(project, name, version)?;
+        Ok(model.describe(None)?.to_string())
     }
 
     /// Runs one CREATE MODEL statement in `project`; returns the new version as JSON text.
-    fn create_model(&self, py: Python<'_>, project: &str, statement: &str) -> PyResult<String> {
+    fn create_model(&self, py: Python<'_>, project: &str, statement: &str) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, project, statement) =
             (engine.clone(), project.to_string(), statement.to_string());
         let model = wait(py, &engine, async move {
             runner.create_model(&project, &statement).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(model.to_wire_json().to_string())
     }
 
@@ -384,15 +373,14 @@ impl Database {
         name: &str,
         query: Option<String>,
         data_db: Option<String>,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let model = wait(py, &engine, async move {
             runner
                 .retrain_model(&project, &name, query.as_deref(), data_db.as_deref())
                 .await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(model.to_wire_json().to_string())
     }
 
@@ -403,13 +391,12 @@ impl Database {
         project: &str,
         name: &str,
         version: u32,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let model = wait(py, &engine, async move {
             runner.set_active_model(&project, &name, version).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(model.to_wire_json().to_string())
     }
 
@@ -421,13 +408,13 @@ impl Database {
         project: &str,
         name: &str,
         version: Option<u32>,
-    ) -> PyResult<()> {
+    ) -> Fallible<()> {
         let engine = self.engine()?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         wait(py, &engine, async move {
             runner.drop_model(&project, &name, version).await
         })?
-        .map_err(to_py)
+        .map_err(Failure::from)
     }
 
     /// Predicts for `rows` (JSON text: a list of objects); returns the rows as JSON text.
@@ -439,38 +426,36 @@ impl Database {
         name: &str,
         rows: &str,
         version: Option<u32>,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let rows = json_arg(rows, "rows")?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
         let predicted = wait(py, &engine, async move {
             runner.predict(&project, &name, version, &rows).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(predicted.to_string())
     }
 
     /// Creates a user on `plan` (the configured default when None); returns it as JSON text.
     #[pyo3(signature = (name, plan=None))]
-    fn create_user(&self, py: Python<'_>, name: &str, plan: Option<String>) -> PyResult<String> {
+    fn create_user(&self, py: Python<'_>, name: &str, plan: Option<String>) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, name) = (engine.clone(), name.to_string());
         let user = wait(py, &engine, async move {
             runner.create_user(&name, plan.as_deref()).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(serde_json::to_string(&user).expect("a user serializes"))
     }
 
     /// Every user as JSON text, in creation order.
-    fn users(&self) -> PyResult<String> {
-        let users = self.engine()?.list_users().map_err(to_py)?;
+    fn users(&self) -> Fallible<String> {
+        let users = self.engine()?.list_users()?;
         Ok(serde_json::to_string(&users).expect("users serialize"))
     }
 
     /// One user as JSON text; ProgrammingError when there is none of that name.
-    fn user(&self, name: &str) -> PyResult<String> {
-        let user = self.engine()?.get_user(name).map_err(to_py)?;
+    fn user(&self, name: &str) -> Fallible<String> {
+        let user = self.engine()?.get_user(name)?;
         Ok(serde_json::to_string(&user).expect("a user serializes"))
     }
 
@@ -482,49 +467,46 @@ impl Database {
         name: &str,
         plan: Option<String>,
         disabled: Option<bool>,
-    ) -> PyResult<String> {
+    ) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, name) = (engine.clone(), name.to_string());
         let user = wait(py, &engine, async move {
             runner.update_user(&name, plan.as_deref(), disabled).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(serde_json::to_string(&user).expect("a user serializes"))
     }
 
     /// Issues an API key for a user; returns it, with the key's text, as JSON text.
-    fn create_api_key(&self, py: Python<'_>, user: &str) -> PyResult<String> {
+    fn create_api_key(&self, py: Python<'_>, user: &str) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, user) = (engine.clone(), user.to_string());
         let issued = wait(
             py,
             &engine,
             async move { runner.create_api_key(&user).await },
-        )?
-        .map_err(to_py)?;
+        )??;
         Ok(serde_json::to_string(&issued).expect("an API key serializes"))
     }
 
     /// Revokes one of a user's API keys; returns the user as JSON text.
-    fn revoke_api_key(&self, py: Python<'_>, user: &str, key_id: u64) -> PyResult<String> {
+    fn revoke_api_key(&self, py: Python<'_>, user: &str, key_id: u64) -> Fallible<String> {
         let engine = self.engine()?;
         let (runner, user) = (engine.clone(), user.to_string());
         let user = wait(py, &engine, async move {
             runner.revoke_api_key(&user, key_id).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(serde_json::to_string(&user).expect("a user serializes"))
     }
 
     /// This connection's user's plan, quotas and usage as JSON text (`GET /limits/`).
-    fn limits(&self) -> PyResult<String> {
-        let limits = self.engine()?.limits().map_err(to_py)?;
+    fn limits(&self) -> Fallible<String> {
+        let limits = self.engine()?.limits()?;
         Ok(serde_json::to_string(&limits).expect("limits serialize"))
     }
 
     /// Registers a model-status callback from MindsDB's body (JSON text); returns
     /// `{"id", "secret"}` as JSON text.
-    fn register_callback(&self, py: Python<'_>, body: &str) -> PyResult<String> {
+    fn register_callback(&self, py: Python<'_>, body: &str) -> Fallible<String> {
         let engine = self.engine()?;
         let body = json_arg(body, "body")?;
         let runner = engine.clone();
@@ -532,57 +514,55 @@ impl Database {
             py,
             &engine,
             async move { runner.register_callback(body).await },
-        )?
-        .map_err(to_py)?;
+        )??;
         Ok(registered.to_string())
     }
 
     /// This connection's user's callbacks as JSON text: `[{"id", "created_at", "url"}, …]`.
-    fn callbacks(&self) -> PyResult<String> {
-        let callbacks = self.engine()?.list_callbacks().map_err(to_py)?;
+    fn callbacks(&self) -> Fallible<String> {
+        let callbacks = self.engine()?.list_callbacks()?;
         Ok(serde_json::Value::Array(callbacks).to_string())
     }
 
     /// One callback with its settings as JSON text; ProgrammingError for an unknown id.
-    fn callback(&self, id: u64) -> PyResult<String> {
-        let callback = self.engine()?.get_callback(id).map_err(to_py)?;
+    fn callback(&self, id: u64) -> Fallible<String> {
+        let callback = self.engine()?.get_callback(id)?;
         Ok(callback.to_string())
     }
 
     /// Changes a callback from a partial body (JSON text); returns it as JSON text.
-    fn update_callback(&self, py: Python<'_>, id: u64, body: &str) -> PyResult<String> {
+    fn update_callback(&self, py: Python<'_>, id: u64, body: &str) -> Fallible<String> {
         let engine = self.engine()?;
         let body = json_arg(body, "body")?;
         let runner = engine.clone();
         let callback = wait(py, &engine, async move {
             runner.update_callback(id, body).await
-        })?
-        .map_err(to_py)?;
+        })??;
         Ok(callback.to_string())
     }
 
     /// Deletes a callback; its pending deliveries are never sent.
-    fn delete_callback(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+    fn delete_callback(&self, py: Python<'_>, id: u64) -> Fallible<()> {
         let engine = self.engine()?;
         let runner = engine.clone();
-        wait(py, &engine, async move { runner.delete_callback(id).await })?.map_err(to_py)
+        wait(py, &engine, async move { runner.delete_callback(id).await })?.map_err(Failure::from)
     }
 
     /// A callback's delivery log as JSON text, one entry per attempt, oldest first.
-    fn callback_deliveries(&self, id: u64) -> PyResult<String> {
-        let attempts = self.engine()?.callback_deliveries(id).map_err(to_py)?;
+    fn callback_deliveries(&self, id: u64) -> Fallible<String> {
+        let attempts = self.engine()?.callback_deliveries(id)?;
         Ok(serde_json::Value::Array(attempts).to_string())
     }
 
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).
-    fn status(&self) -> PyResult<String> {
+    fn status(&self) -> Fallible<String> {
         let status = self.engine()?.status(true);
         Ok(serde_json::to_string(&status).expect("the status serializes"))
     }
 
     /// The project one-part names resolve in.
     #[getter]
-    fn current_db(&self) -> PyResult<String> {
+    fn current_db(&self) -> Fallible<String> {
         let engine = self.engine()?;
         Ok(lock(&self.current_db)
             .clone()

@@ -111,6 +111,31 @@ pub(crate) fn to_py(err: mindlite::Error) -> PyErr {
     }
 }
 
+/// An error on its way to Python: the engine's, raised as the class its kind maps to
+/// ([`to_py`]), or one Python raised already. Methods return [`Fallible`], so `?` takes both.
+pub(crate) struct Failure(PyErr);
+
+impl From<mindlite::Error> for Failure {
+    fn from(err: mindlite::Error) -> Failure {
+        Failure(to_py(err))
+    }
+}
+
+impl From<PyErr> for Failure {
+    fn from(err: PyErr) -> Failure {
+        Failure(err)
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(failure: Failure) -> PyErr {
+        failure.0
+    }
+}
+
+/// What a method returns to Python.
+pub(crate) type Fallible<T> = std::result::Result<T, Failure>;
+
 /// How often a waiting call looks for a pending KeyboardInterrupt.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
