@@ -30,7 +30,6 @@ use sha2::Sha256;
 use crate::config::{CallbacksConfig, HostedConfig};
 use crate::egress::{self, Egress, HttpClient};
 use crate::error::{Error, Result};
-use crate::models::{ModelStatus, ModelVersion};
 use crate::store::schema::{CALLBACKS, DELIVERY_LOG, OUTBOX};
 use crate::store::{self, Store};
 use crate::tenant::TenantId;
@@ -396,22 +395,38 @@ fn matches(pattern: &Option<String>, text: &str) -> bool {
     }
 }
 
-/// Writes one delivery per matching callback of `tenant` for `model`'s change from `old` to
-/// its current status, when that status is `complete` or `error`. Runs in the status
-/// change's transaction, so the change and its deliveries land together or not at all.
+/// A model version's status change, as callbacks see it: the `models` module describes its
+/// changes this way, so this module needs nothing of its records.
+pub(crate) struct StatusChange<'a> {
+    pub(crate) project: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) version: u32,
+    pub(crate) active: bool,
+    pub(crate) model_id: u64,
+    /// When the version was created, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub(crate) created_at: &'a str,
+    pub(crate) old_status: Option<&'a str>,
+    pub(crate) new_status: &'a str,
+}
+
+/// The statuses whose changes are delivered: the ends of training.
+const DELIVERED: [&str; 2] = ["complete", "error"];
+
+/// Writes one delivery per matching callback of `tenant` for `change`, when its new status is
+/// `complete` or `error`. Runs in the status change's transaction, so the change and its
+/// deliveries land together or not at all.
 pub(crate) fn enqueue(
     txn: &WriteTransaction,
     tenant: TenantId,
-    model: &ModelVersion,
-    old: Option<ModelStatus>,
+    model: &StatusChange,
 ) -> Result<()> {
-    if !matches!(model.status, ModelStatus::Complete | ModelStatus::Error) {
+    if !DELIVERED.contains(&model.new_status) {
         return Ok(());
     }
     let callbacks = list(&txn.open_table(CALLBACKS)?, tenant)?;
     let chosen: Vec<&Callback> = callbacks
         .iter()
-        .filter(|c| matches(&c.model_name, &model.name) && matches(&c.project_name, &model.project))
+        .filter(|c| matches(&c.model_name, model.name) && matches(&c.project_name, model.project))
         .collect();
     if chosen.is_empty() {
         return Ok(());
@@ -421,11 +436,11 @@ pub(crate) fn enqueue(
         "name": model.name,
         "version": model.version,
         "active": model.active,
-        "predictor_id": model.id,
+        "predictor_id": model.model_id,
         "project_name": model.project,
-        "predictor_created_at": http_date_of_text(&model.created_at),
-        "old_status": old.map(ModelStatus::as_str),
-        "new_status": model.status.as_str(),
+        "predictor_created_at": http_date_of_text(model.created_at),
+        "old_status": model.old_status,
+        "new_status": model.new_status,
         "changed_at": http_date(now.timestamp()),
     })
     .to_string();

@@ -49,8 +49,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 /// Uses that break the rules today, as (from, to): each is a piece of work still to do.
 const KNOWN: &[(&str, &str)] = &[
-    // A model's status change enqueues its callbacks' deliveries in the same transaction.
-    ("models", "callbacks"),
     // models/ holds its training and prediction services beside its records.
     ("models", "llm"),
 ];

@@ -1,9 +1,9 @@
-//! Models trained from SQL: versions, their status lifecycle and the status-change
-//! outbox. Owns the redb tables `models` (one record per version, keyed by tenant, project,
-//! lower-cased name and version), `model_predictors` (the fitted predictor of a complete
-//! version) and `model_status_outbox` (one ModelStatusChanged event per status change, written
-//! in the same transaction as the change, for callbacks to deliver). Training is in `train`,
-//! LLM-backed models in `openai`, the background worker in `worker`.
+//! Models trained from SQL: versions and their status lifecycle. Owns the rows of the redb
+//! tables `models` (one record per version, keyed by tenant, project, lower-cased name and
+//! version), `model_predictors` (the fitted predictor of a complete version) and
+//! `model_training_schemas`. A status change enqueues its callbacks' deliveries
+//! (`callbacks::enqueue`) in the same transaction. Training is in `train`, LLM-backed models
+//! in `openai`, the background worker in `worker`.
 
 pub(crate) mod openai;
 pub(crate) mod train;
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::projects;
 use crate::store;
 use crate::store::schema::{
-    VersionKey, MODELS, PREDICTORS, PROJECTS, STATUS_OUTBOX, TABLES, TRAINING_SCHEMAS,
+    VersionKey, MODELS, PREDICTORS, PROJECTS, RETIRED_STATUS_OUTBOX, TABLES, TRAINING_SCHEMAS,
 };
 use crate::tables;
 use crate::tenant::TenantId;
@@ -238,19 +238,6 @@ pub(crate) struct Feature {
     pub(crate) role: &'static str,
 }
 
-/// One status change, as the callbacks' outbox records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ModelStatusChanged {
-    pub(crate) tenant: u64,
-    pub(crate) project: String,
-    pub(crate) name: String,
-    pub(crate) version: u32,
-    pub(crate) model_id: u64,
-    pub(crate) old_status: Option<ModelStatus>,
-    pub(crate) new_status: ModelStatus,
-    pub(crate) changed_at: String,
-}
-
 /// What `CREATE MODEL` asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ModelSpec {
@@ -267,7 +254,8 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(MODELS)?;
     txn.open_table(PREDICTORS)?;
     txn.open_table(TRAINING_SCHEMAS)?;
-    txn.open_table(STATUS_OUTBOX)?;
+    // Files written before 2026-11-25 kept an event per status change here that nothing read.
+    txn.delete_table(RETIRED_STATUS_OUTBOX)?;
     Ok(())
 }
 
@@ -475,30 +463,32 @@ fn put(txn: &WriteTransaction, tenant: TenantId, model: &ModelVersion) -> Result
     Ok(())
 }
 
+/// What a status change means beyond the record: its callbacks' deliveries.
 fn record_change(
     txn: &WriteTransaction,
     tenant: TenantId,
     model: &ModelVersion,
     old_status: Option<ModelStatus>,
 ) -> Result<()> {
-    let event = ModelStatusChanged {
-        tenant: tenant.0,
-        project: model.project.clone(),
-        name: model.name.clone(),
-        version: model.version,
-        model_id: model.id,
-        old_status,
-        new_status: model.status,
-        changed_at: crate::time::now_text(),
-    };
-    let seq = store::next_id(txn, "model_status_event")?;
-    txn.open_table(STATUS_OUTBOX)?
-        .insert(seq, serde_json::to_string(&event)?.as_str())?;
-    crate::callbacks::enqueue(txn, tenant, model, old_status)
+    // Its callbacks' deliveries land with the change, or neither does.
+    crate::callbacks::enqueue(
+        txn,
+        tenant,
+        &crate::callbacks::StatusChange {
+            project: &model.project,
+            name: &model.name,
+            version: model.version,
+            active: model.active,
+            model_id: model.id,
+            created_at: &model.created_at,
+            old_status: old_status.map(ModelStatus::as_str),
+            new_status: model.status.as_str(),
+        },
+    )
 }
 
 /// Changes the status of the version `of` names, and whatever `change` sets with it,
-/// recording the ModelStatusChanged event in the same transaction. Returns `None` when that
+/// enqueueing its callbacks' deliveries in the same transaction. Returns `None` when that
 /// version is gone: dropped while it trained, even if a new model of the same name and
 /// version exists now (ids tell them apart).
 pub(crate) fn set_status(
@@ -796,16 +786,6 @@ pub(crate) fn not_completed(model: &ModelVersion) -> Error {
     ))
 }
 
-/// The status events recorded so far, oldest first.
-#[cfg(test)]
-pub(crate) fn status_events(txn: &redb::ReadTransaction) -> Result<Vec<ModelStatusChanged>> {
-    let mut out = Vec::new();
-    for entry in txn.open_table(STATUS_OUTBOX)?.iter()? {
-        out.push(serde_json::from_str(entry?.1.value())?);
-    }
-    Ok(out)
-}
-
 /// `TRAINING_OPTIONS` as MindsDB's CREATE MODEL result shows it: a Python dict's repr.
 pub(crate) fn python_repr(value: &Value) -> String {
     match value {
@@ -852,7 +832,7 @@ mod tests {
     }
 
     #[test]
-    fn every_status_change_records_its_event_in_the_same_transaction() {
+    fn a_failed_transaction_leaves_the_status_as_it_was() {
         let store = Store::open_in_memory(0).unwrap();
         let tenant = TenantId::LOCAL;
         write(&store, |txn| {
@@ -869,25 +849,10 @@ mod tests {
                 m.current_phase = 2
             })
         });
-        // A change whose transaction fails leaves neither the status nor the event.
+        // A change whose transaction fails leaves the status as it was.
         let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
         set_status(&guard.txn, tenant, &model, ModelStatus::Complete, |_| {}).unwrap();
         drop(guard);
-        let events = status_events(&store.read().unwrap()).unwrap();
-        let changes: Vec<(Option<ModelStatus>, ModelStatus)> = events
-            .iter()
-            .map(|e| (e.old_status, e.new_status))
-            .collect();
-        assert_eq!(
-            changes,
-            [
-                (None, ModelStatus::Generating),
-                (Some(ModelStatus::Generating), ModelStatus::Training)
-            ]
-        );
-        assert!(events
-            .iter()
-            .all(|e| e.model_id == model.id && e.name == "M"));
         let stored = find(
             &store.read().unwrap().open_table(MODELS).unwrap(),
             tenant,
@@ -904,7 +869,23 @@ mod tests {
     }
 
     #[test]
-    fn versions_left_in_progress_become_errors_with_their_events() {
+    fn opening_a_file_deletes_the_retired_status_outbox() {
+        let store = Store::open_in_memory(0).unwrap();
+        write(&store, |txn| {
+            txn.open_table(RETIRED_STATUS_OUTBOX)?
+                .insert(1, r#"{"old":"event"}"#)?;
+            Ok(())
+        });
+        write(&store, init);
+        let txn = store.read().unwrap();
+        assert!(txn
+            .list_tables()
+            .unwrap()
+            .all(|t| redb::TableHandle::name(&t) != "model_status_outbox"));
+    }
+
+    #[test]
+    fn versions_left_in_progress_become_errors() {
         let store = Store::open_in_memory(0).unwrap();
         let tenant = TenantId::LOCAL;
         write(&store, |txn| {
@@ -928,11 +909,6 @@ mod tests {
             .unwrap()
             .contains("training interrupted"));
         assert_eq!(all[1].error.as_deref(), Some("bad data"));
-        let last = status_events(&txn).unwrap().pop().unwrap();
-        assert_eq!(
-            (last.name.as_str(), last.old_status, last.new_status),
-            ("a", Some(ModelStatus::Generating), ModelStatus::Error)
-        );
         assert_eq!(write(&store, fail_interrupted), 0);
     }
 

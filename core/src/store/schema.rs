@@ -43,8 +43,9 @@ pub(crate) const PREDICTORS: TableDefinition<VersionKey, &[u8]> =
 /// was trained on (an Arrow IPC stream, no rows).
 pub(crate) const TRAINING_SCHEMAS: TableDefinition<VersionKey, &[u8]> =
     TableDefinition::new("model_training_schemas");
-/// `model_status_outbox` (models): sequence number → a status-change event, oldest first.
-pub(crate) const STATUS_OUTBOX: TableDefinition<u64, &str> =
+/// `model_status_outbox`: retired. Files written before 2026-11-25 kept a status-change event
+/// per change here that nothing read; `models` deletes it when a file is opened.
+pub(crate) const RETIRED_STATUS_OUTBOX: TableDefinition<u64, &str> =
     TableDefinition::new("model_status_outbox");
 
 /// `callbacks` (callbacks): (tenant, callback id) → callback record (URL, filters, secret).
