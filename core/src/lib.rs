@@ -30,6 +30,7 @@ mod files;
 mod hosted;
 mod llm;
 mod minds;
+mod ml;
 mod models;
 mod namespace;
 mod projects;

@@ -3,9 +3,9 @@
 //! a longer circle). Circles inside one module's folder (`sql/`, `models/`) are that module's
 //! business. `docs/architecture.md` explains the layers.
 //!
-//! A new module must be given a layer here. [`KNOWN`] lists the uses that break the rules
-//! today and are still to be taken apart; the test fails when one of them is gone (strike it
-//! out) as it does when a new one appears.
+//! A new module must be given a layer here. [`KNOWN`] lists uses that break the rules and are
+//! still to be taken apart; the test fails when one of them is gone (strike it out) as it does
+//! when a new one appears.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -43,15 +43,16 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("rules", &["rules"]),
-    ("services", &["llm", "agent_loop", "sql", "chat", "files"]),
+    (
+        "services",
+        &["llm", "ml", "agent_loop", "sql", "chat", "files"],
+    ),
     ("engine", &["engine", "hosted", "reader", "status"]),
 ];
 
 /// Uses that break the rules today, as (from, to): each is a piece of work still to do.
-const KNOWN: &[(&str, &str)] = &[
-    // models/ holds its training and prediction services beside its records.
-    ("models", "llm"),
-];
+/// None today; the mechanism stays for a break that must land before its fix.
+const KNOWN: &[(&str, &str)] = &[];
 
 /// The source of `file` without its `#[cfg(test)]` module (tests may use anything).
 fn source_without_tests(file: &Path) -> String {

@@ -21,7 +21,6 @@ use crate::store::schema::{
 };
 use crate::tables;
 use crate::tenant::TenantId;
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use train::{Description, Predictor};
 
@@ -728,50 +727,22 @@ pub(crate) fn training_schema(
     }
 }
 
-/// What turns a complete version's input rows into predictions.
-#[derive(Debug)]
-pub(crate) enum Scorer {
-    /// A predictor fitted by the built-in engine.
-    Fitted(Predictor),
-    /// An LLM asked once per row.
-    Prompted(openai::Prompted),
-}
-
-impl Scorer {
-    /// One prediction per row of `inputs` (rows with the model's columns), as an array of the
-    /// target's type; `llm` serves LLM models.
-    pub(crate) async fn predict(
-        &self,
-        inputs: &RecordBatch,
-        llm: &crate::llm::Connector,
-    ) -> Result<ArrayRef> {
-        match self {
-            Scorer::Fitted(predictor) => predictor
-                .predict(inputs)
-                .map_err(|e| Error::invalid(format!("prediction failed: {e}"))),
-            Scorer::Prompted(prompted) => prompted.predict(inputs, llm).await,
-        }
-    }
-}
-
-/// The scorer of a complete version; "model creation not completed" otherwise.
-pub(crate) fn scorer(
+/// The fitted predictor of a complete version trained by the built-in engine; "model creation
+/// not completed" when there is none.
+pub(crate) fn predictor(
     txn: &redb::ReadTransaction,
     tenant: TenantId,
     model: &ModelVersion,
-) -> Result<Scorer> {
+) -> Result<Predictor> {
     if model.status != ModelStatus::Complete {
         return Err(not_completed(model));
-    }
-    if model.is_prompted() {
-        return Ok(Scorer::Prompted(openai::check(&model.using)?));
     }
     let (project, name) = model.key();
     let table = txn.open_table(PREDICTORS)?;
     let bytes = table
         .get((tenant.0, project.as_str(), name.as_str(), model.version))?
         .ok_or_else(|| not_completed(model))?;
-    Ok(Scorer::Fitted(serde_json::from_slice(bytes.value())?))
+    Ok(serde_json::from_slice(bytes.value())?)
 }
 
 /// MindsDB's error for using a model that has not finished training.

@@ -1,21 +1,18 @@
 //! The `openai` engine: a model that asks an LLM (any OpenAI-compatible endpoint) once per
 //! row. `prompt_template` names input columns as `{{column}}`; each row's values fill the
 //! slots (NULL as an empty text) and the answer's text is the prediction. Nothing is fitted:
-//! "training" checks the settings and records the columns. Calls go through `llm`, at most
-//! `max_concurrency` at a time, and answers keep the rows' order.
+//! "training" checks the settings and records the columns. This module reads and checks the
+//! settings; `ml` asks the provider (through `llm`, at most `max_concurrency` calls at a time,
+//! answers in the rows' order).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use futures::{StreamExt, TryStreamExt};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::train::Description;
 use crate::error::{Error, Result};
-use crate::llm::{self, Connector};
 
 /// The engine's name in `USING engine = …`.
 pub(crate) const ENGINE: &str = "openai";
@@ -43,21 +40,22 @@ const SETTINGS: [&str; 11] = [
 
 /// One piece of a prompt template.
 #[derive(Debug, Clone, PartialEq)]
-enum Piece {
+pub(crate) enum Piece {
     Text(String),
     /// `{{column}}`: the row's value of that column.
     Slot(String),
 }
 
 /// A checked LLM model: its template and the endpoint settings it names.
+/// Asking the provider is `ml`'s (`Prompted::predict`).
 pub(crate) struct Prompted {
-    template: Vec<Piece>,
+    pub(crate) template: Vec<Piece>,
     /// `model_name`, `base_url`, `api_key` and sampling settings, under `llm`'s names.
-    settings: Map<String, Value>,
-    concurrency: usize,
+    pub(crate) settings: Map<String, Value>,
+    pub(crate) concurrency: usize,
     /// Calls in flight for this model in one query, whatever its partitions: `max_concurrency`
     /// holds per query, not per partition.
-    permits: Arc<tokio::sync::Semaphore>,
+    pub(crate) permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Prompted {
@@ -254,78 +252,12 @@ impl Prompted {
             column_types,
         }
     }
-
-    /// The answer to each row of `inputs` (a batch with the model's input columns), as text,
-    /// in row order. The first call that fails fails the prediction, naming the row.
-    pub(crate) async fn predict(&self, inputs: &RecordBatch, llm: &Connector) -> Result<ArrayRef> {
-        let endpoint = llm::endpoint(&self.settings, &llm.default);
-        let mut columns: BTreeMap<String, StringArray> = BTreeMap::new();
-        for column in self.inputs() {
-            let schema = inputs.schema();
-            let found = schema
-                .fields()
-                .iter()
-                .position(|f| f.name().eq_ignore_ascii_case(&column));
-            let values = match found {
-                Some(i) => cast(inputs.column(i), &DataType::Utf8)?,
-                None => Arc::new(StringArray::new_null(inputs.num_rows())),
-            };
-            let values = values
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .ok_or_else(|| Error::internal("a cast to Utf8 gave no StringArray"))?;
-            columns.insert(column.to_ascii_lowercase(), values);
-        }
-        let prompts: Vec<String> = (0..inputs.num_rows())
-            .map(|row| self.render(&columns, row))
-            .collect();
-        let (endpoint, permits) = (&endpoint, &self.permits);
-        let answers: Vec<String> = futures::stream::iter(prompts)
-            .map(|prompt| async move {
-                let _permit = permits
-                    .acquire()
-                    .await
-                    .map_err(|_| Error::internal("the model's call permits were closed"))?;
-                let messages = [json!({"role": "user", "content": prompt})];
-                llm::chat(&llm.client, endpoint, &messages, &[], None, None)
-                    .await
-                    .map(|reply| reply.content)
-                    .map_err(|e| {
-                        let excerpt: String = prompt.chars().take(60).collect();
-                        Error::new(
-                            e.kind(),
-                            format!("predicting for the prompt '{excerpt}…': {}", e.message()),
-                        )
-                    })
-            })
-            .buffered(self.concurrency)
-            .try_collect()
-            .await?;
-        Ok(Arc::new(StringArray::from(answers)))
-    }
-
-    fn render(&self, columns: &BTreeMap<String, StringArray>, row: usize) -> String {
-        let mut prompt = String::new();
-        for piece in &self.template {
-            match piece {
-                Piece::Text(text) => prompt.push_str(text),
-                Piece::Slot(column) => {
-                    if let Some(values) = columns.get(&column.to_ascii_lowercase()) {
-                        if values.is_valid(row) {
-                            prompt.push_str(values.value(row));
-                        }
-                    }
-                }
-            }
-        }
-        prompt
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn using(pairs: &[(&str, Value)]) -> Map<String, Value> {
         pairs
@@ -383,14 +315,5 @@ mod tests {
     fn the_target_cannot_be_an_input() {
         let model = check(&using(&[("prompt_template", json!("{{y}}"))])).unwrap();
         assert!(model.schema("Y").is_err());
-    }
-
-    #[test]
-    fn a_row_fills_the_slots_and_null_is_empty() {
-        let model = check(&using(&[("prompt_template", json!("<{{a}}|{{b}}>"))])).unwrap();
-        let mut columns = BTreeMap::new();
-        columns.insert("a".to_string(), StringArray::from(vec![Some("x"), None]));
-        assert_eq!(model.render(&columns, 0), "<x|>");
-        assert_eq!(model.render(&columns, 1), "<|>");
     }
 }

@@ -184,7 +184,7 @@ impl Snapshot {
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
         Ok(PredictModel {
-            scorer: models::scorer(&self.txn, self.tenant, &model)?,
+            scorer: crate::ml::scorer(&self.txn, self.tenant, &model)?,
             tenant: self.tenant,
             schema: Arc::new(Schema::new(nullable)),
             model,

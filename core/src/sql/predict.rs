@@ -25,7 +25,8 @@ use datafusion::prelude::SessionConfig;
 
 use crate::error::Error;
 use crate::llm::Connector;
-use crate::models::{ModelVersion, Scorer};
+use crate::ml::Scorer;
+use crate::models::ModelVersion;
 
 /// One complete model version, ready to predict.
 #[derive(Debug)]
