@@ -1,6 +1,8 @@
-//! Predictions from complete model versions: a fitted predictor (the built-in engine's)
-//! scores rows itself; an LLM-backed model asks its provider once per row, a few rows at a time.
-//! The records these read (versions, predictors, an LLM model's settings) are `models`'s.
+//! Machine learning over model records: the built-in trainer (`train`), the background worker
+//! that trains a version (`worker`), and predictions from complete versions — a fitted
+//! predictor scores rows itself; an LLM-backed model asks its provider once per row, a few rows
+//! at a time. The records these read and write (versions, predictors, an LLM model's settings)
+//! are `models`'s.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,9 +16,12 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::llm::{self, Connector};
 use crate::models::openai::{Piece, Prompted};
-use crate::models::train::Predictor;
 use crate::models::{self, ModelStatus, ModelVersion};
 use crate::tenant::TenantId;
+use train::Predictor;
+
+pub(crate) mod train;
+pub(crate) mod worker;
 
 /// What turns a complete version's input rows into predictions.
 #[derive(Debug)]
@@ -54,7 +59,8 @@ pub(crate) fn scorer(
             &model.using,
         )?));
     }
-    Ok(Scorer::Fitted(models::predictor(txn, tenant, model)?))
+    let stored = models::predictor(txn, tenant, model)?;
+    Ok(Scorer::Fitted(serde_json::from_slice(&stored)?))
 }
 
 impl Prompted {

@@ -3,11 +3,11 @@
 //! version), `model_predictors` (the fitted predictor of a complete version) and
 //! `model_training_schemas`. A status change enqueues its callbacks' deliveries
 //! (`callbacks::enqueue`) in the same transaction. Training is in `train`, LLM-backed models
-//! in `openai`, the background worker in `worker`.
+//! in `ml` (`ml::train`, `ml::worker`); an LLM-backed model's settings are `openai`.
 
 pub(crate) mod openai;
-pub(crate) mod train;
-pub(crate) mod worker;
+
+use std::collections::BTreeMap;
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,27 @@ use crate::store::schema::{
 use crate::tables;
 use crate::tenant::TenantId;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use train::{Description, Predictor};
+
+/// How many phases the built-in trainer goes through (an LLM model has one: checking its
+/// prompt).
+pub(crate) const TRAINING_PHASES: u32 = 4;
+
+/// What training found out, in MindsDB's `DESCRIBE` vocabulary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub(crate) struct Description {
+    /// `{"r2_score": ..}` for regression, `{"balanced_accuracy_score": ..}` for classification.
+    pub(crate) accuracies: BTreeMap<String, f64>,
+    /// Permutation importance per input column, scaled so the most important is 1.0.
+    pub(crate) column_importances: BTreeMap<String, f64>,
+    pub(crate) inputs: Vec<String>,
+    pub(crate) outputs: Vec<String>,
+    /// The stages, joined by " --> ".
+    pub(crate) model: String,
+    /// The mixer that won: "random forest", "linear" or "constant".
+    pub(crate) mixer: String,
+    /// Inferred kind per column, target included.
+    pub(crate) column_types: BTreeMap<String, String>,
+}
 
 /// The engines that train with the built-in trainer (`lightwood` is MindsDB's name for its own).
 pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];
@@ -324,7 +344,7 @@ pub(crate) fn create(
     let total_phases = if engine == openai::ENGINE {
         1
     } else {
-        train::PHASES
+        TRAINING_PHASES
     };
     let model = ModelVersion {
         id: store::next_tenant_id(txn, tenant, "model")?,
@@ -523,7 +543,7 @@ pub(crate) fn complete(
     txn: &WriteTransaction,
     tenant: TenantId,
     model: &ModelVersion,
-    predictor: Option<&Predictor>,
+    predictor: Option<&[u8]>,
     description: Description,
     schema: &Schema,
     training_time: f64,
@@ -547,8 +567,7 @@ pub(crate) fn complete(
     }
     let key = (tenant.0, project.as_str(), name.as_str(), model.version);
     if let Some(predictor) = predictor {
-        txn.open_table(PREDICTORS)?
-            .insert(key, serde_json::to_vec(predictor)?.as_slice())?;
+        txn.open_table(PREDICTORS)?.insert(key, predictor)?;
     }
     txn.open_table(TRAINING_SCHEMAS)?
         .insert(key, tables::encode_schema(schema)?.as_slice())?;
@@ -727,13 +746,13 @@ pub(crate) fn training_schema(
     }
 }
 
-/// The fitted predictor of a complete version trained by the built-in engine; "model creation
-/// not completed" when there is none.
+/// The stored predictor (serialized) of a complete version trained by the built-in engine;
+/// "model creation not completed" when there is none.
 pub(crate) fn predictor(
     txn: &redb::ReadTransaction,
     tenant: TenantId,
     model: &ModelVersion,
-) -> Result<Predictor> {
+) -> Result<Vec<u8>> {
     if model.status != ModelStatus::Complete {
         return Err(not_completed(model));
     }
@@ -742,7 +761,7 @@ pub(crate) fn predictor(
     let bytes = table
         .get((tenant.0, project.as_str(), name.as_str(), model.version))?
         .ok_or_else(|| not_completed(model))?;
-    Ok(serde_json::from_slice(bytes.value())?)
+    Ok(bytes.value().to_vec())
 }
 
 /// MindsDB's error for using a model that has not finished training.

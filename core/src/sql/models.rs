@@ -14,7 +14,7 @@ use super::parse::CreateModel;
 use super::sandbox::ReadOnlyQuery;
 use super::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::error::{Error, Result};
-use crate::models::worker::Job;
+use crate::ml::worker::{self, Job};
 use crate::models::{self, openai, ModelSpec, ModelVersion};
 use crate::tenant::TenantId;
 
@@ -73,7 +73,7 @@ impl SqlRunner {
                 affected_rows: None,
             });
         };
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
         table_outcome(model_info(&[model], false, None)?)
     }
 
@@ -142,7 +142,7 @@ impl SqlRunner {
             .store
             .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
             .await?;
-        models::worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
         Ok(model)
     }
 
@@ -459,7 +459,7 @@ pub(crate) fn model_info(
 /// `DESCRIBE p.m.info`: the seed's describe record, one row (empty until training completes).
 fn describe_info(model: &ModelVersion) -> Result<RecordBatch> {
     let d = model.description.as_ref();
-    let json = |f: &dyn Fn(&models::train::Description) -> Value| d.map(|d| f(d).to_string());
+    let json = |f: &dyn Fn(&models::Description) -> Value| d.map(|d| f(d).to_string());
     SystemTable::default()
         .owned_text(
             "ACCURACIES",

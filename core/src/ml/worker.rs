@@ -2,7 +2,7 @@
 //! the rows of the training query, then fitting on a blocking thread, each phase recorded) →
 //! `complete` with its predictor, or `error` with the reason. An LLM model has nothing to fit:
 //! it goes through the same statuses with its checked settings. Every status change is one
-//! transaction with its outbox event (see the parent module).
+//! transaction with its callbacks' deliveries (`models::set_status`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,9 +10,11 @@ use std::time::Instant;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
-use super::{openai, train, ModelStatus, ModelVersion};
+use super::train;
 use crate::admission::Ticket;
 use crate::error::{Error, Result};
+use crate::models::openai;
+use crate::models::{self, ModelStatus, ModelVersion};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -49,7 +51,7 @@ pub(crate) fn spawn(
             // set to `error` when the engine next opens.
             let _ = store
                 .write(move |txn| {
-                    super::set_status(txn, tenant, &model, ModelStatus::Error, |m| {
+                    models::set_status(txn, tenant, &model, ModelStatus::Error, |m| {
                         m.error = Some(message)
                     })
                 })
@@ -112,11 +114,11 @@ async fn run(
                 predictor,
                 description,
             } = trained;
-            super::complete(
+            models::complete(
                 txn,
                 tenant,
                 &model,
-                Some(&predictor),
+                Some(&serde_json::to_vec(&predictor)?),
                 description,
                 &schema,
                 seconds,
@@ -143,7 +145,9 @@ async fn prompt(
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
     store
-        .write(move |txn| super::complete(txn, tenant, &model, None, description, &schema, seconds))
+        .write(move |txn| {
+            models::complete(txn, tenant, &model, None, description, &schema, seconds)
+        })
         .await?;
     Ok(())
 }
@@ -159,7 +163,7 @@ async fn phase(
     let (model, name) = (model.clone(), name.to_string());
     let updated = store
         .write(move |txn| {
-            super::set_status(txn, tenant, &model, ModelStatus::Training, |m| {
+            models::set_status(txn, tenant, &model, ModelStatus::Training, |m| {
                 m.current_phase = number;
                 m.phase_name = name;
             })

@@ -27,11 +27,10 @@ use smartcore::linalg::basic::matrix::DenseMatrix;
 use smartcore::linear::logistic_regression::{LogisticRegression, LogisticRegressionParameters};
 use smartcore::linear::ridge_regression::{RidgeRegression, RidgeRegressionParameters};
 
+use crate::models::Description;
+
 /// Why [`train`] ended early: its `on_phase` said stop.
 pub(crate) const STOPPED: &str = "training stopped";
-
-/// How many phases `train` reports through `on_phase`.
-pub(crate) const PHASES: u32 = 4;
 
 const SEED: u64 = 1;
 const MIN_TARGET_ROWS: usize = 10;
@@ -56,23 +55,6 @@ type Matrix = DenseMatrix<f64>;
 pub(crate) struct Trained {
     pub(crate) predictor: Predictor,
     pub(crate) description: Description,
-}
-
-/// What training found out, in MindsDB's `DESCRIBE` vocabulary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub(crate) struct Description {
-    /// `{"r2_score": ..}` for regression, `{"balanced_accuracy_score": ..}` for classification.
-    pub(crate) accuracies: BTreeMap<String, f64>,
-    /// Permutation importance per input column, scaled so the most important is 1.0.
-    pub(crate) column_importances: BTreeMap<String, f64>,
-    pub(crate) inputs: Vec<String>,
-    pub(crate) outputs: Vec<String>,
-    /// The stages, joined by " --> ".
-    pub(crate) model: String,
-    /// The mixer that won: "random forest", "linear" or "constant".
-    pub(crate) mixer: String,
-    /// Inferred kind per column, target included.
-    pub(crate) column_types: BTreeMap<String, String>,
 }
 
 /// Everything needed to predict: the target, the fitted encoders and the winning mixer.
@@ -151,7 +133,7 @@ impl Predictor {
 
 /// Trains a predictor for `target` from rows given as Arrow record batches (all with the same schema).
 ///
-/// `on_phase` hears `(phase, name)` for phases 1..=[`PHASES`] as they start; when it answers
+/// `on_phase` hears `(phase, name)` for phases 1..=[`TRAINING_PHASES`](crate::models::TRAINING_PHASES) as they start; when it answers
 /// false (the version was dropped) training stops there with [`STOPPED`].
 pub(crate) fn train(
     batches: &[RecordBatch],
@@ -1439,7 +1421,7 @@ mod tests {
 
     #[test]
     fn single_class_target_predicts_that_class() {
-        let rows = 30;
+        let rows: i32 = 30;
         let data = batch(vec![
             (
                 "x",
@@ -1467,7 +1449,7 @@ mod tests {
 
     #[test]
     fn boolean_target_predicts_booleans() {
-        let rows = 200;
+        let rows: i32 = 200;
         let x: Vec<f64> = (0..rows).map(|row| f64::from(row) - 100.0).collect();
         let flag: Vec<bool> = x.iter().map(|&x| x > 0.0).collect();
         let data = batch(vec![
@@ -1834,7 +1816,10 @@ mod tests {
         })
         .expect("trains");
         let phases: Vec<u32> = seen.iter().map(|(phase, _)| *phase).collect();
-        assert_eq!(phases, (1..=PHASES).collect::<Vec<_>>());
+        assert_eq!(
+            phases,
+            (1..=crate::models::TRAINING_PHASES).collect::<Vec<_>>()
+        );
         assert_eq!(seen[0].1, "Analyzing data");
     }
 
