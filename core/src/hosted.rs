@@ -257,7 +257,7 @@ impl Engine {
         }
         let edition = self.inner.config.edition;
         let (engine, parameters) =
-            datasources::check(&engine, parameters, edition, &self.inner.sql.net).await?;
+            crate::connectors::check(&engine, parameters, edition, &self.inner.sql.net).await?;
         let (inner, tenant, key) = (Arc::clone(&self.inner), self.tenant, name.clone());
         self.write(move |txn| {
             let new = datasources::NewDatasource {
@@ -309,9 +309,13 @@ impl Engine {
             Some(Value::Object(data)) => {
                 let parameters = datasources::unmasked(&source, data.clone());
                 let edition = self.inner.config.edition;
-                let (_, checked) =
-                    datasources::check(&source.engine, parameters, edition, &self.inner.sql.net)
-                        .await?;
+                let (_, checked) = crate::connectors::check(
+                    &source.engine,
+                    parameters,
+                    edition,
+                    &self.inner.sql.net,
+                )
+                .await?;
                 change.parameters = Some(checked);
             }
             Some(_) => return Err(Error::invalid("'connection_data' must be an object")),

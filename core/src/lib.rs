@@ -22,6 +22,7 @@ mod callbacks;
 mod cancel;
 mod chat;
 mod config;
+mod connectors;
 mod datasources;
 mod egress;
 mod engine;

@@ -45,7 +45,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("rules", &["rules"]),
     (
         "services",
-        &["llm", "ml", "agent_loop", "sql", "chat", "files"],
+        &[
+            "llm",
+            "connectors",
+            "ml",
+            "agent_loop",
+            "sql",
+            "chat",
+            "files",
+        ],
     ),
     ("engine", &["engine", "hosted", "reader", "status"]),
 ];

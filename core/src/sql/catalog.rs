@@ -24,7 +24,7 @@ use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::predict::{ModelTable, PredictModel};
 use crate::agents::{self, Agent};
-use crate::datasources::table::NATIVE;
+use crate::connectors::table::NATIVE;
 use crate::datasources::{self, Datasource};
 use crate::error::{Error, Result};
 use crate::models::{self, ModelVersion};
@@ -245,7 +245,7 @@ pub(crate) fn db_and_table(
 pub(crate) struct TenantCatalog {
     pub(crate) snapshot: Arc<Snapshot>,
     /// How datasources named in the query are reached.
-    pub(crate) net: crate::datasources::Net,
+    pub(crate) net: crate::connectors::Net,
 }
 
 impl CatalogProvider for TenantCatalog {
@@ -284,7 +284,7 @@ impl CatalogProvider for TenantCatalog {
 #[derive(Debug)]
 struct DatasourceSchema {
     source: Datasource,
-    net: crate::datasources::Net,
+    net: crate::connectors::Net,
 }
 
 #[async_trait]
@@ -295,7 +295,9 @@ impl SchemaProvider for DatasourceSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self.source.connection(&self.net)?.table(name).await?)
+        Ok(crate::connectors::Connection::of(&self.source, &self.net)?
+            .table(name)
+            .await?)
     }
 
     fn table_exist(&self, _name: &str) -> bool {

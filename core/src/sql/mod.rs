@@ -321,7 +321,7 @@ pub(crate) struct SqlRunner {
     /// Connections to LLM providers, shared by every agent.
     pub(crate) client: crate::egress::HttpClient,
     /// How outbound connections reach out (the egress policy) and what datasources may send.
-    pub(crate) net: datasources::Net,
+    pub(crate) net: crate::connectors::Net,
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
     pub(crate) admission: Arc<crate::admission::Admission>,
     /// Answers agents asked in SELECTs.
@@ -353,7 +353,7 @@ impl SqlRunner {
             .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
             .with_disk_manager_builder(disk)
             .build_arc()?;
-        let net = datasources::Net::new(config)?;
+        let net = crate::connectors::Net::new(config)?;
         let client = net
             .egress
             .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
@@ -518,7 +518,7 @@ impl SqlRunner {
                 // Connecting takes a while: done before the writer lock is taken.
                 let edition = self.config.edition;
                 let (engine, parameters) =
-                    datasources::check(&engine, parameters, edition, &self.net).await?;
+                    crate::connectors::check(&engine, parameters, edition, &self.net).await?;
                 let hosted = self.config.hosted.clone();
                 self.store
                     .write(move |txn| {
@@ -546,9 +546,13 @@ impl SqlRunner {
                 };
                 drop(snapshot);
                 let parameters = datasources::changed_parameters(&source, &parameters);
-                let (_, parameters) =
-                    datasources::check(&source.engine, parameters, self.config.edition, &self.net)
-                        .await?;
+                let (_, parameters) = crate::connectors::check(
+                    &source.engine,
+                    parameters,
+                    self.config.edition,
+                    &self.net,
+                )
+                .await?;
                 self.store
                     .write(move |txn| {
                         datasources::set_parameters(txn, tenant, &source.name, parameters)
@@ -627,7 +631,9 @@ impl SqlRunner {
                     Some(Namespace::Datasource(source)) => {
                         drop(snapshot);
                         (
-                            source.connection(&self.net)?.table_names().await?,
+                            crate::connectors::Connection::of(&source, &self.net)?
+                                .table_names()
+                                .await?,
                             "BASE TABLE",
                         )
                     }
@@ -999,14 +1005,14 @@ impl SqlRunner {
         plan: LogicalPlan,
         target: RemoteWrite,
     ) -> Result<Outcome> {
-        let connection = target.source.connection(&self.net)?;
+        let connection = crate::connectors::Connection::of(&target.source, &self.net)?;
         let settings = connection.writable(&target.table)?;
         let (input, existing) = match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
                 let existing = match (create.or_replace, create.if_not_exists) {
-                    (true, _) => datasources::table::Existing::Replace,
-                    (false, true) => datasources::table::Existing::Keep,
-                    (false, false) => datasources::table::Existing::Fail,
+                    (true, _) => crate::connectors::table::Existing::Replace,
+                    (false, true) => crate::connectors::table::Existing::Keep,
+                    (false, false) => crate::connectors::table::Existing::Fail,
                 };
                 (create.input.as_ref().clone(), Some(existing))
             }
@@ -1025,10 +1031,12 @@ impl SqlRunner {
         let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
         let written = match existing {
             Some(existing) => {
-                datasources::table::create_table(settings, &target.table, existing, stream).await?
+                crate::connectors::table::create_table(settings, &target.table, existing, stream)
+                    .await?
             }
             None => Some(
-                datasources::table::insert(settings, &target.table, target.columns, stream).await?,
+                crate::connectors::table::insert(settings, &target.table, target.columns, stream)
+                    .await?,
             ),
         };
         Ok(Outcome::Ok {

@@ -181,7 +181,7 @@ impl SqlRunner {
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let native = matches!(
             snapshot.namespace(db)?,
-            Some(Namespace::Datasource(source)) if source.engine == crate::datasources::postgres::ENGINE
+            Some(Namespace::Datasource(source)) if source.engine == crate::connectors::postgres::ENGINE
         );
         drop(snapshot);
         let query = if native {

@@ -326,7 +326,7 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 
 /// Rewrites each native query `FROM db (SELECT …)` (or after JOIN) into the table reference
 /// `db."<NATIVE>SELECT …"`, which the datasource's schema runs as written (see
-/// `datasources::table::NATIVE`). CREATE MODEL and RETRAIN read their own `FROM db (…)`.
+/// `crate::connectors::table::NATIVE`). CREATE MODEL and RETRAIN read their own `FROM db (…)`.
 fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let positions: Vec<usize> = (0..tokens.len())
         .filter(|&i| !is_space(&tokens[i].token))
@@ -404,7 +404,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         };
         out.push(synthetic(Token::Period));
         out.push(synthetic(Token::Word(Word {
-            value: format!("{}{text}", crate::datasources::table::NATIVE),
+            value: format!("{}{text}", crate::connectors::table::NATIVE),
             quote_style: Some('"'),
             keyword: Keyword::NoKeyword,
         })));

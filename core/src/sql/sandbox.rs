@@ -92,7 +92,7 @@ impl SqlRunner {
                 Some(Namespace::Project(project)) => project.name,
                 Some(Namespace::Files) => crate::namespace::FILES_DB.to_string(),
                 Some(Namespace::Datasource(source)) => {
-                    let connection = source.connection(&self.net)?;
+                    let connection = crate::connectors::Connection::of(&source, &self.net)?;
                     for table in connection.table_names().await? {
                         if !allowed.permits(&db, &table, true) {
                             continue;
@@ -189,7 +189,7 @@ impl SqlRunner {
         let mut query = self
             .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
                 // A native query is text the datasource runs as written: never an agent's.
-                Some((schema, table)) if table.starts_with(crate::datasources::table::NATIVE) => {
+                Some((schema, table)) if table.starts_with(crate::connectors::table::NATIVE) => {
                     Err(refused(format!(
                         "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
                     )))

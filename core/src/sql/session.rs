@@ -24,7 +24,7 @@ const MAX_IDLE: usize = 16;
 pub(crate) struct Sessions {
     base: SessionState,
     /// How datasources are reached, handed to every request's catalog.
-    net: crate::datasources::Net,
+    net: crate::connectors::Net,
     idle: Mutex<Vec<SessionState>>,
     /// Shared by every execution: its settings (batch size, memory pool) are the engine's,
     /// and building one per query copies all function maps again.
@@ -38,7 +38,7 @@ impl Sessions {
         runtime: Arc<RuntimeEnv>,
         batch_size: usize,
         connector: Connector,
-        net: crate::datasources::Net,
+        net: crate::connectors::Net,
     ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
