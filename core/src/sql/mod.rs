@@ -1,6 +1,11 @@
 //! SQL: a request's statements, parsed (MindsDB's own statements on tokens, the rest by
 //! sqlparser), planned by DataFusion against the tenant's catalog at one read snapshot, and run.
 //! Results stream as Arrow record batches; [`encode`] turns them into MindsDB's wire formats.
+//!
+//! Here: [`SqlRunner`], which runs a request's statements and dispatches MindsDB's own. What is
+//! asked and answered is `request`; writes to datasources and loads of batches are `load`;
+//! the catalog DataFusion plans against is `catalog`, stored-table writes `dml`, models' and
+//! agents' statements `models` and `ask`.
 
 mod agent_statements;
 mod ask;
@@ -8,6 +13,7 @@ mod catalog;
 mod coerce;
 mod dml;
 pub mod encode;
+mod load;
 mod model_statements;
 mod models;
 mod names;
@@ -16,27 +22,31 @@ mod parse;
 mod plan_cache;
 mod predict;
 mod predict_join;
+mod request;
 mod sandbox;
 mod session;
 mod sort_keys;
 
 pub(crate) use self::ask::AskAgent;
+pub(crate) use self::load::{BatchSource, LoadTarget};
+pub use self::request::{
+    LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
+    TypedParam,
+};
 pub(crate) use self::sandbox::{Allowed, ToolRows};
 use crate::namespace::{FILES_DB, INFO_TABLES};
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::execution::disk_manager::DiskManagerBuilder;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::{SendableRecordBatchStream, SessionState};
-use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::ast::Statement;
-use serde::{Deserialize, Serialize};
 
 use self::catalog::{Namespace, Snapshot};
 use self::parse::Command;
@@ -46,272 +56,8 @@ use crate::agents;
 use crate::datasources;
 use crate::error::{Error, Result};
 use crate::projects;
-use crate::store::schema::{PROJECTS, TABLES};
 use crate::store::Store;
-use crate::tables;
 use crate::tenant::TenantId;
-
-/// A query as MindsDB's `POST /api/sql/query` takes it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct QueryRequest {
-    /// SQL text: one statement, or several separated by `;` (the result is the last one's).
-    pub query: String,
-    /// Where one-part names resolve.
-    #[serde(default)]
-    pub context: QueryContext,
-    /// Values for `:name` placeholders.
-    #[serde(default)]
-    pub params: HashMap<String, serde_json::Value>,
-    /// Values for `:name` placeholders that JSON has no literal for (dates, timestamps, exact
-    /// decimals, bytes), from the in-process fronts; not part of the wire format.
-    #[serde(skip)]
-    pub typed_params: HashMap<String, TypedParam>,
-    /// How long the statements may run: less than `query.statement_timeout_secs` if asked
-    /// (never more). The wire body's `timeout`, in seconds.
-    #[serde(skip)]
-    pub timeout: Option<std::time::Duration>,
-}
-
-/// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
-/// (`CAST('2024-01-31' AS DATE)`, `X'00ff'`), so `SELECT :d` gives a date, not text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TypedParam {
-    /// A calendar date, `YYYY-MM-DD`.
-    Date(String),
-    /// A timestamp without time zone, `YYYY-MM-DD HH:MM:SS[.fraction]`; callers convert zoned
-    /// times to UTC first.
-    Timestamp(String),
-    /// An exact decimal number in plain notation, like `-12.50` (at most 38 digits).
-    Decimal(String),
-    /// Bytes.
-    Bytes(Vec<u8>),
-}
-
-impl QueryRequest {
-    /// A request for `query` in the default project, without parameters.
-    pub fn new(query: impl Into<String>) -> Self {
-        QueryRequest {
-            query: query.into(),
-            ..Default::default()
-        }
-    }
-
-    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format,
-    /// timeout}` (`timeout` in seconds, mindlite's own: at most the configured limit).
-    /// Returns the request and the wire format asked for; anything malformed is an
-    /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
-    /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
-    ///
-    /// ```
-    /// use mindlite::{QueryRequest, WireFormat};
-    /// let (request, format) = QueryRequest::from_wire_json(
-    ///     br#"{"query": "SELECT :x", "params": {"x": 1}, "response_format": "jsonlines"}"#,
-    /// ).unwrap();
-    /// assert_eq!(request.query, "SELECT :x");
-    /// assert_eq!(format, WireFormat::JsonLines);
-    /// ```
-    pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
-        let value: serde_json::Value = serde_json::from_slice(body)
-            .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))?;
-        let serde_json::Value::Object(mut fields) = value else {
-            return Err(Error::invalid("The request body must be a JSON object"));
-        };
-        let query = match fields.remove("query") {
-            Some(serde_json::Value::String(query)) => query,
-            Some(_) => return Err(Error::invalid("'query' must be a string")),
-            None => return Err(Error::invalid("The request body has no 'query'")),
-        };
-        let (db, show_secrets) = match fields.remove("context") {
-            None | Some(serde_json::Value::Null) => (None, false),
-            Some(serde_json::Value::Object(mut context)) => {
-                let db = match context.remove("db") {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(serde_json::Value::String(db)) => Some(db),
-                    Some(_) => return Err(Error::invalid("'context.db' must be a string")),
-                };
-                let show_secrets = match context.remove("show_secrets") {
-                    None | Some(serde_json::Value::Null) => false,
-                    Some(serde_json::Value::Bool(show)) => show,
-                    Some(_) => {
-                        return Err(Error::invalid(
-                            "'context.show_secrets' must be true or false",
-                        ))
-                    }
-                };
-                (db, show_secrets)
-            }
-            Some(_) => return Err(Error::invalid("'context' must be an object")),
-        };
-        let params = match fields.remove("params") {
-            None | Some(serde_json::Value::Null) => HashMap::new(),
-            Some(serde_json::Value::Object(params)) => params.into_iter().collect(),
-            Some(_) => return Err(Error::invalid("'params' must be an object")),
-        };
-        let format = match fields.remove("response_format") {
-            None | Some(serde_json::Value::Null) => encode::WireFormat::Json,
-            Some(serde_json::Value::String(name)) => encode::WireFormat::parse(Some(&name))?,
-            Some(_) => {
-                return Err(Error::invalid(
-                    "'response_format' must be null, \"jsonlines\" or \"sse\"",
-                ))
-            }
-        };
-        let timeout = match fields.remove("timeout") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Number(secs)) => match secs.as_f64() {
-                Some(secs) if secs > 0.0 && secs.is_finite() && secs <= 1e9 => {
-                    Some(std::time::Duration::from_secs_f64(secs))
-                }
-                _ => {
-                    return Err(Error::invalid(
-                        "'timeout' must be a positive number of seconds",
-                    ))
-                }
-            },
-            Some(_) => {
-                return Err(Error::invalid(
-                    "'timeout' must be a positive number of seconds",
-                ))
-            }
-        };
-        let request = QueryRequest {
-            query,
-            context: QueryContext { db, show_secrets },
-            params,
-            typed_params: HashMap::new(),
-            timeout,
-        };
-        Ok((request, format))
-    }
-
-    /// Limits how long the statements may run (to less than the configured limit, if any).
-    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Sets the current database (`context.db`).
-    pub fn with_db(mut self, db: impl Into<String>) -> Self {
-        self.context.db = Some(db.into());
-        self
-    }
-
-    /// Adds a `:name` parameter.
-    pub fn with_param(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
-        self.params.insert(name.into(), value);
-        self
-    }
-
-    /// Adds a `:name` parameter of a type JSON cannot carry.
-    ///
-    /// ```
-    /// use mindlite::{Config, Engine, QueryRequest, TypedParam};
-    /// let engine = Engine::open_in_memory(Config::default()).unwrap();
-    /// let request = QueryRequest::new("SELECT :d + INTERVAL '1 day' AS next")
-    ///     .with_typed_param("d", TypedParam::Date("2024-02-28".into()));
-    /// let rows = engine.block_on(engine.query_blocking(request).collect()).unwrap();
-    /// assert_eq!(rows.batches[0].schema().field(0).data_type().to_string(), "Date32");
-    /// ```
-    pub fn with_typed_param(mut self, name: impl Into<String>, value: TypedParam) -> Self {
-        self.typed_params.insert(name.into(), value);
-        self
-    }
-}
-
-/// The request context.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct QueryContext {
-    /// The current database; the configured default project when absent.
-    #[serde(default)]
-    pub db: Option<String>,
-    /// Whether `information_schema.databases` shows datasource passwords unmasked.
-    #[serde(default)]
-    pub show_secrets: bool,
-}
-
-/// The context returned with every result (`USE` changes `db`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResultContext {
-    /// Whether secrets are shown in `CONNECTION_DATA`, as the request asked.
-    pub show_secrets: bool,
-    /// The current database after the request ran.
-    pub db: String,
-}
-
-/// What a request produced.
-pub struct QueryResult {
-    /// The context after the request.
-    pub context: ResultContext,
-    /// The outcome of the last statement.
-    pub outcome: Outcome,
-    /// The most bytes [`encode_document`](encode::encode_document) makes of it; a larger
-    /// result becomes an error document that points to the streaming formats. The engine sets
-    /// `query.max_document_mb`; `None` is no limit.
-    pub document_limit: Option<u64>,
-}
-
-impl QueryResult {
-    /// A request that failed before any statement ran.
-    pub(crate) fn failed(context: ResultContext, error: Error) -> QueryResult {
-        QueryResult {
-            context,
-            outcome: Outcome::Error(error),
-            document_limit: None,
-        }
-    }
-}
-
-/// A table, an ok with a row count, or an error: SQL failures are results, not transport errors.
-pub enum Outcome {
-    /// Rows, as a lazy stream of record batches.
-    Table(TableResult),
-    /// A statement without rows; `affected_rows` is `None` for DDL.
-    Ok {
-        /// Rows inserted, updated or deleted.
-        affected_rows: Option<u64>,
-    },
-    /// The statement failed; nothing it would have changed was changed.
-    Error(Error),
-}
-
-/// Rows with the column names to show (which may differ from the Arrow field names).
-pub struct TableResult {
-    /// Column names as MindsDB shows them.
-    pub column_names: Vec<String>,
-    /// The batches, produced as they are pulled.
-    pub stream: SendableRecordBatchStream,
-}
-
-impl std::fmt::Debug for TableResult {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TableResult")
-            .field("column_names", &self.column_names)
-            .finish()
-    }
-}
-
-/// How [`Engine::load`](crate::Engine::load) treats the table it loads into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadMode {
-    /// Append to an existing table: columns matched by position and cast to its types.
-    Append,
-    /// Create the table with the data's columns; an existing table is a conflict.
-    Create,
-    /// Create the table, replacing an existing one (its columns and rows) in the same transaction.
-    Replace,
-}
-
-/// The type a loaded column is stored as: dictionary, large and view encodings become their
-/// plain form, which every reader and wire encoder understands, and half floats become floats.
-fn stored_type(data_type: &DataType) -> DataType {
-    match data_type {
-        DataType::Dictionary(_, values) => stored_type(values),
-        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
-        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
-        DataType::Float16 => DataType::Float32,
-        other => other.clone(),
-    }
-}
 
 /// Runs SQL for the engine.
 pub(crate) struct SqlRunner {
@@ -951,231 +697,6 @@ impl SqlRunner {
         }
     }
 
-    /// The datasource table an INSERT or CREATE TABLE writes, read from the statement before
-    /// planning; `None` for writes into the store.
-    fn remote_write(
-        &self,
-        tenant: TenantId,
-        statement: &Statement,
-        db: &str,
-    ) -> Result<Option<RemoteWrite>> {
-        use datafusion::sql::sqlparser::ast::TableObject;
-        let (name, columns) = match statement {
-            Statement::Insert(insert) => match &insert.table {
-                TableObject::TableName(name) => {
-                    let columns: Vec<String> = insert
-                        .columns
-                        .iter()
-                        .filter_map(|c| c.0.last().and_then(|p| p.as_ident()))
-                        .map(|ident| match ident.quote_style {
-                            Some(_) => ident.value.clone(),
-                            None => ident.value.to_ascii_lowercase(),
-                        })
-                        .collect();
-                    (name.clone(), (!columns.is_empty()).then_some(columns))
-                }
-                _ => return Ok(None),
-            },
-            Statement::CreateTable(create) => (create.name.clone(), None),
-            _ => return Ok(None),
-        };
-        let Ok(reference) = datafusion::sql::planner::object_name_to_table_reference(name, true)
-        else {
-            return Ok(None);
-        };
-        let Some((db, table)) = catalog::db_and_table(&reference, db) else {
-            return Ok(None);
-        };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        Ok(match snapshot.namespace(&db)? {
-            Some(Namespace::Datasource(source)) => Some(RemoteWrite {
-                source,
-                table,
-                columns,
-            }),
-            _ => None,
-        })
-    }
-
-    /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
-    /// remote transaction; the store is not touched.
-    async fn write_remote(
-        &self,
-        state: Session,
-        plan: LogicalPlan,
-        target: RemoteWrite,
-    ) -> Result<Outcome> {
-        let connection = crate::connectors::Connection::of(&target.source, &self.net)?;
-        let settings = connection.writable(&target.table)?;
-        let (input, existing) = match plan {
-            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-                let existing = match (create.or_replace, create.if_not_exists) {
-                    (true, _) => crate::connectors::table::Existing::Replace,
-                    (false, true) => crate::connectors::table::Existing::Keep,
-                    (false, false) => crate::connectors::table::Existing::Fail,
-                };
-                (create.input.as_ref().clone(), Some(existing))
-            }
-            LogicalPlan::Dml(insert) if matches!(insert.op, WriteOp::Insert(_)) => {
-                (insert.input.as_ref().clone(), None)
-            }
-            other => {
-                return Err(Error::invalid(format!(
-                    "{} is not supported on datasource '{}'",
-                    other.display(),
-                    target.source.name
-                )))
-            }
-        };
-        let physical = state.create_physical_plan(&input).await?;
-        let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
-        let written = match existing {
-            Some(existing) => {
-                crate::connectors::table::create_table(settings, &target.table, existing, stream)
-                    .await?
-            }
-            None => Some(
-                crate::connectors::table::insert(settings, &target.table, target.columns, stream)
-                    .await?,
-            ),
-        };
-        Ok(Outcome::Ok {
-            affected_rows: written,
-        })
-    }
-
-    /// Loads batches into a stored table in one transaction; returns the rows written.
-    pub(crate) async fn load(
-        &self,
-        tenant: TenantId,
-        db: Option<&str>,
-        table: &str,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-        mode: LoadMode,
-    ) -> Result<u64> {
-        let db = db.unwrap_or(&self.default_project).to_string();
-        self.load_into(
-            tenant,
-            LoadTarget::Project(&db),
-            table,
-            schema,
-            Box::new(move |sink| batches.into_iter().try_for_each(sink)),
-            mode,
-        )
-        .await
-    }
-
-    /// Loads the batches `rows` hands on into the table `table` of a project, or an uploaded
-    /// file, as [`SqlRunner::load`] describes. The rows are read and staged (on a blocking
-    /// thread, so `rows` may parse as it goes) before the writer lock is taken; a table
-    /// replaced or dropped meanwhile is an error, and nothing is written.
-    pub(crate) async fn load_into(
-        &self,
-        tenant: TenantId,
-        target: LoadTarget<'_>,
-        table: &str,
-        schema: SchemaRef,
-        rows: BatchSource,
-        mode: LoadMode,
-    ) -> Result<u64> {
-        let (db, files) = match target {
-            LoadTarget::Project(db) => (db, false),
-            LoadTarget::File => (FILES_DB, true),
-        };
-        let db = db.to_ascii_lowercase();
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        let state = self.session(Arc::clone(&snapshot), &db, 1);
-        let job = self.job(tenant, &db, snapshot, state, None);
-        let project = match job.snapshot.namespace(&db)? {
-            Some(Namespace::Project(p)) if !files => p.name,
-            Some(Namespace::Files) if files => FILES_DB.to_string(),
-            Some(_) => {
-                return Err(Error::invalid(format!(
-                    "Database '{db}' is read-only: tables can only be written in a project"
-                )))
-            }
-            None => return Err(Error::not_found(format!("Database '{db}' not found"))),
-        };
-        if mode != LoadMode::Append {
-            crate::namespace::validate_name("table", table)?;
-        }
-        let read = job.snapshot.table(&project, table)?;
-        let staged_schema = match (&read, mode) {
-            (Some(record), LoadMode::Append) => job.snapshot.table_schema(record.id)?,
-            (None, LoadMode::Append) => {
-                return Err(Error::not_found(format!(
-                    "Table '{table}' not found in database: {project}"
-                )))
-            }
-            (Some(_), LoadMode::Create) => {
-                return Err(Error::conflict(format!(
-                    "Table '{table}' already exists in database: {project}"
-                )))
-            }
-            (_, LoadMode::Create | LoadMode::Replace) => Arc::new(Schema::new(
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        f.as_ref()
-                            .clone()
-                            .with_data_type(stored_type(f.data_type()))
-                    })
-                    .collect::<Vec<Field>>(),
-            )),
-        };
-        let table = table.to_string();
-        let loaded = job
-            .run(move |job, handle| {
-                let mut staged = job.staged(&table, Arc::clone(&staged_schema));
-                rows(&mut |batch| {
-                    job.check_cancelled()?;
-                    staged.push(batch)
-                })?;
-                let rows = staged.rows();
-                let guard = job.lock(handle)?;
-                let current =
-                    tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &table)?;
-                let changed = || {
-                    Error::conflict(format!(
-                        "Table '{table}' in database {project} changed while the rows were read; nothing was written"
-                    ))
-                };
-                let record = match (current, mode) {
-                    (Some(record), LoadMode::Append) => {
-                        if read.as_ref().is_none_or(|r| r.id != record.id) {
-                            return Err(changed());
-                        }
-                        record
-                    }
-                    (None, LoadMode::Append) => return Err(changed()),
-                    (Some(_), LoadMode::Create) => {
-                        return Err(Error::conflict(format!(
-                            "Table '{table}' already exists in database: {project}"
-                        )))
-                    }
-                    (existing, _) => {
-                        if existing.is_some() {
-                            tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
-                        }
-                        if !files && projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
-                            return Err(Error::not_found(format!("Database '{project}' not found")));
-                        }
-                        tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema)?
-                    }
-                };
-                let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
-                writer.push_staged(staged)?;
-                writer.finish()?;
-                guard.commit()?;
-                Ok(rows)
-            })
-            .await;
-        self.plans.clear();
-        loaded
-    }
-
     /// Names the missing table or database when planning failed for one; otherwise passes
     /// DataFusion's message on.
     fn explain_plan_error(
@@ -1229,20 +750,6 @@ impl SqlRunner {
     }
 }
 
-/// Batches to load, handed to the sink one at a time as they are read (an upload parses its
-/// file as it goes); the sink's error stops the reading.
-pub(crate) type BatchSource =
-    Box<dyn FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> + Send>;
-
-/// Where [`SqlRunner::load_into`] writes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LoadTarget<'a> {
-    /// A table of this project.
-    Project(&'a str),
-    /// An uploaded file, a table of the `files` database.
-    File,
-}
-
 /// A one-batch table of text columns (SHOW results).
 fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
     let schema = Arc::new(Schema::new(
@@ -1262,12 +769,4 @@ fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
         column_names,
         stream: Box::pin(stream),
     }))
-}
-
-/// A write that goes to a datasource's table.
-struct RemoteWrite {
-    source: datasources::Datasource,
-    table: String,
-    /// The columns an INSERT named, if it named any.
-    columns: Option<Vec<String>>,
 }

@@ -1,0 +1,262 @@
+//! What a caller asks of SQL and what it gets back: a request in MindsDB's `POST
+//! /api/sql/query` shape (and its JSON), its context, and the result — rows as a stream of
+//! record batches, a count of rows changed, or an error.
+
+use std::collections::HashMap;
+
+use datafusion::execution::SendableRecordBatchStream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+use super::encode;
+
+/// A query as MindsDB's `POST /api/sql/query` takes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryRequest {
+    /// SQL text: one statement, or several separated by `;` (the result is the last one's).
+    pub query: String,
+    /// Where one-part names resolve.
+    #[serde(default)]
+    pub context: QueryContext,
+    /// Values for `:name` placeholders.
+    #[serde(default)]
+    pub params: HashMap<String, serde_json::Value>,
+    /// Values for `:name` placeholders that JSON has no literal for (dates, timestamps, exact
+    /// decimals, bytes), from the in-process fronts; not part of the wire format.
+    #[serde(skip)]
+    pub typed_params: HashMap<String, TypedParam>,
+    /// How long the statements may run: less than `query.statement_timeout_secs` if asked
+    /// (never more). The wire body's `timeout`, in seconds.
+    #[serde(skip)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
+/// (`CAST('2024-01-31' AS DATE)`, `X'00ff'`), so `SELECT :d` gives a date, not text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypedParam {
+    /// A calendar date, `YYYY-MM-DD`.
+    Date(String),
+    /// A timestamp without time zone, `YYYY-MM-DD HH:MM:SS[.fraction]`; callers convert zoned
+    /// times to UTC first.
+    Timestamp(String),
+    /// An exact decimal number in plain notation, like `-12.50` (at most 38 digits).
+    Decimal(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
+}
+
+impl QueryRequest {
+    /// A request for `query` in the default project, without parameters.
+    pub fn new(query: impl Into<String>) -> Self {
+        QueryRequest {
+            query: query.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format,
+    /// timeout}` (`timeout` in seconds, mindlite's own: at most the configured limit).
+    /// Returns the request and the wire format asked for; anything malformed is an
+    /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
+    /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
+    ///
+    /// ```
+    /// use mindlite::{QueryRequest, WireFormat};
+    /// let (request, format) = QueryRequest::from_wire_json(
+    ///     br#"{"query": "SELECT :x", "params": {"x": 1}, "response_format": "jsonlines"}"#,
+    /// ).unwrap();
+    /// assert_eq!(request.query, "SELECT :x");
+    /// assert_eq!(format, WireFormat::JsonLines);
+    /// ```
+    pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
+        let value: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))?;
+        let serde_json::Value::Object(mut fields) = value else {
+            return Err(Error::invalid("The request body must be a JSON object"));
+        };
+        let query = match fields.remove("query") {
+            Some(serde_json::Value::String(query)) => query,
+            Some(_) => return Err(Error::invalid("'query' must be a string")),
+            None => return Err(Error::invalid("The request body has no 'query'")),
+        };
+        let (db, show_secrets) = match fields.remove("context") {
+            None | Some(serde_json::Value::Null) => (None, false),
+            Some(serde_json::Value::Object(mut context)) => {
+                let db = match context.remove("db") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::String(db)) => Some(db),
+                    Some(_) => return Err(Error::invalid("'context.db' must be a string")),
+                };
+                let show_secrets = match context.remove("show_secrets") {
+                    None | Some(serde_json::Value::Null) => false,
+                    Some(serde_json::Value::Bool(show)) => show,
+                    Some(_) => {
+                        return Err(Error::invalid(
+                            "'context.show_secrets' must be true or false",
+                        ))
+                    }
+                };
+                (db, show_secrets)
+            }
+            Some(_) => return Err(Error::invalid("'context' must be an object")),
+        };
+        let params = match fields.remove("params") {
+            None | Some(serde_json::Value::Null) => HashMap::new(),
+            Some(serde_json::Value::Object(params)) => params.into_iter().collect(),
+            Some(_) => return Err(Error::invalid("'params' must be an object")),
+        };
+        let format = match fields.remove("response_format") {
+            None | Some(serde_json::Value::Null) => encode::WireFormat::Json,
+            Some(serde_json::Value::String(name)) => encode::WireFormat::parse(Some(&name))?,
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'response_format' must be null, \"jsonlines\" or \"sse\"",
+                ))
+            }
+        };
+        let timeout = match fields.remove("timeout") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(secs)) => match secs.as_f64() {
+                Some(secs) if secs > 0.0 && secs.is_finite() && secs <= 1e9 => {
+                    Some(std::time::Duration::from_secs_f64(secs))
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "'timeout' must be a positive number of seconds",
+                    ))
+                }
+            },
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'timeout' must be a positive number of seconds",
+                ))
+            }
+        };
+        let request = QueryRequest {
+            query,
+            context: QueryContext { db, show_secrets },
+            params,
+            typed_params: HashMap::new(),
+            timeout,
+        };
+        Ok((request, format))
+    }
+
+    /// Limits how long the statements may run (to less than the configured limit, if any).
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the current database (`context.db`).
+    pub fn with_db(mut self, db: impl Into<String>) -> Self {
+        self.context.db = Some(db.into());
+        self
+    }
+
+    /// Adds a `:name` parameter.
+    pub fn with_param(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.params.insert(name.into(), value);
+        self
+    }
+
+    /// Adds a `:name` parameter of a type JSON cannot carry.
+    ///
+    /// ```
+    /// use mindlite::{Config, Engine, QueryRequest, TypedParam};
+    /// let engine = Engine::open_in_memory(Config::default()).unwrap();
+    /// let request = QueryRequest::new("SELECT :d + INTERVAL '1 day' AS next")
+    ///     .with_typed_param("d", TypedParam::Date("2024-02-28".into()));
+    /// let rows = engine.block_on(engine.query_blocking(request).collect()).unwrap();
+    /// assert_eq!(rows.batches[0].schema().field(0).data_type().to_string(), "Date32");
+    /// ```
+    pub fn with_typed_param(mut self, name: impl Into<String>, value: TypedParam) -> Self {
+        self.typed_params.insert(name.into(), value);
+        self
+    }
+}
+
+/// The request context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryContext {
+    /// The current database; the configured default project when absent.
+    #[serde(default)]
+    pub db: Option<String>,
+    /// Whether `information_schema.databases` shows datasource passwords unmasked.
+    #[serde(default)]
+    pub show_secrets: bool,
+}
+
+/// The context returned with every result (`USE` changes `db`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultContext {
+    /// Whether secrets are shown in `CONNECTION_DATA`, as the request asked.
+    pub show_secrets: bool,
+    /// The current database after the request ran.
+    pub db: String,
+}
+
+/// What a request produced.
+pub struct QueryResult {
+    /// The context after the request.
+    pub context: ResultContext,
+    /// The outcome of the last statement.
+    pub outcome: Outcome,
+    /// The most bytes [`encode_document`](encode::encode_document) makes of it; a larger
+    /// result becomes an error document that points to the streaming formats. The engine sets
+    /// `query.max_document_mb`; `None` is no limit.
+    pub document_limit: Option<u64>,
+}
+
+impl QueryResult {
+    /// A request that failed before any statement ran.
+    pub(crate) fn failed(context: ResultContext, error: Error) -> QueryResult {
+        QueryResult {
+            context,
+            outcome: Outcome::Error(error),
+            document_limit: None,
+        }
+    }
+}
+
+/// A table, an ok with a row count, or an error: SQL failures are results, not transport errors.
+pub enum Outcome {
+    /// Rows, as a lazy stream of record batches.
+    Table(TableResult),
+    /// A statement without rows; `affected_rows` is `None` for DDL.
+    Ok {
+        /// Rows inserted, updated or deleted.
+        affected_rows: Option<u64>,
+    },
+    /// The statement failed; nothing it would have changed was changed.
+    Error(Error),
+}
+
+/// Rows with the column names to show (which may differ from the Arrow field names).
+pub struct TableResult {
+    /// Column names as MindsDB shows them.
+    pub column_names: Vec<String>,
+    /// The batches, produced as they are pulled.
+    pub stream: SendableRecordBatchStream,
+}
+
+impl std::fmt::Debug for TableResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableResult")
+            .field("column_names", &self.column_names)
+            .finish()
+    }
+}
+
+/// How [`Engine::load`](crate::Engine::load) treats the table it loads into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Append to an existing table: columns matched by position and cast to its types.
+    Append,
+    /// Create the table with the data's columns; an existing table is a conflict.
+    Create,
+    /// Create the table, replacing an existing one (its columns and rows) in the same transaction.
+    Replace,
+}
