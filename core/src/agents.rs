@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::config::LlmConfig;
 use crate::egress::Egress;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::projects::{self, Project};
 use crate::store;
 use crate::store::schema::{AGENTS, PROJECTS, TABLES};
@@ -388,17 +388,18 @@ fn project_of(txn: &WriteTransaction, tenant: TenantId, project: &str) -> Result
 
 /// MindsDB's wording, which its REST clients show.
 pub(crate) fn project_missing(project: &str) -> Error {
-    Error::not_found(format!("Project with name {project} does not exist"))
+    Error::not_found(format!("Project with name {project} does not exist")).about(Subject::Project)
 }
 
 pub(crate) fn agent_missing(name: &str) -> Error {
-    Error::not_found(format!("Agent with name {name} does not exist"))
+    Error::not_found(format!("Agent with name {name} does not exist")).about(Subject::Agent)
 }
 
 fn agent_taken(name: &str) -> Error {
     Error::conflict(format!(
         "Agent with name {name} already exists. Please choose a different one."
     ))
+    .about(Subject::Agent)
 }
 
 /// The agent's name from a request body: present, a string, a valid name.

@@ -422,8 +422,10 @@ impl Engine {
     pub fn get_project(&self, name: &str) -> Result<Project> {
         let tenant = self.tenant;
         let txn = self.inner.sql.store.read()?;
-        projects::get(&txn.open_table(PROJECTS)?, tenant, name)?
-            .ok_or_else(|| Error::not_found(format!("Project '{name}' does not exist")))
+        projects::get(&txn.open_table(PROJECTS)?, tenant, name)?.ok_or_else(|| {
+            Error::not_found(format!("Project '{name}' does not exist"))
+                .about(crate::error::Subject::Project)
+        })
     }
 
     /// Creates an agent in `project` from MindsDB's request body (`{"name", "model", "data",

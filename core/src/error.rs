@@ -38,6 +38,31 @@ pub struct Error {
     message: String,
     /// Seconds until a windowed quota resets ([`ErrorKind::QuotaExceeded`] only).
     retry_after: Option<u64>,
+    /// What kind of object a NotFound or Conflict error is about, when the engine knows.
+    subject: Option<Subject>,
+}
+
+/// The kind of object a [`ErrorKind::NotFound`] or [`ErrorKind::Conflict`] error is about, so
+/// a front can title it ("Project not found", "Agent already exists") without asking again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// A project (a database of the engine's own).
+    Project,
+    /// An agent.
+    Agent,
+    /// A model or one of its versions.
+    Model,
+}
+
+impl Subject {
+    /// The name a title uses: "Project", "Agent", "Model".
+    pub fn name(self) -> &'static str {
+        match self {
+            Subject::Project => "Project",
+            Subject::Agent => "Agent",
+            Subject::Model => "Model",
+        }
+    }
 }
 
 /// `Result` with mindlite's [`Error`].
@@ -50,6 +75,7 @@ impl Error {
             kind,
             message: message.into(),
             retry_after: None,
+            subject: None,
         }
     }
 
@@ -85,6 +111,19 @@ impl Error {
     /// Shorthand for [`ErrorKind::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
+    }
+
+    /// This error, about a `subject`.
+    pub fn about(self, subject: Subject) -> Self {
+        Error {
+            subject: Some(subject),
+            ..self
+        }
+    }
+
+    /// What kind of object the error is about, when the engine knows.
+    pub fn subject(&self) -> Option<Subject> {
+        self.subject
     }
 
     /// The kind of failure.

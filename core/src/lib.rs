@@ -56,7 +56,7 @@ pub use config::{
     FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::{Collected, Engine};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, Subject};
 pub use files::{FileFormat, FileInfo};
 pub use minds::{Mind, MindDatasource};
 pub use models::Model;

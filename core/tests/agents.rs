@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mindlite::{AgentEvent, Config, Engine, ErrorKind, QueryRequest};
+use mindlite::{AgentEvent, Config, Engine, ErrorKind, QueryRequest, Subject};
 use serde_json::{json, Value};
 
 /// One scripted answer of the fake provider.
@@ -792,4 +792,41 @@ fn remote_table_names_are_compared_as_postgresql_compares_them() {
     };
     assert!(tool(1).contains("Query refused"), "{}", tool(1));
     assert!(tool(2).contains("[[2]]"), "{}", tool(2));
+}
+
+#[test]
+fn not_found_and_conflict_errors_say_what_they_are_about() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    let subject = |result: mindlite::Result<_>| {
+        let error = result.map(|_: ()| ()).unwrap_err();
+        (error.kind(), error.subject())
+    };
+    assert_eq!(
+        subject(engine.get_agent("nosuch", "a").map(|_| ())),
+        (ErrorKind::NotFound, Some(Subject::Project))
+    );
+    assert_eq!(
+        subject(engine.get_agent("mindsdb", "a").map(|_| ())),
+        (ErrorKind::NotFound, Some(Subject::Agent))
+    );
+    assert_eq!(
+        subject(engine.get_model("mindsdb", "m", None).map(|_| ())),
+        (ErrorKind::NotFound, Some(Subject::Model))
+    );
+    assert_eq!(
+        subject(engine.get_model("nosuch", "m", None).map(|_| ())),
+        (ErrorKind::NotFound, Some(Subject::Project))
+    );
+    let spec = json!({"name": "a", "model": {"model_name": "m", "provider": "openai"}});
+    engine
+        .block_on(engine.create_agent("mindsdb", spec.clone()))
+        .unwrap();
+    assert_eq!(
+        subject(
+            engine
+                .block_on(engine.create_agent("mindsdb", spec))
+                .map(|_| ())
+        ),
+        (ErrorKind::Conflict, Some(Subject::Agent))
+    );
 }

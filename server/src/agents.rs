@@ -16,7 +16,7 @@ pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Re
     if request.method == "GET" {
         return match engine.list_agents(project) {
             Ok(agents) => json_response(200, &agents.iter().map(|a| a.wire()).collect::<Vec<_>>()),
-            Err(e) => agent_error(engine, project, &e),
+            Err(e) => agent_error(&e),
         };
     }
     let spec = match field(request, "agent", "POST") {
@@ -28,7 +28,7 @@ pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Re
     }
     match engine.create_agent(project, spec).await {
         Ok(agent) => json_response(201, &agent.wire()),
-        Err(e) => agent_error(engine, project, &e),
+        Err(e) => agent_error(&e),
     }
 }
 
@@ -43,7 +43,7 @@ pub async fn one(
     match (action, request.method.as_str()) {
         (AgentAction::Record, "GET") => match engine.get_agent(project, name) {
             Ok(agent) => json_response(200, &agent.wire()),
-            Err(e) => agent_error(engine, project, &e),
+            Err(e) => agent_error(&e),
         },
         (AgentAction::Record, "PUT") => {
             let changes = match field(request, "agent", "PUT") {
@@ -62,12 +62,12 @@ pub async fn one(
                         "Creation of an agent using the PUT method is not allowed.",
                     )
                 }
-                Err(e) => agent_error(engine, project, &e),
+                Err(e) => agent_error(&e),
             }
         }
         (AgentAction::Record, _) => match engine.delete_agent(project, name).await {
             Ok(()) => Response::no_content(),
-            Err(e) => agent_error(engine, project, &e),
+            Err(e) => agent_error(&e),
         },
         (AgentAction::Completion, _) => {
             let messages = match field(request, "messages", "POST") {
@@ -76,7 +76,7 @@ pub async fn one(
             };
             match engine.ask_agent(project, name, &messages).await {
                 Ok(answer) => json_response(200, &answer.to_wire_json()),
-                Err(e) => agent_error(engine, project, &e),
+                Err(e) => agent_error(&e),
             }
         }
         (AgentAction::CompletionStream, _) => {
@@ -91,7 +91,7 @@ pub async fn one(
                     headers: vec![("cache-control", "no-cache".to_string())],
                     body: Body::Stream(Box::new(EventFrames(stream))),
                 },
-                Err(e) => agent_error(engine, project, &e),
+                Err(e) => agent_error(&e),
             }
         }
     }
@@ -117,7 +117,7 @@ fn field(request: &Request, key: &str, method: &str) -> Result<Value, Box<Respon
 }
 
 /// An engine error with MindsDB's title; a provider failure is the model provider's error.
-fn agent_error(engine: &Engine, project: &str, error: &Error) -> Response {
+fn agent_error(error: &Error) -> Response {
     if error.kind() == ErrorKind::Upstream {
         return titled_problem(
             crate::routes::status_of(error.kind()),
@@ -125,7 +125,7 @@ fn agent_error(engine: &Engine, project: &str, error: &Error) -> Response {
             error.message(),
         );
     }
-    titled_error(engine, project, "Agent", error)
+    titled_error("Agent", error)
 }
 
 /// Agent events as server-sent events, ending after `{"type": "end"}`.

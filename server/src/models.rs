@@ -27,7 +27,7 @@ pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Re
                 200,
                 &models.iter().map(|m| m.to_wire_json()).collect::<Vec<_>>(),
             ),
-            Err(e) => model_error(engine, project, &e),
+            Err(e) => model_error(&e),
         };
     }
     let query = match body(request).map(|b| b.get("query").cloned()) {
@@ -43,7 +43,7 @@ pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Re
     };
     match engine.create_model(project, &query).await {
         Ok(model) => json_response(201, &model.to_wire_json()),
-        Err(e) => model_error(engine, project, &e),
+        Err(e) => model_error(&e),
     }
 }
 
@@ -60,11 +60,11 @@ pub async fn one(
     match (action, request.method.as_str()) {
         (ModelAction::Record, "GET") => match engine.get_model(project, name, version) {
             Ok(model) => json_response(200, &model.to_wire_json()),
-            Err(e) => model_error(engine, project, &e),
+            Err(e) => model_error(&e),
         },
         (ModelAction::Record, _) => match engine.drop_model(project, name, version).await {
             Ok(()) => Response::no_content(),
-            Err(e) => model_error(engine, project, &e),
+            Err(e) => model_error(&e),
         },
         (ModelAction::Predict, _) => {
             let data = match body(request).map(|b| b.get("data").cloned()) {
@@ -80,7 +80,7 @@ pub async fn one(
             };
             match engine.predict(project, name, version, &data).await {
                 Ok(rows) => json_response(200, &rows),
-                Err(e) => model_error(engine, project, &e),
+                Err(e) => model_error(&e),
             }
         }
         (ModelAction::Describe, _) => {
@@ -98,11 +98,11 @@ pub async fn one(
             };
             let model = match engine.get_model(project, name, version) {
                 Ok(model) => model,
-                Err(e) => return model_error(engine, project, &e),
+                Err(e) => return model_error(&e),
             };
             match model.describe(attribute.as_deref()) {
                 Ok(described) => json_response(200, &described),
-                Err(e) => model_error(engine, project, &e),
+                Err(e) => model_error(&e),
             }
         }
     }
@@ -136,6 +136,6 @@ fn body(request: &Request) -> Result<serde_json::Map<String, Value>, Box<Respons
     }
 }
 
-fn model_error(engine: &Engine, project: &str, error: &Error) -> Response {
-    titled_error(engine, project, "Model", error)
+fn model_error(error: &Error) -> Response {
+    titled_error("Model", error)
 }

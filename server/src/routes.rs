@@ -366,13 +366,14 @@ pub(crate) fn with_retry_after(response: Response, error: &Error) -> Response {
     }
 }
 
-/// An engine error about a `thing` ("Agent", "Model") of `project`, with MindsDB's title:
-/// which was not found, or that it already exists.
-pub fn titled_error(engine: &Engine, project: &str, thing: &str, error: &Error) -> Response {
+/// An engine error from a route about a `thing` ("Agent", "Model"), with MindsDB's title:
+/// what was not found (the error's subject, the project say, else the `thing`), or that it
+/// already exists.
+pub fn titled_error(thing: &str, error: &Error) -> Response {
+    let subject = error.subject().map_or(thing, |s| s.name());
     let title = match error.kind() {
-        ErrorKind::NotFound if engine.get_project(project).is_err() => "Project not found".into(),
-        ErrorKind::NotFound => format!("{thing} not found"),
-        ErrorKind::Conflict => format!("{thing} already exists"),
+        ErrorKind::NotFound => format!("{subject} not found"),
+        ErrorKind::Conflict => format!("{subject} already exists"),
         _ => return error_response(error),
     };
     titled_problem(status_of(error.kind()), &title, error.message())

@@ -13,7 +13,7 @@ use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::projects;
 use crate::store;
 use crate::store::schema::{
@@ -316,8 +316,11 @@ pub(crate) fn create(
     spec: &ModelSpec,
     if_not_exists: bool,
 ) -> Result<Option<ModelVersion>> {
-    let project = projects::get(&txn.open_table(PROJECTS)?, tenant, &spec.project)?
-        .ok_or_else(|| Error::not_found(format!("Project '{}' does not exist", spec.project)))?;
+    let project =
+        projects::get(&txn.open_table(PROJECTS)?, tenant, &spec.project)?.ok_or_else(|| {
+            Error::not_found(format!("Project '{}' does not exist", spec.project))
+                .about(Subject::Project)
+        })?;
     crate::namespace::validate_name("model", &spec.name)?;
     // A stored table of the same name, or the `models` listing, would hide the model.
     if spec.name.eq_ignore_ascii_case("models")
@@ -337,7 +340,8 @@ pub(crate) fn create(
             Err(Error::conflict(format!(
                 "Model already exists: {}.{}",
                 project.name, spec.name
-            )))
+            ))
+            .about(Subject::Model))
         };
     }
     // An LLM model has one phase: checking its prompt.
@@ -464,6 +468,7 @@ pub(crate) fn model_missing(project: &str, name: &str) -> Error {
     Error::not_found(format!(
         "Model '{name}' does not exist in project '{project}'"
     ))
+    .about(Subject::Model)
 }
 
 /// "Model 'm' has no version N in project 'p'".
@@ -471,6 +476,7 @@ pub(crate) fn version_missing(project: &str, name: &str, version: u32) -> Error 
     Error::not_found(format!(
         "Model '{name}' has no version {version} in project '{project}'"
     ))
+    .about(Subject::Model)
 }
 
 fn put(txn: &WriteTransaction, tenant: TenantId, model: &ModelVersion) -> Result<()> {
