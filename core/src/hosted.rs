@@ -485,6 +485,24 @@ impl Engine {
         self.inner.sql.store.write(change).await
     }
 
+    /// Ok when this edition serves `api`; otherwise a NotFound error saying so (a local
+    /// server has no Minds API, callbacks or cloud login; MindsDB's SDK takes the 404 of the
+    /// cloud login as its cue to use `/api/login`).
+    pub fn serves(&self, api: HostedApi) -> Result<()> {
+        if self.is_hosted() {
+            return Ok(());
+        }
+        Err(Error::not_found(match api {
+            HostedApi::Minds => {
+                "The Minds API is served by the hosted edition only (edition = \"hosted\")"
+            }
+            HostedApi::Callbacks => {
+                "Model-status callbacks are served by the hosted edition only (edition = \"hosted\")"
+            }
+            HostedApi::CloudLogin => "This server has no cloud login; use /api/login",
+        }))
+    }
+
     /// Whether this engine runs the hosted edition.
     pub fn is_hosted(&self) -> bool {
         self.inner.config.edition == Edition::Hosted
@@ -504,4 +522,15 @@ fn text_field(body: &Map<String, Value>, key: &str) -> Result<Option<String>> {
         Some(Value::String(text)) => Ok(Some(text.clone())),
         Some(_) => Err(Error::invalid(format!("'{key}' must be a string"))),
     }
+}
+
+/// The parts of the API only the hosted edition serves ([`Engine::serves`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostedApi {
+    /// The Minds API: minds, their datasources, chat completions and responses, limits.
+    Minds,
+    /// Model-status callbacks.
+    Callbacks,
+    /// `POST /cloud/login`.
+    CloudLogin,
 }

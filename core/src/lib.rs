@@ -58,6 +58,7 @@ pub use config::{
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
 pub use files::{FileFormat, FileInfo};
+pub use hosted::HostedApi;
 pub use minds::{Mind, MindDatasource};
 pub use models::Model;
 pub use projects::Project;

@@ -1,7 +1,7 @@
 //! The routes: each parses its request, calls the engine, and encodes the answer in MindsDB's
 //! shape (`docs/mindsdb-wire.md` §0–§2, §5). No rule lives here; the engine decides, this translates.
 
-use mindlite::{Engine, Error, ErrorKind, QueryRequest, WireFormat, WireStream};
+use mindlite::{Engine, Error, ErrorKind, HostedApi, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
 
 use crate::agents;
@@ -37,18 +37,14 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
         )
         .with_header("allow", route.methods().join(", ")));
     }
-    // The Minds API and /limits/ are the hosted edition's; a local server has none of them.
-    if matches!(route, Route::Minds(_)) && !engine.is_hosted() {
-        return Err(problem(
-            404,
-            "The Minds API is served by the hosted edition only (edition = \"hosted\")",
-        ));
-    }
-    if matches!(route, Route::Callbacks(_)) && !engine.is_hosted() {
-        return Err(problem(
-            404,
-            "Model-status callbacks are served by the hosted edition only (edition = \"hosted\")",
-        ));
+    // Answered before credentials: what this edition does not serve does not exist here.
+    let hosted_only = match route {
+        Route::Minds(_) => Some(HostedApi::Minds),
+        Route::Callbacks(_) => Some(HostedApi::Callbacks),
+        _ => None,
+    };
+    if let Some(api) = hosted_only {
+        engine.serves(api).map_err(|e| error_response(&e))?;
     }
     if matches!(route, Route::Login | Route::Logout | Route::CloudLogin) {
         engine
@@ -112,11 +108,10 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             }
             json_response(200, &"")
         }
-        // The local edition has no cloud login; a 404 sends MindsDB's SDK on to /api/login.
-        Route::CloudLogin if !engine.is_hosted() => {
-            problem(404, "This server has no cloud login; use /api/login")
-        }
-        Route::CloudLogin => login(engine, request).await,
+        Route::CloudLogin => match engine.serves(HostedApi::CloudLogin) {
+            Ok(()) => login(engine, request).await,
+            Err(e) => error_response(&e),
+        },
         Route::Minds(route) => minds::handle(engine, request, route).await,
         Route::Callbacks(route) => callbacks::handle(engine, request, route).await,
         Route::Agents(project) => match decode(project) {

@@ -108,6 +108,16 @@ def test_cloud_login_is_404_so_the_sdk_falls_back_to_api_login(server):
     assert response.status_code == 404
 
 
+@pytest.mark.parametrize("method,path", [
+    ("GET", "/api/v1/minds/"),
+    ("POST", "/api/v1/chat/completions"),
+    ("GET", "/cloud/callback/model_status"),
+])
+def test_the_hosted_editions_apis_are_404_on_a_local_server_naming_the_edition(server, method, path):
+    response = requests.request(method, server.url + path, json={}, timeout=10)
+    assert_problem(response, 404, detail_mentions=["hosted edition"])
+
+
 def test_unknown_path_is_404_problem_like_mindsdb(server):
     capture = load_capture("unknown_path")
     body = assert_problem(get(server, "/api/nosuch"), 404)
