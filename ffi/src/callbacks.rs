@@ -10,7 +10,7 @@ use std::ffi::c_char;
 
 use crate::boundary::{self, out, Status};
 use crate::database::{with_database, Database};
-use crate::records::{give_json, give_optional_json, json_arg};
+use crate::records::{answer_json, answer_optional_json, json_arg};
 
 /// Registers a model-status callback from MindsDB's body: `{"url": "https://…", "filter":
 /// {"model_name": "regex", "project_name": "regex"}, "attempt": {"count": 3, "interval": 10,
@@ -31,16 +31,14 @@ pub unsafe extern "C" fn mindlite_callback_register(
     body_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         out(out_json, "out_json")?;
         // SAFETY: a NUL-terminated string, per the header.
         let body = unsafe { boundary::text(body_json, "body_json") }?;
         let body = json_arg(body, "body_json")?;
         let engine = db.engine();
         let registered = engine.block_on(engine.register_callback(body))?;
-        give_json(out_json, &registered)
+        Ok(registered)
     })
 }
 
@@ -53,9 +51,7 @@ pub unsafe extern "C" fn mindlite_callback_list(
     db: *const Database,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| give_json(out_json, &db.engine().list_callbacks()?))
+    answer_json(db, out_json, |db| Ok(db.engine().list_callbacks()?))
 }
 
 /// One callback with its settings, not its secret: `{"id", "url", "created_at", "filter":
@@ -69,9 +65,7 @@ pub unsafe extern "C" fn mindlite_callback_get(
     id: u64,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| give_json(out_json, &db.engine().get_callback(id)?))
+    answer_json(db, out_json, |db| Ok(db.engine().get_callback(id)?))
 }
 
 /// Changes a callback: `body_json` is an object with any of `"url"`, `"filter"` (which
@@ -88,15 +82,13 @@ pub unsafe extern "C" fn mindlite_callback_update(
     body_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let body = unsafe { boundary::text(body_json, "body_json") }?;
         let body = json_arg(body, "body_json")?;
         let engine = db.engine();
         let callback = engine.block_on(engine.update_callback(id, body))?;
-        give_optional_json(out_json, &callback)
+        Ok(callback)
     })
 }
 
@@ -124,9 +116,7 @@ pub unsafe extern "C" fn mindlite_callback_deliveries(
     id: u64,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
-        give_json(out_json, &db.engine().callback_deliveries(id)?)
+    answer_json(db, out_json, |db| {
+        Ok(db.engine().callback_deliveries(id)?)
     })
 }

@@ -18,6 +18,40 @@ pub(crate) fn give_json(out_json: *mut *mut c_char, value: &impl Serialize) -> R
     Ok(())
 }
 
+/// An agent serialized in MindsDB's shape (`Agent::wire`), owned, so a call can answer it.
+struct Wire(mindlite::Agent);
+
+impl Serialize for Wire {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.wire().serialize(serializer)
+    }
+}
+
+/// The body of a C call that answers JSON: clears `*out_json`, runs `body` on the live
+/// handle `db`, and hands its value to the caller as JSON text in `*out_json` (which must not
+/// be NULL). A failure is recorded on the handle and returned as its status.
+pub(crate) fn answer_json<T: Serialize>(
+    db: *const Database,
+    out_json: *mut *mut c_char,
+    body: impl FnOnce(&Database) -> Result<T, Failure>,
+) -> Status {
+    // SAFETY: every caller passes the `out_json` its C caller gave: NULL or writable, per the
+    // header.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| give_json(out_json, &body(db)?))
+}
+
+/// [`answer_json`] for calls whose answer the caller may decline (`out_json` NULL).
+pub(crate) fn answer_optional_json<T: Serialize>(
+    db: *const Database,
+    out_json: *mut *mut c_char,
+    body: impl FnOnce(&Database) -> Result<T, Failure>,
+) -> Status {
+    // SAFETY: as in `answer_json`.
+    unsafe { boundary::clear(out_json) };
+    with_database(db, |db| give_optional_json(out_json, &body(db)?))
+}
+
 /// The projects, by name: `[{"id": 1, "name": "mindsdb", "created_at": "…"}, …]`.
 ///
 /// Ownership: the caller frees `*out_json` with `mindlite_free`.
@@ -26,9 +60,7 @@ pub unsafe extern "C" fn mindlite_project_list(
     db: *const Database,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| give_json(out_json, &db.engine().list_projects()?))
+    answer_json(db, out_json, |db| Ok(db.engine().list_projects()?))
 }
 
 /// One project by name (case-insensitive): `{"id": …, "name": …, "created_at": …}`;
@@ -41,12 +73,10 @@ pub unsafe extern "C" fn mindlite_project_get(
     name: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let name = unsafe { boundary::text(name, "name") }?;
-        give_json(out_json, &db.engine().get_project(name)?)
+        Ok(db.engine().get_project(name)?)
     })
 }
 
@@ -61,11 +91,7 @@ pub unsafe extern "C" fn mindlite_status_get(
     authenticated: bool,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
-        give_json(out_json, &db.engine().status(authenticated))
-    })
+    answer_json(db, out_json, |db| Ok(db.engine().status(authenticated)))
 }
 
 /// Parses a JSON argument, naming it when it is not JSON.
@@ -85,14 +111,11 @@ pub unsafe extern "C" fn mindlite_agent_list(
     project: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let project = unsafe { boundary::text(project, "project") }?;
         let agents = db.engine().list_agents(project)?;
-        let wire: Vec<_> = agents.iter().map(|a| a.wire()).collect();
-        give_json(out_json, &wire)
+        Ok(agents.into_iter().map(Wire).collect::<Vec<_>>())
     })
 }
 
@@ -107,9 +130,7 @@ pub unsafe extern "C" fn mindlite_agent_get(
     name: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name) = unsafe {
             (
@@ -118,8 +139,7 @@ pub unsafe extern "C" fn mindlite_agent_get(
             )
         };
         let agent = db.engine().get_agent(project, name)?;
-        let wire = agent.wire();
-        give_json(out_json, &wire)
+        Ok(Wire(agent))
     })
 }
 
@@ -137,9 +157,7 @@ pub unsafe extern "C" fn mindlite_agent_create(
     agent_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, spec) = unsafe {
             (
@@ -150,8 +168,7 @@ pub unsafe extern "C" fn mindlite_agent_create(
         let spec = json_arg(spec, "agent_json")?;
         let engine = db.engine();
         let agent = engine.block_on(engine.create_agent(project, spec))?;
-        let wire = agent.wire();
-        give_optional_json(out_json, &wire)
+        Ok(Wire(agent))
     })
 }
 
@@ -168,9 +185,7 @@ pub unsafe extern "C" fn mindlite_agent_update(
     changes_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name, changes) = unsafe {
             (
@@ -182,8 +197,7 @@ pub unsafe extern "C" fn mindlite_agent_update(
         let changes = json_arg(changes, "changes_json")?;
         let engine = db.engine();
         let agent = engine.block_on(engine.update_agent(project, name, changes))?;
-        let wire = agent.wire();
-        give_optional_json(out_json, &wire)
+        Ok(Wire(agent))
     })
 }
 
@@ -222,9 +236,7 @@ pub unsafe extern "C" fn mindlite_agent_ask(
     messages_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name, messages) = unsafe {
             (
@@ -236,7 +248,7 @@ pub unsafe extern "C" fn mindlite_agent_ask(
         let messages = json_arg(messages, "messages_json")?;
         let engine = db.engine();
         let answer = engine.block_on(engine.ask_agent(project, name, &messages))?;
-        give_json(out_json, &answer.to_wire_json())
+        Ok(answer.to_wire_json())
     })
 }
 
@@ -267,14 +279,12 @@ pub unsafe extern "C" fn mindlite_model_list(
     project: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let project = unsafe { boundary::text(project, "project") }?;
         let models = db.engine().list_models(project)?;
         let wire: Vec<serde_json::Value> = models.iter().map(|m| m.to_wire_json()).collect();
-        give_json(out_json, &wire)
+        Ok(wire)
     })
 }
 
@@ -291,9 +301,7 @@ pub unsafe extern "C" fn mindlite_model_get(
     version: u32,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name) = unsafe {
             (
@@ -302,7 +310,7 @@ pub unsafe extern "C" fn mindlite_model_get(
             )
         };
         let model = db.engine().get_model(project, name, version_arg(version))?;
-        give_json(out_json, &model.to_wire_json())
+        Ok(model.to_wire_json())
     })
 }
 
@@ -320,9 +328,7 @@ pub unsafe extern "C" fn mindlite_model_create(
     statement: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, statement) = unsafe {
             (
@@ -332,7 +338,7 @@ pub unsafe extern "C" fn mindlite_model_create(
         };
         let engine = db.engine();
         let model = engine.block_on(engine.create_model(project, statement))?;
-        give_optional_json(out_json, &model.to_wire_json())
+        Ok(model.to_wire_json())
     })
 }
 
@@ -353,9 +359,7 @@ pub unsafe extern "C" fn mindlite_model_retrain(
     data_db: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings (query and data_db may be NULL), per the header.
         let (project, name, query, data_db) = unsafe {
             (
@@ -367,7 +371,7 @@ pub unsafe extern "C" fn mindlite_model_retrain(
         };
         let engine = db.engine();
         let model = engine.block_on(engine.retrain_model(project, name, query, data_db))?;
-        give_optional_json(out_json, &model.to_wire_json())
+        Ok(model.to_wire_json())
     })
 }
 
@@ -384,9 +388,7 @@ pub unsafe extern "C" fn mindlite_model_set_active(
     version: u32,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name) = unsafe {
             (
@@ -396,7 +398,7 @@ pub unsafe extern "C" fn mindlite_model_set_active(
         };
         let engine = db.engine();
         let model = engine.block_on(engine.set_active_model(project, name, version))?;
-        give_optional_json(out_json, &model.to_wire_json())
+        Ok(model.to_wire_json())
     })
 }
 
@@ -438,9 +440,7 @@ pub unsafe extern "C" fn mindlite_model_predict(
     rows_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name, rows) = unsafe {
             (
@@ -453,7 +453,7 @@ pub unsafe extern "C" fn mindlite_model_predict(
         let engine = db.engine();
         let predicted =
             engine.block_on(engine.predict(project, name, version_arg(version), &rows))?;
-        give_json(out_json, &predicted)
+        Ok(predicted)
     })
 }
 
@@ -469,9 +469,7 @@ pub unsafe extern "C" fn mindlite_model_describe(
     version: u32,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (project, name) = unsafe {
             (
@@ -480,7 +478,7 @@ pub unsafe extern "C" fn mindlite_model_describe(
             )
         };
         let model = db.engine().get_model(project, name, version_arg(version))?;
-        give_json(out_json, &model.describe(None)?)
+        Ok(model.describe(None)?)
     })
 }
 
@@ -534,16 +532,14 @@ pub unsafe extern "C" fn mindlite_file_list(
     db: *const Database,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         let files: Vec<serde_json::Value> = db
             .engine()
             .list_files()?
             .iter()
             .map(|f| f.to_wire_json())
             .collect();
-        give_json(out_json, &files)
+        Ok(files)
     })
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::boundary::{self, out, Failure, Status};
 use crate::database::{self, with_database, Database};
-use crate::records::{give_json, give_optional_json, json_arg};
+use crate::records::{answer_json, answer_optional_json, json_arg};
 
 /// Creates a user on `plan` (NULL: the configured default plan, `free` unless configured
 /// otherwise), with its own default project and no API key yet. `*out_json` receives the user:
@@ -27,9 +27,7 @@ pub unsafe extern "C" fn mindlite_user_create(
     plan: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings (plan may be NULL), per the header.
         let (name, plan) = unsafe {
             (
@@ -39,7 +37,7 @@ pub unsafe extern "C" fn mindlite_user_create(
         };
         let engine = db.engine();
         let user = engine.block_on(engine.create_user(name, plan))?;
-        give_optional_json(out_json, &user)
+        Ok(user)
     })
 }
 
@@ -53,9 +51,7 @@ pub unsafe extern "C" fn mindlite_user_list(
     db: *const Database,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| give_json(out_json, &db.engine().list_users()?))
+    answer_json(db, out_json, |db| Ok(db.engine().list_users()?))
 }
 
 /// One user by name (case-insensitive), as `mindlite_user_list` shows each.
@@ -68,12 +64,10 @@ pub unsafe extern "C" fn mindlite_user_get(
     name: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let name = unsafe { boundary::text(name, "name") }?;
-        give_json(out_json, &db.engine().get_user(name)?)
+        Ok(db.engine().get_user(name)?)
     })
 }
 
@@ -91,9 +85,7 @@ pub unsafe extern "C" fn mindlite_user_update(
     changes_json: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: NUL-terminated strings, per the header.
         let (name, changes) = unsafe {
             (
@@ -105,7 +97,7 @@ pub unsafe extern "C" fn mindlite_user_update(
         let engine = db.engine();
         let user =
             engine.block_on(engine.update_user(name, changes.plan.as_deref(), changes.disabled))?;
-        give_optional_json(out_json, &user)
+        Ok(user)
     })
 }
 
@@ -166,15 +158,13 @@ pub unsafe extern "C" fn mindlite_api_key_create(
     user: *const c_char,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_json(db, out_json, |db| {
         out(out_json, "out_json")?;
         // SAFETY: a NUL-terminated string, per the header.
         let user = unsafe { boundary::text(user, "user") }?;
         let engine = db.engine();
         let issued = engine.block_on(engine.create_api_key(user))?;
-        give_json(out_json, &issued)
+        Ok(issued)
     })
 }
 
@@ -192,14 +182,12 @@ pub unsafe extern "C" fn mindlite_api_key_revoke(
     key_id: u64,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| {
+    answer_optional_json(db, out_json, |db| {
         // SAFETY: a NUL-terminated string, per the header.
         let user = unsafe { boundary::text(user, "user") }?;
         let engine = db.engine();
         let user = engine.block_on(engine.revoke_api_key(user, key_id))?;
-        give_optional_json(out_json, &user)
+        Ok(user)
     })
 }
 
@@ -240,7 +228,5 @@ pub unsafe extern "C" fn mindlite_limits(
     db: *const Database,
     out_json: *mut *mut c_char,
 ) -> Status {
-    // SAFETY: NULL or writable, per the header.
-    unsafe { boundary::clear(out_json) };
-    with_database(db, |db| give_json(out_json, &db.engine().limits()?))
+    answer_json(db, out_json, |db| Ok(db.engine().limits()?))
 }
