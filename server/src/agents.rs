@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use mindlite::{AgentStream, Engine, Error, ErrorKind};
+use mindlite::{AgentStream, Engine, Error, ErrorKind, Subject};
 use serde_json::Value;
 
 use crate::http::{Body, Chunks, Request, Response};
@@ -54,7 +54,7 @@ pub async fn one(
                 Ok(agent) => json_response(200, &agent.wire()),
                 // MindsDB's PUT never creates, and says so with a 400.
                 Err(e)
-                    if e.kind() == ErrorKind::NotFound && engine.get_project(project).is_ok() =>
+                    if e.kind() == ErrorKind::NotFound && e.subject() == Some(Subject::Agent) =>
                 {
                     titled_problem(
                         400,
