@@ -14,65 +14,55 @@
 //! );
 //! ```
 
+// Foundation: what every layer above stands on.
 mod admission;
-mod agent_loop;
-mod agents;
-mod auth;
-mod callbacks;
 mod cancel;
-mod chat;
 mod config;
-mod connectors;
-mod datasources;
 mod egress;
-mod engine;
 mod error;
-mod files;
-mod hosted;
-mod llm;
-mod minds;
-mod ml;
-mod models;
-mod namespace;
-mod projects;
-mod quotas;
-mod reader;
-mod rules;
 mod spool;
-mod sql;
-mod status;
-mod store;
-mod tables;
 mod tenant;
 mod time;
-mod users;
 
-pub use agent_loop::{AgentEvent, AgentStream, Answer};
-pub use agents::Agent;
-pub use auth::LoginToken;
-pub use chat::{ChatApi, ChatRequest, MindStream};
+// The layers above it, lowest first (`docs/architecture.md`); each uses only those before it.
+/// The redb file and its tables.
+mod store;
+
+/// The records of each kind of object, and the rules about them.
+mod catalog;
+
+/// What the engine does with the records: SQL, LLM calls, agents, training, datasources.
+mod services;
+
+/// The public facade.
+mod engine;
+
+pub use catalog::agents::Agent;
+pub use catalog::auth::LoginToken;
+pub use catalog::minds::{Mind, MindDatasource};
+pub use catalog::models::Model;
+pub use catalog::projects::Project;
+pub use catalog::quotas::{Limits, Usage, WindowUsage};
+pub use catalog::tables::sql_type_name;
+pub use catalog::users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
     FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
+pub use engine::hosted::HostedApi;
+pub use engine::reader::BlockingReader;
+pub use engine::status::{AuthStatus, Status};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
-pub use files::{FileFormat, FileInfo};
-pub use hosted::HostedApi;
-pub use minds::{Mind, MindDatasource};
-pub use models::Model;
-pub use projects::Project;
-pub use quotas::{Limits, Usage, WindowUsage};
-pub use reader::BlockingReader;
-pub use sql::encode::{encode_document, WireFormat, WireStream};
-pub use sql::{
+pub use services::agent_loop::{AgentEvent, AgentStream, Answer};
+pub use services::chat::{ChatApi, ChatRequest, MindStream};
+pub use services::files::{FileFormat, FileInfo};
+pub use services::sql::encode::{encode_document, WireFormat, WireStream};
+pub use services::sql::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
     TypedParam,
 };
-pub use status::{AuthStatus, Status};
-pub use tables::sql_type_name;
 pub use tenant::TenantId;
-pub use users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 
 /// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.
 pub use datafusion::arrow;

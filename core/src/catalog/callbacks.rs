@@ -1,0 +1,603 @@
+//! Model-status callbacks (hosted edition): a tenant registers URLs with filters and
+//! attempt settings; every model transition into `complete` or `error` writes one delivery per
+//! matching callback into the outbox, in the status change's own transaction.
+//!
+//! Owns the redb tables `callbacks` ((tenant, id) → registration), `callback_outbox` (sequence
+//! → pending delivery) and `callback_deliveries` ((tenant, callback id, n) → attempt log).
+//!
+//! The outbox is this module's too: [`enqueue`] writes it, and the delivery worker
+//! (`services::delivery`) reads it through [`for_each_pending`] and [`still_due`] and settles
+//! each attempt with [`record_attempt`]; sending is the worker's business, not the catalog's.
+
+use base64::Engine as _;
+use redb::{ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::config::CallbacksConfig;
+use crate::egress::Egress;
+use crate::error::{Error, Result};
+use crate::store;
+use crate::store::schema::{CALLBACKS, DELIVERY_LOG, OUTBOX};
+use crate::tenant::TenantId;
+
+/// Bounds of a registration's `attempt` values.
+const MAX_COUNT: u64 = 20;
+const MAX_INTERVAL: u64 = 86_400;
+const MAX_HTTP_TIMEOUT: u64 = 300;
+/// Bytes of a URL accepted.
+const MAX_URL: usize = 2048;
+
+/// A registered callback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Callback {
+    pub(crate) id: u64,
+    pub(crate) url: String,
+    /// Python-style regex the model's name must match from its start; `None` matches all.
+    pub(crate) model_name: Option<String>,
+    /// The same for the project's name.
+    pub(crate) project_name: Option<String>,
+    pub(crate) count: u32,
+    pub(crate) interval: u32,
+    pub(crate) http_timeout: u32,
+    /// `whsec_` and the base64 of the signing key.
+    pub(crate) secret: String,
+    /// Unix seconds.
+    pub(crate) created_at: u64,
+}
+
+impl Callback {
+    /// `{"id", "created_at", "url"}` with an HTTP-date, as MindsDB lists callbacks.
+    pub(crate) fn to_list_json(&self) -> Value {
+        json!({"id": self.id, "created_at": http_date(self.created_at as i64), "url": self.url})
+    }
+
+    /// Every setting, the secret left out.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "url": self.url,
+            "created_at": http_date(self.created_at as i64),
+            "filter": {"model_name": self.model_name, "project_name": self.project_name},
+            "attempt": {"count": self.count, "interval": self.interval, "http_timeout": self.http_timeout},
+        })
+    }
+}
+
+/// A delivery waiting in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    pub(crate) tenant: u64,
+    pub(crate) callback: u64,
+    /// `webhook-id`: the same on every attempt.
+    pub(crate) event_id: String,
+    /// The JSON body, fixed when the event happened.
+    pub(crate) body: String,
+    /// Attempts made so far.
+    pub(crate) attempts: u32,
+    /// Unix milliseconds before which no attempt is made.
+    pub(crate) next_at: u64,
+    /// Unix milliseconds when the event was written.
+    enqueued_at: u64,
+}
+
+/// One attempt, as the delivery log keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Attempt {
+    pub(crate) event_id: String,
+    /// 1 for the first attempt of an event.
+    pub(crate) attempt: u32,
+    /// When the attempt started, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub(crate) at: String,
+    /// When the event was written to the outbox, Unix milliseconds.
+    pub(crate) enqueued_at: u64,
+    /// Milliseconds the attempt took.
+    pub(crate) duration_ms: u64,
+    /// The receiver's HTTP status, if it answered.
+    pub(crate) status: Option<u16>,
+    /// Why the attempt failed, if it did.
+    pub(crate) error: Option<String>,
+    /// Whether this attempt delivered the event.
+    pub(crate) delivered: bool,
+}
+
+/// Creates the tables in a new file.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(CALLBACKS)?;
+    txn.open_table(OUTBOX)?;
+    txn.open_table(DELIVERY_LOG)?;
+    Ok(())
+}
+
+/// Registers a callback from MindsDB's body `{url, filter: {model_name, project_name},
+/// attempt: {count, interval, http_timeout}}`, within the plan's `max_callbacks` (`limit`).
+/// Returns it, secret included.
+pub(crate) fn register(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    body: &Map<String, Value>,
+    defaults: &CallbacksConfig,
+    egress: &Egress,
+    limit: Option<(&str, u64)>,
+) -> Result<Callback> {
+    let url = check_url(body.get("url"), egress)?;
+    if let Some((plan, limit)) = limit {
+        let used = txn
+            .open_table(CALLBACKS)?
+            .range((tenant.0, 0)..=(tenant.0, u64::MAX))?
+            .count() as u64;
+        if used >= limit {
+            return Err(Error::quota_exceeded(
+                format!(
+                    "Quota exceeded: callbacks (limit {limit}, used {used}) on plan '{plan}'; delete one to register another"
+                ),
+                None,
+            ));
+        }
+    }
+    let (model_name, project_name) = read_filter(body.get("filter"))?;
+    let attempt = body.get("attempt").unwrap_or(&Value::Null);
+    if !attempt.is_null() && !attempt.is_object() {
+        return Err(Error::invalid(
+            "'attempt' must be an object like {\"count\": 3, \"interval\": 10, \"http_timeout\": 5}",
+        ));
+    }
+    let mut key = [0u8; 24];
+    getrandom::fill(&mut key)
+        .map_err(|e| Error::internal(format!("no randomness for a signing secret: {e}")))?;
+    let callback = Callback {
+        id: store::next_tenant_id(txn, tenant, "callback")?,
+        url,
+        model_name,
+        project_name,
+        count: bounded(attempt, "count", defaults.count, MAX_COUNT)?,
+        interval: bounded(attempt, "interval", defaults.interval_secs, MAX_INTERVAL)?,
+        http_timeout: bounded(
+            attempt,
+            "http_timeout",
+            defaults.http_timeout_secs,
+            MAX_HTTP_TIMEOUT,
+        )?,
+        secret: format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        ),
+        created_at: crate::time::now_unix(),
+    };
+    put(txn, tenant, &callback)?;
+    Ok(callback)
+}
+
+/// Changes a callback: `url`, and `filter` or `attempt` when given.
+pub(crate) fn update(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    id: u64,
+    body: &Map<String, Value>,
+    egress: &Egress,
+) -> Result<Callback> {
+    let mut callback = get(&txn.open_table(CALLBACKS)?, tenant, id)?;
+    if body.contains_key("url") {
+        callback.url = check_url(body.get("url"), egress)?;
+    }
+    if let Some(filter) = body.get("filter") {
+        (callback.model_name, callback.project_name) = read_filter(Some(filter))?;
+    }
+    if let Some(attempt) = body.get("attempt").filter(|a| !a.is_null()) {
+        if !attempt.is_object() {
+            return Err(Error::invalid("'attempt' must be an object"));
+        }
+        callback.count = bounded(attempt, "count", callback.count, MAX_COUNT)?;
+        callback.interval = bounded(attempt, "interval", callback.interval, MAX_INTERVAL)?;
+        callback.http_timeout = bounded(
+            attempt,
+            "http_timeout",
+            callback.http_timeout,
+            MAX_HTTP_TIMEOUT,
+        )?;
+    }
+    put(txn, tenant, &callback)?;
+    Ok(callback)
+}
+
+/// Deletes a callback with its pending deliveries (never sent after this) and its log.
+pub(crate) fn delete(txn: &WriteTransaction, tenant: TenantId, id: u64) -> Result<()> {
+    if txn.open_table(CALLBACKS)?.remove((tenant.0, id))?.is_none() {
+        return Err(missing(id));
+    }
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let mut gone = Vec::new();
+    for entry in outbox.iter()? {
+        let (seq, pending) = entry?;
+        let pending: Pending = serde_json::from_str(pending.value())?;
+        if pending.tenant == tenant.0 && pending.callback == id {
+            gone.push(seq.value());
+        }
+    }
+    for seq in gone {
+        outbox.remove(seq)?;
+    }
+    let mut log = txn.open_table(DELIVERY_LOG)?;
+    let keys: Vec<(u64, u64, u64)> = log
+        .range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for key in keys {
+        log.remove(key)?;
+    }
+    Ok(())
+}
+
+/// The tenant's callbacks, by id.
+pub(crate) fn list(
+    table: &impl ReadableTable<(u64, u64), &'static str>,
+    tenant: TenantId,
+) -> Result<Vec<Callback>> {
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, 0)..=(tenant.0, u64::MAX))? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+/// One callback; NotFound for an unknown id, and for another tenant's.
+pub(crate) fn get(
+    table: &impl ReadableTable<(u64, u64), &'static str>,
+    tenant: TenantId,
+    id: u64,
+) -> Result<Callback> {
+    match table.get((tenant.0, id))? {
+        Some(record) => Ok(serde_json::from_str(record.value())?),
+        None => Err(missing(id)),
+    }
+}
+
+/// The attempts made for a callback, oldest first.
+pub(crate) fn attempts(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    id: u64,
+) -> Result<Vec<Attempt>> {
+    get(&txn.open_table(CALLBACKS)?, tenant, id)?;
+    let log = txn.open_table(DELIVERY_LOG)?;
+    let mut out = Vec::new();
+    for entry in log.range((tenant.0, id, 0)..=(tenant.0, id, u64::MAX))? {
+        out.push(serde_json::from_str(entry?.1.value())?);
+    }
+    Ok(out)
+}
+
+/// Read-side access to the registrations, for the engine's listing.
+pub(crate) fn table(
+    txn: &redb::ReadTransaction,
+) -> Result<redb::ReadOnlyTable<(u64, u64), &'static str>> {
+    Ok(txn.open_table(CALLBACKS)?)
+}
+
+fn put(txn: &WriteTransaction, tenant: TenantId, callback: &Callback) -> Result<()> {
+    txn.open_table(CALLBACKS)?.insert(
+        (tenant.0, callback.id),
+        serde_json::to_string(callback)?.as_str(),
+    )?;
+    Ok(())
+}
+
+fn missing(id: u64) -> Error {
+    Error::not_found(format!("Callback {id} not found"))
+}
+
+/// A callback URL: http or https with a host, and no address the egress policy refuses
+/// (names are checked again at every delivery, as they resolve then).
+fn check_url(url: Option<&Value>, egress: &Egress) -> Result<String> {
+    let text = match url {
+        Some(Value::String(text)) if !text.is_empty() => text,
+        _ => return Err(Error::invalid("'url' is required: an http or https URL")),
+    };
+    if text.len() > MAX_URL {
+        return Err(Error::invalid(format!(
+            "'url' is longer than {MAX_URL} bytes"
+        )));
+    }
+    let parsed = reqwest::Url::parse(text)
+        .map_err(|e| Error::invalid(format!("'url' is not a URL ({e}): {text}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(Error::invalid(format!(
+            "'url' must use http or https, not '{}': {text}",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Error::invalid(format!("'url' has no host: {text}")));
+    }
+    egress
+        .check_url_text(text)
+        .map_err(|e| Error::new(e.kind(), format!("'url' was {}", e.message())))?;
+    Ok(text.clone())
+}
+
+/// `filter`'s two patterns, each checked to compile.
+fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
+    let filter = match filter {
+        None | Some(Value::Null) => return Ok((None, None)),
+        Some(Value::Object(filter)) => filter,
+        Some(_) => {
+            return Err(Error::invalid(
+                "'filter' must be an object like {\"model_name\": \"regex\", \"project_name\": \"regex\"}",
+            ))
+        }
+    };
+    if let Some(other) = filter
+        .keys()
+        .find(|k| !matches!(k.as_str(), "model_name" | "project_name"))
+    {
+        return Err(Error::invalid(format!(
+            "'filter.{other}' is not a filter; use model_name and project_name"
+        )));
+    }
+    let pattern = |key: &str| -> Result<Option<String>> {
+        match filter.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(pattern)) => {
+                compile(pattern).map_err(|e| {
+                    Error::invalid(format!("'filter.{key}' is not a valid regex: {e}"))
+                })?;
+                Ok(Some(pattern.clone()))
+            }
+            Some(_) => Err(Error::invalid(format!(
+                "'filter.{key}' must be a regex (a string)"
+            ))),
+        }
+    };
+    Ok((pattern("model_name")?, pattern("project_name")?))
+}
+
+/// A pattern anchored at the start, as Python's `re.match` applies it. The pattern is first
+/// compiled alone, so one that only parses inside the wrapper (`a)|(b`) is refused.
+fn compile(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
+    let build = |text: &str| regex::RegexBuilder::new(text).size_limit(1 << 20).build();
+    build(pattern)?;
+    build(&format!("^(?:{pattern})"))
+}
+
+/// An `attempt` value: a whole number from 1 to `max`, or `default` when absent.
+fn bounded(attempt: &Value, key: &str, default: u32, max: u64) -> Result<u32> {
+    match attempt.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => match value.as_u64() {
+            Some(n) if (1..=max).contains(&n) => Ok(n as u32),
+            _ => Err(Error::invalid(format!(
+                "'attempt.{key}' must be a whole number from 1 to {max}, got {value}"
+            ))),
+        },
+    }
+}
+
+fn matches(pattern: &Option<String>, text: &str) -> bool {
+    match pattern {
+        None => true,
+        // Patterns compiled at registration; one that no longer compiles matches nothing.
+        Some(pattern) => compile(pattern).is_ok_and(|re| re.is_match(text)),
+    }
+}
+
+/// A model version's status change, as callbacks see it: the `models` module describes its
+/// changes this way, so this module needs nothing of its records.
+pub(crate) struct StatusChange<'a> {
+    pub(crate) project: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) version: u32,
+    pub(crate) active: bool,
+    pub(crate) model_id: u64,
+    /// When the version was created, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub(crate) created_at: &'a str,
+    pub(crate) old_status: Option<&'a str>,
+    pub(crate) new_status: &'a str,
+}
+
+/// The statuses whose changes are delivered: the ends of training.
+const DELIVERED: [&str; 2] = ["complete", "error"];
+
+/// Writes one delivery per matching callback of `tenant` for `change`, when its new status is
+/// `complete` or `error`. Runs in the status change's transaction, so the change and its
+/// deliveries land together or not at all.
+pub(crate) fn enqueue(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    model: &StatusChange,
+) -> Result<()> {
+    if !DELIVERED.contains(&model.new_status) {
+        return Ok(());
+    }
+    let callbacks = list(&txn.open_table(CALLBACKS)?, tenant)?;
+    let chosen: Vec<&Callback> = callbacks
+        .iter()
+        .filter(|c| matches(&c.model_name, model.name) && matches(&c.project_name, model.project))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let body = json!({
+        "name": model.name,
+        "version": model.version,
+        "active": model.active,
+        "predictor_id": model.model_id,
+        "project_name": model.project,
+        "predictor_created_at": http_date_of_text(model.created_at),
+        "old_status": model.old_status,
+        "new_status": model.new_status,
+        "changed_at": http_date(now.timestamp()),
+    })
+    .to_string();
+    let mut outbox = txn.open_table(OUTBOX)?;
+    for callback in chosen {
+        let seq = store::next_id(txn, "callback_delivery")?;
+        // Numbered per tenant: a receiver learns nothing of other tenants' events from gaps.
+        let number = store::next_tenant_id(txn, tenant, "callback_event")?;
+        let pending = Pending {
+            tenant: tenant.0,
+            callback: callback.id,
+            event_id: format!("msg_{number:012}_{}", random_hex(8)?),
+            body: body.clone(),
+            attempts: 0,
+            next_at: 0,
+            enqueued_at: now.timestamp_millis().max(0) as u64,
+        };
+        outbox.insert(seq, serde_json::to_string(&pending)?.as_str())?;
+    }
+    Ok(())
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| Error::internal(format!("no randomness: {e}")))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `Day, DD Mon YYYY HH:MM:SS GMT`.
+pub(crate) fn http_date(unix: i64) -> String {
+    chrono::DateTime::from_timestamp(unix, 0)
+        .unwrap_or_default()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
+}
+
+/// MindsDB's stored time text as an HTTP-date (the text itself if it does not parse).
+fn http_date_of_text(text: &str) -> String {
+    match chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f") {
+        Ok(time) => http_date(time.and_utc().timestamp()),
+        Err(_) => text.to_string(),
+    }
+}
+
+/// Whether outbox row `seq` still holds `pending` unchanged and its callback still exists.
+pub(crate) fn still_due(txn: &redb::ReadTransaction, seq: u64, pending: &Pending) -> Result<bool> {
+    let current: Option<Pending> = match txn.open_table(OUTBOX)?.get(seq)? {
+        Some(v) => Some(serde_json::from_str(v.value())?),
+        None => None,
+    };
+    let callback = txn
+        .open_table(CALLBACKS)?
+        .get((pending.tenant, pending.callback))?
+        .is_some();
+    Ok(callback && current.as_ref() == Some(pending))
+}
+
+/// Calls `each` with every pending delivery whose callback still exists, in outbox order, with
+/// its outbox row and callback.
+pub(crate) fn for_each_pending(
+    txn: &redb::ReadTransaction,
+    mut each: impl FnMut(u64, Pending, Callback) -> Result<()>,
+) -> Result<()> {
+    let outbox = txn.open_table(OUTBOX)?;
+    let callbacks = txn.open_table(CALLBACKS)?;
+    for entry in outbox.iter()? {
+        let (seq, pending) = entry?;
+        let pending: Pending = serde_json::from_str(pending.value())?;
+        if let Ok(callback) = get(&callbacks, TenantId(pending.tenant), pending.callback) {
+            each(seq.value(), pending, callback)?;
+        }
+    }
+    Ok(())
+}
+
+/// What one attempt came to.
+pub(crate) struct Outcome {
+    pub(crate) started: chrono::DateTime<chrono::Utc>,
+    pub(crate) duration_ms: u64,
+    pub(crate) status: Option<u16>,
+    pub(crate) error: Option<String>,
+}
+
+impl Outcome {
+    /// An event not sent at all.
+    pub(crate) fn refused(reason: String) -> Outcome {
+        Outcome {
+            started: chrono::Utc::now(),
+            duration_ms: 0,
+            status: None,
+            error: Some(reason),
+        }
+    }
+
+    pub(crate) fn delivered(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s)) && self.error.is_none()
+    }
+}
+
+/// Logs an attempt of outbox row `seq` and settles its delivery: gone when delivered or out of
+/// attempts (or `give_up`), else due again after the interval. A delivery whose callback was
+/// deleted meanwhile is left alone (the delete removed it). Keeps `keep` attempts per callback.
+pub(crate) fn record_attempt(
+    txn: &WriteTransaction,
+    seq: u64,
+    pending: &Pending,
+    callback: &Callback,
+    outcome: Outcome,
+    give_up: bool,
+    keep: usize,
+) -> Result<()> {
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let current: Option<Pending> = match outbox.get(seq)? {
+        Some(v) => Some(serde_json::from_str(v.value())?),
+        None => None,
+    };
+    let Some(mut current) = current.filter(|c| c.event_id == pending.event_id) else {
+        return Ok(());
+    };
+    current.attempts += 1;
+    let delivered = outcome.delivered();
+    let entry = Attempt {
+        event_id: current.event_id.clone(),
+        attempt: current.attempts,
+        at: outcome.started.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+        enqueued_at: current.enqueued_at,
+        duration_ms: outcome.duration_ms,
+        status: outcome.status,
+        error: outcome.error.clone(),
+        delivered,
+    };
+    let n = store::next_id(txn, "callback_attempt")?;
+    let mut log = txn.open_table(DELIVERY_LOG)?;
+    log.insert(
+        (current.tenant, current.callback, n),
+        serde_json::to_string(&entry)?.as_str(),
+    )?;
+    trim_log(&mut log, current.tenant, current.callback, keep)?;
+    if delivered || give_up || current.attempts >= callback.count {
+        outbox.remove(seq)?;
+    } else {
+        current.next_at = now_ms() + u64::from(callback.interval) * 1000;
+        outbox.insert(seq, serde_json::to_string(&current)?.as_str())?;
+    }
+    Ok(())
+}
+
+/// Drops a callback's oldest logged attempts beyond `keep`, so a long-lived callback's log
+/// stays bounded (a busy one writes an entry per attempt for as long as it exists).
+fn trim_log(
+    log: &mut redb::Table<(u64, u64, u64), &'static str>,
+    tenant: u64,
+    callback: u64,
+    keep: usize,
+) -> Result<()> {
+    let range = (tenant, callback, 0)..=(tenant, callback, u64::MAX);
+    let logged = log.range(range.clone())?.count();
+    if logged <= keep {
+        return Ok(());
+    }
+    let oldest: Vec<(u64, u64, u64)> = log
+        .range(range)?
+        .take(logged - keep)
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for key in oldest {
+        log.remove(key)?;
+    }
+    Ok(())
+}
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}

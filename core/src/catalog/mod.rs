@@ -1,0 +1,22 @@
+//! The catalog: the records of each kind of object the engine keeps (projects, tables, agents,
+//! datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
+//! about one object (its name, its fields, its limits). Each module reads and writes only its
+//! own redb tables (listed in `store::schema`) and uses only the store and the foundation below
+//! it, plus `namespace` for the names every kind shares.
+//!
+//! `rules` is the one module here that may use the others: what a change to one object means
+//! for the rest (dropping a project drops its tables, agents and models; a datasource a mind
+//! reads cannot be removed). No other catalog module uses it.
+
+pub(crate) mod agents;
+pub(crate) mod auth;
+pub(crate) mod callbacks;
+pub(crate) mod datasources;
+pub(crate) mod minds;
+pub(crate) mod models;
+pub(crate) mod namespace;
+pub(crate) mod projects;
+pub(crate) mod quotas;
+pub(crate) mod rules;
+pub(crate) mod tables;
+pub(crate) mod users;

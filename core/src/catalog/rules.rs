@@ -1,0 +1,59 @@
+//! Rules that span several kinds of catalog object, in one place: each runs inside the caller's
+//! write transaction, so everything it changes lands together or not at all. The record modules
+//! (`projects`, `datasources`, `minds`, `tables`, `agents`, `models`) each keep their own rows
+//! and know nothing of one another; what one object's change means for the others is here.
+
+use redb::WriteTransaction;
+
+use crate::catalog::datasources::{self, Change, Datasource};
+use crate::catalog::{agents, minds, models, projects, tables};
+use crate::error::Result;
+use crate::tenant::TenantId;
+
+/// `DROP DATABASE` / `DROP PROJECT name`: a datasource goes with its record alone (nothing is
+/// stored under it); a project goes with its tables, agents and models. The default project and
+/// the built-in namespaces cannot be dropped; a missing name is an error unless `if_exists`.
+pub(crate) fn drop_database(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    name: &str,
+    if_exists: bool,
+    default_project: &str,
+) -> Result<()> {
+    if remove_datasource(txn, tenant, name)? {
+        return Ok(());
+    }
+    if projects::remove(txn, tenant, name, if_exists, default_project)? {
+        tables::drop_all(txn, tenant, name)?;
+        agents::drop_all(txn, tenant, name)?;
+        models::drop_all(txn, tenant, name)?;
+    }
+    Ok(())
+}
+
+/// Removes a datasource; true when it existed. One a mind reads is refused with Conflict.
+pub(crate) fn remove_datasource(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    name: &str,
+) -> Result<bool> {
+    let key = name.to_ascii_lowercase();
+    minds::check_unused(txn, tenant, &key)?;
+    datasources::remove(txn, tenant, &key)
+}
+
+/// Applies a Minds API change to a datasource; a rename points the minds that read it at the
+/// new name.
+pub(crate) fn update_datasource(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    name: &str,
+    change: Change,
+) -> Result<Datasource> {
+    let old = name.to_ascii_lowercase();
+    let updated = datasources::update(txn, tenant, &old, change)?;
+    if updated.name != old {
+        minds::rename_datasource(txn, tenant, &old, &updated.name)?;
+    }
+    Ok(updated)
+}

@@ -1,0 +1,739 @@
+//! Stored tables. Owns four redb tables: `tables` (records keyed by tenant, project and
+//! lower-cased name), `table_schemas` (Arrow IPC schema by table id), `chunks` (LZ4 Arrow IPC
+//! record batches of up to [`CHUNK_ROWS`] rows keyed by (table id, chunk id)) and `chunk_order`
+//! ((table id, position) → chunk id, the table's row order). Chunk ids are never reused: a
+//! rewritten chunk gets a new id at the same position, in the same transaction, so a chunk id
+//! always names the same bytes.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray};
+use datafusion::arrow::compute::{cast_with_options, concat_batches, CastOptions};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use datafusion::arrow::ipc::CompressionType;
+use datafusion::arrow::record_batch::RecordBatch;
+use redb::{ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::namespace::validate_name;
+use crate::error::{Error, Result};
+use crate::spool::Spool;
+use crate::store;
+use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
+use crate::tenant::TenantId;
+
+/// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
+/// holds little memory.
+pub(crate) const CHUNK_ROWS: usize = 65_536;
+
+/// A last chunk smaller than this is merged with the next insert, so a stream of one-row
+/// INSERTs does not leave one chunk per row.
+const SMALL_TAIL_ROWS: u64 = 8_192;
+
+/// A stored table's catalog record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableRecord {
+    /// Stable id, never reused; keys the schema and the chunks.
+    pub id: u64,
+    /// The table name as created.
+    pub name: String,
+    /// The project it lives in (lower case).
+    pub project: String,
+    /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub created_at: String,
+    /// Rows in the table.
+    pub row_count: u64,
+    /// The id the next chunk gets.
+    pub next_chunk: u64,
+    /// The position the next appended chunk takes.
+    pub next_position: u64,
+    /// The last chunk, while nothing has rewritten it: small ones are merged into by the next insert.
+    pub tail: Option<Tail>,
+}
+
+/// The last chunk of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tail {
+    /// Its position in `chunk_order`.
+    pub position: u64,
+    /// Its chunk id.
+    pub chunk: u64,
+    /// Its row count.
+    pub rows: u64,
+}
+
+/// Creates this module's redb tables in a new file, so read snapshots always find them.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(TABLES)?;
+    txn.open_table(TABLE_SCHEMAS)?;
+    txn.open_table(CHUNKS)?;
+    txn.open_table(CHUNK_ORDER)?;
+    Ok(())
+}
+
+/// Reads a table record.
+pub(crate) fn get(
+    table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<TableRecord>> {
+    let (project, name) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    match table.get((tenant.0, project.as_str(), name.as_str()))? {
+        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// All table records of a project, by name.
+pub(crate) fn list(
+    table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+    tenant: TenantId,
+    project: &str,
+) -> Result<Vec<TableRecord>> {
+    let project = project.to_ascii_lowercase();
+    let mut out = Vec::new();
+    let start = (tenant.0, project.as_str(), "");
+    for entry in table.range(start..)? {
+        let (key, value) = entry?;
+        let (t, p, _) = key.value();
+        if t != tenant.0 || p != project {
+            break;
+        }
+        out.push(serde_json::from_str(value.value())?);
+    }
+    Ok(out)
+}
+
+/// Reads a table's Arrow schema.
+pub(crate) fn schema(table: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<SchemaRef> {
+    let bytes = table
+        .get(id)?
+        .ok_or_else(|| Error::internal(format!("schema of table id {id} is missing")))?;
+    decode_schema(bytes.value())
+}
+
+/// A schema as stored: an Arrow IPC stream without batches.
+pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    encode_batches(schema, &[])
+}
+
+/// A schema back from [`encode_schema`]'s bytes.
+pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+    Ok(StreamReader::try_new(Cursor::new(bytes), None)?.schema())
+}
+
+/// Creates an empty table. Fails if it exists (the caller handles IF NOT EXISTS / OR REPLACE).
+pub(crate) fn create(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    schema: &Schema,
+) -> Result<TableRecord> {
+    validate_name("table", name)?;
+    let project = project.to_ascii_lowercase();
+    let key = name.to_ascii_lowercase();
+    let mut seen = std::collections::HashSet::new();
+    for field in schema.fields() {
+        if !seen.insert(field.name().to_ascii_lowercase()) {
+            return Err(Error::invalid(format!(
+                "Duplicate column name '{}' in table '{name}'",
+                field.name()
+            )));
+        }
+    }
+    let mut tables = txn.open_table(TABLES)?;
+    if tables
+        .get((tenant.0, project.as_str(), key.as_str()))?
+        .is_some()
+    {
+        return Err(Error::conflict(format!(
+            "Table '{name}' already exists in database: {project}"
+        )));
+    }
+    let record = TableRecord {
+        id: store::next_id(txn, "table")?,
+        name: name.to_string(),
+        project: project.clone(),
+        created_at: crate::time::now_text(),
+        row_count: 0,
+        next_chunk: 0,
+        next_position: 0,
+        tail: None,
+    };
+    tables.insert(
+        (tenant.0, project.as_str(), key.as_str()),
+        serde_json::to_string(&record)?.as_str(),
+    )?;
+    let mut schemas = txn.open_table(TABLE_SCHEMAS)?;
+    schemas.insert(record.id, encode_batches(schema, &[])?.as_slice())?;
+    Ok(record)
+}
+
+/// Drops a table and all its chunks. Returns false when it did not exist.
+pub(crate) fn drop_table(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<bool> {
+    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let mut tables = txn.open_table(TABLES)?;
+    let record: TableRecord = match tables.remove((tenant.0, project.as_str(), key.as_str()))? {
+        Some(value) => serde_json::from_str(value.value())?,
+        None => return Ok(false),
+    };
+    txn.open_table(TABLE_SCHEMAS)?.remove(record.id)?;
+    remove_chunks(txn, record.id)?;
+    Ok(true)
+}
+
+/// Drops every table of a project (when the project itself is dropped).
+pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) -> Result<()> {
+    let names: Vec<String> = {
+        let tables = txn.open_table(TABLES)?;
+        list(&tables, tenant, project)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    };
+    for name in names {
+        drop_table(txn, tenant, project, &name)?;
+    }
+    Ok(())
+}
+
+fn remove_chunks(txn: &WriteTransaction, id: u64) -> Result<()> {
+    txn.open_table(CHUNKS)?
+        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+    txn.open_table(CHUNK_ORDER)?
+        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+    Ok(())
+}
+
+/// A table's (position, chunk id) pairs, in row order.
+pub(crate) fn chunk_order(
+    order: &impl ReadableTable<(u64, u64), u64>,
+    id: u64,
+) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for entry in order.range((id, 0)..=(id, u64::MAX))? {
+        let (key, chunk) = entry?;
+        out.push((key.value().1, chunk.value()));
+    }
+    Ok(out)
+}
+
+/// Writes a table record back.
+fn save(txn: &WriteTransaction, tenant: TenantId, record: &TableRecord) -> Result<()> {
+    let key = record.name.to_ascii_lowercase();
+    txn.open_table(TABLES)?.insert(
+        (tenant.0, record.project.as_str(), key.as_str()),
+        serde_json::to_string(record)?.as_str(),
+    )?;
+    Ok(())
+}
+
+/// Decodes one stored chunk, reading only the `projection` columns when given.
+pub(crate) fn decode_chunk(bytes: &[u8], projection: Option<Vec<usize>>) -> Result<RecordBatch> {
+    let mut reader = StreamReader::try_new(Cursor::new(bytes), projection)?;
+    let schema = reader.schema();
+    match reader.next() {
+        Some(batch) => Ok(batch?),
+        None => Ok(RecordBatch::new_empty(schema)),
+    }
+}
+
+/// A chunk is closed at this many bytes of rows even before it has [`CHUNK_ROWS`] rows, so
+/// wide rows (long texts) do not make chunks that take gigabytes to buffer and decode.
+const CHUNK_BYTES: usize = 16 * 1024 * 1024;
+
+/// Rows waiting to make a chunk: batches of one schema, with their row and byte counts.
+struct ChunkBuffer {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl ChunkBuffer {
+    fn new(schema: SchemaRef) -> ChunkBuffer {
+        ChunkBuffer {
+            schema,
+            batches: Vec::new(),
+            rows: 0,
+            bytes: 0,
+        }
+    }
+
+    fn add(&mut self, batch: RecordBatch) {
+        self.rows += batch.num_rows();
+        self.bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
+    }
+
+    /// The next full chunk (`CHUNK_ROWS` rows, or fewer once they reach `CHUNK_BYTES`), taken
+    /// out of the buffer; `None` while the rows make no full chunk yet.
+    fn full_chunk(&mut self) -> Result<Option<RecordBatch>> {
+        if self.rows < CHUNK_ROWS && self.bytes < CHUNK_BYTES {
+            return Ok(None);
+        }
+        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        let take = if self.rows >= CHUNK_ROWS {
+            CHUNK_ROWS
+        } else {
+            // By bytes: as many rows as fit, at least one.
+            let per_row = (self.bytes / all.num_rows().max(1)).max(1);
+            (CHUNK_BYTES / per_row).clamp(1, all.num_rows())
+        };
+        let chunk = all.slice(0, take);
+        self.batches.clear();
+        (self.rows, self.bytes) = (0, 0);
+        let rest = all.num_rows() - take;
+        if rest > 0 {
+            // Copied, so the remainder does not keep the whole concatenated chunk alive
+            // (and, through it, into the next chunk's buffers).
+            self.add(compact(&all.slice(take, rest))?);
+        }
+        Ok(Some(chunk))
+    }
+
+    /// Every buffered row as one batch, taken out of the buffer; `None` when it is empty.
+    fn rest(&mut self) -> Result<Option<RecordBatch>> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        self.batches.clear();
+        (self.rows, self.bytes) = (0, 0);
+        Ok(Some(all))
+    }
+}
+
+/// Chunks are LZ4-compressed Arrow IPC: decompression is cheaper than reading the extra bytes
+/// through redb, and compressed chunks stay clear of redb's power-of-two rounding of large values.
+fn encode_batches(schema: &Schema, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let options =
+        IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME))?;
+    let mut writer = StreamWriter::try_new_with_options(&mut out, schema, options)?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
+/// Copies the live bytes of string and binary view columns into fresh buffers. A view array
+/// (DataFusion's default for VARCHAR) keeps whole data buffers alive through slices and concats;
+/// written as is, a chunk would carry the bytes of every batch it was cut from.
+fn compact(batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Utf8View => Arc::new(column.as_string_view().gc()) as ArrayRef,
+            DataType::BinaryView => Arc::new(column.as_binary_view().gc()) as ArrayRef,
+            _ => Arc::clone(column),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+/// Appends rows to a table inside a write transaction: buffers batches into chunks of
+/// [`CHUNK_ROWS`] rows and updates the record when finished. Memory stays bounded by one chunk.
+pub(crate) struct TableWriter<'t> {
+    txn: &'t WriteTransaction,
+    tenant: TenantId,
+    record: TableRecord,
+    schema: SchemaRef,
+    pending: ChunkBuffer,
+}
+
+impl<'t> TableWriter<'t> {
+    /// Starts appending to `record`'s table. A small last chunk is taken back into the buffer so
+    /// it gets merged with the new rows.
+    pub(crate) fn append(
+        txn: &'t WriteTransaction,
+        tenant: TenantId,
+        mut record: TableRecord,
+    ) -> Result<Self> {
+        let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+        let mut writer = TableWriter {
+            txn,
+            tenant,
+            record: record.clone(),
+            pending: ChunkBuffer::new(Arc::clone(&schema)),
+            schema,
+        };
+        if let Some(tail) = record.tail.take() {
+            if tail.rows < SMALL_TAIL_ROWS {
+                txn.open_table(CHUNK_ORDER)?
+                    .remove((record.id, tail.position))?;
+                let mut chunks = txn.open_table(CHUNKS)?;
+                if let Some(bytes) = chunks.remove((record.id, tail.chunk))? {
+                    let batch = decode_chunk(bytes.value(), None)?;
+                    // The rows are counted again when the merged chunk is written.
+                    writer.record.row_count -= batch.num_rows() as u64;
+                    writer.pending.add(batch);
+                }
+                writer.record.tail = None;
+            }
+        }
+        Ok(writer)
+    }
+
+    /// Starts rewriting `record`'s table from scratch: its chunks are removed now, in the same
+    /// transaction, and the rows pushed afterwards become its whole content.
+    pub(crate) fn replace(
+        txn: &'t WriteTransaction,
+        tenant: TenantId,
+        mut record: TableRecord,
+    ) -> Result<Self> {
+        remove_chunks(txn, record.id)?;
+        record.row_count = 0;
+        record.tail = None;
+        Self::append(txn, tenant, record)
+    }
+
+    /// Buffers a batch, writing full chunks as they fill up.
+    pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = self.conform(batch)?;
+        self.pending.add(batch);
+        while let Some(chunk) = self.pending.full_chunk()? {
+            self.write_chunk(&chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered and the updated record. The transaction is still the caller's to commit.
+    pub(crate) fn finish(mut self) -> Result<TableRecord> {
+        if let Some(all) = self.pending.rest()? {
+            let tail = Tail {
+                position: self.record.next_position,
+                chunk: self.record.next_chunk,
+                rows: all.num_rows() as u64,
+            };
+            self.write_chunk(&all)?;
+            self.record.tail = Some(tail);
+        }
+        save(self.txn, self.tenant, &self.record)?;
+        Ok(self.record)
+    }
+
+    fn write_chunk(&mut self, batch: &RecordBatch) -> Result<()> {
+        let bytes = encode_batches(&self.schema, &[compact(batch)?])?;
+        let (id, chunk, position) = (
+            self.record.id,
+            self.record.next_chunk,
+            self.record.next_position,
+        );
+        self.txn
+            .open_table(CHUNKS)?
+            .insert((id, chunk), bytes.as_slice())?;
+        self.txn
+            .open_table(CHUNK_ORDER)?
+            .insert((id, position), chunk)?;
+        self.record.next_chunk += 1;
+        self.record.next_position += 1;
+        self.record.row_count += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Gives the batch the table's schema, refusing NULLs in NOT NULL columns.
+    fn conform(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        conform(&self.schema, &self.record.name, batch)
+    }
+
+    /// Appends rows staged before the transaction began (see [`StagedRows`]): their full
+    /// chunks go in as they were encoded, the rest is buffered like pushed rows. A small last
+    /// chunk of the table taken back for merging is written first, so row order holds.
+    pub(crate) fn push_staged(&mut self, staged: StagedRows) -> Result<()> {
+        let StagedRows {
+            chunks,
+            mut pending,
+            ..
+        } = staged;
+        if !chunks.is_empty() {
+            if let Some(all) = self.pending.rest()? {
+                self.write_chunk(&all)?;
+            }
+            let (id, txn) = (self.record.id, self.txn);
+            let mut chunks_table = txn.open_table(CHUNKS)?;
+            let mut order = txn.open_table(CHUNK_ORDER)?;
+            chunks.drain(|chunk_rows, bytes| {
+                chunks_table.insert((id, self.record.next_chunk), bytes.as_slice())?;
+                order.insert((id, self.record.next_position), self.record.next_chunk)?;
+                self.record.next_chunk += 1;
+                self.record.next_position += 1;
+                self.record.row_count += chunk_rows;
+                Ok(())
+            })?;
+        }
+        if let Some(rest) = pending.rest()? {
+            self.push(rest)?;
+        }
+        Ok(())
+    }
+}
+
+/// Gives `batch` the table's `schema` (casting strictly: a value that does not fit is an
+/// error), refusing NULLs in NOT NULL columns; `table` names the table in messages.
+fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(Error::invalid(format!(
+            "Table '{}' has {} columns but {} values were given",
+            table,
+            schema.fields().len(),
+            batch.num_columns()
+        )));
+    }
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let column = if column.data_type() == field.data_type() {
+            column.clone()
+        } else {
+            // Unsafe casts fail on values that do not fit instead of turning them into NULLs.
+            let options = CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            cast_with_options(column, field.data_type(), &options).map_err(|e| {
+                Error::new(
+                    crate::ErrorKind::InvalidData,
+                    format!(
+                        "Column '{}' of table '{}' takes {}: {e}",
+                        field.name(),
+                        table,
+                        sql_type_name(field.data_type())
+                    ),
+                )
+            })?
+        };
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(Error::new(
+                crate::ErrorKind::ConstraintViolation,
+                format!(
+                    "NULL value in column '{}' of table '{}' violates its NOT NULL constraint",
+                    field.name(),
+                    table
+                ),
+            ));
+        }
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Rows for a table, conformed to its schema and encoded into full chunks before the write
+/// that stores them takes the writer lock; [`TableWriter::push_staged`] appends them. Memory
+/// stays bounded: encoded chunks go to a [`Spool`] (memory, then a temporary file).
+pub(crate) struct StagedRows {
+    table: String,
+    schema: SchemaRef,
+    chunks: Spool,
+    /// Rows not yet making a full chunk.
+    pending: ChunkBuffer,
+    rows: u64,
+}
+
+impl StagedRows {
+    /// Staging for the table `table` of `schema`.
+    pub(crate) fn new(table: &str, schema: SchemaRef, chunks: Spool) -> StagedRows {
+        StagedRows {
+            table: table.to_string(),
+            pending: ChunkBuffer::new(Arc::clone(&schema)),
+            schema,
+            chunks,
+            rows: 0,
+        }
+    }
+
+    /// Rows staged so far.
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Conforms and buffers a batch, encoding full chunks as they fill up.
+    pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = conform(&self.schema, &self.table, batch)?;
+        self.rows += batch.num_rows() as u64;
+        self.pending.add(batch);
+        while let Some(chunk) = self.pending.full_chunk()? {
+            let rows = chunk.num_rows() as u64;
+            self.chunks
+                .push(rows, encode_batches(&self.schema, &[compact(&chunk)?])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Chunk-by-chunk changes to a table computed from a read snapshot (an UPDATE or DELETE that
+/// ran before taking the writer lock), applied by [`apply_rewrite`] if the table is still as
+/// it was read.
+pub(crate) struct Rewrite {
+    /// The table's (position, chunk id) pairs as read.
+    base: Vec<(u64, u64)>,
+    /// The id of the table read.
+    table_id: u64,
+    /// Per changed chunk: its position in the spool's numbers, its new rows as bytes (empty
+    /// when every row went); the chunk ids and row counts alongside.
+    changes: Spool,
+    /// (position, old chunk id, old rows, new rows) per change, in order.
+    index: Vec<(u64, u64, u64, u64)>,
+}
+
+impl Rewrite {
+    /// Whether nothing changed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+/// Computes, from `txn` (a snapshot or the write transaction), the chunks `change` rewrites,
+/// without writing them. `change` gets each chunk's rows and returns `None` to leave the chunk
+/// untouched, or its new rows (possibly none). Changed chunks get new ids at their old
+/// positions (see [`apply_rewrite`]), so row order holds and untouched chunks are never copied.
+pub(crate) fn plan_rewrite(
+    txn: &impl ReadTables,
+    record: &TableRecord,
+    changes: Spool,
+    mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
+) -> Result<Rewrite> {
+    let schema = txn.schema_of(record.id)?;
+    let base = txn.chunk_order_of(record.id)?;
+    let mut rewrite = Rewrite {
+        base: base.clone(),
+        table_id: record.id,
+        changes,
+        index: Vec::new(),
+    };
+    for (position, chunk) in base {
+        let batch = txn.chunk(record.id, chunk)?;
+        let old_rows = batch.num_rows() as u64;
+        let Some(new) = change(batch)? else {
+            continue;
+        };
+        let new_rows = new.num_rows() as u64;
+        let bytes = if new_rows == 0 {
+            Vec::new()
+        } else {
+            let new = RecordBatch::try_new(Arc::clone(&schema), new.columns().to_vec())?;
+            encode_batches(&schema, &[compact(&new)?])?
+        };
+        rewrite.changes.push(position, bytes)?;
+        rewrite.index.push((position, chunk, old_rows, new_rows));
+    }
+    Ok(rewrite)
+}
+
+/// Applies `rewrite` to the table `record` names inside `txn`. Returns `false` (writing
+/// nothing) when the table is no longer as it was read: another write changed it since.
+pub(crate) fn apply_rewrite(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    mut record: TableRecord,
+    rewrite: Rewrite,
+) -> Result<bool> {
+    if record.id != rewrite.table_id
+        || chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? != rewrite.base
+    {
+        return Ok(false);
+    }
+    let mut chunks = txn.open_table(CHUNKS)?;
+    let mut order = txn.open_table(CHUNK_ORDER)?;
+    let mut index = rewrite.index.into_iter();
+    rewrite.changes.drain(|position, bytes| {
+        let (at, old_chunk, old_rows, new_rows) =
+            index
+                .next()
+                .filter(|(at, ..)| *at == position)
+                .ok_or_else(|| Error::internal("a staged rewrite lost its order"))?;
+        chunks.remove((record.id, old_chunk))?;
+        record.row_count = record.row_count - old_rows + new_rows;
+        if record.tail.is_some_and(|t| t.position == at) {
+            record.tail = None;
+        }
+        if new_rows == 0 {
+            order.remove((record.id, at))?;
+            return Ok(());
+        }
+        chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
+        order.insert((record.id, at), record.next_chunk)?;
+        record.next_chunk += 1;
+        Ok(())
+    })?;
+    drop((chunks, order));
+    save(txn, tenant, &record)?;
+    Ok(true)
+}
+
+/// Reading a table's schema and chunks, from a read snapshot or a write transaction alike.
+pub(crate) trait ReadTables {
+    fn schema_of(&self, id: u64) -> Result<SchemaRef>;
+    fn chunk_order_of(&self, id: u64) -> Result<Vec<(u64, u64)>>;
+    fn chunk(&self, id: u64, chunk: u64) -> Result<RecordBatch>;
+}
+
+macro_rules! read_tables {
+    ($txn:ty) => {
+        impl ReadTables for $txn {
+            fn schema_of(&self, id: u64) -> Result<SchemaRef> {
+                schema(&self.open_table(TABLE_SCHEMAS)?, id)
+            }
+
+            fn chunk_order_of(&self, id: u64) -> Result<Vec<(u64, u64)>> {
+                chunk_order(&self.open_table(CHUNK_ORDER)?, id)
+            }
+
+            fn chunk(&self, id: u64, chunk: u64) -> Result<RecordBatch> {
+                let chunks = self.open_table(CHUNKS)?;
+                let bytes = chunks.get((id, chunk))?.ok_or_else(|| {
+                    Error::internal(format!("chunk {chunk} of table id {id} is missing"))
+                })?;
+                decode_chunk(bytes.value(), None)
+            }
+        }
+    };
+}
+
+read_tables!(WriteTransaction);
+read_tables!(redb::ReadTransaction);
+
+/// The SQL name of an Arrow type, as `information_schema.columns.DATA_TYPE` shows it.
+pub fn sql_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INTEGER".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::UInt8 => "TINYINT UNSIGNED".into(),
+        DataType::UInt16 => "SMALLINT UNSIGNED".into(),
+        DataType::UInt32 => "INTEGER UNSIGNED".into(),
+        DataType::UInt64 => "BIGINT UNSIGNED".into(),
+        DataType::Float16 | DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "BLOB".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Timestamp(_, _) => "TIMESTAMP".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,537 @@
+//! The hosted edition's side of [`Engine`]: handles scoped to one user,
+//! authentication by API key or login token, user administration, quotas and `/limits/`,
+//! and the Minds API (minds, datasources, questions). Every method acts as the handle's
+//! tenant; administration needs the unscoped handle [`Engine::open`] gave.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::catalog::callbacks;
+use crate::catalog::datasources;
+use crate::catalog::minds::{self, Mind};
+use crate::catalog::quotas::{self, Limits};
+use crate::catalog::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
+use crate::config::Edition;
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Result};
+use crate::services::chat::{self, ChatRequest, MindStream};
+use crate::store::schema::{DATASOURCES, MINDS};
+use crate::tenant::TenantId;
+
+impl Engine {
+    /// The tenant this handle acts as.
+    pub fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    /// A handle on the same database acting as the user an API key belongs to: it sees and
+    /// changes only that user's objects, under its plan's quotas. An unknown or revoked key is
+    /// [`ErrorKind::Unauthorized`]; a disabled user's key [`ErrorKind::Forbidden`].
+    /// A handle checks its key when it is made: revoking the key or disabling the user later
+    /// stops new handles and HTTP requests, not this one.
+    pub fn as_user(&self, api_key: &str) -> Result<Engine> {
+        // API keys are the hosted edition's; a local engine takes none, even from its file.
+        if !self.is_hosted() {
+            return Err(crate::catalog::auth::unauthorized());
+        }
+        let user = users::authenticate(&self.inner.sql.store.read()?, api_key)?;
+        Ok(self.scoped(user.tenant()))
+    }
+
+    /// The handle a request with `Authorization: Bearer <credential>` acts through: an API
+    /// key (`mlk_…`) or a login token. A disabled user is [`ErrorKind::Forbidden`]; anything
+    /// else unknown, revoked or expired is [`ErrorKind::Unauthorized`].
+    pub fn authenticate(&self, credential: &str) -> Result<Engine> {
+        let hosted = self.is_hosted();
+        if credential.starts_with(API_KEY_PREFIX) {
+            return self.as_user(credential);
+        }
+        let txn = self.inner.sql.store.read()?;
+        let tenant = crate::catalog::auth::verify(&txn, credential)?;
+        // In the hosted edition a token must belong to a live user: one left from a local run
+        // of the same file (the operator's tenant) is refused.
+        if users::active(&txn, tenant)?.is_none() && hosted {
+            return Err(crate::catalog::auth::unauthorized());
+        }
+        Ok(self.scoped(tenant))
+    }
+
+    fn scoped(&self, tenant: TenantId) -> Engine {
+        Engine {
+            inner: Arc::clone(&self.inner),
+            tenant,
+            interrupts: crate::cancel::Interrupts::new(),
+        }
+    }
+
+    /// The tenant of a hosted login: the user named `username` owning the API key `password`.
+    pub(crate) fn user_login(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<TenantId> {
+        let (Some(username), Some(password)) = (username, password) else {
+            return Err(Error::invalid("Username and password should be string"));
+        };
+        if username.is_empty() || password.is_empty() {
+            return Err(Error::invalid("Username and password should be string"));
+        }
+        let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
+        let user = match users::authenticate(&self.inner.sql.store.read()?, password) {
+            Ok(user) => user,
+            Err(e) if e.kind() == ErrorKind::Unauthorized => return Err(wrong()),
+            Err(e) => return Err(e),
+        };
+        if !user.name.eq_ignore_ascii_case(username) {
+            return Err(wrong());
+        }
+        Ok(user.tenant())
+    }
+
+    /// User administration belongs to the hosted edition's operator handle, never to a user's.
+    fn require_operator(&self) -> Result<()> {
+        if !self.is_hosted() {
+            return Err(Error::invalid(
+                "Users belong to the hosted edition; set edition = \"hosted\" in the config",
+            ));
+        }
+        if self.tenant == TenantId::LOCAL {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Forbidden,
+                "Only the operator's handle manages users",
+            ))
+        }
+    }
+
+    /// Creates a user (a tenant) on `plan`, or on the configured default plan. The user gets
+    /// its own default project and no API key yet.
+    pub async fn create_user(&self, name: &str, plan: Option<&str>) -> Result<User> {
+        self.require_operator()?;
+        let (name, plan) = (name.to_string(), plan.map(str::to_string));
+        let inner = Arc::clone(&self.inner);
+        self.write(move |txn| {
+            let project = inner.sql.default_project();
+            users::create(txn, &name, plan.as_deref(), &inner.config.hosted, project)
+        })
+        .await
+    }
+
+    /// Every user, in creation order.
+    pub fn list_users(&self) -> Result<Vec<User>> {
+        self.require_operator()?;
+        users::list(&self.inner.sql.store.read()?)
+    }
+
+    /// One user by name (case-insensitive).
+    pub fn get_user(&self, name: &str) -> Result<User> {
+        self.require_operator()?;
+        users::read(&self.inner.sql.store.read()?, name)
+    }
+
+    /// Changes a user's plan and/or disables (or re-enables) it. A disabled user's keys and
+    /// tokens are refused; its objects stay.
+    pub async fn update_user(
+        &self,
+        name: &str,
+        plan: Option<&str>,
+        disabled: Option<bool>,
+    ) -> Result<User> {
+        self.require_operator()?;
+        let (name, plan) = (name.to_string(), plan.map(str::to_string));
+        let inner = Arc::clone(&self.inner);
+        self.write(move |txn| {
+            users::update(txn, &name, plan.as_deref(), disabled, &inner.config.hosted)
+        })
+        .await
+    }
+
+    /// Issues an API key for a user; its text is in the answer and nowhere else.
+    pub async fn create_api_key(&self, user: &str) -> Result<IssuedApiKey> {
+        self.require_operator()?;
+        let user = user.to_string();
+        self.write(move |txn| users::issue_key(txn, &user)).await
+    }
+
+    /// Revokes one of a user's API keys by id.
+    pub async fn revoke_api_key(&self, user: &str, key_id: u64) -> Result<User> {
+        self.require_operator()?;
+        let user = user.to_string();
+        self.write(move |txn| users::revoke_key(txn, &user, key_id))
+            .await
+    }
+
+    /// This handle's user's plan, quotas and usage (`GET /limits/`); NotFound for a handle
+    /// that is not a user's.
+    pub fn limits(&self) -> Result<Limits> {
+        let txn = self.inner.sql.store.read()?;
+        let minds = minds::list(&txn.open_table(MINDS)?, self.tenant)?.len() as u64;
+        let sources = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?.len() as u64;
+        quotas::limits(
+            &txn,
+            self.tenant,
+            &self.inner.config.hosted,
+            (minds, sources),
+            crate::time::now_unix(),
+        )
+    }
+
+    /// Counts a question against this tenant's quota (a no-op for tenants without one).
+    pub(crate) async fn take_question(&self) -> Result<quotas::Question> {
+        let inner = &self.inner;
+        quotas::Question::take(&inner.sql.store, &inner.config.hosted, self.tenant).await
+    }
+
+    /// Creates a mind from a Minds API body: `name`, and optionally `model_name` and
+    /// `provider` (the configured default model otherwise), `datasources` (`[{"name",
+    /// "tables"}]`, each an existing datasource) and `parameters` (`prompt_template`, …).
+    /// Quota-checked: over the plan's minds is [`ErrorKind::QuotaExceeded`].
+    pub async fn create_mind(&self, body: Value) -> Result<Mind> {
+        let body = object(body, "mind")?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        self.write(move |txn| {
+            let config = &inner.config;
+            minds::create(txn, tenant, &body, &config.llm, &config.hosted)
+        })
+        .await
+    }
+
+    /// Every mind, by name.
+    pub fn list_minds(&self) -> Result<Vec<Mind>> {
+        let txn = self.inner.sql.store.read()?;
+        minds::list(&txn.open_table(MINDS)?, self.tenant)
+    }
+
+    /// One mind by name (case-insensitive).
+    pub fn get_mind(&self, name: &str) -> Result<Mind> {
+        let txn = self.inner.sql.store.read()?;
+        minds::require(&txn.open_table(MINDS)?, self.tenant, name)
+    }
+
+    /// Changes a mind: the fields given replace the stored ones; `name` renames it.
+    pub async fn update_mind(&self, name: &str, body: Value) -> Result<Mind> {
+        let body = object(body, "mind")?;
+        let (name, tenant) = (name.to_string(), self.tenant);
+        self.write(move |txn| minds::update(txn, tenant, &name, &body))
+            .await
+    }
+
+    /// Deletes a mind, freeing its quota slot.
+    pub async fn delete_mind(&self, name: &str) -> Result<()> {
+        let (name, tenant) = (name.to_string(), self.tenant);
+        self.write(move |txn| minds::delete(txn, tenant, &name))
+            .await
+    }
+
+    /// Creates a datasource from a Minds API body (`name`, `engine`, `connection_data`,
+    /// `description`): the same object `CREATE DATABASE … ENGINE … PARAMETERS` makes, checked
+    /// by connecting first and quota-checked. Returns it in the Minds API's shape.
+    pub async fn create_datasource(&self, body: Value) -> Result<Value> {
+        let body = object(body, "datasource")?;
+        let name = text_field(&body, "name")?
+            .ok_or_else(|| Error::invalid("A datasource needs a 'name' (a string)"))?;
+        let engine = text_field(&body, "engine")?
+            .ok_or_else(|| Error::invalid("A datasource needs an 'engine' (a string)"))?;
+        let description = text_field(&body, "description")?;
+        let parameters = match body.get("connection_data") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(data)) => data.clone(),
+            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
+        };
+        // A taken name, or a full quota, is told before a slow connection attempt (the
+        // quota is checked again, atomically, when the datasource is stored).
+        if self.find_datasource(&name)?.is_some() {
+            return Err(Error::conflict(format!(
+                "Database '{}' already exists",
+                name.to_ascii_lowercase()
+            )));
+        }
+        if let Ok(limits) = self.limits() {
+            let full = &limits.datasources;
+            if full.remaining == 0 {
+                let slot = quotas::Slot::Datasources;
+                return Err(quotas::slot_full(slot, &limits.plan, full.limit, full.used));
+            }
+        }
+        let edition = self.inner.config.edition;
+        let (engine, parameters) =
+            crate::services::connectors::check(&engine, parameters, edition, &self.inner.sql.net)
+                .await?;
+        let (inner, tenant, key) = (Arc::clone(&self.inner), self.tenant, name.clone());
+        self.write(move |txn| {
+            let new = datasources::NewDatasource {
+                name: &key,
+                engine: &engine,
+                parameters,
+                description,
+            };
+            datasources::create(txn, tenant, new, false, &inner.config.hosted)
+        })
+        .await?;
+        self.get_datasource(&name)
+    }
+
+    /// Every datasource in the Minds API's shape, secrets masked.
+    pub fn list_datasources(&self) -> Result<Vec<Value>> {
+        let txn = self.inner.sql.store.read()?;
+        let all = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?;
+        Ok(all.iter().map(|d| d.to_minds_json()).collect())
+    }
+
+    /// One datasource in the Minds API's shape, secrets masked.
+    pub fn get_datasource(&self, name: &str) -> Result<Value> {
+        self.find_datasource(name)?
+            .map(|d| d.to_minds_json())
+            .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))
+    }
+
+    fn find_datasource(&self, name: &str) -> Result<Option<datasources::Datasource>> {
+        let txn = self.inner.sql.store.read()?;
+        datasources::get(&txn.open_table(DATASOURCES)?, self.tenant, name)
+    }
+
+    /// Changes a datasource with a Minds API PUT body: `connection_data` replaces the
+    /// parameters (a secret sent back masked keeps its value) after a connection check,
+    /// `description` replaces the description, `name` renames it (minds follow).
+    pub async fn update_datasource(&self, name: &str, body: Value) -> Result<Value> {
+        let body = object(body, "datasource")?;
+        let source = self
+            .find_datasource(name)?
+            .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))?;
+        let mut change = datasources::Change {
+            name: text_field(&body, "name")?,
+            description: text_field(&body, "description")?,
+            parameters: None,
+        };
+        match body.get("connection_data") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(data)) => {
+                let parameters = datasources::unmasked(&source, data.clone());
+                let edition = self.inner.config.edition;
+                let (_, checked) = crate::services::connectors::check(
+                    &source.engine,
+                    parameters,
+                    edition,
+                    &self.inner.sql.net,
+                )
+                .await?;
+                change.parameters = Some(checked);
+            }
+            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
+        }
+        let (tenant, key) = (self.tenant, source.name.clone());
+        let updated = self
+            .write(move |txn| crate::catalog::rules::update_datasource(txn, tenant, &key, change))
+            .await?;
+        Ok(updated.to_minds_json())
+    }
+
+    /// Deletes a datasource, freeing its quota slot; Conflict while a mind reads it.
+    pub async fn delete_datasource(&self, name: &str) -> Result<()> {
+        let (tenant, key) = (self.tenant, name.to_string());
+        let removed = self
+            .write(move |txn| crate::catalog::rules::remove_datasource(txn, tenant, &key))
+            .await?;
+        if removed {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("Datasource '{name}' not found")))
+        }
+    }
+
+    /// Answers a question to a mind ([`ChatRequest`]) in the shape of the API it came
+    /// through (a chat completion or a response object). Counted against the question quota,
+    /// given back if answering fails.
+    pub async fn ask_mind(&self, request: &ChatRequest) -> Result<Value> {
+        let mind = self.get_mind(&request.mind)?;
+        let agent = mind.agent(self.inner.sql.default_project());
+        let answer = self.answer(agent, request.messages.clone()).await?;
+        Ok(chat::answer_json(request.api, &mind.name, &answer.content))
+    }
+
+    /// [`Engine::ask_mind`] as server-sent event frames in the API's streaming shape.
+    pub async fn ask_mind_stream(&self, request: &ChatRequest) -> Result<MindStream> {
+        let mind = self.get_mind(&request.mind)?;
+        let agent = mind.agent(self.inner.sql.default_project());
+        let events = self.answer_stream(agent, request.messages.clone()).await?;
+        Ok(MindStream::new(events, request.api, &mind.name))
+    }
+
+    /// Callbacks are the hosted edition's users': NotFound in the local edition, Forbidden
+    /// for the operator's handle.
+    fn require_callback_owner(&self) -> Result<()> {
+        if !self.is_hosted() {
+            return Err(Error::not_found(
+                "Model-status callbacks are served by the hosted edition only",
+            ));
+        }
+        let txn = self.inner.sql.store.read()?;
+        match users::active(&txn, self.tenant)? {
+            Some(_) => Ok(()),
+            None => Err(Error::new(
+                ErrorKind::Forbidden,
+                "Model-status callbacks belong to users; this handle is none",
+            )),
+        }
+    }
+
+    /// [`Engine::require_callback_owner`], and the user's plan must include callbacks (a
+    /// user whose plan lost them gets 403 everywhere, and the worker stops sending its events).
+    fn require_callbacks(&self) -> Result<()> {
+        self.require_callback_owner()?;
+        let txn = self.inner.sql.store.read()?;
+        let hosted = &self.inner.config.hosted;
+        let plan = users::active(&txn, self.tenant)?.map(|u| u.plan);
+        let allowed = plan
+            .as_ref()
+            .and_then(|p| hosted.plans.get(p))
+            .is_some_and(|p| p.callbacks);
+        if allowed {
+            return Ok(());
+        }
+        let with: Vec<&str> = hosted
+            .plans
+            .iter()
+            .filter(|(_, p)| p.callbacks)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        Err(Error::new(
+            ErrorKind::Forbidden,
+            match plan {
+                Some(plan) => format!(
+                    "Model-status callbacks are not included in plan '{plan}'; plans that include them: {}",
+                    if with.is_empty() { "none".to_string() } else { with.join(", ") }
+                ),
+                None => "Model-status callbacks belong to users; this handle is none".to_string(),
+            },
+        ))
+    }
+
+    /// Registers a model-status callback from MindsDB's body `{url, filter: {model_name,
+    /// project_name}, attempt: {count, interval, http_timeout}}`; returns `{"id", "secret"}`,
+    /// the secret that signs its deliveries (shown here only).
+    pub async fn register_callback(&self, body: Value) -> Result<Value> {
+        self.require_callbacks()?;
+        let body = object(body, "callback")?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        let callback = self
+            .write(move |txn| {
+                let plan = users::plan_of(txn, tenant)?;
+                let limit = plan.as_deref().and_then(|name| {
+                    let plan = inner.config.hosted.plans.get(name)?;
+                    Some((name, plan.max_callbacks))
+                });
+                let config = &inner.config.callbacks;
+                callbacks::register(txn, tenant, &body, config, &inner.sql.net.egress, limit)
+            })
+            .await?;
+        Ok(serde_json::json!({"id": callback.id, "secret": callback.secret}))
+    }
+
+    /// The callbacks as MindsDB lists them: `[{"id", "created_at" (an HTTP-date), "url"}]`.
+    pub fn list_callbacks(&self) -> Result<Vec<Value>> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        let all = callbacks::list(&callbacks::table(&txn)?, self.tenant)?;
+        Ok(all.iter().map(|c| c.to_list_json()).collect())
+    }
+
+    /// One callback with its filter and attempt settings (not its secret).
+    pub fn get_callback(&self, id: u64) -> Result<Value> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        Ok(callbacks::get(&callbacks::table(&txn)?, self.tenant, id)?.to_json())
+    }
+
+    /// Changes a callback's `url` (and `filter` or `attempt` when given).
+    pub async fn update_callback(&self, id: u64, body: Value) -> Result<Value> {
+        self.require_callbacks()?;
+        let body = object(body, "callback")?;
+        let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
+        let callback = self
+            .write(move |txn| callbacks::update(txn, tenant, id, &body, &inner.sql.net.egress))
+            .await?;
+        Ok(callback.to_json())
+    }
+
+    /// Deletes a callback; its pending deliveries are never sent.
+    pub async fn delete_callback(&self, id: u64) -> Result<()> {
+        self.require_callbacks()?;
+        let tenant = self.tenant;
+        self.write(move |txn| callbacks::delete(txn, tenant, id))
+            .await
+    }
+
+    /// A callback's delivery log, oldest first: `[{"event_id", "attempt", "at", "enqueued_at",
+    /// "duration_ms", "status", "error", "delivered"}]`; the newest `callbacks.log_entries`
+    /// attempts (1,000 by default) are kept.
+    pub fn callback_deliveries(&self, id: u64) -> Result<Vec<Value>> {
+        self.require_callbacks()?;
+        let txn = self.inner.sql.store.read()?;
+        let attempts = callbacks::attempts(&txn, self.tenant, id)?;
+        Ok(attempts
+            .iter()
+            .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
+            .collect())
+    }
+
+    /// Runs `change` in one write transaction of this engine's store.
+    async fn write<T, F>(&self, change: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
+    {
+        self.inner.sql.store.write(change).await
+    }
+
+    /// Ok when this edition serves `api`; otherwise a NotFound error saying so (a local
+    /// server has no Minds API, callbacks or cloud login; MindsDB's SDK takes the 404 of the
+    /// cloud login as its cue to use `/api/login`).
+    pub fn serves(&self, api: HostedApi) -> Result<()> {
+        if self.is_hosted() {
+            return Ok(());
+        }
+        Err(Error::not_found(match api {
+            HostedApi::Minds => {
+                "The Minds API is served by the hosted edition only (edition = \"hosted\")"
+            }
+            HostedApi::Callbacks => {
+                "Model-status callbacks are served by the hosted edition only (edition = \"hosted\")"
+            }
+            HostedApi::CloudLogin => "This server has no cloud login; use /api/login",
+        }))
+    }
+
+    /// Whether this engine runs the hosted edition.
+    pub fn is_hosted(&self) -> bool {
+        self.inner.config.edition == Edition::Hosted
+    }
+}
+
+fn object(value: Value, what: &str) -> Result<Map<String, Value>> {
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(Error::invalid(format!("The {what} must be a JSON object"))),
+    }
+}
+
+fn text_field(body: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(Error::invalid(format!("'{key}' must be a string"))),
+    }
+}
+
+/// The parts of the API only the hosted edition serves ([`Engine::serves`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostedApi {
+    /// The Minds API: minds, their datasources, chat completions and responses, limits.
+    Minds,
+    /// Model-status callbacks.
+    Callbacks,
+    /// `POST /cloud/login`.
+    CloudLogin,
+}

@@ -1,0 +1,163 @@
+//! Connectors: how the engine reaches a datasource's data — a PostgreSQL server (`postgres`,
+//! with filters, projections and limits pushed down by `pushdown`, its tables and native
+//! queries as DataFusion tables in `table`) or a local directory of CSV and Parquet files
+//! (`directory`). Every connection goes through the egress policy (`Net`). The datasource
+//! records themselves are `datasources`'s.
+
+pub(crate) mod directory;
+pub(crate) mod postgres;
+pub(crate) mod pushdown;
+pub(crate) mod table;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use serde_json::{Map, Value};
+
+use crate::catalog::datasources::Datasource;
+use crate::config::{Config, Edition};
+use crate::egress::Egress;
+use crate::error::{Error, ErrorKind, Result};
+
+/// How datasources reach their servers: the engine's egress policy, and what a server may send.
+#[derive(Debug, Clone)]
+pub(crate) struct Net {
+    pub(crate) egress: Egress,
+    /// `datasources.max_message_mb`, in bytes.
+    pub(crate) max_message_bytes: usize,
+    /// `datasources.max_tables`.
+    pub(crate) max_tables: usize,
+}
+
+impl Net {
+    /// The reach `config` describes.
+    pub(crate) fn new(config: &Config) -> Result<Net> {
+        Ok(Net {
+            egress: config.egress()?,
+            max_message_bytes: usize::try_from(
+                config
+                    .datasources
+                    .max_message_mb
+                    .saturating_mul(1024 * 1024),
+            )
+            .unwrap_or(usize::MAX),
+            max_tables: config.datasources.max_tables,
+        })
+    }
+}
+
+/// A datasource's engine with its checked settings.
+pub(crate) enum Connection {
+    Postgres(postgres::Settings),
+    Directory(directory::Directory),
+}
+
+impl Connection {
+    /// How `source` is reached, through `net`.
+    pub(crate) fn of(source: &Datasource, net: &Net) -> Result<Connection> {
+        match source.engine.as_str() {
+            directory::ENGINE => Ok(Connection::Directory(
+                directory::Directory::from_parameters(&source.parameters)?,
+            )),
+            _ => Ok(Connection::Postgres(postgres::Settings::from_parameters(
+                &source.parameters,
+                net,
+            )?)),
+        }
+    }
+
+    /// The names of the tables it shows, sorted.
+    pub(crate) async fn table_names(&self) -> Result<Vec<String>> {
+        match self {
+            Connection::Postgres(settings) => postgres::table_names(settings).await,
+            Connection::Directory(dir) => Ok(dir.tables()?.into_iter().map(|(n, _)| n).collect()),
+        }
+    }
+
+    /// The table `name`, or a native query's result when `name` starts with
+    /// [`table::NATIVE`]; `None` when there is no such table.
+    pub(crate) async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        match (self, name.strip_prefix(table::NATIVE)) {
+            (Connection::Postgres(settings), Some(sql)) => Ok(Some(Arc::new(
+                table::NativeQuery::prepare(settings.clone(), sql).await?,
+            ))),
+            (Connection::Postgres(settings), None) => {
+                Ok(table::RemoteTable::open(settings.clone(), name)
+                    .await?
+                    .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+            }
+            (Connection::Directory(_), Some(_)) => Err(Error::invalid(
+                "A 'files' datasource runs no native queries; select from its tables",
+            )),
+            (Connection::Directory(dir), None) => dir.table(name).await,
+        }
+    }
+
+    /// The columns of the table `name`, for listings (agents' prompts).
+    pub(crate) async fn table_schema(&self, name: &str) -> Result<Option<SchemaRef>> {
+        Ok(self.table(name).await?.map(|t| t.schema()))
+    }
+
+    /// The PostgreSQL settings for a write to `table`; a `files` datasource is read-only.
+    pub(crate) fn writable(&self, table: &str) -> Result<&postgres::Settings> {
+        match self {
+            Connection::Postgres(settings) => Ok(settings),
+            Connection::Directory(_) => Err(Error::invalid(format!(
+                "Cannot write '{table}': a 'files' datasource is read-only"
+            ))),
+        }
+    }
+}
+
+/// Checks `engine` and `parameters` and connects once, so a datasource that cannot work is
+/// refused at CREATE / ALTER with the reason. Returns the engine's canonical name and the
+/// parameters to store.
+pub(crate) async fn check(
+    engine: &str,
+    parameters: Map<String, Value>,
+    edition: Edition,
+    net: &Net,
+) -> Result<(String, Map<String, Value>)> {
+    let engine = engine.to_ascii_lowercase();
+    match engine.as_str() {
+        // The server's files are not its users' to read.
+        directory::ENGINE if edition == Edition::Hosted => Err(Error::new(
+            ErrorKind::Forbidden,
+            "ENGINE 'files' reads the server's own directories and is not offered in the hosted edition",
+        )),
+        directory::ENGINE => {
+            let stored = directory::Directory::from_parameters(&parameters)?.checked_parameters()?;
+            Ok((directory::ENGINE.to_string(), stored))
+        }
+        postgres::ENGINE | "postgresql" => {
+            let settings = postgres::Settings::from_parameters(&parameters, net)?;
+            // A socket path reaches the server machine's own databases with its OS user.
+            if settings.host.starts_with('/') {
+                net.egress.check_unix_socket("PostgreSQL ('host' a path)")?;
+            }
+            let client = settings.connect().await?;
+            // The schema must exist, or every table would be "not found" later.
+            let found = client
+                .query_opt(
+                    "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+                    &[&settings.schema],
+                )
+                .await
+                .map_err(|e| postgres::query_error(&e))?;
+            if found.is_none() {
+                return Err(Error::invalid(format!(
+                    "PostgreSQL database '{}' at {}:{} has no schema '{}'",
+                    settings.database, settings.host, settings.port, settings.schema
+                )));
+            }
+            Ok((postgres::ENGINE.to_string(), parameters))
+        }
+        "mindsdb" => Err(Error::invalid(
+            "ENGINE 'mindsdb' makes a project, which takes no PARAMETERS",
+        )),
+        other => Err(Error::invalid(format!(
+            "Unknown database engine '{other}'; this build has 'postgres', 'files' (a local directory) and 'mindsdb' (a project)"
+        ))),
+    }
+}

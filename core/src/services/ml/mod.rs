@@ -1,0 +1,155 @@
+//! Machine learning over model records: the built-in trainer (`train`), the background worker
+//! that trains a version (`worker`), and predictions from complete versions — a fitted
+//! predictor scores rows itself; an LLM-backed model asks its provider once per row, a few rows
+//! at a time. The records these read and write (versions, predictors, an LLM model's settings)
+//! are `models`'s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::json;
+
+use crate::catalog::models::openai::{Piece, Prompted};
+use crate::catalog::models::{self, ModelStatus, ModelVersion};
+use crate::error::{Error, Result};
+use crate::services::llm::{self, Connector};
+use crate::tenant::TenantId;
+use train::Predictor;
+
+pub(crate) mod train;
+pub(crate) mod worker;
+
+/// What turns a complete version's input rows into predictions.
+#[derive(Debug)]
+pub(crate) enum Scorer {
+    /// A predictor fitted by the built-in engine.
+    Fitted(Predictor),
+    /// An LLM asked once per row.
+    Prompted(Prompted),
+}
+
+impl Scorer {
+    /// One prediction per row of `inputs` (rows with the model's columns), as an array of the
+    /// target's type; `llm` serves LLM models.
+    pub(crate) async fn predict(&self, inputs: &RecordBatch, llm: &Connector) -> Result<ArrayRef> {
+        match self {
+            Scorer::Fitted(predictor) => predictor
+                .predict(inputs)
+                .map_err(|e| Error::invalid(format!("prediction failed: {e}"))),
+            Scorer::Prompted(prompted) => prompted.predict(inputs, llm).await,
+        }
+    }
+}
+
+/// The scorer of a complete version; "model creation not completed" otherwise.
+pub(crate) fn scorer(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    model: &ModelVersion,
+) -> Result<Scorer> {
+    if model.status != ModelStatus::Complete {
+        return Err(models::not_completed(model));
+    }
+    if model.is_prompted() {
+        return Ok(Scorer::Prompted(crate::catalog::models::openai::check(
+            &model.using,
+        )?));
+    }
+    let stored = models::predictor(txn, tenant, model)?;
+    Ok(Scorer::Fitted(serde_json::from_slice(&stored)?))
+}
+
+impl Prompted {
+    /// The answer to each row of `inputs` (a batch with the model's input columns), as text,
+    /// in row order. The first call that fails fails the prediction, naming the row.
+    pub(crate) async fn predict(&self, inputs: &RecordBatch, llm: &Connector) -> Result<ArrayRef> {
+        let endpoint = llm::endpoint(&self.settings, &llm.default);
+        let mut columns: BTreeMap<String, StringArray> = BTreeMap::new();
+        for column in self.inputs() {
+            let schema = inputs.schema();
+            let found = schema
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(&column));
+            let values = match found {
+                Some(i) => cast(inputs.column(i), &DataType::Utf8)?,
+                None => Arc::new(StringArray::new_null(inputs.num_rows())),
+            };
+            let values = values
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .ok_or_else(|| Error::internal("a cast to Utf8 gave no StringArray"))?;
+            columns.insert(column.to_ascii_lowercase(), values);
+        }
+        let prompts: Vec<String> = (0..inputs.num_rows())
+            .map(|row| self.render(&columns, row))
+            .collect();
+        let (endpoint, permits) = (&endpoint, &self.permits);
+        let answers: Vec<String> = futures::stream::iter(prompts)
+            .map(|prompt| async move {
+                let _permit = permits
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::internal("the model's call permits were closed"))?;
+                let messages = [json!({"role": "user", "content": prompt})];
+                llm::chat(&llm.client, endpoint, &messages, &[], None, None)
+                    .await
+                    .map(|reply| reply.content)
+                    .map_err(|e| {
+                        let excerpt: String = prompt.chars().take(60).collect();
+                        Error::new(
+                            e.kind(),
+                            format!("predicting for the prompt '{excerpt}…': {}", e.message()),
+                        )
+                    })
+            })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await?;
+        Ok(Arc::new(StringArray::from(answers)))
+    }
+
+    fn render(&self, columns: &BTreeMap<String, StringArray>, row: usize) -> String {
+        let mut prompt = String::new();
+        for piece in &self.template {
+            match piece {
+                Piece::Text(text) => prompt.push_str(text),
+                Piece::Slot(column) => {
+                    if let Some(values) = columns.get(&column.to_ascii_lowercase()) {
+                        if values.is_valid(row) {
+                            prompt.push_str(values.value(row));
+                        }
+                    }
+                }
+            }
+        }
+        prompt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use datafusion::arrow::array::StringArray;
+    use serde_json::json;
+
+    use crate::catalog::models::openai::check;
+
+    #[test]
+    fn a_row_fills_the_slots_and_null_is_empty() {
+        let using = [("prompt_template".to_string(), json!("<{{a}}|{{b}}>"))]
+            .into_iter()
+            .collect();
+        let model = check(&using).unwrap();
+        let mut columns = BTreeMap::new();
+        columns.insert("a".to_string(), StringArray::from(vec![Some("x"), None]));
+        assert_eq!(model.render(&columns, 0), "<x|>");
+        assert_eq!(model.render(&columns, 1), "<|>");
+    }
+}

@@ -1,0 +1,20 @@
+//! The services: what the engine does with the catalog's records. Each uses the catalog, the
+//! store and the foundation below it, never the engine above.
+//!
+//! - `sql`: parsing, MindsDB's statements, planning onto DataFusion, the wire formats;
+//! - `llm`: the OpenAI-compatible chat client every LLM call goes through;
+//! - `agent_loop`: an agent answering a question with SQL as its tool;
+//! - `chat`: a mind's OpenAI-style chat completions and responses;
+//! - `ml`: training (the built-in trainer and its background worker) and predictions;
+//! - `connectors`: reaching datasources (PostgreSQL, directories of files);
+//! - `delivery`: sending model-status callbacks;
+//! - `files`: decoding uploaded files into tables.
+
+pub(crate) mod agent_loop;
+pub(crate) mod chat;
+pub(crate) mod connectors;
+pub(crate) mod delivery;
+pub(crate) mod files;
+pub(crate) mod llm;
+pub(crate) mod ml;
+pub(crate) mod sql;

@@ -1,0 +1,704 @@
+//! Statements that change stored tables: INSERT, UPDATE, DELETE, TRUNCATE, CREATE TABLE [AS],
+//! DROP TABLE. DataFusion plans them; this module runs the plans on a blocking thread, so the
+//! transaction never crosses an `.await`.
+//!
+//! Writers never wait on readers: a write's input (the rows of INSERT … SELECT or CREATE TABLE
+//! AS, including slow datasource reads, and the chunks an UPDATE or DELETE rewrites) is
+//! computed from a read snapshot before the writer lock is taken, and staged (encoded chunks,
+//! in memory then in a temporary file); the lock is held only to check that the target is
+//! still the one read and to commit. If another write changed the target meanwhile, the
+//! statement runs again with the lock held from the start, which cannot conflict.
+//!
+//! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it
+//! matches, in place; a WHERE with a subquery (which DataFusion runs only inside a plan)
+//! rewrites the table.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::compute::{filter_record_batch, not};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNode;
+use datafusion::common::{Column, TableReference};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{
+    lit, when, CreateMemoryTable, DmlStatement, DropTable, Expr, LogicalPlan, LogicalPlanBuilder,
+    WriteOp,
+};
+use datafusion::physical_expr::PhysicalExpr;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use super::names::{self, NameHint};
+use super::session::Session;
+use super::snapshot::{Namespace, Snapshot, StoredTable};
+use crate::catalog::namespace::{FILES_DB, SYSTEM_DB};
+use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
+use crate::error::{Error, Result};
+use crate::spool::Spool;
+use crate::store::schema::{CHUNK_ORDER, PROJECTS, TABLES};
+use crate::store::{Store, WriteGuard, WriteLock};
+use crate::tenant::TenantId;
+
+/// Everything a write needs on its blocking thread.
+pub(crate) struct WriteJob {
+    pub(crate) store: Arc<Store>,
+    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) state: Session,
+    pub(crate) tenant: TenantId,
+    pub(crate) db: String,
+    /// Cancelled when the caller stops waiting (a cancelled query): the write stops, even in
+    /// the middle of computing a batch, and aborts.
+    pub(crate) cancelled: CancellationToken,
+    /// The writer lock, when it was taken before the snapshot (a write that must not
+    /// conflict); otherwise [`WriteJob::lock`] takes it when the write is ready to commit.
+    pub(crate) held: Mutex<Option<WriteLock>>,
+    /// Bytes of staged rows kept in memory before a temporary file is used.
+    pub(crate) staging_memory: usize,
+}
+
+/// What a staged write came to: done, or to be run again under the lock because another
+/// write changed its target after it was read.
+pub(crate) enum Staged<T> {
+    Done(T),
+    TargetChanged,
+}
+
+impl WriteJob {
+    /// Runs `f` on a blocking thread; async pieces inside use `Handle::block_on`. `f` takes
+    /// the writer lock with [`WriteJob::lock`] when it is ready to commit, and commits;
+    /// dropping the guard aborts.
+    pub(crate) async fn run<T: Send + 'static>(
+        self,
+        f: impl FnOnce(&WriteJob, &Handle) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        /// Cancels the write when the waiting future is dropped before it finished.
+        struct CancelOnDrop(Option<CancellationToken>);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if let Some(token) = &self.0 {
+                    token.cancel();
+                }
+            }
+        }
+        let handle = Handle::current();
+        let mut cancel = CancelOnDrop(Some(self.cancelled.clone()));
+        let result = tokio::task::spawn_blocking(move || f(&self, &handle))
+            .await
+            .map_err(|e| Error::internal(format!("write task failed: {e}")));
+        // Finished: nothing left to cancel.
+        cancel.0 = None;
+        result?
+    }
+
+    /// Takes the writer lock (the one held since the start, or waits for it, giving up if
+    /// the statement is cancelled meanwhile) and begins the write transaction.
+    pub(crate) fn lock(&self, handle: &Handle) -> Result<WriteGuard> {
+        let lock = match self.held.lock().take() {
+            Some(lock) => lock,
+            None => handle
+                .block_on(self.unless_cancelled(self.store.lock_writes()))
+                .ok_or_else(crate::store::cancelled)?,
+        };
+        self.check_cancelled()?;
+        let mut guard = self.store.begin_write(lock)?;
+        guard.cancelled = self.cancelled.clone();
+        Ok(guard)
+    }
+
+    /// Fails once the statement was cancelled, so a long write stops early.
+    pub(crate) fn check_cancelled(&self) -> Result<()> {
+        if self.cancelled.is_cancelled() {
+            return Err(crate::store::cancelled());
+        }
+        Ok(())
+    }
+
+    /// `work`'s output, or `None` as soon as the statement is cancelled (dropping `work`, so a
+    /// plan computing a batch stops in the middle of it).
+    async fn unless_cancelled<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            biased;
+            () = self.cancelled.cancelled() => None,
+            done = work => Some(done),
+        }
+    }
+
+    /// A spool for what this write stages.
+    fn spool(&self) -> Spool {
+        Spool::new(
+            Arc::clone(&self.state.runtime_env().disk_manager),
+            self.staging_memory,
+        )
+    }
+
+    /// `(project, table)` that a table reference names, checking that the database is a project.
+    fn resolve(&self, reference: &TableReference) -> Result<(String, String)> {
+        let (db, table) = self.split(reference)?;
+        match self.snapshot.namespace(&db)? {
+            Some(Namespace::Project(p)) => Ok((p.name, table)),
+            Some(Namespace::System) | Some(Namespace::Files) => Err(Error::invalid(format!(
+                "Database '{}' is read-only: tables can only be written in a project",
+                if db.eq_ignore_ascii_case(SYSTEM_DB) {
+                    SYSTEM_DB
+                } else {
+                    FILES_DB
+                }
+            ))),
+            Some(Namespace::Datasource(source)) => Err(Error::invalid(format!(
+                "Datasource '{}' takes INSERT INTO and CREATE TABLE … (SELECT …); other changes to its tables are made in the datasource itself",
+                source.name
+            ))),
+            None => Err(Error::not_found(format!("Database '{db}' not found"))),
+        }
+    }
+
+    /// The database (the current one when not named) and table a reference names.
+    fn split(&self, reference: &TableReference) -> Result<(String, String)> {
+        Ok(match reference {
+            TableReference::Bare { table } => (self.db.clone(), table.to_string()),
+            TableReference::Partial { schema, table } => (schema.to_string(), table.to_string()),
+            TableReference::Full {
+                catalog,
+                schema,
+                table,
+            } if catalog.as_ref() == super::snapshot::CATALOG => {
+                (schema.to_string(), table.to_string())
+            }
+            TableReference::Full { catalog, .. } => {
+                return Err(Error::not_found(format!("Database '{catalog}' not found")))
+            }
+        })
+    }
+
+    /// The table `project.name` as it is in the write transaction, if it is still the one
+    /// read (`read`); `None` when it was dropped or replaced meanwhile.
+    fn still(
+        &self,
+        guard: &WriteGuard,
+        project: &str,
+        name: &str,
+        read: &TableRecord,
+    ) -> Result<Option<TableRecord>> {
+        let current = tables::get(&guard.txn.open_table(TABLES)?, self.tenant, project, name)?;
+        Ok(current.filter(|record| record.id == read.id))
+    }
+
+    /// Plans `expr` over the rows of `scan` for evaluation on stored chunks (with DataFusion's
+    /// type coercion, so `id = 1.5` on an integer column works as in a query).
+    fn physical(&self, expr: Expr, scan: &LogicalPlan) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(self.state.create_physical_expr(expr, scan.schema())?)
+    }
+
+    /// Pulls every batch of `plan` through `sink`, inside this blocking thread.
+    fn drain(
+        &self,
+        handle: &Handle,
+        plan: &LogicalPlan,
+        mut sink: impl FnMut(datafusion::arrow::record_batch::RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let physical = handle
+            .block_on(self.unless_cancelled(self.state.create_physical_plan(plan)))
+            .ok_or_else(crate::store::cancelled)??;
+        let mut stream =
+            handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
+        loop {
+            let next = handle
+                .block_on(self.unless_cancelled(stream.next()))
+                .ok_or_else(crate::store::cancelled)?;
+            match next {
+                Some(batch) => sink(batch?)?,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Staging for rows of the table `table` of `schema`.
+    pub(crate) fn staged(&self, table: &str, schema: SchemaRef) -> StagedRows {
+        StagedRows::new(table, schema, self.spool())
+    }
+
+    /// Stages every row of `plan` for the table `table` of `schema`.
+    fn stage(
+        &self,
+        handle: &Handle,
+        plan: &LogicalPlan,
+        table: &str,
+        schema: SchemaRef,
+    ) -> Result<StagedRows> {
+        let mut staged = StagedRows::new(table, schema, self.spool());
+        self.drain(handle, plan, |batch| staged.push(batch))?;
+        Ok(staged)
+    }
+}
+
+fn stored_target(dml: &DmlStatement) -> Result<TableRecord> {
+    let provider = datafusion::catalog::default_table_source::source_as_provider(&dml.target)?;
+    provider
+        .downcast_ref::<StoredTable>()
+        .map(|t| t.record.clone())
+        .ok_or_else(|| Error::invalid(format!("Table '{}' is read-only", dml.table_name)))
+}
+
+/// Arrow's message names the VALUES column (`column1`), not the table: say which table.
+fn named_not_null(table: &TableReference, e: Error) -> Error {
+    if e.message().contains("non-nullable") {
+        let message = format!(
+            "NULL value violates a NOT NULL constraint of table '{table}': {}",
+            e.message()
+        );
+        Error::new(e.kind(), message)
+    } else {
+        e
+    }
+}
+
+/// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count.
+pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Result<Staged<u64>> {
+    // Refuses writes outside projects with a message naming the database.
+    let (project, name) = job.resolve(&dml.table_name)?;
+    let read = stored_target(&dml)?;
+    let schema = job.snapshot.table_schema(read.id)?;
+    let affected = match &dml.op {
+        WriteOp::Insert(InsertOp::Append) | WriteOp::Insert(InsertOp::Overwrite) => {
+            let staged = job
+                .stage(handle, &dml.input, &read.name, schema)
+                .map_err(|e| named_not_null(&dml.table_name, e))?;
+            let rows = staged.rows();
+            let guard = job.lock(handle)?;
+            let Some(record) = job.still(&guard, &project, &name, &read)? else {
+                return Ok(Staged::TargetChanged);
+            };
+            let mut writer = if matches!(dml.op, WriteOp::Insert(InsertOp::Overwrite)) {
+                TableWriter::replace(&guard.txn, job.tenant, record)?
+            } else {
+                TableWriter::append(&guard.txn, job.tenant, record)?
+            };
+            writer.push_staged(staged)?;
+            writer.finish()?;
+            guard.commit()?;
+            return Ok(Staged::Done(rows));
+        }
+        WriteOp::Insert(InsertOp::Replace) => {
+            return Err(Error::invalid(
+                "REPLACE INTO is not supported: tables have no unique keys",
+            ))
+        }
+        WriteOp::Delete => {
+            let (predicate, scan) = split_filter(&dml.input)?;
+            if has_subquery(&predicate) {
+                // Subqueries run only inside DataFusion plans: keep what does not match, in one pass.
+                let keep = LogicalPlanBuilder::from(scan)
+                    .filter(predicate.is_not_true())?
+                    .build()?;
+                let staged = job.stage(handle, &keep, &read.name, schema)?;
+                let deleted = read.row_count - staged.rows();
+                return replace_if_unchanged(job, handle, &project, &name, &read, staged)
+                    .map(|done| done.map(|()| deleted));
+            }
+            let hit = job.physical(predicate.is_true(), &scan)?;
+            let change = |batch: RecordBatch| {
+                let hits = evaluate(&hit, &batch)?;
+                let hits = hits.as_boolean();
+                if hits.true_count() == 0 {
+                    return Ok(None);
+                }
+                let kept = filter_record_batch(&batch, &not(hits)?)?;
+                Ok(Some((kept, hits.true_count() as u64)))
+            };
+            rewrite(job, handle, &project, &name, &read, change)?
+        }
+        WriteOp::Update => {
+            let LogicalPlan::Projection(projection) = dml.input.as_ref() else {
+                return Err(Error::invalid("UPDATE: unexpected plan shape"));
+            };
+            let (predicate, scan) = split_filter(&projection.input)?;
+            if has_subquery(&predicate) {
+                if predicate.is_volatile() {
+                    return Err(Error::invalid(
+                        "UPDATE … WHERE with both a subquery and a volatile function (such as random()) is not supported",
+                    ));
+                }
+                // DataFusion runs IN / EXISTS subqueries only inside filters, so rows are taken in
+                // two filtered passes: the untouched ones, then the updated ones (which thereby
+                // move to the end of the table).
+                let kept = LogicalPlanBuilder::from(scan)
+                    .filter(predicate.is_not_true())?
+                    .build()?;
+                let mut staged = StagedRows::new(&read.name, schema, job.spool());
+                job.drain(handle, &kept, |batch| staged.push(batch))?;
+                let untouched = staged.rows();
+                job.drain(handle, &dml.input, |batch| staged.push(batch))?;
+                let updated = staged.rows() - untouched;
+                return replace_if_unchanged(job, handle, &project, &name, &read, staged)
+                    .map(|done| done.map(|()| updated));
+            }
+            // Chunk by chunk: chunks without a matching row stay as they are; in the others
+            // each column becomes CASE WHEN hit THEN new ELSE old.
+            let hit = predicate.is_true();
+            let mut columns = Vec::with_capacity(projection.expr.len());
+            for (i, new_value) in projection.expr.iter().enumerate() {
+                let (qualifier, field) = scan.schema().qualified_field(i);
+                let old = Expr::Column(Column::from((qualifier, field)));
+                let new_value = new_value.clone().unalias();
+                let value = if new_value == old {
+                    old
+                } else {
+                    when(hit.clone(), new_value).otherwise(old)?
+                };
+                columns.push(job.physical(value, &scan)?);
+            }
+            let hit = job.physical(hit, &scan)?;
+            let change = |batch: RecordBatch| {
+                let hits = evaluate(&hit, &batch)?;
+                let hits = hits.as_boolean().true_count();
+                if hits == 0 {
+                    return Ok(None);
+                }
+                let values = columns
+                    .iter()
+                    .map(|column| evaluate(column, &batch))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Some((
+                    RecordBatch::try_new(batch.schema(), values)?,
+                    hits as u64,
+                )))
+            };
+            rewrite(job, handle, &project, &name, &read, change)?
+        }
+        WriteOp::Truncate => {
+            let guard = job.lock(handle)?;
+            let Some(record) = job.still(&guard, &project, &name, &read)? else {
+                return Ok(Staged::TargetChanged);
+            };
+            let n = record.row_count;
+            TableWriter::replace(&guard.txn, job.tenant, record)?.finish()?;
+            guard.commit()?;
+            return Ok(Staged::Done(n));
+        }
+        other => return Err(Error::invalid(format!("{other} is not supported"))),
+    };
+    Ok(affected)
+}
+
+/// Rewrites the chunks of `read` that `change` changes (returning their new rows and how many
+/// rows it affected), computed from the snapshot and applied if the table is unchanged; if it
+/// changed, computed again inside the write transaction, which sees the latest rows.
+fn rewrite(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    name: &str,
+    read: &TableRecord,
+    mut change: impl FnMut(RecordBatch) -> Result<Option<(RecordBatch, u64)>>,
+) -> Result<Staged<u64>> {
+    let mut affected = 0u64;
+    let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
+        Ok(change(batch)?.map(|(rows, hits)| {
+            affected += hits;
+            rows
+        }))
+    };
+    let planned = tables::plan_rewrite(&job.snapshot.txn, read, job.spool(), &mut counted)?;
+    let guard = job.lock(handle)?;
+    let Some(record) = job.still(&guard, project, name, read)? else {
+        return Ok(Staged::TargetChanged);
+    };
+    if planned.is_empty() {
+        // Nothing matched in the snapshot; the table may have rows now that would: recheck
+        // only if it changed.
+        if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)?
+            == tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?
+        {
+            return Ok(Staged::Done(0));
+        }
+    }
+    if !tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)? {
+        // Another write landed in between: the rewrite is computed again from what is there now.
+        affected = 0;
+        let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
+            Ok(change(batch)?.map(|(rows, hits)| {
+                affected += hits;
+                rows
+            }))
+        };
+        let again = tables::plan_rewrite(&guard.txn, &record, job.spool(), &mut counted)?;
+        let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
+        debug_assert!(applied, "a rewrite planned inside the transaction applies");
+    }
+    guard.commit()?;
+    Ok(Staged::Done(affected))
+}
+
+/// Replaces the rows of `read` with `staged` if the table is as it was read; otherwise the
+/// statement must run again under the lock (its rows were computed from an older state).
+fn replace_if_unchanged(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    name: &str,
+    read: &TableRecord,
+    staged: StagedRows,
+) -> Result<Staged<()>> {
+    let guard = job.lock(handle)?;
+    let Some(record) = job.still(&guard, project, name, read)? else {
+        return Ok(Staged::TargetChanged);
+    };
+    let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
+    if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before {
+        return Ok(Staged::TargetChanged);
+    }
+    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+    writer.push_staged(staged)?;
+    writer.finish()?;
+    guard.commit()?;
+    Ok(Staged::Done(()))
+}
+
+impl<T> Staged<T> {
+    /// The outcome with `f` applied to a finished write's value.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Staged<U> {
+        match self {
+            Staged::Done(value) => Staged::Done(f(value)),
+            Staged::TargetChanged => Staged::TargetChanged,
+        }
+    }
+}
+
+/// Evaluates a planned expression on a chunk's rows.
+fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
+
+fn has_subquery(predicate: &Expr) -> bool {
+    predicate
+        .exists(|e| {
+            Ok(matches!(
+                e,
+                Expr::InSubquery(_) | Expr::Exists(_) | Expr::ScalarSubquery(_)
+            ))
+        })
+        .unwrap_or(true)
+}
+
+/// Splits `Filter(p, scan)` into `(p, scan)`; a bare scan gets the predicate `true`.
+fn split_filter(plan: &LogicalPlan) -> Result<(Expr, LogicalPlan)> {
+    match plan {
+        LogicalPlan::Filter(filter) => {
+            check_scan(&filter.input)?;
+            Ok((filter.predicate.clone(), filter.input.as_ref().clone()))
+        }
+        other => {
+            check_scan(other)?;
+            Ok((lit(true), other.clone()))
+        }
+    }
+}
+
+fn check_scan(plan: &LogicalPlan) -> Result<()> {
+    match plan {
+        LogicalPlan::TableScan(_) => Ok(()),
+        LogicalPlan::SubqueryAlias(alias) => check_scan(&alias.input),
+        _ => Err(Error::invalid(
+            "UPDATE and DELETE take one table and a WHERE clause; FROM, USING, ORDER BY and LIMIT are not supported (use a subquery in WHERE)",
+        )),
+    }
+}
+
+/// CREATE TABLE (with columns, or AS a query); returns the rows written when there was a query.
+/// A query's rows are staged before the lock is taken.
+pub(crate) fn create_table(
+    job: &WriteJob,
+    handle: &Handle,
+    create: CreateMemoryTable,
+    hints: Option<Vec<NameHint>>,
+) -> Result<Staged<Option<u64>>> {
+    let (project, name) = job.resolve(&create.name)?;
+    if create.temporary {
+        return Err(Error::invalid("TEMPORARY tables are not supported"));
+    }
+    if !create.constraints.is_empty() {
+        return Err(Error::invalid(
+            "PRIMARY KEY, UNIQUE and other constraints are not supported yet; NOT NULL is",
+        ));
+    }
+    if !create.column_defaults.is_empty() {
+        return Err(Error::invalid(
+            "DEFAULT column values are not supported yet",
+        ));
+    }
+    let from_query =
+        !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
+    let input_schema = create.input.schema().as_arrow().clone();
+    let names = names::column_names(&input_schema, hints.as_deref(), names::Purpose::Store);
+    // A table made from a query takes its column names as the query shows them, and allows NULLs
+    // everywhere, as DuckDB and SQLite do.
+    let fields: Vec<Field> = input_schema
+        .fields()
+        .iter()
+        .zip(&names)
+        .map(|(f, n)| {
+            let field = f.as_ref().clone();
+            if from_query {
+                field.with_name(n.clone()).with_nullable(true)
+            } else {
+                field
+            }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    if job.snapshot.table(&project, &name)?.is_some() && create.if_not_exists {
+        return Ok(Staged::Done(None));
+    }
+    let staged = if from_query {
+        // The query's batches carry its own field names: give them the table's.
+        let target = Arc::clone(&schema);
+        let mut staged = StagedRows::new(&name, Arc::clone(&schema), job.spool());
+        job.drain(handle, &create.input, |batch| {
+            staged.push(RecordBatch::try_new(
+                Arc::clone(&target),
+                batch.columns().to_vec(),
+            )?)
+        })?;
+        Some(staged)
+    } else {
+        None
+    };
+    let guard = job.lock(handle)?;
+    // The project may have gone, or the name been taken, while the rows were computed.
+    if crate::catalog::projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?
+        .is_none()
+    {
+        return Ok(Staged::TargetChanged);
+    }
+    let existing = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &name)?;
+    if existing.is_some() {
+        if create.if_not_exists {
+            return Ok(Staged::Done(None));
+        }
+        if !create.or_replace {
+            return Err(Error::conflict(format!(
+                "Table '{name}' already exists in database: {project}"
+            )));
+        }
+        tables::drop_table(&guard.txn, job.tenant, &project, &name)?;
+    }
+    let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema)?;
+    let mut affected = None;
+    if let Some(staged) = staged {
+        let mut writer = TableWriter::append(&guard.txn, job.tenant, record)?;
+        affected = Some(staged.rows());
+        writer.push_staged(staged)?;
+        writer.finish()?;
+    }
+    guard.commit()?;
+    Ok(Staged::Done(affected))
+}
+
+/// DROP TABLE [IF EXISTS]; `DROP TABLE files.t` removes an uploaded file, as in MindsDB.
+pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Result<()> {
+    let (db, table) = job.split(&drop.name)?;
+    let (project, name) = match job.snapshot.namespace(&db)? {
+        Some(Namespace::Files) => (FILES_DB.to_string(), table),
+        _ => job.resolve(&drop.name)?,
+    };
+    let guard = job.lock(handle)?;
+    if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
+        return Err(Error::not_found(format!(
+            "Table '{name}' not found in database: {project}"
+        )));
+    }
+    guard.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::tables;
+    use crate::store::schema::{CHUNK_ORDER, TABLES};
+    use crate::{Config, Engine, TenantId};
+
+    /// Chunk ids of `mindsdb.t`, in row order.
+    fn chunk_ids(engine: &Engine) -> Vec<u64> {
+        let txn = engine.store().read().unwrap();
+        let tables_table = txn.open_table(TABLES).unwrap();
+        let record = tables::get(&tables_table, TenantId::LOCAL, "mindsdb", "t")
+            .unwrap()
+            .unwrap();
+        let order = txn.open_table(CHUNK_ORDER).unwrap();
+        tables::chunk_order(&order, record.id)
+            .unwrap()
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    #[test]
+    fn update_and_delete_rewrite_only_the_chunks_they_touch() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE t AS SELECT value AS id, 'x' AS s FROM generate_series(1, 200000) ORDER BY id");
+        let before = chunk_ids(&engine);
+        assert_eq!(before.len(), 4, "200,000 rows make four chunks");
+
+        assert_eq!(
+            sql("UPDATE t SET s = 'y' WHERE id = 70000").affected_rows,
+            Some(1)
+        );
+        let after = chunk_ids(&engine);
+        assert_eq!(
+            (after[0], after[2], after[3]),
+            (before[0], before[2], before[3])
+        );
+        assert_ne!(
+            after[1], before[1],
+            "the chunk holding id 70000 is rewritten"
+        );
+
+        assert_eq!(
+            sql("DELETE FROM t WHERE id > 196608").affected_rows,
+            Some(3392)
+        );
+        assert_eq!(
+            chunk_ids(&engine).len(),
+            3,
+            "the emptied last chunk is gone"
+        );
+        assert_eq!(sql("DELETE FROM t WHERE id = -1").affected_rows, Some(0));
+        assert_eq!(
+            chunk_ids(&engine)[..3],
+            after[..3],
+            "a DELETE matching nothing writes nothing"
+        );
+
+        let rows = sql(
+            "SELECT count(*), min(id), max(id), sum(CASE WHEN s = 'y' THEN 1 ELSE 0 END) FROM t",
+        );
+        let row: Vec<String> = (0..4)
+            .map(|i| {
+                datafusion::arrow::util::display::array_value_to_string(
+                    rows.batches[0].column(i),
+                    0,
+                )
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(row, ["196608", "1", "196608", "1"]);
+        // Row order survives the in-place rewrites.
+        let ids = sql("SELECT id FROM t");
+        let ids: Vec<i64> = ids
+            .batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(ids, (1..=196608).collect::<Vec<i64>>());
+    }
+}

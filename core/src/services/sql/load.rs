@@ -1,0 +1,291 @@
+//! Writes that leave the store: INSERT and CREATE TABLE into a datasource's table (sent to its
+//! server), and loads of Arrow batches into a stored table or an uploaded file.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::session::Session;
+use super::snapshot::{self, Namespace, Snapshot};
+use super::{LoadMode, Outcome, SqlRunner};
+use crate::catalog::datasources;
+use crate::catalog::namespace::FILES_DB;
+use crate::catalog::projects;
+use crate::catalog::tables;
+use crate::error::{Error, Result};
+use crate::store::schema::{PROJECTS, TABLES};
+use crate::tenant::TenantId;
+
+impl SqlRunner {
+    /// The datasource table an INSERT or CREATE TABLE writes, read from the statement before
+    /// planning; `None` for writes into the store.
+    pub(super) fn remote_write(
+        &self,
+        tenant: TenantId,
+        statement: &Statement,
+        db: &str,
+    ) -> Result<Option<RemoteWrite>> {
+        use datafusion::sql::sqlparser::ast::TableObject;
+        let (name, columns) = match statement {
+            Statement::Insert(insert) => match &insert.table {
+                TableObject::TableName(name) => {
+                    let columns: Vec<String> = insert
+                        .columns
+                        .iter()
+                        .filter_map(|c| c.0.last().and_then(|p| p.as_ident()))
+                        .map(|ident| match ident.quote_style {
+                            Some(_) => ident.value.clone(),
+                            None => ident.value.to_ascii_lowercase(),
+                        })
+                        .collect();
+                    (name.clone(), (!columns.is_empty()).then_some(columns))
+                }
+                _ => return Ok(None),
+            },
+            Statement::CreateTable(create) => (create.name.clone(), None),
+            _ => return Ok(None),
+        };
+        let Ok(reference) = datafusion::sql::planner::object_name_to_table_reference(name, true)
+        else {
+            return Ok(None);
+        };
+        let Some((db, table)) = snapshot::db_and_table(&reference, db) else {
+            return Ok(None);
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        Ok(match snapshot.namespace(&db)? {
+            Some(Namespace::Datasource(source)) => Some(RemoteWrite {
+                source,
+                table,
+                columns,
+            }),
+            _ => None,
+        })
+    }
+
+    /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
+    /// remote transaction; the store is not touched.
+    pub(super) async fn write_remote(
+        &self,
+        state: Session,
+        plan: LogicalPlan,
+        target: RemoteWrite,
+    ) -> Result<Outcome> {
+        let connection = crate::services::connectors::Connection::of(&target.source, &self.net)?;
+        let settings = connection.writable(&target.table)?;
+        let (input, existing) = match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+                let existing = match (create.or_replace, create.if_not_exists) {
+                    (true, _) => crate::services::connectors::table::Existing::Replace,
+                    (false, true) => crate::services::connectors::table::Existing::Keep,
+                    (false, false) => crate::services::connectors::table::Existing::Fail,
+                };
+                (create.input.as_ref().clone(), Some(existing))
+            }
+            LogicalPlan::Dml(insert) if matches!(insert.op, WriteOp::Insert(_)) => {
+                (insert.input.as_ref().clone(), None)
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not supported on datasource '{}'",
+                    other.display(),
+                    target.source.name
+                )))
+            }
+        };
+        let physical = state.create_physical_plan(&input).await?;
+        let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
+        let written = match existing {
+            Some(existing) => {
+                crate::services::connectors::table::create_table(
+                    settings,
+                    &target.table,
+                    existing,
+                    stream,
+                )
+                .await?
+            }
+            None => Some(
+                crate::services::connectors::table::insert(
+                    settings,
+                    &target.table,
+                    target.columns,
+                    stream,
+                )
+                .await?,
+            ),
+        };
+        Ok(Outcome::Ok {
+            affected_rows: written,
+        })
+    }
+
+    /// Loads batches into a stored table in one transaction; returns the rows written.
+    pub(crate) async fn load(
+        &self,
+        tenant: TenantId,
+        db: Option<&str>,
+        table: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        mode: LoadMode,
+    ) -> Result<u64> {
+        let db = db.unwrap_or(&self.default_project).to_string();
+        self.load_into(
+            tenant,
+            LoadTarget::Project(&db),
+            table,
+            schema,
+            Box::new(move |sink| batches.into_iter().try_for_each(sink)),
+            mode,
+        )
+        .await
+    }
+
+    /// Loads the batches `rows` hands on into the table `table` of a project, or an uploaded
+    /// file, as [`SqlRunner::load`] describes. The rows are read and staged (on a blocking
+    /// thread, so `rows` may parse as it goes) before the writer lock is taken; a table
+    /// replaced or dropped meanwhile is an error, and nothing is written.
+    pub(crate) async fn load_into(
+        &self,
+        tenant: TenantId,
+        target: LoadTarget<'_>,
+        table: &str,
+        schema: SchemaRef,
+        rows: BatchSource,
+        mode: LoadMode,
+    ) -> Result<u64> {
+        let (db, files) = match target {
+            LoadTarget::Project(db) => (db, false),
+            LoadTarget::File => (FILES_DB, true),
+        };
+        let db = db.to_ascii_lowercase();
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let state = self.session(Arc::clone(&snapshot), &db, 1);
+        let job = self.job(tenant, &db, snapshot, state, None);
+        let project = match job.snapshot.namespace(&db)? {
+            Some(Namespace::Project(p)) if !files => p.name,
+            Some(Namespace::Files) if files => FILES_DB.to_string(),
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "Database '{db}' is read-only: tables can only be written in a project"
+                )))
+            }
+            None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+        };
+        if mode != LoadMode::Append {
+            crate::catalog::namespace::validate_name("table", table)?;
+        }
+        let read = job.snapshot.table(&project, table)?;
+        let staged_schema = match (&read, mode) {
+            (Some(record), LoadMode::Append) => job.snapshot.table_schema(record.id)?,
+            (None, LoadMode::Append) => {
+                return Err(Error::not_found(format!(
+                    "Table '{table}' not found in database: {project}"
+                )))
+            }
+            (Some(_), LoadMode::Create) => {
+                return Err(Error::conflict(format!(
+                    "Table '{table}' already exists in database: {project}"
+                )))
+            }
+            (_, LoadMode::Create | LoadMode::Replace) => Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        f.as_ref()
+                            .clone()
+                            .with_data_type(stored_type(f.data_type()))
+                    })
+                    .collect::<Vec<Field>>(),
+            )),
+        };
+        let table = table.to_string();
+        let loaded = job
+            .run(move |job, handle| {
+                let mut staged = job.staged(&table, Arc::clone(&staged_schema));
+                rows(&mut |batch| {
+                    job.check_cancelled()?;
+                    staged.push(batch)
+                })?;
+                let rows = staged.rows();
+                let guard = job.lock(handle)?;
+                let current =
+                    tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &table)?;
+                let changed = || {
+                    Error::conflict(format!(
+                        "Table '{table}' in database {project} changed while the rows were read; nothing was written"
+                    ))
+                };
+                let record = match (current, mode) {
+                    (Some(record), LoadMode::Append) => {
+                        if read.as_ref().is_none_or(|r| r.id != record.id) {
+                            return Err(changed());
+                        }
+                        record
+                    }
+                    (None, LoadMode::Append) => return Err(changed()),
+                    (Some(_), LoadMode::Create) => {
+                        return Err(Error::conflict(format!(
+                            "Table '{table}' already exists in database: {project}"
+                        )))
+                    }
+                    (existing, _) => {
+                        if existing.is_some() {
+                            tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
+                        }
+                        if !files && projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
+                            return Err(Error::not_found(format!("Database '{project}' not found")));
+                        }
+                        tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema)?
+                    }
+                };
+                let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
+                writer.push_staged(staged)?;
+                writer.finish()?;
+                guard.commit()?;
+                Ok(rows)
+            })
+            .await;
+        self.plans.clear();
+        loaded
+    }
+}
+
+/// Batches to load, handed to the sink one at a time as they are read (an upload parses its
+/// file as it goes); the sink's error stops the reading.
+pub(crate) type BatchSource =
+    Box<dyn FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> + Send>;
+
+/// Where [`SqlRunner::load_into`] writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LoadTarget<'a> {
+    /// A table of this project.
+    Project(&'a str),
+    /// An uploaded file, a table of the `files` database.
+    File,
+}
+
+/// A write that goes to a datasource's table.
+pub(super) struct RemoteWrite {
+    source: datasources::Datasource,
+    table: String,
+    /// The columns an INSERT named, if it named any.
+    columns: Option<Vec<String>>,
+}
+
+/// The type a loaded column is stored as: dictionary, large and view encodings become their
+/// plain form, which every reader and wire encoder understands, and half floats become floats.
+fn stored_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Dictionary(_, values) => stored_type(values),
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        DataType::Float16 => DataType::Float32,
+        other => other.clone(),
+    }
+}

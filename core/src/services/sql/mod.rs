@@ -1,0 +1,776 @@
+//! SQL: a request's statements, parsed (MindsDB's own statements on tokens, the rest by
+//! sqlparser), planned by DataFusion against the tenant's catalog at one read snapshot, and run.
+//! Results stream as Arrow record batches; [`encode`] turns them into MindsDB's wire formats.
+//!
+//! Here: [`SqlRunner`], which runs a request's statements and dispatches MindsDB's own. What is
+//! asked and answered is `request`; writes to datasources and loads of batches are `load`;
+//! the catalog DataFusion plans against is `catalog`, stored-table writes `dml`, models' and
+//! agents' statements `models` and `ask`.
+
+mod agent_statements;
+mod ask;
+mod coerce;
+mod dml;
+pub mod encode;
+mod load;
+mod model_statements;
+mod models;
+mod names;
+mod order;
+mod parse;
+mod plan_cache;
+mod predict;
+mod predict_join;
+mod request;
+mod sandbox;
+mod session;
+mod snapshot;
+mod sort_keys;
+
+pub(crate) use self::ask::AskAgent;
+pub(crate) use self::load::{BatchSource, LoadTarget};
+pub use self::request::{
+    LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
+    TypedParam,
+};
+pub(crate) use self::sandbox::{Allowed, ToolRows};
+use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::execution::disk_manager::DiskManagerBuilder;
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use self::parse::Command;
+use self::plan_cache::{PlanCache, PlanKey};
+use self::session::{Session, Sessions};
+use self::snapshot::{Namespace, Snapshot};
+use crate::catalog::agents;
+use crate::catalog::datasources;
+use crate::catalog::projects;
+use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::tenant::TenantId;
+
+/// Runs SQL for the engine.
+pub(crate) struct SqlRunner {
+    pub(crate) store: Arc<Store>,
+    /// The engine's configuration (agents read the default model and their limits here).
+    pub(crate) config: crate::Config,
+    /// Connections to LLM providers, shared by every agent.
+    pub(crate) client: crate::egress::HttpClient,
+    /// How outbound connections reach out (the egress policy) and what datasources may send.
+    pub(crate) net: crate::services::connectors::Net,
+    /// Per-user caps on work running at once, and the limit on unauthenticated requests.
+    pub(crate) admission: Arc<crate::admission::Admission>,
+    /// Answers agents asked in SELECTs.
+    agents: Arc<dyn ask::AskAgent>,
+    sessions: Arc<Sessions>,
+    plans: PlanCache,
+    default_project: String,
+    target_partitions: usize,
+}
+
+impl SqlRunner {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        config: &crate::Config,
+        agents: Arc<dyn ask::AskAgent>,
+    ) -> Result<Self> {
+        let target_partitions = match config.query.target_partitions {
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            n => n,
+        };
+        let memory = usize::try_from(config.memory_limit_bytes()).unwrap_or(usize::MAX);
+        // Operators that outgrow the pool spill to files in the OS temp directory, within
+        // `query.max_spill_mb` for all statements together (writes stage there too).
+        let disk =
+            DiskManagerBuilder::default().with_max_temp_directory_size(config.max_spill_bytes());
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
+            .with_disk_manager_builder(disk)
+            .build_arc()?;
+        let net = crate::services::connectors::Net::new(config)?;
+        let client = net
+            .egress
+            .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
+        let connector = crate::services::llm::Connector {
+            client: client.clone(),
+            default: config.llm.clone(),
+            meter: crate::catalog::quotas::ModelCalls::new(&store, &config.hosted),
+        };
+        Ok(SqlRunner {
+            store,
+            config: config.clone(),
+            agents,
+            client,
+            net: net.clone(),
+            admission: Arc::new(crate::admission::Admission::new(
+                &config.hosted,
+                config.unauthenticated_per_minute(),
+            )),
+            sessions: Arc::new(Sessions::new(
+                runtime,
+                config.query.batch_size.max(1),
+                connector,
+                net.clone(),
+            )),
+            plans: PlanCache::new(config.query.plan_cache_entries),
+            default_project: config.query.default_project.to_ascii_lowercase(),
+            target_partitions,
+        })
+    }
+
+    /// What LLM models call through: the shared client and the configured default model.
+    pub(crate) fn connector(&self) -> crate::services::llm::Connector {
+        crate::services::llm::Connector {
+            client: self.client.clone(),
+            default: self.config.llm.clone(),
+            meter: crate::catalog::quotas::ModelCalls::new(&self.store, &self.config.hosted),
+        }
+    }
+
+    /// A place for `work` by `tenant` under its plan's cap; `None` for the local tenant, which
+    /// has no plan.
+    pub(crate) fn admit(
+        &self,
+        tenant: TenantId,
+        work: crate::admission::Work,
+    ) -> Result<Option<crate::admission::Ticket>> {
+        if tenant == TenantId::LOCAL {
+            return Ok(None);
+        }
+        let plan =
+            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
+        self.admission
+            .admit(tenant, plan.as_deref(), work)
+            .map(Some)
+    }
+
+    /// The default project's name.
+    pub(crate) fn default_project(&self) -> &str {
+        &self.default_project
+    }
+
+    /// The context a request starts in: its database, or the default project.
+    pub(crate) fn request_context(&self, request: &QueryRequest) -> ResultContext {
+        ResultContext {
+            show_secrets: request.context.show_secrets,
+            db: request
+                .context
+                .db
+                .clone()
+                .unwrap_or_else(|| self.default_project.clone()),
+        }
+    }
+
+    /// Runs every statement of `request` in order and returns the last result; the first
+    /// failure stops the request and is its result.
+    pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
+        let mut context = self.request_context(request);
+        // Read before anything else: a plan kept now is current only while no commit follows.
+        let generation = self.store.commits();
+        let key = PlanKey::new(tenant, &context.db, request);
+        if let Some(cached) = key.as_ref().and_then(|key| self.plans.get(key, generation)) {
+            // A plan that cannot run again is planned afresh below.
+            if let Ok(outcome) = self.run_cached(&cached) {
+                return QueryResult {
+                    context,
+                    outcome,
+                    document_limit: None,
+                };
+            }
+        }
+        let outcome = match parse::parse(&request.query, &request.params, &request.typed_params) {
+            Err(e) => Outcome::Error(e),
+            Ok(commands) => {
+                // Only a request of one statement is keyed by its whole text.
+                let mut cache = key
+                    .filter(|_| commands.len() == 1)
+                    .map(|key| (key, generation));
+                let mut last = Outcome::Ok {
+                    affected_rows: None,
+                };
+                for command in commands {
+                    // Boxed: planning's future is large, and this one is copied into each
+                    // layer around it; a cached plan (above) then costs no copy of it at all.
+                    let executing =
+                        Box::pin(self.execute(tenant, &mut context, command, cache.take()));
+                    match executing.await {
+                        Ok(outcome) => last = outcome,
+                        Err(e) => {
+                            last = Outcome::Error(e);
+                            break;
+                        }
+                    }
+                }
+                last
+            }
+        };
+        if self.store.commits() != generation {
+            self.plans.clear();
+        }
+        QueryResult {
+            context,
+            outcome,
+            document_limit: None,
+        }
+    }
+
+    fn run_cached(&self, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
+        let stream = order::execute(cached.plan()?, self.sessions.task_ctx())?;
+        Ok(Outcome::Table(TableResult {
+            column_names: cached.column_names.clone(),
+            stream,
+        }))
+    }
+
+    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> Session {
+        self.sessions.take(snapshot, db, partitions)
+    }
+
+    async fn execute(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        command: Command,
+        cache: Option<(PlanKey, u64)>,
+    ) -> Result<Outcome> {
+        let ok = |affected_rows| Ok(Outcome::Ok { affected_rows });
+        match command {
+            Command::CreateProject {
+                name,
+                if_not_exists,
+            } => {
+                self.store
+                    .write(move |txn| projects::create(txn, tenant, &name, if_not_exists))
+                    .await?;
+                ok(None)
+            }
+            Command::CreateDatasource {
+                name,
+                engine,
+                parameters,
+                if_not_exists,
+            } => {
+                // Connecting takes a while: done before the writer lock is taken.
+                let edition = self.config.edition;
+                let (engine, parameters) =
+                    crate::services::connectors::check(&engine, parameters, edition, &self.net)
+                        .await?;
+                let hosted = self.config.hosted.clone();
+                self.store
+                    .write(move |txn| {
+                        let new = datasources::NewDatasource {
+                            name: &name,
+                            engine: &engine,
+                            parameters,
+                            description: None,
+                        };
+                        datasources::create(txn, tenant, new, if_not_exists, &hosted)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::AlterDatasource { name, parameters } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let source = match snapshot.namespace(&name)? {
+                    Some(Namespace::Datasource(source)) => source,
+                    Some(_) => {
+                        return Err(Error::invalid(format!(
+                        "Database '{name}' is not a datasource: only datasources have PARAMETERS"
+                    )))
+                    }
+                    None => return Err(Error::not_found(format!("Database '{name}' not found"))),
+                };
+                drop(snapshot);
+                let parameters = datasources::changed_parameters(&source, &parameters);
+                let (_, parameters) = crate::services::connectors::check(
+                    &source.engine,
+                    parameters,
+                    self.config.edition,
+                    &self.net,
+                )
+                .await?;
+                self.store
+                    .write(move |txn| {
+                        datasources::set_parameters(txn, tenant, &source.name, parameters)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::DropProject { name, if_exists } => {
+                let default = self.default_project.clone();
+                self.store
+                    .write(move |txn| {
+                        crate::catalog::rules::drop_database(
+                            txn, tenant, &name, if_exists, &default,
+                        )
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::Use(name) => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if snapshot.namespace(&name)?.is_none() {
+                    return Err(Error::not_found(format!("Database '{name}' not found")));
+                }
+                context.db = name.to_ascii_lowercase();
+                ok(None)
+            }
+            Command::ShowDatabases { full } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let dbs = snapshot.databases(false)?;
+                let mut columns = vec![(
+                    "Database",
+                    dbs.iter().map(|d| Some(d.name.clone())).collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push((
+                        "TYPE",
+                        dbs.iter().map(|d| Some(d.kind.to_string())).collect(),
+                    ));
+                    columns.push(("ENGINE", dbs.iter().map(|d| d.engine.clone()).collect()));
+                }
+                text_table(columns)
+            }
+            Command::ShowProjects => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let names = snapshot
+                    .projects()?
+                    .into_iter()
+                    .map(|p| Some(p.name))
+                    .collect();
+                text_table(vec![("project", names)])
+            }
+            Command::ShowTables { db, full } => {
+                let db = db
+                    .unwrap_or_else(|| context.db.clone())
+                    .to_ascii_lowercase();
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let (names, kind): (Vec<String>, &str) = match snapshot.namespace(&db)? {
+                    None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+                    Some(Namespace::System) => {
+                        (INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
+                    }
+                    Some(Namespace::Files) => (
+                        snapshot
+                            .tables(FILES_DB)?
+                            .into_iter()
+                            .map(|t| t.name)
+                            .collect(),
+                        "BASE TABLE",
+                    ),
+                    Some(Namespace::Project(p)) => (
+                        snapshot
+                            .tables(&p.name)?
+                            .into_iter()
+                            .map(|t| t.name)
+                            .collect(),
+                        "BASE TABLE",
+                    ),
+                    Some(Namespace::Datasource(source)) => {
+                        drop(snapshot);
+                        (
+                            crate::services::connectors::Connection::of(&source, &self.net)?
+                                .table_names()
+                                .await?,
+                            "BASE TABLE",
+                        )
+                    }
+                };
+                let header = format!("Tables_in_{db}");
+                let mut columns = vec![(
+                    header.as_str(),
+                    names.iter().map(|n| Some(n.clone())).collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push((
+                        "Table_type",
+                        names.iter().map(|_| Some(kind.to_string())).collect(),
+                    ));
+                }
+                text_table(columns)
+            }
+            Command::CreateAgent {
+                project,
+                name,
+                if_not_exists,
+                mut spec,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                spec.insert("name".into(), name.into());
+                let (llm, egress) = (self.config.llm.clone(), self.net.egress.clone());
+                self.store
+                    .write(move |txn| {
+                        agents::create(txn, tenant, &project, &spec, &llm, if_not_exists, &egress)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::AlterAgent {
+                project,
+                name,
+                spec,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                let egress = self.net.egress.clone();
+                self.store
+                    .write(move |txn| agents::update(txn, tenant, &project, &name, &spec, &egress))
+                    .await?;
+                ok(None)
+            }
+            Command::DropAgent {
+                project,
+                name,
+                if_exists,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.store
+                    .write(move |txn| agents::delete(txn, tenant, &project, &name, if_exists))
+                    .await?;
+                ok(None)
+            }
+            Command::ShowAgents { project } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if snapshot.namespace(&project)?.is_none() {
+                    return Err(Error::not_found(format!("Database '{project}' not found")));
+                }
+                let rows: Vec<[String; 4]> = snapshot
+                    .agents(Some(&project))?
+                    .iter()
+                    .map(agents::Agent::system_row)
+                    .collect();
+                let column = |i: usize| rows.iter().map(|r| Some(r[i].clone())).collect();
+                text_table(vec![
+                    ("NAME", column(0)),
+                    ("PROJECT", column(1)),
+                    ("MODEL", column(2)),
+                    ("PARAMS", column(3)),
+                ])
+            }
+            Command::CreateModel(statement) => self.create_model(tenant, context, statement).await,
+            Command::RetrainModel {
+                project,
+                name,
+                from,
+                using,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.retrain_statement(tenant, project, name, from, using)
+                    .await
+            }
+            Command::SetActiveModel {
+                project,
+                name,
+                version,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.set_active_model(tenant, project, name, version)
+                    .await?;
+                ok(None)
+            }
+            Command::DropModel {
+                project,
+                name,
+                version,
+                if_exists,
+            } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.drop_model(tenant, project, name, version, if_exists)
+                    .await?;
+                ok(None)
+            }
+            Command::ShowModels { project } => {
+                let project = project.unwrap_or_else(|| context.db.clone());
+                self.show_models(tenant, &project)
+            }
+            Command::Describe { parts, explicit } => {
+                if let Some(described) = self.describe_model(tenant, &context.db, &parts)? {
+                    return Ok(described);
+                }
+                if explicit {
+                    return Err(Error::not_found(format!(
+                        "Model '{}' does not exist",
+                        parts.join(".")
+                    )));
+                }
+                // Not a model: DESCRIBE of a table, as standard SQL has it.
+                let quoted: Vec<String> = parts
+                    .iter()
+                    .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+                    .collect();
+                let sql = format!("DESCRIBE {}", quoted.join("."));
+                let statement = datafusion::sql::sqlparser::parser::Parser::new(
+                    &datafusion::sql::sqlparser::dialect::GenericDialect {},
+                )
+                .try_with_sql(&sql)
+                .and_then(|mut p| p.parse_statement())
+                .map_err(|e| Error::invalid(e.to_string()))?;
+                self.execute_sql(tenant, context, statement, None, false)
+                    .await
+            }
+            Command::Sql(mut statement) => {
+                if self
+                    .answer_agent_select(tenant, &context.db, &mut statement)
+                    .await?
+                {
+                    // The answer is spliced into the statement: never reuse its plan.
+                    return self
+                        .execute_sql(tenant, context, *statement, None, false)
+                        .await;
+                }
+                self.execute_sql(tenant, context, *statement, cache, false)
+                    .await
+            }
+        }
+    }
+
+    /// A write's job over `snapshot`, planned in `state`; `held` is the writer lock when it
+    /// was taken before the snapshot.
+    fn job(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        snapshot: Arc<Snapshot>,
+        state: Session,
+        held: Option<crate::store::WriteLock>,
+    ) -> dml::WriteJob {
+        dml::WriteJob {
+            store: Arc::clone(&self.store),
+            state,
+            snapshot,
+            tenant,
+            db: db.to_string(),
+            cancelled: tokio_util::sync::CancellationToken::new(),
+            held: parking_lot::Mutex::new(held),
+            staging_memory: usize::try_from(
+                self.config
+                    .query
+                    .staging_memory_mb
+                    .saturating_mul(1024 * 1024),
+            )
+            .unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Plans and runs one SQL statement. A write into the store computes its rows before it
+    /// takes the writer lock (see `dml`); `pessimistic` takes the lock first instead, which is
+    /// how a write runs again when another write changed its target in between.
+    async fn execute_sql(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        statement: Statement,
+        cache: Option<(PlanKey, u64)>,
+        pessimistic: bool,
+    ) -> Result<Outcome> {
+        let hints = names::hints(&statement);
+        let writes = matches!(
+            statement,
+            Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_)
+                | Statement::CreateTable(_)
+                | Statement::Drop { .. }
+                | Statement::Truncate(_)
+        );
+        let cache = if writes { None } else { cache };
+        // A write into a datasource's table goes to the datasource: it takes no writer lock,
+        // which would stop every other write while the network is waited on.
+        let remote = match writes {
+            true => self.remote_write(tenant, &statement, &context.db)?,
+            false => None,
+        };
+        let local_write = writes && remote.is_none();
+        let again = (local_write && !pessimistic).then(|| statement.clone());
+        let held = if local_write && pessimistic {
+            Some(self.store.lock_writes().await)
+        } else {
+            None
+        };
+        let snapshot =
+            Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
+        // Rewrites keep row order, so they run on one partition.
+        let partitions = match statement {
+            Statement::Update(_) | Statement::Delete(_) => 1,
+            _ => self.target_partitions,
+        };
+        let state = self.session(Arc::clone(&snapshot), &context.db, partitions);
+        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        let plan = match state.statement_to_plan(df_statement.clone()).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                return Err(self.explain_plan_error(
+                    &state,
+                    &snapshot,
+                    &df_statement,
+                    &context.db,
+                    e,
+                ))
+            }
+        };
+        if let Some(target) = remote {
+            drop(snapshot);
+            return self.write_remote(state, plan, target).await;
+        }
+        let db = context.db.clone();
+        let job = |state| self.job(tenant, &db, snapshot, state, held);
+        let staged = match plan {
+            LogicalPlan::Dml(statement) if local_write => job(state)
+                .run(move |job, handle| dml::run_dml(job, handle, statement))
+                .await?
+                .map(Some),
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if local_write => {
+                job(state)
+                    .run(move |job, handle| dml::create_table(job, handle, create, hints))
+                    .await?
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) if local_write => {
+                job(state)
+                    .run(move |job, handle| dml::drop_table(job, handle, drop))
+                    .await?;
+                dml::Staged::Done(None)
+            }
+            other => return self.execute_plan(other, state, hints, cache).await,
+        };
+        match (staged, again) {
+            (dml::Staged::Done(affected_rows), _) => Ok(Outcome::Ok { affected_rows }),
+            // Its target changed while its rows were computed: again, holding the lock.
+            (dml::Staged::TargetChanged, Some(statement)) => {
+                Box::pin(self.execute_sql(tenant, context, statement, None, true)).await
+            }
+            (dml::Staged::TargetChanged, None) => Err(Error::internal(
+                "a write's target changed while the writer lock was held",
+            )),
+        }
+    }
+
+    /// Runs a plan that is not a write into the store: a query (its rows as a stream), or a
+    /// statement that is refused.
+    async fn execute_plan(
+        &self,
+        plan: LogicalPlan,
+        state: Session,
+        hints: Option<Vec<names::NameHint>>,
+        cache: Option<(PlanKey, u64)>,
+    ) -> Result<Outcome> {
+        match plan {
+            LogicalPlan::Ddl(ddl) => Err(Error::invalid(format!(
+                "{} is not supported yet",
+                ddl.name()
+            ))),
+            LogicalPlan::Statement(s) => Err(Error::invalid(format!(
+                "{} is not supported: every statement commits on its own",
+                s.name()
+            ))),
+            LogicalPlan::Copy(_) => Err(Error::invalid("COPY is not supported")),
+            plan => {
+                let repeatable = cache.is_some() && plan_cache::is_repeatable(&plan);
+                let physical = state.create_physical_plan(&plan).await?;
+                let column_names =
+                    names::column_names(&physical.schema(), hints.as_deref(), names::Purpose::Show);
+                // Kept only if no commit came after the snapshot: an entry made from an older
+                // snapshot would be unusable anyway and would hold that snapshot open.
+                if let (true, Some((key, generation))) = (repeatable, cache) {
+                    if plan_cache::is_reentrant(&physical) && self.store.commits() == generation {
+                        self.plans.insert(
+                            key,
+                            generation,
+                            Arc::clone(&physical),
+                            column_names.clone(),
+                        );
+                    }
+                }
+                let stream = order::execute(physical, state.task_ctx())?;
+                Ok(Outcome::Table(TableResult {
+                    column_names,
+                    stream,
+                }))
+            }
+        }
+    }
+
+    /// Names the missing table or database when planning failed for one; otherwise passes
+    /// DataFusion's message on.
+    fn explain_plan_error(
+        &self,
+        state: &SessionState,
+        snapshot: &Snapshot,
+        statement: &datafusion::sql::parser::Statement,
+        db: &str,
+        error: datafusion::error::DataFusionError,
+    ) -> Error {
+        let error = Error::from(error);
+        if !error.message().contains("not found") {
+            return error;
+        }
+        let Ok(references) = state.resolve_table_references(statement) else {
+            return error;
+        };
+        for reference in references {
+            let Some((schema, table)) = snapshot::db_and_table(&reference, db) else {
+                let catalog = reference.catalog().unwrap_or_default();
+                return Error::not_found(format!("Database '{catalog}' not found"));
+            };
+            match snapshot.namespace(&schema) {
+                Ok(None) => return Error::not_found(format!("Database '{schema}' not found")),
+                Ok(Some(Namespace::Project(p))) => {
+                    if matches!(snapshot.table(&p.name, &table), Ok(None)) {
+                        return Error::not_found(format!(
+                            "Table '{table}' not found in database: {}",
+                            p.name
+                        ));
+                    }
+                }
+                Ok(Some(Namespace::System))
+                    if !INFO_TABLES.contains(&table.to_ascii_lowercase().as_str()) =>
+                {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        crate::catalog::namespace::SYSTEM_DB
+                    ));
+                }
+                Ok(Some(Namespace::Files)) => {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        crate::catalog::namespace::FILES_DB
+                    ));
+                }
+                _ => {}
+            }
+        }
+        error
+    }
+}
+
+/// A one-batch table of text columns (SHOW results).
+fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(name, _)| Field::new(*name, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .map(|(_, values)| Arc::new(StringArray::from(values.clone())) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(Arc::clone(&schema), arrays)?;
+    let column_names = columns.iter().map(|(name, _)| name.to_string()).collect();
+    let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+    Ok(Outcome::Table(TableResult {
+        column_names,
+        stream: Box::pin(stream),
+    }))
+}

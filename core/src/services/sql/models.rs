@@ -1,0 +1,496 @@
+//! The SQL side of models: `CREATE MODEL` (plans the training query, records the version and
+//! starts the worker), `DROP MODEL`, `SHOW MODELS`, `DESCRIBE`, and the model tables MindsDB
+//! shows (`information_schema.models`, `<project>.models`, the model-info row).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, ListBuilder};
+use datafusion::arrow::array::{RecordBatch, StringBuilder};
+use datafusion::physical_plan::memory::MemoryStream;
+use serde_json::{Map, Value};
+
+use super::parse::CreateModel;
+use super::sandbox::ReadOnlyQuery;
+use super::snapshot::{Namespace, Snapshot, SystemTable};
+use super::{Outcome, ResultContext, SqlRunner, TableResult};
+use crate::catalog::models::{self, openai, ModelSpec, ModelVersion};
+use crate::error::{Error, Result};
+use crate::services::ml::worker::{self, Job};
+use crate::tenant::TenantId;
+
+impl SqlRunner {
+    /// `CREATE MODEL`: checks and plans the training query, records version 1 as
+    /// `generating`, starts training in the background and answers with the model-info row.
+    pub(crate) async fn create_model(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        statement: CreateModel,
+    ) -> Result<Outcome> {
+        let CreateModel {
+            project,
+            name,
+            if_not_exists,
+            from,
+            predict,
+            using,
+        } = statement;
+        let project = project.unwrap_or_else(|| context.db.clone());
+        let [target] = predict.as_slice() else {
+            return Err(Error::invalid(
+                "A model predicts one column; name one after PREDICT",
+            ));
+        };
+        let engine = models::engine_of(&using)?;
+        self.check_llm_url(&using)?;
+        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        // An LLM model reads no rows; a FROM given to one is recorded and not run.
+        let (job, (data_db, query)) = if engine == openai::ENGINE {
+            (self.prompt_job(), from.unwrap_or_default())
+        } else {
+            let Some((data_db, query)) = from else {
+                return Err(Error::invalid(
+                    "The built-in engine learns from data: CREATE MODEL m FROM db (SELECT …) PREDICT col",
+                ));
+            };
+            let rows = self.training_rows(tenant, &data_db, &query, target).await?;
+            (Job::Train(rows.stream), (data_db, query))
+        };
+        let spec = ModelSpec {
+            project: project.to_ascii_lowercase(),
+            name,
+            predict: target.clone(),
+            data_db,
+            select_data_query: query,
+            using,
+        };
+        let created = self
+            .store
+            .write(move |txn| models::create(txn, tenant, &spec, if_not_exists))
+            .await?;
+        let Some(model) = created else {
+            return Ok(Outcome::Ok {
+                affected_rows: None,
+            });
+        };
+        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// Refuses an LLM model's `base_url` (or `api_base`) that writes an address the egress
+    /// policy refuses, when the statement runs; names are checked at every call.
+    fn check_llm_url(&self, using: &Map<String, Value>) -> Result<()> {
+        for key in ["base_url", "api_base"] {
+            if let Some(url) = using.get(key).and_then(Value::as_str) {
+                self.net
+                    .egress
+                    .check_url_text(url)
+                    .map_err(|e| Error::new(e.kind(), format!("'{key}' was {}", e.message())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `RETRAIN` / `FINETUNE`: answers with the new version's info row.
+    pub(crate) async fn retrain_statement(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        from: Option<(String, String)>,
+        using: Map<String, Value>,
+    ) -> Result<Outcome> {
+        let model = self
+            .retrain_model(tenant, project, name, from, using)
+            .await?;
+        table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// A new version trained from `from` (database, query) or the latest version's query, with
+    /// its options overlaid by `using`; status `generating`, training in the background. The
+    /// built-in engine fits from scratch either way, so FINETUNE is a RETRAIN whose data is
+    /// the given query.
+    pub(crate) async fn retrain_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        from: Option<(String, String)>,
+        using: Map<String, Value>,
+    ) -> Result<ModelVersion> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let latest = snapshot
+            .models(Some(&project))?
+            .into_iter()
+            .rfind(|m| m.name.eq_ignore_ascii_case(&name))
+            .ok_or_else(|| models::model_missing(&project, &name))?;
+        drop(snapshot);
+        self.check_llm_url(&using)?;
+        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        let job = if latest.is_prompted() {
+            self.prompt_job()
+        } else {
+            let (db, query) = from
+                .clone()
+                .unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
+            let rows = self
+                .training_rows(tenant, &db, &query, &latest.predict)
+                .await?;
+            Job::Train(rows.stream)
+        };
+        let model = self
+            .store
+            .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
+            .await?;
+        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        Ok(model)
+    }
+
+    /// The worker's job for an LLM model, which describes itself with the default model's name
+    /// when it names none.
+    fn prompt_job(&self) -> Job {
+        Job::Prompt {
+            default_model: self.config.llm.model_name.clone(),
+        }
+    }
+
+    /// ``SET active p.m.`N` ``.
+    pub(crate) async fn set_active_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        version: u32,
+    ) -> Result<()> {
+        self.store
+            .write(move |txn| models::set_active(txn, tenant, &project, &name, version))
+            .await?;
+        Ok(())
+    }
+
+    /// Plans the training query (read-only, in `db`) and checks that it has the target column.
+    async fn training_rows(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        query: &str,
+        target: &str,
+    ) -> Result<ReadOnlyQuery> {
+        // `FROM pg (SELECT …)` names a PostgreSQL datasource: its query is PostgreSQL's, run
+        // there. Over a directory (`files` engine) the query is ours, naming its tables.
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let native = matches!(
+            snapshot.namespace(db)?,
+            Some(Namespace::Datasource(source)) if source.engine == crate::services::connectors::postgres::ENGINE
+        );
+        drop(snapshot);
+        let query = if native {
+            format!("SELECT * FROM {db} ({query})")
+        } else {
+            query.to_string()
+        };
+        let rows = self
+            .read_only_query(tenant, db, &query, |reference, resolved| match resolved {
+                Some(_) => Ok(()),
+                None => Err(Error::invalid(format!(
+                    "The training query names '{reference}', which is not in this catalog"
+                ))),
+            })
+            .await?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = rows
+            .column_names
+            .iter()
+            .find(|c| !seen.insert(c.to_ascii_lowercase()))
+        {
+            return Err(Error::invalid(format!(
+                "The training query has two columns named '{twice}'; give them distinct names with AS"
+            )));
+        }
+        if !rows
+            .column_names
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(target))
+        {
+            return Err(Error::invalid(format!(
+                "Column '{target}' to predict is not in the training data; it has: {}",
+                rows.column_names.join(", ")
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// Runs one `CREATE MODEL` statement with `project` as the current database and returns
+    /// the new version (MindsDB's `POST /api/projects/{p}/models {"query": …}`).
+    pub(crate) async fn create_model_from_sql(
+        &self,
+        tenant: TenantId,
+        project: &str,
+        sql: &str,
+    ) -> Result<ModelVersion> {
+        let mut commands = super::parse::parse(sql, &Default::default(), &Default::default())?;
+        let statement = match (commands.pop(), commands.is_empty()) {
+            (Some(super::parse::Command::CreateModel(statement)), true) => statement,
+            _ => {
+                return Err(Error::invalid(
+                    "The query must be one CREATE MODEL statement",
+                ))
+            }
+        };
+        let target_project = statement
+            .project
+            .clone()
+            .unwrap_or_else(|| project.to_ascii_lowercase());
+        let name = statement.name.clone();
+        let context = ResultContext {
+            show_secrets: false,
+            db: project.to_ascii_lowercase(),
+        };
+        self.create_model(tenant, &context, statement).await?;
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        snapshot
+            .models(Some(&target_project))?
+            .into_iter()
+            .rfind(|m| m.name.eq_ignore_ascii_case(&name))
+            .ok_or_else(|| Error::internal("a model was created and then not found"))
+    }
+
+    /// Predicts for `rows` (a list of `{column: value}` objects, or that list as JSON text)
+    /// with a complete version; returns the rows with the prediction filled in.
+    pub(crate) async fn predict_rows(
+        &self,
+        tenant: TenantId,
+        model: &ModelVersion,
+        rows: &Value,
+    ) -> Result<Value> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let model = snapshot.predict_model(model.clone())?;
+        drop(snapshot);
+        super::predict::predict_json(&model, rows, &self.connector()).await
+    }
+
+    /// `DROP MODEL|PREDICTOR`.
+    pub(crate) async fn drop_model(
+        &self,
+        tenant: TenantId,
+        project: String,
+        name: String,
+        version: Option<u32>,
+        if_exists: bool,
+    ) -> Result<()> {
+        self.store
+            .write(move |txn| models::drop_model(txn, tenant, &project, &name, version, if_exists))
+            .await?;
+        Ok(())
+    }
+
+    /// `SHOW MODELS [FROM p]`: the project's models table.
+    pub(crate) fn show_models(&self, tenant: TenantId, project: &str) -> Result<Outcome> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        if !matches!(snapshot.namespace(project)?, Some(Namespace::Project(_))) {
+            return Err(Error::not_found(format!("Project '{project}' not found")));
+        }
+        table_outcome(model_info(&snapshot.models(Some(project))?, true, None)?)
+    }
+
+    /// `DESCRIBE [p.]m[.attribute]`: `None` when no model has that name (the caller then
+    /// describes a table).
+    pub(crate) fn describe_model(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        parts: &[String],
+    ) -> Result<Option<Outcome>> {
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        // MindsDB resolves project.model.version, then project.model, then model; what is
+        // left is the attribute.
+        let mut candidates: Vec<(String, String, Option<u32>, Option<String>)> = Vec::new();
+        match parts {
+            [m] => candidates.push((db.into(), m.clone(), None, None)),
+            [a, b] => {
+                if let Ok(v) = b.parse::<u32>() {
+                    candidates.push((db.into(), a.clone(), Some(v), None));
+                }
+                candidates.push((a.clone(), b.clone(), None, None));
+                candidates.push((db.into(), a.clone(), None, Some(b.clone())));
+            }
+            [a, b, c] => {
+                if let Ok(v) = c.parse::<u32>() {
+                    candidates.push((a.clone(), b.clone(), Some(v), None));
+                }
+                candidates.push((a.clone(), b.clone(), None, Some(c.clone())));
+            }
+            _ => {}
+        }
+        for (project, name, version, attribute) in candidates {
+            let Some(model) = snapshot.model(&project, &name, version)? else {
+                if let Some(v) = version {
+                    if snapshot.model(&project, &name, None)?.is_some() {
+                        return Err(models::version_missing(&project, &name, v));
+                    }
+                }
+                continue;
+            };
+            let batch = match attribute.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                None => model_info(&[model], false, Some(&models::ATTRIBUTES))?,
+                Some("info") => describe_info(&model)?,
+                Some("features") => describe_features(&model)?,
+                Some(other) => return Err(models::attribute_missing(&model.name, other)),
+            };
+            return table_outcome(batch).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+fn table_outcome(batch: RecordBatch) -> Result<Outcome> {
+    let column_names = super::snapshot::display_names(&batch.schema());
+    let schema = batch.schema();
+    let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+    Ok(Outcome::Table(TableResult {
+        column_names,
+        stream: Box::pin(stream),
+    }))
+}
+
+/// MindsDB's model-info table: the row `CREATE MODEL` answers with (`full` = false; its
+/// TRAINING_OPTIONS a Python repr), or the rows of `models` tables (`full`: training progress
+/// columns too, TRAINING_OPTIONS as JSON). With `tables`, DESCRIBE's leading `TABLES` column.
+pub(crate) fn model_info(
+    rows: &[ModelVersion],
+    full: bool,
+    tables: Option<&[&str]>,
+) -> Result<RecordBatch> {
+    let mut table = SystemTable::default();
+    if let Some(tables) = tables {
+        let mut list = ListBuilder::new(StringBuilder::new());
+        for _ in rows {
+            for t in tables {
+                list.values().append_value(t);
+            }
+            list.append(true);
+        }
+        table = table.column("TABLES", Arc::new(list.finish()) as ArrayRef);
+    }
+    let text = |f: &dyn Fn(&ModelVersion) -> Option<String>| -> Vec<Option<String>> {
+        rows.iter().map(f).collect()
+    };
+    let options = |m: &ModelVersion| {
+        if full {
+            m.training_options().to_string()
+        } else {
+            let mut shown = m.training_options();
+            shown["__mdb_sql_task"] = Value::Null;
+            models::python_repr(&shown)
+        }
+    };
+    table = table
+        .owned_text("NAME", text(&|m| Some(m.name.clone())))
+        .owned_text("ENGINE", text(&|m| Some(m.engine.clone())))
+        .owned_text("PROJECT", text(&|m| Some(m.project.clone())))
+        .column(
+            "ACTIVE",
+            Arc::new(
+                rows.iter()
+                    .map(|m| Some(m.active))
+                    .collect::<BooleanArray>(),
+            ),
+        )
+        .column(
+            "VERSION",
+            Arc::new(
+                rows.iter()
+                    .map(|m| Some(i64::from(m.version)))
+                    .collect::<Int64Array>(),
+            ),
+        )
+        .owned_text("STATUS", text(&|m| Some(m.status.as_str().to_string())))
+        .column(
+            "ACCURACY",
+            Arc::new(
+                rows.iter()
+                    .map(ModelVersion::accuracy)
+                    .collect::<Float64Array>(),
+            ),
+        )
+        .owned_text("PREDICT", text(&|m| Some(m.predict.clone())))
+        .owned_text("UPDATE_STATUS", text(&|_| Some("up_to_date".into())))
+        .owned_text(
+            "MINDSDB_VERSION",
+            text(&|_| Some(env!("CARGO_PKG_VERSION").to_string())),
+        )
+        .owned_text("ERROR", text(&|m| m.error.clone()))
+        .owned_text(
+            "SELECT_DATA_QUERY",
+            text(&|m| Some(m.select_data_query.clone())),
+        )
+        .owned_text("TRAINING_OPTIONS", text(&|m| Some(options(m))))
+        .owned_text("TAG", text(&|_| None));
+    if full {
+        let number = |f: &dyn Fn(&ModelVersion) -> i64| -> ArrayRef {
+            Arc::new(rows.iter().map(|m| Some(f(m))).collect::<Int64Array>())
+        };
+        table = table
+            .column(
+                "CURRENT_TRAINING_PHASE",
+                number(&|m| i64::from(m.current_phase)),
+            )
+            .column(
+                "TOTAL_TRAINING_PHASES",
+                number(&|m| i64::from(m.total_phases)),
+            )
+            .owned_text(
+                "TRAINING_PHASE_NAME",
+                text(&|m| Some(m.phase_name.clone()).filter(|p| !p.is_empty())),
+            )
+            .owned_text("CREATED_AT", text(&|m| Some(m.created_at.clone())))
+            .column(
+                "TRAINING_TIME",
+                Arc::new(
+                    rows.iter()
+                        .map(|m| m.training_time)
+                        .collect::<Float64Array>(),
+                ),
+            );
+    }
+    table.build()
+}
+
+/// `DESCRIBE p.m.info`: the seed's describe record, one row (empty until training completes).
+fn describe_info(model: &ModelVersion) -> Result<RecordBatch> {
+    let d = model.description.as_ref();
+    let json = |f: &dyn Fn(&models::Description) -> Value| d.map(|d| f(d).to_string());
+    SystemTable::default()
+        .owned_text(
+            "ACCURACIES",
+            vec![json(&|d| serde_json::json!(d.accuracies))],
+        )
+        .owned_text(
+            "COLUMN_IMPORTANCES",
+            vec![json(&|d| serde_json::json!(d.column_importances))],
+        )
+        .owned_text("INPUTS", vec![json(&|d| serde_json::json!(d.inputs))])
+        .owned_text("OUTPUTS", vec![json(&|d| serde_json::json!(d.outputs))])
+        .owned_text("MODEL", vec![d.map(|d| d.model.clone())])
+        .build()
+}
+
+/// `DESCRIBE p.m.features`: each column training saw, its inferred type, importance and role.
+fn describe_features(model: &ModelVersion) -> Result<RecordBatch> {
+    let rows = model.features();
+    SystemTable::default()
+        .owned_text(
+            "COLUMN",
+            rows.iter().map(|r| Some(r.column.clone())).collect(),
+        )
+        .owned_text("TYPE", rows.iter().map(|r| Some(r.kind.clone())).collect())
+        .column(
+            "IMPORTANCE",
+            Arc::new(rows.iter().map(|r| r.importance).collect::<Float64Array>()),
+        )
+        .owned_text(
+            "ROLE",
+            rows.iter().map(|r| Some(r.role.to_string())).collect(),
+        )
+        .build()
+}

@@ -1,0 +1,1018 @@
+//! Turns request text into commands: sqlparser's tokenizer (MySQL rules, so `'it\'s'` and
+//! backticks work as MindsDB clients send them), MindsDB's own statements recognised on tokens,
+//! and everything else parsed by sqlparser for DataFusion. `:name` parameters are bound on the
+//! syntax tree as literal values, never spliced into text.
+//!
+//! `"x"` follows MindsDB's parser: a name where only a name can stand (tables, aliases, column
+//! lists, after a dot) and a string where a value can (`VALUES (1, "it's")`, `WHERE s = "a"`),
+//! which is how MindsDB's SDK renders strings that hold a single quote. Backticks always quote
+//! a name.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    CastKind, DataType, Expr, Statement, TimezoneInfo, Value, ValueWithSpan, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::{GenericDialect, MySqlDialect};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
+
+use super::TypedParam;
+use crate::error::{Error, Result};
+
+/// One statement of a request, ready to run.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Command {
+    /// `CREATE PROJECT` / `CREATE DATABASE` without a foreign engine.
+    CreateProject { name: String, if_not_exists: bool },
+    /// `CREATE DATABASE [IF NOT EXISTS] name [WITH] ENGINE = 'e', PARAMETERS = {…}`.
+    CreateDatasource {
+        name: String,
+        engine: String,
+        parameters: serde_json::Map<String, serde_json::Value>,
+        if_not_exists: bool,
+    },
+    /// `ALTER DATABASE name [WITH] PARAMETERS = {…}` or `ALTER DATABASE name key = value, …`:
+    /// parameters of a datasource to change (a null removes one).
+    AlterDatasource {
+        name: String,
+        parameters: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `DROP PROJECT|DATABASE|SCHEMA`: a project or a datasource.
+    DropProject { name: String, if_exists: bool },
+    /// `SHOW [FULL] DATABASES`.
+    ShowDatabases { full: bool },
+    /// `SHOW PROJECTS`.
+    ShowProjects,
+    /// `SHOW [FULL] TABLES [FROM|IN db]`.
+    ShowTables { db: Option<String>, full: bool },
+    /// `USE db`.
+    Use(String),
+    /// `CREATE AGENT [IF NOT EXISTS] [p.]name USING …`; `spec` is the agent's request body.
+    CreateAgent {
+        project: Option<String>,
+        name: String,
+        if_not_exists: bool,
+        spec: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `ALTER AGENT [p.]name USING …`.
+    AlterAgent {
+        project: Option<String>,
+        name: String,
+        spec: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `DROP AGENT [IF EXISTS] [p.]name`.
+    DropAgent {
+        project: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW AGENTS [FROM p]`.
+    ShowAgents { project: Option<String> },
+    /// `CREATE MODEL|PREDICTOR`.
+    CreateModel(CreateModel),
+    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version (the built-in
+    /// engine fits from scratch, so both read the same).
+    RetrainModel {
+        project: Option<String>,
+        name: String,
+        from: Option<(String, String)>,
+        using: serde_json::Map<String, serde_json::Value>,
+    },
+    /// ``SET active [p.]m.`N` ``.
+    SetActiveModel {
+        project: Option<String>,
+        name: String,
+        version: u32,
+    },
+    /// `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`.
+    DropModel {
+        project: Option<String>,
+        name: String,
+        version: Option<u32>,
+        if_exists: bool,
+    },
+    /// `SHOW MODELS [FROM p]`.
+    ShowModels { project: Option<String> },
+    /// `DESCRIBE [MODEL] a[.b[.c]]`: a model (with an attribute), or else a table.
+    Describe { parts: Vec<String>, explicit: bool },
+    /// Anything else: standard SQL for DataFusion, parameters already bound.
+    Sql(Box<Statement>),
+}
+
+/// `CREATE MODEL|PREDICTOR [IF NOT EXISTS] [p.]m [FROM …] PREDICT … [USING …]`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct CreateModel {
+    pub(crate) project: Option<String>,
+    pub(crate) name: String,
+    pub(crate) if_not_exists: bool,
+    /// (database, training query).
+    pub(crate) from: Option<(String, String)>,
+    pub(crate) predict: Vec<String>,
+    /// The USING pairs and the time-series clauses (`order_by`, `group_by`, `window`, `horizon`).
+    pub(crate) using: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Parses a request into commands, binding `params` into the SQL ones.
+pub(crate) fn parse(
+    sql: &str,
+    params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
+) -> Result<Vec<Command>> {
+    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    let tokens = normalise_tokens(tokens);
+    let mut commands = Vec::new();
+    for statement in split_statements(tokens) {
+        let statement = native_queries(sql, mindsdb_forms(statement));
+        let words: Vec<&Token> = statement
+            .iter()
+            .map(|t| &t.token)
+            .filter(|t| !is_space(t))
+            .collect();
+        if words.is_empty() {
+            continue;
+        }
+        if let Some(command) = super::agent_statements::agent_command(&words)? {
+            commands.push(command);
+            continue;
+        }
+        if let Some(command) = super::model_statements::model_command(&words)? {
+            commands.push(command);
+            continue;
+        }
+        if let Some(command) = mindsdb_command(&words)? {
+            commands.push(command);
+            continue;
+        }
+        let mut parser = Parser::new(&GenericDialect {}).with_tokens_with_locations(statement);
+        let mut parsed = parser
+            .parse_statement()
+            .map_err(|e| syntax_error(sql, &e.to_string()))?;
+        if parser.peek_token().token != Token::EOF {
+            let rest = parser.peek_token();
+            return Err(syntax_error(
+                sql,
+                &format!("unexpected '{}' at {}", rest.token, rest.span.start),
+            ));
+        }
+        double_quotes_as_strings(&mut parsed);
+        bind_params(&mut parsed, params, typed)?;
+        commands.push(Command::Sql(Box::new(parsed)));
+    }
+    if commands.is_empty() {
+        return Err(Error::invalid("The query is empty"));
+    }
+    Ok(commands)
+}
+
+fn syntax_error(sql: &str, detail: &str) -> Error {
+    Error::invalid(format!(
+        "The SQL statement cannot be parsed - {sql}: {detail}"
+    ))
+}
+
+fn is_space(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+/// Token fixes so the generic parser reads what MindsDB clients send: `"x"` is an identifier
+/// (MySQL's tokenizer calls it a string), and a bare `None` (the Python SDK's null) is NULL.
+fn normalise_tokens(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            t.token = match t.token {
+                Token::DoubleQuotedString(value) => Token::Word(Word {
+                    value,
+                    quote_style: Some('"'),
+                    keyword: Keyword::NoKeyword,
+                }),
+                Token::Word(w) if w.quote_style.is_none() && w.value == "None" => {
+                    Token::make_keyword("NULL")
+                }
+                other => other,
+            };
+            t
+        })
+        .collect()
+}
+
+fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
+    let mut out = vec![Vec::new()];
+    for token in tokens {
+        match token.token {
+            Token::SemiColon => out.push(Vec::new()),
+            Token::EOF => {}
+            _ => out
+                .last_mut()
+                .expect("starts with one statement")
+                .push(token),
+        }
+    }
+    out.retain(|s| s.iter().any(|t| !is_space(&t.token)));
+    out
+}
+
+pub(crate) fn keyword(token: &Token) -> Option<Keyword> {
+    match token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    }
+}
+
+/// Reads an optional `IF NOT EXISTS` (`not` set) or `IF EXISTS` at word `k`: whether it was
+/// there, and the index of the word after it.
+pub(crate) fn if_exists_at(words: &[&Token], k: usize, not: bool) -> (bool, usize) {
+    let kw = |i: usize| words.get(i).and_then(|t| keyword(t));
+    let tail: &[Keyword] = if not {
+        &[Keyword::IF, Keyword::NOT, Keyword::EXISTS]
+    } else {
+        &[Keyword::IF, Keyword::EXISTS]
+    };
+    if tail
+        .iter()
+        .enumerate()
+        .all(|(i, want)| kw(k + i) == Some(*want))
+    {
+        (true, k + tail.len())
+    } else {
+        (false, k)
+    }
+}
+
+fn is_word(token: &Token, text: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text))
+}
+
+fn synthetic(token: Token) -> TokenWithSpan {
+    TokenWithSpan::new(token, Span::empty())
+}
+
+/// Rewrites MindsDB spellings into standard ones on tokens:
+/// `CREATE [OR REPLACE] TABLE t [(] SELECT …` gets its `AS`, and `IN :ids` gets parentheses.
+fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    let mut insert_as_before = None;
+    if at(0).and_then(keyword) == Some(Keyword::CREATE) {
+        let mut k = 1;
+        if at(k).and_then(keyword) == Some(Keyword::OR)
+            && at(k + 1).and_then(keyword) == Some(Keyword::REPLACE)
+        {
+            k += 2;
+        }
+        if at(k).and_then(keyword) == Some(Keyword::TABLE) {
+            k += 1;
+            if at(k).and_then(keyword) == Some(Keyword::IF) {
+                k += 3;
+            }
+            // The table name: word(.word)*
+            if matches!(at(k), Some(Token::Word(_))) {
+                k += 1;
+                while at(k) == Some(&Token::Period) && matches!(at(k + 1), Some(Token::Word(_))) {
+                    k += 2;
+                }
+                let starts_query = |t: Option<&Token>| {
+                    matches!(t.and_then(keyword), Some(Keyword::SELECT | Keyword::WITH))
+                };
+                if starts_query(at(k)) || (at(k) == Some(&Token::LParen) && starts_query(at(k + 1)))
+                {
+                    insert_as_before = positions.get(k).copied();
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 4);
+    let mut i = 0;
+    while i < tokens.len() {
+        if Some(i) == insert_as_before {
+            out.push(synthetic(Token::make_keyword("AS")));
+            out.push(synthetic(Token::Whitespace(
+                datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+            )));
+        }
+        let token = tokens[i].clone();
+        let is_in = keyword(&token.token) == Some(Keyword::IN);
+        out.push(token);
+        if is_in {
+            // IN :ids  ->  IN (:ids)
+            let mut j = i + 1;
+            while j < tokens.len() && is_space(&tokens[j].token) {
+                j += 1;
+            }
+            if j + 1 < tokens.len()
+                && tokens[j].token == Token::Colon
+                && matches!(tokens[j + 1].token, Token::Word(_))
+            {
+                out.push(synthetic(Token::LParen));
+                out.push(tokens[j].clone());
+                out.push(tokens[j + 1].clone());
+                out.push(synthetic(Token::RParen));
+                i = j + 2;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Rewrites each native query `FROM db (SELECT …)` (or after JOIN) into the table reference
+/// `db."<NATIVE>SELECT …"`, which the datasource's schema runs as written (see
+/// `crate::services::connectors::table::NATIVE`). CREATE MODEL and RETRAIN read their own `FROM db (…)`.
+fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    let first = at(0);
+    let trains = first.is_some_and(|t| is_word(t, "RETRAIN") || is_word(t, "FINETUNE"))
+        || (first.and_then(keyword) == Some(Keyword::CREATE)
+            && (1..4)
+                .any(|k| at(k).is_some_and(|t| is_word(t, "MODEL") || is_word(t, "PREDICTOR"))));
+    if trains {
+        return tokens;
+    }
+    let starts_native = |t: Option<&Token>| {
+        matches!(
+            t.and_then(keyword),
+            Some(
+                Keyword::SELECT
+                    | Keyword::WITH
+                    | Keyword::VALUES
+                    | Keyword::TABLE
+                    | Keyword::SHOW
+                    | Keyword::EXPLAIN
+            )
+        )
+    };
+    // (index of the database word, index of the closing parenthesis), in word positions.
+    let mut spans = Vec::new();
+    let mut k = 0;
+    while k + 3 < positions.len() {
+        let after_from = matches!(at(k).and_then(keyword), Some(Keyword::FROM | Keyword::JOIN));
+        // `JOIN LATERAL (SELECT …)` and `FROM UNNEST(…)` are SQL, not a database's name.
+        let names_database = matches!(
+            at(k + 1),
+            Some(Token::Word(w)) if w.quote_style.is_some()
+                || !matches!(w.keyword, Keyword::LATERAL | Keyword::UNNEST)
+        );
+        if after_from
+            && names_database
+            && at(k + 2) == Some(&Token::LParen)
+            && starts_native(at(k + 3))
+        {
+            let words: Vec<&Token> = positions.iter().map(|&i| &tokens[i].token).collect();
+            if let Ok(close) = super::model_statements::closing_paren(&words, k + 2) {
+                spans.push((k + 1, close));
+                k = close + 1;
+                continue;
+            }
+        }
+        k += 1;
+    }
+    if spans.is_empty() {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut next = 0;
+    for (db, close) in spans {
+        out.extend(tokens[next..=positions[db]].iter().cloned());
+        // The text exactly as written (the tokenizer's MySQL rules would change backslashes
+        // and quotes); rebuilt from tokens only if the positions are unknown.
+        let open = &tokens[positions[db + 1]];
+        let shut = &tokens[positions[close]];
+        let text = match (
+            byte_offset(sql, open.span.end),
+            byte_offset(sql, shut.span.start),
+        ) {
+            (Some(from), Some(to)) if from <= to => sql[from..to].trim().to_string(),
+            _ => {
+                let inner: Vec<&Token> = positions[db + 2..close]
+                    .iter()
+                    .map(|&i| &tokens[i].token)
+                    .collect();
+                super::model_statements::tokens_text(&inner)
+            }
+        };
+        out.push(synthetic(Token::Period));
+        out.push(synthetic(Token::Word(Word {
+            value: format!("{}{text}", crate::services::connectors::table::NATIVE),
+            quote_style: Some('"'),
+            keyword: Keyword::NoKeyword,
+        })));
+        next = positions[close] + 1;
+    }
+    out.extend(tokens[next..].iter().cloned());
+    out
+}
+
+/// The byte offset in `sql` of a tokenizer location (1-based line and character column);
+/// `None` for a made-up token's empty location or one past the text.
+fn byte_offset(sql: &str, at: datafusion::sql::sqlparser::tokenizer::Location) -> Option<usize> {
+    if at.line == 0 {
+        return None;
+    }
+    let (mut line, mut column) = (1, 1);
+    for (i, ch) in sql.char_indices() {
+        if line == at.line && column == at.column {
+            return Some(i);
+        }
+        if ch == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    (line == at.line && column == at.column).then_some(sql.len())
+}
+
+/// Recognises MindsDB's own statements; `None` means "standard SQL".
+fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
+    let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
+    let name_at = |k: usize| -> Result<String> {
+        match words.get(k) {
+            Some(Token::Word(w)) => Ok(w.value.clone()),
+            Some(other) => Err(Error::invalid(format!(
+                "Expected a database name, found '{other}'"
+            ))),
+            None => Err(Error::invalid("Expected a database name")),
+        }
+    };
+    let is_db_word = |k: usize| {
+        matches!(kw(k), Some(Keyword::DATABASE | Keyword::SCHEMA))
+            || words.get(k).is_some_and(|t| is_word(t, "PROJECT"))
+    };
+    let end_at = |k: usize| -> Result<()> {
+        match words.get(k) {
+            None => Ok(()),
+            Some(extra) => Err(Error::invalid(format!(
+                "Unexpected '{extra}' after the statement"
+            ))),
+        }
+    };
+    match kw(0) {
+        Some(Keyword::CREATE) if is_db_word(1) => {
+            let is_project = words.get(1).is_some_and(|t| is_word(t, "PROJECT"));
+            let (if_not_exists, k) = if_exists_at(words, 2, true);
+            let name = name_at(k)?;
+            if is_project {
+                end_at(k + 1)?;
+            } else if let Some((engine, parameters)) = database_engine(&words[k + 1..])? {
+                return Ok(Some(Command::CreateDatasource {
+                    name,
+                    engine,
+                    parameters,
+                    if_not_exists,
+                }));
+            }
+            Ok(Some(Command::CreateProject {
+                name,
+                if_not_exists,
+            }))
+        }
+        Some(Keyword::ALTER) if matches!(kw(1), Some(Keyword::DATABASE)) => {
+            let name = name_at(2)?;
+            let mut k = 3;
+            if kw(k) == Some(Keyword::WITH) {
+                k += 1;
+            }
+            let parameters = alter_pairs(words, k)?;
+            Ok(Some(Command::AlterDatasource { name, parameters }))
+        }
+        Some(Keyword::DROP) if is_db_word(1) => {
+            let (if_exists, k) = if_exists_at(words, 2, false);
+            let name = name_at(k)?;
+            end_at(k + 1)?;
+            Ok(Some(Command::DropProject { name, if_exists }))
+        }
+        Some(Keyword::SHOW) => {
+            let (full, k) = if kw(1) == Some(Keyword::FULL) {
+                (true, 2)
+            } else {
+                (false, 1)
+            };
+            match kw(k) {
+                Some(Keyword::DATABASES | Keyword::SCHEMAS) => {
+                    end_at(k + 1)?;
+                    Ok(Some(Command::ShowDatabases { full }))
+                }
+                Some(Keyword::TABLES) => {
+                    let db = if matches!(kw(k + 1), Some(Keyword::FROM | Keyword::IN)) {
+                        let db = name_at(k + 2)?;
+                        end_at(k + 3)?;
+                        Some(db)
+                    } else {
+                        end_at(k + 1)?;
+                        None
+                    };
+                    Ok(Some(Command::ShowTables { db, full }))
+                }
+                _ if !full && words.get(k).is_some_and(|t| is_word(t, "PROJECTS")) => {
+                    end_at(k + 1)?;
+                    Ok(Some(Command::ShowProjects))
+                }
+                _ => Ok(None),
+            }
+        }
+        Some(Keyword::USE) => {
+            let name = name_at(1)?;
+            end_at(2)?;
+            Ok(Some(Command::Use(name)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// After `CREATE DATABASE name`: `[WITH] [ENGINE [=] 'e'] [,] [PARAMETERS [=] {…}]`. `None`
+/// means a project (no engine, or `mindsdb` without parameters); otherwise the engine and its
+/// parameters, for a datasource.
+#[allow(clippy::type_complexity)]
+fn database_engine(
+    rest: &[&Token],
+) -> Result<Option<(String, serde_json::Map<String, serde_json::Value>)>> {
+    let mut k = 0;
+    if rest.get(k).and_then(|t| keyword(t)) == Some(Keyword::WITH) {
+        k += 1;
+    }
+    if rest.is_empty() || k == rest.len() && k > 0 {
+        return if k == 0 {
+            Ok(None)
+        } else {
+            Err(Error::invalid("WITH must be followed by ENGINE"))
+        };
+    }
+    if rest.get(k).and_then(|t| keyword(t)) != Some(Keyword::ENGINE) {
+        return Err(Error::invalid(format!(
+            "Expected ENGINE = 'engine' after the database name, found '{}'",
+            rest[k]
+        )));
+    }
+    k += 1;
+    if rest.get(k) == Some(&&Token::Eq) {
+        k += 1;
+    }
+    let engine = match rest.get(k) {
+        Some(Token::SingleQuotedString(s)) => s.clone(),
+        Some(Token::Word(w)) => w.value.clone(),
+        _ => return Err(Error::invalid("ENGINE must be followed by an engine name")),
+    };
+    k += 1;
+    if rest.get(k) == Some(&&Token::Comma) {
+        k += 1;
+    }
+    if k == rest.len() {
+        if engine.eq_ignore_ascii_case("mindsdb") {
+            return Ok(None);
+        }
+        return Ok(Some((engine, serde_json::Map::new())));
+    }
+    let parameters = parameters_at(rest, k)?;
+    if engine.eq_ignore_ascii_case("mindsdb") {
+        return Err(Error::invalid("A project takes no PARAMETERS"));
+    }
+    Ok(Some((engine, parameters)))
+}
+
+/// `key = value, …` from word `k` to the end, as changes; `parameters = {…}` (as MindsDB's SDK
+/// writes it) means the object's keys.
+fn alter_pairs(
+    words: &[&Token],
+    mut k: usize,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let mut changes = serde_json::Map::new();
+    if k == words.len() {
+        return Err(Error::invalid(
+            "Expected PARAMETERS = {…} or key = value after ALTER DATABASE name",
+        ));
+    }
+    loop {
+        let key = match words.get(k) {
+            Some(Token::Word(w)) => w.value.to_ascii_lowercase(),
+            Some(Token::SingleQuotedString(s)) => s.to_ascii_lowercase(),
+            other => {
+                return Err(Error::invalid(format!(
+                    "Expected a parameter name, found '{}'",
+                    other.map(|t| t.to_string()).unwrap_or_default()
+                )))
+            }
+        };
+        if words.get(k + 1) != Some(&&Token::Eq) {
+            return Err(Error::invalid(format!("Expected '=' after '{key}'")));
+        }
+        k += 2;
+        let value = super::agent_statements::json_value(words, &mut k)?;
+        match (key.as_str(), value) {
+            ("parameters", serde_json::Value::Object(object)) => changes.extend(object),
+            ("parameters", _) => {
+                return Err(Error::invalid(
+                    "PARAMETERS must be an object: {\"key\": value, …}",
+                ))
+            }
+            (_, value) => {
+                changes.insert(key, value);
+            }
+        }
+        match words.get(k) {
+            None => return Ok(changes),
+            Some(Token::Comma) => k += 1,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "Expected ',' between parameters, found '{other}'"
+                )))
+            }
+        }
+    }
+}
+
+/// `PARAMETERS [=] {…}` from word `k` to the end.
+fn parameters_at(
+    words: &[&Token],
+    mut k: usize,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    if !words.get(k).is_some_and(|t| is_word(t, "PARAMETERS")) {
+        return Err(Error::invalid(match words.get(k) {
+            Some(other) => format!("Expected PARAMETERS = {{…}}, found '{other}'"),
+            None => "Expected PARAMETERS = {…}".to_string(),
+        }));
+    }
+    k += 1;
+    if words.get(k) == Some(&&Token::Eq) {
+        k += 1;
+    }
+    let value = super::agent_statements::json_value(words, &mut k)?;
+    let serde_json::Value::Object(parameters) = value else {
+        return Err(Error::invalid(
+            "PARAMETERS must be an object: {\"key\": value, …}",
+        ));
+    };
+    match words.get(k) {
+        None => Ok(parameters),
+        Some(extra) => Err(Error::invalid(format!(
+            "Unexpected '{extra}' after PARAMETERS"
+        ))),
+    }
+}
+
+/// Turns each `"x"` standing alone as a value into the string `'x'`; see the module notes.
+fn double_quotes_as_strings(statement: &mut Statement) {
+    struct Strings;
+    impl VisitorMut for Strings {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            if let Expr::Identifier(ident) = expr {
+                if ident.quote_style == Some('"') {
+                    let text = std::mem::take(&mut ident.value);
+                    *expr = Expr::Value(Value::SingleQuotedString(text).into());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Strings);
+}
+
+/// Replaces `:name` placeholders with literal values from `params` and `typed`. A JSON array
+/// expands into the list of an `IN (…)`; an empty array makes the IN false (NOT IN true).
+fn bind_params(
+    statement: &mut Statement,
+    params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
+) -> Result<()> {
+    enum Param<'p> {
+        Json(&'p serde_json::Value),
+        Typed(&'p TypedParam),
+    }
+    struct Binder<'p> {
+        params: &'p HashMap<String, serde_json::Value>,
+        typed: &'p HashMap<String, TypedParam>,
+    }
+    impl<'p> Binder<'p> {
+        fn lookup(&self, placeholder: &str) -> Result<Option<Param<'p>>> {
+            let Some(name) = placeholder.strip_prefix(':') else {
+                return Ok(None);
+            };
+            if let Some(value) = self.typed.get(name) {
+                return Ok(Some(Param::Typed(value)));
+            }
+            self.params
+                .get(name)
+                .map(|value| Some(Param::Json(value)))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "Unknown parameter ':{name}': it is not in the query's params"
+                    ))
+                })
+        }
+    }
+    impl VisitorMut for Binder<'_> {
+        type Break = Error;
+        fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Error> {
+            if let Expr::InList { list, negated, .. } = expr {
+                let mut expanded = Vec::with_capacity(list.len());
+                for item in list.drain(..) {
+                    match placeholder(&item).map(|p| self.lookup(p)) {
+                        Some(Err(e)) => return ControlFlow::Break(e),
+                        Some(Ok(Some(Param::Json(serde_json::Value::Array(values))))) => {
+                            expanded.extend(values.iter().map(literal));
+                        }
+                        _ => expanded.push(item),
+                    }
+                }
+                if expanded.is_empty() {
+                    *expr = Expr::Value(Value::Boolean(*negated).into());
+                } else {
+                    *list = expanded;
+                }
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Error> {
+            if let Some(p) = placeholder(expr) {
+                match self.lookup(p) {
+                    Err(e) => return ControlFlow::Break(e),
+                    Ok(Some(Param::Json(serde_json::Value::Array(_)))) => {
+                        return ControlFlow::Break(Error::invalid(format!(
+                            "Parameter '{p}' is a list; a list can only stand in IN (…)"
+                        )))
+                    }
+                    Ok(Some(Param::Json(value))) => *expr = literal(value),
+                    Ok(Some(Param::Typed(value))) => match typed_literal(p, value) {
+                        Ok(typed) => *expr = typed,
+                        Err(e) => return ControlFlow::Break(e),
+                    },
+                    Ok(None) => {}
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    match statement.visit(&mut Binder { params, typed }) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// A typed parameter as a SQL literal node, its text checked first so a malformed value is an
+/// error naming the parameter rather than a cast failure at run time.
+fn typed_literal(placeholder: &str, value: &TypedParam) -> Result<Expr> {
+    let bad = |what: &str, text: &str| {
+        Error::invalid(format!("Parameter '{placeholder}' is not {what}: '{text}'"))
+    };
+    let cast = |text: &str, data_type: DataType| Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::Value(
+            Value::SingleQuotedString(text.to_string()).into(),
+        )),
+        data_type,
+        array: false,
+        format: None,
+    };
+    match value {
+        TypedParam::Date(text) => {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .map_err(|_| bad("a date (YYYY-MM-DD)", text))?;
+            Ok(cast(text, DataType::Date))
+        }
+        TypedParam::Timestamp(text) => {
+            chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+                .map_err(|_| bad("a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff])", text))?;
+            // Microseconds, as Python's and most clients' times: nanoseconds would refuse
+            // dates outside 1677–2262.
+            Ok(cast(text, DataType::Timestamp(Some(6), TimezoneInfo::None)))
+        }
+        TypedParam::Decimal(text) => {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+            let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+            if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
+                return Err(bad("a decimal number in plain notation", text));
+            }
+            let precision = (whole.len() + fraction.len()).max(1);
+            if precision > 38 {
+                return Err(Error::invalid(format!(
+                    "Parameter '{placeholder}' has {precision} digits; decimals take at most 38"
+                )));
+            }
+            let data_type = Parser::new(&GenericDialect {})
+                .try_with_sql(&format!("DECIMAL({precision}, {})", fraction.len()))
+                .and_then(|mut parser| parser.parse_data_type())
+                .map_err(|e| Error::internal(format!("decimal type: {e}")))?;
+            Ok(cast(text, data_type))
+        }
+        TypedParam::Bytes(bytes) => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+            Ok(Expr::Value(Value::HexStringLiteral(hex).into()))
+        }
+    }
+}
+
+fn placeholder(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Value(ValueWithSpan {
+            value: Value::Placeholder(p),
+            ..
+        }) => Some(p.as_str()),
+        _ => None,
+    }
+}
+
+/// A JSON value as a SQL literal node.
+fn literal(value: &serde_json::Value) -> Expr {
+    let value = match value {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        serde_json::Value::Number(n) => Value::Number(n.to_string(), false),
+        serde_json::Value::String(s) => Value::SingleQuotedString(s.clone()),
+        other => Value::SingleQuotedString(other.to_string()),
+    };
+    Expr::Value(value.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sql_of(text: &str, params: serde_json::Value) -> String {
+        let params: HashMap<String, serde_json::Value> = serde_json::from_value(params).unwrap();
+        match parse(text, &params, &HashMap::new())
+            .unwrap()
+            .pop()
+            .unwrap()
+        {
+            Command::Sql(s) => s.to_string(),
+            other => panic!("not SQL: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mindsdb_create_table_forms_get_their_as() {
+        assert_eq!(
+            sql_of("CREATE TABLE db.t SELECT 1", serde_json::json!({})),
+            "CREATE TABLE db.t AS SELECT 1"
+        );
+        assert_eq!(
+            sql_of(
+                "CREATE OR REPLACE TABLE db.t (SELECT * FROM x)",
+                serde_json::json!({})
+            ),
+            "CREATE OR REPLACE TABLE db.t AS (SELECT * FROM x)"
+        );
+        assert_eq!(
+            sql_of("CREATE TABLE t (a INT)", serde_json::json!({})),
+            "CREATE TABLE t (a INT)"
+        );
+    }
+
+    #[test]
+    fn parameters_become_literals_and_lists() {
+        let sql = sql_of(
+            "SELECT * FROM t WHERE a = :a AND b IN :ids AND c = :c AND d = :d",
+            serde_json::json!({"a": "it's \\ here", "ids": [1, 2, 3], "c": null, "d": 1.5}),
+        );
+        assert_eq!(
+            sql,
+            "SELECT * FROM t WHERE a = 'it''s \\ here' AND b IN (1, 2, 3) AND c = NULL AND d = 1.5"
+        );
+    }
+
+    #[test]
+    fn unknown_parameter_is_an_error() {
+        let err = parse("SELECT :nope", &HashMap::new(), &HashMap::new()).unwrap_err();
+        assert!(err.message().contains(":nope"), "{err}");
+    }
+
+    #[test]
+    fn sdk_literals_are_tolerated() {
+        assert_eq!(
+            sql_of(
+                "select * from t where n = None and s = 'it\\'s'",
+                serde_json::json!({})
+            ),
+            "SELECT * FROM t WHERE n = NULL AND s = 'it''s'"
+        );
+    }
+
+    #[test]
+    fn double_quotes_are_strings_as_values_and_names_elsewhere() {
+        assert_eq!(
+            sql_of(
+                r#"insert into "t" ("a", b) values (1, "it\'s"), (2, "x")"#,
+                serde_json::json!({})
+            ),
+            r#"INSERT INTO "t" ("a", b) VALUES (1, 'it''s'), (2, 'x')"#
+        );
+        assert_eq!(
+            sql_of(
+                r#"select `c` as "n", t."d" from t as "t" where c = "v""#,
+                serde_json::json!({})
+            ),
+            r#"SELECT `c` AS "n", t."d" FROM t AS "t" WHERE c = 'v'"#
+        );
+    }
+
+    #[test]
+    fn mindsdb_statements_are_recognised() {
+        let none = HashMap::new();
+        assert!(matches!(
+            parse("create project if not exists p1", &none, &HashMap::new()).unwrap()[0],
+            Command::CreateProject {
+                if_not_exists: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(
+                "CREATE DATABASE p ENGINE = 'mindsdb'",
+                &none,
+                &HashMap::new()
+            )
+            .unwrap()[0],
+            Command::CreateProject { .. }
+        ));
+        match &parse(
+            "CREATE DATABASE IF NOT EXISTS pg WITH ENGINE = 'postgres', PARAMETERS = {\"host\": '127.0.0.1', \"port\": 5432}",
+            &none,
+            &HashMap::new(),
+        )
+        .unwrap()[0]
+        {
+            Command::CreateDatasource {
+                name,
+                engine,
+                parameters,
+                if_not_exists: true,
+            } => {
+                assert_eq!((name.as_str(), engine.as_str()), ("pg", "postgres"));
+                assert_eq!(parameters["port"], 5432);
+                assert_eq!(parameters["host"], "127.0.0.1");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            &parse("ALTER DATABASE pg PARAMETERS = {'port': 5433}", &none, &HashMap::new()).unwrap()[0],
+            Command::AlterDatasource { name, parameters } if name == "pg" && parameters["port"] == 5433
+        ));
+        assert!(matches!(
+            &parse("ALTER DATABASE pg password = 'x', port = 1", &none, &HashMap::new()).unwrap()[0],
+            Command::AlterDatasource { parameters, .. } if parameters["password"] == "x" && parameters["port"] == 1
+        ));
+        assert!(parse(
+            "CREATE DATABASE p ENGINE = 'mindsdb', PARAMETERS = {}",
+            &none,
+            &HashMap::new()
+        )
+        .unwrap_err()
+        .message()
+        .contains("no PARAMETERS"));
+        assert!(parse(
+            "CREATE DATABASE p ENGINE = 'postgres' PARAMETERS = [1]",
+            &none,
+            &HashMap::new()
+        )
+        .unwrap_err()
+        .message()
+        .contains("must be an object"));
+        // A native query reaches the datasource as written, backslashes and all.
+        let native = r"SELECT * FROM pg (SELECT code FROM t WHERE code ~ '^\d+$' AND a::int > 1) AS q JOIN LATERAL (SELECT 1) AS l ON true";
+        match &parse(native, &none, &HashMap::new()).unwrap()[0] {
+            Command::Sql(statement) => {
+                let text = statement.to_string();
+                assert!(
+                    text.contains(r"SELECT code FROM t WHERE code ~ '^\d+$' AND a::int > 1"),
+                    "{text}"
+                );
+                assert!(text.contains("LATERAL (SELECT 1)"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse("SHOW FULL DATABASES", &none, &HashMap::new()).unwrap()[0],
+            Command::ShowDatabases { full: true }
+        ));
+        assert!(
+            matches!(&parse("show tables from p", &none, &HashMap::new()).unwrap()[0], Command::ShowTables { db: Some(d), .. } if d == "p")
+        );
+        assert!(matches!(
+            parse("DROP PROJECT IF EXISTS p", &none, &HashMap::new()).unwrap()[0],
+            Command::DropProject {
+                if_exists: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            parse("USE p; SELECT 1;", &none, &HashMap::new())
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}

@@ -1,0 +1,261 @@
+//! A model as a table (`SELECT y FROM p.m WHERE x = 1 AND …`): its columns are the columns it
+//! was trained on; the `column = value` filters DataFusion pushes into the scan make the one
+//! input row, every other input is missing (imputed as in training), and the row comes back
+//! with the prediction in the target's column. Any other condition is refused by name.
+//! `predict_json` does the same for rows given as JSON (the REST, C and Python fronts);
+//! `predict_join` predicts for every row of a table joined with the model.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::display::FormatOptions;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+
+use crate::catalog::models::ModelVersion;
+use crate::error::Error;
+use crate::services::llm::Connector;
+use crate::services::ml::Scorer;
+
+/// One complete model version, ready to predict.
+#[derive(Debug)]
+pub(crate) struct PredictModel {
+    pub(crate) model: ModelVersion,
+    /// Whose model it is: an LLM model's calls count against this tenant's plan.
+    pub(crate) tenant: crate::tenant::TenantId,
+    /// The model's columns (inputs and target) with every column nullable.
+    pub(crate) schema: SchemaRef,
+    pub(crate) scorer: Scorer,
+}
+
+impl PredictModel {
+    /// `inputs` (rows with every model column) with the target's column predicted.
+    pub(crate) async fn with_prediction(
+        &self,
+        inputs: RecordBatch,
+        llm: &Connector,
+    ) -> crate::error::Result<RecordBatch> {
+        let schema = inputs.schema();
+        let target = &self.model.predict;
+        let index = schema
+            .fields()
+            .iter()
+            .position(|f| f.name().eq_ignore_ascii_case(target))
+            .ok_or_else(|| {
+                Error::internal(format!("the model's columns do not include '{target}'"))
+            })?;
+        if matches!(self.scorer, Scorer::Prompted(_)) {
+            // One provider call per row, counted before any is made.
+            llm.meter
+                .take(self.tenant, inputs.num_rows() as u64)
+                .await?;
+        }
+        let predicted = self.scorer.predict(&inputs, llm).await?;
+        let mut columns = inputs.columns().to_vec();
+        columns[index] = cast(&predicted, schema.field(index).data_type())?;
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// The LLM connector a session carries (see `session`).
+pub(crate) fn connector(config: &SessionConfig) -> DfResult<Arc<Connector>> {
+    config.get_extension::<Connector>().ok_or_else(|| {
+        DataFusionError::Internal("the session carries no LLM connector".to_string())
+    })
+}
+
+/// A model as a table, for single predictions (and, joined, for `predict_join`).
+#[derive(Debug)]
+pub(crate) struct ModelTable(pub(crate) Arc<PredictModel>);
+
+#[async_trait]
+impl TableProvider for ModelTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.0.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Every condition comes to the scan, which either uses it as an input value or
+        // refuses it by name: re-applied to a row whose other inputs are missing, any other
+        // condition would silently empty the result.
+        Ok(vec![TableProviderFilterPushDown::Exact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Conditions are checked now; the prediction is made when the plan runs.
+        let schema = &self.0.schema;
+        let row = input_row(schema, &self.0.model.predict, filters)?;
+        let predicted = super::predict_join::single_prediction(Arc::clone(&self.0), row)?;
+        let Some(projection) = projection else {
+            return Ok(predicted);
+        };
+        let columns = projection.iter().map(|&i| {
+            let name = schema.field(i).name();
+            (
+                Arc::new(Column::new(name, i)) as Arc<dyn PhysicalExpr>,
+                name.clone(),
+            )
+        });
+        Ok(Arc::new(ProjectionExec::try_new(columns, predicted)?))
+    }
+}
+
+/// One row of `schema`: the value of each `column = literal` condition, NULL elsewhere. Any
+/// other condition, or one on the predicted column, is refused by name.
+fn input_row(schema: &SchemaRef, target: &str, filters: &[Expr]) -> DfResult<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), 1))
+        .collect();
+    for filter in filters {
+        let refuse = |why: &str| {
+            DataFusionError::Plan(format!(
+                "A prediction takes `column = value` conditions on the model's inputs; {why}: {filter}"
+            ))
+        };
+        let Some((column, value)) = equality(filter) else {
+            return Err(refuse("this is not one"));
+        };
+        if column.eq_ignore_ascii_case(target) {
+            return Err(refuse("the predicted column cannot be a condition"));
+        }
+        let Some(i) = schema
+            .fields()
+            .iter()
+            .position(|f| f.name().eq_ignore_ascii_case(column))
+        else {
+            return Err(refuse("the model has no such input"));
+        };
+        let given = value.to_array_of_size(1)?;
+        columns[i] =
+            cast_with_options(&given, schema.field(i).data_type(), &STRICT).map_err(|e| {
+                DataFusionError::Plan(format!(
+                    "'{column}' = {value} does not fit the column's type {}: {e}",
+                    schema.field(i).data_type()
+                ))
+            })?;
+    }
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Casts that fail instead of turning a value that does not fit into NULL.
+pub(crate) const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: FormatOptions::new(),
+};
+
+/// The column an expression names, looking through a cast.
+fn column_of(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Column(c) => Some(c.name.as_str()),
+        Expr::Cast(cast) => column_of(&cast.expr),
+        Expr::TryCast(cast) => column_of(&cast.expr),
+        _ => None,
+    }
+}
+
+/// `column = literal` (either way round); a cast DataFusion put around the column (text
+/// compared with a number) is looked through, the literal is cast to the column's type later.
+fn equality(expr: &Expr) -> Option<(&str, &ScalarValue)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = expr
+    else {
+        return None;
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c) => Some((column_of(c)?, v)),
+        _ => None,
+    }
+}
+
+/// Predicts for JSON rows (MindsDB's `POST …/models/{m}/predict` body `data`): a list of
+/// `{column: value}` objects, or that list as JSON text. Each value is read as its text and
+/// cast to the column's training type (a value that does not fit is an error naming it);
+/// missing columns are missing inputs. Returns the rows with every training column, the
+/// target's filled in.
+pub(crate) async fn predict_json(
+    model: &PredictModel,
+    rows: &serde_json::Value,
+    llm: &Connector,
+) -> crate::error::Result<serde_json::Value> {
+    use datafusion::arrow::array::StringArray;
+    use serde_json::Value;
+
+    let parsed;
+    let rows = match rows {
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text).map_err(|e| {
+                Error::invalid(format!("'data' is text but not a JSON list of rows: {e}"))
+            })?;
+            &parsed
+        }
+        other => other,
+    };
+    let rows = rows
+        .as_array()
+        .filter(|rows| rows.iter().all(Value::is_object))
+        .ok_or_else(|| Error::invalid("'data' must be a list of {\"column\": value} objects"))?;
+    let schema = &model.schema;
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        let texts: StringArray = rows
+            .iter()
+            .map(|row| {
+                let value = row.as_object().and_then(|o| {
+                    o.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(field.name()))
+                        .map(|(_, v)| v)
+                });
+                match value {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(other) => Some(other.to_string()),
+                }
+            })
+            .collect();
+        let column = cast_with_options(&texts, field.data_type(), &STRICT).map_err(|e| {
+            Error::invalid(format!(
+                "a value of '{}' does not fit its type {}: {e}",
+                field.name(),
+                field.data_type()
+            ))
+        })?;
+        columns.push(column);
+    }
+    let inputs = RecordBatch::try_new(Arc::clone(schema), columns)?;
+    let batch = model.with_prediction(inputs, llm).await?;
+    let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+    let out = super::encode::rows_as_json(&batch)
+        .into_iter()
+        .map(|row| Value::Object(names.iter().map(|n| n.to_string()).zip(row).collect()))
+        .collect();
+    Ok(Value::Array(out))
+}

@@ -1,0 +1,313 @@
+//! Read-only queries for agents' `sql_query` tool: one SELECT, naming only tables
+//! the agent was given, planned to a pure query (no DDL, DML or statements), cut at a row limit
+//! and stopped at a time limit. Refusals are [`ErrorKind::Forbidden`] errors whose message
+//! starts "Query refused", which the agent loop hands back to the model.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::StreamExt;
+
+use super::parse::{self, Command};
+use super::snapshot::{db_and_table, Namespace, Snapshot};
+use super::{encode, names, order, SqlRunner};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tenant::TenantId;
+
+/// The tables an agent may read: `(db, table)` pairs, the database in lower case, the table as
+/// its entry named it (see `agents::split_entry`), `*` for every table of `db`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Allowed(pub(crate) Vec<(String, String)>);
+
+impl Allowed {
+    /// Whether `db.table` may be read. `exact` compares table names as they are written (a
+    /// datasource's, whose server tells `orders` from `Orders`); otherwise case is ignored, as
+    /// for tables stored here.
+    fn permits(&self, db: &str, table: &str, exact: bool) -> bool {
+        let db = db.to_ascii_lowercase();
+        self.0.iter().any(|(d, t)| {
+            *d == db
+                && (t == "*"
+                    || if exact {
+                        t == table
+                    } else {
+                        t.eq_ignore_ascii_case(table)
+                    })
+        })
+    }
+}
+
+/// A table an agent may read, as its system prompt describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TableShape {
+    pub(crate) db: String,
+    pub(crate) table: String,
+    /// (name, SQL type) per column.
+    pub(crate) columns: Vec<(String, String)>,
+}
+
+/// A planned read-only query: its columns and the stream of its rows.
+pub(crate) struct ReadOnlyQuery {
+    pub(crate) column_names: Vec<String>,
+    /// SQL type names, one per column.
+    pub(crate) column_types: Vec<String>,
+    pub(crate) stream: datafusion::physical_plan::SendableRecordBatchStream,
+}
+
+/// Rows a tool query returned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolRows {
+    pub(crate) column_names: Vec<String>,
+    /// SQL type names, one per column.
+    pub(crate) column_types: Vec<String>,
+    pub(crate) rows: Vec<Vec<serde_json::Value>>,
+    /// More rows existed than the limit let through.
+    pub(crate) truncated: bool,
+}
+
+pub(crate) fn refused(why: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Forbidden, format!("Query refused: {why}"))
+}
+
+impl SqlRunner {
+    /// The stored tables `allowed` names that exist now, with their columns' names and SQL
+    /// types, by database and name.
+    pub(crate) async fn tables_matching(
+        &self,
+        tenant: TenantId,
+        allowed: &Allowed,
+    ) -> Result<Vec<TableShape>> {
+        let mut out = Vec::new();
+        let mut dbs: Vec<String> = allowed.0.iter().map(|(db, _)| db.clone()).collect();
+        dbs.sort();
+        dbs.dedup();
+        for db in dbs {
+            let namespace = Snapshot::new(Arc::clone(&self.store), tenant)?.namespace(&db)?;
+            // Stored tables live in projects and, uploaded, in `files`; a datasource's are
+            // asked for (the snapshot is not held across the network).
+            let holder = match namespace {
+                Some(Namespace::Project(project)) => project.name,
+                Some(Namespace::Files) => crate::catalog::namespace::FILES_DB.to_string(),
+                Some(Namespace::Datasource(source)) => {
+                    let connection =
+                        crate::services::connectors::Connection::of(&source, &self.net)?;
+                    for table in connection.table_names().await? {
+                        if !allowed.permits(&db, &table, true) {
+                            continue;
+                        }
+                        let Some(schema) = connection.table_schema(&table).await? else {
+                            continue;
+                        };
+                        out.push(TableShape {
+                            db: source.name.clone(),
+                            table,
+                            columns: schema
+                                .fields()
+                                .iter()
+                                .map(|f| {
+                                    (
+                                        f.name().clone(),
+                                        crate::catalog::tables::sql_type_name(f.data_type()),
+                                    )
+                                })
+                                .collect(),
+                        });
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+            for table in snapshot.tables(&holder)? {
+                if !allowed.permits(&db, &table.name, false) {
+                    continue;
+                }
+                let schema = snapshot.table_schema(table.id)?;
+                let columns = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        (
+                            f.name().clone(),
+                            crate::catalog::tables::sql_type_name(f.data_type()),
+                        )
+                    })
+                    .collect();
+                out.push(TableShape {
+                    db: holder.clone(),
+                    table: table.name,
+                    columns,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs `sql` for an agent whose current database is `db` and that may read `allowed`.
+    pub(crate) async fn sandboxed_query(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        allowed: &Allowed,
+        row_limit: usize,
+        timeout: Duration,
+    ) -> Result<ToolRows> {
+        let run = self.sandboxed(tenant, db, sql, allowed, row_limit);
+        match tokio::time::timeout(timeout, run).await {
+            Ok(rows) => rows,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "The query did not finish within {} s and was stopped",
+                    timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    async fn sandboxed(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        allowed: &Allowed,
+        row_limit: usize,
+    ) -> Result<ToolRows> {
+        // Tables of datasources are named as their servers name them: case counts.
+        let remote: std::collections::HashSet<String> = {
+            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+            snapshot
+                .datasources()?
+                .into_iter()
+                .map(|source| source.name.to_ascii_lowercase())
+                .collect()
+        };
+        let exact = |schema: &str| remote.contains(&schema.to_ascii_lowercase());
+        let mut query = self
+            .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
+                // A native query is text the datasource runs as written: never an agent's.
+                Some((schema, table)) if table.starts_with(crate::services::connectors::table::NATIVE) => {
+                    Err(refused(format!(
+                        "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
+                    )))
+                }
+                Some((schema, table)) if allowed.permits(schema, table, exact(schema)) => Ok(()),
+                Some((schema, table)) => Err(refused(format!(
+                    "'{schema}.{table}' is not one of this agent's tables"
+                ))),
+                None => Err(refused(format!(
+                    "'{reference}' is not one of this agent's tables"
+                ))),
+            })
+            .await?;
+        let mut rows = Vec::new();
+        let mut truncated = false;
+        while let Some(batch) = query.stream.next().await {
+            let batch = batch?;
+            let room = row_limit - rows.len();
+            if batch.num_rows() > room {
+                rows.extend(encode::rows_as_json(&batch.slice(0, room)));
+                truncated = true;
+                break;
+            }
+            rows.extend(encode::rows_as_json(&batch));
+        }
+        Ok(ToolRows {
+            column_names: query.column_names,
+            column_types: query.column_types,
+            rows,
+            truncated,
+        })
+    }
+
+    /// Plans `sql` as one read-only query (a SELECT: no DDL, DML or statements) whose current
+    /// database is `db`, passing every table it names to `check` first (the reference as
+    /// written, and its (database, table) unless it points outside the catalog).
+    pub(crate) async fn read_only_query(
+        &self,
+        tenant: TenantId,
+        db: &str,
+        sql: &str,
+        check: impl Fn(&str, Option<(&str, &str)>) -> Result<()>,
+    ) -> Result<ReadOnlyQuery> {
+        let mut commands = parse::parse(sql, &HashMap::new(), &HashMap::new())?;
+        let statement = match (commands.pop(), commands.is_empty()) {
+            (Some(Command::Sql(statement)), true) => *statement,
+            (Some(_), true) => return Err(refused("only SELECT queries may run")),
+            _ => return Err(refused("send one SELECT statement at a time")),
+        };
+        if !matches!(statement, Statement::Query(_)) {
+            return Err(refused(
+                "only SELECT queries may run; nothing may be changed",
+            ));
+        }
+        let hints = names::hints(&statement);
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let state = self.session(snapshot, db, self.target_partitions);
+        let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        for reference in state.resolve_table_references(&statement)? {
+            let resolved = db_and_table(&reference, db);
+            check(
+                &reference.to_string(),
+                resolved.as_ref().map(|(d, t)| (d.as_str(), t.as_str())),
+            )?;
+        }
+        let plan = state.statement_to_plan(statement).await?;
+        if matches!(
+            plan,
+            LogicalPlan::Ddl(_)
+                | LogicalPlan::Dml(_)
+                | LogicalPlan::Statement(_)
+                | LogicalPlan::Copy(_)
+        ) {
+            return Err(refused(
+                "only SELECT queries may run; nothing may be changed",
+            ));
+        }
+        let physical = state.create_physical_plan(&plan).await?;
+        let schema = physical.schema();
+        let column_names = names::column_names(&schema, hints.as_deref(), names::Purpose::Show);
+        let column_types = schema
+            .fields()
+            .iter()
+            .map(|f| crate::catalog::tables::sql_type_name(f.data_type()))
+            .collect();
+        Ok(ReadOnlyQuery {
+            column_names,
+            column_types,
+            stream: order::execute(physical, state.task_ctx())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Allowed;
+    use crate::catalog::agents::split_entry;
+
+    fn allowed(entries: &[&str]) -> Allowed {
+        Allowed(entries.iter().filter_map(|e| split_entry(e)).collect())
+    }
+
+    #[test]
+    fn remote_names_compare_as_the_remote_database_compares_them() {
+        let grants = allowed(&["pg.orders", "PG.\"Invoices\"", "mindsdb.Sales"]);
+        // A datasource's tables: exact, as PostgreSQL folds unquoted names to lower case.
+        assert!(grants.permits("pg", "orders", true));
+        assert!(
+            !grants.permits("pg", "Orders", true),
+            "pg.\"Orders\" is another table"
+        );
+        assert!(grants.permits("pg", "Invoices", true));
+        assert!(!grants.permits("pg", "invoices", true));
+        // Stored tables: names are case-insensitive here.
+        assert!(grants.permits("mindsdb", "SALES", false));
+        assert!(grants.permits("MindsDB", "sales", false));
+        let all = allowed(&["pg.*"]);
+        assert!(all.permits("pg", "Anything", true));
+    }
+}

@@ -1,0 +1,173 @@
+//! DataFusion sessions, reused. Building a `SessionState` registers every built-in function
+//! again (hundreds of map inserts), which was a fifth of the CPU time of a small query; so one
+//! state is built when the engine opens and requests borrow clones of it from a pool. A
+//! borrowed state is pointed at the request's read snapshot, current database and partition
+//! count, and forgets the snapshot when it goes back, so no read transaction outlives its
+//! request.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
+
+use datafusion::catalog::{CatalogProvider, CatalogProviderList};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
+use datafusion::prelude::SessionConfig;
+
+use super::snapshot::{Snapshot, TenantCatalog, CATALOG};
+use crate::services::llm::Connector;
+
+/// Idle states kept for reuse; more concurrent requests than this build extra clones that
+/// are dropped afterwards.
+const MAX_IDLE: usize = 16;
+
+/// The pool of session states.
+pub(crate) struct Sessions {
+    base: SessionState,
+    /// How datasources are reached, handed to every request's catalog.
+    net: crate::services::connectors::Net,
+    idle: Mutex<Vec<SessionState>>,
+    /// Shared by every execution: its settings (batch size, memory pool) are the engine's,
+    /// and building one per query copies all function maps again.
+    task_ctx: Arc<TaskContext>,
+}
+
+impl Sessions {
+    /// A pool whose states run with `batch_size` on `runtime`; LLM models call through
+    /// `connector`, which the states carry as a config extension; datasources through `net`.
+    pub(crate) fn new(
+        runtime: Arc<RuntimeEnv>,
+        batch_size: usize,
+        connector: Connector,
+        net: crate::services::connectors::Net,
+    ) -> Self {
+        let mut config = SessionConfig::new()
+            .with_extension(Arc::new(connector))
+            .with_batch_size(batch_size)
+            .with_information_schema(false)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, "");
+        config.options_mut().sql_parser.enable_ident_normalization = true;
+        let mut base = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_catalog_list(Arc::new(Catalogs(None)))
+            .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
+            .with_query_planner(Arc::new(super::predict_join::Planner))
+            .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
+            .build();
+        base.register_function_rewrite(Arc::new(super::coerce::BooleanText))
+            .expect("registering a rewrite only adds it to a list");
+        Sessions {
+            task_ctx: base.task_ctx(),
+            idle: Mutex::new(Vec::new()),
+            base,
+            net,
+        }
+    }
+
+    /// A state that resolves names in `snapshot`, with `db` as the current database, planning
+    /// for `partitions` partitions; `now()` is the time of this call.
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        snapshot: Arc<Snapshot>,
+        db: &str,
+        partitions: usize,
+    ) -> Session {
+        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let mut state = idle.unwrap_or_else(|| self.base.clone());
+        let options = state.config_mut().options_mut();
+        options.execution.target_partitions = partitions.max(1);
+        options.catalog.default_schema = db.to_ascii_lowercase();
+        state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(TenantCatalog {
+            snapshot,
+            net: self.net.clone(),
+        })))));
+        state.mark_start_execution();
+        Session {
+            state: Some(state),
+            pool: Arc::clone(self),
+        }
+    }
+
+    /// The context executions run in.
+    pub(crate) fn task_ctx(&self) -> Arc<TaskContext> {
+        Arc::clone(&self.task_ctx)
+    }
+}
+
+/// A borrowed state; it returns to the pool when dropped.
+pub(crate) struct Session {
+    state: Option<SessionState>,
+    pool: Arc<Sessions>,
+}
+
+impl Session {
+    /// The pool's shared task context (it shadows `SessionState::task_ctx`, which would copy
+    /// every function map).
+    pub(crate) fn task_ctx(&self) -> Arc<TaskContext> {
+        self.pool.task_ctx()
+    }
+}
+
+impl Deref for Session {
+    type Target = SessionState;
+
+    fn deref(&self) -> &SessionState {
+        self.state
+            .as_ref()
+            .expect("a session holds its state until dropped")
+    }
+}
+
+impl DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut SessionState {
+        self.state
+            .as_mut()
+            .expect("a session holds its state until dropped")
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(mut state) = self.state.take() else {
+            return;
+        };
+        // Releases the snapshot (and with it the read transaction) now, not at the next take.
+        state.register_catalog_list(Arc::new(Catalogs(None)));
+        if let Ok(mut idle) = self.pool.idle.lock() {
+            if idle.len() < MAX_IDLE {
+                idle.push(state);
+            }
+        }
+    }
+}
+
+/// The one catalog a request sees (none while a state is idle).
+#[derive(Debug)]
+struct Catalogs(Option<Arc<TenantCatalog>>);
+
+impl CatalogProviderList for Catalogs {
+    fn register_catalog(
+        &self,
+        _name: String,
+        _catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        // Nothing in the engine registers catalogs; names resolve in the tenant's snapshot.
+        None
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        match self.0 {
+            Some(_) => vec![CATALOG.to_string()],
+            None => Vec::new(),
+        }
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        match &self.0 {
+            Some(catalog) if name == CATALOG => Some(Arc::clone(catalog) as _),
+            _ => None,
+        }
+    }
+}
