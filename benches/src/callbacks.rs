@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mindlite::{Config, Edition, Engine, QueryRequest};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -99,7 +99,7 @@ fn main() {
     let registered = user
         .block_on(user.register_callback(json!({"url": url})))
         .unwrap();
-    let id = registered["id"].as_u64().unwrap();
+    let id = registered.id;
 
     let started = Instant::now();
     for i in 0..events {
@@ -114,13 +114,13 @@ fn main() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let received = got.lock().unwrap().clone();
-    let log: Vec<Value> = user.callback_deliveries(id).unwrap();
+    let log = user.callback_deliveries(id).unwrap();
     let mut delays: Vec<u64> = log
         .iter()
-        .filter(|a| a["delivered"] == true)
+        .filter(|a| a.delivered)
         .filter_map(|a| {
-            let at = received.get(a["event_id"].as_str()?)?;
-            Some(at.saturating_sub(a["enqueued_at"].as_u64()?))
+            let at = received.get(&a.event_id)?;
+            Some(at.saturating_sub(a.enqueued_at))
         })
         .collect();
     delays.sort_unstable();

@@ -23,6 +23,7 @@ mod error;
 mod spool;
 mod tenant;
 mod time;
+pub mod wire;
 
 // The layers above it, lowest first (`docs/architecture.md`); each uses only those before it.
 /// The redb file and its tables.
@@ -39,6 +40,11 @@ mod engine;
 
 pub use catalog::agents::Agent;
 pub use catalog::auth::LoginToken;
+pub use catalog::callbacks::{
+    CallbackAttempts, CallbackFilter, CallbackInfo, CallbackSummary, DeliveryAttempt,
+    RegisteredCallback,
+};
+pub use catalog::datasources::DatasourceInfo;
 pub use catalog::minds::{Mind, MindDatasource};
 pub use catalog::models::Model;
 pub use catalog::projects::Project;
@@ -55,7 +61,7 @@ pub use engine::status::{AuthStatus, Status};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
 pub use services::agent_loop::{AgentEvent, AgentStream, Answer};
-pub use services::chat::{ChatApi, ChatRequest, MindStream};
+pub use services::chat::{ChatApi, ChatRequest, MindAnswer, MindStream};
 pub use services::files::{FileFormat, FileInfo};
 pub use services::sql::encode::{encode_document, WireFormat, WireStream};
 pub use services::sql::{

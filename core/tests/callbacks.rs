@@ -160,10 +160,7 @@ fn llm_model(engine: &Engine, name: &str) {
 
 fn register(engine: &Engine, body: Value) -> (u64, String) {
     let answer = engine.block_on(engine.register_callback(body)).unwrap();
-    (
-        answer["id"].as_u64().unwrap(),
-        answer["secret"].as_str().unwrap().to_string(),
-    )
+    (answer.id, answer.secret)
 }
 
 #[test]
@@ -218,9 +215,9 @@ fn a_completed_model_is_posted_signed_with_the_seed_payload() {
 
     let log = alice.callback_deliveries(id).unwrap();
     assert_eq!(log.len(), 1);
-    assert_eq!(log[0]["delivered"], true);
-    assert_eq!(log[0]["status"], 200);
-    assert_eq!(log[0]["attempt"], 1);
+    assert!(log[0].delivered);
+    assert_eq!(log[0].status, Some(200));
+    assert_eq!(log[0].attempt, 1);
 }
 
 #[test]
@@ -244,9 +241,9 @@ fn failing_twice_then_succeeding_takes_exactly_three_attempts_at_the_interval() 
         assert_eq!(pair[0].header("webhook-id"), pair[1].header("webhook-id"));
     }
     let log = alice.callback_deliveries(id).unwrap();
-    let statuses: Vec<Value> = log.iter().map(|a| a["status"].clone()).collect();
-    assert_eq!(statuses, [json!(500), json!(503), json!(200)]);
-    let delivered: Vec<bool> = log.iter().map(|a| a["delivered"] == true).collect();
+    let statuses: Vec<Option<u16>> = log.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [Some(500), Some(503), Some(200)]);
+    let delivered: Vec<bool> = log.iter().map(|a| a.delivered).collect();
     assert_eq!(delivered, [false, false, true]);
 }
 
@@ -267,23 +264,18 @@ fn the_delivery_log_keeps_the_newest_attempts_only() {
     receiver.wait_for(3, Duration::from_secs(15));
     let start = Instant::now();
     let mut log = alice.callback_deliveries(id).unwrap();
-    while log.last().is_none_or(|a| a["delivered"] != true)
-        && start.elapsed() < Duration::from_secs(5)
-    {
+    while log.last().is_none_or(|a| !a.delivered) && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
         log = alice.callback_deliveries(id).unwrap();
     }
-    let kept: Vec<(Value, Value)> = log
-        .iter()
-        .map(|a| (a["attempt"].clone(), a["status"].clone()))
-        .collect();
-    assert_eq!(kept, [(json!(2), json!(502)), (json!(3), json!(200))]);
+    let kept: Vec<(u32, Option<u16>)> = log.iter().map(|a| (a.attempt, a.status)).collect();
+    assert_eq!(kept, [(2, Some(502)), (3, Some(200))]);
     // Another callback's log is its own: one delivery, kept.
     quiet.wait_for(1, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     let theirs = alice.callback_deliveries(other).unwrap();
     assert_eq!(theirs.len(), 1);
-    assert_eq!(theirs[0]["delivered"], true);
+    assert!(theirs[0].delivered);
 
     let mut zero = hosted_config();
     zero.callbacks.log_entries = 0;
@@ -317,10 +309,10 @@ fn a_hanging_receiver_is_cut_off_at_the_timeout_and_given_up_after_the_count() {
     );
     for attempt in &log {
         assert!(
-            attempt["error"].as_str().unwrap().contains("timed out"),
-            "{attempt}"
+            attempt.error.as_deref().unwrap().contains("timed out"),
+            "{attempt:?}"
         );
-        let took = attempt["duration_ms"].as_u64().unwrap();
+        let took = attempt.duration_ms;
         assert!((900..2500).contains(&took), "{took}");
     }
     std::thread::sleep(Duration::from_millis(1500));
@@ -402,7 +394,7 @@ fn events_pending_when_the_process_is_killed_are_delivered_after_reopening() {
     let alice = engine.as_user(&key).unwrap();
     let start = Instant::now();
     let mut log = alice.callback_deliveries(id).unwrap();
-    while !log.iter().any(|a| a["delivered"] == true) && start.elapsed() < Duration::from_secs(5) {
+    while !log.iter().any(|a| a.delivered) && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
         log = alice.callback_deliveries(id).unwrap();
     }
@@ -410,8 +402,8 @@ fn events_pending_when_the_process_is_killed_are_delivered_after_reopening() {
         log.len() >= 2,
         "refused attempts, then the delivery: {log:?}"
     );
-    assert!(log[0]["error"].is_string());
-    assert_eq!(log.last().unwrap()["delivered"], true);
+    assert!(log[0].error.is_some());
+    assert!(log.last().unwrap().delivered);
 }
 
 #[test]
@@ -549,8 +541,8 @@ fn a_user_whose_plan_loses_callbacks_gets_no_more_deliveries() {
     let log = alice.callback_deliveries(id).unwrap();
     let last = log.last().unwrap();
     assert!(
-        last["error"].as_str().unwrap().contains("plan 'free'"),
+        last.error.as_deref().unwrap().contains("plan 'free'"),
         "{log:?}"
     );
-    assert_eq!(last["delivered"], false);
+    assert!(!last.delivered);
 }

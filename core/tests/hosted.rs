@@ -384,6 +384,9 @@ fn questions_are_counted_per_window_and_ones_that_never_reached_the_provider_giv
     assert_eq!((before.used, before.resets_at.clone()), (0, None));
 
     let answer = alice.block_on(alice.ask_mind(&question)).unwrap();
+    assert!(answer.content.starts_with("answer"));
+    assert_eq!(answer.mind, "helper");
+    let answer = answer.to_wire_json();
     assert_eq!(answer["object"], "chat.completion");
     assert!(answer["choices"][0]["message"]["content"]
         .as_str()
@@ -415,7 +418,10 @@ fn questions_are_counted_per_window_and_ones_that_never_reached_the_provider_giv
     assert_eq!(alice.limits().unwrap().questions.used, 2);
 
     let responses = ChatRequest::from_responses(br#"{"model": "helper", "input": "hi"}"#).unwrap();
-    let response = alice.block_on(alice.ask_mind(&responses)).unwrap();
+    let response = alice
+        .block_on(alice.ask_mind(&responses))
+        .unwrap()
+        .to_wire_json();
     assert_eq!(response["object"], "response");
     assert_eq!(response["output"][0]["content"][0]["type"], "output_text");
     let used = alice.limits().unwrap().questions;

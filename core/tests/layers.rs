@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cancel",
             "admission",
             "spool",
+            "wire",
         ],
     ),
     ("store", &["store"]),

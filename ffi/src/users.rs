@@ -7,7 +7,7 @@
 
 use std::ffi::c_char;
 
-use serde_json::Value;
+use mindlite::wire::Fields;
 
 use crate::boundary::{self, out, Failure, Status};
 use crate::database::{self, with_database, Database};
@@ -109,35 +109,19 @@ struct UserChanges {
 
 impl UserChanges {
     fn parse(text: &str) -> Result<UserChanges, Failure> {
-        let Value::Object(fields) = json_arg(text, "changes_json")? else {
-            return Err(invalid(
-                "'changes_json' must be an object like {\"plan\": \"pro\", \"disabled\": true}",
-            ));
-        };
-        let mut changes = UserChanges {
-            plan: None,
-            disabled: None,
-        };
-        for (key, value) in fields {
-            match (key.as_str(), value) {
-                ("plan", Value::String(plan)) => changes.plan = Some(plan),
-                ("plan", other) => {
-                    return Err(invalid(format!("'plan' must be a string, not {other}")))
-                }
-                ("disabled", Value::Bool(disabled)) => changes.disabled = Some(disabled),
-                ("disabled", other) => {
-                    return Err(invalid(format!(
-                        "'disabled' must be a boolean, not {other}"
-                    )))
-                }
-                (other, _) => {
-                    return Err(invalid(format!(
-                        "Unknown key '{other}' in changes_json; a user's changes are \
-                         'plan' and 'disabled'"
-                    )))
-                }
-            }
+        let fields = Fields::of(
+            json_arg(text, "changes_json")?,
+            "'changes_json' (like {\"plan\": \"pro\", \"disabled\": true})",
+        )?;
+        if let Some(other) = fields.keys().find(|k| !matches!(*k, "plan" | "disabled")) {
+            return Err(invalid(format!(
+                "Unknown key '{other}' in changes_json; a user's changes are 'plan' and 'disabled'"
+            )));
         }
+        let changes = UserChanges {
+            plan: fields.text("plan")?,
+            disabled: fields.flag("disabled")?,
+        };
         Ok(changes)
     }
 }

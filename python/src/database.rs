@@ -515,19 +515,19 @@ impl Database {
             &engine,
             async move { runner.register_callback(body).await },
         )??;
-        Ok(registered.to_string())
+        Ok(serde_json::to_string(&registered).expect("a callback serializes"))
     }
 
     /// This connection's user's callbacks as JSON text: `[{"id", "created_at", "url"}, …]`.
     fn callbacks(&self) -> Fallible<String> {
         let callbacks = self.engine()?.list_callbacks()?;
-        Ok(serde_json::Value::Array(callbacks).to_string())
+        Ok(serde_json::to_string(&callbacks).expect("callbacks serialize"))
     }
 
     /// One callback with its settings as JSON text; ProgrammingError for an unknown id.
     fn callback(&self, id: u64) -> Fallible<String> {
         let callback = self.engine()?.get_callback(id)?;
-        Ok(callback.to_string())
+        Ok(serde_json::to_string(&callback).expect("a callback serializes"))
     }
 
     /// Changes a callback from a partial body (JSON text); returns it as JSON text.
@@ -538,7 +538,7 @@ impl Database {
         let callback = wait(py, &engine, async move {
             runner.update_callback(id, body).await
         })??;
-        Ok(callback.to_string())
+        Ok(serde_json::to_string(&callback).expect("a callback serializes"))
     }
 
     /// Deletes a callback; its pending deliveries are never sent.
@@ -551,7 +551,7 @@ impl Database {
     /// A callback's delivery log as JSON text, one entry per attempt, oldest first.
     fn callback_deliveries(&self, id: u64) -> Fallible<String> {
         let attempts = self.engine()?.callback_deliveries(id)?;
-        Ok(serde_json::Value::Array(attempts).to_string())
+        Ok(serde_json::to_string(&attempts).expect("attempts serialize"))
     }
 
     /// The engine's status as JSON text, in MindsDB's shape (`GET /api/status`).

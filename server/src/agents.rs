@@ -99,13 +99,8 @@ pub async fn one(
 
 /// The request body's `key`, or MindsDB's 400 when the body is not JSON or lacks it.
 fn field(request: &Request, key: &str, method: &str) -> Result<Value, Box<Response>> {
-    let body: Value = serde_json::from_slice(&request.body).map_err(|e| {
-        Box::new(titled_problem(
-            400,
-            "Invalid body",
-            &format!("The request body is not valid JSON: {e}"),
-        ))
-    })?;
+    let body = mindlite::wire::parse(&request.body, "The request body")
+        .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))?;
     match body.get(key) {
         Some(value) if !value.is_null() => Ok(value.clone()),
         _ => Err(Box::new(titled_problem(

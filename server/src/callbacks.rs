@@ -3,7 +3,7 @@
 //! `/cloud/callback/model_status/{id}/deliveries` (the delivery log). The engine decides who
 //! may (404 in the local edition, 403 for plans without callbacks); this maps its answers.
 
-use mindlite::{Engine, Error};
+use mindlite::Engine;
 use serde_json::{json, Value};
 
 use crate::http::{Request, Response};
@@ -95,6 +95,5 @@ fn missing(id: &str) -> Response {
 }
 
 fn body(request: &Request) -> mindlite::Result<Value> {
-    serde_json::from_slice(&request.body)
-        .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))
+    mindlite::wire::parse(&request.body, "The request body")
 }

@@ -147,8 +147,7 @@ async fn ask(engine: &Engine, question: ChatRequest) -> mindlite::Result<Respons
 }
 
 fn body(request: &Request) -> mindlite::Result<Value> {
-    serde_json::from_slice(&request.body)
-        .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))
+    mindlite::wire::parse(&request.body, "The request body")
 }
 
 fn decode(segment: &str) -> mindlite::Result<String> {

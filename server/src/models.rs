@@ -121,19 +121,9 @@ fn name_and_version(segment: &str) -> (&str, Option<u32>) {
 
 /// The request body as a JSON object, or a 400 that says why not.
 fn body(request: &Request) -> Result<serde_json::Map<String, Value>, Box<Response>> {
-    match serde_json::from_slice::<Value>(&request.body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Box::new(titled_problem(
-            400,
-            "Invalid body",
-            "The request body must be a JSON object",
-        ))),
-        Err(e) => Err(Box::new(titled_problem(
-            400,
-            "Invalid body",
-            &format!("The request body is not valid JSON: {e}"),
-        ))),
-    }
+    mindlite::wire::Fields::parse(&request.body, "The request body")
+        .map(mindlite::wire::Fields::into_map)
+        .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))
 }
 
 fn model_error(error: &Error) -> Response {

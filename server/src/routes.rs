@@ -89,13 +89,13 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
                 200,
                 &projects
                     .iter()
-                    .map(|p| json!({"name": p.name}))
+                    .map(mindlite::Project::to_wire_json)
                     .collect::<Vec<_>>(),
             ),
             Err(e) => error_response(&e),
         },
         Route::Project(name) => match decode(name).and_then(|name| engine.get_project(&name)) {
-            Ok(project) => json_response(200, &json!({"name": project.name})),
+            Ok(project) => json_response(200, &project.to_wire_json()),
             Err(e) => error_response(&e),
         },
         Route::Login => login(engine, request).await,
@@ -283,11 +283,9 @@ async fn login(engine: &Engine, request: &Request) -> Response {
     let body: serde_json::Value = if request.body.is_empty() {
         serde_json::Value::Null
     } else {
-        match serde_json::from_slice(&request.body) {
+        match mindlite::wire::parse(&request.body, "The request body") {
             Ok(body) => body,
-            Err(e) => {
-                return problem(400, &format!("The request body is not valid JSON: {e}"));
-            }
+            Err(e) => return problem(400, e.message()),
         }
     };
     let field = |name| body.get(name).and_then(|v| v.as_str());

@@ -160,7 +160,7 @@ int main(void) {
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "{\"colour\": \"red\"}", NULL));
   CHECK_CONTAINS(mindlite_errmsg(db), "Unknown key 'colour'");
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "{\"disabled\": \"yes\"}", NULL));
-  CHECK_CONTAINS(mindlite_errmsg(db), "'disabled' must be a boolean");
+  CHECK_CONTAINS(mindlite_errmsg(db), "'disabled' must be true or false");
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "{\"plan\": 2}", NULL));
   CHECK_CONTAINS(mindlite_errmsg(db), "'plan' must be a string");
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "[]", NULL));

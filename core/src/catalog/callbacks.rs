@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::store;
 use crate::store::schema::{CALLBACKS, DELIVERY_LOG, OUTBOX};
 use crate::tenant::TenantId;
+use crate::wire::{http_date, http_date_of_text};
 
 /// Bounds of a registration's `attempt` values.
 const MAX_COUNT: u64 = 20;
@@ -47,21 +48,97 @@ pub(crate) struct Callback {
 }
 
 impl Callback {
-    /// `{"id", "created_at", "url"}` with an HTTP-date, as MindsDB lists callbacks.
-    pub(crate) fn to_list_json(&self) -> Value {
-        json!({"id": self.id, "created_at": http_date(self.created_at as i64), "url": self.url})
+    /// What a listing shows of it.
+    pub(crate) fn summary(&self) -> CallbackSummary {
+        CallbackSummary {
+            id: self.id,
+            created_at: http_date(self.created_at as i64),
+            url: self.url.clone(),
+        }
     }
 
     /// Every setting, the secret left out.
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "url": self.url,
-            "created_at": http_date(self.created_at as i64),
-            "filter": {"model_name": self.model_name, "project_name": self.project_name},
-            "attempt": {"count": self.count, "interval": self.interval, "http_timeout": self.http_timeout},
-        })
+    pub(crate) fn info(&self) -> CallbackInfo {
+        CallbackInfo {
+            id: self.id,
+            url: self.url.clone(),
+            created_at: http_date(self.created_at as i64),
+            filter: CallbackFilter {
+                model_name: self.model_name.clone(),
+                project_name: self.project_name.clone(),
+            },
+            attempt: CallbackAttempts {
+                count: self.count,
+                interval: self.interval,
+                http_timeout: self.http_timeout,
+            },
+        }
     }
+
+    /// Its id and signing secret, as registering it answers (the one time the secret is shown).
+    pub(crate) fn registered(&self) -> RegisteredCallback {
+        RegisteredCallback {
+            id: self.id,
+            secret: self.secret.clone(),
+        }
+    }
+}
+
+/// A callback as MindsDB lists callbacks: serializes as `{"id", "created_at", "url"}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallbackSummary {
+    /// Its id, unique per user.
+    pub id: u64,
+    /// When it was registered, an HTTP-date (`Tue, 25 Nov 2026 10:00:00 GMT`).
+    pub created_at: String,
+    /// Where its deliveries are POSTed.
+    pub url: String,
+}
+
+/// A callback with every setting but its secret: serializes as `{"id", "url", "created_at",
+/// "filter": {"model_name", "project_name"}, "attempt": {"count", "interval", "http_timeout"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallbackInfo {
+    /// Its id, unique per user.
+    pub id: u64,
+    /// Where its deliveries are POSTed.
+    pub url: String,
+    /// When it was registered, an HTTP-date.
+    pub created_at: String,
+    /// Which models' changes it is told of.
+    pub filter: CallbackFilter,
+    /// How its deliveries are tried.
+    pub attempt: CallbackAttempts,
+}
+
+/// Which models' status changes a callback is told of.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallbackFilter {
+    /// A Python-style regex the model's name must match from its start; `None` matches all.
+    pub model_name: Option<String>,
+    /// The same for the project's name.
+    pub project_name: Option<String>,
+}
+
+/// How a callback's deliveries are tried.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallbackAttempts {
+    /// Attempts per event at most.
+    pub count: u32,
+    /// Seconds between attempts.
+    pub interval: u32,
+    /// Seconds one attempt may take.
+    pub http_timeout: u32,
+}
+
+/// A callback just registered: serializes as `{"id", "secret"}`; the secret (`whsec_…`)
+/// signs its deliveries and is shown only here.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegisteredCallback {
+    /// Its id, unique per user.
+    pub id: u64,
+    /// `whsec_` and the base64 of the signing key.
+    pub secret: String,
 }
 
 /// A delivery waiting in the outbox.
@@ -81,24 +158,26 @@ pub(crate) struct Pending {
     enqueued_at: u64,
 }
 
-/// One attempt, as the delivery log keeps it.
+/// One attempt to deliver an event, as the delivery log keeps it and callers see it (it
+/// serializes with these field names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Attempt {
-    pub(crate) event_id: String,
+pub struct DeliveryAttempt {
+    /// The event's `webhook-id`: the same on every attempt of one event.
+    pub event_id: String,
     /// 1 for the first attempt of an event.
-    pub(crate) attempt: u32,
+    pub attempt: u32,
     /// When the attempt started, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
-    pub(crate) at: String,
+    pub at: String,
     /// When the event was written to the outbox, Unix milliseconds.
-    pub(crate) enqueued_at: u64,
+    pub enqueued_at: u64,
     /// Milliseconds the attempt took.
-    pub(crate) duration_ms: u64,
+    pub duration_ms: u64,
     /// The receiver's HTTP status, if it answered.
-    pub(crate) status: Option<u16>,
+    pub status: Option<u16>,
     /// Why the attempt failed, if it did.
-    pub(crate) error: Option<String>,
+    pub error: Option<String>,
     /// Whether this attempt delivered the event.
-    pub(crate) delivered: bool,
+    pub delivered: bool,
 }
 
 /// Creates the tables in a new file.
@@ -257,7 +336,7 @@ pub(crate) fn attempts(
     txn: &redb::ReadTransaction,
     tenant: TenantId,
     id: u64,
-) -> Result<Vec<Attempt>> {
+) -> Result<Vec<DeliveryAttempt>> {
     get(&txn.open_table(CALLBACKS)?, tenant, id)?;
     let log = txn.open_table(DELIVERY_LOG)?;
     let mut out = Vec::new();
@@ -454,22 +533,6 @@ fn random_hex(bytes: usize) -> Result<String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `Day, DD Mon YYYY HH:MM:SS GMT`.
-pub(crate) fn http_date(unix: i64) -> String {
-    chrono::DateTime::from_timestamp(unix, 0)
-        .unwrap_or_default()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string()
-}
-
-/// MindsDB's stored time text as an HTTP-date (the text itself if it does not parse).
-fn http_date_of_text(text: &str) -> String {
-    match chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f") {
-        Ok(time) => http_date(time.and_utc().timestamp()),
-        Err(_) => text.to_string(),
-    }
-}
-
 /// Whether outbox row `seq` still holds `pending` unchanged and its callback still exists.
 pub(crate) fn still_due(txn: &redb::ReadTransaction, seq: u64, pending: &Pending) -> Result<bool> {
     let current: Option<Pending> = match txn.open_table(OUTBOX)?.get(seq)? {
@@ -547,7 +610,7 @@ pub(crate) fn record_attempt(
     };
     current.attempts += 1;
     let delivered = outcome.delivered();
-    let entry = Attempt {
+    let entry = DeliveryAttempt {
         event_id: current.event_id.clone(),
         attempt: current.attempts,
         at: outcome.started.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),

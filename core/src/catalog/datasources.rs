@@ -68,25 +68,44 @@ impl Datasource {
         Value::Object(shown).to_string()
     }
 
-    /// The datasource in the Minds API's shape: `name`, `engine`, `description`,
-    /// `connection_data` (secrets masked), `created_at`, `modified_at`.
-    pub(crate) fn to_minds_json(&self) -> Value {
-        let connection_data: Value =
-            serde_json::from_str(&self.connection_data(false)).unwrap_or(Value::Null);
+    /// What a caller may see of it: secrets masked.
+    pub(crate) fn info(&self) -> DatasourceInfo {
+        let connection_data = match serde_json::from_str(&self.connection_data(false)) {
+            Ok(Value::Object(data)) => data,
+            _ => Map::new(),
+        };
         let modified = if self.modified_at.is_empty() {
             &self.created_at
         } else {
             &self.modified_at
         };
-        serde_json::json!({
-            "name": self.name,
-            "engine": self.engine,
-            "description": self.description,
-            "connection_data": connection_data,
-            "created_at": self.created_at,
-            "modified_at": modified,
-        })
+        DatasourceInfo {
+            name: self.name.clone(),
+            engine: self.engine.clone(),
+            description: self.description.clone(),
+            connection_data,
+            created_at: self.created_at.clone(),
+            modified_at: modified.clone(),
+        }
     }
+}
+
+/// A datasource as callers see it, secrets masked; it serializes in the Minds API's shape
+/// (`{"name", "engine", "description", "connection_data", "created_at", "modified_at"}`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatasourceInfo {
+    /// The name (lower case).
+    pub name: String,
+    /// The engine (`postgres`, `files`).
+    pub engine: String,
+    /// What the data is, for people and for minds.
+    pub description: Option<String>,
+    /// The connection parameters, every secret (`password`, `api_key`, `token`) masked.
+    pub connection_data: Map<String, Value>,
+    /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
+    pub created_at: String,
+    /// Last change, same form.
+    pub modified_at: String,
 }
 
 /// Creates this module's redb table in a new file, so read snapshots always find it.

@@ -22,6 +22,14 @@ pub struct Project {
     pub created_at: String,
 }
 
+impl Project {
+    /// The project as MindsDB's HTTP API shows it: `{"name"}` only (its REST routes list and
+    /// get projects by name; the record itself is what the C and Python fronts return).
+    pub fn to_wire_json(&self) -> serde_json::Value {
+        serde_json::json!({"name": self.name})
+    }
+}
+
 /// Creates `name` for `tenant`. Returns false when it existed and `if_not_exists` was set.
 pub(crate) fn create(
     txn: &WriteTransaction,

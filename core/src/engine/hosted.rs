@@ -5,19 +5,22 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::catalog::callbacks;
-use crate::catalog::datasources;
+use crate::catalog::callbacks::{
+    self, CallbackInfo, CallbackSummary, DeliveryAttempt, RegisteredCallback,
+};
+use crate::catalog::datasources::{self, DatasourceInfo};
 use crate::catalog::minds::{self, Mind};
 use crate::catalog::quotas::{self, Limits};
 use crate::catalog::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
 use crate::config::Edition;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::services::chat::{self, ChatRequest, MindStream};
+use crate::services::chat::{ChatRequest, MindAnswer, MindStream};
 use crate::store::schema::{DATASOURCES, MINDS};
 use crate::tenant::TenantId;
+use crate::wire::Fields;
 
 impl Engine {
     /// The tenant this handle acts as.
@@ -189,7 +192,7 @@ impl Engine {
     /// "tables"}]`, each an existing datasource) and `parameters` (`prompt_template`, …).
     /// Quota-checked: over the plan's minds is [`ErrorKind::QuotaExceeded`].
     pub async fn create_mind(&self, body: Value) -> Result<Mind> {
-        let body = object(body, "mind")?;
+        let body = Fields::of(body, "The mind")?.into_map();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         self.write(move |txn| {
             let config = &inner.config;
@@ -212,7 +215,7 @@ impl Engine {
 
     /// Changes a mind: the fields given replace the stored ones; `name` renames it.
     pub async fn update_mind(&self, name: &str, body: Value) -> Result<Mind> {
-        let body = object(body, "mind")?;
+        let body = Fields::of(body, "The mind")?.into_map();
         let (name, tenant) = (name.to_string(), self.tenant);
         self.write(move |txn| minds::update(txn, tenant, &name, &body))
             .await
@@ -228,18 +231,12 @@ impl Engine {
     /// Creates a datasource from a Minds API body (`name`, `engine`, `connection_data`,
     /// `description`): the same object `CREATE DATABASE … ENGINE … PARAMETERS` makes, checked
     /// by connecting first and quota-checked. Returns it in the Minds API's shape.
-    pub async fn create_datasource(&self, body: Value) -> Result<Value> {
-        let body = object(body, "datasource")?;
-        let name = text_field(&body, "name")?
-            .ok_or_else(|| Error::invalid("A datasource needs a 'name' (a string)"))?;
-        let engine = text_field(&body, "engine")?
-            .ok_or_else(|| Error::invalid("A datasource needs an 'engine' (a string)"))?;
-        let description = text_field(&body, "description")?;
-        let parameters = match body.get("connection_data") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(data)) => data.clone(),
-            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
-        };
+    pub async fn create_datasource(&self, body: Value) -> Result<DatasourceInfo> {
+        let body = Fields::of(body, "The datasource")?;
+        let name = body.required_text("name", "A datasource needs a 'name' (a string)")?;
+        let engine = body.required_text("engine", "A datasource needs an 'engine' (a string)")?;
+        let description = body.text("description")?;
+        let parameters = body.map_field("connection_data")?.unwrap_or_default();
         // A taken name, or a full quota, is told before a slow connection attempt (the
         // quota is checked again, atomically, when the datasource is stored).
         if self.find_datasource(&name)?.is_some() {
@@ -273,17 +270,17 @@ impl Engine {
         self.get_datasource(&name)
     }
 
-    /// Every datasource in the Minds API's shape, secrets masked.
-    pub fn list_datasources(&self) -> Result<Vec<Value>> {
+    /// Every datasource, secrets masked.
+    pub fn list_datasources(&self) -> Result<Vec<DatasourceInfo>> {
         let txn = self.inner.sql.store.read()?;
         let all = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?;
-        Ok(all.iter().map(|d| d.to_minds_json()).collect())
+        Ok(all.iter().map(|d| d.info()).collect())
     }
 
-    /// One datasource in the Minds API's shape, secrets masked.
-    pub fn get_datasource(&self, name: &str) -> Result<Value> {
+    /// One datasource, secrets masked.
+    pub fn get_datasource(&self, name: &str) -> Result<DatasourceInfo> {
         self.find_datasource(name)?
-            .map(|d| d.to_minds_json())
+            .map(|d| d.info())
             .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))
     }
 
@@ -295,37 +292,33 @@ impl Engine {
     /// Changes a datasource with a Minds API PUT body: `connection_data` replaces the
     /// parameters (a secret sent back masked keeps its value) after a connection check,
     /// `description` replaces the description, `name` renames it (minds follow).
-    pub async fn update_datasource(&self, name: &str, body: Value) -> Result<Value> {
-        let body = object(body, "datasource")?;
+    pub async fn update_datasource(&self, name: &str, body: Value) -> Result<DatasourceInfo> {
+        let body = Fields::of(body, "The datasource")?;
         let source = self
             .find_datasource(name)?
             .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))?;
         let mut change = datasources::Change {
-            name: text_field(&body, "name")?,
-            description: text_field(&body, "description")?,
+            name: body.text("name")?,
+            description: body.text("description")?,
             parameters: None,
         };
-        match body.get("connection_data") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(data)) => {
-                let parameters = datasources::unmasked(&source, data.clone());
-                let edition = self.inner.config.edition;
-                let (_, checked) = crate::services::connectors::check(
-                    &source.engine,
-                    parameters,
-                    edition,
-                    &self.inner.sql.net,
-                )
-                .await?;
-                change.parameters = Some(checked);
-            }
-            Some(_) => return Err(Error::invalid("'connection_data' must be an object")),
+        if let Some(data) = body.map_field("connection_data")? {
+            let parameters = datasources::unmasked(&source, data);
+            let edition = self.inner.config.edition;
+            let (_, checked) = crate::services::connectors::check(
+                &source.engine,
+                parameters,
+                edition,
+                &self.inner.sql.net,
+            )
+            .await?;
+            change.parameters = Some(checked);
         }
         let (tenant, key) = (self.tenant, source.name.clone());
         let updated = self
             .write(move |txn| crate::catalog::rules::update_datasource(txn, tenant, &key, change))
             .await?;
-        Ok(updated.to_minds_json())
+        Ok(updated.info())
     }
 
     /// Deletes a datasource, freeing its quota slot; Conflict while a mind reads it.
@@ -344,11 +337,11 @@ impl Engine {
     /// Answers a question to a mind ([`ChatRequest`]) in the shape of the API it came
     /// through (a chat completion or a response object). Counted against the question quota,
     /// given back if answering fails.
-    pub async fn ask_mind(&self, request: &ChatRequest) -> Result<Value> {
+    pub async fn ask_mind(&self, request: &ChatRequest) -> Result<MindAnswer> {
         let mind = self.get_mind(&request.mind)?;
         let agent = mind.agent(self.inner.sql.default_project());
         let answer = self.answer(agent, request.messages.clone()).await?;
-        Ok(chat::answer_json(request.api, &mind.name, &answer.content))
+        Ok(MindAnswer::new(request.api, &mind.name, answer.content))
     }
 
     /// [`Engine::ask_mind`] as server-sent event frames in the API's streaming shape.
@@ -410,11 +403,11 @@ impl Engine {
     }
 
     /// Registers a model-status callback from MindsDB's body `{url, filter: {model_name,
-    /// project_name}, attempt: {count, interval, http_timeout}}`; returns `{"id", "secret"}`,
-    /// the secret that signs its deliveries (shown here only).
-    pub async fn register_callback(&self, body: Value) -> Result<Value> {
+    /// project_name}, attempt: {count, interval, http_timeout}}`; returns its id and the
+    /// secret that signs its deliveries (shown here only).
+    pub async fn register_callback(&self, body: Value) -> Result<RegisteredCallback> {
         self.require_callbacks()?;
-        let body = object(body, "callback")?;
+        let body = Fields::of(body, "The callback")?.into_map();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
             .write(move |txn| {
@@ -427,33 +420,33 @@ impl Engine {
                 callbacks::register(txn, tenant, &body, config, &inner.sql.net.egress, limit)
             })
             .await?;
-        Ok(serde_json::json!({"id": callback.id, "secret": callback.secret}))
+        Ok(callback.registered())
     }
 
-    /// The callbacks as MindsDB lists them: `[{"id", "created_at" (an HTTP-date), "url"}]`.
-    pub fn list_callbacks(&self) -> Result<Vec<Value>> {
+    /// The callbacks as MindsDB lists them.
+    pub fn list_callbacks(&self) -> Result<Vec<CallbackSummary>> {
         self.require_callbacks()?;
         let txn = self.inner.sql.store.read()?;
         let all = callbacks::list(&callbacks::table(&txn)?, self.tenant)?;
-        Ok(all.iter().map(|c| c.to_list_json()).collect())
+        Ok(all.iter().map(|c| c.summary()).collect())
     }
 
     /// One callback with its filter and attempt settings (not its secret).
-    pub fn get_callback(&self, id: u64) -> Result<Value> {
+    pub fn get_callback(&self, id: u64) -> Result<CallbackInfo> {
         self.require_callbacks()?;
         let txn = self.inner.sql.store.read()?;
-        Ok(callbacks::get(&callbacks::table(&txn)?, self.tenant, id)?.to_json())
+        Ok(callbacks::get(&callbacks::table(&txn)?, self.tenant, id)?.info())
     }
 
     /// Changes a callback's `url` (and `filter` or `attempt` when given).
-    pub async fn update_callback(&self, id: u64, body: Value) -> Result<Value> {
+    pub async fn update_callback(&self, id: u64, body: Value) -> Result<CallbackInfo> {
         self.require_callbacks()?;
-        let body = object(body, "callback")?;
+        let body = Fields::of(body, "The callback")?.into_map();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
             .write(move |txn| callbacks::update(txn, tenant, id, &body, &inner.sql.net.egress))
             .await?;
-        Ok(callback.to_json())
+        Ok(callback.info())
     }
 
     /// Deletes a callback; its pending deliveries are never sent.
@@ -464,17 +457,12 @@ impl Engine {
             .await
     }
 
-    /// A callback's delivery log, oldest first: `[{"event_id", "attempt", "at", "enqueued_at",
-    /// "duration_ms", "status", "error", "delivered"}]`; the newest `callbacks.log_entries`
-    /// attempts (1,000 by default) are kept.
-    pub fn callback_deliveries(&self, id: u64) -> Result<Vec<Value>> {
+    /// A callback's delivery log, oldest first; the newest `callbacks.log_entries` attempts
+    /// (1,000 by default) are kept.
+    pub fn callback_deliveries(&self, id: u64) -> Result<Vec<DeliveryAttempt>> {
         self.require_callbacks()?;
         let txn = self.inner.sql.store.read()?;
-        let attempts = callbacks::attempts(&txn, self.tenant, id)?;
-        Ok(attempts
-            .iter()
-            .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
-            .collect())
+        callbacks::attempts(&txn, self.tenant, id)
     }
 
     /// Runs `change` in one write transaction of this engine's store.
@@ -507,21 +495,6 @@ impl Engine {
     /// Whether this engine runs the hosted edition.
     pub fn is_hosted(&self) -> bool {
         self.inner.config.edition == Edition::Hosted
-    }
-}
-
-fn object(value: Value, what: &str) -> Result<Map<String, Value>> {
-    match value {
-        Value::Object(map) => Ok(map),
-        _ => Err(Error::invalid(format!("The {what} must be a JSON object"))),
-    }
-}
-
-fn text_field(body: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text.clone())),
-        Some(_) => Err(Error::invalid(format!("'{key}' must be a string"))),
     }
 }
 

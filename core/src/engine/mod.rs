@@ -805,12 +805,9 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// A request body that must be a JSON object.
+/// An agent spec, which must be a JSON object.
 fn body_object(value: serde_json::Value) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match value {
-        serde_json::Value::Object(map) => Ok(map),
-        _ => Err(Error::invalid("The agent must be a JSON object")),
-    }
+    Ok(crate::wire::Fields::of(value, "The agent")?.into_map())
 }
 
 fn to_usize(bytes: u64) -> usize {

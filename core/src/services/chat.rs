@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::services::agent_loop::{AgentEvent, AgentStream};
+use crate::wire::Fields;
 
 /// Which OpenAI-style API a question came through, which decides the answer's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,13 +75,7 @@ impl ChatRequest {
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>> {
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Error::invalid("The request body must be a JSON object")),
-        Err(e) => Err(Error::invalid(format!(
-            "The request body is not valid JSON: {e}"
-        ))),
-    }
+    Ok(Fields::parse(body, "The request body")?.into_map())
 }
 
 fn model(body: &Map<String, Value>) -> Result<String> {
@@ -158,12 +153,58 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}{hex}")
 }
 
-/// The answer to a [`ChatRequest`] in its API's JSON shape.
-pub(crate) fn answer_json(api: ChatApi, mind: &str, text: &str) -> Value {
-    let created = crate::time::now_unix();
+/// A mind's answer to a [`ChatRequest`]: it serializes in the shape of the API the question
+/// came through (a `chat.completion` object, or a `response` object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MindAnswer {
+    /// The API whose shape it takes.
+    pub api: ChatApi,
+    /// The mind that answered (OpenAI's `model`).
+    pub mind: String,
+    /// The answer's text.
+    pub content: String,
+    /// OpenAI's id of the answer (`chatcmpl-…` or `resp_…`).
+    pub id: String,
+    /// When it was answered, Unix seconds.
+    pub created: u64,
+}
+
+impl MindAnswer {
+    /// `content` from `mind`, answered now, with a new id.
+    pub(crate) fn new(api: ChatApi, mind: &str, content: String) -> MindAnswer {
+        let prefix = match api {
+            ChatApi::ChatCompletions => "chatcmpl-",
+            ChatApi::Responses => "resp_",
+        };
+        MindAnswer {
+            api,
+            mind: mind.to_string(),
+            content,
+            id: new_id(prefix),
+            created: crate::time::now_unix(),
+        }
+    }
+
+    /// The answer in its API's JSON shape.
+    pub fn to_wire_json(&self) -> Value {
+        answer_json(self.api, &self.id, &self.mind, self.created, &self.content)
+    }
+}
+
+impl serde::Serialize for MindAnswer {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        self.to_wire_json().serialize(serializer)
+    }
+}
+
+/// An answer in its API's JSON shape.
+fn answer_json(api: ChatApi, id: &str, mind: &str, created: u64, text: &str) -> Value {
     match api {
         ChatApi::ChatCompletions => json!({
-            "id": new_id("chatcmpl-"),
+            "id": id,
             "object": "chat.completion",
             "created": created,
             "model": mind,
@@ -174,7 +215,7 @@ pub(crate) fn answer_json(api: ChatApi, mind: &str, text: &str) -> Value {
             }],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }),
-        ChatApi::Responses => response_object(&new_id("resp_"), mind, created, "completed", text),
+        ChatApi::Responses => response_object(id, mind, created, "completed", text),
     }
 }
 

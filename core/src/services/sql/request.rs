@@ -8,6 +8,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::wire::Fields;
 
 use super::encode;
 
@@ -71,42 +72,23 @@ impl QueryRequest {
     /// assert_eq!(format, WireFormat::JsonLines);
     /// ```
     pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
-        let value: serde_json::Value = serde_json::from_slice(body)
-            .map_err(|e| Error::invalid(format!("The request body is not valid JSON: {e}")))?;
-        let serde_json::Value::Object(mut fields) = value else {
-            return Err(Error::invalid("The request body must be a JSON object"));
+        let mut fields = Fields::parse(body, "The request body")?;
+        if fields.get("query").is_none() {
+            return Err(Error::invalid("The request body has no 'query'"));
+        }
+        let query = fields.required_text("query", "'query' must be a string")?;
+        let (db, show_secrets) = match fields.object("context")? {
+            None => (None, false),
+            Some(context) => (
+                context.text("db")?,
+                context.flag("show_secrets")?.unwrap_or(false),
+            ),
         };
-        let query = match fields.remove("query") {
-            Some(serde_json::Value::String(query)) => query,
-            Some(_) => return Err(Error::invalid("'query' must be a string")),
-            None => return Err(Error::invalid("The request body has no 'query'")),
-        };
-        let (db, show_secrets) = match fields.remove("context") {
-            None | Some(serde_json::Value::Null) => (None, false),
-            Some(serde_json::Value::Object(mut context)) => {
-                let db = match context.remove("db") {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(serde_json::Value::String(db)) => Some(db),
-                    Some(_) => return Err(Error::invalid("'context.db' must be a string")),
-                };
-                let show_secrets = match context.remove("show_secrets") {
-                    None | Some(serde_json::Value::Null) => false,
-                    Some(serde_json::Value::Bool(show)) => show,
-                    Some(_) => {
-                        return Err(Error::invalid(
-                            "'context.show_secrets' must be true or false",
-                        ))
-                    }
-                };
-                (db, show_secrets)
-            }
-            Some(_) => return Err(Error::invalid("'context' must be an object")),
-        };
-        let params = match fields.remove("params") {
-            None | Some(serde_json::Value::Null) => HashMap::new(),
-            Some(serde_json::Value::Object(params)) => params.into_iter().collect(),
-            Some(_) => return Err(Error::invalid("'params' must be an object")),
-        };
+        let params: HashMap<_, _> = fields
+            .map_field("params")?
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
         let format = match fields.remove("response_format") {
             None | Some(serde_json::Value::Null) => encode::WireFormat::Json,
             Some(serde_json::Value::String(name)) => encode::WireFormat::parse(Some(&name))?,
