@@ -164,7 +164,7 @@ int main(void) {
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "{\"plan\": 2}", NULL));
   CHECK_CONTAINS(mindlite_errmsg(db), "'plan' must be a string");
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "[]", NULL));
-  CHECK_CONTAINS(mindlite_errmsg(db), "must be an object");
+  CHECK_CONTAINS(mindlite_errmsg(db), "must be a JSON object");
   CHECK_STATUS(MINDLITE_INVALID, mindlite_user_update(db, "alice", "{\"plan\": ", NULL));
   CHECK_CONTAINS(mindlite_errmsg(db), "'changes_json' is not valid JSON");
   CHECK_STATUS(MINDLITE_NOT_FOUND, mindlite_user_update(db, "carol", "{}", NULL));
