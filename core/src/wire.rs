@@ -17,6 +17,14 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+/// How errors name an HTTP request's body.
+const REQUEST_BODY: &str = "The request body";
+
+/// Parses an HTTP request's body as any JSON value ("The request body is not valid JSON: …").
+pub fn request_body(bytes: &[u8]) -> Result<Value> {
+    parse(bytes, REQUEST_BODY)
+}
+
 /// Parses `bytes` as any JSON value; `what` names it when it is not JSON ("The request body
 /// is not valid JSON: …").
 pub fn parse(bytes: &[u8], what: &str) -> Result<Value> {
@@ -38,6 +46,11 @@ impl Fields {
     /// valid JSON: …", "The request body must be a JSON object").
     pub fn parse(bytes: &[u8], what: &str) -> Result<Fields> {
         Fields::of(parse(bytes, what)?, what)
+    }
+
+    /// An HTTP request's body as an object ("The request body must be a JSON object").
+    pub fn request_body(bytes: &[u8]) -> Result<Fields> {
+        Fields::parse(bytes, REQUEST_BODY)
     }
 
     /// `value` as an object; `what` names it when it is not one.

@@ -99,7 +99,7 @@ pub async fn one(
 
 /// The request body's `key`, or MindsDB's 400 when the body is not JSON or lacks it.
 fn field(request: &Request, key: &str, method: &str) -> Result<Value, Box<Response>> {
-    let body = mindlite::wire::parse(&request.body, "The request body")
+    let body = mindlite::wire::request_body(&request.body)
         .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))?;
     match body.get(key) {
         Some(value) if !value.is_null() => Ok(value.clone()),

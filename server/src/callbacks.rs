@@ -95,5 +95,5 @@ fn missing(id: &str) -> Response {
 }
 
 fn body(request: &Request) -> mindlite::Result<Value> {
-    mindlite::wire::parse(&request.body, "The request body")
+    mindlite::wire::request_body(&request.body)
 }

@@ -147,7 +147,7 @@ async fn ask(engine: &Engine, question: ChatRequest) -> mindlite::Result<Respons
 }
 
 fn body(request: &Request) -> mindlite::Result<Value> {
-    mindlite::wire::parse(&request.body, "The request body")
+    mindlite::wire::request_body(&request.body)
 }
 
 fn decode(segment: &str) -> mindlite::Result<String> {

@@ -121,7 +121,7 @@ fn name_and_version(segment: &str) -> (&str, Option<u32>) {
 
 /// The request body as a JSON object, or a 400 that says why not.
 fn body(request: &Request) -> Result<serde_json::Map<String, Value>, Box<Response>> {
-    mindlite::wire::Fields::parse(&request.body, "The request body")
+    mindlite::wire::Fields::request_body(&request.body)
         .map(mindlite::wire::Fields::into_map)
         .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))
 }

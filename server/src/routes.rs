@@ -283,7 +283,7 @@ async fn login(engine: &Engine, request: &Request) -> Response {
     let body: serde_json::Value = if request.body.is_empty() {
         serde_json::Value::Null
     } else {
-        match mindlite::wire::parse(&request.body, "The request body") {
+        match mindlite::wire::request_body(&request.body) {
             Ok(body) => body,
             Err(e) => return problem(400, e.message()),
         }

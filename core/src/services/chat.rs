@@ -75,7 +75,7 @@ impl ChatRequest {
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>> {
-    Ok(Fields::parse(body, "The request body")?.into_map())
+    Ok(Fields::request_body(body)?.into_map())
 }
 
 fn model(body: &Map<String, Value>) -> Result<String> {

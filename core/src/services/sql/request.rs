@@ -72,7 +72,7 @@ impl QueryRequest {
     /// assert_eq!(format, WireFormat::JsonLines);
     /// ```
     pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
-        let mut fields = Fields::parse(body, "The request body")?;
+        let mut fields = Fields::request_body(body)?;
         if fields.get("query").is_none() {
             return Err(Error::invalid("The request body has no 'query'"));
         }
