@@ -1,8 +1,9 @@
 //! The catalog: the records of each kind of object the engine keeps (projects, tables, agents,
-//! datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
+//! views, datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
 //! about one object (its name, its fields, its limits). Each module reads and writes only its
 //! own redb tables (listed in `store::schema`) and uses only the store and the foundation below
-//! it, plus `namespace` for the names every kind shares.
+//! it, plus `namespace` for the names every kind shares and `constraints` for what a table's
+//! record declares about its rows.
 //!
 //! `rules` is the one module here that may use the others: what a change to one object means
 //! for the rest (dropping a project drops its tables, agents and models; a datasource a mind
@@ -11,6 +12,7 @@
 pub(crate) mod agents;
 pub(crate) mod auth;
 pub(crate) mod callbacks;
+pub(crate) mod constraints;
 pub(crate) mod datasources;
 pub(crate) mod minds;
 pub(crate) mod models;
@@ -20,3 +22,4 @@ pub(crate) mod quotas;
 pub(crate) mod rules;
 pub(crate) mod tables;
 pub(crate) mod users;
+pub(crate) mod views;

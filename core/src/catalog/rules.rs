@@ -1,17 +1,18 @@
 //! Rules that span several kinds of catalog object, in one place: each runs inside the caller's
 //! write transaction, so everything it changes lands together or not at all. The record modules
-//! (`projects`, `datasources`, `minds`, `tables`, `agents`, `models`) each keep their own rows
+//! (`projects`, `datasources`, `minds`, `tables`, `views`, `agents`, `models`) each keep their own rows
 //! and know nothing of one another; what one object's change means for the others is here.
 
 use redb::WriteTransaction;
 
 use crate::catalog::datasources::{self, Change, Datasource};
-use crate::catalog::{agents, minds, models, projects, tables};
-use crate::error::Result;
+use crate::catalog::{agents, minds, models, projects, tables, views};
+use crate::error::{Error, Result};
+use crate::store::schema::{TABLES, VIEWS};
 use crate::tenant::TenantId;
 
 /// `DROP DATABASE` / `DROP PROJECT name`: a datasource goes with its record alone (nothing is
-/// stored under it); a project goes with its tables, agents and models. The default project and
+/// stored under it); a project goes with its tables, views, agents and models. The default project and
 /// the built-in namespaces cannot be dropped; a missing name is an error unless `if_exists`.
 pub(crate) fn drop_database(
     txn: &WriteTransaction,
@@ -25,8 +26,52 @@ pub(crate) fn drop_database(
     }
     if projects::remove(txn, tenant, name, if_exists, default_project)? {
         tables::drop_all(txn, tenant, name)?;
+        views::drop_all(txn, tenant, name)?;
         agents::drop_all(txn, tenant, name)?;
         models::drop_all(txn, tenant, name)?;
+    }
+    Ok(())
+}
+
+/// Stores a view (see [`views::create`]); a table of its name in its project is a conflict,
+/// as tables and views share names.
+pub(crate) fn create_view(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    view: views::View,
+    or_replace: bool,
+    if_not_exists: bool,
+) -> Result<()> {
+    name_is_no_table(txn, tenant, &view.project, &view.name)?;
+    views::create(txn, tenant, view, or_replace, if_not_exists)
+}
+
+/// Fails when `project` has a table called `name`.
+fn name_is_no_table(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<()> {
+    if tables::get(&txn.open_table(TABLES)?, tenant, project, name)?.is_some() {
+        return Err(Error::conflict(format!(
+            "Table '{name}' already exists in database: {project}"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails when `project` has a view called `name` (a new table cannot take it).
+pub(crate) fn name_is_no_view(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<()> {
+    if views::get(&txn.open_table(VIEWS)?, tenant, project, name)?.is_some() {
+        return Err(Error::conflict(format!(
+            "View '{name}' already exists in database: {project}"
+        )));
     }
     Ok(())
 }

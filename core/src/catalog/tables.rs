@@ -18,6 +18,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::constraints::{column_index, Constraints, Index, KeySet, OnConflict};
 use crate::catalog::namespace::validate_name;
 use crate::error::{Error, Result};
 use crate::spool::Spool;
@@ -52,6 +53,9 @@ pub struct TableRecord {
     pub next_position: u64,
     /// The last chunk, while nothing has rewritten it: small ones are merged into by the next insert.
     pub tail: Option<Tail>,
+    /// Its keys, checks, defaults and indexes (absent in records written before they existed).
+    #[serde(default, skip_serializing_if = "Constraints::is_empty")]
+    pub constraints: Constraints,
 }
 
 /// The last chunk of a table.
@@ -126,13 +130,15 @@ pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
     Ok(StreamReader::try_new(Cursor::new(bytes), None)?.schema())
 }
 
-/// Creates an empty table. Fails if it exists (the caller handles IF NOT EXISTS / OR REPLACE).
+/// Creates an empty table with `constraints`. Fails if it exists (the caller handles IF NOT
+/// EXISTS / OR REPLACE) or when a constraint names a column it does not have.
 pub(crate) fn create(
     txn: &WriteTransaction,
     tenant: TenantId,
     project: &str,
     name: &str,
     schema: &Schema,
+    constraints: Constraints,
 ) -> Result<TableRecord> {
     validate_name("table", name)?;
     let project = project.to_ascii_lowercase();
@@ -164,7 +170,13 @@ pub(crate) fn create(
         next_chunk: 0,
         next_position: 0,
         tail: None,
+        constraints,
     };
+    for key in record.constraints.unique_keys() {
+        for column in key.columns {
+            column_index(schema, column, name)?;
+        }
+    }
     tables.insert(
         (tenant.0, project.as_str(), key.as_str()),
         serde_json::to_string(&record)?.as_str(),
@@ -426,6 +438,7 @@ impl<'t> TableWriter<'t> {
             self.record.tail = Some(tail);
         }
         save(self.txn, self.tenant, &self.record)?;
+        verify_keys(self.txn, &self.record)?;
         Ok(self.record)
     }
 
@@ -562,21 +575,146 @@ impl StagedRows {
         self.rows
     }
 
-    /// Conforms and buffers a batch, encoding full chunks as they fill up.
-    pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<()> {
+    /// Conforms and buffers a batch, encoding full chunks as they fill up; returns the rows
+    /// as they will be stored (for checks on them).
+    pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
         if batch.num_rows() == 0 {
-            return Ok(());
+            return Ok(batch);
         }
         let batch = conform(&self.schema, &self.table, batch)?;
         self.rows += batch.num_rows() as u64;
-        self.pending.add(batch);
+        self.pending.add(batch.clone());
         while let Some(chunk) = self.pending.full_chunk()? {
             let rows = chunk.num_rows() as u64;
             self.chunks
                 .push(rows, encode_batches(&self.schema, &[compact(&chunk)?])?)?;
         }
-        Ok(())
+        Ok(batch)
     }
+}
+
+impl StagedRows {
+    /// Every staged row, in order, decoded.
+    fn into_batches(self) -> Result<Vec<RecordBatch>> {
+        let StagedRows {
+            chunks,
+            mut pending,
+            ..
+        } = self;
+        let mut out = Vec::new();
+        chunks.drain(|_, bytes| {
+            out.push(decode_chunk(&bytes, None)?);
+            Ok(())
+        })?;
+        out.extend(pending.rest()?);
+        Ok(out)
+    }
+}
+
+/// Appends `staged` to `record`'s table inside `txn`, resolving rows whose unique key a stored
+/// row has by `on_conflict` ([`OnConflict::Fail`] is a plain append, checked when it
+/// finishes). Rows that resolve conflicts are held in memory; `spool` stages what `Replace`
+/// rewrites. Returns the rows inserted.
+pub(crate) fn insert_resolving(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    record: TableRecord,
+    staged: StagedRows,
+    on_conflict: OnConflict,
+    spool: Spool,
+) -> Result<u64> {
+    let keys = record.constraints.unique_keys();
+    if on_conflict == OnConflict::Fail || keys.is_empty() {
+        let rows = staged.rows();
+        let mut writer = TableWriter::append(txn, tenant, record)?;
+        writer.push_staged(staged)?;
+        writer.finish()?;
+        return Ok(rows);
+    }
+    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let mut sets = keys
+        .iter()
+        .map(|key| KeySet::new(key, &schema, &record.name))
+        .collect::<Result<Vec<_>>>()?;
+    let batches = staged.into_batches()?;
+    let record = match on_conflict {
+        OnConflict::Replace => {
+            // The new rows' keys (two new rows with one key fail), then the stored rows
+            // holding any of them go.
+            for batch in &batches {
+                for set in &mut sets {
+                    set.add(batch, &record.name)?;
+                }
+            }
+            let rewrite = plan_rewrite(txn, &record, spool, |batch| {
+                let mut keep = vec![true; batch.num_rows()];
+                for set in &sets {
+                    for (row, key) in set.keys(&batch)?.iter().enumerate() {
+                        keep[row] &= !set.contains(key);
+                    }
+                }
+                if keep.iter().all(|&k| k) {
+                    return Ok(None);
+                }
+                Ok(Some(filter_rows(&batch, keep)?))
+            })?;
+            let (project, name) = (record.project.clone(), record.name.clone());
+            apply_rewrite(txn, tenant, record, rewrite)?;
+            get(&txn.open_table(TABLES)?, tenant, &project, &name)?
+                .ok_or_else(|| Error::internal("a table went away during its own write"))?
+        }
+        OnConflict::Nothing | OnConflict::Fail => {
+            for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
+                let stored = txn.chunk(record.id, chunk)?;
+                for set in &mut sets {
+                    for key in set.keys(&stored)? {
+                        set.insert(key);
+                    }
+                }
+            }
+            record
+        }
+    };
+    let mut inserted = 0;
+    let mut writer = TableWriter::append(txn, tenant, record)?;
+    for batch in batches {
+        let batch = match on_conflict {
+            OnConflict::Nothing => {
+                // Row by row: a row is kept when no key of it is taken, and then takes them.
+                let keys = sets
+                    .iter()
+                    .map(|set| set.keys(&batch))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut keep = Vec::with_capacity(batch.num_rows());
+                for row in 0..batch.num_rows() {
+                    let free = sets
+                        .iter()
+                        .zip(&keys)
+                        .all(|(set, k)| !set.contains(&k[row]));
+                    if free {
+                        for (set, k) in sets.iter_mut().zip(&keys) {
+                            set.insert(k[row].clone());
+                        }
+                    }
+                    keep.push(free);
+                }
+                filter_rows(&batch, keep)?
+            }
+            OnConflict::Replace | OnConflict::Fail => batch,
+        };
+        inserted += batch.num_rows() as u64;
+        writer.push(batch)?;
+    }
+    writer.finish()?;
+    Ok(inserted)
+}
+
+/// The rows of `batch` whose `keep` is true.
+fn filter_rows(batch: &RecordBatch, keep: Vec<bool>) -> Result<RecordBatch> {
+    let keep = datafusion::arrow::array::BooleanArray::from(keep);
+    Ok(datafusion::arrow::compute::filter_record_batch(
+        batch, &keep,
+    )?)
 }
 
 /// Chunk-by-chunk changes to a table computed from a read snapshot (an UPDATE or DELETE that
@@ -676,7 +814,104 @@ pub(crate) fn apply_rewrite(
     })?;
     drop((chunks, order));
     save(txn, tenant, &record)?;
+    verify_keys(txn, &record)?;
     Ok(true)
+}
+
+/// Fails when two rows of the table share the values of one of its unique keys. Run inside
+/// the transaction that changed the rows, before it commits: the statement then stores
+/// nothing. It reads the whole table (the indexes hold no entries yet).
+fn verify_keys(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
+    let keys = record.constraints.unique_keys();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let mut sets = keys
+        .iter()
+        .map(|key| KeySet::new(key, &schema, &record.name))
+        .collect::<Result<Vec<_>>>()?;
+    for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
+        let batch = txn.chunk(record.id, chunk)?;
+        for set in &mut sets {
+            set.add(&batch, &record.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds `index` to the table `project.table`: its name must be new among the project's
+/// indexes (`if_not_exists` makes an existing one a no-op), its columns the table's, and a
+/// unique index's values unique already.
+pub(crate) fn create_index(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    table: &str,
+    index: Index,
+    if_not_exists: bool,
+) -> Result<()> {
+    validate_name("index", &index.name)?;
+    if find_index(txn, tenant, project, &index.name)?.is_some() {
+        if if_not_exists {
+            return Ok(());
+        }
+        return Err(Error::conflict(format!(
+            "Index '{}' already exists in database: {project}",
+            index.name
+        )));
+    }
+    let mut record = get(&txn.open_table(TABLES)?, tenant, project, table)?.ok_or_else(|| {
+        Error::not_found(format!("Table '{table}' not found in database: {project}"))
+    })?;
+    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    for column in &index.columns {
+        column_index(&schema, column, &record.name)?;
+    }
+    record.constraints.indexes.push(index);
+    save(txn, tenant, &record)?;
+    verify_keys(txn, &record)
+}
+
+/// Removes the index `name` of the project; `if_exists` makes a missing one a no-op.
+pub(crate) fn drop_index(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    if_exists: bool,
+) -> Result<()> {
+    let Some(mut record) = find_index(txn, tenant, project, name)? else {
+        if if_exists {
+            return Ok(());
+        }
+        return Err(Error::not_found(format!(
+            "Index '{name}' not found in database: {project}"
+        )));
+    };
+    record
+        .constraints
+        .indexes
+        .retain(|index| !index.name.eq_ignore_ascii_case(name));
+    save(txn, tenant, &record)
+}
+
+/// The table of the project that has the index `name`.
+fn find_index(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<TableRecord>> {
+    Ok(list(&txn.open_table(TABLES)?, tenant, project)?
+        .into_iter()
+        .find(|record| {
+            record
+                .constraints
+                .indexes
+                .iter()
+                .any(|index| index.name.eq_ignore_ascii_case(name))
+        }))
 }
 
 /// Reading a table's schema and chunks, from a read snapshot or a write transaction alike.

@@ -162,6 +162,7 @@ impl Engine {
         // can hold the writer lock of a store that is still being opened.
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
+        crate::catalog::views::init(&guard.txn)?;
         agents::init(&guard.txn)?;
         crate::catalog::datasources::init(&guard.txn)?;
         models::init(&guard.txn)?;

@@ -29,6 +29,9 @@ pub(crate) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::n
 pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
     TableDefinition::new("chunk_order");
 
+/// `views` (views): (tenant, project, name) → view record (its query as SQL text).
+pub(crate) const VIEWS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("views");
+
 /// `agents` (agents): (tenant, project, name) → agent record.
 pub(crate) const AGENTS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("agents");
 

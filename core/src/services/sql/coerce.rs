@@ -1,6 +1,12 @@
+//! Expression rewrites run before type coercion, where DataFusion's behaviour differs from what
+//! users of MindsDB, DuckDB and SQLite expect.
+//!
 //! MindsDB compares booleans with text (`SELECT * FROM models WHERE ACTIVE = '1'`, what its SDK
-//! sends). DataFusion has no coercion between Boolean and Utf8, so this rewrite, run before
-//! type coercion, turns a text literal compared with a boolean into a boolean literal.
+//! sends). DataFusion has no coercion between Boolean and Utf8, so [`BooleanText`] turns a
+//! text literal compared with a boolean into a boolean literal.
+//!
+//! Division and remainder by zero are NULL in DuckDB and SQLite, where DataFusion fails the
+//! whole query; [`DivisionByZero`] makes the divisor NULL when it is zero.
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::tree_node::Transformed;
@@ -43,6 +49,52 @@ impl FunctionRewrite for BooleanText {
             Box::new(right),
         ))))
     }
+}
+
+/// `a / b` and `a % b` → `a / nullif(b, 0)`: NULL where `b` is zero.
+#[derive(Debug)]
+pub(crate) struct DivisionByZero;
+
+impl FunctionRewrite for DivisionByZero {
+    fn name(&self) -> &str {
+        "mindlite_division_by_zero_is_null"
+    }
+
+    fn rewrite(&self, expr: Expr, _: &DFSchema, _: &ConfigOptions) -> Result<Transformed<Expr>> {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+            return Ok(Transformed::no(expr));
+        };
+        let guarded = |e: &Expr| match e {
+            // A literal divisor other than zero needs no guard (and keeps folding).
+            Expr::Literal(value, _) => !value.is_null() && !is_zero(value),
+            Expr::ScalarFunction(f) => f.func.name() == "nullif",
+            _ => false,
+        };
+        if !matches!(op, Operator::Divide | Operator::Modulo) || guarded(&right) {
+            return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+                left,
+                op,
+                right,
+            })));
+        }
+        let right = datafusion::functions::core::expr_fn::nullif(
+            *right,
+            Expr::Literal(ScalarValue::Int64(Some(0)), None),
+        );
+        Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+            left,
+            op,
+            Box::new(right),
+        ))))
+    }
+}
+
+/// Whether a numeric literal is zero.
+fn is_zero(value: &ScalarValue) -> bool {
+    value
+        .to_string()
+        .parse::<f64>()
+        .is_ok_and(|number| number == 0.0)
 }
 
 fn boolean(value: bool) -> Expr {

@@ -31,9 +31,11 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
+use super::constraints::{self, Checks, Declared};
 use super::names::{self, NameHint};
 use super::session::Session;
 use super::snapshot::{Namespace, Snapshot, StoredTable};
+use crate::catalog::constraints::OnConflict;
 use crate::catalog::namespace::{FILES_DB, SYSTEM_DB};
 use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, Result};
@@ -220,16 +222,17 @@ impl WriteJob {
         StagedRows::new(table, schema, self.spool())
     }
 
-    /// Stages every row of `plan` for the table `table` of `schema`.
+    /// Stages every row of `plan` for the table `table` of `schema`, each passing `checks`.
     fn stage(
         &self,
         handle: &Handle,
         plan: &LogicalPlan,
         table: &str,
         schema: SchemaRef,
+        checks: &Checks,
     ) -> Result<StagedRows> {
         let mut staged = StagedRows::new(table, schema, self.spool());
-        self.drain(handle, plan, |batch| staged.push(batch))?;
+        self.drain(handle, plan, |batch| checks.verify(&staged.push(batch)?))?;
         Ok(staged)
     }
 }
@@ -255,36 +258,55 @@ fn named_not_null(table: &TableReference, e: Error) -> Error {
     }
 }
 
-/// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count.
-pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Result<Staged<u64>> {
+/// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count. An INSERT's rows whose
+/// unique key is taken are resolved by `on_conflict`.
+pub(crate) fn run_dml(
+    job: &WriteJob,
+    handle: &Handle,
+    dml: DmlStatement,
+    on_conflict: OnConflict,
+) -> Result<Staged<u64>> {
     // Refuses writes outside projects with a message naming the database.
     let (project, name) = job.resolve(&dml.table_name)?;
     let read = stored_target(&dml)?;
     let schema = job.snapshot.table_schema(read.id)?;
+    let checks = Checks::of(&job.state, &read, &schema)?;
     let affected = match &dml.op {
-        WriteOp::Insert(InsertOp::Append) | WriteOp::Insert(InsertOp::Overwrite) => {
+        WriteOp::Insert(op) => {
             let staged = job
-                .stage(handle, &dml.input, &read.name, schema)
+                .stage(handle, &dml.input, &read.name, schema, &checks)
                 .map_err(|e| named_not_null(&dml.table_name, e))?;
-            let rows = staged.rows();
             let guard = job.lock(handle)?;
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
                 return Ok(Staged::TargetChanged);
             };
-            let mut writer = if matches!(dml.op, WriteOp::Insert(InsertOp::Overwrite)) {
-                TableWriter::replace(&guard.txn, job.tenant, record)?
-            } else {
-                TableWriter::append(&guard.txn, job.tenant, record)?
+            let rows = match op {
+                InsertOp::Overwrite => {
+                    let rows = staged.rows();
+                    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+                    writer.push_staged(staged)?;
+                    writer.finish()?;
+                    rows
+                }
+                InsertOp::Replace => tables::insert_resolving(
+                    &guard.txn,
+                    job.tenant,
+                    record,
+                    staged,
+                    OnConflict::Replace,
+                    job.spool(),
+                )?,
+                InsertOp::Append => tables::insert_resolving(
+                    &guard.txn,
+                    job.tenant,
+                    record,
+                    staged,
+                    on_conflict,
+                    job.spool(),
+                )?,
             };
-            writer.push_staged(staged)?;
-            writer.finish()?;
             guard.commit()?;
             return Ok(Staged::Done(rows));
-        }
-        WriteOp::Insert(InsertOp::Replace) => {
-            return Err(Error::invalid(
-                "REPLACE INTO is not supported: tables have no unique keys",
-            ))
         }
         WriteOp::Delete => {
             let (predicate, scan) = split_filter(&dml.input)?;
@@ -293,7 +315,7 @@ pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Res
                 let keep = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
-                let staged = job.stage(handle, &keep, &read.name, schema)?;
+                let staged = job.stage(handle, &keep, &read.name, schema, &checks)?;
                 let deleted = read.row_count - staged.rows();
                 return replace_if_unchanged(job, handle, &project, &name, &read, staged)
                     .map(|done| done.map(|()| deleted));
@@ -328,9 +350,11 @@ pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Res
                     .filter(predicate.is_not_true())?
                     .build()?;
                 let mut staged = StagedRows::new(&read.name, schema, job.spool());
-                job.drain(handle, &kept, |batch| staged.push(batch))?;
+                job.drain(handle, &kept, |batch| staged.push(batch).map(drop))?;
                 let untouched = staged.rows();
-                job.drain(handle, &dml.input, |batch| staged.push(batch))?;
+                job.drain(handle, &dml.input, |batch| {
+                    checks.verify(&staged.push(batch)?)
+                })?;
                 let updated = staged.rows() - untouched;
                 return replace_if_unchanged(job, handle, &project, &name, &read, staged)
                     .map(|done| done.map(|()| updated));
@@ -361,12 +385,12 @@ pub(crate) fn run_dml(job: &WriteJob, handle: &Handle, dml: DmlStatement) -> Res
                     .iter()
                     .map(|column| evaluate(column, &batch))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(Some((
-                    RecordBatch::try_new(batch.schema(), values)?,
-                    hits as u64,
-                )))
+                let updated = RecordBatch::try_new(batch.schema(), values)?;
+                checks.verify(&updated)?;
+                Ok(Some((updated, hits as u64)))
             };
-            rewrite(job, handle, &project, &name, &read, change)?
+            rewrite(job, handle, &project, &name, &read, change)
+                .map_err(|e| named_not_null(&dml.table_name, e))?
         }
         WriteOp::Truncate => {
             let guard = job.lock(handle)?;
@@ -514,41 +538,49 @@ pub(crate) fn create_table(
     handle: &Handle,
     create: CreateMemoryTable,
     hints: Option<Vec<NameHint>>,
+    declared: Declared,
 ) -> Result<Staged<Option<u64>>> {
     let (project, name) = job.resolve(&create.name)?;
     if create.temporary {
         return Err(Error::invalid("TEMPORARY tables are not supported"));
     }
-    if !create.constraints.is_empty() {
-        return Err(Error::invalid(
-            "PRIMARY KEY, UNIQUE and other constraints are not supported yet; NOT NULL is",
-        ));
-    }
-    if !create.column_defaults.is_empty() {
-        return Err(Error::invalid(
-            "DEFAULT column values are not supported yet",
-        ));
-    }
     let from_query =
         !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
     let input_schema = create.input.schema().as_arrow().clone();
     let names = names::column_names(&input_schema, hints.as_deref(), names::Purpose::Store);
+    let primary_key: Vec<usize> = create
+        .constraints
+        .iter()
+        .flat_map(|c| match c {
+            datafusion::common::Constraint::PrimaryKey(columns) => columns.clone(),
+            datafusion::common::Constraint::Unique(_) => Vec::new(),
+        })
+        .collect();
     // A table made from a query takes its column names as the query shows them, and allows NULLs
-    // everywhere, as DuckDB and SQLite do.
+    // everywhere, as DuckDB and SQLite do; a primary key's columns never hold NULL (as in
+    // DuckDB; SQLite allows it only for historical reasons).
     let fields: Vec<Field> = input_schema
         .fields()
         .iter()
         .zip(&names)
-        .map(|(f, n)| {
+        .enumerate()
+        .map(|(i, (f, n))| {
             let field = f.as_ref().clone();
-            if from_query {
+            let field = if from_query {
                 field.with_name(n.clone()).with_nullable(true)
+            } else {
+                field
+            };
+            if primary_key.contains(&i) {
+                field.with_nullable(false)
             } else {
                 field
             }
         })
         .collect();
     let schema = Arc::new(Schema::new(fields));
+    let declared = constraints::of_create(&create, declared)?;
+    let checks = Checks::of_constraints(&job.state, &name, &declared, &schema)?;
     if job.snapshot.table(&project, &name)?.is_some() && create.if_not_exists {
         return Ok(Staged::Done(None));
     }
@@ -557,10 +589,8 @@ pub(crate) fn create_table(
         let target = Arc::clone(&schema);
         let mut staged = StagedRows::new(&name, Arc::clone(&schema), job.spool());
         job.drain(handle, &create.input, |batch| {
-            staged.push(RecordBatch::try_new(
-                Arc::clone(&target),
-                batch.columns().to_vec(),
-            )?)
+            let batch = RecordBatch::try_new(Arc::clone(&target), batch.columns().to_vec())?;
+            checks.verify(&staged.push(batch)?)
         })?;
         Some(staged)
     } else {
@@ -573,6 +603,7 @@ pub(crate) fn create_table(
     {
         return Ok(Staged::TargetChanged);
     }
+    crate::catalog::rules::name_is_no_view(&guard.txn, job.tenant, &project, &name)?;
     let existing = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &name)?;
     if existing.is_some() {
         if create.if_not_exists {
@@ -585,7 +616,7 @@ pub(crate) fn create_table(
         }
         tables::drop_table(&guard.txn, job.tenant, &project, &name)?;
     }
-    let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema)?;
+    let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema, declared)?;
     let mut affected = None;
     if let Some(staged) = staged {
         let mut writer = TableWriter::append(&guard.txn, job.tenant, record)?;

@@ -8,9 +8,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
 use datafusion::sql::sqlparser::ast::Statement;
 
+use super::constraints::Checks;
 use super::session::Session;
 use super::snapshot::{self, Namespace, Snapshot};
 use super::{LoadMode, Outcome, SqlRunner};
+use crate::catalog::constraints::Constraints;
 use crate::catalog::datasources;
 use crate::catalog::namespace::FILES_DB;
 use crate::catalog::projects;
@@ -208,9 +210,17 @@ impl SqlRunner {
         let loaded = job
             .run(move |job, handle| {
                 let mut staged = job.staged(&table, Arc::clone(&staged_schema));
+                let checks = match &read {
+                    Some(record) => Some(Checks::of(&job.state, record, &staged_schema)?),
+                    None => None,
+                };
                 rows(&mut |batch| {
                     job.check_cancelled()?;
-                    staged.push(batch)
+                    let batch = staged.push(batch)?;
+                    match &checks {
+                        Some(checks) => checks.verify(&batch),
+                        None => Ok(()),
+                    }
                 })?;
                 let rows = staged.rows();
                 let guard = job.lock(handle)?;
@@ -241,7 +251,7 @@ impl SqlRunner {
                         if !files && projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
                             return Err(Error::not_found(format!("Database '{project}' not found")));
                         }
-                        tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema)?
+                        tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema, Constraints::default())?
                     }
                 };
                 let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;

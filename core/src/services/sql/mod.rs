@@ -10,6 +10,7 @@
 mod agent_statements;
 mod ask;
 mod coerce;
+mod constraints;
 mod dml;
 pub mod encode;
 mod load;
@@ -26,6 +27,7 @@ mod sandbox;
 mod session;
 mod snapshot;
 mod sort_keys;
+mod unnest;
 
 pub(crate) use self::ask::AskAgent;
 pub(crate) use self::load::{BatchSource, LoadTarget};
@@ -46,7 +48,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, Statement};
 
 use self::parse::Command;
 use self::plan_cache::{PlanCache, PlanKey};
@@ -55,6 +57,7 @@ use self::snapshot::{Namespace, Snapshot};
 use crate::catalog::agents;
 use crate::catalog::datasources;
 use crate::catalog::projects;
+use crate::catalog::tables;
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -357,12 +360,16 @@ impl SqlRunner {
                     .unwrap_or_else(|| context.db.clone())
                     .to_ascii_lowercase();
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-                let (names, kind): (Vec<String>, &str) = match snapshot.namespace(&db)? {
+                let named =
+                    |names: Vec<String>, kind: &'static str| -> Vec<(String, &'static str)> {
+                        names.into_iter().map(|name| (name, kind)).collect()
+                    };
+                let tables = match snapshot.namespace(&db)? {
                     None => return Err(Error::not_found(format!("Database '{db}' not found"))),
                     Some(Namespace::System) => {
-                        (INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
+                        named(INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
                     }
-                    Some(Namespace::Files) => (
+                    Some(Namespace::Files) => named(
                         snapshot
                             .tables(FILES_DB)?
                             .into_iter()
@@ -370,17 +377,29 @@ impl SqlRunner {
                             .collect(),
                         "BASE TABLE",
                     ),
-                    Some(Namespace::Project(p)) => (
-                        snapshot
-                            .tables(&p.name)?
-                            .into_iter()
-                            .map(|t| t.name)
-                            .collect(),
-                        "BASE TABLE",
-                    ),
+                    Some(Namespace::Project(p)) => {
+                        let mut tables = named(
+                            snapshot
+                                .tables(&p.name)?
+                                .into_iter()
+                                .map(|t| t.name)
+                                .collect(),
+                            "BASE TABLE",
+                        );
+                        tables.extend(named(
+                            snapshot
+                                .views(&p.name)?
+                                .into_iter()
+                                .map(|v| v.name)
+                                .collect(),
+                            "VIEW",
+                        ));
+                        tables.sort_by_key(|(name, _)| name.to_ascii_lowercase());
+                        tables
+                    }
                     Some(Namespace::Datasource(source)) => {
                         drop(snapshot);
-                        (
+                        named(
                             crate::services::connectors::Connection::of(&source, &self.net)?
                                 .table_names()
                                 .await?,
@@ -391,12 +410,18 @@ impl SqlRunner {
                 let header = format!("Tables_in_{db}");
                 let mut columns = vec![(
                     header.as_str(),
-                    names.iter().map(|n| Some(n.clone())).collect::<Vec<_>>(),
+                    tables
+                        .iter()
+                        .map(|(n, _)| Some(n.clone()))
+                        .collect::<Vec<_>>(),
                 )];
                 if full {
                     columns.push((
                         "Table_type",
-                        names.iter().map(|_| Some(kind.to_string())).collect(),
+                        tables
+                            .iter()
+                            .map(|(_, kind)| Some(kind.to_string()))
+                            .collect(),
                     ));
                 }
                 text_table(columns)
@@ -571,11 +596,72 @@ impl SqlRunner {
         &self,
         tenant: TenantId,
         context: &mut ResultContext,
-        statement: Statement,
+        mut statement: Statement,
         cache: Option<(PlanKey, u64)>,
         pessimistic: bool,
     ) -> Result<Outcome> {
-        let hints = names::hints(&statement);
+        match &statement {
+            Statement::CreateIndex(create) => {
+                let (table, index) = constraints::index_of(create)?;
+                let (project, table) = self.project_and_name(tenant, context, &table)?;
+                let if_not_exists = create.if_not_exists;
+                self.store
+                    .write(move |txn| {
+                        tables::create_index(txn, tenant, &project, &table, index, if_not_exists)
+                    })
+                    .await?;
+                return Ok(Outcome::Ok {
+                    affected_rows: None,
+                });
+            }
+            Statement::CreateView(create) => {
+                return self.create_view(tenant, context, create).await
+            }
+            Statement::Drop {
+                object_type: ObjectType::View,
+                if_exists,
+                names,
+                ..
+            } => {
+                let if_exists = *if_exists;
+                for name in names {
+                    let (project, view) = self.project_and_name(tenant, context, name)?;
+                    self.store
+                        .write(move |txn| {
+                            crate::catalog::views::drop_view(
+                                txn, tenant, &project, &view, if_exists,
+                            )
+                        })
+                        .await?;
+                }
+                return Ok(Outcome::Ok {
+                    affected_rows: None,
+                });
+            }
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                if_exists,
+                names,
+                ..
+            } => {
+                let if_exists = *if_exists;
+                for name in names {
+                    let (project, index) = self.project_and_name(tenant, context, name)?;
+                    self.store
+                        .write(move |txn| {
+                            tables::drop_index(txn, tenant, &project, &index, if_exists)
+                        })
+                        .await?;
+                }
+                return Ok(Outcome::Ok {
+                    affected_rows: None,
+                });
+            }
+            _ => {}
+        }
+        let mut hints = names::hints(&statement);
+        names::distinct_output_names(&mut statement, &mut hints);
+        parse::without_unary_plus(&mut statement);
         let writes = matches!(
             statement,
             Statement::Insert(_)
@@ -594,6 +680,8 @@ impl SqlRunner {
         };
         let local_write = writes && remote.is_none();
         let again = (local_write && !pessimistic).then(|| statement.clone());
+        let declared = constraints::take_declared(&mut statement);
+        let on_conflict = constraints::take_conflict(&mut statement)?;
         let held = if local_write && pessimistic {
             Some(self.store.lock_writes().await)
         } else {
@@ -628,12 +716,12 @@ impl SqlRunner {
         let job = |state| self.job(tenant, &db, snapshot, state, held);
         let staged = match plan {
             LogicalPlan::Dml(statement) if local_write => job(state)
-                .run(move |job, handle| dml::run_dml(job, handle, statement))
+                .run(move |job, handle| dml::run_dml(job, handle, statement, on_conflict))
                 .await?
                 .map(Some),
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if local_write => {
                 job(state)
-                    .run(move |job, handle| dml::create_table(job, handle, create, hints))
+                    .run(move |job, handle| dml::create_table(job, handle, create, hints, declared))
                     .await?
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) if local_write => {
@@ -653,6 +741,93 @@ impl SqlRunner {
             (dml::Staged::TargetChanged, None) => Err(Error::internal(
                 "a write's target changed while the writer lock was held",
             )),
+        }
+    }
+
+    /// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] [project.]name [(columns)] AS query`: the
+    /// query is planned now (so one that does not plan is refused here) and stored as text.
+    async fn create_view(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        create: &datafusion::sql::sqlparser::ast::CreateView,
+    ) -> Result<Outcome> {
+        if create.materialized || create.temporary {
+            return Err(Error::invalid(
+                "CREATE MATERIALIZED or TEMPORARY VIEW is not supported: views are stored queries",
+            ));
+        }
+        let (project, name) = self.project_and_name(tenant, context, &create.name)?;
+        let columns: Vec<String> = create
+            .columns
+            .iter()
+            .map(|c| c.name.value.clone())
+            .collect();
+        let query = create.query.to_string();
+        // Planned where the view lives, as it will be whenever it is read.
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let state = self
+            .sessions
+            .for_view(snapshot, (project.clone(), name.to_ascii_lowercase()));
+        let plan = state.create_logical_plan(&query).await.map_err(|e| {
+            let e = Error::from(e);
+            match e.message().starts_with("View '") {
+                true => e,
+                false => Error::invalid(format!("View '{name}': {}", e.message())),
+            }
+        })?;
+        snapshot::rename_columns(plan, &columns, &name)?;
+        drop(state);
+        let view = crate::catalog::views::View {
+            name,
+            project,
+            query,
+            columns,
+            created_at: crate::time::now_text(),
+        };
+        let (or_replace, if_not_exists) = (create.or_replace, create.if_not_exists);
+        self.store
+            .write(move |txn| {
+                crate::catalog::rules::create_view(txn, tenant, view, or_replace, if_not_exists)
+            })
+            .await?;
+        Ok(Outcome::Ok {
+            affected_rows: None,
+        })
+    }
+
+    /// The project and object a name like `[project.]name` refers to (the current database
+    /// when it names none), checking that the database is a project.
+    fn project_and_name(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        name: &ObjectName,
+    ) -> Result<(String, String)> {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|part| {
+                part.as_ident()
+                    .map(|ident| match ident.quote_style {
+                        Some(_) => ident.value.clone(),
+                        None => ident.value.to_ascii_lowercase(),
+                    })
+                    .ok_or_else(|| Error::invalid(format!("'{name}' is not a name")))
+            })
+            .collect::<Result<_>>()?;
+        let (db, object) = match parts.as_slice() {
+            [object] => (context.db.clone(), object.clone()),
+            [db, object] => (db.to_ascii_lowercase(), object.clone()),
+            _ => return Err(Error::invalid(format!("'{name}' is not [database.]name"))),
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        match snapshot.namespace(&db)? {
+            Some(Namespace::Project(project)) => Ok((project.name, object)),
+            Some(_) => Err(Error::invalid(format!(
+                "Database '{db}' is not a project: indexes are kept only on a project's tables"
+            ))),
+            None => Err(Error::not_found(format!("Database '{db}' not found"))),
         }
     }
 
@@ -712,7 +887,13 @@ impl SqlRunner {
         error: datafusion::error::DataFusionError,
     ) -> Error {
         let error = Error::from(error);
-        if !error.message().contains("not found") {
+        let creates_table = matches!(
+            statement,
+            datafusion::sql::parser::Statement::Statement(s)
+                if matches!(s.as_ref(), Statement::CreateTable(c) if c.query.is_none())
+        );
+        // A new table's own name is not a missing table (its columns may be).
+        if !error.message().contains("not found") || creates_table {
             return error;
         }
         let Ok(references) = state.resolve_table_references(statement) else {
@@ -725,13 +906,14 @@ impl SqlRunner {
             };
             match snapshot.namespace(&schema) {
                 Ok(None) => return Error::not_found(format!("Database '{schema}' not found")),
-                Ok(Some(Namespace::Project(p))) => {
-                    if matches!(snapshot.table(&p.name, &table), Ok(None)) {
-                        return Error::not_found(format!(
-                            "Table '{table}' not found in database: {}",
-                            p.name
-                        ));
-                    }
+                Ok(Some(Namespace::Project(p)))
+                    if matches!(snapshot.table(&p.name, &table), Ok(None))
+                        && matches!(snapshot.view(&p.name, &table), Ok(None)) =>
+                {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        p.name
+                    ));
                 }
                 Ok(Some(Namespace::System))
                     if !INFO_TABLES.contains(&table.to_ascii_lowercase().as_str()) =>

@@ -3,7 +3,9 @@
 //! expression by its SQL text (`SELECT 1` gives the column `1`, not DataFusion's `Int64(1)`).
 
 use datafusion::arrow::datatypes::Schema;
-use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr, Statement, Value};
+use datafusion::sql::sqlparser::ast::{
+    Expr, Ident, Query, SelectItem, SetExpr, Statement, UnaryOperator, Value,
+};
 
 use super::snapshot::DISPLAY_NAME;
 
@@ -48,15 +50,110 @@ fn item_hint(item: &SelectItem) -> NameHint {
         SelectItem::UnnamedExpr(Expr::Identifier(_) | Expr::CompoundIdentifier(_)) => {
             NameHint::Field
         }
-        SelectItem::UnnamedExpr(Expr::Value(v)) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => {
-                NameHint::Written(s.clone())
-            }
-            other => NameHint::Written(other.to_string()),
-        },
-        SelectItem::UnnamedExpr(expr) => NameHint::Written(expr.to_string()),
+        SelectItem::UnnamedExpr(expr) => NameHint::Written(written(expr)),
         SelectItem::ExprWithAliases { .. } => NameHint::Field,
         SelectItem::QualifiedWildcard(..) | SelectItem::Wildcard(_) => NameHint::Wildcard,
+    }
+}
+
+/// Gives the outermost select list's items that would share an output name with an earlier
+/// one an alias of their own, as DuckDB and SQLite allow `SELECT a, a` and `SELECT 1 AS c,
+/// 2 AS c` where DataFusion refuses duplicate names; `hints` keep showing the names as
+/// written. Only a query's result is renamed: a table made from a query needs distinct names.
+pub(crate) fn distinct_output_names(statement: &mut Statement, hints: &mut Option<Vec<NameHint>>) {
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (position, item) in select.projection.iter_mut().enumerate() {
+        let Some(key) = output_key(item) else {
+            continue;
+        };
+        if seen.insert(key.clone()) {
+            continue;
+        }
+        let unique = (2..)
+            .map(|n| format!("{key}:{n}"))
+            .find(|name| !seen.contains(name))
+            .expect("an unused name exists");
+        seen.insert(unique.clone());
+        let (expr, shown) = match item {
+            SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone()),
+            SelectItem::UnnamedExpr(expr) => {
+                let shown = match &*expr {
+                    Expr::Identifier(ident) => ident.value.clone(),
+                    Expr::CompoundIdentifier(parts) => {
+                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                    }
+                    other => written(other),
+                };
+                (expr.clone(), shown)
+            }
+            _ => continue,
+        };
+        *item = SelectItem::ExprWithAlias {
+            expr,
+            alias: Ident::with_quote('"', unique),
+        };
+        if let Some(hint) = hints.as_mut().and_then(|hints| hints.get_mut(position)) {
+            *hint = NameHint::Written(shown);
+        }
+    }
+}
+
+/// The name DataFusion gives a select item's column, as far as two items can share it: an
+/// alias, a column's name, or an expression's text without the signs and parentheses
+/// DataFusion drops. `None` for a wildcard.
+fn output_key(item: &SelectItem) -> Option<String> {
+    let expr = match item {
+        SelectItem::ExprWithAlias { alias, .. } => return Some(alias.value.to_ascii_lowercase()),
+        SelectItem::UnnamedExpr(expr) => expr,
+        _ => return None,
+    };
+    let mut expr = expr;
+    loop {
+        match expr {
+            Expr::Nested(inner) => expr = inner,
+            Expr::UnaryOp {
+                op: UnaryOperator::Plus,
+                expr: inner,
+            } => expr = inner,
+            _ => break,
+        }
+    }
+    // DataFusion names every subquery `(<subquery>)`, whatever it selects.
+    let mut subquery = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(expr, |e| {
+        if matches!(
+            e,
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. }
+        ) {
+            subquery = true;
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    if subquery {
+        return Some("(<subquery>)".into());
+    }
+    Some(match expr {
+        Expr::Identifier(ident) => ident.value.to_ascii_lowercase(),
+        Expr::CompoundIdentifier(parts) => parts.last()?.value.to_ascii_lowercase(),
+        other => other.to_string().to_ascii_lowercase(),
+    })
+}
+
+/// An expression's SQL text as a column name (a string literal without its quotes).
+fn written(expr: &Expr) -> String {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CastKind, DataType, Expr, Statement, TimezoneInfo, Value, ValueWithSpan, VisitMut, VisitorMut,
+    CastKind, DataType, Expr, Statement, TimezoneInfo, UnaryOperator, Value, ValueWithSpan,
+    VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::{GenericDialect, MySqlDialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -115,6 +116,11 @@ pub(crate) struct CreateModel {
     pub(crate) using: serde_json::Map<String, serde_json::Value>,
 }
 
+/// How deep expressions may nest. sqlparser's default (50) refuses machine-written conditions
+/// that SQLite and DuckDB take; the parser grows its stack as it goes (its
+/// `recursive-protection` feature), and this bound keeps a hostile text from growing it far.
+const RECURSION_LIMIT: usize = 256;
+
 /// Parses a request into commands, binding `params` into the SQL ones.
 pub(crate) fn parse(
     sql: &str,
@@ -149,7 +155,9 @@ pub(crate) fn parse(
             commands.push(command);
             continue;
         }
-        let mut parser = Parser::new(&GenericDialect {}).with_tokens_with_locations(statement);
+        let mut parser = Parser::new(&GenericDialect {})
+            .with_recursion_limit(RECURSION_LIMIT)
+            .with_tokens_with_locations(statement);
         let mut parsed = parser
             .parse_statement()
             .map_err(|e| syntax_error(sql, &e.to_string()))?;
@@ -678,6 +686,27 @@ fn double_quotes_as_strings(statement: &mut Statement) {
         }
     }
     let _ = statement.visit(&mut Strings);
+}
+
+/// Drops unary `+`, which SQL defines as the value itself: DataFusion refuses it on anything
+/// but numbers, where SQLite and MySQL take `+'text'` and `+NULL` as they are. Run after
+/// result names are taken from the text, so `SELECT +a` still shows `+a`.
+pub(crate) fn without_unary_plus(statement: &mut Statement) {
+    struct Plus;
+    impl VisitorMut for Plus {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            if let Expr::UnaryOp {
+                op: UnaryOperator::Plus,
+                expr: inner,
+            } = expr
+            {
+                *expr = std::mem::replace(inner.as_mut(), Expr::Value(Value::Null.into()));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Plus);
 }
 
 /// Replaces `:name` placeholders with literal values from `params` and `typed`. A JSON array

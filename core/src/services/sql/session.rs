@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use datafusion::catalog::{CatalogProvider, CatalogProviderList};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::expr_rewriter::FunctionRewrite;
 use datafusion::prelude::SessionConfig;
 
 use super::snapshot::{Snapshot, TenantCatalog, CATALOG};
@@ -23,6 +24,9 @@ const MAX_IDLE: usize = 16;
 /// The pool of session states.
 pub(crate) struct Sessions {
     base: SessionState,
+    /// A state of its own for planning stored expressions (column defaults) while a
+    /// request's state is busy planning the statement that uses them.
+    expressions: Arc<SessionState>,
     /// How datasources are reached, handed to every request's catalog.
     net: crate::services::connectors::Net,
     idle: Mutex<Vec<SessionState>>,
@@ -54,12 +58,19 @@ impl Sessions {
             .with_catalog_list(Arc::new(Catalogs(None)))
             .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
             .with_query_planner(Arc::new(super::predict_join::Planner))
+            .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .build();
-        base.register_function_rewrite(Arc::new(super::coerce::BooleanText))
-            .expect("registering a rewrite only adds it to a list");
+        for rewrite in [
+            Arc::new(super::coerce::BooleanText) as Arc<dyn FunctionRewrite + Send + Sync>,
+            Arc::new(super::coerce::DivisionByZero),
+        ] {
+            base.register_function_rewrite(rewrite)
+                .expect("registering a rewrite only adds it to a list");
+        }
         Sessions {
             task_ctx: base.task_ctx(),
+            expressions: Arc::new(base.clone()),
             idle: Mutex::new(Vec::new()),
             base,
             net,
@@ -82,6 +93,8 @@ impl Sessions {
         state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(TenantCatalog {
             snapshot,
             net: self.net.clone(),
+            expressions: Arc::clone(&self.expressions),
+            reading: Arc::default(),
         })))));
         state.mark_start_execution();
         Session {
@@ -90,10 +103,36 @@ impl Sessions {
         }
     }
 
+    /// A state for planning the query of the view `view` (project, lower-case name) in
+    /// `snapshot`, in the view's project: a view it reads that reads it back fails.
+    pub(crate) fn for_view(&self, snapshot: Arc<Snapshot>, view: (String, String)) -> SessionState {
+        let project = view.0.clone();
+        let catalog = TenantCatalog {
+            snapshot,
+            net: self.net.clone(),
+            expressions: Arc::clone(&self.expressions),
+            reading: Arc::new(vec![view]),
+        };
+        planning_state(&self.expressions, catalog, &project)
+    }
+
     /// The context executions run in.
     pub(crate) fn task_ctx(&self) -> Arc<TaskContext> {
         Arc::clone(&self.task_ctx)
     }
+}
+
+/// A state of its own for planning stored SQL (a view's query) in `catalog`, with `db` as the
+/// current database, while the state of the statement that reads it is busy.
+pub(crate) fn planning_state(
+    base: &SessionState,
+    catalog: TenantCatalog,
+    db: &str,
+) -> SessionState {
+    let mut state = base.clone();
+    state.config_mut().options_mut().catalog.default_schema = db.to_ascii_lowercase();
+    state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(catalog)))));
+    state
 }
 
 /// A borrowed state; it returns to the pool when dropped.

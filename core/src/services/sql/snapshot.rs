@@ -11,11 +11,11 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
 use datafusion::common::stats::Precision;
-use datafusion::common::Statistics;
+use datafusion::common::{Constraint, Constraints, DFSchema, Statistics};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
@@ -29,10 +29,11 @@ use crate::catalog::models::{self, ModelVersion};
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES, SYSTEM_DB};
 use crate::catalog::projects::{self, Project};
 use crate::catalog::tables::{self, sql_type_name, TableRecord};
+use crate::catalog::views::{self, View};
 use crate::error::{Error, Result};
 use crate::services::connectors::table::NATIVE;
 use crate::store::schema::{
-    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, MODELS, PROJECTS, TABLES, TABLE_SCHEMAS,
+    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, MODELS, PROJECTS, TABLES, TABLE_SCHEMAS, VIEWS,
 };
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -140,6 +141,16 @@ impl Snapshot {
         tables::get(&self.txn.open_table(TABLES)?, self.tenant, project, name)
     }
 
+    /// The views of a project, by name.
+    pub(crate) fn views(&self, project: &str) -> Result<Vec<View>> {
+        views::list(&self.txn.open_table(VIEWS)?, self.tenant, project)
+    }
+
+    /// One view by project and name.
+    pub(crate) fn view(&self, project: &str, name: &str) -> Result<Option<View>> {
+        views::get(&self.txn.open_table(VIEWS)?, self.tenant, project, name)
+    }
+
     /// The agents of one project, or of all when `project` is `None`.
     pub(crate) fn agents(&self, project: Option<&str>) -> Result<Vec<Agent>> {
         agents::list(&self.txn.open_table(AGENTS)?, self.tenant, project)
@@ -241,12 +252,21 @@ pub(crate) fn db_and_table(
 }
 
 /// The catalog DataFusion resolves `db.table` names in.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct TenantCatalog {
     pub(crate) snapshot: Arc<Snapshot>,
     /// How datasources named in the query are reached.
     pub(crate) net: crate::services::connectors::Net,
+    /// Plans stored SQL (column defaults, views' queries) into DataFusion's plans.
+    pub(crate) expressions: Arc<datafusion::execution::SessionState>,
+    /// The views whose queries are being planned, outermost first, as (project, lower-case
+    /// name): a view's query is planned in a catalog that adds it, so a view that reaches
+    /// itself fails instead of recursing forever.
+    pub(crate) reading: Arc<Vec<(String, String)>>,
 }
+
+/// Views may nest this deep.
+const MAX_VIEW_DEPTH: usize = 32;
 
 impl CatalogProvider for TenantCatalog {
     fn schema_names(&self) -> Vec<String> {
@@ -265,11 +285,13 @@ impl CatalogProvider for TenantCatalog {
                 snapshot,
                 project: FILES_DB.to_string(),
                 models: false,
+                catalog: self.clone(),
             })),
             Namespace::Project(project) => Some(Arc::new(ProjectSchema {
                 snapshot,
                 project: project.name,
                 models: true,
+                catalog: self.clone(),
             })),
             Namespace::Datasource(source) => Some(Arc::new(DatasourceSchema {
                 source,
@@ -315,9 +337,53 @@ struct ProjectSchema {
     project: String,
     /// Whether models (and the `models` table) are found here: in projects, not in `files`.
     models: bool,
+    /// The catalog it is part of (views' queries are planned in it).
+    catalog: TenantCatalog,
 }
 
 impl ProjectSchema {
+    /// A view, its query planned now against this snapshot, with its project as the current
+    /// database (names in it resolve where the view lives, whoever reads it).
+    async fn view_table(&self, view: View) -> Result<Arc<dyn TableProvider>> {
+        let key = (view.project.clone(), view.name.to_ascii_lowercase());
+        if self.catalog.reading.contains(&key) {
+            return Err(Error::invalid(format!(
+                "View '{}' selects from itself, directly or through other views",
+                view.name
+            )));
+        }
+        if self.catalog.reading.len() >= MAX_VIEW_DEPTH {
+            return Err(Error::invalid(format!(
+                "View '{}' nests views more than {MAX_VIEW_DEPTH} deep",
+                view.name
+            )));
+        }
+        let mut reading = self.catalog.reading.as_ref().clone();
+        reading.push(key);
+        let inner = TenantCatalog {
+            reading: Arc::new(reading),
+            ..self.catalog.clone()
+        };
+        let state = super::session::planning_state(&self.catalog.expressions, inner, &view.project);
+        let plan = state.create_logical_plan(&view.query).await.map_err(|e| {
+            let e = Error::from(e);
+            // A view read through others names the innermost one that failed.
+            match e.message().starts_with("View '") {
+                true => e,
+                false => Error::invalid(format!(
+                    "View '{}' cannot be read: {}",
+                    view.name,
+                    e.message()
+                )),
+            }
+        })?;
+        let plan = rename_columns(plan, &view.columns, &view.name)?;
+        Ok(Arc::new(datafusion::datasource::ViewTable::new(
+            plan,
+            Some(view.query),
+        )))
+    }
+
     /// The active version of the model `name`, as a table.
     fn model_table(&self, name: &str) -> Result<Option<ModelTable>> {
         let Some(model) = self.snapshot.model(&self.project, name, None)? else {
@@ -347,6 +413,9 @@ impl SchemaProvider for ProjectSchema {
             .into());
         }
         let Some(record) = self.snapshot.table(&self.project, name)? else {
+            if let Some(view) = self.snapshot.view(&self.project, name)? {
+                return Ok(Some(self.view_table(view).await?));
+            }
             if !self.models {
                 return Ok(None);
             }
@@ -362,17 +431,74 @@ impl SchemaProvider for ProjectSchema {
                 .map(|t| Arc::new(t) as Arc<dyn TableProvider>));
         };
         let schema = self.snapshot.table_schema(record.id)?;
+        let column = |name: &String| schema.fields().iter().position(|f| f.name() == name);
+        let keys = |columns: &[String]| columns.iter().filter_map(column).collect::<Vec<_>>();
+        let declared = &record.constraints;
+        // The keys DataFusion knows of: GROUP BY a primary key then allows the other columns.
+        let mut constraints = Vec::new();
+        if !declared.primary_key.is_empty() {
+            constraints.push(Constraint::PrimaryKey(keys(&declared.primary_key)));
+        }
+        for unique in &declared.unique {
+            constraints.push(Constraint::Unique(keys(unique)));
+        }
+        let mut defaults = HashMap::new();
+        for (name, text) in &declared.defaults {
+            let expr = self
+                .catalog
+                .expressions
+                .create_logical_expr(text, &DFSchema::empty())
+                .map_err(|e| {
+                    Error::invalid(format!(
+                        "DEFAULT {text} of column '{name}' cannot be planned: {e}"
+                    ))
+                })?;
+            defaults.insert(name.clone(), expr);
+        }
         Ok(Some(Arc::new(StoredTable {
             snapshot: Arc::clone(&self.snapshot),
             record,
             schema,
+            constraints: Constraints::new_unverified(constraints),
+            defaults,
         })))
     }
 
     fn table_exist(&self, name: &str) -> bool {
         (self.models && name.eq_ignore_ascii_case(MODELS_TABLE))
             || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
+            || matches!(self.snapshot.view(&self.project, name), Ok(Some(_)))
     }
+}
+
+/// `plan` with its output columns named `columns` (none: as they are); `view` names the view
+/// in messages.
+pub(crate) fn rename_columns(
+    plan: LogicalPlan,
+    columns: &[String],
+    view: &str,
+) -> Result<LogicalPlan> {
+    if columns.is_empty() {
+        return Ok(plan);
+    }
+    let fields = plan.schema().fields().len();
+    if fields != columns.len() {
+        return Err(Error::invalid(format!(
+            "View '{view}' names {} columns but its query has {fields}",
+            columns.len()
+        )));
+    }
+    let exprs: Vec<Expr> = plan
+        .schema()
+        .iter()
+        .zip(columns)
+        .map(|(column, name)| {
+            Expr::Column(datafusion::common::Column::from(column)).alias(name.as_str())
+        })
+        .collect();
+    Ok(datafusion::logical_expr::LogicalPlanBuilder::from(plan)
+        .project(exprs)?
+        .build()?)
 }
 
 /// A stored table at the snapshot's version.
@@ -381,12 +507,24 @@ pub(crate) struct StoredTable {
     snapshot: Arc<Snapshot>,
     pub(crate) record: TableRecord,
     schema: SchemaRef,
+    /// Its primary and unique keys, as DataFusion's planner uses them.
+    constraints: Constraints,
+    /// Column name (lower case) → its DEFAULT, planned.
+    defaults: HashMap<String, Expr>,
 }
 
 #[async_trait]
 impl TableProvider for StoredTable {
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(&column.to_ascii_lowercase())
     }
 
     fn table_type(&self) -> TableType {
@@ -681,6 +819,15 @@ impl InformationSchema {
                             kind: "BASE TABLE",
                             rows: Some(table.row_count),
                             created_at: Some(table.created_at),
+                        });
+                    }
+                    for view in snap.views(&db)? {
+                        rows.push(TableRow {
+                            schema: db.clone(),
+                            name: view.name,
+                            kind: "VIEW",
+                            rows: None,
+                            created_at: Some(view.created_at),
                         });
                     }
                 }
