@@ -593,7 +593,11 @@ fn agents_in_sql() {
         .is_err());
     let shown = cells(&engine, "SHOW AGENTS");
     assert_eq!(shown.len(), 2);
-    assert_eq!(shown[0][..3], ["bot", "mindsdb", "m"]);
+    assert_eq!(shown[0][..2], ["bot", "mindsdb"]);
+    // MODEL holds the model's parameters as JSON, as MindsDB fills it, its key masked.
+    let model: serde_json::Value = serde_json::from_str(&shown[0][2]).unwrap();
+    assert_eq!(model["model_name"], "m");
+    assert_eq!(model["api_key"], "******");
     assert!(
         shown[0][3].contains("\"api_key\":\"******\"") && !shown[0][3].contains("sk-bot"),
         "{}",
@@ -604,7 +608,11 @@ fn agents_in_sql() {
             &engine,
             "SELECT name, project, model FROM information_schema.agents WHERE name = 'flat'"
         ),
-        [["flat", "mindsdb", "m2"]]
+        [[
+            "flat",
+            "mindsdb",
+            r#"{"model_name":"m2","provider":"openai"}"#
+        ]]
     );
     let answer = cells(
         &engine,

@@ -1519,4 +1519,51 @@ fn sqlite_and_duckdb_habits_work() {
         ),
         json!([[null, null, null, 3, "x", null]])
     );
+    // An empty IN list: false, and NOT IN true, whatever the left side.
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT 1 IN (), NULL IN (), a NOT IN (), NULL NOT IN () FROM t"
+        ),
+        json!([[false, false, true, true]])
+    );
+}
+
+#[test]
+fn mindsdb_dialect_escapes_files_and_native_queries_in_projects() {
+    let e = engine();
+    // Unknown backslash escapes are kept (a regex stays a regex); MySQL's known ones apply.
+    assert_eq!(
+        rows(
+            &e,
+            r"SELECT '\d+', 'it\'s', 'a\\b', 'tab\there', 'x''y', regexp_like('a12', '^a\d+$')"
+        ),
+        json!([[r"\d+", "it's", r"a\b", "tab\there", "x'y", true]])
+    );
+    // The files database is written as MindsDB writes it.
+    exec(
+        &e,
+        "CREATE TABLE files.made (SELECT 1 AS id, 'Oslo' AS city)",
+    );
+    exec(&e, "INSERT INTO files.made (id, city) VALUES (2, 'Paris')");
+    assert_eq!(
+        rows(&e, "SELECT id, city FROM files.made ORDER BY id"),
+        json!([[1, "Oslo"], [2, "Paris"]])
+    );
+    // A native query on a project runs there (mindsdb_sdk moves queries between databases so).
+    exec(
+        &e,
+        "CREATE TABLE files.copy (SELECT * FROM mindsdb (SELECT 3 AS n))",
+    );
+    assert_eq!(rows(&e, "SELECT n FROM files.copy"), json!([[3]]));
+    exec(&e, "DROP TABLE files.made");
+    assert!(error(&e, "SELECT * FROM files.made").contains("not found"));
+    // MindsDB's CREATE VIEW … FROM db AS (query).
+    exec(&e, "CREATE TABLE t1 (x INT)");
+    exec(&e, "INSERT INTO t1 VALUES (1), (5)");
+    exec(
+        &e,
+        "CREATE VIEW big FROM mindsdb AS (SELECT x FROM t1 WHERE x > 2)",
+    );
+    assert_eq!(rows(&e, "SELECT x FROM big"), json!([[5]]));
 }

@@ -208,7 +208,10 @@ fn a_query_failing_before_its_first_row_streams_one_error_item() {
     let engine = Engine::open_in_memory(Config::default()).unwrap();
     let body = answer(
         &engine,
-        &serde_json::json!({"query": "SELECT 1/0 AS x", "response_format": "jsonlines"}),
+        &serde_json::json!({
+            "query": "SELECT CAST(column1 AS INT) AS x FROM (VALUES ('abc'))",
+            "response_format": "jsonlines"
+        }),
     );
     let body = String::from_utf8(body).unwrap();
     assert_eq!(body.lines().count(), 1, "{body}");
@@ -224,4 +227,21 @@ fn a_query_failing_before_its_first_row_streams_one_error_item() {
         String::from_utf8(body).unwrap(),
         "data: {\"type\":\"table\",\"column_names\":[\"1\"]}\n\n"
     );
+}
+
+/// MindsDB's HTTP API runs one statement per request; the in-process API runs several.
+#[test]
+fn a_wire_request_holds_one_statement() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    let (request, _) = QueryRequest::from_wire_json(br#"{"query": "SELECT 1; SELECT 2"}"#).unwrap();
+    let error = engine
+        .block_on(engine.query_blocking(request).collect())
+        .unwrap_err();
+    assert!(error.message().contains("2 statements"), "{error}");
+    let (request, _) = QueryRequest::from_wire_json(br#"{"query": "SELECT 1;"}"#).unwrap();
+    assert!(engine
+        .block_on(engine.query_blocking(request).collect())
+        .is_ok());
+    let collected = engine.sql_blocking("SELECT 1; SELECT 2 AS two").unwrap();
+    assert_eq!(collected.column_names, ["two"]);
 }

@@ -84,8 +84,26 @@ def test_raw_csv_and_json_bodies(server):
     again = server.sql("DROP TABLE files.c").json()
     assert again["type"] == "error" and "'c' not found in database: files" in again["error_message"]
     server.sql_ok("DROP TABLE IF EXISTS files.c")
-    insert = server.sql("INSERT INTO files.j (city) VALUES ('Paris')").json()
-    assert insert["type"] == "error" and "read-only" in insert["error_message"], insert
+
+
+def test_sql_writes_files_as_mindsdb_does(server):
+    """CREATE TABLE files.t (SELECT …), INSERT INTO files.t and DROP TABLE files.t make, fill
+    and remove files, which the files API then lists (mindsdb_sdk's table workflow)."""
+    server.sql_ok("CREATE TABLE files.made (SELECT 1 AS id, 'Oslo' AS city)")
+    server.sql_ok("INSERT INTO files.made (id, city) VALUES (2, 'Paris')")
+    got = server.sql_ok("SELECT id, city FROM files.made ORDER BY id")
+    assert got["data"] == [[1, "Oslo"], [2, "Paris"]], got
+    listed = {f["name"]: f["row_count"] for f in requests.get(files_url(server), timeout=10).json()}
+    assert listed.get("made") == 2, listed
+    con = mindsdb_sdk.connect(server.url)
+    files = con.get_database("files")
+    files.create_table("from_sdk", con.query("SELECT 3 AS n"))
+    assert server.sql_ok("SELECT n FROM files.from_sdk")["data"] == [[3]]
+    server.sql_ok("DROP TABLE files.made")
+    server.sql_ok("DROP TABLE files.from_sdk")
+    assert "made" not in {f["name"] for f in requests.get(files_url(server), timeout=10).json()}
+    refused = server.sql("INSERT INTO information_schema.tables SELECT * FROM information_schema.tables").json()
+    assert refused["type"] == "error" and "read-only" in refused["error_message"], refused
 
 
 def test_parquet_uploads_keep_their_column_types(server):

@@ -89,8 +89,9 @@ impl Agent {
         }
     }
 
-    /// The row of `information_schema.agents` and `SHOW AGENTS`: NAME, PROJECT, MODEL (the
-    /// model's name) and PARAMS (JSON, API keys masked: SQL results are not the place for them).
+    /// The row of `information_schema.agents` and `SHOW AGENTS`, as MindsDB fills it: NAME,
+    /// PROJECT, MODEL (the model's parameters as JSON) and PARAMS (JSON); API keys masked in
+    /// both (SQL results are not the place for them).
     pub(crate) fn system_row(&self) -> [String; 4] {
         let mut params = self.params.clone();
         if let Some(Value::Object(model)) = params.get_mut("model") {
@@ -98,16 +99,14 @@ impl Agent {
                 model.insert("api_key".into(), "******".into());
             }
         }
-        let model_name = self
-            .model()
-            .get("model_name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let model = params
+            .get("model")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
         [
             self.name.clone(),
             self.project.clone(),
-            model_name,
+            model.to_string(),
             Value::Object(params).to_string(),
         ]
     }

@@ -136,18 +136,16 @@ impl WriteJob {
         )
     }
 
-    /// `(project, table)` that a table reference names, checking that the database is a project.
+    /// `(project, table)` that a table reference names, checking that the database is a
+    /// project or `files` (whose tables are files, written as MindsDB writes them: `CREATE
+    /// TABLE files.t (SELECT …)`, `INSERT INTO files.t …`).
     fn resolve(&self, reference: &TableReference) -> Result<(String, String)> {
         let (db, table) = self.split(reference)?;
         match self.snapshot.namespace(&db)? {
             Some(Namespace::Project(p)) => Ok((p.name, table)),
-            Some(Namespace::System) | Some(Namespace::Files) => Err(Error::invalid(format!(
-                "Database '{}' is read-only: tables can only be written in a project",
-                if db.eq_ignore_ascii_case(SYSTEM_DB) {
-                    SYSTEM_DB
-                } else {
-                    FILES_DB
-                }
+            Some(Namespace::Files) => Ok((FILES_DB.to_string(), table)),
+            Some(Namespace::System) => Err(Error::invalid(format!(
+                "Database '{SYSTEM_DB}' is read-only: tables can only be written in a project"
             ))),
             Some(Namespace::Datasource(source)) => Err(Error::invalid(format!(
                 "Datasource '{}' takes INSERT INTO and CREATE TABLE … (SELECT …); other changes to its tables are made in the datasource itself",
@@ -597,9 +595,11 @@ pub(crate) fn create_table(
         None
     };
     let guard = job.lock(handle)?;
-    // The project may have gone, or the name been taken, while the rows were computed.
-    if crate::catalog::projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?
-        .is_none()
+    // The project may have gone, or the name been taken, while the rows were computed
+    // (`files` is always there).
+    if project != FILES_DB
+        && crate::catalog::projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?
+            .is_none()
     {
         return Ok(Staged::TargetChanged);
     }

@@ -195,6 +195,12 @@ impl SqlRunner {
         }
         let outcome = match parse::parse(&request.query, &request.params, &request.typed_params) {
             Err(e) => Outcome::Error(e),
+            Ok(commands) if request.one_statement && commands.len() > 1 => {
+                Outcome::Error(Error::invalid(format!(
+                    "The query holds {} statements; send one statement per request",
+                    commands.len()
+                )))
+            }
             Ok(commands) => {
                 // Only a request of one statement is keyed by its whole text.
                 let mut cache = key
@@ -763,7 +769,10 @@ impl SqlRunner {
             .iter()
             .map(|c| c.name.value.clone())
             .collect();
-        let query = create.query.to_string();
+        // Stored as planned: with the rewrites every statement gets (unary plus on text).
+        let mut as_statement = Statement::Query(create.query.clone());
+        parse::without_unary_plus(&mut as_statement);
+        let query = as_statement.to_string();
         // Planned where the view lives, as it will be whenever it is read.
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let state = self

@@ -128,13 +128,13 @@ pub(crate) fn parse(
     typed: &HashMap<String, TypedParam>,
 ) -> Result<Vec<Command>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
-        .with_unescape(true)
+        .with_unescape(false)
         .tokenize_with_location()
         .map_err(|e| syntax_error(sql, &e.to_string()))?;
     let tokens = normalise_tokens(tokens);
     let mut commands = Vec::new();
     for statement in split_statements(tokens) {
-        let statement = native_queries(sql, mindsdb_forms(statement));
+        let statement = native_queries(sql, mindsdb_forms(view_from_database(statement)));
         let words: Vec<&Token> = statement
             .iter()
             .map(|t| &t.token)
@@ -188,18 +188,31 @@ fn is_space(token: &Token) -> bool {
     matches!(token, Token::Whitespace(_))
 }
 
-/// Token fixes so the generic parser reads what MindsDB clients send: `"x"` is an identifier
+/// Token fixes so the generic parser reads what MindsDB clients send: quoted texts unescaped
+/// as MindsDB does (see [`unescape`]; the tokenizer keeps them raw), `"x"` is an identifier
 /// (MySQL's tokenizer calls it a string), and a bare `None` (the Python SDK's null) is NULL.
 fn normalise_tokens(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     tokens
         .into_iter()
         .map(|mut t| {
             t.token = match t.token {
-                Token::DoubleQuotedString(value) => Token::Word(Word {
-                    value,
+                Token::SingleQuotedString(raw) => Token::SingleQuotedString(unescape(&raw, '\'')),
+                Token::NationalStringLiteral(raw) => {
+                    Token::NationalStringLiteral(unescape(&raw, '\''))
+                }
+                Token::DoubleQuotedString(raw) => Token::Word(Word {
+                    value: unescape(&raw, '"'),
                     quote_style: Some('"'),
                     keyword: Keyword::NoKeyword,
                 }),
+                Token::Word(w) if w.quote_style.is_some_and(|q| q != '"') => {
+                    let quote = w.quote_style.unwrap_or('`');
+                    let doubled = format!("{quote}{quote}");
+                    Token::Word(Word {
+                        value: w.value.replace(&doubled, &quote.to_string()),
+                        ..w
+                    })
+                }
                 Token::Word(w) if w.quote_style.is_none() && w.value == "None" => {
                     Token::make_keyword("NULL")
                 }
@@ -208,6 +221,41 @@ fn normalise_tokens(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             t
         })
         .collect()
+}
+
+/// A quoted text as MindsDB reads it: a doubled quote is one quote, MySQL's escapes (`\n`,
+/// `\t`, `\r`, `\0`, `\b`, `\Z`, `\\`, `\'`, `\"`) are the characters they name, and any other
+/// backslash stays with the character after it, so `'\d+'` is the regular expression `\d+`
+/// (MySQL would read `d+`) and `LIKE '50\%'` keeps its escaped wildcard.
+fn unescape(raw: &str, quote: char) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == quote && chars.peek() == Some(&quote) {
+            chars.next();
+            out.push(quote);
+            continue;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            None => out.push('\\'),
+            Some('0') => out.push('\0'),
+            Some('b') => out.push('\u{8}'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('Z') => out.push('\u{1a}'),
+            Some(escaped @ ('\\' | '\'' | '"')) => out.push(escaped),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+        }
+    }
+    out
 }
 
 fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
@@ -315,6 +363,27 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             while j < tokens.len() && is_space(&tokens[j].token) {
                 j += 1;
             }
+            let mut close = j + 1;
+            while close < tokens.len() && is_space(&tokens[close].token) {
+                close += 1;
+            }
+            if j < tokens.len()
+                && tokens[j].token == Token::LParen
+                && tokens.get(close).map(|t| &t.token) == Some(&Token::RParen)
+            {
+                // IN ()  ->  IN (SELECT NULL WHERE FALSE): the empty list SQLite takes, which
+                // sqlparser does not (false, and NOT IN () true, whatever the left side).
+                out.push(tokens[j].clone());
+                for word in ["SELECT", "NULL", "WHERE", "FALSE"] {
+                    out.push(synthetic(Token::Whitespace(
+                        datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+                    )));
+                    out.push(synthetic(Token::make_keyword(word)));
+                }
+                out.push(tokens[close].clone());
+                i = close + 1;
+                continue;
+            }
             if j + 1 < tokens.len()
                 && tokens[j].token == Token::Colon
                 && matches!(tokens[j + 1].token, Token::Word(_))
@@ -329,6 +398,68 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         }
         i += 1;
     }
+    out
+}
+
+/// MindsDB's `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] v FROM db AS (query)` (what its SDK
+/// sends) becomes `CREATE … VIEW v AS SELECT * FROM db (query)`: a view over a native query,
+/// which `native_queries` then reads.
+fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    if at(0).and_then(keyword) != Some(Keyword::CREATE) {
+        return tokens;
+    }
+    let mut k = 1;
+    if at(k).and_then(keyword) == Some(Keyword::OR) {
+        k += 2;
+    }
+    if at(k).and_then(keyword) != Some(Keyword::VIEW) {
+        return tokens;
+    }
+    k += 1;
+    if at(k).and_then(keyword) == Some(Keyword::IF) {
+        k += 3;
+    }
+    if !matches!(at(k), Some(Token::Word(_))) {
+        return tokens;
+    }
+    k += 1;
+    while at(k) == Some(&Token::Period) && matches!(at(k + 1), Some(Token::Word(_))) {
+        k += 2;
+    }
+    let from = k;
+    if at(from).and_then(keyword) != Some(Keyword::FROM)
+        || !matches!(at(from + 1), Some(Token::Word(_)))
+        || at(from + 2).and_then(keyword) != Some(Keyword::AS)
+    {
+        return tokens;
+    }
+    let (from_at, db_at, as_at) = (positions[from], positions[from + 1], positions[from + 2]);
+    let space = || {
+        synthetic(Token::Whitespace(
+            datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+        ))
+    };
+    let mut out = Vec::with_capacity(tokens.len() + 8);
+    out.extend(tokens[..from_at].iter().cloned());
+    out.push(tokens[as_at].clone());
+    for token in [
+        space(),
+        synthetic(Token::make_keyword("SELECT")),
+        space(),
+        synthetic(Token::Mul),
+        space(),
+        tokens[from_at].clone(),
+        space(),
+        tokens[db_at].clone(),
+        space(),
+    ] {
+        out.push(token);
+    }
+    out.extend(tokens[as_at + 1..].iter().cloned());
     out
 }
 

@@ -15,7 +15,8 @@ use super::encode;
 /// A query as MindsDB's `POST /api/sql/query` takes it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueryRequest {
-    /// SQL text: one statement, or several separated by `;` (the result is the last one's).
+    /// SQL text: one statement, or several separated by `;` (the result is the last one's;
+    /// see `one_statement`).
     pub query: String,
     /// Where one-part names resolve.
     #[serde(default)]
@@ -31,6 +32,10 @@ pub struct QueryRequest {
     /// (never more). The wire body's `timeout`, in seconds.
     #[serde(skip)]
     pub timeout: Option<std::time::Duration>,
+    /// Whether the text must hold one statement, as MindsDB's HTTP API takes it (set by
+    /// [`QueryRequest::from_wire_json`]); the in-process fronts run several in order.
+    #[serde(skip)]
+    pub one_statement: bool,
 }
 
 /// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
@@ -122,6 +127,7 @@ impl QueryRequest {
             params,
             typed_params: HashMap::new(),
             timeout,
+            one_statement: true,
         };
         Ok((request, format))
     }

@@ -405,12 +405,17 @@ impl SchemaProvider for ProjectSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if name.starts_with(NATIVE) {
-            return Err(Error::invalid(format!(
-                "'{}' is not a datasource: native queries (FROM db (…)) run only in a datasource",
-                self.project
-            ))
-            .into());
+        if let Some(query) = name.strip_prefix(NATIVE) {
+            // `FROM project (SELECT …)`, as mindsdb_sdk writes a query it moves between
+            // databases: the query, run in this project as a view of its own would be.
+            let view = View {
+                name: format!("{} (…)", self.project),
+                project: self.project.clone(),
+                query: query.to_string(),
+                columns: Vec::new(),
+                created_at: String::new(),
+            };
+            return Ok(Some(self.view_table(view).await?));
         }
         let Some(record) = self.snapshot.table(&self.project, name)? else {
             if let Some(view) = self.snapshot.view(&self.project, name)? {
