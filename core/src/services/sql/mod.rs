@@ -778,7 +778,10 @@ impl SqlRunner {
         let state = self
             .sessions
             .for_view(snapshot, (project.clone(), name.to_ascii_lowercase()));
-        let plan = state.create_logical_plan(&query).await.map_err(|e| {
+        let mut checked = Statement::Query(create.query.clone());
+        names::name_columns_as_written(&mut checked);
+        let checked = datafusion::sql::parser::Statement::Statement(Box::new(checked));
+        let plan = state.statement_to_plan(checked).await.map_err(|e| {
             let e = Error::from(e);
             match e.message().starts_with("View '") {
                 true => e,

@@ -104,6 +104,29 @@ pub(crate) fn distinct_output_names(statement: &mut Statement, hints: &mut Optio
     }
 }
 
+/// Gives each unaliased expression of a view's (outermost) select list its SQL text as alias,
+/// so the view's columns are named as MindsDB shows a result's (`a + 1`, not DataFusion's
+/// `t.a + Int64(1)`), for whoever reads the view.
+pub(crate) fn name_columns_as_written(statement: &mut Statement) {
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    for item in &mut select.projection {
+        if let SelectItem::UnnamedExpr(expr) = item {
+            if !matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                let alias = Ident::with_quote('"', written(expr));
+                *item = SelectItem::ExprWithAlias {
+                    expr: expr.clone(),
+                    alias,
+                };
+            }
+        }
+    }
+}
+
 /// The name DataFusion gives a select item's column, as far as two items can share it: an
 /// alias, a column's name, or an expression's text without the signs and parentheses
 /// DataFusion drops. `None` for a wildcard.

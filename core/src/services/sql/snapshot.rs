@@ -14,7 +14,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{Constraint, Constraints, DFSchema, Statistics};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
@@ -365,7 +365,7 @@ impl ProjectSchema {
             ..self.catalog.clone()
         };
         let state = super::session::planning_state(&self.catalog.expressions, inner, &view.project);
-        let plan = state.create_logical_plan(&view.query).await.map_err(|e| {
+        let plan = plan_view_query(&state, &view.query).await.map_err(|e| {
             let e = Error::from(e);
             // A view read through others names the innermost one that failed.
             match e.message().starts_with("View '") {
@@ -474,6 +474,22 @@ impl SchemaProvider for ProjectSchema {
             || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
             || matches!(self.snapshot.view(&self.project, name), Ok(Some(_)))
     }
+}
+
+/// A view's query planned in `state`, its unaliased expressions named as written.
+async fn plan_view_query(state: &SessionState, query: &str) -> DfResult<LogicalPlan> {
+    let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+    let mut statements = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, query)
+        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+    let (Some(mut statement), None) = (statements.pop(), statements.pop()) else {
+        return Err(DataFusionError::Plan("a view holds one query".to_string()));
+    };
+    super::names::name_columns_as_written(&mut statement);
+    state
+        .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+            statement,
+        )))
+        .await
 }
 
 /// `plan` with its output columns named `columns` (none: as they are); `view` names the view
