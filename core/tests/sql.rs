@@ -1330,11 +1330,44 @@ fn conflicts_are_resolved_as_sqlite_and_duckdb_resolve_them() {
     );
     // Two new rows with one key cannot both replace (DuckDB refuses this too).
     assert!(error(&e, "INSERT OR REPLACE INTO kv VALUES (7, 'q'), (7, 'r')").contains("(7)"));
+    // An upsert: the stored row is updated from the new one (`excluded`); others inserted.
+    assert_eq!(
+        exec(
+            &e,
+            "INSERT INTO kv VALUES (2, 'two'), (8, 'h') ON CONFLICT (k) DO UPDATE SET v = excluded.v || '!'"
+        ),
+        json!(2)
+    );
+    // WHERE limits the update; a row it refuses is neither updated nor inserted.
+    exec(
+        &e,
+        "INSERT INTO kv VALUES (3, 'no') ON CONFLICT (k) DO UPDATE SET v = 'yes' WHERE v = 'zzz'",
+    );
+    exec(
+        &e,
+        "INSERT INTO kv VALUES (5, 'x') ON CONFLICT (k) DO UPDATE SET v = kv.v || v || excluded.v",
+    );
+    assert_eq!(
+        rows(&e, "SELECT * FROM kv ORDER BY k"),
+        json!([[2, "two!"], [3, "a"], [5, "eex"], [8, "h"]])
+    );
     assert!(error(
         &e,
-        "INSERT INTO kv VALUES (8, 'x') ON CONFLICT (k) DO UPDATE SET v = 'y'"
+        "INSERT INTO kv VALUES (9, 'p'), (9, 'q') ON CONFLICT (k) DO UPDATE SET v = 'r'"
     )
-    .contains("DO UPDATE"));
+    .contains("twice"));
+    assert!(error(
+        &e,
+        "INSERT INTO kv VALUES (9, 'p') ON CONFLICT (nope) DO UPDATE SET v = 'r'"
+    )
+    .contains("no PRIMARY KEY or UNIQUE key"));
+    // An update that would make two rows share a key fails and changes nothing.
+    assert!(error(
+        &e,
+        "INSERT INTO kv VALUES (8, 'x') ON CONFLICT (k) DO UPDATE SET v = 'a'"
+    )
+    .contains("UNIQUE"));
+    assert_eq!(rows(&e, "SELECT v FROM kv WHERE k = 8"), json!([["h"]]));
     // Without keys nothing conflicts.
     exec(&e, "CREATE TABLE plain (k INT)");
     exec(&e, "INSERT OR REPLACE INTO plain VALUES (1), (1)");

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 
+import mindsdb_sdk
 import pyarrow as pa
 import pyarrow.parquet as pq
 import requests

@@ -595,7 +595,7 @@ impl StagedRows {
 
 impl StagedRows {
     /// Every staged row, in order, decoded.
-    fn into_batches(self) -> Result<Vec<RecordBatch>> {
+    pub(crate) fn into_batches(self) -> Result<Vec<RecordBatch>> {
         let StagedRows {
             chunks,
             mut pending,

@@ -19,6 +19,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::session::Session;
+use super::upsert::Upsert;
 use crate::catalog::constraints::{Constraints, Index, OnConflict};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, ErrorKind, Result};
@@ -62,9 +63,45 @@ pub(crate) fn take_declared(statement: &mut Statement) -> Declared {
     declared
 }
 
+/// What an INSERT does with a row whose key is taken: skip it, replace, fail, or update the
+/// stored row (`update`, for `ON CONFLICT … DO UPDATE`).
+#[derive(Debug)]
+pub(crate) struct Conflict {
+    pub(crate) on: OnConflict,
+    pub(crate) update: Option<Upsert>,
+}
+
 /// Takes an INSERT's conflict clause out of it (DataFusion plans only `OR REPLACE` and
-/// `REPLACE INTO`, which it keeps): what to do with a row whose key is taken.
-pub(crate) fn take_conflict(statement: &mut Statement) -> Result<OnConflict> {
+/// `REPLACE INTO`, which it keeps).
+pub(crate) fn take_conflict(statement: &mut Statement) -> Result<Conflict> {
+    let on = take_resolution(statement)?;
+    let Statement::Insert(insert) = statement else {
+        return Ok(Conflict { on, update: None });
+    };
+    let update = match insert.on.take() {
+        None => None,
+        Some(OnInsert::OnConflict(clause)) => match clause.action {
+            OnConflictAction::DoNothing => {
+                return Ok(Conflict {
+                    on: OnConflict::Nothing,
+                    update: None,
+                })
+            }
+            OnConflictAction::DoUpdate(update) => {
+                Some(Upsert::new(clause.conflict_target, update)?)
+            }
+        },
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "'{other}' is not supported: use ON CONFLICT (…) DO UPDATE, DO NOTHING or INSERT OR REPLACE"
+            )))
+        }
+    };
+    Ok(Conflict { on, update })
+}
+
+/// The resolution `OR …`, `REPLACE INTO` and MySQL's `INSERT IGNORE` ask for.
+fn take_resolution(statement: &mut Statement) -> Result<OnConflict> {
     let Statement::Insert(insert) = statement else {
         return Ok(OnConflict::Fail);
     };
@@ -82,22 +119,6 @@ pub(crate) fn take_conflict(statement: &mut Statement) -> Result<OnConflict> {
     }
     if std::mem::take(&mut insert.ignore) {
         on_conflict = OnConflict::Nothing;
-    }
-    match insert.on.take() {
-        None => {}
-        Some(OnInsert::OnConflict(clause)) => match clause.action {
-            OnConflictAction::DoNothing => on_conflict = OnConflict::Nothing,
-            OnConflictAction::DoUpdate(_) => {
-                return Err(Error::invalid(
-                    "ON CONFLICT DO UPDATE is not supported yet: use ON CONFLICT DO NOTHING or INSERT OR REPLACE",
-                ))
-            }
-        },
-        Some(other) => {
-            return Err(Error::invalid(format!(
-                "'{other}' is not supported: use ON CONFLICT DO NOTHING or INSERT OR REPLACE"
-            )))
-        }
     }
     Ok(on_conflict)
 }

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use super::constraints::{self, Checks, Declared};
+use super::constraints::{self, Checks, Conflict, Declared};
 use super::names::{self, NameHint};
 use super::session::Session;
 use super::snapshot::{Namespace, Snapshot, StoredTable};
@@ -129,7 +129,7 @@ impl WriteJob {
     }
 
     /// A spool for what this write stages.
-    fn spool(&self) -> Spool {
+    pub(crate) fn spool(&self) -> Spool {
         Spool::new(
             Arc::clone(&self.state.runtime_env().disk_manager),
             self.staging_memory,
@@ -257,12 +257,12 @@ fn named_not_null(table: &TableReference, e: Error) -> Error {
 }
 
 /// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count. An INSERT's rows whose
-/// unique key is taken are resolved by `on_conflict`.
+/// unique key is taken are resolved as `conflict` says.
 pub(crate) fn run_dml(
     job: &WriteJob,
     handle: &Handle,
     dml: DmlStatement,
-    on_conflict: OnConflict,
+    conflict: Conflict,
 ) -> Result<Staged<u64>> {
     // Refuses writes outside projects with a message naming the database.
     let (project, name) = job.resolve(&dml.table_name)?;
@@ -294,14 +294,17 @@ pub(crate) fn run_dml(
                     OnConflict::Replace,
                     job.spool(),
                 )?,
-                InsertOp::Append => tables::insert_resolving(
-                    &guard.txn,
-                    job.tenant,
-                    record,
-                    staged,
-                    on_conflict,
-                    job.spool(),
-                )?,
+                InsertOp::Append => match &conflict.update {
+                    Some(upsert) => upsert.apply(job, &guard, record, staged, &checks)?,
+                    None => tables::insert_resolving(
+                        &guard.txn,
+                        job.tenant,
+                        record,
+                        staged,
+                        conflict.on,
+                        job.spool(),
+                    )?,
+                },
             };
             guard.commit()?;
             return Ok(Staged::Done(rows));

@@ -28,6 +28,7 @@ mod session;
 mod snapshot;
 mod sort_keys;
 mod unnest;
+mod upsert;
 
 pub(crate) use self::ask::AskAgent;
 pub(crate) use self::load::{BatchSource, LoadTarget};
@@ -687,7 +688,7 @@ impl SqlRunner {
         let local_write = writes && remote.is_none();
         let again = (local_write && !pessimistic).then(|| statement.clone());
         let declared = constraints::take_declared(&mut statement);
-        let on_conflict = constraints::take_conflict(&mut statement)?;
+        let conflict = constraints::take_conflict(&mut statement)?;
         let held = if local_write && pessimistic {
             Some(self.store.lock_writes().await)
         } else {
@@ -722,7 +723,7 @@ impl SqlRunner {
         let job = |state| self.job(tenant, &db, snapshot, state, held);
         let staged = match plan {
             LogicalPlan::Dml(statement) if local_write => job(state)
-                .run(move |job, handle| dml::run_dml(job, handle, statement, on_conflict))
+                .run(move |job, handle| dml::run_dml(job, handle, statement, conflict))
                 .await?
                 .map(Some),
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if local_write => {

@@ -1,0 +1,282 @@
+//! `INSERT … ON CONFLICT [(columns)] DO UPDATE SET col = expr, … [WHERE condition]`, as DuckDB,
+//! PostgreSQL and SQLite run it: a new row whose key a stored row has updates that row instead
+//! (its assignments see the stored row by the table's name and the new one as `excluded`); the
+//! others are inserted. Runs inside the write transaction: the stored rows that conflict are
+//! rewritten chunk by chunk, then the rest appended, then the keys verified.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::kernels::zip::zip;
+use datafusion::arrow::compute::{
+    and, concat_batches, filter_record_batch, is_not_null, not, take,
+};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::{DFSchema, TableReference};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::sql::sqlparser::ast::{
+    AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, Ident, VisitMut, VisitorMut,
+};
+
+use super::constraints::Checks;
+use super::dml::WriteJob;
+use crate::catalog::constraints::KeySet;
+use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::schema::{TABLES, TABLE_SCHEMAS};
+use crate::store::WriteGuard;
+
+/// The name the new row goes by in the assignments.
+const EXCLUDED: &str = "excluded";
+
+/// A DO UPDATE clause, as written.
+#[derive(Debug)]
+pub(crate) struct Upsert {
+    target: Option<Vec<String>>,
+    assignments: Vec<(String, SqlExpr)>,
+    selection: Option<SqlExpr>,
+}
+
+impl Upsert {
+    /// Reads `ON CONFLICT [target] DO UPDATE …`.
+    pub(crate) fn new(target: Option<ConflictTarget>, update: DoUpdate) -> Result<Upsert> {
+        let target = match target {
+            None => None,
+            Some(ConflictTarget::Columns(columns)) => {
+                Some(columns.into_iter().map(|c| c.value).collect())
+            }
+            Some(ConflictTarget::OnConstraint(name)) => {
+                return Err(Error::invalid(format!(
+                    "ON CONFLICT ON CONSTRAINT {name} is not supported: name the key's columns, as in ON CONFLICT (id)"
+                )))
+            }
+        };
+        let mut assignments = Vec::new();
+        for assignment in update.assignments {
+            match assignment.target {
+                AssignmentTarget::ColumnName(name) => {
+                    let column = name
+                        .0
+                        .last()
+                        .and_then(|part| part.as_ident())
+                        .map(|ident| ident.value.clone())
+                        .ok_or_else(|| Error::invalid(format!("'{name}' is not a column")))?;
+                    assignments.push((column, assignment.value));
+                }
+                AssignmentTarget::Tuple(_) => {
+                    return Err(Error::invalid(
+                        "ON CONFLICT DO UPDATE SET (a, b) = … is not supported: assign each column",
+                    ))
+                }
+            }
+        }
+        Ok(Upsert {
+            target,
+            assignments,
+            selection: update.selection,
+        })
+    }
+
+    /// Inserts `staged` into `record`'s table inside `guard`'s transaction, updating the stored
+    /// rows new ones conflict with; returns the rows inserted or updated.
+    pub(crate) fn apply(
+        &self,
+        job: &WriteJob,
+        guard: &WriteGuard,
+        record: TableRecord,
+        staged: StagedRows,
+        checks: &Checks,
+    ) -> Result<u64> {
+        let txn = &guard.txn;
+        let schema: SchemaRef = tables::schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+        let key = self.key(&record)?;
+        let keys = KeySet::new(&key_of(&key), &schema, &record.name)?;
+        let self_key = &key;
+        let new = concat_batches(&schema, &staged.into_batches()?)?;
+        // Each key of the new rows, once: a statement cannot update a row twice.
+        let mut by_key = HashMap::new();
+        for (row, key) in keys.keys(&new)?.into_iter().enumerate() {
+            if let Some(key) = key {
+                if by_key.insert(key, row as u32).is_some() {
+                    return Err(Error::new(
+                        ErrorKind::ConstraintViolation,
+                        format!(
+                            "Two rows of the statement have the same ({}) in table '{}': ON CONFLICT DO UPDATE cannot update a row twice",
+                            self_key.join(", "),
+                            record.name
+                        ),
+                    ));
+                }
+            }
+        }
+        let planned = self.plan(job, &record.name, &schema)?;
+        let mut consumed = vec![false; new.num_rows()];
+        let mut updated = 0u64;
+        let rewrite = tables::plan_rewrite(txn, &record, job.spool(), |stored| {
+            let matches: UInt32Array = keys
+                .keys(&stored)?
+                .iter()
+                .map(|key| key.as_ref().and_then(|key| by_key.get(key).copied()))
+                .collect();
+            if matches.null_count() == matches.len() {
+                return Ok(None);
+            }
+            for index in matches.iter().flatten() {
+                consumed[index as usize] = true;
+            }
+            let excluded = new
+                .columns()
+                .iter()
+                .map(|column| take(column, &matches, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let mut columns = stored.columns().to_vec();
+            columns.extend(excluded);
+            let both = RecordBatch::try_new(Arc::clone(&planned.both), columns)?;
+            let mut hit = is_not_null(&matches)?;
+            if let Some(condition) = &planned.selection {
+                let holds = evaluate(condition, &both)?;
+                let holds = holds.as_boolean();
+                // A NULL condition does not hold.
+                let holds: BooleanArray = holds.iter().map(|v| Some(v == Some(true))).collect();
+                hit = and(&hit, &holds)?;
+            }
+            updated += hit.true_count() as u64;
+            let mut values = stored.columns().to_vec();
+            for (column, value) in &planned.assignments {
+                let value = evaluate(value, &both)?;
+                let value =
+                    datafusion::arrow::compute::cast(&value, schema.field(*column).data_type())?;
+                values[*column] = zip(&hit, &value, &stored.column(*column))?;
+            }
+            let changed = RecordBatch::try_new(stored.schema(), values)?;
+            checks.verify(&changed)?;
+            Ok(Some(changed))
+        })?;
+        let (project, name) = (record.project.clone(), record.name.clone());
+        if !tables::apply_rewrite(txn, job.tenant, record, rewrite)? {
+            return Err(Error::internal("a table changed under its own write lock"));
+        }
+        let record = tables::get(&txn.open_table(TABLES)?, job.tenant, &project, &name)?
+            .ok_or_else(|| Error::internal("a table went away during its own write"))?;
+        let fresh = filter_record_batch(&new, &not(&BooleanArray::from(consumed))?)?;
+        let inserted = fresh.num_rows() as u64;
+        let mut writer = TableWriter::append(txn, job.tenant, record)?;
+        writer.push(fresh)?;
+        writer.finish()?;
+        Ok(inserted + updated)
+    }
+
+    /// The unique key conflicts are looked for on: the target's, or the primary key (or the
+    /// only unique key) when there is no target.
+    fn key(&self, record: &TableRecord) -> Result<Vec<String>> {
+        let keys = record.constraints.unique_keys();
+        let same = |columns: &[String], target: &[String]| {
+            columns.len() == target.len()
+                && columns
+                    .iter()
+                    .all(|c| target.iter().any(|t| t.eq_ignore_ascii_case(c)))
+        };
+        let chosen = match &self.target {
+            Some(target) => keys.iter().find(|key| same(key.columns, target)),
+            None if record.constraints.primary_key.is_empty() && keys.len() != 1 => None,
+            None => keys.first(),
+        };
+        chosen.map(|key| key.columns.to_vec()).ok_or_else(|| {
+            Error::invalid(match &self.target {
+                Some(target) => format!(
+                    "ON CONFLICT ({}) names no PRIMARY KEY or UNIQUE key of table '{}'",
+                    target.join(", "),
+                    record.name
+                ),
+                None => format!(
+                    "ON CONFLICT DO UPDATE on table '{}' needs its key's columns: ON CONFLICT (…) DO UPDATE",
+                    record.name
+                ),
+            })
+        })
+    }
+
+    /// The assignments and the condition, planned over the stored row (by the table's name, or
+    /// unqualified) followed by the new one (`excluded`).
+    fn plan(&self, job: &WriteJob, table: &str, schema: &SchemaRef) -> Result<Planned> {
+        let mut fields: Vec<(Option<TableReference>, Arc<Field>)> = Vec::new();
+        for field in schema.fields() {
+            fields.push((Some(TableReference::bare(table)), Arc::clone(field)));
+        }
+        for field in schema.fields() {
+            fields.push((Some(TableReference::bare(EXCLUDED)), Arc::clone(field)));
+        }
+        let df_schema = DFSchema::new_with_metadata(fields, Default::default())?;
+        let both = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .chain(schema.fields().iter())
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        let plan_one = |expr: &SqlExpr| -> Result<Arc<dyn PhysicalExpr>> {
+            let mut expr = expr.clone();
+            qualify(&mut expr, table);
+            let text = expr.to_string();
+            let logical = job
+                .state
+                .create_logical_expr(&text, &df_schema)
+                .map_err(|e| Error::invalid(format!("ON CONFLICT DO UPDATE: {e}")))?;
+            Ok(job.state.create_physical_expr(logical, &df_schema)?)
+        };
+        let assignments = self
+            .assignments
+            .iter()
+            .map(|(column, value)| {
+                let index = crate::catalog::constraints::column_index(schema, column, table)?;
+                Ok((index, plan_one(value)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let selection = self.selection.as_ref().map(plan_one).transpose()?;
+        Ok(Planned {
+            both,
+            assignments,
+            selection,
+        })
+    }
+}
+
+/// A DO UPDATE ready to evaluate on (stored row, new row) batches.
+struct Planned {
+    both: SchemaRef,
+    assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+    selection: Option<Arc<dyn PhysicalExpr>>,
+}
+
+fn key_of(columns: &[String]) -> crate::catalog::constraints::UniqueKey<'_> {
+    crate::catalog::constraints::UniqueKey {
+        declared: "ON CONFLICT".into(),
+        columns,
+    }
+}
+
+/// Names without a table in `expr` name the stored row's columns, as in PostgreSQL.
+fn qualify(expr: &mut SqlExpr, table: &str) {
+    struct Qualify<'t>(&'t str);
+    impl VisitorMut for Qualify<'_> {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::Identifier(ident) = expr {
+                *expr = SqlExpr::CompoundIdentifier(vec![
+                    Ident::with_quote('"', self.0),
+                    ident.clone(),
+                ]);
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = expr.visit(&mut Qualify(table));
+}
+
+/// Evaluates a planned expression on a batch.
+fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
