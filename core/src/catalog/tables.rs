@@ -85,11 +85,7 @@ pub(crate) fn get(
     project: &str,
     name: &str,
 ) -> Result<Option<TableRecord>> {
-    let (project, name) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
-    match table.get((tenant.0, project.as_str(), name.as_str()))? {
-        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
-        None => Ok(None),
-    }
+    store::get_in_project(table, tenant, project, name)
 }
 
 /// All table records of a project, by name.
@@ -98,18 +94,7 @@ pub(crate) fn list(
     tenant: TenantId,
     project: &str,
 ) -> Result<Vec<TableRecord>> {
-    let project = project.to_ascii_lowercase();
-    let mut out = Vec::new();
-    let start = (tenant.0, project.as_str(), "");
-    for entry in table.range(start..)? {
-        let (key, value) = entry?;
-        let (t, p, _) = key.value();
-        if t != tenant.0 || p != project {
-            break;
-        }
-        out.push(serde_json::from_str(value.value())?);
-    }
-    Ok(out)
+    store::list_in_project(table, tenant, project)
 }
 
 /// Reads a table's Arrow schema.

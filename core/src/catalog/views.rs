@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::namespace::validate_name;
 use crate::error::{Error, Result};
+use crate::store;
 use crate::store::schema::VIEWS;
 use crate::tenant::TenantId;
 
@@ -40,11 +41,7 @@ pub(crate) fn get(
     project: &str,
     name: &str,
 ) -> Result<Option<View>> {
-    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
-    match table.get((tenant.0, project.as_str(), key.as_str()))? {
-        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
-        None => Ok(None),
-    }
+    store::get_in_project(table, tenant, project, name)
 }
 
 /// Every view of a project, by name.
@@ -53,17 +50,7 @@ pub(crate) fn list(
     tenant: TenantId,
     project: &str,
 ) -> Result<Vec<View>> {
-    let project = project.to_ascii_lowercase();
-    let mut out = Vec::new();
-    for entry in table.range((tenant.0, project.as_str(), "")..)? {
-        let (key, value) = entry?;
-        let (t, p, _) = key.value();
-        if t != tenant.0 || p != project {
-            break;
-        }
-        out.push(serde_json::from_str(value.value())?);
-    }
-    Ok(out)
+    store::list_in_project(table, tenant, project)
 }
 
 /// Stores `view`: a new one, or in place of the one of that name when `or_replace`; with

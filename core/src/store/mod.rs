@@ -400,6 +400,40 @@ pub(crate) fn list_named<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
+/// One record of a table of JSON records keyed by (tenant, project, lower-cased name), as
+/// tables and views are kept; both names are matched case-insensitively.
+pub(crate) fn get_in_project<T: serde::de::DeserializeOwned>(
+    table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+    tenant: crate::tenant::TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<T>> {
+    let (project, name) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    match table.get((tenant.0, project.as_str(), name.as_str()))? {
+        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Every record of one project in a table like [`get_in_project`]'s, by name.
+pub(crate) fn list_in_project<T: serde::de::DeserializeOwned>(
+    table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+    tenant: crate::tenant::TenantId,
+    project: &str,
+) -> Result<Vec<T>> {
+    let project = project.to_ascii_lowercase();
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, project.as_str(), "")..)? {
+        let (key, value) = entry?;
+        let (t, p, _) = key.value();
+        if t != tenant.0 || p != project {
+            break;
+        }
+        out.push(serde_json::from_str(value.value())?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -630,20 +630,10 @@ impl SqlRunner {
                 names,
                 ..
             } => {
-                let if_exists = *if_exists;
-                for name in names {
-                    let (project, view) = self.project_and_name(tenant, context, name)?;
-                    self.store
-                        .write(move |txn| {
-                            crate::catalog::views::drop_view(
-                                txn, tenant, &project, &view, if_exists,
-                            )
-                        })
-                        .await?;
-                }
-                return Ok(Outcome::Ok {
-                    affected_rows: None,
-                });
+                let drop = crate::catalog::views::drop_view;
+                return self
+                    .drop_each(tenant, context, names, *if_exists, drop)
+                    .await;
             }
             Statement::Drop {
                 object_type: ObjectType::Index,
@@ -651,18 +641,10 @@ impl SqlRunner {
                 names,
                 ..
             } => {
-                let if_exists = *if_exists;
-                for name in names {
-                    let (project, index) = self.project_and_name(tenant, context, name)?;
-                    self.store
-                        .write(move |txn| {
-                            tables::drop_index(txn, tenant, &project, &index, if_exists)
-                        })
-                        .await?;
-                }
-                return Ok(Outcome::Ok {
-                    affected_rows: None,
-                });
+                let drop = tables::drop_index;
+                return self
+                    .drop_each(tenant, context, names, *if_exists, drop)
+                    .await;
             }
             _ => {}
         }
@@ -749,6 +731,27 @@ impl SqlRunner {
                 "a write's target changed while the writer lock was held",
             )),
         }
+    }
+
+    /// `DROP VIEW|INDEX [IF EXISTS] a, b`: `drop` removes each named object of its project, in
+    /// one transaction per name (as DROP TABLE does).
+    async fn drop_each(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        names: &[ObjectName],
+        if_exists: bool,
+        drop: fn(&redb::WriteTransaction, TenantId, &str, &str, bool) -> Result<()>,
+    ) -> Result<Outcome> {
+        for name in names {
+            let (project, object) = self.project_and_name(tenant, context, name)?;
+            self.store
+                .write(move |txn| drop(txn, tenant, &project, &object, if_exists))
+                .await?;
+        }
+        Ok(Outcome::Ok {
+            affected_rows: None,
+        })
     }
 
     /// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] [project.]name [(columns)] AS query`: the
