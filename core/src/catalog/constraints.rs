@@ -163,30 +163,28 @@ impl KeySet {
     /// Adds the keys of `batch` (rows of the table's schema); fails on the first key already
     /// seen, naming the constraint and the value.
     pub(crate) fn add(&mut self, batch: &RecordBatch, table: &str) -> Result<()> {
-        let keyed = self.key_columns(batch);
-        let rows = self.converter.convert_columns(&keyed)?;
-        for (row, key) in rows.iter().enumerate() {
-            if keyed.iter().any(|column| column.is_null(row)) {
+        for (row, key) in self.keys(batch)?.into_iter().enumerate() {
+            if !self.contains(&key) {
+                self.insert(key);
                 continue;
             }
-            if !self.seen.insert(key.owned()) {
-                let value = keyed
-                    .iter()
-                    .map(|column| {
-                        datafusion::arrow::util::display::array_value_to_string(column, row)
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(Error::new(
-                    ErrorKind::ConstraintViolation,
-                    format!(
-                        "Duplicate key ({value}) violates the {} constraint on ({}) of table '{table}'",
-                        self.declared,
-                        self.names.join(", ")
-                    ),
-                ));
-            }
+            let value = self
+                .key_columns(batch)
+                .iter()
+                .map(|column| {
+                    datafusion::arrow::util::display::array_value_to_string(column, row)
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Error::new(
+                ErrorKind::ConstraintViolation,
+                format!(
+                    "Duplicate key ({value}) violates the {} constraint on ({}) of table '{table}'",
+                    self.declared,
+                    self.names.join(", ")
+                ),
+            ));
         }
         Ok(())
     }

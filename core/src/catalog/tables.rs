@@ -811,13 +811,31 @@ fn verify_keys(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
+    // Only the keys' columns are decoded.
     let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let mut columns = Vec::new();
+    for key in &keys {
+        for column in key.columns {
+            let index = column_index(&schema, column, &record.name)?;
+            if !columns.contains(&index) {
+                columns.push(index);
+            }
+        }
+    }
+    let keyed = Arc::new(schema.project(&columns)?);
     let mut sets = keys
         .iter()
-        .map(|key| KeySet::new(key, &schema, &record.name))
+        .map(|key| KeySet::new(key, &keyed, &record.name))
         .collect::<Result<Vec<_>>>()?;
+    let chunks = txn.open_table(CHUNKS)?;
     for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
-        let batch = txn.chunk(record.id, chunk)?;
+        let bytes = chunks.get((record.id, chunk))?.ok_or_else(|| {
+            Error::internal(format!(
+                "chunk {chunk} of table id {} is missing",
+                record.id
+            ))
+        })?;
+        let batch = decode_chunk(bytes.value(), Some(columns.clone()))?;
         for set in &mut sets {
             set.add(&batch, &record.name)?;
         }
