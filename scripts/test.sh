@@ -87,6 +87,15 @@ fi
 if shell "$tmp/demo.redb" "SELECT * FROM nosuch" 2>/dev/null; then
   echo "mindlite-shell should fail on a missing table"; exit 1
 fi
+# A transaction spans statements; ROLLBACK undoes, and one left open is rolled back (and fails).
+shell "$tmp/demo.redb" "BEGIN" "INSERT INTO demo VALUES (3, 'three')" "ROLLBACK" "BEGIN; INSERT INTO demo VALUES (4, 'four'); COMMIT" >/dev/null
+if shell "$tmp/demo.redb" "BEGIN" "INSERT INTO demo VALUES (5, 'five')" >/dev/null 2>&1; then
+  echo "mindlite-shell should fail when it ends inside a transaction"; exit 1
+fi
+ids=$(shell --format json "$tmp/demo.redb" "SELECT id FROM demo ORDER BY id")
+if [ "$ids" != '{"type":"table","data":[[1],[2],[4]],"column_names":["id"],"context":{"show_secrets":false,"db":"mindsdb"}}' ]; then
+  echo "mindlite-shell transactions left: $ids"; exit 1
+fi
 
 step "example: examples/rust (mindlite-quickstart)"
 "$bin_dir/mindlite-quickstart" "$tmp/quickstart.redb" > "$tmp/quickstart-rust.out"

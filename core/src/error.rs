@@ -215,7 +215,8 @@ storage_error!(
     redb::StorageError,
     redb::TransactionError,
     redb::TableError,
-    redb::CommitError
+    redb::CommitError,
+    redb::SavepointError
 );
 
 impl From<serde_json::Error> for Error {

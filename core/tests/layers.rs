@@ -37,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::namespace",
             "catalog::projects",
             "catalog::constraints",
+            "catalog::indexes",
             "catalog::tables",
             "catalog::views",
             "catalog::agents",

@@ -875,16 +875,30 @@ class Connection:
         self._check()
         return cast(List[Dict[str, Any]], _json.loads(self._db.callback_deliveries(id)))
 
-    def commit(self) -> None:
-        """Nothing to do: every statement commits on its own."""
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (``begin()`` or ``BEGIN``), as ``sqlite3``'s."""
         self._check()
+        return self._db.in_transaction
+
+    def begin(self) -> None:
+        """Opens a transaction (``BEGIN``): until ``commit()``, writes are seen only by this
+        connection and are lost if the process ends; ``rollback()`` undoes them. Without one,
+        every statement commits on its own (autocommit, as DuckDB's connections)."""
+        self.sql("BEGIN")
+
+    def commit(self) -> None:
+        """Commits the open transaction durably; nothing to do without one (autocommit)."""
+        self._check()
+        if self._db.in_transaction:
+            self.sql("COMMIT")
 
     def rollback(self) -> None:
-        """Raises ``NotSupportedError``: statements commit on their own, so nothing is pending."""
+        """Undoes everything since ``begin()`` / ``BEGIN``; nothing to do without a transaction
+        (every statement has committed on its own)."""
         self._check()
-        raise NotSupportedError(
-            "mindlite commits every statement on its own (autocommit); there is nothing to roll back"
-        )
+        if self._db.in_transaction:
+            self.sql("ROLLBACK")
 
     def close(self) -> None:
         """Closes the connection; results still being read keep the file open until dropped."""

@@ -569,6 +569,12 @@ impl Database {
             .unwrap_or_else(|| engine.config().query.default_project.clone()))
     }
 
+    /// Whether a transaction (`BEGIN`) is open.
+    #[getter]
+    fn in_transaction(&self) -> Fallible<bool> {
+        Ok(self.engine()?.in_transaction())
+    }
+
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {

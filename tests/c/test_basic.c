@@ -175,6 +175,27 @@ static void parameters(mindlite_database *db) {
   CHECK_CONTAINS(mindlite_errmsg(db), "params_json must be a JSON object");
 }
 
+/* BEGIN … ROLLBACK undoes; BEGIN … COMMIT keeps; the close below finds only committed rows. */
+static void transactions(mindlite_database *db) {
+  mindlite_result *r = NULL;
+  int64_t count = -1;
+  exec(db, "BEGIN");
+  exec(db, "INSERT INTO t (id) VALUES (100), (101)");
+  CHECK_OK(db, mindlite_query(db, "SELECT count(*) FROM t", &r));
+  CHECK(mindlite_result_int64(r, 0, 0, &count) == MINDLITE_OK && count == 5);
+  mindlite_result_free(r);
+  exec(db, "ROLLBACK");
+  CHECK_OK(db, mindlite_query(db, "SELECT count(*) FROM t", &r));
+  CHECK(mindlite_result_int64(r, 0, 0, &count) == MINDLITE_OK && count == 3);
+  mindlite_result_free(r);
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_query(db, "COMMIT", &r));
+  CHECK_CONTAINS(mindlite_errmsg(db), "no transaction is active");
+  mindlite_result_free(r);
+  exec(db, "BEGIN; INSERT INTO t (id) VALUES (0); COMMIT");
+  /* Left open: closing the database rolls it back. */
+  exec(db, "BEGIN; INSERT INTO t (id) VALUES (1000)");
+}
+
 static void login(void) {
   mindlite_database *db = NULL;
   char *token = NULL;
@@ -230,6 +251,7 @@ int main(int argc, char **argv) {
   json_document(db);
   projects_and_use(db);
   parameters(db);
+  transactions(db);
 
   /* A second open of the same file is refused while the first is open, naming the file. */
   mindlite_database *second = NULL;

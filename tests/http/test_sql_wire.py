@@ -107,6 +107,17 @@ def test_rows_stored_by_one_request_are_read_by_the_next(server):
     assert doc["column_names"] == ["id", "name"]
 
 
+@pytest.mark.parametrize("statement", ["BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK"])
+def test_the_http_api_stays_autocommit_as_mindsdb_does(server, statement):
+    doc = server.sql(statement).json()
+    assert doc["type"] == "error", doc
+    assert "not supported over HTTP" in doc["error_message"], doc
+    # Nothing was left open: the next write is committed and seen at once.
+    server.sql_ok("CREATE TABLE IF NOT EXISTS autocommit_t (id BIGINT)")
+    server.sql_ok("INSERT INTO autocommit_t VALUES (1)")
+    assert server.sql_ok("SELECT count(*) AS n FROM autocommit_t")["data"][0][0] >= 1
+
+
 def test_jsonlines_rows_arrive_as_arrays_of_row_arrays(server):
     response = server.sql("SELECT value AS n FROM generate_series(1, 20000)",
                           response_format="jsonlines")

@@ -116,13 +116,43 @@ def test_connection_execute_and_sql_shortcuts(con):
 def test_commit_rollback_semantics(con):
     con.execute("CREATE TABLE t (a INT)")
     con.execute("INSERT INTO t VALUES (1)")
+    # Autocommit until a transaction is opened: commit and rollback have nothing to do.
+    assert not con.in_transaction
     con.commit()
-    with pytest.raises(mindlite.NotSupportedError, match="autocommit"):
-        con.rollback()
-    # Autocommit: the row is there, and a failing statement changes nothing.
+    con.rollback()
+    assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
+    # A failing statement changes nothing.
     with pytest.raises(mindlite.DataError):
         con.execute("INSERT INTO t VALUES (2), ('x')")
     assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
+
+    con.begin()
+    assert con.in_transaction
+    con.execute("INSERT INTO t VALUES (2)")
+    con.insert("t", __import__("pyarrow").table({"a": [3]}))
+    assert con.execute("SELECT count(*) FROM t").fetchall() == [(3,)]
+    con.rollback()
+    assert not con.in_transaction
+    assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
+
+    con.execute("BEGIN")
+    con.execute("INSERT INTO t VALUES (4)")
+    con.commit()
+    assert not con.in_transaction
+    assert con.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (4,)]
+    with pytest.raises(mindlite.ProgrammingError, match="no transaction is active"):
+        con.execute("COMMIT")
+
+
+def test_a_connection_closed_in_a_transaction_rolls_it_back(path):
+    con = mindlite.connect(path)
+    con.execute("CREATE TABLE t (a INT)")
+    con.begin()
+    con.execute("INSERT INTO t VALUES (1)")
+    con.close()
+    con = mindlite.connect(path)
+    assert con.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+    con.close()
 
 
 def test_close_and_context_managers(path):

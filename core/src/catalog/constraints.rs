@@ -42,6 +42,10 @@ pub struct Index {
     pub columns: Vec<String>,
     /// Whether the indexed values must be unique.
     pub unique: bool,
+    /// The id its entries are kept under (see `indexes`); absent for indexes recorded before
+    /// indexes held entries, which lookups do not use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
 }
 
 /// What an INSERT does with a row whose key a stored row (or an earlier row of the same
@@ -63,6 +67,9 @@ pub struct UniqueKey<'c> {
     pub declared: String,
     /// Its columns.
     pub columns: &'c [String],
+    /// Whether its index entries check it as they go in (a unique index that holds entries),
+    /// so the rows need not be read to check it.
+    pub checked_by_entries: bool,
 }
 
 impl Constraints {
@@ -78,18 +85,21 @@ impl Constraints {
             keys.push(UniqueKey {
                 declared: "PRIMARY KEY".into(),
                 columns: &self.primary_key,
+                checked_by_entries: false,
             });
         }
         for columns in &self.unique {
             keys.push(UniqueKey {
                 declared: "UNIQUE".into(),
                 columns,
+                checked_by_entries: false,
             });
         }
         for index in self.indexes.iter().filter(|i| i.unique) {
             keys.push(UniqueKey {
                 declared: format!("UNIQUE INDEX {}", index.name),
                 columns: &index.columns,
+                checked_by_entries: index.entries.is_some(),
             });
         }
         keys

@@ -3,7 +3,7 @@
 //! about one object (its name, its fields, its limits). Each module reads and writes only its
 //! own redb tables (listed in `store::schema`) and uses only the store and the foundation below
 //! it, plus `namespace` for the names every kind shares and `constraints` for what a table's
-//! record declares about its rows.
+//! record declares about its rows; `tables` keeps its rows' index entries through `indexes`.
 //!
 //! `rules` is the one module here that may use the others: what a change to one object means
 //! for the rest (dropping a project drops its tables, agents and models; a datasource a mind
@@ -14,6 +14,7 @@ pub(crate) mod auth;
 pub(crate) mod callbacks;
 pub(crate) mod constraints;
 pub(crate) mod datasources;
+pub(crate) mod indexes;
 pub(crate) mod minds;
 pub(crate) mod models;
 pub(crate) mod namespace;

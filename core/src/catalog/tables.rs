@@ -19,6 +19,7 @@ use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::constraints::{column_index, Constraints, Index, KeySet, OnConflict};
+use crate::catalog::indexes::{self, Indexed};
 use crate::catalog::namespace::validate_name;
 use crate::error::{Error, Result};
 use crate::spool::Spool;
@@ -75,7 +76,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(TABLE_SCHEMAS)?;
     txn.open_table(CHUNKS)?;
     txn.open_table(CHUNK_ORDER)?;
-    Ok(())
+    indexes::init(txn)
 }
 
 /// Reads a table record.
@@ -185,7 +186,7 @@ pub(crate) fn drop_table(
         None => return Ok(false),
     };
     txn.open_table(TABLE_SCHEMAS)?.remove(record.id)?;
-    remove_chunks(txn, record.id)?;
+    remove_chunks(txn, &record)?;
     Ok(true)
 }
 
@@ -204,7 +205,14 @@ pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) 
     Ok(())
 }
 
-fn remove_chunks(txn: &WriteTransaction, id: u64) -> Result<()> {
+/// Removes every chunk of `record`'s table, and its indexes' entries.
+fn remove_chunks(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
+    let id = record.id;
+    for index in &record.constraints.indexes {
+        if let Some(entries) = index.entries {
+            indexes::drop_entries(txn, entries)?;
+        }
+    }
     txn.open_table(CHUNKS)?
         .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
     txn.open_table(CHUNK_ORDER)?
@@ -350,6 +358,8 @@ pub(crate) struct TableWriter<'t> {
     record: TableRecord,
     schema: SchemaRef,
     pending: ChunkBuffer,
+    /// The table's indexes that hold entries, kept in step with the chunks written.
+    indexed: Option<Indexed>,
 }
 
 impl<'t> TableWriter<'t> {
@@ -366,6 +376,7 @@ impl<'t> TableWriter<'t> {
             tenant,
             record: record.clone(),
             pending: ChunkBuffer::new(Arc::clone(&schema)),
+            indexed: Indexed::of(&record.constraints.indexes, &schema, &record.name)?,
             schema,
         };
         if let Some(tail) = record.tail.take() {
@@ -375,6 +386,9 @@ impl<'t> TableWriter<'t> {
                 let mut chunks = txn.open_table(CHUNKS)?;
                 if let Some(bytes) = chunks.remove((record.id, tail.chunk))? {
                     let batch = decode_chunk(bytes.value(), None)?;
+                    if let Some(indexed) = &writer.indexed {
+                        indexed.remove(txn, tail.chunk, &batch)?;
+                    }
                     // The rows are counted again when the merged chunk is written.
                     writer.record.row_count -= batch.num_rows() as u64;
                     writer.pending.add(batch);
@@ -392,7 +406,7 @@ impl<'t> TableWriter<'t> {
         tenant: TenantId,
         mut record: TableRecord,
     ) -> Result<Self> {
-        remove_chunks(txn, record.id)?;
+        remove_chunks(txn, &record)?;
         record.row_count = 0;
         record.tail = None;
         Self::append(txn, tenant, record)
@@ -440,6 +454,9 @@ impl<'t> TableWriter<'t> {
         self.txn
             .open_table(CHUNK_ORDER)?
             .insert((id, position), chunk)?;
+        if let Some(indexed) = &self.indexed {
+            indexed.add(self.txn, chunk, batch)?;
+        }
         self.record.next_chunk += 1;
         self.record.next_position += 1;
         self.record.row_count += batch.num_rows() as u64;
@@ -467,8 +484,12 @@ impl<'t> TableWriter<'t> {
             let (id, txn) = (self.record.id, self.txn);
             let mut chunks_table = txn.open_table(CHUNKS)?;
             let mut order = txn.open_table(CHUNK_ORDER)?;
+            let indexed = &self.indexed;
             chunks.drain(|chunk_rows, bytes| {
                 chunks_table.insert((id, self.record.next_chunk), bytes.as_slice())?;
+                if let Some(indexed) = indexed {
+                    indexed.add(txn, self.record.next_chunk, &decode_chunk(&bytes, None)?)?;
+                }
                 order.insert((id, self.record.next_position), self.record.next_chunk)?;
                 self.record.next_chunk += 1;
                 self.record.next_position += 1;
@@ -774,7 +795,22 @@ pub(crate) fn apply_rewrite(
     {
         return Ok(false);
     }
+    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
     let mut chunks = txn.open_table(CHUNKS)?;
+    if let Some(indexed) = &indexed {
+        // Every old entry goes before any new one comes, so a key that moves between chunks
+        // is no duplicate.
+        for &(_, old_chunk, ..) in &rewrite.index {
+            let bytes = chunks.get((record.id, old_chunk))?.ok_or_else(|| {
+                Error::internal(format!(
+                    "chunk {old_chunk} of table id {} is missing",
+                    record.id
+                ))
+            })?;
+            indexed.remove(txn, old_chunk, &decode_chunk(bytes.value(), None)?)?;
+        }
+    }
     let mut order = txn.open_table(CHUNK_ORDER)?;
     let mut index = rewrite.index.into_iter();
     rewrite.changes.drain(|position, bytes| {
@@ -794,6 +830,9 @@ pub(crate) fn apply_rewrite(
         }
         chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
         order.insert((record.id, at), record.next_chunk)?;
+        if let Some(indexed) = &indexed {
+            indexed.add(txn, record.next_chunk, &decode_chunk(&bytes, None)?)?;
+        }
         record.next_chunk += 1;
         Ok(())
     })?;
@@ -805,9 +844,12 @@ pub(crate) fn apply_rewrite(
 
 /// Fails when two rows of the table share the values of one of its unique keys. Run inside
 /// the transaction that changed the rows, before it commits: the statement then stores
-/// nothing. It reads the whole table (the indexes hold no entries yet).
+/// nothing. It reads the key columns of the whole table: primary keys and UNIQUE constraints
+/// have no index entries.
 fn verify_keys(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
-    let keys = record.constraints.unique_keys();
+    // A unique index with entries was checked as they went in.
+    let mut keys = record.constraints.unique_keys();
+    keys.retain(|key| !key.checked_by_entries);
     if keys.is_empty() {
         return Ok(());
     }
@@ -871,9 +913,25 @@ pub(crate) fn create_index(
     for column in &index.columns {
         column_index(&schema, column, &record.name)?;
     }
+    let index = Index {
+        entries: Some(store::next_id(txn, "index")?),
+        ..index
+    };
+    // Its entries, from every stored row (a unique index fails here on a duplicate).
+    if let Some(indexed) = Indexed::of(std::slice::from_ref(&index), &schema, &record.name)? {
+        let chunks = txn.open_table(CHUNKS)?;
+        for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
+            let bytes = chunks.get((record.id, chunk))?.ok_or_else(|| {
+                Error::internal(format!(
+                    "chunk {chunk} of table id {} is missing",
+                    record.id
+                ))
+            })?;
+            indexed.add(txn, chunk, &decode_chunk(bytes.value(), None)?)?;
+        }
+    }
     record.constraints.indexes.push(index);
-    save(txn, tenant, &record)?;
-    verify_keys(txn, &record)
+    save(txn, tenant, &record)
 }
 
 /// Removes the index `name` of the project; `if_exists` makes a missing one a no-op.
@@ -892,10 +950,13 @@ pub(crate) fn drop_index(
             "Index '{name}' not found in database: {project}"
         )));
     };
-    record
-        .constraints
-        .indexes
-        .retain(|index| !index.name.eq_ignore_ascii_case(name));
+    let (dropped, kept) = std::mem::take(&mut record.constraints.indexes)
+        .into_iter()
+        .partition(|index| index.name.eq_ignore_ascii_case(name));
+    record.constraints.indexes = kept;
+    for entries in dropped.into_iter().filter_map(|index: Index| index.entries) {
+        indexes::drop_entries(txn, entries)?;
+    }
     save(txn, tenant, &record)
 }
 

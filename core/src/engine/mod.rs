@@ -281,6 +281,12 @@ impl Engine {
         result
     }
 
+    /// Whether a transaction (`BEGIN`) is open: until `COMMIT` or `ROLLBACK`, writes are seen
+    /// only here and are lost if the process ends; closing the engine rolls it back.
+    pub fn in_transaction(&self) -> bool {
+        self.inner.sql.store.in_transaction()
+    }
+
     /// Stops every statement running through this handle (or a clone of it): each ends with
     /// "The statement was interrupted", and a write that had not committed writes nothing.
     /// Statements started afterwards run normally. Callable from any thread.

@@ -165,7 +165,7 @@ impl Worker {
         if !refused.is_empty() {
             let keep = self.log_entries;
             store
-                .write(move |txn| {
+                .write_detached(move |txn| {
                     for (seq, pending, callback, reason) in refused {
                         callbacks::record_attempt(
                             txn,
@@ -406,7 +406,7 @@ async fn record(
 ) -> Result<()> {
     let (pending, callback) = (pending.clone(), callback.clone());
     store
-        .write(move |txn| {
+        .write_detached(move |txn| {
             callbacks::record_attempt(txn, seq, &pending, &callback, outcome, give_up, keep)
         })
         .await

@@ -20,6 +20,9 @@ use crate::tenant::TenantId;
 use schema::{META, SEQUENCES};
 
 pub(crate) mod schema;
+mod transaction;
+
+pub(crate) use transaction::Step;
 
 /// The on-disk format this build reads and writes. Bump it when a record layout changes.
 pub(crate) const FORMAT_VERSION: u64 = 1;
@@ -39,11 +42,18 @@ pub(crate) struct Store {
     /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
     /// looks at its outbox as soon as a status change has landed.
     committed: Arc<tokio::sync::Notify>,
+    /// The explicit transaction open on this store, if any.
+    transaction: Mutex<Option<transaction::Transaction>>,
 }
 
 /// The right to be the one writer of this process, held from before a write's read snapshot
-/// is taken until its transaction ends, so no other commit can slip in between.
-pub(crate) struct WriteLock(tokio::sync::OwnedMutexGuard<()>);
+/// is taken until its transaction ends, so no other commit can slip in between. Inside an
+/// explicit transaction it is the transaction's turn for statements, and writes commit
+/// non-durably.
+pub(crate) struct WriteLock {
+    guard: tokio::sync::OwnedMutexGuard<()>,
+    durable: bool,
+}
 
 /// A write transaction that also holds the in-process writer lock until it commits or drops.
 pub(crate) struct WriteGuard {
@@ -115,6 +125,7 @@ impl Store {
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
+            transaction: Mutex::new(None),
         };
         store.check_format()?;
         Ok(store)
@@ -132,6 +143,7 @@ impl Store {
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
+            transaction: Mutex::new(None),
         };
         store.check_format()?;
         Ok(store)
@@ -190,9 +202,34 @@ impl Store {
         Ok(self.db.begin_read()?)
     }
 
-    /// Waits, without blocking a thread, until this caller is the only writer.
+    /// Waits, without blocking a thread, until this caller is the only writer: a statement's
+    /// write, which joins the open transaction if there is one (taking its turn there).
     pub(crate) async fn lock_writes(&self) -> WriteLock {
-        WriteLock(self.write_lock.clone().lock_owned().await)
+        loop {
+            let Some(statements) = self.statements_turn() else {
+                return self.lock_writes_detached().await;
+            };
+            let guard = Arc::clone(&statements).lock_owned().await;
+            // The transaction may have ended while this waited: then wait for the writer lock.
+            if self
+                .statements_turn()
+                .is_some_and(|now| Arc::ptr_eq(&now, &statements))
+            {
+                return WriteLock {
+                    guard,
+                    durable: false,
+                };
+            }
+        }
+    }
+
+    /// [`Store::lock_writes`] for work that is no statement of the connection (training,
+    /// deliveries): it never joins an open transaction, it waits for it to end.
+    pub(crate) async fn lock_writes_detached(&self) -> WriteLock {
+        WriteLock {
+            guard: self.write_lock.clone().lock_owned().await,
+            durable: true,
+        }
     }
 
     /// Takes the writer lock if it is free, without waiting.
@@ -200,21 +237,42 @@ impl Store {
         self.write_lock
             .clone()
             .try_lock_owned()
-            .map(WriteLock)
+            .map(|guard| WriteLock {
+                guard,
+                durable: true,
+            })
             .map_err(|_| Error::new(ErrorKind::Unavailable, "another write is in progress"))
     }
 
     /// Begins the write transaction that `lock` entitles the caller to. Never waits: the lock
     /// already excludes every other writer of this process, and redb's file lock all others.
     pub(crate) fn begin_write(&self, lock: WriteLock) -> Result<WriteGuard> {
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        if !lock.durable {
+            txn.set_durability(redb::Durability::None).map_err(|e| {
+                Error::internal(format!("cannot write inside the transaction: {e}"))
+            })?;
+        }
         Ok(WriteGuard {
             txn,
             commits: Arc::clone(&self.commits),
             committed: Arc::clone(&self.committed),
             cancelled: CancellationToken::new(),
-            _lock: lock.0,
+            _lock: lock.guard,
         })
+    }
+
+    /// The open transaction's turn lock, if a transaction is open.
+    fn statements_turn(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.transaction
+            .lock()
+            .as_ref()
+            .map(|open| Arc::clone(&open.statements))
+    }
+
+    /// Whether an explicit transaction is open.
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.transaction.lock().is_some()
     }
 
     /// How many transactions this store has committed since it was opened. Read it before
@@ -232,11 +290,30 @@ impl Store {
 impl Store {
     /// Runs `f` in one write transaction on a blocking thread and commits it: the whole change
     /// or, when `f` fails, none of it. Waits for other writers without blocking a worker thread.
+    /// A statement's write: inside an open transaction it is part of it.
     pub(crate) async fn write<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let lock = self.lock_writes().await;
+        self.write_locked(lock, f).await
+    }
+
+    /// [`Store::write`] for work that is no statement of the connection (training, deliveries):
+    /// it waits for an open transaction to end and commits on its own.
+    pub(crate) async fn write_detached<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let lock = self.lock_writes_detached().await;
+        self.write_locked(lock, f).await
+    }
+
+    async fn write_locked<T: Send + 'static>(
+        self: &Arc<Self>,
+        lock: WriteLock,
+        f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let store = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let guard = store.begin_write(lock)?;
@@ -348,6 +425,14 @@ impl ChunkCache {
         }
         inner.read_once.put(key, ());
         false
+    }
+
+    /// Forgets every chunk (after a rollback, which makes chunk ids be handed out again).
+    pub(crate) fn clear(&self) {
+        let mut inner = self.inner.lock();
+        inner.entries.clear();
+        inner.read_once.clear();
+        inner.bytes = 0;
     }
 
     pub(crate) fn get(&self, key: (u64, u64)) -> Option<RecordBatch> {

@@ -29,6 +29,11 @@ pub(crate) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::n
 pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
     TableDefinition::new("chunk_order");
 
+/// `index_entries` (indexes): (index id, the row's indexed values in Arrow's row format, chunk
+/// id, row in the chunk) → nothing; one per indexed row.
+pub(crate) const INDEX_ENTRIES: TableDefinition<(u64, &[u8], u64, u32), ()> =
+    TableDefinition::new("index_entries");
+
 /// `views` (views): (tenant, project, name) → view record (its query as SQL text).
 pub(crate) const VIEWS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("views");
 

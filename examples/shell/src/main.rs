@@ -1,5 +1,6 @@
 //! `mindlite-shell`: a small SQL shell. Opens a database file and runs SQL given as arguments,
-//! or read from stdin one statement per `;`-terminated chunk, printing each result.
+//! or read from stdin one statement per `;`-terminated chunk, printing each result. A
+//! transaction (`BEGIN`) may span statements; one left open at the end is rolled back.
 //!
 //! ```text
 //! mindlite-shell [--config FILE] [--format table|json|jsonlines|sse] [PATH] [SQL ...]
@@ -88,6 +89,11 @@ fn run() -> Result<ExitCode, String> {
             run_one(sql);
         }
     }
+    if engine.in_transaction() {
+        eprintln!("mindlite-shell: the open transaction was rolled back (no COMMIT)");
+        failed = true;
+    }
+    engine.close();
     Ok(if failed {
         ExitCode::FAILURE
     } else {

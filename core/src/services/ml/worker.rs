@@ -50,7 +50,7 @@ pub(crate) fn spawn(
             // If even this fails the store is failing; the version stays `training` and is
             // set to `error` when the engine next opens.
             let _ = store
-                .write(move |txn| {
+                .write_detached(move |txn| {
                     models::set_status(txn, tenant, &model, ModelStatus::Error, |m| {
                         m.error = Some(message)
                     })
@@ -109,7 +109,7 @@ async fn run(
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
     store
-        .write(move |txn| {
+        .write_detached(move |txn| {
             let train::Trained {
                 predictor,
                 description,
@@ -145,7 +145,7 @@ async fn prompt(
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
     store
-        .write(move |txn| {
+        .write_detached(move |txn| {
             models::complete(txn, tenant, &model, None, description, &schema, seconds)
         })
         .await?;
@@ -162,7 +162,7 @@ async fn phase(
 ) -> Result<bool> {
     let (model, name) = (model.clone(), name.to_string());
     let updated = store
-        .write(move |txn| {
+        .write_detached(move |txn| {
             models::set_status(txn, tenant, &model, ModelStatus::Training, |m| {
                 m.current_phase = number;
                 m.phase_name = name;

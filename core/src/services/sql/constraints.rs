@@ -250,6 +250,7 @@ pub(crate) fn index_of(create: &CreateIndex) -> Result<(ObjectName, Index)> {
             name,
             columns,
             unique: create.unique,
+            entries: None,
         },
     ))
 }

@@ -13,6 +13,7 @@ mod coerce;
 mod constraints;
 mod dml;
 pub mod encode;
+mod index_scan;
 mod load;
 mod model_statements;
 mod models;
@@ -27,6 +28,7 @@ mod sandbox;
 mod session;
 mod snapshot;
 mod sort_keys;
+mod transaction;
 mod unnest;
 mod upsert;
 
@@ -211,6 +213,22 @@ impl SqlRunner {
                     affected_rows: None,
                 };
                 for command in commands {
+                    if let Command::Sql(statement) = &command {
+                        if let Some(steps) = transaction::steps_of(statement) {
+                            let step = match steps {
+                                Ok(steps) => self.transaction(request, statement, steps).await,
+                                Err(e) => Err(e),
+                            };
+                            match step {
+                                Ok(outcome) => last = outcome,
+                                Err(e) => {
+                                    last = Outcome::Error(e);
+                                    break;
+                                }
+                            }
+                            continue;
+                        }
+                    }
                     // Boxed: planning's future is large, and this one is copied into each
                     // layer around it; a cached plan (above) then costs no copy of it at all.
                     let executing =
@@ -667,6 +685,9 @@ impl SqlRunner {
             true => self.remote_write(tenant, &statement, &context.db)?,
             false => None,
         };
+        if remote.is_some() {
+            self.outside_transaction("A write into a datasource")?;
+        }
         let local_write = writes && remote.is_none();
         let again = (local_write && !pessimistic).then(|| statement.clone());
         let declared = constraints::take_declared(&mut statement);
@@ -861,10 +882,9 @@ impl SqlRunner {
                 "{} is not supported yet",
                 ddl.name()
             ))),
-            LogicalPlan::Statement(s) => Err(Error::invalid(format!(
-                "{} is not supported: every statement commits on its own",
-                s.name()
-            ))),
+            LogicalPlan::Statement(s) => {
+                Err(Error::invalid(format!("{} is not supported", s.name())))
+            }
             LogicalPlan::Copy(_) => Err(Error::invalid("COPY is not supported")),
             plan => {
                 let repeatable = cache.is_some() && plan_cache::is_repeatable(&plan);

@@ -35,6 +35,7 @@ impl SqlRunner {
             predict,
             using,
         } = statement;
+        self.outside_transaction("CREATE MODEL")?;
         let project = project.unwrap_or_else(|| context.db.clone());
         let [target] = predict.as_slice() else {
             return Err(Error::invalid(
@@ -118,6 +119,7 @@ impl SqlRunner {
         from: Option<(String, String)>,
         using: Map<String, Value>,
     ) -> Result<ModelVersion> {
+        self.outside_transaction("RETRAIN / FINETUNE")?;
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let latest = snapshot
             .models(Some(&project))?

@@ -61,9 +61,22 @@ fn item_hint(item: &SelectItem) -> NameHint {
 /// 2 AS c` where DataFusion refuses duplicate names; `hints` keep showing the names as
 /// written. Only a query's result is renamed: a table made from a query needs distinct names.
 pub(crate) fn distinct_output_names(statement: &mut Statement, hints: &mut Option<Vec<NameHint>>) {
-    let Statement::Query(query) = statement else {
-        return;
-    };
+    match statement {
+        Statement::Query(query) => distinct_query_names(query, hints),
+        // An INSERT's rows go in by position: their names only have to plan.
+        Statement::Insert(insert) => {
+            if let Some(source) = insert.source.as_mut() {
+                distinct_query_names(source, &mut None);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn distinct_query_names(
+    query: &mut datafusion::sql::sqlparser::ast::Query,
+    hints: &mut Option<Vec<NameHint>>,
+) {
     let SetExpr::Select(select) = query.body.as_mut() else {
         return;
     };

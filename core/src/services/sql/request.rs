@@ -36,6 +36,11 @@ pub struct QueryRequest {
     /// [`QueryRequest::from_wire_json`]); the in-process fronts run several in order.
     #[serde(skip)]
     pub one_statement: bool,
+    /// Whether every statement must commit on its own (BEGIN refused), as MindsDB's HTTP API
+    /// does (set by [`QueryRequest::from_wire_json`]); the in-process fronts can open
+    /// transactions.
+    #[serde(skip)]
+    pub autocommit: bool,
 }
 
 /// A parameter value of a type JSON cannot carry, bound as a typed SQL literal
@@ -128,6 +133,7 @@ impl QueryRequest {
             typed_params: HashMap::new(),
             timeout,
             one_statement: true,
+            autocommit: true,
         };
         Ok((request, format))
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
 use datafusion::common::stats::Precision;
@@ -15,16 +15,18 @@ use datafusion::common::{Constraint, Constraints, DFSchema, Statistics};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use super::index_scan;
 use super::predict::{ModelTable, PredictModel};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::datasources::{self, Datasource};
+use crate::catalog::indexes;
 use crate::catalog::models::{self, ModelVersion};
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES, SYSTEM_DB};
 use crate::catalog::projects::{self, Project};
@@ -33,7 +35,8 @@ use crate::catalog::views::{self, View};
 use crate::error::{Error, Result};
 use crate::services::connectors::table::NATIVE;
 use crate::store::schema::{
-    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, MODELS, PROJECTS, TABLES, TABLE_SCHEMAS, VIEWS,
+    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, INDEX_ENTRIES, MODELS, PROJECTS, TABLES,
+    TABLE_SCHEMAS, VIEWS,
 };
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -552,11 +555,25 @@ impl TableProvider for StoredTable {
         TableType::Base
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Inexact: the rows an index finds are filtered again.
+        Ok(filters
+            .iter()
+            .map(|filter| match self.lookup_for(filter) {
+                Some(_) => TableProviderFilterPushDown::Inexact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let chunks = Arc::new(self.snapshot.txn.open_table(CHUNKS).map_err(Error::from)?);
@@ -565,10 +582,27 @@ impl TableProvider for StoredTable {
             .txn
             .open_table(CHUNK_ORDER)
             .map_err(Error::from)?;
-        let numbers: Vec<u64> = tables::chunk_order(&order, self.record.id)?
+        let mut numbers: Vec<u64> = tables::chunk_order(&order, self.record.id)?
             .into_iter()
             .map(|(_, chunk)| chunk)
             .collect();
+        // An index lookup, when the filters allow one, picks the chunks and rows read.
+        let mut rows = None;
+        let lookup =
+            index_scan::best_lookup(filters, &self.record.constraints.indexes, &self.schema);
+        if let Some(lookup) = lookup {
+            let entries = self
+                .snapshot
+                .txn
+                .open_table(INDEX_ENTRIES)
+                .map_err(Error::from)?;
+            if let Some(found) =
+                indexes::lookup(&entries, lookup.entries, &lookup.first, &lookup.probe)?
+            {
+                numbers.retain(|chunk| found.contains_key(chunk));
+                rows = Some(Arc::new(found));
+            }
+        }
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => Arc::clone(&self.schema),
@@ -584,6 +618,7 @@ impl TableProvider for StoredTable {
                     chunks: Arc::clone(&chunks),
                     table_id: self.record.id,
                     numbers: group.to_vec(),
+                    rows: rows.clone(),
                     projection: projection.cloned(),
                     schema: Arc::clone(&projected),
                     batch_size: config.batch_size(),
@@ -596,6 +631,7 @@ impl TableProvider for StoredTable {
                 chunks,
                 table_id: self.record.id,
                 numbers: Vec::new(),
+                rows: None,
                 projection: projection.cloned(),
                 schema: Arc::clone(&projected),
                 batch_size: config.batch_size(),
@@ -618,12 +654,21 @@ impl TableProvider for StoredTable {
     }
 }
 
+impl StoredTable {
+    /// The index lookup that answers `filter`, if one of the table's indexes does.
+    fn lookup_for(&self, filter: &Expr) -> Option<index_scan::Lookup> {
+        index_scan::lookup_for(filter, &self.record.constraints.indexes, &self.schema)
+    }
+}
+
 /// A contiguous run of a table's chunks, read in order.
 struct ChunkPartition {
     store: Arc<Store>,
     chunks: Arc<ReadOnlyTable<(u64, u64), &'static [u8]>>,
     table_id: u64,
     numbers: Vec<u64>,
+    /// Only these rows of each chunk, when an index found them.
+    rows: Option<Arc<indexes::Found>>,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
     batch_size: usize,
@@ -658,6 +703,18 @@ impl ChunkPartition {
         })
     }
 
+    /// The chunk's rows this partition reads: all, or those an index found.
+    fn load_rows(&self, number: u64) -> Result<RecordBatch> {
+        let batch = self.load(number)?;
+        let Some(rows) = self.rows.as_ref().and_then(|found| found.get(&number)) else {
+            return Ok(batch);
+        };
+        let indices = UInt32Array::from(rows.clone());
+        Ok(datafusion::arrow::compute::take_record_batch(
+            &batch, &indices,
+        )?)
+    }
+
     fn decode(&self, number: u64, projection: Option<Vec<usize>>) -> Result<RecordBatch> {
         let bytes = self.chunks.get((self.table_id, number))?.ok_or_else(|| {
             Error::internal(format!(
@@ -680,6 +737,7 @@ impl PartitionStream for ChunkPartition {
             chunks: Arc::clone(&self.chunks),
             table_id: self.table_id,
             numbers: self.numbers.clone(),
+            rows: self.rows.clone(),
             projection: self.projection.clone(),
             schema: Arc::clone(&self.schema),
             batch_size: self.batch_size.max(1),
@@ -688,7 +746,7 @@ impl PartitionStream for ChunkPartition {
         let numbers = self.numbers.clone();
         // Each chunk is decoded only when the consumer asks for its first slice.
         let stream = futures::stream::iter(numbers).flat_map(move |number| {
-            let slices: Vec<DfResult<RecordBatch>> = match this.load(number) {
+            let slices: Vec<DfResult<RecordBatch>> = match this.load_rows(number) {
                 Err(e) => vec![Err(DataFusionError::from(e))],
                 Ok(batch) => {
                     let rows = batch.num_rows();

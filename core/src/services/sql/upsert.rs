@@ -255,6 +255,7 @@ fn key_of(columns: &[String]) -> crate::catalog::constraints::UniqueKey<'_> {
     crate::catalog::constraints::UniqueKey {
         declared: "ON CONFLICT".into(),
         columns,
+        checked_by_entries: false,
     }
 }
 
