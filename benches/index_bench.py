@@ -7,7 +7,9 @@ a Markdown table with the indexed point lookup's speed-up over the full scan.
     python benches/index_bench.py [ROWS] [LOOKUPS] [--engines mindlite,duckdb,sqlite]
                                   [--sqlite-rows N] [--scans N] [--runs N]
 
-Run by benches/index.sh, which installs a release build of the package first."""
+Run by benches/index.sh, which runs mindlite's side as a release-built Rust binary
+(benches/src/index.rs: the same phases on a table of the same shape) and passes its report in
+with --with; `--engines mindlite` runs it through the Python package instead, when installed."""
 
 import argparse
 import json
@@ -190,6 +192,9 @@ def main():
     parser.add_argument("--scans", type=int, default=5, help="full-scan lookups timed (5)")
     parser.add_argument("--runs", type=int, default=20,
                         help="IN (3) and 100-row range lookups timed (20)")
+    parser.add_argument("--with", dest="with_reports", action="append", default=[],
+                        help="a file of JSON reports made elsewhere (benches/src/index.rs) to "
+                             "put in the table first")
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = set(engines) - set(ENGINES)
@@ -201,6 +206,9 @@ def main():
     data = table(args.rows)
     run = {"mindlite": mindlite_report, "duckdb": duckdb_report, "sqlite": sqlite_report}
     reports = []
+    for path in args.with_reports:
+        with open(path) as lines:
+            reports.extend(json.loads(line) for line in lines if line.strip())
     for engine in engines:
         rows = args.rows
         if engine == "sqlite" and args.sqlite_rows is not None:

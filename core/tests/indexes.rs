@@ -243,3 +243,44 @@ fn index_entries_survive_reopening_and_go_with_their_table() {
         json!([[500]])
     );
 }
+
+#[test]
+fn primary_keys_and_unique_sets_are_backed_by_indexes() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    exec(
+        &engine,
+        "CREATE TABLE p (id BIGINT PRIMARY KEY, code TEXT UNIQUE, n INT)",
+    );
+    exec(
+        &engine,
+        "INSERT INTO p SELECT value, 'c' || value, value % 10 FROM generate_series(1, 100000)",
+    );
+    assert_eq!(rows_read(&engine, "SELECT * FROM p WHERE id = 777"), "1");
+    assert_eq!(
+        rows_read(&engine, "SELECT * FROM p WHERE code = 'c777'"),
+        "1"
+    );
+    let e = error(&engine, "INSERT INTO p VALUES (5, 'new', 0)");
+    assert_eq!(
+        e,
+        "Duplicate key (5) violates the PRIMARY KEY constraint on (id) of table 'p'"
+    );
+    let e = error(&engine, "UPDATE p SET code = 'c1' WHERE id = 2");
+    assert!(
+        e.contains("violates the UNIQUE constraint on (code)"),
+        "{e}"
+    );
+    let e = error(&engine, "DROP INDEX p_pkey");
+    assert_eq!(
+        e,
+        "Index 'p_pkey' cannot be dropped: the PRIMARY KEY constraint of table 'p' needs it"
+    );
+    // The name is taken in the project: a table's key index gets another.
+    exec(&engine, "CREATE TABLE q (id INT PRIMARY KEY)");
+    exec(&engine, "CREATE INDEX q2_pkey ON q (id)");
+    exec(&engine, "CREATE TABLE q2 (id INT PRIMARY KEY)");
+    exec(&engine, "INSERT INTO q2 VALUES (1)");
+    assert!(error(&engine, "INSERT INTO q2 VALUES (1)").contains("PRIMARY KEY"));
+    exec(&engine, "DROP INDEX q2_pkey");
+    exec(&engine, "DROP TABLE q2");
+}

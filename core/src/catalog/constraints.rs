@@ -46,7 +46,16 @@ pub struct Index {
     /// indexes held entries, which lookups do not use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<u64>,
+    /// The key it was made for (`PRIMARY KEY` or `UNIQUE`), when the table's declaration made
+    /// it rather than CREATE INDEX: it checks that key, and goes only with the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backs: Option<String>,
 }
+
+/// How a primary key is declared, in messages and in the index that backs it.
+pub(crate) const PRIMARY_KEY: &str = "PRIMARY KEY";
+/// How a UNIQUE column set is declared.
+pub(crate) const UNIQUE: &str = "UNIQUE";
 
 /// What an INSERT does with a row whose key a stored row (or an earlier row of the same
 /// statement) already has.
@@ -59,6 +68,17 @@ pub enum OnConflict {
     /// The stored rows it conflicts with are deleted first (`INSERT OR REPLACE`,
     /// `REPLACE INTO`); two new rows with one key fail the statement, as in DuckDB.
     Replace,
+}
+
+impl Constraints {
+    /// Whether the key `kind` on `columns` has an index with entries that checks it.
+    fn backed(&self, kind: &str, columns: &[String]) -> bool {
+        self.indexes.iter().any(|index| {
+            index.backs.as_deref() == Some(kind)
+                && index.columns == columns
+                && index.entries.is_some()
+        })
+    }
 }
 
 /// A set of columns whose values no two rows may share.
@@ -83,19 +103,23 @@ impl Constraints {
         let mut keys = Vec::new();
         if !self.primary_key.is_empty() {
             keys.push(UniqueKey {
-                declared: "PRIMARY KEY".into(),
+                declared: PRIMARY_KEY.into(),
                 columns: &self.primary_key,
-                checked_by_entries: false,
+                checked_by_entries: self.backed(PRIMARY_KEY, &self.primary_key),
             });
         }
         for columns in &self.unique {
             keys.push(UniqueKey {
-                declared: "UNIQUE".into(),
+                declared: UNIQUE.into(),
                 columns,
-                checked_by_entries: false,
+                checked_by_entries: self.backed(UNIQUE, columns),
             });
         }
-        for index in self.indexes.iter().filter(|i| i.unique) {
+        for index in self
+            .indexes
+            .iter()
+            .filter(|i| i.unique && i.backs.is_none())
+        {
             keys.push(UniqueKey {
                 declared: format!("UNIQUE INDEX {}", index.name),
                 columns: &index.columns,

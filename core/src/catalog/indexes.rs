@@ -55,7 +55,8 @@ pub(crate) fn indexable(data_type: &DataType) -> bool {
 /// One index's definition, ready to encode keys of a table's rows.
 struct Def {
     id: u64,
-    name: String,
+    /// How its key is named in a violation: `UNIQUE INDEX i`, or the key it backs.
+    declared: String,
     unique: bool,
     columns: Vec<usize>,
     names: Vec<String>,
@@ -148,7 +149,10 @@ fn def(index: &Index, id: u64, schema: &Schema, table: &str) -> Result<Def> {
         .collect();
     Ok(Def {
         id,
-        name: index.name.clone(),
+        declared: match &index.backs {
+            Some(kind) => kind.clone(),
+            None => format!("UNIQUE INDEX {}", index.name),
+        },
         unique: index.unique,
         names: index.columns.clone(),
         columns,
@@ -174,8 +178,8 @@ fn duplicate(def: &Def, keyed: &[ArrayRef], row: usize, table: &str) -> Error {
     Error::new(
         ErrorKind::ConstraintViolation,
         format!(
-            "Duplicate key ({value}) violates the UNIQUE INDEX {} constraint on ({}) of table '{table}'",
-            def.name,
+            "Duplicate key ({value}) violates the {} constraint on ({}) of table '{table}'",
+            def.declared,
             def.names.join(", ")
         ),
     )

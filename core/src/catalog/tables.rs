@@ -18,7 +18,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::constraints::{column_index, Constraints, Index, KeySet, OnConflict};
+use crate::catalog::constraints::{
+    column_index, Constraints, Index, KeySet, OnConflict, PRIMARY_KEY, UNIQUE,
+};
 use crate::catalog::indexes::{self, Indexed};
 use crate::catalog::namespace::validate_name;
 use crate::error::{Error, Result};
@@ -138,11 +140,7 @@ pub(crate) fn create(
             )));
         }
     }
-    let mut tables = txn.open_table(TABLES)?;
-    if tables
-        .get((tenant.0, project.as_str(), key.as_str()))?
-        .is_some()
-    {
+    if get(&txn.open_table(TABLES)?, tenant, &project, &key)?.is_some() {
         return Err(Error::conflict(format!(
             "Table '{name}' already exists in database: {project}"
         )));
@@ -163,12 +161,55 @@ pub(crate) fn create(
             column_index(schema, column, name)?;
         }
     }
-    tables.insert(
+    let record = with_key_indexes(txn, tenant, record)?;
+    txn.open_table(TABLES)?.insert(
         (tenant.0, project.as_str(), key.as_str()),
         serde_json::to_string(&record)?.as_str(),
     )?;
     let mut schemas = txn.open_table(TABLE_SCHEMAS)?;
     schemas.insert(record.id, encode_batches(schema, &[])?.as_slice())?;
+    Ok(record)
+}
+
+/// `record` with an index for its primary key and each UNIQUE set (named as PostgreSQL names
+/// them, `t_pkey` and `t_a_b_key`, with a number added when the project has the name), so
+/// keys are checked through index entries and lookups on them use the index.
+fn with_key_indexes(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    mut record: TableRecord,
+) -> Result<TableRecord> {
+    let table = record.name.to_ascii_lowercase();
+    let mut keys: Vec<(&str, Vec<String>, String)> = Vec::new();
+    if !record.constraints.primary_key.is_empty() {
+        let columns = record.constraints.primary_key.clone();
+        keys.push((PRIMARY_KEY, columns, format!("{table}_pkey")));
+    }
+    for columns in &record.constraints.unique {
+        let name = format!("{table}_{}_key", columns.join("_").to_ascii_lowercase());
+        keys.push((UNIQUE, columns.clone(), name));
+    }
+    for (kind, columns, name) in keys {
+        let mut chosen = name.clone();
+        let mut n = 1;
+        while find_index(txn, tenant, &record.project, &chosen)?.is_some()
+            || record
+                .constraints
+                .indexes
+                .iter()
+                .any(|i| i.name.eq_ignore_ascii_case(&chosen))
+        {
+            chosen = format!("{name}{n}");
+            n += 1;
+        }
+        record.constraints.indexes.push(Index {
+            name: chosen,
+            columns,
+            unique: true,
+            entries: Some(store::next_id(txn, "index")?),
+            backs: Some(kind.to_string()),
+        });
+    }
     Ok(record)
 }
 
@@ -950,6 +991,18 @@ pub(crate) fn drop_index(
             "Index '{name}' not found in database: {project}"
         )));
     };
+    let backs = record
+        .constraints
+        .indexes
+        .iter()
+        .find(|index| index.name.eq_ignore_ascii_case(name))
+        .and_then(|index| index.backs.clone());
+    if let Some(kind) = backs {
+        return Err(Error::invalid(format!(
+            "Index '{name}' cannot be dropped: the {kind} constraint of table '{}' needs it",
+            record.name
+        )));
+    }
     let (dropped, kept) = std::mem::take(&mut record.constraints.indexes)
         .into_iter()
         .partition(|index| index.name.eq_ignore_ascii_case(name));

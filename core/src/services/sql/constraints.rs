@@ -251,6 +251,7 @@ pub(crate) fn index_of(create: &CreateIndex) -> Result<(ObjectName, Index)> {
             columns,
             unique: create.unique,
             entries: None,
+            backs: None,
         },
     ))
 }
