@@ -66,7 +66,10 @@ fn main() {
     // A multiplier coprime with every N the benchmark uses (a prime other than 2 and 5) makes
     // i * P mod N a permutation.
     const P: u64 = 7_919;
-    assert!(!rows.is_multiple_of(P), "--rows must not be a multiple of {P}");
+    assert!(
+        !rows.is_multiple_of(P),
+        "--rows must not be a multiple of {P}"
+    );
     let dir = tempfile::tempdir().expect("a temporary directory");
     let engine = Engine::open(dir.path().join("bench.redb"), Config::default()).expect("open");
     let start = Instant::now();
