@@ -206,6 +206,45 @@ impl Default for LlmConfig {
     }
 }
 
+/// The default embedding model: what knowledge bases use when they are created without one,
+/// and where settings they leave out come from. Any OpenAI-compatible `/embeddings` endpoint
+/// serves (OpenAI, Ollama, vLLM, llama.cpp servers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingConfig {
+    /// The provider name recorded on knowledge bases; all speak OpenAI's protocol.
+    pub provider: String,
+    /// The model to ask.
+    pub model_name: String,
+    /// The endpoint's base URL, up to and including `/v1`.
+    pub base_url: String,
+    /// The bearer key sent to the endpoint; empty sends none.
+    pub api_key: String,
+    /// Seconds one provider call may take, connecting and reading included.
+    pub timeout_secs: u64,
+    /// Texts embedded in one request (providers cap it: OpenAI at 2048).
+    pub batch_size: usize,
+    /// Largest reply read from a provider, in KiB; a larger one fails the call.
+    pub max_reply_kb: u64,
+    /// Most dimensions a vector may have; a provider sending more fails the call.
+    pub max_dimensions: usize,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        EmbeddingConfig {
+            provider: "openai".to_string(),
+            model_name: "text-embedding-3-small".to_string(),
+            base_url: "https://api.openai.com/v1".to_string(),
+            api_key: String::new(),
+            timeout_secs: 60,
+            batch_size: 256,
+            max_reply_kb: 65536,
+            max_dimensions: 8192,
+        }
+    }
+}
+
 /// Limits of the agent loop and of its SQL sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -358,7 +397,7 @@ pub struct EgressConfig {
     /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`: that port
     /// only, for URLs and hosts that write the address), or host names (`ollama.internal`, any
     /// address it resolves to; `ollama.internal:11434`, that port only). The configured
-    /// `llm.base_url`'s host and port are always reachable.
+    /// `llm.base_url`'s and `embedding.base_url`'s hosts and ports are always reachable.
     pub allow: Vec<String>,
     /// Never reachable, in either edition, whatever `allow` says: networks or addresses (a host
     /// name would be resolved by a DNS its owner controls, so it cannot be denied).
@@ -412,6 +451,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// The default model for agents.
     pub llm: LlmConfig,
+    /// The default embedding model of knowledge bases.
+    pub embedding: EmbeddingConfig,
     /// Agent loop and sandbox limits.
     pub agents: AgentsConfig,
     /// Users' plan tiers (hosted edition).
@@ -573,7 +614,7 @@ impl Config {
             deny_internal: self.egress_denies_internal(),
             allow: &self.egress.allow,
             deny: &self.egress.deny,
-            llm_base_url: &self.llm.base_url,
+            configured_urls: [&self.llm.base_url, &self.embedding.base_url],
         })
     }
 

@@ -40,7 +40,7 @@ pub(crate) fn check_http_url(name: &str, url: &str) -> Result<()> {
 /// Characters of an outside party's text (an error body, a server message) shown at most.
 pub(crate) const EXCERPT_CHARS: usize = 300;
 
-/// What the policy is made from: the `egress` configuration and the configured LLM endpoint.
+/// What the policy is made from: the `egress` configuration and the configured model endpoints.
 pub(crate) struct EgressSettings<'a> {
     /// Refuse internal addresses (`egress.deny_internal`, or the edition's default).
     pub(crate) deny_internal: bool,
@@ -48,8 +48,8 @@ pub(crate) struct EgressSettings<'a> {
     pub(crate) allow: &'a [String],
     /// `egress.deny` entries.
     pub(crate) deny: &'a [String],
-    /// `llm.base_url`, always reachable.
-    pub(crate) llm_base_url: &'a str,
+    /// `llm.base_url` and `embedding.base_url`, always reachable.
+    pub(crate) configured_urls: [&'a str; 2],
 }
 
 /// A network: an address and how many leading bits of it count.
@@ -336,11 +336,14 @@ impl From<Refused> for Error {
 }
 
 impl Policy {
-    /// The policy of the `egress` settings; the configured LLM endpoint's host is always
+    /// The policy of the `egress` settings; the configured model endpoints' hosts are always
     /// reachable.
     pub(crate) fn new(settings: &EgressSettings<'_>) -> Result<Policy> {
         let mut allow = Rules::parse(settings.allow, "egress.allow")?;
-        if let Ok(url) = reqwest::Url::parse(settings.llm_base_url) {
+        for url in settings.configured_urls {
+            let Ok(url) = reqwest::Url::parse(url) else {
+                continue;
+            };
             let port = url.port_or_known_default();
             match url.host() {
                 Some(url::Host::Ipv4(v4)) => allow.0.push(address_rule(IpAddr::V4(v4), port)),

@@ -53,7 +53,8 @@ pub use catalog::tables::sql_type_name;
 pub use catalog::users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
-    FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig, StorageConfig,
+    EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig,
+    StorageConfig,
 };
 pub use engine::hosted::HostedApi;
 pub use engine::reader::BlockingReader;

@@ -40,6 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::indexes",
             "catalog::tables",
             "catalog::views",
+            "catalog::knowledge_bases",
             "catalog::agents",
             "catalog::datasources",
             "catalog::minds",
@@ -56,6 +57,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "services",
             "services::llm",
+            "services::embeddings",
+            "services::chunking",
             "services::connectors",
             "services::ml",
             "services::agent_loop",

@@ -121,9 +121,18 @@ impl Agent {
 
     /// The `data.tables` entries, as given.
     pub(crate) fn tables(&self) -> Vec<String> {
+        self.data_entries("tables")
+    }
+
+    /// The `data.knowledge_bases` entries, as given.
+    pub(crate) fn knowledge_bases(&self) -> Vec<String> {
+        self.data_entries("knowledge_bases")
+    }
+
+    fn data_entries(&self, key: &str) -> Vec<String> {
         self.params
             .get("data")
-            .and_then(|d| d.get("tables"))
+            .and_then(|d| d.get(key))
             .and_then(Value::as_array)
             .map(|list| {
                 list.iter()
@@ -359,8 +368,7 @@ fn check_table(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<
     }
 }
 
-/// `<project>.<kb>` or `<project>.*`: the project must exist; knowledge bases do not exist in
-/// this build, so a named one is always missing.
+/// `<project>.<kb>` or `<project>.*`: the project must exist, and a named knowledge base in it.
 fn check_knowledge_base(txn: &WriteTransaction, tenant: TenantId, entry: &str) -> Result<()> {
     let (project, kb) = split_entry(entry).ok_or_else(|| {
         Error::invalid(format!(
@@ -372,7 +380,15 @@ fn check_knowledge_base(txn: &WriteTransaction, tenant: TenantId, entry: &str) -
             "Project '{project}' in data.knowledge_bases does not exist"
         )));
     }
-    if kb == "*" {
+    let exists = kb == "*"
+        || crate::catalog::knowledge_bases::get(
+            &txn.open_table(crate::store::schema::KNOWLEDGE_BASES)?,
+            tenant,
+            &project,
+            &kb,
+        )?
+        .is_some();
+    if exists {
         Ok(())
     } else {
         Err(Error::invalid(format!(

@@ -1,5 +1,5 @@
 //! The catalog: the records of each kind of object the engine keeps (projects, tables, agents,
-//! views, datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
+//! views, knowledge bases, datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
 //! about one object (its name, its fields, its limits). Each module reads and writes only its
 //! own redb tables (listed in `store::schema`) and uses only the store and the foundation below
 //! it, plus `namespace` for the names every kind shares and `constraints` for what a table's
@@ -15,6 +15,7 @@ pub(crate) mod callbacks;
 pub(crate) mod constraints;
 pub(crate) mod datasources;
 pub(crate) mod indexes;
+pub(crate) mod knowledge_bases;
 pub(crate) mod minds;
 pub(crate) mod models;
 pub(crate) mod namespace;

@@ -6,13 +6,13 @@
 use redb::WriteTransaction;
 
 use crate::catalog::datasources::{self, Change, Datasource};
-use crate::catalog::{agents, minds, models, projects, tables, views};
+use crate::catalog::{agents, knowledge_bases, minds, models, projects, tables, views};
 use crate::error::{Error, Result};
-use crate::store::schema::{TABLES, VIEWS};
+use crate::store::schema::{KNOWLEDGE_BASES, PROJECTS, TABLES, VIEWS};
 use crate::tenant::TenantId;
 
 /// `DROP DATABASE` / `DROP PROJECT name`: a datasource goes with its record alone (nothing is
-/// stored under it); a project goes with its tables, views, agents and models. The default project and
+/// stored under it); a project goes with its tables, views, knowledge bases, agents and models. The default project and
 /// the built-in namespaces cannot be dropped; a missing name is an error unless `if_exists`.
 pub(crate) fn drop_database(
     txn: &WriteTransaction,
@@ -27,6 +27,7 @@ pub(crate) fn drop_database(
     if projects::remove(txn, tenant, name, if_exists, default_project)? {
         tables::drop_all(txn, tenant, name)?;
         views::drop_all(txn, tenant, name)?;
+        knowledge_bases::drop_all(txn, tenant, name)?;
         agents::drop_all(txn, tenant, name)?;
         models::drop_all(txn, tenant, name)?;
     }
@@ -46,13 +47,41 @@ pub(crate) fn create_view(
     views::create(txn, tenant, view, or_replace, if_not_exists)
 }
 
-/// Fails when `project` has a table called `name`.
+/// Stores a knowledge base (see [`knowledge_bases::create`]): its project must exist, and no
+/// table or view of the project may have its name.
+pub(crate) fn create_knowledge_base(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    kb: knowledge_bases::KnowledgeBase,
+    if_not_exists: bool,
+) -> Result<()> {
+    if projects::get(&txn.open_table(PROJECTS)?, tenant, &kb.project)?.is_none() {
+        return Err(Error::not_found(format!(
+            "Project '{}' not found",
+            kb.project
+        )));
+    }
+    let exists = knowledge_bases::get(
+        &txn.open_table(KNOWLEDGE_BASES)?,
+        tenant,
+        &kb.project,
+        &kb.name,
+    )?;
+    if exists.is_none() {
+        name_is_no_table(txn, tenant, &kb.project, &kb.name)?;
+        name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
+    }
+    knowledge_bases::create(txn, tenant, kb, if_not_exists)
+}
+
+/// Fails when `project` has a table or a knowledge base called `name`.
 fn name_is_no_table(
     txn: &WriteTransaction,
     tenant: TenantId,
     project: &str,
     name: &str,
 ) -> Result<()> {
+    name_is_no_knowledge_base(txn, tenant, project, name)?;
     if tables::get(&txn.open_table(TABLES)?, tenant, project, name)?.is_some() {
         return Err(Error::conflict(format!(
             "Table '{name}' already exists in database: {project}"
@@ -61,13 +90,29 @@ fn name_is_no_table(
     Ok(())
 }
 
-/// Fails when `project` has a view called `name` (a new table cannot take it).
+/// Fails when `project` has a knowledge base called `name`.
+fn name_is_no_knowledge_base(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<()> {
+    if knowledge_bases::get(&txn.open_table(KNOWLEDGE_BASES)?, tenant, project, name)?.is_some() {
+        return Err(Error::conflict(format!(
+            "Knowledge base '{name}' already exists in project: {project}"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails when `project` has a view or a knowledge base called `name` (a new table cannot take it).
 pub(crate) fn name_is_no_view(
     txn: &WriteTransaction,
     tenant: TenantId,
     project: &str,
     name: &str,
 ) -> Result<()> {
+    name_is_no_knowledge_base(txn, tenant, project, name)?;
     if views::get(&txn.open_table(VIEWS)?, tenant, project, name)?.is_some() {
         return Err(Error::conflict(format!(
             "View '{name}' already exists in database: {project}"

@@ -163,6 +163,7 @@ impl Engine {
         let guard = store.begin_write(store.try_lock_writes()?)?;
         tables::init(&guard.txn)?;
         crate::catalog::views::init(&guard.txn)?;
+        crate::catalog::knowledge_bases::init(&guard.txn)?;
         agents::init(&guard.txn)?;
         crate::catalog::datasources::init(&guard.txn)?;
         models::init(&guard.txn)?;

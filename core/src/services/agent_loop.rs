@@ -351,7 +351,14 @@ impl<'a> Asker<'a> {
                 .iter()
                 .map(|(n, t)| format!("{n} {t}"))
                 .collect();
-            prompt.push_str(&format!("\nTable {db}.{table} ({})\n", columns.join(", ")));
+            if shape.knowledge_base {
+                prompt.push_str(&format!(
+                    "\nKnowledge base {db}.{table} ({}): search it by meaning with SELECT chunk_content, metadata, relevance FROM {db}.{table} WHERE content = '<what to look for>' [AND <metadata conditions>] LIMIT <n>\n",
+                    columns.join(", ")
+                ));
+            } else {
+                prompt.push_str(&format!("\nTable {db}.{table} ({})\n", columns.join(", ")));
+            }
             if samples == 0 {
                 continue;
             }
@@ -377,15 +384,13 @@ impl<'a> Asker<'a> {
     }
 }
 
-/// The agent's `data.tables` as sandbox permissions.
+/// The agent's `data.tables` and `data.knowledge_bases` as sandbox permissions.
 fn allowed_tables(agent: &Agent) -> Allowed {
-    Allowed(
-        agent
-            .tables()
-            .iter()
-            .filter_map(|t| split_entry(t))
-            .collect(),
-    )
+    let grants = |entries: Vec<String>| entries.iter().filter_map(|t| split_entry(t)).collect();
+    Allowed {
+        tables: grants(agent.tables()),
+        knowledge_bases: grants(agent.knowledge_bases()),
+    }
 }
 
 fn sql_tool(row_limit: usize) -> Value {

@@ -17,7 +17,7 @@ use crate::egress::{self, HttpClient};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of a provider's error answer read at most (its message is shown shortened).
-const ERROR_BODY_CAP: usize = 16 * 1024;
+pub(crate) const ERROR_BODY_CAP: usize = 16 * 1024;
 
 /// Where and how to call one model.
 #[derive(Debug, Clone)]
@@ -82,6 +82,8 @@ impl Reply {
 pub(crate) struct Connector {
     pub(crate) client: HttpClient,
     pub(crate) default: LlmConfig,
+    /// The configured default embedding model (knowledge bases).
+    pub(crate) embedding: crate::config::EmbeddingConfig,
     /// Counts LLM models' calls against their users' plans before they are made.
     pub(crate) meter: crate::catalog::quotas::ModelCalls,
 }
@@ -206,7 +208,7 @@ pub(crate) async fn chat(
     }
 }
 
-fn capitalized(text: &str) -> String {
+pub(crate) fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect(),
@@ -214,7 +216,7 @@ fn capitalized(text: &str) -> String {
     }
 }
 
-fn upstream(message: String) -> Error {
+pub(crate) fn upstream(message: String) -> Error {
     Error::new(ErrorKind::Upstream, message)
 }
 
@@ -226,7 +228,7 @@ fn too_large(endpoint: &Endpoint) -> Error {
     ))
 }
 
-fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
+pub(crate) fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
     let reason = egress::http_reason(error);
     let kind = if reason.starts_with("refused by the egress policy") {
         ErrorKind::Forbidden
@@ -240,7 +242,7 @@ fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
 }
 
 /// Reads at most `cap` bytes of a body; the flag says whether that was all of it.
-async fn read_capped(
+pub(crate) async fn read_capped(
     mut response: reqwest::Response,
     cap: usize,
     shown: &str,
@@ -259,7 +261,7 @@ async fn read_capped(
 
 /// The provider's own words from an error body, shortened: OpenAI's `{"error": {"message":
 /// …}}`, or the start of whatever else it sent.
-fn provider_message(body: &str) -> String {
+pub(crate) fn provider_message(body: &str) -> String {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|v| {
         v.pointer("/error/message")

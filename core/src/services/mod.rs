@@ -3,6 +3,8 @@
 //!
 //! - `sql`: parsing, MindsDB's statements, planning onto DataFusion, the wire formats;
 //! - `llm`: the OpenAI-compatible chat client every LLM call goes through;
+//! - `embeddings`: the OpenAI-compatible `/embeddings` client knowledge bases embed through;
+//! - `chunking`: splitting documents into overlapping chunks at natural boundaries;
 //! - `agent_loop`: an agent answering a question with SQL as its tool;
 //! - `chat`: a mind's OpenAI-style chat completions and responses;
 //! - `ml`: training (the built-in trainer and its background worker) and predictions;
@@ -12,8 +14,10 @@
 
 pub(crate) mod agent_loop;
 pub(crate) mod chat;
+pub(crate) mod chunking;
 pub(crate) mod connectors;
 pub(crate) mod delivery;
+pub(crate) mod embeddings;
 pub(crate) mod files;
 pub(crate) mod llm;
 pub(crate) mod ml;

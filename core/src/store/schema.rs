@@ -36,6 +36,10 @@ pub(crate) const INDEX_ENTRIES: TableDefinition<(u64, &[u8], u64, u32), ()> =
 
 /// `views` (views): (tenant, project, name) → view record (its query as SQL text).
 pub(crate) const VIEWS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("views");
+/// `knowledge_bases` (knowledge_bases): (tenant, project, lower-cased name) → knowledge base
+/// record; its chunks are a stored table of the database `{project}/kb`.
+pub(crate) const KNOWLEDGE_BASES: TableDefinition<(u64, &str, &str), &str> =
+    TableDefinition::new("knowledge_bases");
 
 /// `agents` (agents): (tenant, project, name) → agent record.
 pub(crate) const AGENTS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("agents");

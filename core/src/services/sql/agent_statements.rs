@@ -87,9 +87,19 @@ pub(crate) fn end_at(words: &[&Token], k: usize) -> Result<()> {
 
 /// `[project.]name` at `k`; returns the parts and the position after them.
 fn agent_name(words: &[&Token], k: usize) -> Result<(Option<String>, String, usize)> {
-    let first = word(words, k, "an agent name")?;
+    qualified_name(words, k, "an agent name")
+}
+
+/// `[project.]name` at `k`, `what` naming the object in errors; returns the parts and the
+/// position after them.
+pub(crate) fn qualified_name(
+    words: &[&Token],
+    k: usize,
+    what: &str,
+) -> Result<(Option<String>, String, usize)> {
+    let first = word(words, k, what)?;
     if words.get(k + 1) == Some(&&Token::Period) {
-        let name = word(words, k + 2, "an agent name after the project")?;
+        let name = word(words, k + 2, &format!("{what} after the project"))?;
         Ok((Some(first.to_ascii_lowercase()), name, k + 3))
     } else {
         Ok((None, first, k + 1))

@@ -193,7 +193,7 @@ impl WriteJob {
     }
 
     /// Pulls every batch of `plan` through `sink`, inside this blocking thread.
-    fn drain(
+    pub(crate) fn drain(
         &self,
         handle: &Handle,
         plan: &LogicalPlan,

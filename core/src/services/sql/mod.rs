@@ -14,6 +14,8 @@ mod constraints;
 mod dml;
 pub mod encode;
 mod index_scan;
+mod kb_statements;
+mod knowledge_base;
 mod load;
 mod model_statements;
 mod models;
@@ -112,6 +114,7 @@ impl SqlRunner {
         let connector = crate::services::llm::Connector {
             client: client.clone(),
             default: config.llm.clone(),
+            embedding: config.embedding.clone(),
             meter: crate::catalog::quotas::ModelCalls::new(&store, &config.hosted),
         };
         Ok(SqlRunner {
@@ -141,6 +144,7 @@ impl SqlRunner {
         crate::services::llm::Connector {
             client: self.client.clone(),
             default: self.config.llm.clone(),
+            embedding: self.config.embedding.clone(),
             meter: crate::catalog::quotas::ModelCalls::new(&self.store, &self.config.hosted),
         }
     }
@@ -509,6 +513,12 @@ impl SqlRunner {
                     ("PARAMS", column(3)),
                 ])
             }
+            command @ (Command::CreateKnowledgeBase { .. }
+            | Command::DropKnowledgeBase { .. }
+            | Command::ShowKnowledgeBases { .. }
+            | Command::DescribeKnowledgeBase { .. }) => {
+                self.knowledge_base_command(tenant, context, command).await
+            }
             Command::CreateModel(statement) => self.create_model(tenant, context, statement).await,
             Command::RetrainModel {
                 project,
@@ -666,6 +676,14 @@ impl SqlRunner {
             }
             _ => {}
         }
+        if let Statement::Insert(insert) = &statement {
+            if let Some(kb) = self.insert_target(tenant, context, insert)? {
+                let insert = insert.clone();
+                return self
+                    .insert_into_knowledge_base(tenant, context, kb, insert, pessimistic)
+                    .await;
+            }
+        }
         let mut hints = names::hints(&statement);
         names::distinct_output_names(&mut statement, &mut hints);
         parse::without_unary_plus(&mut statement);
@@ -725,6 +743,15 @@ impl SqlRunner {
         let db = context.db.clone();
         let job = |state| self.job(tenant, &db, snapshot, state, held);
         let staged = match plan {
+            LogicalPlan::Dml(statement)
+                if local_write && knowledge_base::target(&statement).is_some() =>
+            {
+                let (kb, ids) = knowledge_base::deleted_ids(statement)?;
+                job(state)
+                    .run(move |job, handle| knowledge_base::delete(job, handle, kb, ids))
+                    .await?
+                    .map(Some)
+            }
             LogicalPlan::Dml(statement) if local_write => job(state)
                 .run(move |job, handle| dml::run_dml(job, handle, statement, conflict))
                 .await?
@@ -973,7 +1000,7 @@ impl SqlRunner {
 }
 
 /// A one-batch table of text columns (SHOW results).
-fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
+pub(crate) fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Outcome> {
     let schema = Arc::new(Schema::new(
         columns
             .iter()

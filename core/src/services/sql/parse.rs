@@ -72,6 +72,26 @@ pub(crate) enum Command {
     },
     /// `SHOW AGENTS [FROM p]`.
     ShowAgents { project: Option<String> },
+    /// `CREATE KNOWLEDGE_BASE [IF NOT EXISTS] [p.]kb [USING …]`: the USING pairs in order.
+    CreateKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        if_not_exists: bool,
+        using: Vec<(String, serde_json::Value)>,
+    },
+    /// `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`.
+    DropKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW KNOWLEDGE_BASES [FROM p]`.
+    ShowKnowledgeBases { project: Option<String> },
+    /// `DESCRIBE KNOWLEDGE_BASE [p.]kb`.
+    DescribeKnowledgeBase {
+        project: Option<String>,
+        name: String,
+    },
     /// `CREATE MODEL|PREDICTOR`.
     CreateModel(CreateModel),
     /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version (the built-in
@@ -141,6 +161,10 @@ pub(crate) fn parse(
             .filter(|t| !is_space(t))
             .collect();
         if words.is_empty() {
+            continue;
+        }
+        if let Some(command) = super::kb_statements::kb_command(&words)? {
+            commands.push(command);
             continue;
         }
         if let Some(command) = super::agent_statements::agent_command(&words)? {

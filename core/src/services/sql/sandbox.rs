@@ -17,27 +17,50 @@ use super::{encode, names, order, SqlRunner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
 
-/// The tables an agent may read: `(db, table)` pairs, the database in lower case, the table as
-/// its entry named it (see `agents::split_entry`), `*` for every table of `db`.
+/// What an agent may read: `(db, name)` pairs, the database in lower case, the name as its
+/// entry named it (see `agents::split_entry`), `*` for every one of `db`. Tables and
+/// knowledge bases are granted apart: `data.tables = ["p.*"]` reaches no knowledge base.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Allowed(pub(crate) Vec<(String, String)>);
+pub(crate) struct Allowed {
+    pub(crate) tables: Vec<(String, String)>,
+    pub(crate) knowledge_bases: Vec<(String, String)>,
+}
 
 impl Allowed {
     /// Whether `db.table` may be read. `exact` compares table names as they are written (a
     /// datasource's, whose server tells `orders` from `Orders`); otherwise case is ignored, as
     /// for tables stored here.
     fn permits(&self, db: &str, table: &str, exact: bool) -> bool {
-        let db = db.to_ascii_lowercase();
-        self.0.iter().any(|(d, t)| {
-            *d == db
-                && (t == "*"
-                    || if exact {
-                        t == table
-                    } else {
-                        t.eq_ignore_ascii_case(table)
-                    })
-        })
+        granted(&self.tables, db, table, exact)
     }
+
+    /// Whether the knowledge base `db.kb` may be searched.
+    fn permits_knowledge_base(&self, db: &str, kb: &str) -> bool {
+        granted(&self.knowledge_bases, db, kb, false)
+    }
+
+    /// The databases of every grant.
+    fn databases(&self) -> Vec<String> {
+        let mut dbs: Vec<String> = (self.tables.iter().chain(&self.knowledge_bases))
+            .map(|(db, _)| db.clone())
+            .collect();
+        dbs.sort();
+        dbs.dedup();
+        dbs
+    }
+}
+
+fn granted(grants: &[(String, String)], db: &str, table: &str, exact: bool) -> bool {
+    let db = db.to_ascii_lowercase();
+    grants.iter().any(|(d, t)| {
+        *d == db
+            && (t == "*"
+                || if exact {
+                    t == table
+                } else {
+                    t.eq_ignore_ascii_case(table)
+                })
+    })
 }
 
 /// A table an agent may read, as its system prompt describes it.
@@ -47,6 +70,8 @@ pub(crate) struct TableShape {
     pub(crate) table: String,
     /// (name, SQL type) per column.
     pub(crate) columns: Vec<(String, String)>,
+    /// A knowledge base, searched with `WHERE content = '…'`.
+    pub(crate) knowledge_base: bool,
 }
 
 /// A planned read-only query: its columns and the stream of its rows.
@@ -81,10 +106,7 @@ impl SqlRunner {
         allowed: &Allowed,
     ) -> Result<Vec<TableShape>> {
         let mut out = Vec::new();
-        let mut dbs: Vec<String> = allowed.0.iter().map(|(db, _)| db.clone()).collect();
-        dbs.sort();
-        dbs.dedup();
-        for db in dbs {
+        for db in allowed.databases() {
             let namespace = Snapshot::new(Arc::clone(&self.store), tenant)?.namespace(&db)?;
             // Stored tables live in projects and, uploaded, in `files`; a datasource's are
             // asked for (the snapshot is not held across the network).
@@ -114,6 +136,7 @@ impl SqlRunner {
                                     )
                                 })
                                 .collect(),
+                            knowledge_base: false,
                         });
                     }
                     continue;
@@ -140,6 +163,31 @@ impl SqlRunner {
                     db: holder.clone(),
                     table: table.name,
                     columns,
+                    knowledge_base: false,
+                });
+            }
+            for kb in snapshot.knowledge_bases(&holder)? {
+                if !allowed.permits_knowledge_base(&db, &kb.name) {
+                    continue;
+                }
+                let name = kb.name.clone();
+                let table =
+                    super::knowledge_base::KnowledgeBaseTable::new(Arc::clone(&snapshot), kb)?;
+                let columns = datafusion::catalog::TableProvider::schema(&table)
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        (
+                            f.name().clone(),
+                            crate::catalog::tables::sql_type_name(f.data_type()),
+                        )
+                    })
+                    .collect();
+                out.push(TableShape {
+                    db: holder.clone(),
+                    table: name,
+                    columns,
+                    knowledge_base: true,
                 });
             }
         }
@@ -178,13 +226,15 @@ impl SqlRunner {
         row_limit: usize,
     ) -> Result<ToolRows> {
         // Tables of datasources are named as their servers name them: case counts.
-        let remote: std::collections::HashSet<String> = {
-            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-            snapshot
-                .datasources()?
-                .into_iter()
-                .map(|source| source.name.to_ascii_lowercase())
-                .collect()
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let remote: std::collections::HashSet<String> = snapshot
+            .datasources()?
+            .into_iter()
+            .map(|source| source.name.to_ascii_lowercase())
+            .collect();
+        let is_knowledge_base = |schema: &str, name: &str| {
+            matches!(snapshot.namespace(schema), Ok(Some(Namespace::Project(_))))
+                && matches!(snapshot.knowledge_base(schema, name), Ok(Some(_)))
         };
         let exact = |schema: &str| remote.contains(&schema.to_ascii_lowercase());
         let mut query = self
@@ -194,6 +244,14 @@ impl SqlRunner {
                     Err(refused(format!(
                         "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
                     )))
+                }
+                Some((schema, name)) if is_knowledge_base(schema, name) => {
+                    match allowed.permits_knowledge_base(schema, name) {
+                        true => Ok(()),
+                        false => Err(refused(format!(
+                            "'{schema}.{name}' is not one of this agent's knowledge bases"
+                        ))),
+                    }
                 }
                 Some((schema, table)) if allowed.permits(schema, table, exact(schema)) => Ok(()),
                 Some((schema, table)) => Err(refused(format!(
@@ -290,7 +348,10 @@ mod tests {
     use crate::catalog::agents::split_entry;
 
     fn allowed(entries: &[&str]) -> Allowed {
-        Allowed(entries.iter().filter_map(|e| split_entry(e)).collect())
+        Allowed {
+            tables: entries.iter().filter_map(|e| split_entry(e)).collect(),
+            knowledge_bases: Vec::new(),
+        }
     }
 
     #[test]

@@ -23,10 +23,12 @@ use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::index_scan;
+use super::knowledge_base::KnowledgeBaseTable;
 use super::predict::{ModelTable, PredictModel};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::datasources::{self, Datasource};
 use crate::catalog::indexes;
+use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::catalog::models::{self, ModelVersion};
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES, SYSTEM_DB};
 use crate::catalog::projects::{self, Project};
@@ -35,8 +37,8 @@ use crate::catalog::views::{self, View};
 use crate::error::{Error, Result};
 use crate::services::connectors::table::NATIVE;
 use crate::store::schema::{
-    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, INDEX_ENTRIES, MODELS, PROJECTS, TABLES,
-    TABLE_SCHEMAS, VIEWS,
+    AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, INDEX_ENTRIES, KNOWLEDGE_BASES, MODELS, PROJECTS,
+    TABLES, TABLE_SCHEMAS, VIEWS,
 };
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -152,6 +154,25 @@ impl Snapshot {
     /// One view by project and name.
     pub(crate) fn view(&self, project: &str, name: &str) -> Result<Option<View>> {
         views::get(&self.txn.open_table(VIEWS)?, self.tenant, project, name)
+    }
+
+    /// The knowledge bases of a project, by name.
+    pub(crate) fn knowledge_bases(&self, project: &str) -> Result<Vec<KnowledgeBase>> {
+        knowledge_bases::list(&self.txn.open_table(KNOWLEDGE_BASES)?, self.tenant, project)
+    }
+
+    /// One knowledge base by project and name.
+    pub(crate) fn knowledge_base(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<KnowledgeBase>> {
+        knowledge_bases::get(
+            &self.txn.open_table(KNOWLEDGE_BASES)?,
+            self.tenant,
+            project,
+            name,
+        )
     }
 
     /// The agents of one project, or of all when `project` is `None`.
@@ -424,6 +445,10 @@ impl SchemaProvider for ProjectSchema {
             if let Some(view) = self.snapshot.view(&self.project, name)? {
                 return Ok(Some(self.view_table(view).await?));
             }
+            if let Some(kb) = self.snapshot.knowledge_base(&self.project, name)? {
+                let table = KnowledgeBaseTable::new(Arc::clone(&self.snapshot), kb)?;
+                return Ok(Some(Arc::new(table)));
+            }
             if !self.models {
                 return Ok(None);
             }
@@ -476,6 +501,10 @@ impl SchemaProvider for ProjectSchema {
         (self.models && name.eq_ignore_ascii_case(MODELS_TABLE))
             || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
             || matches!(self.snapshot.view(&self.project, name), Ok(Some(_)))
+            || matches!(
+                self.snapshot.knowledge_base(&self.project, name),
+                Ok(Some(_))
+            )
     }
 }
 

@@ -1,0 +1,157 @@
+//! Splitting a document into overlapping chunks for embedding, as MindsDB's `text_chunking`
+//! preprocessing does: chunks of at most `chunk_size` characters that end at the last
+//! paragraph break, else line break, else sentence end, else space in their second half (a
+//! hard cut only where the text has none), each starting `chunk_overlap` characters before the
+//! previous one ended, at a word start. Positions are in characters, as MindsDB's chunk ids
+//! (`{id}:{column}:{n}of{total}:{start}to{end}`) give them.
+
+/// One chunk: its text and its character range in the document.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Chunk<'a> {
+    pub(crate) text: &'a str,
+    /// First character.
+    pub(crate) start: usize,
+    /// One past the last character.
+    pub(crate) end: usize,
+}
+
+/// Where a chunk may end, best first: after a paragraph break, a line break, a sentence, a word.
+const BREAKS: [&str; 5] = ["\n\n", "\n", ". ", "? ", " "];
+
+/// The chunks of `text`; none when it is blank. `size` is at least 1; `overlap` below `size`.
+pub(crate) fn chunks(text: &str, size: usize, overlap: usize) -> Vec<Chunk<'_>> {
+    let size = size.max(1);
+    let overlap = overlap.min(size - 1);
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    // Byte offset of each character, and of the end.
+    let offsets: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(text.len()))
+        .collect();
+    let n = offsets.len() - 1;
+    let slice = |start: usize, end: usize| &text[offsets[start]..offsets[end]];
+    let mut out = Vec::new();
+    let mut start = 0;
+    loop {
+        let limit = (start + size).min(n);
+        let end = if limit == n {
+            n
+        } else {
+            best_break(slice(start, limit), start, &offsets, size).unwrap_or(limit)
+        };
+        out.push(Chunk {
+            text: slice(start, end),
+            start,
+            end,
+        });
+        if end == n {
+            return out;
+        }
+        start = next_start(text, &offsets, start, end, overlap);
+    }
+}
+
+/// The character after the best break in `window` (which starts at character `start`), if
+/// one lies in its second half.
+fn best_break(window: &str, start: usize, offsets: &[usize], size: usize) -> Option<usize> {
+    let base = offsets[start];
+    for separator in BREAKS {
+        if let Some(at) = window.rfind(separator) {
+            let byte = base + at + separator.len();
+            let character = offsets.partition_point(|&o| o < byte);
+            if character - start > size / 2 {
+                return Some(character);
+            }
+        }
+    }
+    None
+}
+
+/// Where the chunk after `start..end` begins: `overlap` characters before `end`, moved on to
+/// the next word start; always after `start`, so every chunk makes progress.
+fn next_start(text: &str, offsets: &[usize], start: usize, end: usize, overlap: usize) -> usize {
+    let mut next = end.saturating_sub(overlap).max(start + 1);
+    if next < end && overlap > 0 {
+        // Skip the rest of a word cut in half, then the spaces after it.
+        let at_word_start = |i: usize| {
+            let before = text[..offsets[i]].chars().next_back();
+            let here = text[offsets[i]..].chars().next();
+            matches!((before, here), (Some(b), Some(h)) if b.is_whitespace() && !h.is_whitespace())
+        };
+        let mut i = next;
+        while i < end && !at_word_start(i) {
+            i += 1;
+        }
+        if i < end {
+            next = i;
+        }
+    }
+    // Leading whitespace of a chunk is dropped.
+    while next < end && text[offsets[next]..].starts_with(char::is_whitespace) {
+        next += 1;
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(text: &str, size: usize, overlap: usize) -> Vec<String> {
+        chunks(text, size, overlap)
+            .into_iter()
+            .map(|c| c.text.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_short_document_is_one_chunk_and_a_blank_one_none() {
+        assert_eq!(texts("Hello world.", 100, 10), vec!["Hello world."]);
+        assert!(chunks("  \n ", 100, 10).is_empty());
+    }
+
+    #[test]
+    fn chunks_end_at_paragraphs_then_sentences_then_words() {
+        let text = "First paragraph here.\n\nSecond one is a bit longer. It has two sentences.";
+        let got = chunks(text, 40, 0);
+        assert_eq!(got[0].text, "First paragraph here.\n\n");
+        assert!(got[1].text.starts_with("Second one is a bit longer. "));
+        let words = texts("alpha beta gamma delta epsilon zeta", 12, 0);
+        assert_eq!(words, vec!["alpha beta ", "gamma delta ", "epsilon zeta"]);
+    }
+
+    #[test]
+    fn overlap_starts_at_a_word_and_every_character_is_covered() {
+        let text = "one two three four five six seven eight nine ten eleven twelve";
+        let got = chunks(text, 20, 8);
+        assert!(got.len() > 3);
+        for pair in got.windows(2) {
+            assert!(pair[1].start < pair[0].end, "overlapping: {pair:?}");
+            assert!(pair[1].start > pair[0].start);
+            let first = pair[1].text.chars().next().unwrap();
+            assert!(first.is_alphanumeric(), "{pair:?}");
+        }
+        assert_eq!(got.last().unwrap().end, text.chars().count());
+    }
+
+    #[test]
+    fn positions_count_characters_and_a_text_without_breaks_is_cut_hard() {
+        let text = "ééééééééééé"; // 11 two-byte characters
+        let got = chunks(text, 4, 1);
+        assert_eq!(
+            got[0],
+            Chunk {
+                text: "éééé",
+                start: 0,
+                end: 4
+            }
+        );
+        assert_eq!(got[1].start, 3);
+        assert_eq!(got.last().unwrap().end, 11);
+        // An overlap as large as the size still makes progress.
+        assert!(chunks("abcdefghij", 3, 5).len() >= 4);
+    }
+}

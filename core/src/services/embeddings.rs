@@ -1,0 +1,281 @@
+//! OpenAI's `/embeddings` wire protocol over reqwest, as OpenAI, Ollama, vLLM and llama.cpp
+//! servers speak it: texts go out in batches of `embedding.batch_size`, vectors come back in
+//! the order of the texts. As for chat calls, every request has a deadline, goes through the
+//! egress policy and reads at most `embedding.max_reply_kb`; a reply with the wrong number of
+//! vectors, vectors of differing or excessive dimension, or non-finite numbers is refused,
+//! never stored. Vectors are returned L2-normalised, so cosine distance is one minus a dot
+//! product.
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::llm::{capitalized, provider_message, read_capped, unreachable, upstream};
+use crate::config::EmbeddingConfig;
+use crate::egress::HttpClient;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Where and how to call one embedding model.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// Base URL up to and including `/v1`; `/embeddings` is appended.
+    pub(crate) base_url: String,
+    /// Sent as `Authorization: Bearer …` when not empty.
+    pub(crate) api_key: String,
+    pub(crate) model: String,
+    /// Deadline of one request, from connecting to the last byte.
+    pub(crate) timeout: Duration,
+    /// Texts per request.
+    pub(crate) batch_size: usize,
+    /// Most bytes of a reply read.
+    pub(crate) max_reply_bytes: usize,
+    /// Most dimensions a vector may have.
+    pub(crate) max_dimensions: usize,
+    /// How messages name the endpoint (the operator's URL is not shown to tenants).
+    pub(crate) shown: String,
+}
+
+/// The endpoint `settings` name (`model_name`, `base_url`, `api_key`, `batch_size`), the
+/// configured default for the rest. The configured API key goes only to the configured
+/// endpoint, never to one the settings name.
+pub(crate) fn endpoint(settings: &Map<String, Value>, default: &EmbeddingConfig) -> Endpoint {
+    let text = |key: &str| {
+        settings
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let base_url = text("base_url").unwrap_or(&default.base_url).to_string();
+    let configured = base_url == default.base_url;
+    let api_key = match text("api_key") {
+        Some(key) => key.to_string(),
+        None if configured => default.api_key.clone(),
+        None => String::new(),
+    };
+    let shown = if configured {
+        "the configured embedding provider".to_string()
+    } else {
+        format!(
+            "the embedding provider at {}",
+            base_url.trim_end_matches('/')
+        )
+    };
+    let batch_size = settings
+        .get("batch_size")
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(default.batch_size)
+        .clamp(1, default.batch_size.max(1));
+    Endpoint {
+        base_url,
+        api_key,
+        model: text("model_name")
+            .unwrap_or(&default.model_name)
+            .to_string(),
+        timeout: Duration::from_secs(default.timeout_secs.max(1)),
+        batch_size,
+        max_reply_bytes: usize::try_from(default.max_reply_kb.saturating_mul(1024))
+            .unwrap_or(usize::MAX),
+        max_dimensions: default.max_dimensions.max(1),
+        shown,
+    }
+}
+
+/// The normalised vector of each text, in order, asked for in batches.
+pub(crate) async fn embed(
+    client: &HttpClient,
+    endpoint: &Endpoint,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>> {
+    let mut vectors = Vec::with_capacity(texts.len());
+    for batch in texts.chunks(endpoint.batch_size.max(1)) {
+        let got = embed_batch(client, endpoint, batch).await?;
+        if let (Some(first), Some(new)) = (vectors.first().map(Vec::len), got.first()) {
+            if new.len() != first {
+                return Err(upstream(format!(
+                    "{} sent vectors of {} and of {first} dimensions for one request",
+                    capitalized(&endpoint.shown),
+                    new.len()
+                )));
+            }
+        }
+        vectors.extend(got);
+    }
+    Ok(vectors)
+}
+
+async fn embed_batch(
+    client: &HttpClient,
+    endpoint: &Endpoint,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>> {
+    let url = format!("{}/embeddings", endpoint.base_url.trim_end_matches('/'));
+    let shown = &endpoint.shown;
+    let body = json!({"model": endpoint.model, "input": texts, "encoding_format": "float"});
+    let call = async {
+        let mut request = client.post(&url).map_err(|refused| {
+            Error::new(
+                ErrorKind::Forbidden,
+                format!("Calling {shown} was {refused}"),
+            )
+        })?;
+        request = request.json(&body);
+        if !endpoint.api_key.is_empty() {
+            request = request.bearer_auth(&endpoint.api_key);
+        }
+        let response = request.send().await.map_err(|e| unreachable(shown, &e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = read_capped(response, super::llm::ERROR_BODY_CAP, shown)
+                .await
+                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+                .unwrap_or_default();
+            return Err(upstream(format!(
+                "{} answered {status}: {}",
+                capitalized(shown),
+                provider_message(&text)
+            )));
+        }
+        let (bytes, complete) = read_capped(response, endpoint.max_reply_bytes, shown).await?;
+        if !complete {
+            return Err(upstream(format!(
+                "{} sent a reply larger than {} KiB (embedding.max_reply_kb); it was not read",
+                capitalized(shown),
+                endpoint.max_reply_bytes / 1024
+            )));
+        }
+        parse_vectors(&bytes, texts.len(), endpoint)
+    };
+    match tokio::time::timeout(endpoint.timeout, call).await {
+        Ok(vectors) => vectors,
+        Err(_) => Err(upstream(format!(
+            "{} did not answer within {} s",
+            capitalized(shown),
+            endpoint.timeout.as_secs_f64()
+        ))),
+    }
+}
+
+/// `{"data": [{"index": i, "embedding": [..]}, …]}` back into one normalised vector per text.
+fn parse_vectors(bytes: &[u8], expected: usize, endpoint: &Endpoint) -> Result<Vec<Vec<f32>>> {
+    let shown = capitalized(&endpoint.shown);
+    let bad = |what: &str| upstream(format!("{shown} sent an invalid embeddings reply: {what}"));
+    let reply: Value = serde_json::from_slice(bytes).map_err(|_| bad("not JSON"))?;
+    let data = reply
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("no 'data' list"))?;
+    if data.len() != expected {
+        return Err(bad(&format!("{} vectors for {expected} texts", data.len())));
+    }
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; expected];
+    for (position, item) in data.iter().enumerate() {
+        let index = match item.get("index") {
+            Some(index) => index
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| *i < expected)
+                .ok_or_else(|| bad("an 'index' out of range"))?,
+            None => position,
+        };
+        let numbers = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("an item without an 'embedding' list"))?;
+        if numbers.is_empty() || numbers.len() > endpoint.max_dimensions {
+            return Err(bad(&format!(
+                "a vector of {} dimensions (at most {}, embedding.max_dimensions)",
+                numbers.len(),
+                endpoint.max_dimensions
+            )));
+        }
+        let mut vector = Vec::with_capacity(numbers.len());
+        for number in numbers {
+            let x = number
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| bad("a vector element that is not a finite number"))?;
+            vector.push(x as f32);
+        }
+        normalise(&mut vector);
+        if vectors[index].replace(vector).is_some() {
+            return Err(bad("two vectors for one text"));
+        }
+    }
+    let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+    if let Some(first) = vectors.first() {
+        if vectors.iter().any(|v| v.len() != first.len()) {
+            return Err(bad("vectors of differing dimensions"));
+        }
+    }
+    Ok(vectors)
+}
+
+/// Scales `vector` to length one (a zero vector stays zero: it is at distance one from all).
+pub(crate) fn normalise(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint_of(max_dimensions: usize) -> Endpoint {
+        let config = EmbeddingConfig {
+            max_dimensions,
+            ..EmbeddingConfig::default()
+        };
+        endpoint(&Map::new(), &config)
+    }
+
+    #[test]
+    fn vectors_come_back_in_text_order_and_normalised() {
+        let reply =
+            br#"{"data": [{"index": 1, "embedding": [0, 2]}, {"index": 0, "embedding": [3, 4]}]}"#;
+        let vectors = parse_vectors(reply, 2, &endpoint_of(8)).unwrap();
+        assert_eq!(vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        let e = endpoint_of(2);
+        for (reply, expected, says) in [
+            (&br#"{"data": []}"#[..], 1, "0 vectors for 1 texts"),
+            (
+                br#"{"data": [{"embedding": [1, 2, 3]}]}"#,
+                1,
+                "3 dimensions",
+            ),
+            (
+                br#"{"data": [{"index": 5, "embedding": [1]}]}"#,
+                1,
+                "out of range",
+            ),
+            (
+                br#"{"data": [{"embedding": [1]}, {"embedding": [1, 2]}]}"#,
+                2,
+                "differing",
+            ),
+            (br#"{"data": [{"embedding": ["x"]}]}"#, 1, "finite number"),
+            (br#"[1]"#, 1, "no 'data'"),
+        ] {
+            let error = parse_vectors(reply, expected, &e).unwrap_err();
+            assert!(error.message().contains(says), "{}", error.message());
+        }
+    }
+
+    #[test]
+    fn the_configured_key_goes_only_to_the_configured_endpoint() {
+        let config = EmbeddingConfig {
+            api_key: "sk-operator".into(),
+            ..EmbeddingConfig::default()
+        };
+        let mut settings = Map::new();
+        assert_eq!(endpoint(&settings, &config).api_key, "sk-operator");
+        settings.insert("base_url".into(), json!("http://127.0.0.1:9/v1"));
+        assert_eq!(endpoint(&settings, &config).api_key, "");
+    }
+}

@@ -1,0 +1,278 @@
+//! MindsDB's knowledge base statements, read on tokens: `CREATE KNOWLEDGE_BASE [IF NOT EXISTS]
+//! [p.]kb [USING …]`, `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`, `SHOW KNOWLEDGE_BASES [FROM p]`,
+//! `DESCRIBE KNOWLEDGE_BASE [p.]kb`. `USING` takes the same `key = value` pairs as agents
+//! (see `agent_statements`). Inserting, deleting and searching are ordinary SQL on the
+//! knowledge base's name; this module runs the statements and INSERT INTO a knowledge base
+//! (see `knowledge_base` for the search and the writes themselves).
+
+use std::sync::Arc;
+
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::sql::sqlparser::ast::{Insert, ObjectName, Statement, TableObject};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::Token;
+
+use super::agent_statements::{end_at, qualified_name, using_pairs, word};
+use super::dml::Staged;
+use super::knowledge_base;
+use super::parse::{if_exists_at, keyword, Command};
+use super::snapshot::{Namespace, Snapshot};
+use super::{text_table, Outcome, ResultContext, SqlRunner};
+use crate::catalog::knowledge_bases::{self, KnowledgeBase};
+use crate::error::{Error, Result};
+use crate::tenant::TenantId;
+
+const WHAT: &str = "a knowledge base name";
+
+/// Recognises a knowledge base statement; `None` when `words` is something else.
+pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
+    let is = |k: usize, text: &str| matches!(words.get(k), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text));
+    let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
+    match kw(0) {
+        Some(Keyword::CREATE) if is(1, "KNOWLEDGE_BASE") => {
+            let (if_not_exists, k) = if_exists_at(words, 2, true);
+            let (project, name, k) = qualified_name(words, k, WHAT)?;
+            let using = using_pairs(words, k, "the knowledge base name")?;
+            Ok(Some(Command::CreateKnowledgeBase {
+                project,
+                name,
+                if_not_exists,
+                using,
+            }))
+        }
+        Some(Keyword::DROP) if is(1, "KNOWLEDGE_BASE") => {
+            let (if_exists, k) = if_exists_at(words, 2, false);
+            let (project, name, k) = qualified_name(words, k, WHAT)?;
+            end_at(words, k)?;
+            Ok(Some(Command::DropKnowledgeBase {
+                project,
+                name,
+                if_exists,
+            }))
+        }
+        Some(Keyword::DESCRIBE | Keyword::DESC) if is(1, "KNOWLEDGE_BASE") => {
+            let (project, name, k) = qualified_name(words, 2, WHAT)?;
+            end_at(words, k)?;
+            Ok(Some(Command::DescribeKnowledgeBase { project, name }))
+        }
+        Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => {
+            let project = if matches!(kw(2), Some(Keyword::FROM | Keyword::IN)) {
+                let project = word(words, 3, "a project name")?;
+                end_at(words, 4)?;
+                Some(project.to_ascii_lowercase())
+            } else {
+                end_at(words, 2)?;
+                None
+            };
+            Ok(Some(Command::ShowKnowledgeBases { project }))
+        }
+        _ => Ok(None),
+    }
+}
+
+impl SqlRunner {
+    /// Runs CREATE, DROP, SHOW and DESCRIBE of knowledge bases.
+    pub(super) async fn knowledge_base_command(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        command: Command,
+    ) -> Result<Outcome> {
+        let project_or_current =
+            |project: Option<String>| project.unwrap_or_else(|| context.db.clone());
+        match command {
+            Command::CreateKnowledgeBase {
+                project,
+                name,
+                if_not_exists,
+                using,
+            } => {
+                let project = project_or_current(project);
+                let kb = KnowledgeBase::from_using(&project, &name, using, &self.config.embedding)?;
+                self.store
+                    .write(move |txn| {
+                        crate::catalog::rules::create_knowledge_base(txn, tenant, kb, if_not_exists)
+                    })
+                    .await?;
+                Ok(Outcome::Ok {
+                    affected_rows: None,
+                })
+            }
+            Command::DropKnowledgeBase {
+                project,
+                name,
+                if_exists,
+            } => {
+                let project = project_or_current(project);
+                self.store
+                    .write(move |txn| {
+                        knowledge_bases::drop_kb(txn, tenant, &project, &name, if_exists)
+                    })
+                    .await?;
+                Ok(Outcome::Ok {
+                    affected_rows: None,
+                })
+            }
+            Command::ShowKnowledgeBases { project } => {
+                let project = project_or_current(project);
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if !matches!(snapshot.namespace(&project)?, Some(Namespace::Project(_))) {
+                    return Err(Error::not_found(format!("Project '{project}' not found")));
+                }
+                knowledge_base_rows(&snapshot.knowledge_bases(&project)?)
+            }
+            Command::DescribeKnowledgeBase { project, name } => {
+                let project = project_or_current(project);
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let kb = snapshot.knowledge_base(&project, &name)?.ok_or_else(|| {
+                    Error::not_found(format!(
+                        "Knowledge base '{name}' not found in project: {project}"
+                    ))
+                })?;
+                knowledge_base_rows(&[kb])
+            }
+            _ => Err(Error::internal("not a knowledge base statement")),
+        }
+    }
+
+    /// The knowledge base an INSERT writes into, if it names one.
+    pub(super) fn insert_target(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        insert: &Insert,
+    ) -> Result<Option<KnowledgeBase>> {
+        let TableObject::TableName(name) = &insert.table else {
+            return Ok(None);
+        };
+        let Some((db, object)) = db_and_object(name, &context.db) else {
+            return Ok(None);
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        match snapshot.namespace(&db)? {
+            Some(Namespace::Project(project)) => snapshot.knowledge_base(&project.name, &object),
+            _ => Ok(None),
+        }
+    }
+
+    /// `INSERT INTO kb [(columns)] VALUES … | SELECT …`: the rows, named as the insert names
+    /// them (else as the query does), chunked, embedded and stored, replacing the documents
+    /// of the same ids. The rows are read and embedded before the writer lock is taken;
+    /// `pessimistic` takes it first (when another write changed the knowledge base meanwhile).
+    pub(super) async fn insert_into_knowledge_base(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        kb: KnowledgeBase,
+        insert: Insert,
+        pessimistic: bool,
+    ) -> Result<Outcome> {
+        let source = insert.source.clone().ok_or_else(|| {
+            Error::invalid("INSERT INTO a knowledge base takes VALUES or a SELECT")
+        })?;
+        let columns: Vec<String> = insert
+            .columns
+            .iter()
+            .map(|c| {
+                c.0.last()
+                    .and_then(|part| part.as_ident())
+                    .map(|ident| match ident.quote_style {
+                        Some(_) => ident.value.clone(),
+                        None => ident.value.to_ascii_lowercase(),
+                    })
+                    .ok_or_else(|| Error::invalid(format!("'{c}' is not a column name")))
+            })
+            .collect::<Result<_>>()?;
+        let held = match pessimistic {
+            true => Some(self.store.lock_writes().await),
+            false => None,
+        };
+        let snapshot =
+            Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
+        let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions);
+        let query = Statement::Query(source);
+        let plan = state
+            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                query,
+            )))
+            .await?;
+        let plan = named(plan, &columns, &kb.name)?;
+        let connector = Arc::new(self.connector());
+        let staged = self
+            .job(tenant, &context.db, snapshot, state, held)
+            .run(move |job, handle| knowledge_base::insert(job, handle, kb, plan, connector))
+            .await?;
+        match staged {
+            Staged::Done(documents) => Ok(Outcome::Ok {
+                affected_rows: Some(documents),
+            }),
+            Staged::TargetChanged if !pessimistic => {
+                let statement = Statement::Insert(insert);
+                Box::pin(self.execute_sql(tenant, context, statement, None, true)).await
+            }
+            Staged::TargetChanged => Err(Error::internal(
+                "a knowledge base changed while the writer lock was held",
+            )),
+        }
+    }
+}
+
+/// `plan` with its columns named `columns` (none: as they are).
+fn named(plan: LogicalPlan, columns: &[String], kb: &str) -> Result<LogicalPlan> {
+    if columns.is_empty() {
+        return Ok(plan);
+    }
+    let fields = plan.schema().fields().len();
+    if fields != columns.len() {
+        return Err(Error::invalid(format!(
+            "INSERT INTO knowledge base '{kb}' names {} columns but gives rows of {fields}",
+            columns.len()
+        )));
+    }
+    let exprs: Vec<Expr> = plan
+        .schema()
+        .columns()
+        .into_iter()
+        .zip(columns)
+        .map(|(column, name)| Expr::Column(column).alias(name.as_str()))
+        .collect();
+    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
+}
+
+/// `[db.]object` of a name, the current database when none is given.
+fn db_and_object(name: &ObjectName, current: &str) -> Option<(String, String)> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|part| {
+            part.as_ident().map(|ident| match ident.quote_style {
+                Some(_) => ident.value.clone(),
+                None => ident.value.to_ascii_lowercase(),
+            })
+        })
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [object] => Some((current.to_string(), object.clone())),
+        [db, object] => Some((db.to_ascii_lowercase(), object.clone())),
+        _ => None,
+    }
+}
+
+/// MindsDB's `SHOW KNOWLEDGE_BASES` columns, secrets masked.
+fn knowledge_base_rows(kbs: &[KnowledgeBase]) -> Result<Outcome> {
+    let column = |f: &dyn Fn(&KnowledgeBase) -> String| kbs.iter().map(|kb| Some(f(kb))).collect();
+    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
+    text_table(vec![
+        ("NAME", column(&|kb| kb.name.clone())),
+        ("PROJECT", column(&|kb| kb.project.clone())),
+        (
+            "EMBEDDING_MODEL",
+            column(&|kb| kb.shown_embedding_model().to_string()),
+        ),
+        ("RERANKING_MODEL", column(&|_| "null".to_string())),
+        ("METADATA_COLUMNS", column(&|kb| json(&kb.metadata_columns))),
+        ("CONTENT_COLUMNS", column(&|kb| json(&kb.content_columns))),
+        ("ID_COLUMN", column(&|kb| kb.id_column.clone())),
+        ("PARAMS", column(&|kb| kb.params().to_string())),
+    ])
+}

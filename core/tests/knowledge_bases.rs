@@ -1,0 +1,537 @@
+//! Knowledge bases through SQL, against a deterministic fake embedding server on 127.0.0.1:
+//! a text's vector counts its words, each hashed to one of 64 dimensions, so texts sharing
+//! words are near and the expected ranking of a small corpus is known. A text holding
+//! `EMBEDFAIL` makes the server answer 500. The same server answers chat completions from a
+//! script (for agents) and records their requests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use mindlite::{encode_document, Config, Engine, QueryRequest};
+use serde_json::{json, Value};
+
+const DIMENSIONS: usize = 64;
+
+/// The fake provider; records the number of texts of every embeddings request, and every chat
+/// request, answered with the SQL tool calls in `script` and then a final text.
+struct FakeEmbedder {
+    base_url: String,
+    requests: Arc<Mutex<Vec<usize>>>,
+    chats: Arc<Mutex<Vec<Value>>>,
+    script: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeEmbedder {
+    fn start() -> FakeEmbedder {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let chats = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(Vec::new()));
+        let shared = (
+            Arc::clone(&requests),
+            Arc::clone(&chats),
+            Arc::clone(&script),
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let shared = shared.clone();
+                std::thread::spawn(move || serve(stream, &shared.0, &shared.1, &shared.2));
+            }
+        });
+        FakeEmbedder {
+            base_url,
+            requests,
+            chats,
+            script,
+        }
+    }
+}
+
+fn vector(text: &str) -> Vec<f64> {
+    let mut v = vec![0.0; DIMENSIONS];
+    for word in text
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 2)
+    {
+        // FNV-1a
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in word.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
+        }
+        v[(h % DIMENSIONS as u64) as usize] += 1.0;
+    }
+    v
+}
+
+fn serve(
+    stream: TcpStream,
+    seen: &Mutex<Vec<usize>>,
+    chats: &Mutex<Vec<Value>>,
+    script: &Mutex<Vec<String>>,
+) {
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).unwrap();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap();
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    let request: Value = serde_json::from_slice(&body).unwrap();
+    if request_line.contains("/chat/completions") {
+        chats.lock().unwrap().push(request);
+        let next = {
+            let mut script = script.lock().unwrap();
+            (!script.is_empty()).then(|| script.remove(0))
+        };
+        let message = match next {
+            Some(query) => json!({"role": "assistant", "content": null, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "sql_query", "arguments": json!({"query": query}).to_string()}}]}),
+            None => json!({"role": "assistant", "content": "The launch is on Friday."}),
+        };
+        let body = json!({"choices": [{"index": 0, "message": message}]}).to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let mut stream = reader.into_inner();
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body.as_bytes());
+        return;
+    }
+    let texts: Vec<String> = request["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    seen.lock().unwrap().push(texts.len());
+    let (status, body) = if texts.iter().any(|t| t.contains("EMBEDFAIL")) {
+        (500, json!({"error": {"message": "model overloaded"}}))
+    } else {
+        let data: Vec<Value> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": vector(t)}))
+            .collect();
+        (
+            200,
+            json!({"object": "list", "data": data, "model": request["model"]}),
+        )
+    };
+    let body = body.to_string();
+    let mut stream = reader.into_inner();
+    let head = format!(
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body.as_bytes());
+}
+
+fn config(embedder: &FakeEmbedder) -> Config {
+    let mut config = Config::default();
+    config.embedding.base_url = embedder.base_url.clone();
+    config.embedding.model_name = "fake-embedder".into();
+    config.embedding.batch_size = 4;
+    config.llm.base_url = embedder.base_url.clone();
+    config.llm.model_name = "fake-model".into();
+    config
+}
+
+fn doc(engine: &Engine, sql: &str) -> Value {
+    let result = engine.query_blocking(QueryRequest::new(sql));
+    serde_json::from_slice(&engine.block_on(encode_document(result))).unwrap()
+}
+
+fn rows(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, sql);
+    assert_eq!(d["type"], "table", "{sql}: {d}");
+    d["data"].clone()
+}
+
+fn exec(engine: &Engine, sql: &str) -> Value {
+    let d = doc(engine, sql);
+    assert_eq!(d["type"], "ok", "{sql}: {d}");
+    d
+}
+
+fn error(engine: &Engine, sql: &str) -> String {
+    let d = doc(engine, sql);
+    assert_eq!(d["type"], "error", "{sql}: {d}");
+    d["error_message"].as_str().unwrap().to_string()
+}
+
+/// A knowledge base `kb` of four documents with `category` and `year` metadata.
+fn corpus(engine: &Engine) {
+    exec(
+        engine,
+        "CREATE KNOWLEDGE_BASE kb USING metadata_columns = ['category', 'year']",
+    );
+    exec(
+        engine,
+        "INSERT INTO kb (id, content, category, year) VALUES \
+         (1, 'Cats purr when they are content and meow at people', 'pets', 2001), \
+         (2, 'Dogs bark at strangers and wag their tails', 'pets', 1999), \
+         (3, 'The stock market fell as interest rates rose', 'finance', 2020), \
+         (4, 'Cats and dogs can live together as pets', 'pets', 2015)",
+    );
+}
+
+fn ids(engine: &Engine, sql: &str) -> Vec<String> {
+    rows(engine, sql)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_search_ranks_by_meaning_and_returns_mindsdb_s_columns() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    let d = doc(
+        &engine,
+        "SELECT * FROM kb WHERE content = 'why do cats purr and meow'",
+    );
+    let names: Vec<&str> = d["column_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "id",
+            "chunk_id",
+            "chunk_content",
+            "metadata",
+            "category",
+            "year",
+            "distance",
+            "relevance",
+            "content"
+        ]
+    );
+    let data = d["data"].as_array().unwrap();
+    assert_eq!(data.len(), 4, "{d}");
+    assert_eq!(data[0][0], "1");
+    assert_eq!(data[0][1], "1:content:1of1:0to50");
+    assert_eq!(data[0][4], "pets");
+    assert_eq!(data[0][5], 2001);
+    let metadata: Value = serde_json::from_str(data[0][3].as_str().unwrap()).unwrap();
+    assert_eq!(metadata, json!({"category": "pets", "year": 2001}));
+    // Nearest first; relevance is 1 / (1 + distance).
+    let distance = |row: &Value| row[6].as_f64().unwrap();
+    for pair in data.windows(2) {
+        assert!(distance(&pair[0]) <= distance(&pair[1]), "{d}");
+    }
+    let relevance = data[0][7].as_f64().unwrap();
+    assert!((relevance - 1.0 / (1.0 + distance(&data[0]))).abs() < 1e-9);
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'stock market' LIMIT 1"
+        ),
+        ["3"]
+    );
+    // Without a question: every chunk, no distance.
+    let all = rows(&engine, "SELECT id, distance FROM kb ORDER BY id");
+    assert_eq!(
+        all,
+        json!([["1", null], ["2", null], ["3", null], ["4", null]])
+    );
+}
+
+#[test]
+fn metadata_filters_apply_before_ranking_and_relevance_thresholds_after() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    // The nearest document is about cats (1), but only finance is asked for: the best of
+    // those comes back, not an empty post-filtered top 1.
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' AND category = 'finance' LIMIT 1"
+        ),
+        ["3"]
+    );
+    for (filter, expected) in [
+        ("year > 2000", vec!["1", "4", "3"]),
+        ("year >= 2015 AND category <> 'finance'", vec!["4"]),
+        ("category IN ('finance')", vec!["3"]),
+        ("year BETWEEN 1990 AND 2001", vec!["1", "2"]),
+        ("category LIKE 'fin%'", vec!["3"]),
+        ("year IS NULL", vec![]),
+        ("id = '2'", vec!["2"]),
+    ] {
+        let got = ids(
+            &engine,
+            &format!("SELECT id FROM kb WHERE content = 'cats purr and meow' AND {filter}"),
+        );
+        assert_eq!(got, expected, "{filter}");
+    }
+    let relevant = rows(
+        &engine,
+        "SELECT id, relevance FROM kb WHERE content = 'cats purr and meow' AND relevance >= 0.6",
+    );
+    let relevant = relevant.as_array().unwrap();
+    assert!(!relevant.is_empty() && relevant.len() < 4, "{relevant:?}");
+    assert!(relevant.iter().all(|r| r[1].as_f64().unwrap() >= 0.6));
+}
+
+#[test]
+fn reinserting_a_document_replaces_its_chunks_and_delete_removes_documents() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE p_kb USING preprocessing = {\"text_chunking_config\": {\"chunk_size\": 40, \"chunk_overlap\": 10}}",
+    );
+    let long = "Alpha bravo charlie delta echo foxtrot. Golf hotel india juliet kilo lima. \
+                Mike november oscar papa quebec romeo.";
+    exec(
+        &engine,
+        &format!("INSERT INTO p_kb (id, content, source) VALUES ('a', '{long}', 'wiki'), ('b', 'short note', 'mail')"),
+    );
+    let chunks = rows(&engine, "SELECT chunk_id FROM p_kb WHERE id = 'a'");
+    let chunks = chunks.as_array().unwrap();
+    assert!(chunks.len() >= 3, "{chunks:?}");
+    let total = chunks.len();
+    assert_eq!(chunks[0][0], format!("a:content:1of{total}:0to40"));
+    // Again with other text: only the new chunks remain.
+    let d = exec(
+        &engine,
+        "INSERT INTO p_kb (id, content, source) VALUES ('a', 'replaced text', 'wiki')",
+    );
+    assert_eq!(d["affected_rows"], 1);
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT chunk_id, chunk_content FROM p_kb WHERE id = 'a'"
+        ),
+        json!([["a:content:1of1:0to13", "replaced text"]])
+    );
+    // Metadata not declared: every other column, fixed by the first insert.
+    assert_eq!(
+        rows(&engine, "SELECT id, source FROM p_kb ORDER BY id"),
+        json!([["a", "wiki"], ["b", "mail"]])
+    );
+    exec(&engine, "DELETE FROM p_kb WHERE source = 'mail'");
+    assert_eq!(ids(&engine, "SELECT id FROM p_kb"), ["a"]);
+    exec(&engine, "DELETE FROM p_kb WHERE id = 'a'");
+    assert_eq!(rows(&engine, "SELECT count(*) FROM p_kb"), json!([[0]]));
+    assert!(error(&engine, "UPDATE p_kb SET source = 'x'").contains("not supported"));
+}
+
+#[test]
+fn insert_select_embeds_in_batches_and_joins_with_tables() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    exec(
+        &engine,
+        "CREATE TABLE docs (doc_id INT, title TEXT, body TEXT)",
+    );
+    exec(
+        &engine,
+        "INSERT INTO docs VALUES (10, 'Felines', 'cats purr and meow'), \
+         (11, 'Canines', 'dogs bark and fetch'), (12, 'Money', 'bonds and stocks and markets'), \
+         (13, 'Birds', 'parrots talk and sing'), (14, 'Fish', 'salmon swim upstream'), \
+         (15, 'Bugs', 'ants build colonies')",
+    );
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE mindsdb.docs_kb USING id_column = 'doc_id', content_columns = ['body'], \
+         metadata_columns = ['title'], embedding_model = {\"provider\": \"openai\", \"model_name\": \"fake-embedder\"}",
+    );
+    let before = embedder.requests.lock().unwrap().len();
+    let d = exec(
+        &engine,
+        "INSERT INTO docs_kb SELECT doc_id, title, body FROM docs",
+    );
+    assert_eq!(d["affected_rows"], 6);
+    // Six texts in batches of at most four.
+    let sizes: Vec<usize> = embedder.requests.lock().unwrap()[before..].to_vec();
+    assert_eq!(sizes, [4, 2]);
+    let joined = rows(
+        &engine,
+        "SELECT d.title, k.chunk_content FROM docs_kb AS k JOIN docs AS d ON CAST(k.id AS INT) = d.doc_id \
+         WHERE k.content = 'do cats meow' LIMIT 1",
+    );
+    assert_eq!(joined, json!([["Felines", "cats purr and meow"]]));
+    assert!(error(
+        &engine,
+        "INSERT INTO docs_kb (doc_id, title) VALUES (1, 'x')"
+    )
+    .contains("needs its content column 'body'"));
+}
+
+#[test]
+fn a_failed_embedding_leaves_the_knowledge_base_as_it_was() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    let message = error(
+        &engine,
+        "INSERT INTO kb (id, content) VALUES (1, 'new text for one'), (9, 'EMBEDFAIL here'), \
+         (10, 'more'), (11, 'and more'), (12, 'and more again')",
+    );
+    assert!(message.contains("model overloaded"), "{message}");
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT id, chunk_content FROM kb WHERE id IN ('1', '9')"
+        ),
+        json!([["1", "Cats purr when they are content and meow at people"]])
+    );
+}
+
+#[test]
+fn statements_and_errors_name_what_is_wrong() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    exec(&engine, "CREATE TABLE t (a INT)");
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb1 USING embedding_model = {\"api_key\": \"sk-secret\"}",
+    );
+    exec(&engine, "CREATE KNOWLEDGE_BASE IF NOT EXISTS kb1");
+    assert!(error(&engine, "CREATE KNOWLEDGE_BASE kb1").contains("already exists"));
+    assert!(error(&engine, "CREATE KNOWLEDGE_BASE t").contains("Table 't' already exists"));
+    assert!(
+        error(&engine, "CREATE TABLE kb1 (a INT)").contains("Knowledge base 'kb1' already exists")
+    );
+    assert!(error(&engine, "CREATE KNOWLEDGE_BASE kb2 USING colour = 'red'").contains("colour"));
+    assert!(error(&engine, "CREATE KNOWLEDGE_BASE nope.kb2").contains("nope"));
+    let shown = rows(&engine, "SHOW KNOWLEDGE_BASES");
+    assert_eq!(shown.as_array().unwrap().len(), 1);
+    assert_eq!(shown[0][0], "kb1");
+    assert!(shown[0][2].as_str().unwrap().contains("******"));
+    assert!(!shown.to_string().contains("sk-secret"));
+    assert_eq!(
+        rows(&engine, "DESCRIBE KNOWLEDGE_BASE mindsdb.kb1")[0][6],
+        "id"
+    );
+    exec(&engine, "DROP KNOWLEDGE_BASE kb1");
+    exec(&engine, "DROP KNOWLEDGE_BASE IF EXISTS kb1");
+    assert!(error(&engine, "DROP KNOWLEDGE_BASE kb1").contains("not found"));
+    assert_eq!(rows(&engine, "SHOW KNOWLEDGE_BASES"), json!([]));
+}
+
+#[test]
+fn knowledge_bases_persist_and_go_with_their_project_and_agents_may_name_them() {
+    let embedder = FakeEmbedder::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb.redb");
+    {
+        let engine = Engine::open(&path, config(&embedder)).unwrap();
+        exec(&engine, "CREATE PROJECT proj");
+        exec(&engine, "CREATE KNOWLEDGE_BASE proj.notes");
+        exec(
+            &engine,
+            "INSERT INTO proj.notes (id, content) VALUES (1, 'the launch is on friday'), (2, 'lunch is at noon')",
+        );
+    }
+    let engine = Engine::open(&path, config(&embedder)).unwrap();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM proj.notes WHERE content = 'when is the launch' LIMIT 1"
+        ),
+        ["1"]
+    );
+    let agent = |kbs: Value| {
+        engine.block_on(engine.create_agent(
+            "proj",
+            json!({"name": "helper", "data": {"knowledge_bases": kbs}}),
+        ))
+    };
+    let missing = agent(json!(["proj.other"])).unwrap_err();
+    assert!(
+        missing.message().contains("does not exist"),
+        "{}",
+        missing.message()
+    );
+    agent(json!(["proj.notes"])).unwrap();
+    // The agent searches its knowledge base through its SQL tool.
+    embedder
+        .script
+        .lock()
+        .unwrap()
+        .push("SELECT chunk_content FROM proj.notes WHERE content = 'launch day' LIMIT 1".into());
+    let answer = engine
+        .block_on(engine.ask_agent(
+            "proj",
+            "helper",
+            &json!([{"role": "user", "content": "When is the launch?"}]),
+        ))
+        .unwrap();
+    assert_eq!(answer.content, "The launch is on Friday.");
+    let chats = embedder.chats.lock().unwrap().clone();
+    let system = chats[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains("Knowledge base proj.notes"), "{system}");
+    let tool_result = chats[1]["messages"][3]["content"].to_string();
+    assert!(
+        tool_result.contains("the launch is on friday"),
+        "{tool_result}"
+    );
+    assert!(!tool_result.contains("lunch is at noon"), "{tool_result}");
+    exec(&engine, "DROP AGENT proj.helper");
+    // Granted tables are not granted knowledge bases.
+    engine
+        .block_on(engine.create_agent(
+            "proj",
+            json!({"name": "tables_only", "data": {"tables": ["proj.*"]}}),
+        ))
+        .unwrap();
+    embedder
+        .script
+        .lock()
+        .unwrap()
+        .push("SELECT chunk_content FROM proj.notes LIMIT 1".into());
+    engine
+        .block_on(engine.ask_agent(
+            "proj",
+            "tables_only",
+            &json!([{"role": "user", "content": "When is the launch?"}]),
+        ))
+        .unwrap();
+    let chats = embedder.chats.lock().unwrap().clone();
+    let refused = chats.last().unwrap()["messages"].to_string();
+    assert!(
+        refused.contains("not one of this agent's knowledge bases"),
+        "{refused}"
+    );
+    exec(&engine, "DROP AGENT proj.tables_only");
+    exec(&engine, "DROP PROJECT proj");
+    exec(&engine, "CREATE PROJECT proj");
+    assert_eq!(rows(&engine, "SHOW KNOWLEDGE_BASES FROM proj"), json!([]));
+    exec(&engine, "CREATE KNOWLEDGE_BASE proj.notes");
+    assert_eq!(
+        rows(&engine, "SELECT count(*) FROM proj.notes"),
+        json!([[0]])
+    );
+}
