@@ -52,15 +52,18 @@ pub enum Subject {
     Agent,
     /// A model or one of its versions.
     Model,
+    /// A knowledge base.
+    KnowledgeBase,
 }
 
 impl Subject {
-    /// The name a title uses: "Project", "Agent", "Model".
+    /// The name a title uses: "Project", "Agent", "Model", "Knowledge Base".
     pub fn name(self) -> &'static str {
         match self {
             Subject::Project => "Project",
             Subject::Agent => "Agent",
             Subject::Model => "Model",
+            Subject::KnowledgeBase => "Knowledge Base",
         }
     }
 }

@@ -434,7 +434,7 @@ fn statements_and_errors_name_what_is_wrong() {
     );
     exec(&engine, "DROP KNOWLEDGE_BASE kb1");
     exec(&engine, "DROP KNOWLEDGE_BASE IF EXISTS kb1");
-    assert!(error(&engine, "DROP KNOWLEDGE_BASE kb1").contains("not found"));
+    assert!(error(&engine, "DROP KNOWLEDGE_BASE kb1").contains("does not exist"));
     assert_eq!(rows(&engine, "SHOW KNOWLEDGE_BASES"), json!([]));
 }
 

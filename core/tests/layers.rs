@@ -73,6 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "engine",
             "engine::hosted",
+            "engine::knowledge_bases",
             "engine::reader",
             "engine::status",
         ],

@@ -6,6 +6,7 @@ mod agents;
 mod callbacks;
 mod files;
 mod http;
+mod knowledge_bases;
 mod minds;
 mod models;
 mod routes;

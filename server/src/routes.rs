@@ -8,6 +8,7 @@ use crate::agents;
 use crate::callbacks::{self, CallbackRoute};
 use crate::files;
 use crate::http::{reason, Body, Request, Response};
+use crate::knowledge_bases;
 use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
 
@@ -122,6 +123,14 @@ pub async fn handle(engine: &Engine, request: &Request) -> Response {
             (Ok(project), Ok(name)) => agents::one(engine, request, &project, &name, action).await,
             (Err(e), _) | (_, Err(e)) => error_response(&e),
         },
+        Route::KnowledgeBases(project) => match decode(project) {
+            Ok(project) => knowledge_bases::collection(engine, request, &project).await,
+            Err(e) => error_response(&e),
+        },
+        Route::KnowledgeBase(project, name) => match (decode(project), decode(name)) {
+            (Ok(project), Ok(name)) => knowledge_bases::one(engine, request, &project, &name).await,
+            (Err(e), _) | (_, Err(e)) => error_response(&e),
+        },
         Route::Models(project) => match decode(project) {
             Ok(project) => models::collection(engine, request, &project).await,
             Err(e) => error_response(&e),
@@ -153,6 +162,10 @@ enum Route<'a> {
     Agents(&'a str),
     /// `/api/projects/{p}/agents/{name}[/completions[/stream]]`
     Agent(&'a str, &'a str, AgentAction),
+    /// `/api/projects/{p}/knowledge_bases`
+    KnowledgeBases(&'a str),
+    /// `/api/projects/{p}/knowledge_bases/{name}`
+    KnowledgeBase(&'a str, &'a str),
     /// `/api/projects/{p}/models`
     Models(&'a str),
     /// `/api/projects/{p}/models/{name[.N]}[/predict|/describe]`
@@ -220,6 +233,8 @@ impl<'a> Route<'a> {
                     [project, "agents", name, "completions", "stream"] => {
                         Route::Agent(project, name, AgentAction::CompletionStream)
                     }
+                    [project, "knowledge_bases"] => Route::KnowledgeBases(project),
+                    [project, "knowledge_bases", name] => Route::KnowledgeBase(project, name),
                     [project, "models"] => Route::Models(project),
                     [project, "models", name] => Route::Model(project, name, ModelAction::Record),
                     [project, "models", name, "predict"] => {
@@ -241,6 +256,8 @@ impl<'a> Route<'a> {
             Route::Agents(_) => &["GET", "POST"],
             Route::Agent(_, _, AgentAction::Record) => &["GET", "PUT", "DELETE"],
             Route::Agent(_, _, _) => &["POST"],
+            Route::KnowledgeBases(_) => &["GET", "POST"],
+            Route::KnowledgeBase(_, _) => &["GET", "PUT", "DELETE"],
             Route::Models(_) => &["GET", "POST"],
             Route::Model(_, _, ModelAction::Record) => &["GET", "DELETE"],
             Route::Model(_, _, ModelAction::Predict) => &["POST"],

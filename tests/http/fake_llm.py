@@ -1,5 +1,6 @@
 """A fake OpenAI-compatible model provider for the agent tests: a real HTTP server on 127.0.0.1
-(a free port, a daemon thread) that answers `POST /v1/chat/completions` from a script.
+(a free port, a daemon thread) that answers `POST /v1/chat/completions` from a script, and `POST /v1/embeddings` with
+`word_vector` of each text (deterministic: texts sharing words are near).
 
     with FakeLLM() as llm:
         llm.script(tool_call("sql_query", {"query": "SELECT 1"}), text("It is 1."))
@@ -39,6 +40,20 @@ ERROR_TYPES = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("requests", "rate_limit_exceeded"),
 }
+
+
+def word_vector(text: str, dimensions: int = 64) -> list[float]:
+    """The fake embedding of `text`: its words (over two letters) counted, each hashed
+    (FNV-1a) to one of `dimensions` places, so texts sharing words are near."""
+    vector = [0.0] * dimensions
+    for word in "".join(c if c.isalnum() else " " for c in text.lower()).split():
+        if len(word) <= 2:
+            continue
+        h = 0xcbf29ce484222325
+        for b in word.encode():
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        vector[h % dimensions] += 1.0
+    return vector
 
 
 def text(content: str) -> dict:
@@ -96,6 +111,8 @@ class FakeLLM:
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
+        # Bodies of `POST /v1/embeddings`, answered with `word_vector` of each input.
+        self.embedding_requests: list[dict] = []
         self._script: list[dict] = []
         self._fallback: dict = text(DEFAULT_TEXT)
         self._lock = threading.Lock()
@@ -363,6 +380,14 @@ def _handler_for(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
             path = self.path.split("?", 1)[0]
+            if path.rstrip("/") == "/v1/embeddings":
+                body = json.loads(raw)
+                fake.embedding_requests.append(body)
+                data = [{"object": "embedding", "index": i, "embedding": word_vector(t)}
+                        for i, t in enumerate(body["input"])]
+                reply = {"object": "list", "data": data, "model": body.get("model")}
+                _send(self, 200, "application/json", json.dumps(reply).encode())
+                return
             if path.rstrip("/") != "/v1/chat/completions":
                 err = {"error": {"message": f"Unknown request URL: POST {path}",
                                  "type": "invalid_request_error", "param": None,

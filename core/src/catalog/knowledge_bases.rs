@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::catalog::namespace::validate_name;
 use crate::catalog::tables;
 use crate::config::EmbeddingConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::store;
 use crate::store::schema::KNOWLEDGE_BASES;
 use crate::tenant::TenantId;
@@ -132,6 +132,67 @@ impl KnowledgeBase {
         Ok(kb)
     }
 
+    /// A knowledge base from MindsDB's REST body (`{"name", "embedding_model",
+    /// "reranking_model", "content_columns", "metadata_columns", "id_column",
+    /// "preprocessing", "params": {…}}`; `params` may hold any of the others).
+    pub(crate) fn from_body(
+        project: &str,
+        body: Map<String, Value>,
+        default: &EmbeddingConfig,
+    ) -> Result<KnowledgeBase> {
+        let name = match body.get("name") {
+            Some(Value::String(name)) => name.clone(),
+            _ => {
+                return Err(Error::invalid(
+                    "Must provide \"name\" field in \"knowledge_base\"",
+                ))
+            }
+        };
+        let mut pairs: Vec<(String, Value)> = Vec::new();
+        for (key, value) in body {
+            match key.as_str() {
+                "name" => {}
+                "params" => match value {
+                    Value::Object(params) => {
+                        pairs.extend(params.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)))
+                    }
+                    Value::Null => {}
+                    _ => return Err(Error::invalid("\"params\" must be an object")),
+                },
+                // Fields of MindsDB's that say nothing here (its ids and times) are ignored,
+                // as MindsDB ignores what it does not read.
+                "embedding_model" | "reranking_model" | "content_columns" | "metadata_columns"
+                | "id_column" | "preprocessing" | "storage" => pairs.push((key, value)),
+                _ => {}
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some((key, _)) = pairs.iter().find(|(k, _)| !seen.insert(k.clone())) {
+            return Err(Error::invalid(format!(
+                "Parameter '{key}' is given twice (in \"params\" and beside it)"
+            )));
+        }
+        Self::from_using(project, &name, pairs, default)
+    }
+
+    /// MindsDB's REST body of a knowledge base (its `as_dict`), the API key masked.
+    pub fn wire(&self) -> Value {
+        json!({
+            "name": self.name,
+            "project": self.project,
+            "vector_database": null,
+            "vector_database_table": null,
+            "embedding_model": self.shown_embedding_model(),
+            "reranking_model": null,
+            "metadata_columns": self.metadata_columns,
+            "content_columns": self.content_columns,
+            "id_column": self.id_column,
+            "params": self.params(),
+            "created_at": self.created_at,
+            "updated_at": self.created_at,
+        })
+    }
+
     /// The embedding model's settings as shown: the API key masked.
     pub(crate) fn shown_embedding_model(&self) -> Value {
         let mut shown = self.embedding_model.clone();
@@ -149,11 +210,15 @@ impl KnowledgeBase {
 }
 
 fn embedding_model(value: Value) -> Result<Map<String, Value>> {
-    let Value::Object(model) = value else {
+    let Value::Object(mut model) = value else {
         return Err(Error::invalid(
             "embedding_model must be an object such as {\"provider\": \"openai\", \"model_name\": \"text-embedding-3-small\"}",
         ));
     };
+    // mindsdb_sdk's documentation writes `model` for `model_name`.
+    if let Some(name) = model.remove("model") {
+        model.entry("model_name").or_insert(name);
+    }
     for (key, value) in &model {
         if !EMBEDDING_KEYS.contains(&key.as_str()) {
             return Err(Error::invalid(format!(
@@ -245,6 +310,12 @@ fn preprocessing(value: Value) -> Result<(usize, usize)> {
     Ok((size, overlap))
 }
 
+/// MindsDB's words for a knowledge base that does not exist.
+pub(crate) fn missing(name: &str) -> Error {
+    Error::not_found(format!("Knowledge Base with name {name} does not exist"))
+        .about(Subject::KnowledgeBase)
+}
+
 /// The database whose table of the knowledge base's name holds its chunks; no project can be
 /// named so, and neither SQL nor `SHOW TABLES` reaches it.
 pub(crate) fn chunk_db(project: &str) -> String {
@@ -294,9 +365,10 @@ pub(crate) fn create(
             return Ok(());
         }
         return Err(Error::conflict(format!(
-            "Knowledge base '{}' already exists in project: {}",
-            kb.name, kb.project
-        )));
+            "Knowledge Base with name {} already exists",
+            kb.name
+        ))
+        .about(Subject::KnowledgeBase));
     }
     table.insert(
         (tenant.0, kb.project.as_str(), key.as_str()),
@@ -322,9 +394,7 @@ pub(crate) fn drop_kb(
         if if_exists {
             return Ok(());
         }
-        return Err(Error::not_found(format!(
-            "Knowledge base '{name}' not found in project: {project}"
-        )));
+        return Err(missing(name));
     }
     tables::drop_table(txn, tenant, &chunk_db(&project), &key)?;
     Ok(())

@@ -3,6 +3,7 @@
 //! ones (`*_blocking`, [`Engine::block_on`]) for the C and Python fronts.
 
 pub(crate) mod hosted;
+mod knowledge_bases;
 pub(crate) mod reader;
 pub(crate) mod status;
 
@@ -796,7 +797,11 @@ impl Engine {
 }
 
 /// Fails with MindsDB's "Project with name … does not exist" unless `project` exists.
-fn require_project(txn: &redb::ReadTransaction, tenant: TenantId, project: &str) -> Result<()> {
+pub(crate) fn require_project(
+    txn: &redb::ReadTransaction,
+    tenant: TenantId,
+    project: &str,
+) -> Result<()> {
     let table = txn.open_table(PROJECTS)?;
     match projects::get(&table, tenant, project)? {
         Some(_) => Ok(()),

@@ -124,24 +124,22 @@ impl SqlRunner {
             Command::DescribeKnowledgeBase { project, name } => {
                 let project = project_or_current(project);
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-                let kb = snapshot.knowledge_base(&project, &name)?.ok_or_else(|| {
-                    Error::not_found(format!(
-                        "Knowledge base '{name}' not found in project: {project}"
-                    ))
-                })?;
+                let kb = snapshot
+                    .knowledge_base(&project, &name)?
+                    .ok_or_else(|| knowledge_bases::missing(&name))?;
                 knowledge_base_rows(&[kb])
             }
             _ => Err(Error::internal("not a knowledge base statement")),
         }
     }
 
-    /// The knowledge base an INSERT writes into, if it names one.
+    /// The knowledge base an INSERT writes into, as (project, name), if it names one.
     pub(super) fn insert_target(
         &self,
         tenant: TenantId,
         context: &ResultContext,
         insert: &Insert,
-    ) -> Result<Option<KnowledgeBase>> {
+    ) -> Result<Option<(String, String)>> {
         let TableObject::TableName(name) = &insert.table else {
             return Ok(None);
         };
@@ -150,71 +148,124 @@ impl SqlRunner {
         };
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         match snapshot.namespace(&db)? {
-            Some(Namespace::Project(project)) => snapshot.knowledge_base(&project.name, &object),
+            Some(Namespace::Project(project)) => Ok(snapshot
+                .knowledge_base(&project.name, &object)?
+                .map(|_| (project.name, object))),
             _ => Ok(None),
         }
     }
 
-    /// `INSERT INTO kb [(columns)] VALUES … | SELECT …`: the rows, named as the insert names
-    /// them (else as the query does), chunked, embedded and stored, replacing the documents
-    /// of the same ids. The rows are read and embedded before the writer lock is taken;
-    /// `pessimistic` takes it first (when another write changed the knowledge base meanwhile).
-    pub(super) async fn insert_into_knowledge_base(
+    /// Inserts documents into the knowledge base `project.name`: chunked, embedded and
+    /// stored, replacing the documents of the same ids; returns how many documents went in.
+    /// The rows are read and embedded before the writer lock is taken; if another write
+    /// changed the knowledge base meanwhile, it all runs again with the lock held.
+    pub(crate) async fn insert_documents(
         &self,
         tenant: TenantId,
-        context: &mut ResultContext,
-        kb: KnowledgeBase,
-        insert: Insert,
-        pessimistic: bool,
-    ) -> Result<Outcome> {
-        let source = insert.source.clone().ok_or_else(|| {
-            Error::invalid("INSERT INTO a knowledge base takes VALUES or a SELECT")
-        })?;
-        let columns: Vec<String> = insert
-            .columns
-            .iter()
-            .map(|c| {
-                c.0.last()
-                    .and_then(|part| part.as_ident())
-                    .map(|ident| match ident.quote_style {
-                        Some(_) => ident.value.clone(),
-                        None => ident.value.to_ascii_lowercase(),
-                    })
-                    .ok_or_else(|| Error::invalid(format!("'{c}' is not a column name")))
-            })
-            .collect::<Result<_>>()?;
-        let held = match pessimistic {
-            true => Some(self.store.lock_writes().await),
-            false => None,
-        };
-        let snapshot =
-            Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
-        let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions);
-        let query = Statement::Query(source);
-        let plan = state
-            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
-                query,
-            )))
-            .await?;
-        let plan = named(plan, &columns, &kb.name)?;
-        let connector = Arc::new(self.connector());
-        let staged = self
-            .job(tenant, &context.db, snapshot, state, held)
-            .run(move |job, handle| knowledge_base::insert(job, handle, kb, plan, connector))
-            .await?;
-        match staged {
-            Staged::Done(documents) => Ok(Outcome::Ok {
-                affected_rows: Some(documents),
-            }),
-            Staged::TargetChanged if !pessimistic => {
-                let statement = Statement::Insert(insert);
-                Box::pin(self.execute_sql(tenant, context, statement, None, true)).await
+        context: &ResultContext,
+        project: &str,
+        name: &str,
+        source: &DocumentSource,
+    ) -> Result<u64> {
+        for pessimistic in [false, true] {
+            let held = match pessimistic {
+                true => Some(self.store.lock_writes().await),
+                false => None,
+            };
+            let snapshot =
+                Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
+            let kb = snapshot
+                .knowledge_base(project, name)?
+                .ok_or_else(|| knowledge_bases::missing(name))?;
+            let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions);
+            let plan = match source {
+                DocumentSource::Insert(insert) => {
+                    let query = insert.source.clone().ok_or_else(|| {
+                        Error::invalid("INSERT INTO a knowledge base takes VALUES or a SELECT")
+                    })?;
+                    let plan = state
+                        .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                            Statement::Query(query),
+                        )))
+                        .await?;
+                    named(plan, &column_names(insert)?, &kb.name)?
+                }
+                DocumentSource::Select(sql) => {
+                    let mut commands = super::parse::parse(
+                        sql,
+                        &std::collections::HashMap::new(),
+                        &std::collections::HashMap::new(),
+                    )?;
+                    let query =
+                        match (commands.pop(), commands.is_empty()) {
+                            (Some(Command::Sql(statement)), true)
+                                if matches!(*statement, Statement::Query(_)) =>
+                            {
+                                *statement
+                            }
+                            _ => return Err(Error::invalid(
+                                "The query of documents for a knowledge base must be one SELECT",
+                            )),
+                        };
+                    state
+                        .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                            query,
+                        )))
+                        .await?
+                }
+                DocumentSource::Rows(batch) => {
+                    let table = datafusion::datasource::MemTable::try_new(
+                        batch.schema(),
+                        vec![vec![batch.clone()]],
+                    )?;
+                    LogicalPlanBuilder::scan(
+                        "rows",
+                        datafusion::datasource::provider_as_source(Arc::new(table)),
+                        None,
+                    )?
+                    .build()?
+                }
+            };
+            let connector = Arc::new(self.connector());
+            let staged = self
+                .job(tenant, &context.db, snapshot, state, held)
+                .run(move |job, handle| knowledge_base::insert(job, handle, kb, plan, connector))
+                .await?;
+            if let Staged::Done(documents) = staged {
+                return Ok(documents);
             }
-            Staged::TargetChanged => Err(Error::internal(
-                "a knowledge base changed while the writer lock was held",
-            )),
         }
+        Err(Error::internal(
+            "a knowledge base changed while the writer lock was held",
+        ))
     }
+}
+
+/// Where the documents of an insert come from.
+pub(crate) enum DocumentSource {
+    /// `INSERT INTO kb [(columns)] VALUES … | SELECT …`.
+    Insert(Box<Insert>),
+    /// A SELECT's text (MindsDB's REST `{"query": …}`), run in the current database.
+    Select(String),
+    /// Rows given as data (MindsDB's REST `{"rows": […]}`, a DataFrame).
+    Rows(datafusion::arrow::array::RecordBatch),
+}
+
+/// The column names an INSERT lists (none: the query's own).
+fn column_names(insert: &Insert) -> Result<Vec<String>> {
+    insert
+        .columns
+        .iter()
+        .map(|c| {
+            c.0.last()
+                .and_then(|part| part.as_ident())
+                .map(|ident| match ident.quote_style {
+                    Some(_) => ident.value.clone(),
+                    None => ident.value.to_ascii_lowercase(),
+                })
+                .ok_or_else(|| Error::invalid(format!("'{c}' is not a column name")))
+        })
+        .collect()
 }
 
 /// `plan` with its columns named `columns` (none: as they are).

@@ -35,6 +35,7 @@ mod unnest;
 mod upsert;
 
 pub(crate) use self::ask::AskAgent;
+pub(crate) use self::kb_statements::DocumentSource;
 pub(crate) use self::load::{BatchSource, LoadTarget};
 pub use self::request::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
@@ -677,11 +678,14 @@ impl SqlRunner {
             _ => {}
         }
         if let Statement::Insert(insert) = &statement {
-            if let Some(kb) = self.insert_target(tenant, context, insert)? {
-                let insert = insert.clone();
-                return self
-                    .insert_into_knowledge_base(tenant, context, kb, insert, pessimistic)
-                    .await;
+            if let Some((project, name)) = self.insert_target(tenant, context, insert)? {
+                let source = DocumentSource::Insert(Box::new(insert.clone()));
+                let documents = self
+                    .insert_documents(tenant, context, &project, &name, &source)
+                    .await?;
+                return Ok(Outcome::Ok {
+                    affected_rows: Some(documents),
+                });
             }
         }
         let mut hints = names::hints(&statement);

@@ -1,0 +1,144 @@
+//! The facade's knowledge bases, with MindsDB's REST bodies (`/api/projects/{p}/knowledge_bases`):
+//! create, list, get, delete, and insert documents given as rows or as a query. Searching is SQL
+//! (`SELECT … FROM p.kb WHERE content = '…'`), as `mindsdb_sdk`'s `kb.find` sends it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
+use datafusion::arrow::json::ReaderBuilder;
+use serde_json::{Map, Value};
+
+use crate::admission::Work;
+use crate::catalog::knowledge_bases::{self, KnowledgeBase};
+use crate::engine::{require_project, Engine};
+use crate::error::{Error, Result};
+use crate::services::sql::{DocumentSource, ResultContext};
+use crate::store::schema::KNOWLEDGE_BASES;
+
+/// Rows one REST insert may carry (mindsdb_sdk sends at most 1,000 per request).
+const MAX_ROWS: usize = 100_000;
+
+impl Engine {
+    /// Creates a knowledge base in `project` from MindsDB's body (`{"name", "embedding_model",
+    /// "content_columns", "metadata_columns", "id_column", "preprocessing", "params"}`).
+    /// Errors: an unknown project is [`ErrorKind::NotFound`](crate::ErrorKind), a taken name
+    /// `Conflict`, a bad parameter `InvalidInput` naming it.
+    pub async fn create_knowledge_base(&self, project: &str, body: Value) -> Result<KnowledgeBase> {
+        let tenant = self.tenant;
+        let Value::Object(body) = body else {
+            return Err(Error::invalid("\"knowledge_base\" must be an object"));
+        };
+        self.list_knowledge_bases(project)?;
+        let kb = KnowledgeBase::from_body(project, body, &self.inner.config.embedding)?;
+        let created = kb.clone();
+        self.inner
+            .sql
+            .store
+            .write(move |txn| crate::catalog::rules::create_knowledge_base(txn, tenant, kb, false))
+            .await?;
+        Ok(created)
+    }
+
+    /// The knowledge bases of `project`, by name.
+    pub fn list_knowledge_bases(&self, project: &str) -> Result<Vec<KnowledgeBase>> {
+        let txn = self.inner.sql.store.read()?;
+        require_project(&txn, self.tenant, project)?;
+        knowledge_bases::list(&txn.open_table(KNOWLEDGE_BASES)?, self.tenant, project)
+    }
+
+    /// One knowledge base by name (case-insensitive).
+    pub fn get_knowledge_base(&self, project: &str, name: &str) -> Result<KnowledgeBase> {
+        let txn = self.inner.sql.store.read()?;
+        require_project(&txn, self.tenant, project)?;
+        knowledge_bases::get(
+            &txn.open_table(KNOWLEDGE_BASES)?,
+            self.tenant,
+            project,
+            name,
+        )?
+        .ok_or_else(|| knowledge_bases::missing(name))
+    }
+
+    /// Deletes a knowledge base and its documents.
+    pub async fn delete_knowledge_base(&self, project: &str, name: &str) -> Result<()> {
+        let tenant = self.tenant;
+        self.get_knowledge_base(project, name)?;
+        let (project, name) = (project.to_string(), name.to_string());
+        self.inner
+            .sql
+            .store
+            .write(move |txn| knowledge_bases::drop_kb(txn, tenant, &project, &name, false))
+            .await
+    }
+
+    /// Inserts documents as MindsDB's PUT body says: `{"rows": [{column: value, …}, …]}` or
+    /// `{"query": "SELECT …"}` (run in `project`). Documents whose id is there already are
+    /// replaced. Returns the documents inserted; the statement lands whole or not at all.
+    pub async fn insert_into_knowledge_base(
+        &self,
+        project: &str,
+        name: &str,
+        body: Value,
+    ) -> Result<u64> {
+        self.get_knowledge_base(project, name)?;
+        let source = match (body.get("rows"), body.get("query")) {
+            (Some(Value::Array(rows)), None) => DocumentSource::Rows(rows_batch(rows)?),
+            (None, Some(Value::String(query))) => DocumentSource::Select(query.clone()),
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "Give \"rows\" or \"query\" in \"knowledge_base\", not both",
+                ))
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "Must provide \"rows\" (a list of objects) or \"query\" (a SELECT) in \"knowledge_base\"",
+                ))
+            }
+        };
+        let _ticket = self.inner.sql.admit(self.tenant, Work::Statement)?;
+        let context = ResultContext {
+            show_secrets: false,
+            db: project.to_ascii_lowercase(),
+        };
+        self.inner
+            .sql
+            .insert_documents(self.tenant, &context, project, name, &source)
+            .await
+    }
+}
+
+/// JSON rows as one batch, columns typed as their values are (text where they are mixed).
+fn rows_batch(rows: &[Value]) -> Result<datafusion::arrow::array::RecordBatch> {
+    if rows.is_empty() {
+        return Err(Error::invalid("\"rows\" is empty"));
+    }
+    if rows.len() > MAX_ROWS {
+        return Err(Error::invalid(format!(
+            "\"rows\" holds {} rows; send at most {MAX_ROWS} per request",
+            rows.len()
+        )));
+    }
+    let objects: Vec<&Map<String, Value>> = rows
+        .iter()
+        .map(|row| {
+            row.as_object()
+                .ok_or_else(|| Error::invalid("Every item of \"rows\" must be an object"))
+        })
+        .collect::<Result<_>>()?;
+    let unreadable = |e: datafusion::arrow::error::ArrowError| {
+        Error::invalid(format!("\"rows\" cannot be read as a table: {e}"))
+    };
+    let schema =
+        infer_json_schema_from_iterator(objects.iter().map(|o| Ok(Value::Object((*o).clone()))))
+            .map_err(unreadable)?;
+    let mut decoder = ReaderBuilder::new(Arc::new(schema))
+        .with_coerce_primitive(true)
+        .with_batch_size(rows.len())
+        .build_decoder()
+        .map_err(unreadable)?;
+    decoder.serialize(&objects).map_err(unreadable)?;
+    decoder
+        .flush()
+        .map_err(unreadable)?
+        .ok_or_else(|| Error::invalid("\"rows\" is empty"))
+}
