@@ -487,6 +487,61 @@ mindlite_status mindlite_verify(const mindlite_database *db, const char *token);
 mindlite_status mindlite_logout(const mindlite_database *db, const char *token, bool *out_was_live);
 
 /**
+ * Creates a knowledge base from MindsDB's body, for example `{"name": "kb",
+ * "embedding_model": {"provider": "openai", "model_name": "text-embedding-3-small"},
+ * "metadata_columns": ["topic"], "preprocessing": {"text_chunking_config": {"chunk_size":
+ * 1000, "chunk_overlap": 200}}}`; without an embedding model the configured one is used.
+ * `*out_json` receives it (`{"name", "project", "embedding_model", "metadata_columns",
+ * "content_columns", "id_column", "params", …}`, the API key masked). `MINDLITE_CONFLICT`
+ * when the name is taken, `MINDLITE_INVALID` for a bad parameter (the message names it),
+ * `MINDLITE_NOT_FOUND` for an unknown project.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_kb_create(const mindlite_database *db,
+                                   const char *project,
+                                   const char *kb_json,
+                                   char **out_json);
+
+/**
+ * The knowledge bases of `project`, by name, each as `mindlite_kb_create` shows it.
+ * `MINDLITE_NOT_FOUND` for an unknown project.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_kb_list(const mindlite_database *db, const char *project, char **out_json);
+
+/**
+ * One knowledge base by name (case-insensitive). `MINDLITE_NOT_FOUND` when there is none.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_kb_get(const mindlite_database *db,
+                                const char *project,
+                                const char *name,
+                                char **out_json);
+
+/**
+ * Drops a knowledge base and its documents. `MINDLITE_NOT_FOUND` when there is none.
+ */
+mindlite_status mindlite_kb_drop(const mindlite_database *db,
+                                 const char *project,
+                                 const char *name);
+
+/**
+ * Inserts documents: `documents_json` is `{"rows": [{"id": 1, "content": "…", "topic": "…"},
+ * …]}` or `{"query": "SELECT …"}` (run in `project`). They are chunked, embedded and stored;
+ * a document whose id is there already is replaced; all or nothing. `*out_count` (may be
+ * NULL) receives the documents inserted. `MINDLITE_UPSTREAM` when the embedding provider
+ * failed, `MINDLITE_INVALID` for rows without the content column.
+ */
+mindlite_status mindlite_kb_insert(const mindlite_database *db,
+                                   const char *project,
+                                   const char *name,
+                                   const char *documents_json,
+                                   uint64_t *out_count);
+
+/**
  * The projects, by name: `[{"id": 1, "name": "mindsdb", "created_at": "…"}, …]`.
  *
  * Ownership: the caller frees `*out_json` with `mindlite_free`.
@@ -746,6 +801,23 @@ mindlite_status mindlite_query_params(const mindlite_database *db,
                                       const char *sql,
                                       const char *params_json,
                                       mindlite_result **out_result);
+
+/**
+ * Searches the knowledge base `project.name` for `text`: the `limit` nearest chunks (10 when
+ * `limit` is negative), nearest first, among those whose columns equal `filters_json` (NULL,
+ * or a JSON object like `{"topic": "pets", "year": [2001, 2002], "author": null}`). The result
+ * reads like `mindlite_query`'s: `id, chunk_id, chunk_content, metadata`, the metadata
+ * columns, `distance, relevance, content`. `MINDLITE_INVALID` for a filter naming no column.
+ *
+ * Statuses and ownership as for `mindlite_query`.
+ */
+mindlite_status mindlite_kb_search(const mindlite_database *db,
+                                   const char *project,
+                                   const char *name,
+                                   const char *text,
+                                   const char *filters_json,
+                                   int64_t limit,
+                                   mindlite_result **out_result);
 
 /**
  * Frees a result. `mindlite_result_free(NULL)` does nothing.

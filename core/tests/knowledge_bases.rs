@@ -535,3 +535,190 @@ fn knowledge_bases_persist_and_go_with_their_project_and_agents_may_name_them() 
         json!([[0]])
     );
 }
+
+const CRASH_CHILD_ENV: &str = "MINDLITE_KB_CRASH_WRITER_DB";
+const DOCUMENTS: u64 = 12;
+
+/// Document `id` as written by insert number `version`: several chunks, each naming both.
+fn versioned(version: u64, id: u64) -> String {
+    (0..8)
+        .map(|n| format!("version{version} document{id} part{n} of its text."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Writer mode of the crash test: re-inserts every document with a new version, in a loop,
+/// acknowledging each statement after it returned. Only active when the parent sets the
+/// environment variable.
+#[test]
+fn kb_crash_writer_child() {
+    let Ok(path) = std::env::var(CRASH_CHILD_ENV) else {
+        return;
+    };
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open(&path, config(&embedder)).expect("child opens the database");
+    engine
+        .sql_blocking(
+            "CREATE KNOWLEDGE_BASE IF NOT EXISTS kb USING preprocessing = \
+             {\"text_chunking_config\": {\"chunk_size\": 80, \"chunk_overlap\": 20}}",
+        )
+        .unwrap();
+    // Versions go on from the last one stored.
+    let stored = doc(
+        &engine,
+        "SELECT chunk_content FROM kb WHERE id = '1' LIMIT 1",
+    );
+    let start = stored["data"][0][0]
+        .as_str()
+        .and_then(|text| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix("version"))
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(1, |v| v + 1);
+    for version in start.. {
+        let rows: Vec<String> = (1..=DOCUMENTS)
+            .map(|id| format!("({id}, '{}')", versioned(version, id)))
+            .collect();
+        engine
+            .sql_blocking(&format!(
+                "INSERT INTO kb (id, content) VALUES {}",
+                rows.join(", ")
+            ))
+            .unwrap();
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ack {version}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn a_killed_insert_leaves_every_document_whole_at_one_version() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb-crash.redb");
+    let me = std::env::current_exe().unwrap();
+    let mut last_acknowledged = 0u64;
+    for (trial, pause_ms) in [150u64, 400, 90, 700, 250, 520].into_iter().enumerate() {
+        let mut child = Command::new(&me)
+            .args([
+                "--exact",
+                "kb_crash_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_CHILD_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| {
+                    line.split("ack ")
+                        .nth(1)
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                })
+                .max()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if let Some(acked) = reader.join().unwrap() {
+            last_acknowledged = last_acknowledged.max(acked);
+        }
+        let engine = Engine::open(&path, Config::default())
+            .unwrap_or_else(|e| panic!("trial {trial}: the file does not reopen: {e}"));
+        let d = doc(&engine, "SELECT id, chunk_id, chunk_content FROM kb");
+        if d["type"] == "error" {
+            // Killed before the knowledge base was created.
+            continue;
+        }
+        let mut versions = std::collections::BTreeMap::<String, (u64, usize, usize)>::new();
+        for row in d["data"].as_array().unwrap() {
+            let id = row[0].as_str().unwrap().to_string();
+            let text = row[2].as_str().unwrap();
+            let total: usize = row[1]
+                .as_str()
+                .unwrap()
+                .split(':')
+                .nth(2)
+                .unwrap()
+                .split("of")
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            let version: u64 = text
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("version"))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("trial {trial}: chunk without a version: {text}"));
+            let entry = versions.entry(id.clone()).or_insert((version, 0, total));
+            assert_eq!(
+                entry.0, version,
+                "trial {trial}: document {id} mixes versions"
+            );
+            entry.1 += 1;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (id, (version, chunks, total)) in &versions {
+            assert_eq!(chunks, total, "trial {trial}: document {id} is partial");
+            assert!(
+                *version >= last_acknowledged,
+                "trial {trial}: document {id} at version {version}, but {last_acknowledged} was acknowledged"
+            );
+            seen.insert(*version);
+        }
+        if !versions.is_empty() {
+            assert_eq!(
+                versions.len() as u64,
+                DOCUMENTS,
+                "trial {trial}: documents missing"
+            );
+            assert_eq!(
+                seen.len(),
+                1,
+                "trial {trial}: one statement landed in part: {seen:?}"
+            );
+        }
+    }
+    assert!(
+        last_acknowledged >= 3,
+        "the writers made too little progress: {last_acknowledged}"
+    );
+}
+
+#[test]
+fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.edition = mindlite::Edition::Hosted;
+    let engine = Engine::open_in_memory(config).unwrap();
+    let handle = |name: &str| {
+        engine.block_on(engine.create_user(name, None)).unwrap();
+        let key = engine.block_on(engine.create_api_key(name)).unwrap().key;
+        engine.as_user(&key).unwrap()
+    };
+    let (alice, bob) = (handle("alice"), handle("bob"));
+    exec(&alice, "CREATE KNOWLEDGE_BASE kb");
+    exec(
+        &alice,
+        "INSERT INTO kb (id, content) VALUES (1, 'alice private plans')",
+    );
+    assert!(error(&bob, "SELECT * FROM kb").contains("not found"));
+    assert_eq!(rows(&bob, "SHOW KNOWLEDGE_BASES"), json!([]));
+    exec(&bob, "CREATE KNOWLEDGE_BASE kb");
+    assert_eq!(rows(&bob, "SELECT count(*) FROM kb"), json!([[0]]));
+    assert_eq!(rows(&alice, "SELECT count(*) FROM kb"), json!([[1]]));
+    // A tenant's own endpoint inside the operator's network is refused before any call.
+    exec(
+        &bob,
+        "CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {\"base_url\": \"http://127.0.0.1:9/v1\"}",
+    );
+    let refused = error(&bob, "INSERT INTO sneaky (id, content) VALUES (1, 'x')");
+    assert!(refused.contains("egress policy"), "{refused}");
+}

@@ -19,6 +19,7 @@ mod boundary;
 pub mod callbacks;
 pub mod cursor;
 pub mod database;
+pub mod knowledge_bases;
 pub mod records;
 pub mod rows;
 pub mod users;

@@ -294,6 +294,55 @@ pub unsafe extern "C" fn mindlite_query_params(
     })
 }
 
+/// Searches the knowledge base `project.name` for `text`: the `limit` nearest chunks (10 when
+/// `limit` is negative), nearest first, among those whose columns equal `filters_json` (NULL,
+/// or a JSON object like `{"topic": "pets", "year": [2001, 2002], "author": null}`). The result
+/// reads like `mindlite_query`'s: `id, chunk_id, chunk_content, metadata`, the metadata
+/// columns, `distance, relevance, content`. `MINDLITE_INVALID` for a filter naming no column.
+///
+/// Statuses and ownership as for `mindlite_query`.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_kb_search(
+    db: *const Database,
+    project: *const c_char,
+    name: *const c_char,
+    text: *const c_char,
+    filters_json: *const c_char,
+    limit: i64,
+    out_result: *mut *mut Rows,
+) -> Status {
+    // SAFETY: NULL or writable, per the header.
+    unsafe { boundary::clear(out_result) };
+    with_database(db, |db| {
+        let out_result = out(out_result, "out_result")?;
+        // SAFETY: NUL-terminated strings (filters may be NULL), per the header.
+        let (project, name, text, filters) = unsafe {
+            (
+                boundary::text(project, "project")?,
+                boundary::text(name, "name")?,
+                boundary::text(text, "text")?,
+                boundary::optional_text(filters_json, "filters_json")?,
+            )
+        };
+        let filters: serde_json::Map<String, serde_json::Value> = match filters {
+            Some(filters) => serde_json::from_str(filters).map_err(|e| {
+                Failure::new(
+                    MINDLITE_INVALID,
+                    format!("filters_json must be a JSON object of column values: {e}"),
+                )
+            })?,
+            None => serde_json::Map::new(),
+        };
+        let limit = u64::try_from(limit).ok();
+        let engine = db.engine();
+        let result =
+            engine.block_on(engine.search_knowledge_base(project, name, text, &filters, limit))?;
+        let rows = Rows::read(engine, result)?;
+        *out_result = Box::into_raw(Box::new(rows));
+        Ok(())
+    })
+}
+
 /// Frees a result. `mindlite_result_free(NULL)` does nothing.
 ///
 /// Ownership: takes `result`; every pointer obtained from it becomes invalid.

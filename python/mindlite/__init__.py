@@ -60,6 +60,7 @@ __all__ = [
     "Connection",
     "Cursor",
     "Result",
+    "KnowledgeBase",
     "Warning",
     "Error",
     "InterfaceError",
@@ -326,6 +327,57 @@ class Result:
         return f"<mindlite.Result columns={self.columns!r}>"
 
 
+class KnowledgeBase:
+    """A knowledge base of a connection (``con.create_knowledge_base`` or
+    ``con.knowledge_base``): documents chunked, embedded and searchable by meaning. ``info``
+    is its record as MindsDB's REST API shows it (the embedding model's API key masked)."""
+
+    def __init__(self, connection: "Connection", info: Dict[str, Any]) -> None:
+        self._connection = connection
+        self.info = info
+        self.name: str = info["name"]
+        self.project: str = info["project"]
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBase({self.project}.{self.name})"
+
+    def insert(self, data: Any) -> int:
+        """Inserts documents: a dict or a list of dicts (one per row), a pandas or polars
+        DataFrame, or pyarrow data. Columns are matched by name (the id, content and metadata
+        columns); a document whose id is there already is replaced. All or nothing; returns
+        the documents inserted."""
+        self._connection._check()
+        db = self._connection._db
+        if isinstance(data, Mapping):
+            data = [data]
+        if isinstance(data, list):
+            body = _json.dumps({"rows": data}, default=str)
+            return db.insert_knowledge_base_json(self.project, self.name, body)
+        return db.insert_knowledge_base_arrow(self.project, self.name, _arrow_stream(data))
+
+    def insert_query(self, query: str) -> int:
+        """Inserts the rows of ``query`` (one SELECT, run in the knowledge base's project)."""
+        self._connection._check()
+        body = _json.dumps({"query": query})
+        return self._connection._db.insert_knowledge_base_json(self.project, self.name, body)
+
+    def search(
+        self,
+        text: str,
+        filters: Optional[Mapping[str, Any]] = None,
+        limit: Optional[int] = None,
+    ) -> Result:
+        """The ``limit`` chunks nearest ``text`` (10 by default), nearest first, among those
+        whose columns equal ``filters`` (a value, a list of values, or None for NULL):
+        ``id, chunk_id, chunk_content, metadata``, the metadata columns, ``distance``,
+        ``relevance``. Read it with ``.df()``, ``.arrow()`` or ``.fetchall()``."""
+        self._connection._check()
+        query = self._connection._db.search_knowledge_base(
+            self.project, self.name, text, _json.dumps(dict(filters or {}), default=str), limit
+        )
+        return Result(query)
+
+
 class Cursor:
     """A PEP 249 cursor. Each thread should use its own."""
 
@@ -550,6 +602,54 @@ class Connection:
         """One agent by name (case-insensitive); ``ProgrammingError`` when there is none."""
         self._check()
         return cast(Dict[str, Any], _json.loads(self._db.agent(project or self.current_db, name)))
+
+    def knowledge_bases(self, project: Optional[str] = None) -> List[KnowledgeBase]:
+        """The knowledge bases of ``project`` (the current project by default)."""
+        self._check()
+        text = self._db.knowledge_bases(project or self.current_db)
+        return [KnowledgeBase(self, info) for info in _json.loads(text)]
+
+    def knowledge_base(self, name: str, project: Optional[str] = None) -> KnowledgeBase:
+        """One knowledge base by name; ``ProgrammingError`` when there is none."""
+        self._check()
+        text = self._db.knowledge_base(project or self.current_db, name)
+        return KnowledgeBase(self, _json.loads(text))
+
+    def create_knowledge_base(
+        self,
+        name: str,
+        *,
+        embedding_model: Optional[Mapping[str, Any]] = None,
+        content_columns: Optional[Sequence[str]] = None,
+        metadata_columns: Optional[Sequence[str]] = None,
+        id_column: Optional[str] = None,
+        preprocessing: Optional[Mapping[str, Any]] = None,
+        project: Optional[str] = None,
+    ) -> KnowledgeBase:
+        """Creates a knowledge base, as ``CREATE KNOWLEDGE_BASE`` does: ``embedding_model``
+        like ``{"provider": "openai", "model_name": "text-embedding-3-small", "base_url": …,
+        "api_key": …}`` (the configured ``[embedding]`` model when left out),
+        ``content_columns`` (default ``["content"]``), ``metadata_columns`` (default: every
+        other column of the first insert), ``id_column`` (default ``"id"``), ``preprocessing``
+        like ``{"text_chunking_config": {"chunk_size": 1000, "chunk_overlap": 200}}``."""
+        self._check()
+        body: Dict[str, Any] = {"name": name}
+        for key, value in (
+            ("embedding_model", embedding_model),
+            ("content_columns", list(content_columns) if content_columns is not None else None),
+            ("metadata_columns", list(metadata_columns) if metadata_columns is not None else None),
+            ("id_column", id_column),
+            ("preprocessing", preprocessing),
+        ):
+            if value is not None:
+                body[key] = value
+        text = self._db.create_knowledge_base(project or self.current_db, _json.dumps(body))
+        return KnowledgeBase(self, _json.loads(text))
+
+    def drop_knowledge_base(self, name: str, project: Optional[str] = None) -> None:
+        """Drops a knowledge base and its documents."""
+        self._check()
+        self._db.drop_knowledge_base(project or self.current_db, name)
 
     def create_agent(
         self,

@@ -185,27 +185,8 @@ impl Database {
                 .into())
             }
         };
-        let capsule = stream.cast::<PyCapsule>().map_err(|_| {
-            InterfaceError::new_err("expected an Arrow C stream PyCapsule ('arrow_array_stream')")
-        })?;
-        let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
-        // SAFETY: a capsule of that name holds an `ArrowArrayStream` (the Arrow PyCapsule
-        // interface); `from_raw` moves it out and leaves a released stream, which the capsule's
-        // destructor then ignores.
-        let reader = unsafe {
-            ArrowArrayStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>())
-        }
-        .map_err(|e| InterfaceError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+        let (schema, batches) = read_stream(py, stream)?;
         let db = db.or_else(|| lock(&self.current_db).clone());
-        // The producer's callbacks take the GIL themselves when they need it.
-        let (schema, batches) = py
-            .detach(move || {
-                let schema = reader.schema();
-                reader
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|batches| (schema, batches))
-            })
-            .map_err(|e| DataError::new_err(format!("cannot read the Arrow stream: {e}")))?;
         let (runner, table) = (engine.clone(), table.to_string());
         let loading = async move {
             runner
@@ -225,6 +206,111 @@ impl Database {
     fn project(&self, name: &str) -> Fallible<String> {
         let project = self.engine()?.get_project(name)?;
         Ok(serde_json::to_string(&project).expect("a project serializes"))
+    }
+
+    /// The knowledge bases of `project` as JSON text, in MindsDB's REST shape.
+    fn knowledge_bases(&self, project: &str) -> Fallible<String> {
+        let kbs = self.engine()?.list_knowledge_bases(project)?;
+        let list: Vec<serde_json::Value> = kbs.iter().map(|kb| kb.wire()).collect();
+        Ok(serde_json::Value::Array(list).to_string())
+    }
+
+    /// One knowledge base as JSON text.
+    fn knowledge_base(&self, project: &str, name: &str) -> Fallible<String> {
+        Ok(self
+            .engine()?
+            .get_knowledge_base(project, name)?
+            .wire()
+            .to_string())
+    }
+
+    /// Creates a knowledge base from MindsDB's body (JSON text); returns it as JSON text.
+    fn create_knowledge_base(&self, py: Python<'_>, project: &str, body: &str) -> Fallible<String> {
+        let engine = self.engine()?;
+        let body = json_arg(body, "knowledge_base")?;
+        let (runner, project) = (engine.clone(), project.to_string());
+        let kb = wait(py, &engine, async move {
+            runner.create_knowledge_base(&project, body).await
+        })??;
+        Ok(kb.wire().to_string())
+    }
+
+    /// Drops a knowledge base and its documents.
+    fn drop_knowledge_base(&self, py: Python<'_>, project: &str, name: &str) -> Fallible<()> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        wait(py, &engine, async move {
+            runner.delete_knowledge_base(&project, &name).await
+        })??;
+        Ok(())
+    }
+
+    /// Inserts documents given as MindsDB's PUT body (JSON text: `{"rows": [...]}` or
+    /// `{"query": "SELECT …"}`); returns the documents inserted.
+    fn insert_knowledge_base_json(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        body: &str,
+    ) -> Fallible<u64> {
+        let engine = self.engine()?;
+        let body = json_arg(body, "documents")?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        Ok(wait(py, &engine, async move {
+            runner
+                .insert_into_knowledge_base(&project, &name, body)
+                .await
+        })??)
+    }
+
+    /// Inserts documents given as an Arrow C stream capsule; returns the documents inserted.
+    fn insert_knowledge_base_arrow(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        stream: &Bound<'_, PyAny>,
+    ) -> Fallible<u64> {
+        let engine = self.engine()?;
+        let (_, batches) = read_stream(py, stream)?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        Ok(wait(py, &engine, async move {
+            runner
+                .insert_batches_into_knowledge_base(&project, &name, batches)
+                .await
+        })??)
+    }
+
+    /// Searches a knowledge base; `filters` is a JSON object of column → value (or list).
+    #[pyo3(signature = (project, name, text, filters, limit=None))]
+    fn search_knowledge_base(
+        &self,
+        py: Python<'_>,
+        project: &str,
+        name: &str,
+        text: &str,
+        filters: &str,
+        limit: Option<u64>,
+    ) -> Fallible<Query> {
+        let engine = self.engine()?;
+        let filters = match json_arg(filters, "filters")? {
+            serde_json::Value::Object(filters) => filters,
+            serde_json::Value::Null => serde_json::Map::new(),
+            _ => return Err(InterfaceError::new_err("filters must be a dict").into()),
+        };
+        let (runner, project, name, text) = (
+            engine.clone(),
+            project.to_string(),
+            name.to_string(),
+            text.to_string(),
+        );
+        let result = wait(py, &engine, async move {
+            runner
+                .search_knowledge_base(&project, &name, &text, &filters, limit)
+                .await
+        })??;
+        Ok(Query::new(&self.shared, result)?)
     }
 
     /// The agents of `project` as JSON text, in MindsDB's shape.
@@ -591,6 +677,37 @@ impl Database {
             py.detach(move || engine.close());
         }
     }
+}
+
+/// Every batch of an Arrow C stream capsule (the Arrow PyCapsule interface), read without the GIL.
+fn read_stream(
+    py: Python<'_>,
+    stream: &Bound<'_, PyAny>,
+) -> Fallible<(
+    arrow::datatypes::SchemaRef,
+    Vec<arrow::record_batch::RecordBatch>,
+)> {
+    let capsule = stream.cast::<PyCapsule>().map_err(|_| {
+        InterfaceError::new_err("expected an Arrow C stream PyCapsule ('arrow_array_stream')")
+    })?;
+    let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+    // SAFETY: a capsule of that name holds an `ArrowArrayStream` (the Arrow PyCapsule
+    // interface); `from_raw` moves it out and leaves a released stream, which the capsule's
+    // destructor then ignores.
+    let reader = unsafe {
+        ArrowArrayStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>())
+    }
+    .map_err(|e| InterfaceError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    // The producer's callbacks take the GIL themselves when they need it.
+    let (schema, batches) = py
+        .detach(move || {
+            let schema = reader.schema();
+            reader
+                .collect::<Result<Vec<_>, _>>()
+                .map(|batches| (schema, batches))
+        })
+        .map_err(|e| DataError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    Ok((schema, batches))
 }
 
 fn json_arg(text: &str, what: &str) -> PyResult<serde_json::Value> {

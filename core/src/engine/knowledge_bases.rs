@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
 use datafusion::arrow::json::ReaderBuilder;
 use serde_json::{Map, Value};
@@ -12,7 +14,7 @@ use crate::admission::Work;
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
-use crate::services::sql::{DocumentSource, ResultContext};
+use crate::services::sql::{DocumentSource, Outcome, QueryRequest, QueryResult, ResultContext};
 use crate::store::schema::KNOWLEDGE_BASES;
 
 /// Rows one REST insert may carry (mindsdb_sdk sends at most 1,000 per request).
@@ -107,8 +109,106 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Inserts documents given as Arrow batches (a DataFrame, an Arrow table) into the
+    /// knowledge base `project.name`, columns by name; see [`Engine::insert_into_knowledge_base`].
+    pub async fn insert_batches_into_knowledge_base(
+        &self,
+        project: &str,
+        name: &str,
+        batches: Vec<RecordBatch>,
+    ) -> Result<u64> {
+        self.get_knowledge_base(project, name)?;
+        let Some(first) = batches.first() else {
+            return Ok(0);
+        };
+        let batch = concat_batches(&first.schema(), &batches)?;
+        let _ticket = self.inner.sql.admit(self.tenant, Work::Statement)?;
+        let context = ResultContext {
+            show_secrets: false,
+            db: project.to_ascii_lowercase(),
+        };
+        self.inner
+            .sql
+            .insert_documents(
+                self.tenant,
+                &context,
+                project,
+                name,
+                &DocumentSource::Rows(batch),
+            )
+            .await
+    }
+
+    /// Searches the knowledge base `project.name` for `text`: the `limit` nearest chunks (10
+    /// when `None`) among those whose columns equal `filters` (a value, a list of values to be
+    /// in, or null), as `SELECT * FROM kb WHERE content = … AND … LIMIT …` would. Filters name
+    /// the knowledge base's columns; another name is [`ErrorKind::InvalidInput`](crate::ErrorKind).
+    pub async fn search_knowledge_base(
+        &self,
+        project: &str,
+        name: &str,
+        text: &str,
+        filters: &Map<String, Value>,
+        limit: Option<u64>,
+    ) -> Result<QueryResult> {
+        let kb = self.get_knowledge_base(project, name)?;
+        let columns = self.knowledge_base_columns(project, &kb).await?;
+        let quoted = |s: &str| format!("`{}`", s.replace('`', "``"));
+        let mut sql = format!(
+            "SELECT * FROM {}.{} WHERE content = :question",
+            quoted(&kb.project),
+            quoted(&kb.name)
+        );
+        let mut request = QueryRequest::new("").with_param("question", Value::String(text.into()));
+        for (i, (column, value)) in filters.iter().enumerate() {
+            let Some(column) = columns.iter().find(|c| c.eq_ignore_ascii_case(column)) else {
+                return Err(Error::invalid(format!(
+                    "Knowledge base '{}' has no column '{column}' to filter on (its columns: {})",
+                    kb.name,
+                    columns.join(", ")
+                )));
+            };
+            let param = format!("filter{i}");
+            let condition = match value {
+                Value::Null => format!(" AND {} IS NULL", quoted(column)),
+                Value::Array(_) => format!(" AND {} IN :{param}", quoted(column)),
+                _ => format!(" AND {} = :{param}", quoted(column)),
+            };
+            sql.push_str(&condition);
+            if !value.is_null() {
+                request = request.with_param(param, value.clone());
+            }
+        }
+        if let Some(limit) = limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        request.query = sql;
+        Ok(self.query(request.with_db(kb.project.clone())).await)
+    }
+
+    /// The columns a search of `kb` shows.
+    async fn knowledge_base_columns(
+        &self,
+        project: &str,
+        kb: &KnowledgeBase,
+    ) -> Result<Vec<String>> {
+        let quoted = |s: &str| format!("`{}`", s.replace('`', "``"));
+        let request = QueryRequest::new(format!(
+            "SELECT * FROM {}.{} LIMIT 0",
+            quoted(project),
+            quoted(&kb.name)
+        ));
+        match self.query(request).await.outcome {
+            Outcome::Table(table) => Ok(table.column_names),
+            Outcome::Error(e) => Err(e),
+            Outcome::Ok { .. } => Err(Error::internal("a knowledge base read as no table")),
+        }
+    }
+}
+
 /// JSON rows as one batch, columns typed as their values are (text where they are mixed).
-fn rows_batch(rows: &[Value]) -> Result<datafusion::arrow::array::RecordBatch> {
+fn rows_batch(rows: &[Value]) -> Result<RecordBatch> {
     if rows.is_empty() {
         return Err(Error::invalid("\"rows\" is empty"));
     }
