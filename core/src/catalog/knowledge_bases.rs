@@ -22,6 +22,17 @@ const DEFAULT_CHUNK_SIZE: usize = 1000;
 const DEFAULT_CHUNK_OVERLAP: usize = 200;
 /// Largest chunk size accepted, in characters.
 const MAX_CHUNK_SIZE: usize = 100_000;
+/// The columns of [`KnowledgeBase::system_row`].
+pub(crate) const SYSTEM_COLUMNS: [&str; 8] = [
+    "NAME",
+    "PROJECT",
+    "EMBEDDING_MODEL",
+    "RERANKING_MODEL",
+    "METADATA_COLUMNS",
+    "CONTENT_COLUMNS",
+    "ID_COLUMN",
+    "PARAMS",
+];
 /// Keys of `embedding_model` that are used; others are refused, so a typo is no silent default.
 const EMBEDDING_KEYS: [&str; 5] = [
     "provider",
@@ -200,6 +211,22 @@ impl KnowledgeBase {
             shown.insert("api_key".into(), json!("******"));
         }
         Value::Object(shown)
+    }
+
+    /// The columns MindsDB shows in `SHOW KNOWLEDGE_BASES` and
+    /// `information_schema.knowledge_bases`, in order (see [`SYSTEM_COLUMNS`]), secrets masked.
+    pub(crate) fn system_row(&self) -> [String; 8] {
+        let list = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
+        [
+            self.name.clone(),
+            self.project.clone(),
+            self.shown_embedding_model().to_string(),
+            "null".to_string(),
+            list(&self.metadata_columns),
+            list(&self.content_columns),
+            self.id_column.clone(),
+            self.params().to_string(),
+        ]
     }
 
     /// MindsDB's `PARAMS` column: the chunking settings.

@@ -16,7 +16,14 @@ pub(crate) const FILES_DB: &str = "files";
 /// Names of built-in namespaces that no project or datasource may take (`log` is MindsDB's).
 pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, "log"];
 /// The tables of `information_schema`.
-pub(crate) const INFO_TABLES: [&str; 5] = ["databases", "tables", "columns", "agents", "models"];
+pub(crate) const INFO_TABLES: [&str; 6] = [
+    "databases",
+    "tables",
+    "columns",
+    "agents",
+    "models",
+    "knowledge_bases",
+];
 
 /// Checks a name of an object (project, table, model, agent, file, …): 1 to 64 letters, digits
 /// and underscores, not starting with a digit. `kind` names the object in the error.

@@ -311,19 +311,12 @@ fn db_and_object(name: &ObjectName, current: &str) -> Option<(String, String)> {
 
 /// MindsDB's `SHOW KNOWLEDGE_BASES` columns, secrets masked.
 fn knowledge_base_rows(kbs: &[KnowledgeBase]) -> Result<Outcome> {
-    let column = |f: &dyn Fn(&KnowledgeBase) -> String| kbs.iter().map(|kb| Some(f(kb))).collect();
-    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
-    text_table(vec![
-        ("NAME", column(&|kb| kb.name.clone())),
-        ("PROJECT", column(&|kb| kb.project.clone())),
-        (
-            "EMBEDDING_MODEL",
-            column(&|kb| kb.shown_embedding_model().to_string()),
-        ),
-        ("RERANKING_MODEL", column(&|_| "null".to_string())),
-        ("METADATA_COLUMNS", column(&|kb| json(&kb.metadata_columns))),
-        ("CONTENT_COLUMNS", column(&|kb| json(&kb.content_columns))),
-        ("ID_COLUMN", column(&|kb| kb.id_column.clone())),
-        ("PARAMS", column(&|kb| kb.params().to_string())),
-    ])
+    let rows: Vec<[String; 8]> = kbs.iter().map(KnowledgeBase::system_row).collect();
+    text_table(
+        knowledge_bases::SYSTEM_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (*name, rows.iter().map(|r| Some(r[i].clone())).collect()))
+            .collect(),
+    )
 }

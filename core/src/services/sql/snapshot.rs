@@ -980,6 +980,21 @@ impl InformationSchema {
                     .text("DATA_TYPE", rows.iter().map(|r| Some(r.data_type.as_str())))
                     .build()?
             }
+            "knowledge_bases" => {
+                let mut rows: Vec<[String; 8]> = Vec::new();
+                for project in snap.projects()? {
+                    rows.extend(
+                        snap.knowledge_bases(&project.name)?
+                            .iter()
+                            .map(KnowledgeBase::system_row),
+                    );
+                }
+                let mut table = SystemTable::default();
+                for (i, name) in knowledge_bases::SYSTEM_COLUMNS.iter().enumerate() {
+                    table = table.text(name, rows.iter().map(|r| Some(r[i].as_str())));
+                }
+                table.build()?
+            }
             "agents" => {
                 let agents = snap.agents(None)?;
                 let rows: Vec<[String; 4]> = agents.iter().map(Agent::system_row).collect();
