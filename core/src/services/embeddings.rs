@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::llm::{capitalized, provider_message, read_capped, unreachable, upstream};
+use super::llm::{capitalized, read_capped, send, successful, upstream};
 use crate::config::EmbeddingConfig;
 use crate::egress::HttpClient;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 
 /// Where and how to call one embedding model.
 #[derive(Debug, Clone)]
@@ -113,29 +113,8 @@ async fn embed_batch(
     let shown = &endpoint.shown;
     let body = json!({"model": endpoint.model, "input": texts, "encoding_format": "float"});
     let call = async {
-        let mut request = client.post(&url).map_err(|refused| {
-            Error::new(
-                ErrorKind::Forbidden,
-                format!("Calling {shown} was {refused}"),
-            )
-        })?;
-        request = request.json(&body);
-        if !endpoint.api_key.is_empty() {
-            request = request.bearer_auth(&endpoint.api_key);
-        }
-        let response = request.send().await.map_err(|e| unreachable(shown, &e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let text = read_capped(response, super::llm::ERROR_BODY_CAP, shown)
-                .await
-                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-                .unwrap_or_default();
-            return Err(upstream(format!(
-                "{} answered {status}: {}",
-                capitalized(shown),
-                provider_message(&text)
-            )));
-        }
+        let response = send(client, &url, &endpoint.api_key, &body, shown).await?;
+        let response = successful(response, shown).await?;
         let (bytes, complete) = read_capped(response, endpoint.max_reply_bytes, shown).await?;
         if !complete {
             return Err(upstream(format!(

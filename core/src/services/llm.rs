@@ -17,7 +17,7 @@ use crate::egress::{self, HttpClient};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of a provider's error answer read at most (its message is shown shortened).
-pub(crate) const ERROR_BODY_CAP: usize = 16 * 1024;
+const ERROR_BODY_CAP: usize = 16 * 1024;
 
 /// Where and how to call one model.
 #[derive(Debug, Clone)]
@@ -160,32 +160,11 @@ pub(crate) async fn chat(
     );
     let shown = &endpoint.shown;
     let call = async {
-        let mut request = client.post(&url).map_err(|refused| {
-            Error::new(
-                ErrorKind::Forbidden,
-                format!("Calling {shown} was {refused}"),
-            )
-        })?;
-        request = request.json(&body);
-        if !endpoint.api_key.is_empty() {
-            request = request.bearer_auth(&endpoint.api_key);
-        }
-        let response = request.send().await.map_err(|e| unreachable(shown, &e))?;
+        let response = send(client, &url, &endpoint.api_key, &body, shown).await?;
         if let Some(answered) = answered {
             answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
-        let status = response.status();
-        if !status.is_success() {
-            let text = read_capped(response, ERROR_BODY_CAP, shown)
-                .await
-                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-                .unwrap_or_default();
-            return Err(upstream(format!(
-                "{} answered {status}: {}",
-                capitalized(shown),
-                provider_message(&text)
-            )));
-        }
+        let response = successful(response, shown).await?;
         match on_text {
             Some(on_text) => read_stream(response, endpoint, on_text).await,
             None => {
@@ -208,6 +187,49 @@ pub(crate) async fn chat(
     }
 }
 
+/// POSTs `body` as JSON to `url` under the egress policy, with the bearer key when there is
+/// one; `shown` names the endpoint in errors.
+pub(crate) async fn send(
+    client: &HttpClient,
+    url: &str,
+    api_key: &str,
+    body: &Value,
+    shown: &str,
+) -> Result<reqwest::Response> {
+    let mut request = client.post(url).map_err(|refused| {
+        Error::new(
+            ErrorKind::Forbidden,
+            format!("Calling {shown} was {refused}"),
+        )
+    })?;
+    request = request.json(body);
+    if !api_key.is_empty() {
+        request = request.bearer_auth(api_key);
+    }
+    request.send().await.map_err(|e| unreachable(shown, &e))
+}
+
+/// The response if the provider answered success; otherwise an error with its status and the
+/// provider's own words.
+pub(crate) async fn successful(
+    response: reqwest::Response,
+    shown: &str,
+) -> Result<reqwest::Response> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let text = read_capped(response, ERROR_BODY_CAP, shown)
+        .await
+        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    Err(upstream(format!(
+        "{} answered {status}: {}",
+        capitalized(shown),
+        provider_message(&text)
+    )))
+}
+
 pub(crate) fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     match chars.next() {
@@ -228,7 +250,7 @@ fn too_large(endpoint: &Endpoint) -> Error {
     ))
 }
 
-pub(crate) fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
+fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
     let reason = egress::http_reason(error);
     let kind = if reason.starts_with("refused by the egress policy") {
         ErrorKind::Forbidden
@@ -261,7 +283,7 @@ pub(crate) async fn read_capped(
 
 /// The provider's own words from an error body, shortened: OpenAI's `{"error": {"message":
 /// …}}`, or the start of whatever else it sent.
-pub(crate) fn provider_message(body: &str) -> String {
+fn provider_message(body: &str) -> String {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|v| {
         v.pointer("/error/message")

@@ -51,18 +51,25 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
                 if_exists,
             }))
         }
-        Some(Keyword::SHOW) if is(1, "AGENTS") => {
-            let project = if matches!(kw(2), Some(Keyword::FROM | Keyword::IN)) {
-                let project = word(words, 3, "a project name")?;
-                end_at(words, 4)?;
-                Some(project.to_ascii_lowercase())
-            } else {
-                end_at(words, 2)?;
-                None
-            };
-            Ok(Some(Command::ShowAgents { project }))
-        }
+        Some(Keyword::SHOW) if is(1, "AGENTS") => Ok(Some(Command::ShowAgents {
+            project: from_project(words, 2)?,
+        })),
         _ => Ok(None),
+    }
+}
+
+/// `[FROM|IN project]` at `k`, ending the statement: the project (lower case), if named.
+pub(crate) fn from_project(words: &[&Token], k: usize) -> Result<Option<String>> {
+    if matches!(
+        words.get(k).and_then(|t| keyword(t)),
+        Some(Keyword::FROM | Keyword::IN)
+    ) {
+        let project = word(words, k + 1, "a project name")?;
+        end_at(words, k + 2)?;
+        Ok(Some(project.to_ascii_lowercase()))
+    } else {
+        end_at(words, k)?;
+        Ok(None)
     }
 }
 

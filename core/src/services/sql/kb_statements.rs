@@ -12,7 +12,7 @@ use datafusion::sql::sqlparser::ast::{Insert, ObjectName, Statement, TableObject
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
-use super::agent_statements::{end_at, qualified_name, using_pairs, word};
+use super::agent_statements::{end_at, from_project, qualified_name, using_pairs};
 use super::dml::Staged;
 use super::knowledge_base;
 use super::parse::{if_exists_at, keyword, Command};
@@ -55,17 +55,9 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
             end_at(words, k)?;
             Ok(Some(Command::DescribeKnowledgeBase { project, name }))
         }
-        Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => {
-            let project = if matches!(kw(2), Some(Keyword::FROM | Keyword::IN)) {
-                let project = word(words, 3, "a project name")?;
-                end_at(words, 4)?;
-                Some(project.to_ascii_lowercase())
-            } else {
-                end_at(words, 2)?;
-                None
-            };
-            Ok(Some(Command::ShowKnowledgeBases { project }))
-        }
+        Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => Ok(Some(Command::ShowKnowledgeBases {
+            project: from_project(words, 2)?,
+        })),
         _ => Ok(None),
     }
 }
