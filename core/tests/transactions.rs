@@ -79,14 +79,29 @@ fn rollback_undoes_every_statement_since_begin_and_commit_keeps_them() {
 }
 
 #[test]
-fn a_failed_statement_undoes_only_itself() {
+fn a_failed_statement_aborts_the_transaction_as_in_duckdb() {
     let engine = memory();
     exec(&engine, "CREATE TABLE t (a INT PRIMARY KEY)");
     exec(&engine, "BEGIN");
     exec(&engine, "INSERT INTO t VALUES (1)");
     let e = error(&engine, "INSERT INTO t VALUES (2), (1)");
     assert!(e.contains("t"), "{e}");
-    assert!(engine.in_transaction(), "the transaction goes on");
+    assert!(
+        engine.in_transaction(),
+        "the transaction is open until ROLLBACK"
+    );
+    for sql in ["INSERT INTO t VALUES (3)", "SELECT 1", "COMMIT"] {
+        let e = error(&engine, sql);
+        assert!(e.contains("Current transaction is aborted"), "{sql}: {e}");
+    }
+    exec(&engine, "ROLLBACK");
+    assert_eq!(rows(&engine, "SELECT count(*) FROM t"), json!([[0]]));
+    // A savepoint taken before the failure lets the transaction go on from there.
+    exec(&engine, "BEGIN");
+    exec(&engine, "INSERT INTO t VALUES (1)");
+    exec(&engine, "SAVEPOINT s");
+    error(&engine, "INSERT INTO t VALUES (1)");
+    exec(&engine, "ROLLBACK TO s");
     exec(&engine, "INSERT INTO t VALUES (3)");
     exec(&engine, "COMMIT");
     assert_eq!(

@@ -142,6 +142,15 @@ def test_commit_rollback_semantics(con):
     assert con.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (4,)]
     with pytest.raises(mindlite.ProgrammingError, match="no transaction is active"):
         con.execute("COMMIT")
+    # A failure inside a transaction aborts it, as in DuckDB: only rollback() ends it.
+    con.begin()
+    con.execute("INSERT INTO t VALUES (5)")
+    with pytest.raises(mindlite.DataError):
+        con.execute("INSERT INTO t VALUES ('x')")
+    with pytest.raises(mindlite.ProgrammingError, match="transaction is aborted"):
+        con.commit()
+    con.rollback()
+    assert con.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (4,)]
 
 
 def test_a_connection_closed_in_a_transaction_rolls_it_back(path):

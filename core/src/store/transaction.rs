@@ -5,8 +5,10 @@
 //! between (training jobs and other detached writers wait). Its statements still commit one by
 //! one, each all or nothing, but non-durably: they are visible to the connection's own reads
 //! at once and gone after a crash, until COMMIT makes them all durable with one durable commit.
-//! ROLLBACK restores the redb savepoint taken at BEGIN; a failed statement inside a
-//! transaction undoes only itself (as in SQLite). Closing the store with a transaction open
+//! ROLLBACK restores the redb savepoint taken at BEGIN. A statement that fails inside a
+//! transaction undoes itself and aborts the transaction, as DuckDB's (and PostgreSQL's) do:
+//! every later statement and COMMIT fail until ROLLBACK (or ROLLBACK TO a savepoint taken
+//! before the failure); SQLite would let the transaction go on. Closing the store with a transaction open
 //! rolls it back: redb would otherwise make pending non-durable commits durable when it closes.
 //!
 //! Rolling back makes sequence values and chunk ids be handed out again, so the chunk cache,
@@ -29,6 +31,8 @@ pub(super) struct Transaction {
     named: Vec<(String, Savepoint)>,
     /// Statements inside the transaction take turns on this (threads may share a connection).
     pub(super) statements: Arc<tokio::sync::Mutex<()>>,
+    /// The message of the statement that failed and so aborted the transaction, if one did.
+    aborted: Option<String>,
 }
 
 /// A step of an explicit transaction, as SQL names it.
@@ -46,6 +50,12 @@ pub(crate) enum Step {
     Release(String),
     /// `ROLLBACK TO [SAVEPOINT] name`: undoes what came after it, keeping it.
     RollbackTo(String),
+}
+
+fn aborted_error(message: &str) -> Error {
+    Error::invalid(format!(
+        "Current transaction is aborted by an earlier error ({message}); ROLLBACK to end it"
+    ))
 }
 
 fn no_transaction(what: &str) -> Error {
@@ -76,6 +86,7 @@ impl Store {
                     begin,
                     named: Vec::new(),
                     statements: Arc::new(tokio::sync::Mutex::new(())),
+                    aborted: None,
                 });
                 Ok(())
             })
@@ -101,6 +112,9 @@ impl Store {
                 .ok_or_else(|| no_transaction(what))?;
             match step {
                 Step::Begin => unreachable!("handled above"),
+                Step::Commit if open.aborted.is_some() => {
+                    return Err(aborted_error(open.aborted.as_deref().unwrap_or_default()));
+                }
                 Step::Commit => {
                     // One durable commit makes every non-durable one before it durable.
                     store.db.begin_write()?.commit()?;
@@ -125,6 +139,8 @@ impl Store {
                     if let Step::RollbackTo(_) = step {
                         store.restore(&open.named[at].1)?;
                         open.named.truncate(at + 1);
+                        // Back before the failure: the transaction may go on (PostgreSQL's rule).
+                        open.aborted = None;
                     } else {
                         open.named.truncate(at);
                     }
@@ -133,6 +149,28 @@ impl Store {
             Ok(())
         })
         .await
+    }
+
+    /// Marks the open transaction aborted by a statement that failed with `message`; nothing
+    /// without one.
+    pub(crate) fn abort_transaction(&self, message: &str) {
+        if let Some(open) = self.transaction.lock().as_mut() {
+            open.aborted.get_or_insert_with(|| message.to_string());
+        }
+    }
+
+    /// Fails when the open transaction was aborted by a failed statement: only ROLLBACK (or
+    /// ROLLBACK TO a savepoint) may run then.
+    pub(crate) fn check_not_aborted(&self) -> Result<()> {
+        match self
+            .transaction
+            .lock()
+            .as_ref()
+            .and_then(|open| open.aborted.as_deref())
+        {
+            Some(message) => Err(aborted_error(message)),
+            None => Ok(()),
+        }
     }
 
     /// Puts the database back as it was at `savepoint`, durably.

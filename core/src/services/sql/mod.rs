@@ -234,6 +234,10 @@ impl SqlRunner {
                             continue;
                         }
                     }
+                    if let Err(e) = self.store.check_not_aborted() {
+                        last = Outcome::Error(e);
+                        break;
+                    }
                     // Boxed: planning's future is large, and this one is copied into each
                     // layer around it; a cached plan (above) then costs no copy of it at all.
                     let executing =
@@ -241,6 +245,8 @@ impl SqlRunner {
                     match executing.await {
                         Ok(outcome) => last = outcome,
                         Err(e) => {
+                            // Inside a transaction, as in DuckDB: it is aborted.
+                            self.store.abort_transaction(e.message());
                             last = Outcome::Error(e);
                             break;
                         }
