@@ -254,6 +254,12 @@ fn a_search_ranks_by_meaning_and_returns_mindsdb_s_columns() {
         ),
         ["3"]
     );
+    // A value that does not fit its metadata column is an error, never a NULL.
+    let unfit = error(
+        &engine,
+        "INSERT INTO kb (id, content, category, year) VALUES (9, 'x', 'pets', 'n/a')",
+    );
+    assert!(unfit.contains("does not fit"), "{unfit}");
     // Without a question: every chunk, no distance.
     let all = rows(&engine, "SELECT id, distance FROM kb ORDER BY id");
     assert_eq!(
@@ -342,6 +348,12 @@ fn reinserting_a_document_replaces_its_chunks_and_delete_removes_documents() {
     exec(&engine, "DELETE FROM p_kb WHERE id = 'a'");
     assert_eq!(rows(&engine, "SELECT count(*) FROM p_kb"), json!([[0]]));
     assert!(error(&engine, "UPDATE p_kb SET source = 'x'").contains("not supported"));
+    let twice = error(
+        &engine,
+        "INSERT INTO p_kb (id, content) VALUES ('z', 'one'), ('z', 'two')",
+    );
+    assert!(twice.contains("given twice"), "{twice}");
+    assert_eq!(rows(&engine, "SELECT count(*) FROM p_kb"), json!([[0]]));
 }
 
 #[test]

@@ -329,9 +329,11 @@ fn preprocessing(value: Value) -> Result<(usize, usize)> {
             "chunk_size must be between 1 and {MAX_CHUNK_SIZE} characters"
         )));
     }
-    if overlap >= size {
+    // A larger overlap would repeat most of every chunk in the next: a document would be
+    // embedded many times over.
+    if overlap > size / 2 {
         return Err(Error::invalid(format!(
-            "chunk_overlap ({overlap}) must be smaller than chunk_size ({size})"
+            "chunk_overlap ({overlap}) must be at most half of chunk_size ({size})"
         )));
     }
     Ok((size, overlap))
@@ -474,7 +476,7 @@ mod tests {
             (json!({"content_columns": []}), "at least one column"),
             (
                 json!({"preprocessing": {"text_chunking_config": {"chunk_size": 10, "chunk_overlap": 10}}}),
-                "must be smaller",
+                "at most half",
             ),
             (
                 json!({"id_column": "body", "content_columns": ["body"]}),

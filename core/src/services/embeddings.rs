@@ -172,11 +172,14 @@ fn parse_vectors(bytes: &[u8], expected: usize, endpoint: &Endpoint) -> Result<V
         for number in numbers {
             let x = number
                 .as_f64()
+                .map(|x| x as f32)
                 .filter(|x| x.is_finite())
                 .ok_or_else(|| bad("a vector element that is not a finite number"))?;
-            vector.push(x as f32);
+            vector.push(x);
         }
-        normalise(&mut vector);
+        if !normalise(&mut vector) {
+            return Err(bad("a vector too long to normalise"));
+        }
         if vectors[index].replace(vector).is_some() {
             return Err(bad("two vectors for one text"));
         }
@@ -190,12 +193,23 @@ fn parse_vectors(bytes: &[u8], expected: usize, endpoint: &Endpoint) -> Result<V
     Ok(vectors)
 }
 
-/// Scales `vector` to length one (a zero vector stays zero: it is at distance one from all).
-pub(crate) fn normalise(vector: &mut [f32]) {
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 && norm.is_finite() {
-        vector.iter_mut().for_each(|x| *x /= norm);
+/// Scales `vector` to length one (a zero vector stays zero: it is at distance one from all);
+/// false when its length is not a finite number.
+pub(crate) fn normalise(vector: &mut [f32]) -> bool {
+    let norm = vector
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if !norm.is_finite() {
+        return false;
     }
+    if norm > 0.0 {
+        vector
+            .iter_mut()
+            .for_each(|x| *x = (f64::from(*x) / norm) as f32);
+    }
+    true
 }
 
 #[cfg(test)]
@@ -239,6 +253,7 @@ mod tests {
                 "differing",
             ),
             (br#"{"data": [{"embedding": ["x"]}]}"#, 1, "finite number"),
+            (br#"{"data": [{"embedding": [1e300]}]}"#, 1, "finite number"),
             (br#"[1]"#, 1, "no 'data'"),
         ] {
             let error = parse_vectors(reply, expected, &e).unwrap_err();

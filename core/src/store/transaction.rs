@@ -124,6 +124,9 @@ impl Store {
                     store.restore(&open.begin)?;
                     *slot = None;
                 }
+                Step::Savepoint(_) if open.aborted.is_some() => {
+                    return Err(aborted_error(open.aborted.as_deref().unwrap_or_default()));
+                }
                 Step::Savepoint(name) => {
                     let txn = store.db.begin_write()?;
                     let savepoint = txn.ephemeral_savepoint()?;

@@ -120,7 +120,10 @@ impl WriteJob {
 
     /// `work`'s output, or `None` as soon as the statement is cancelled (dropping `work`, so a
     /// plan computing a batch stops in the middle of it).
-    async fn unless_cancelled<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+    pub(crate) async fn unless_cancelled<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
         tokio::select! {
             biased;
             () = self.cancelled.cancelled() => None,

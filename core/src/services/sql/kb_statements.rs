@@ -23,6 +23,9 @@ use crate::error::{Error, Result};
 use crate::tenant::TenantId;
 
 const WHAT: &str = "a knowledge base name";
+/// Times an insert is embedded and tried before it gives up on a knowledge base that keeps
+/// changing under it.
+const INSERT_ATTEMPTS: usize = 3;
 
 /// Recognises a knowledge base statement; `None` when `words` is something else.
 pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
@@ -149,8 +152,9 @@ impl SqlRunner {
 
     /// Inserts documents into the knowledge base `project.name`: chunked, embedded and
     /// stored, replacing the documents of the same ids; returns how many documents went in.
-    /// The rows are read and embedded before the writer lock is taken; if another write
-    /// changed the knowledge base meanwhile, it all runs again with the lock held.
+    /// The rows are read and embedded before the writer lock is taken, never under it (embedding
+    /// waits on the network); if the knowledge base changed meanwhile (dropped, made anew, its
+    /// first rows stored), it all runs again, a few times, then fails asking to retry.
     pub(crate) async fn insert_documents(
         &self,
         tenant: TenantId,
@@ -159,11 +163,7 @@ impl SqlRunner {
         name: &str,
         source: &DocumentSource,
     ) -> Result<u64> {
-        for pessimistic in [false, true] {
-            let held = match pessimistic {
-                true => Some(self.store.lock_writes().await),
-                false => None,
-            };
+        for _ in 0..INSERT_ATTEMPTS {
             let snapshot =
                 Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
             let kb = snapshot
@@ -220,16 +220,16 @@ impl SqlRunner {
             };
             let connector = Arc::new(self.connector());
             let staged = self
-                .job(tenant, &context.db, snapshot, state, held)
+                .job(tenant, &context.db, snapshot, state, None)
                 .run(move |job, handle| knowledge_base::insert(job, handle, kb, plan, connector))
                 .await?;
             if let Staged::Done(documents) = staged {
                 return Ok(documents);
             }
         }
-        Err(Error::internal(
-            "a knowledge base changed while the writer lock was held",
-        ))
+        Err(Error::conflict(format!(
+            "Knowledge base '{name}' kept changing while the documents were embedded; try the insert again"
+        )))
     }
 }
 

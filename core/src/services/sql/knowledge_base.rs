@@ -537,13 +537,13 @@ impl Ingest<'_> {
                         kb.name, kb.content_columns
                     ))
                 })?;
-                Ok((column.to_ascii_lowercase(), cast(batch.column(at), &DataType::Utf8)?))
+                Ok((column.to_ascii_lowercase(), strict_cast(batch.column(at), &DataType::Utf8)?))
             })
             .collect::<Result<Vec<_>>>()?;
         let metadata = self.metadata_names(&source)?;
         let ids: Vec<String> = match position(&kb.id_column) {
             Some(at) => {
-                let column = cast(batch.column(at), &DataType::Utf8)?;
+                let column = strict_cast(batch.column(at), &DataType::Utf8)?;
                 let column = column.as_string::<i32>();
                 (0..column.len())
                     .map(|row| match column.is_null(row) {
@@ -575,21 +575,18 @@ impl Ingest<'_> {
                 })
                 .collect(),
         };
-        // A document given twice in one statement: its last row wins.
-        let mut last = std::collections::HashMap::new();
-        for (row, id) in ids.iter().enumerate() {
-            last.insert(id.as_str(), row);
-        }
         let mut rows = Vec::new();
         let mut chunk_ids = Vec::new();
         let mut texts = Vec::new();
         for (row, id) in ids.iter().enumerate() {
-            if last[id.as_str()] != row {
-                continue;
+            // Which of two rows of one document should win is not for the engine to guess.
+            if !self.ids.insert(id.clone()) {
+                return Err(Error::invalid(format!(
+                    "Document id '{id}' is given twice in one INSERT INTO knowledge base '{}'",
+                    kb.name
+                )));
             }
-            if self.ids.insert(id.clone()) {
-                self.documents += 1;
-            }
+            self.documents += 1;
             for (column, text) in &contents {
                 let text = text.as_string::<i32>();
                 if text.is_null(row) {
@@ -612,11 +609,10 @@ impl Ingest<'_> {
         if texts.is_empty() {
             return Ok(());
         }
-        let vectors = handle.block_on(embeddings::embed(
-            &self.connector.client,
-            &self.endpoint,
-            &texts,
-        ))?;
+        let embedding = embeddings::embed(&self.connector.client, &self.endpoint, &texts);
+        let vectors = handle
+            .block_on(job.unless_cancelled(embedding))
+            .ok_or_else(crate::store::cancelled)??;
         if vectors.len() != texts.len() {
             return Err(Error::internal("the embedding model lost texts"));
         }
@@ -626,7 +622,7 @@ impl Ingest<'_> {
             .iter()
             .map(|(name, data_type)| {
                 let column = match position(name) {
-                    Some(at) => cast(batch.column(at), data_type)?,
+                    Some(at) => strict_cast(batch.column(at), data_type)?,
                     None => new_null_array(data_type, batch.num_rows()),
                 };
                 Ok((name.clone(), take(&column, &rows, None)?))
@@ -746,6 +742,19 @@ impl Ingest<'_> {
             })
             .collect())
     }
+}
+
+/// `array` as `to`, failing (naming the values) where a value does not convert, never NULL.
+fn strict_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    let options = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    datafusion::arrow::compute::cast_with_options(array, to, &options).map_err(|e| {
+        Error::invalid(format!(
+            "A column inserted into a knowledge base does not fit its type {to}: {e}"
+        ))
+    })
 }
 
 fn vector_field(dimensions: usize) -> Result<Field> {

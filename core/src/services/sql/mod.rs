@@ -191,7 +191,13 @@ impl SqlRunner {
         // Read before anything else: a plan kept now is current only while no commit follows.
         let generation = self.store.commits();
         let key = PlanKey::new(tenant, &context.db, request);
-        if let Some(cached) = key.as_ref().and_then(|key| self.plans.get(key, generation)) {
+        // An aborted transaction refuses statements below; a cached plan must not slip past.
+        let aborted = self.store.check_not_aborted().is_err();
+        if let Some(cached) = key
+            .as_ref()
+            .filter(|_| !aborted)
+            .and_then(|key| self.plans.get(key, generation))
+        {
             // A plan that cannot run again is planned afresh below.
             if let Ok(outcome) = self.run_cached(&cached) {
                 return QueryResult {
