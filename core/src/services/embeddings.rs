@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::llm::{capitalized, read_capped, send, successful, upstream};
+use super::llm::{capitalized, read_capped, send, setting_text, successful, target, upstream};
 use crate::config::EmbeddingConfig;
 use crate::egress::HttpClient;
 use crate::error::Result;
@@ -39,27 +39,13 @@ pub(crate) struct Endpoint {
 /// configured default for the rest. The configured API key goes only to the configured
 /// endpoint, never to one the settings name.
 pub(crate) fn endpoint(settings: &Map<String, Value>, default: &EmbeddingConfig) -> Endpoint {
-    let text = |key: &str| {
-        settings
-            .get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let base_url = text("base_url").unwrap_or(&default.base_url).to_string();
-    let configured = base_url == default.base_url;
-    let api_key = match text("api_key") {
-        Some(key) => key.to_string(),
-        None if configured => default.api_key.clone(),
-        None => String::new(),
-    };
-    let shown = if configured {
-        "the configured embedding provider".to_string()
-    } else {
-        format!(
-            "the embedding provider at {}",
-            base_url.trim_end_matches('/')
-        )
-    };
+    let (base_url, api_key, shown) = target(
+        settings,
+        &default.base_url,
+        &default.api_key,
+        "embedding provider",
+    );
+    let text = |key: &str| setting_text(settings, key);
     let batch_size = settings
         .get("batch_size")
         .and_then(Value::as_u64)

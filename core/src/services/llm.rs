@@ -97,28 +97,17 @@ pub(crate) type TextSink<'a> =
 /// `max_tokens`, `top_p`), the configured default for the rest. The configured API key goes
 /// only to the configured endpoint, never to one the settings name.
 pub(crate) fn endpoint(settings: &Map<String, Value>, default: &LlmConfig) -> Endpoint {
-    let text = |key: &str| {
-        settings
-            .get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let base_url = text("base_url").unwrap_or(&default.base_url).to_string();
-    let configured = base_url == default.base_url;
-    let api_key = match text("api_key") {
-        Some(key) => key.to_string(),
-        None if configured => default.api_key.clone(),
-        None => String::new(),
-    };
+    let (base_url, api_key, shown) = target(
+        settings,
+        &default.base_url,
+        &default.api_key,
+        "model provider",
+    );
+    let text = |key: &str| setting_text(settings, key);
     let options: Map<String, Value> = ["temperature", "max_tokens", "top_p"]
         .iter()
         .filter_map(|k| settings.get(*k).map(|v| (k.to_string(), v.clone())))
         .collect();
-    let shown = if configured {
-        "the configured model provider".to_string()
-    } else {
-        format!("the model provider at {}", base_url.trim_end_matches('/'))
-    };
     Endpoint {
         base_url,
         api_key,
@@ -132,6 +121,41 @@ pub(crate) fn endpoint(settings: &Map<String, Value>, default: &LlmConfig) -> En
         max_tool_calls: default.max_tool_calls.max(1),
         shown,
     }
+}
+
+/// A non-empty text setting.
+pub(crate) fn setting_text<'a>(settings: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    settings
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// Where a call goes, as `settings` (`base_url`, `api_key`) and the configured endpoint
+/// choose: (base URL, API key, how messages name it). The configured key goes only to the
+/// configured URL, never to one the settings name; the configured URL is not shown to callers
+/// ("the configured {kind}").
+pub(crate) fn target(
+    settings: &Map<String, Value>,
+    configured_url: &str,
+    configured_key: &str,
+    kind: &str,
+) -> (String, String, String) {
+    let base_url = setting_text(settings, "base_url")
+        .unwrap_or(configured_url)
+        .to_string();
+    let configured = base_url == configured_url;
+    let api_key = match setting_text(settings, "api_key") {
+        Some(key) => key.to_string(),
+        None if configured => configured_key.to_string(),
+        None => String::new(),
+    };
+    let shown = if configured {
+        format!("the configured {kind}")
+    } else {
+        format!("the {kind} at {}", base_url.trim_end_matches('/'))
+    };
+    (base_url, api_key, shown)
 }
 
 /// Asks the model once. With `on_text`, the answer is streamed and each piece of text is
