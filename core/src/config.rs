@@ -32,6 +32,9 @@ pub struct StorageConfig {
     /// Decoded table chunks kept in memory between queries, in MiB; 0 turns the cache off.
     /// Default: 512 locally, 64 hosted.
     pub batch_cache_mb: Option<u64>,
+    /// Knowledge bases' search indexes (vectors and links) kept in memory between searches,
+    /// in MiB; the one searched last always stays. Default: 4096 locally, 512 hosted.
+    pub index_cache_mb: Option<u64>,
 }
 
 impl Default for StorageConfig {
@@ -40,6 +43,7 @@ impl Default for StorageConfig {
             path: PathBuf::from("./mindlite-data/mindlite.redb"),
             page_cache_mb: None,
             batch_cache_mb: None,
+            index_cache_mb: None,
         }
     }
 }
@@ -285,7 +289,8 @@ pub struct PlanConfig {
     pub window_secs: u64,
     /// Whether the tier may register model-status callbacks.
     pub callbacks: bool,
-    /// Provider calls LLM-backed models may make per window (one per row predicted).
+    /// Provider calls made for a user per window: one per row an LLM-backed model predicts, per
+    /// request to a knowledge base's embedding model, per chunk its reranker scores.
     pub model_calls_per_window: u64,
     /// Statements a user may have running at once (a streamed result runs until it is read).
     pub max_running_statements: u64,
@@ -435,6 +440,35 @@ pub struct FilesConfig {
     pub max_decoded_mb: Option<u64>,
 }
 
+/// How knowledge bases index and search their chunks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KnowledgeBasesConfig {
+    /// Links per chunk in the vector index (HNSW's M; twice as many on its lowest level),
+    /// fixed for a knowledge base when its index is built by its first insert.
+    pub hnsw_m: usize,
+    /// Candidates weighed when a chunk's links are chosen (HNSW's efConstruction): more
+    /// builds a better graph, more slowly. Fixed like `hnsw_m`.
+    pub hnsw_ef_construction: usize,
+    /// Candidates a search walks through (HNSW's efSearch): more finds more of the true
+    /// nearest chunks, more slowly.
+    pub ef_search: usize,
+    /// A search among fewer chunks than this (after metadata conditions) computes every
+    /// distance rather than walking the index, so its ranking is exact.
+    pub exact_below: usize,
+}
+
+impl Default for KnowledgeBasesConfig {
+    fn default() -> Self {
+        KnowledgeBasesConfig {
+            hnsw_m: 16,
+            hnsw_ef_construction: 128,
+            ef_search: 64,
+            exact_below: 10_000,
+        }
+    }
+}
+
 /// The engine configuration. Every field has a default, so `Config::default()` is a working setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -453,6 +487,8 @@ pub struct Config {
     pub llm: LlmConfig,
     /// The default embedding model of knowledge bases.
     pub embedding: EmbeddingConfig,
+    /// How knowledge bases index and search.
+    pub knowledge_bases: KnowledgeBasesConfig,
     /// Agent loop and sandbox limits.
     pub agents: AgentsConfig,
     /// Users' plan tiers (hosted edition).
@@ -528,6 +564,10 @@ impl Config {
                 self.datasources.max_message_mb,
             ),
             ("datasources.max_tables", self.datasources.max_tables as u64),
+            (
+                "knowledge_bases.ef_search",
+                self.knowledge_bases.ef_search as u64,
+            ),
         ] {
             if value == 0 {
                 return Err(Error::invalid(format!("{key} must be at least 1")));
@@ -586,6 +626,11 @@ impl Config {
     /// The decoded-chunk cache (`storage.batch_cache_mb`), in bytes.
     pub fn batch_cache_bytes(&self) -> u64 {
         mib(self.or_edition(self.storage.batch_cache_mb, 512, 64))
+    }
+
+    /// The knowledge bases' index cache (`storage.index_cache_mb`), in bytes.
+    pub fn index_cache_bytes(&self) -> u64 {
+        mib(self.or_edition(self.storage.index_cache_mb, 4096, 512))
     }
 
     /// Memory for query operators of all statements together (`query.memory_limit_mb`), in bytes.

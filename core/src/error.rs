@@ -222,6 +222,16 @@ storage_error!(
     redb::SavepointError
 );
 
+/// A kernel refusing its input is the caller's fault; damaged index pages are the file's.
+impl From<mindlite_vectors::Error> for Error {
+    fn from(err: mindlite_vectors::Error) -> Self {
+        match err {
+            mindlite_vectors::Error::Invalid(message) => Error::invalid(message),
+            mindlite_vectors::Error::Corrupt(message) => Error::internal(message),
+        }
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(err: serde_json::Error) -> Self {
         Error::internal(format!("corrupt catalog record: {err}"))

@@ -16,6 +16,7 @@
 
 // Foundation: what every layer above stands on.
 mod admission;
+mod bm25;
 mod cancel;
 mod config;
 mod egress;
@@ -54,8 +55,8 @@ pub use catalog::tables::sql_type_name;
 pub use catalog::users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
-    EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, LlmConfig, PlanConfig, QueryConfig,
-    StorageConfig,
+    EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, KnowledgeBasesConfig, LlmConfig,
+    PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::hosted::HostedApi;
 pub use engine::reader::BlockingReader;

@@ -1,8 +1,11 @@
 //! Knowledge bases through SQL, against a deterministic fake embedding server on 127.0.0.1:
 //! a text's vector counts its words, each hashed to one of 64 dimensions, so texts sharing
-//! words are near and the expected ranking of a small corpus is known. A text holding
-//! `EMBEDFAIL` makes the server answer 500. The same server answers chat completions from a
-//! script (for agents) and records their requests.
+//! words are near and the expected ranking of a small corpus is known; words holding digits
+//! (identifiers such as `E1234`) mean nothing to it, as codes mean little to a real embedding
+//! model, which is what keyword search is for. A text holding `EMBEDFAIL` makes the server
+//! answer 500. The same server answers chat completions from a script (for agents), scores
+//! chunks as a reranker (90 for a chunk mentioning tails, 20 otherwise) and records every
+//! chat request.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -54,7 +57,7 @@ fn vector(text: &str) -> Vec<f64> {
     for word in text
         .to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() > 2)
+        .filter(|w| w.len() > 2 && !w.chars().any(|c| c.is_ascii_digit()))
     {
         // FNV-1a
         let mut h: u64 = 0xcbf29ce484222325;
@@ -94,12 +97,17 @@ fn serve(
     reader.read_exact(&mut body).unwrap();
     let request: Value = serde_json::from_slice(&body).unwrap();
     if request_line.contains("/chat/completions") {
-        chats.lock().unwrap().push(request);
+        let system = request["messages"][0]["content"].as_str().unwrap_or("");
+        let reranking = system.starts_with("Score the relevance");
+        let chunk = request["messages"][1]["content"].as_str().unwrap_or("");
+        let score = if chunk.contains("tails") { "90" } else { "20" };
+        chats.lock().unwrap().push(request.clone());
         let next = {
             let mut script = script.lock().unwrap();
-            (!script.is_empty()).then(|| script.remove(0))
+            (!reranking && !script.is_empty()).then(|| script.remove(0))
         };
         let message = match next {
+            _ if reranking => json!({"role": "assistant", "content": score}),
             Some(query) => json!({"role": "assistant", "content": null, "tool_calls": [{
                 "id": "call_1", "type": "function",
                 "function": {"name": "sql_query", "arguments": json!({"query": query}).to_string()}}]}),
@@ -229,7 +237,10 @@ fn a_search_ranks_by_meaning_and_returns_mindsdb_s_columns() {
             "year",
             "distance",
             "relevance",
-            "content"
+            "content",
+            "hybrid_search",
+            "hybrid_search_alpha",
+            "reranking"
         ]
     );
     let data = d["data"].as_array().unwrap();
@@ -304,6 +315,196 @@ fn metadata_filters_apply_before_ranking_and_relevance_thresholds_after() {
     let relevant = relevant.as_array().unwrap();
     assert!(!relevant.is_empty() && relevant.len() < 4, "{relevant:?}");
     assert!(relevant.iter().all(|r| r[1].as_f64().unwrap() >= 0.6));
+}
+
+#[test]
+fn hybrid_search_mixes_keyword_scores_into_the_vector_ranking() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    exec(&engine, "CREATE KNOWLEDGE_BASE manual");
+    exec(
+        &engine,
+        "INSERT INTO manual (id, content) VALUES \
+         (1, 'E1234 indicates a blocked filter'), \
+         (2, 'An error in the display'), \
+         (3, 'Error messages and what they mean explained'), \
+         (4, 'Cleaning the pump every month')",
+    );
+    let search = |conditions: &str| {
+        ids(
+            &engine,
+            &format!("SELECT id FROM manual WHERE content = 'error E1234' {conditions}"),
+        )
+    };
+    // The code means nothing to the embedder: by meaning, the display's error is nearest.
+    assert_eq!(search("LIMIT 1"), ["2"]);
+    // By keywords alone, the rare code outweighs the common word; a chunk holding neither
+    // is no match. The question is not embedded at all.
+    let embedded = embedder.requests.lock().unwrap().len();
+    assert_eq!(search("AND hybrid_search_alpha = 0"), ["1", "2", "3"]);
+    assert_eq!(embedder.requests.lock().unwrap().len(), embedded);
+    // Mixed: at MindsDB's default weight (0.5) meaning still wins this one, with more weight
+    // on keywords the code does.
+    assert_eq!(search("AND hybrid_search = true LIMIT 1"), ["2"]);
+    assert_eq!(
+        search("AND hybrid_search = true AND hybrid_search_alpha = 0.3 LIMIT 1"),
+        ["1"]
+    );
+    assert_eq!(search("AND hybrid_search_alpha = 1 LIMIT 1"), ["2"]);
+    // Every chunk is ranked, nearest first, with relevance from the mixed distance and the
+    // search's settings shown.
+    let all = rows(
+        &engine,
+        "SELECT id, distance, relevance, hybrid_search, hybrid_search_alpha, reranking \
+         FROM manual WHERE content = 'error E1234' AND hybrid_search",
+    );
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 4, "{all:?}");
+    for row in all {
+        let distance = row[1].as_f64().unwrap();
+        assert!((row[2].as_f64().unwrap() - 1.0 / (1.0 + distance)).abs() < 1e-9);
+        assert_eq!(
+            row.as_array().unwrap()[3..],
+            [json!(true), json!(0.5), json!(false)]
+        );
+    }
+    for pair in all.windows(2) {
+        assert!(pair[0][1].as_f64() <= pair[1][1].as_f64(), "{all:?}");
+    }
+    // Conditions select before ranking, thresholds apply to the mixed scores.
+    assert_eq!(
+        search("AND hybrid_search_alpha = 0 AND id <> '1'"),
+        ["2", "3"]
+    );
+    let kept = rows(
+        &engine,
+        "SELECT relevance FROM manual WHERE content = 'error E1234' AND hybrid_search \
+         AND relevance > 0.6",
+    );
+    let kept = kept.as_array().unwrap();
+    assert!(!kept.is_empty() && kept.len() < 4, "{kept:?}");
+    for (conditions, says) in [
+        ("AND hybrid_search_alpha = 1.5", "between 0 and 1"),
+        ("AND (hybrid_search OR id = '1')", "joined by AND"),
+    ] {
+        let e = error(
+            &engine,
+            &format!("SELECT id FROM manual WHERE content = 'error' {conditions}"),
+        );
+        assert!(e.contains(says), "{conditions}: {e}");
+    }
+    let e = error(&engine, "SELECT id FROM manual WHERE hybrid_search = true");
+    assert!(e.contains("needs a content"), "{e}");
+}
+
+#[test]
+fn a_reranker_scores_the_found_chunks_unless_reranking_is_off() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb USING reranking_model = {\"model_name\": \"fake-reranker\", \"api_key\": \"sk-rerank\"}",
+    );
+    exec(
+        &engine,
+        "INSERT INTO kb (id, content) VALUES \
+         (1, 'Cats purr when they are content and meow at people'), \
+         (2, 'Dogs bark at strangers and wag their tails'), \
+         (3, 'The stock market fell as interest rates rose'), \
+         (4, 'Cats and dogs can live together as pets')",
+    );
+    // The reranker prefers the chunk about tails, whatever the vectors say.
+    let ranked = rows(
+        &engine,
+        "SELECT id, relevance, reranking FROM kb WHERE content = 'cats purr' LIMIT 2",
+    );
+    assert_eq!(ranked[0], json!(["2", 0.9, true]));
+    assert_eq!(ranked[1][1], json!(0.2));
+    {
+        let chats = embedder.chats.lock().unwrap();
+        // MindsDB's candidate count: min(2 · LIMIT, LIMIT + 30), here every chunk.
+        assert_eq!(chats.len(), 4);
+        assert_eq!(chats[0]["model"], "fake-reranker");
+        let system = chats[0]["messages"][0]["content"].as_str().unwrap();
+        assert!(system.ends_with("Search query: cats purr"), "{system}");
+    }
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' AND relevance >= 0.5"
+        ),
+        ["2"]
+    );
+    let calls = embedder.chats.lock().unwrap().len();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' AND reranking = false LIMIT 1"
+        ),
+        ["1"]
+    );
+    assert_eq!(embedder.chats.lock().unwrap().len(), calls);
+    // The reranker's key is masked wherever the knowledge base is shown.
+    let shown = || {
+        let shown = rows(
+            &engine,
+            "SELECT reranking_model FROM information_schema.knowledge_bases",
+        );
+        serde_json::from_str::<Value>(shown[0][0].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(
+        shown(),
+        json!({"model_name": "fake-reranker", "api_key": "******"})
+    );
+    // ALTER merges settings in, `false` removes the reranker.
+    exec(
+        &engine,
+        "ALTER KNOWLEDGE_BASE kb USING reranking_model = {\"model_name\": \"other\"}",
+    );
+    assert_eq!(shown(), json!({"model_name": "other", "api_key": "******"}));
+    exec(
+        &engine,
+        "ALTER KNOWLEDGE_BASE kb USING reranking_model = false",
+    );
+    assert_eq!(shown(), Value::Null);
+    let calls = embedder.chats.lock().unwrap().len();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' LIMIT 1"
+        ),
+        ["1"]
+    );
+    assert_eq!(embedder.chats.lock().unwrap().len(), calls);
+    // What the stored chunks depend on cannot change.
+    for (using, says) in [
+        (
+            "embedding_model = {\"model_name\": \"another\"}",
+            "You can't update 'model_name'",
+        ),
+        (
+            "metadata_columns = ['year']",
+            "fixed once it holds documents",
+        ),
+        ("storage = 'x'", "cannot be altered"),
+        ("id_column = 'content'", "cannot also be"),
+    ] {
+        let e = error(&engine, &format!("ALTER KNOWLEDGE_BASE kb USING {using}"));
+        assert!(e.contains(says), "{using}: {e}");
+    }
+    let e = error(&engine, "ALTER KNOWLEDGE_BASE nope USING id_column = 'x'");
+    assert!(e.contains("does not exist"), "{e}");
+    // Later inserts chunk as altered.
+    exec(
+        &engine,
+        "ALTER KNOWLEDGE_BASE kb USING preprocessing = {\"text_chunking_config\": {\"chunk_size\": 20, \"chunk_overlap\": 0}}",
+    );
+    exec(
+        &engine,
+        "INSERT INTO kb (id, content) VALUES (5, 'Parrots talk and sing and whistle all day long')",
+    );
+    let chunks = rows(&engine, "SELECT count(*) FROM kb WHERE id = '5'");
+    assert!(chunks[0][0].as_i64().unwrap() > 1, "{chunks}");
 }
 
 #[test]
@@ -388,7 +589,7 @@ fn insert_select_embeds_in_batches_and_joins_with_tables() {
     let joined = rows(
         &engine,
         "SELECT d.title, k.chunk_content FROM docs_kb AS k JOIN docs AS d ON CAST(k.id AS INT) = d.doc_id \
-         WHERE k.content = 'do cats meow' LIMIT 1",
+         WHERE k.content = 'do cats meow' ORDER BY k.distance LIMIT 1",
     );
     assert_eq!(joined, json!([["Felines", "cats purr and meow"]]));
     assert!(error(
@@ -611,6 +812,9 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
     let path = dir.path().join("kb-crash.redb");
     let me = std::env::current_exe().unwrap();
     let mut last_acknowledged = 0u64;
+    let embedder = FakeEmbedder::start();
+    let mut searching = config(&embedder);
+    searching.knowledge_bases.exact_below = 0;
     for (trial, pause_ms) in [150u64, 400, 90, 700, 250, 520].into_iter().enumerate() {
         let mut child = Command::new(&me)
             .args([
@@ -642,7 +846,7 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
         if let Some(acked) = reader.join().unwrap() {
             last_acknowledged = last_acknowledged.max(acked);
         }
-        let engine = Engine::open(&path, Config::default())
+        let engine = Engine::open(&path, searching.clone())
             .unwrap_or_else(|e| panic!("trial {trial}: the file does not reopen: {e}"));
         let d = doc(&engine, "SELECT id, chunk_id, chunk_content FROM kb");
         if d["type"] == "error" {
@@ -685,6 +889,37 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
             );
             seen.insert(*version);
         }
+        // The indexes are the rows': each document's word finds exactly its chunks holding
+        // it, and a search over the vectors finds chunks of the table only.
+        let stored: Vec<(String, String)> = d["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().into(), r[2].as_str().unwrap().into()))
+            .collect();
+        for id in 1..=DOCUMENTS {
+            let word = format!("document{id}");
+            let mut holding: Vec<String> = stored
+                .iter()
+                .filter(|(_, text)| {
+                    text.split(|c: char| !c.is_alphanumeric())
+                        .any(|w| w == word)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            let mut found = ids(
+                &engine,
+                &format!("SELECT id FROM kb WHERE content = '{word}' AND hybrid_search_alpha = 0 LIMIT 100000"),
+            );
+            holding.sort();
+            found.sort();
+            assert_eq!(found, holding, "trial {trial}: the keyword index of {word}");
+        }
+        let nearest = rows(
+            &engine,
+            "SELECT chunk_id FROM kb WHERE content = 'its text' LIMIT 100000",
+        );
+        assert!(nearest.as_array().unwrap().len() <= stored.len());
         if !versions.is_empty() {
             assert_eq!(
                 versions.len() as u64,
@@ -733,4 +968,187 @@ fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder
     );
     let refused = error(&bob, "INSERT INTO sneaky (id, content) VALUES (1, 'x')");
     assert!(refused.contains("egress policy"), "{refused}");
+}
+
+/// `n` texts of `words` words each from a vocabulary of sixty, drawn by a fixed-seed generator.
+fn texts(n: usize, words: usize, seed: u64) -> Vec<String> {
+    let vocabulary: Vec<String> = (0..60)
+        .map(|i| {
+            let letters: String = format!("{i:02}")
+                .bytes()
+                .map(|b| char::from(b'a' + (b - b'0')))
+                .collect();
+            format!("word{letters}x")
+        })
+        .collect();
+    let mut state = seed;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    (0..n)
+        .map(|_| {
+            (0..words)
+                .map(|_| vocabulary[next() % vocabulary.len()].clone())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn cosine_distance(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    1.0 - dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn the_vector_index_finds_what_computing_every_distance_finds() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    // Every search walks the graph, however few the chunks.
+    config.knowledge_bases.exact_below = 0;
+    config.embedding.batch_size = 64;
+    let engine = Engine::open_in_memory(config).unwrap();
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb USING metadata_columns = ['shard']",
+    );
+    let documents = texts(600, 6, 1);
+    for (batch, docs) in documents.chunks(150).enumerate() {
+        let values: Vec<String> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let id = batch * 150 + i;
+                format!("({id}, '{text}', {})", id % 10)
+            })
+            .collect();
+        exec(
+            &engine,
+            &format!(
+                "INSERT INTO kb (id, content, shard) VALUES {}",
+                values.join(", ")
+            ),
+        );
+    }
+    // Two documents in three are replaced, then a tenth of them deleted: the graph keeps
+    // their old nodes as waypoints until it is rebuilt.
+    let replaced = texts(400, 6, 2);
+    let values: Vec<String> = replaced
+        .iter()
+        .enumerate()
+        .map(|(id, text)| format!("({id}, '{text}', {})", id % 10))
+        .collect();
+    exec(
+        &engine,
+        &format!(
+            "INSERT INTO kb (id, content, shard) VALUES {}",
+            values.join(", ")
+        ),
+    );
+    exec(&engine, "DELETE FROM kb WHERE shard = 7");
+    let mut current: Vec<(usize, String)> = documents.into_iter().enumerate().collect();
+    for (id, text) in replaced.into_iter().enumerate() {
+        current[id].1 = text;
+    }
+    current.retain(|(id, _)| id % 10 != 7);
+    let (mut found, mut wanted) = (0, 0);
+    for (q, question) in texts(40, 2, 3).iter().enumerate() {
+        let filter = if q % 2 == 0 { "" } else { "AND shard = 3" };
+        let got = rows(
+            &engine,
+            &format!("SELECT id, distance FROM kb WHERE content = '{question}' {filter} LIMIT 5"),
+        );
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), 5, "{question}");
+        let query = vector(question);
+        let mut exact: Vec<f64> = current
+            .iter()
+            .filter(|(id, _)| q % 2 == 0 || id % 10 == 3)
+            .map(|(_, text)| cosine_distance(&query, &vector(text)))
+            .collect();
+        exact.sort_by(f64::total_cmp);
+        let fifth = exact[4];
+        for row in got {
+            let id: usize = row[0].as_str().unwrap().parse().unwrap();
+            assert!(id % 10 != 7, "a deleted document was found");
+            if q % 2 == 1 {
+                assert_eq!(id % 10, 3, "the filter was not kept");
+            }
+            let text = &current.iter().find(|(i, _)| *i == id).unwrap().1;
+            let distance = row[1].as_f64().unwrap();
+            assert!((distance - cosine_distance(&query, &vector(text))).abs() < 1e-5);
+            if distance <= fifth + 1e-6 {
+                found += 1;
+            }
+        }
+        wanted += 5;
+    }
+    let recall = f64::from(found) / f64::from(wanted);
+    assert!(recall >= 0.95, "recall@5 {recall}");
+    // The same through the keyword index: only chunks holding the word, the best first.
+    let word = "wordaax";
+    let keyword = ids(
+        &engine,
+        &format!(
+            "SELECT id FROM kb WHERE content = '{word}' AND hybrid_search_alpha = 0 LIMIT 1000"
+        ),
+    );
+    let holding: Vec<usize> = current
+        .iter()
+        .filter(|(_, text)| text.split(' ').any(|w| w == word))
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(keyword.len(), holding.len());
+    assert!(keyword
+        .iter()
+        .all(|id| holding.contains(&id.parse::<usize>().unwrap())));
+}
+
+#[test]
+fn inserts_into_one_knowledge_base_from_many_threads_all_land() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.knowledge_bases.exact_below = 0;
+    let engine = Engine::open_in_memory(config).unwrap();
+    exec(&engine, "CREATE KNOWLEDGE_BASE kb");
+    let writers: Vec<_> = (0..4)
+        .map(|thread| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for round in 0..5 {
+                    let values: Vec<String> = (0..6)
+                        .map(|i| {
+                            let id = thread * 100 + round * 6 + i;
+                            format!("({id}, 'thread{thread} writes document{id} in round{round}')")
+                        })
+                        .collect();
+                    exec(
+                        &engine,
+                        &format!("INSERT INTO kb (id, content) VALUES {}", values.join(", ")),
+                    );
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    assert_eq!(rows(&engine, "SELECT count(*) FROM kb"), json!([[120]]));
+    // Every chunk is in both indexes once: a search for all of them finds each.
+    let all = ids(
+        &engine,
+        "SELECT id FROM kb WHERE content = 'writes document in round' LIMIT 500",
+    );
+    let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!((all.len(), distinct.len()), (120, 120));
+    let keyword = ids(
+        &engine,
+        "SELECT id FROM kb WHERE content = 'thread2' AND hybrid_search_alpha = 0 LIMIT 500",
+    );
+    assert_eq!(keyword.len(), 30);
+    assert!(keyword.iter().all(|id| id.starts_with('2')));
 }

@@ -370,7 +370,10 @@ class KnowledgeBase:
         """The ``limit`` chunks nearest ``text`` (10 by default), nearest first, among those
         whose columns equal ``filters`` (a value, a list of values, or None for NULL):
         ``id, chunk_id, chunk_content, metadata``, the metadata columns, ``distance``,
-        ``relevance``. Read it with ``.df()``, ``.arrow()`` or ``.fetchall()``."""
+        ``relevance``. The search's settings are filters too: ``{"hybrid_search": True}``
+        mixes in keyword scores, ``{"hybrid_search_alpha": a}`` weighs them (0: keywords only),
+        ``{"reranking": False}`` skips the reranker. Read it with ``.df()``, ``.arrow()`` or
+        ``.fetchall()``."""
         self._connection._check()
         query = self._connection._db.search_knowledge_base(
             self.project, self.name, text, _json.dumps(dict(filters or {}), default=str), limit

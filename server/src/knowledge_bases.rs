@@ -33,7 +33,8 @@ pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Re
     }
 }
 
-/// One knowledge base: its record (GET, DELETE) or documents into it (PUT `rows` or `query`).
+/// One knowledge base: its record (GET, DELETE), or settings and documents into it (PUT
+/// `params`, `rows` or `query`).
 pub async fn one(engine: &Engine, request: &Request, project: &str, name: &str) -> Response {
     match request.method.as_str() {
         "GET" => match engine.get_knowledge_base(project, name) {

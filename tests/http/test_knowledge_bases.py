@@ -8,7 +8,7 @@ import mindsdb_sdk
 import pytest
 import requests
 
-from fake_llm import FakeLLM
+from fake_llm import FakeLLM, text
 
 DOCS = [
     {"id": 1, "content": "Cats purr when they are content and meow at people", "topic": "pets"},
@@ -30,6 +30,9 @@ def kb_server(start_server, embedder):
 model_name = "fake-embedder"
 base_url = "{embedder.base_url}"
 api_key = "sk-embed"
+
+[llm]
+base_url = "{embedder.base_url}"
 """)
 
 
@@ -94,3 +97,36 @@ def test_rest_bodies_and_codes_are_mindsdb_s(kb_server):
     assert kb_server.sql_ok("SELECT count(*) FROM mindsdb.docs")["data"] == [[2]]
     assert requests.delete(base + "/kb", timeout=30).status_code == 204
     assert requests.delete(base + "/kb", timeout=30).status_code == 404
+
+
+def test_put_params_add_a_reranker_and_sql_searches_hybrid(kb_server, embedder):
+    base = kb_server.url + "/api/projects/mindsdb/knowledge_bases"
+    assert requests.post(base, json={"knowledge_base": {"name": "notes"}},
+                         timeout=30).status_code == 201
+    put = requests.put(base + "/notes", json={"knowledge_base": {"rows": DOCS}}, timeout=30)
+    assert put.status_code == 200, put.text
+    # Keywords only: the one document holding the word, the question never embedded.
+    embedded = len(embedder.embedding_requests)
+    found = kb_server.sql_ok("SELECT id FROM mindsdb.notes WHERE content = 'market' "
+                             "AND hybrid_search_alpha = 0")["data"]
+    assert found == [["3"]]
+    assert len(embedder.embedding_requests) == embedded
+    # A reranker added by PUT params scores every found chunk through the chat wire.
+    put = requests.put(base + "/notes", json={"knowledge_base": {
+        "params": {"reranking_model": {"model_name": "judge", "api_key": "sk-judge"}}}}, timeout=30)
+    assert put.status_code == 200, put.text
+    shown = requests.get(base + "/notes", timeout=30).json()["reranking_model"]
+    assert shown == {"model_name": "judge", "api_key": "******"}
+    embedder.fallback(text("55"))
+    asked = len(embedder.requests)
+    scored = kb_server.sql_ok("SELECT id, relevance FROM mindsdb.notes "
+                              "WHERE content = 'cats purr' LIMIT 3")["data"]
+    assert [r[1] for r in scored] == [0.55, 0.55, 0.55]
+    judged = embedder.requests[asked:]
+    assert len(judged) == 3 and {r["model"] for r in judged} == {"judge"}
+    plain = kb_server.sql_ok("SELECT relevance FROM mindsdb.notes "
+                             "WHERE content = 'cats purr' AND reranking = false LIMIT 1")["data"]
+    assert plain[0][0] != 0.55
+    bad = requests.put(base + "/notes", json={"knowledge_base": {
+        "params": {"embedding_model": {"model_name": "another"}}}}, timeout=30)
+    assert bad.status_code == 400 and "model_name" in bad.json()["detail"], bad.text

@@ -68,6 +68,9 @@ def test_a_knowledge_base_is_filled_and_searched_from_python(con):
     # Filters apply before ranking: the best finance document, though cats are nearer.
     assert kb.search("cats purr", filters={"topic": "finance"}).fetchall()[0][0] == "3"
     assert kb.search("cats", filters={"topic": ["pets"], "year": 2015}).arrow().num_rows == 1
+    # The search's settings are filters too: keywords only finds the one word.
+    keyword = kb.search("markets", filters={"hybrid_search_alpha": 0}).fetchall()
+    assert [row[0] for row in keyword] == ["3"]
     with pytest.raises(mindlite.ProgrammingError, match="no column 'colour'"):
         kb.search("cats", filters={"colour": "red"})
     assert [k.name for k in con.knowledge_bases()] == ["notes"]

@@ -1,19 +1,25 @@
 //! Knowledge bases: documents of a project chunked, embedded and searched by meaning. Owns the
-//! redb table `knowledge_bases` (the records); a knowledge base's chunks, with their metadata
-//! and vectors, are rows of a stored table named like it in the database `{project}/kb` (see
+//! redb table `knowledge_bases` (the records); a knowledge base's chunks, with their metadata,
+//! are rows of a stored table named like it in the database `{project}/kb` (see
 //! [`chunk_db`]), made at its first insert, so they share the tables' storage, transactions
-//! and crash safety. Knowledge bases share the names of a project's tables and views.
+//! and crash safety; their vectors and words are in its indexes (`kb_index`), keyed by that
+//! table. Knowledge bases share the names of a project's tables and views.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema};
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::catalog::namespace::validate_name;
-use crate::catalog::tables;
+use crate::catalog::tables::ReadTables;
+use crate::catalog::{kb_index, tables};
 use crate::config::EmbeddingConfig;
 use crate::error::{Error, Result, Subject};
 use crate::store;
-use crate::store::schema::KNOWLEDGE_BASES;
+use crate::store::schema::{KNOWLEDGE_BASES, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 /// MindsDB's default chunk size, in characters.
@@ -42,6 +48,9 @@ const EMBEDDING_KEYS: [&str; 5] = [
     "batch_size",
 ];
 
+/// Keys of `reranking_model` that are used (a chat model's); others are refused.
+const RERANKING_KEYS: [&str; 4] = ["provider", "model_name", "base_url", "api_key"];
+
 /// A knowledge base's catalog record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnowledgeBase {
@@ -52,6 +61,10 @@ pub struct KnowledgeBase {
     /// The embedding model's settings (`provider`, `model_name`, `base_url`, `api_key`,
     /// `batch_size`), completed from the configured default when created.
     pub embedding_model: Map<String, Value>,
+    /// The reranker's settings (`provider`, `model_name`, `base_url`, `api_key`): a chat
+    /// model scoring the chunks a search found; `None` ranks by distance alone.
+    #[serde(default)]
+    pub reranking_model: Option<Map<String, Value>>,
     /// Columns of inserted rows whose text is chunked and embedded.
     pub content_columns: Vec<String>,
     /// Columns kept as metadata, as declared; empty: every column but the id and the content
@@ -81,6 +94,7 @@ impl KnowledgeBase {
             name: name.to_string(),
             project: project.to_ascii_lowercase(),
             embedding_model: Map::new(),
+            reranking_model: None,
             content_columns: vec!["content".to_string()],
             metadata_columns: Vec::new(),
             id_column: "id".to_string(),
@@ -91,14 +105,7 @@ impl KnowledgeBase {
         for (key, value) in pairs {
             match key.as_str() {
                 "embedding_model" => kb.embedding_model = embedding_model(value)?,
-                "reranking_model" => match value {
-                    Value::Bool(false) | Value::Null => {}
-                    _ => {
-                        return Err(Error::invalid(
-                            "reranking_model: rerankers are not supported yet; give reranking_model = false (results are ranked by vector distance)",
-                        ))
-                    }
-                },
+                "reranking_model" => kb.reranking_model = reranking_model(value)?,
                 "content_columns" => kb.content_columns = names(&key, value, false)?,
                 "metadata_columns" => kb.metadata_columns = names(&key, value, true)?,
                 "id_column" => kb.id_column = text(&key, value)?,
@@ -123,24 +130,93 @@ impl KnowledgeBase {
                 .entry(key)
                 .or_insert_with(|| Value::String(value.clone()));
         }
+        kb.check_columns()?;
+        Ok(kb)
+    }
+
+    /// This knowledge base with `ALTER KNOWLEDGE_BASE … USING` pairs (keys lower case)
+    /// applied, by MindsDB's rules: `embedding_model` keys are merged in, but its provider and
+    /// model cannot change (the stored vectors are theirs); `reranking_model` is merged in,
+    /// replaced when its provider changes, removed by `false`; the columns and the chunking
+    /// are replaced and apply to later inserts. `filled`: chunks are stored already, so the
+    /// metadata columns (the chunk table's) are fixed.
+    pub(crate) fn altered(
+        &self,
+        pairs: Vec<(String, Value)>,
+        filled: bool,
+    ) -> Result<KnowledgeBase> {
+        let mut kb = self.clone();
+        for (key, value) in pairs {
+            match key.as_str() {
+                "embedding_model" => {
+                    for (key, value) in embedding_model(value)? {
+                        let fixed = matches!(key.as_str(), "provider" | "model_name");
+                        if fixed && kb.embedding_model.get(&key) != Some(&value) {
+                            return Err(Error::invalid(format!(
+                                "You can't update '{key}' setting of knowledge base '{}': its stored vectors come from the current model (create a new knowledge base for another)",
+                                kb.name
+                            )));
+                        }
+                        kb.embedding_model.insert(key, value);
+                    }
+                }
+                "reranking_model" => {
+                    kb.reranking_model = match (reranking_model(value)?, kb.reranking_model) {
+                        (None, _) => None,
+                        (Some(new), Some(mut old))
+                            if new.get("provider").is_none_or(|p| old.get("provider") == Some(p)) =>
+                        {
+                            old.extend(new);
+                            Some(old)
+                        }
+                        (Some(new), _) => Some(new),
+                    }
+                }
+                "content_columns" => kb.content_columns = names(&key, value, false)?,
+                "metadata_columns" => {
+                    let columns = names(&key, value, true)?;
+                    if filled && columns != kb.metadata_columns {
+                        return Err(Error::invalid(format!(
+                            "metadata_columns of knowledge base '{}' are fixed once it holds documents (they are columns of its chunks)",
+                            kb.name
+                        )));
+                    }
+                    kb.metadata_columns = columns;
+                }
+                "id_column" => kb.id_column = text(&key, value)?,
+                "preprocessing" => (kb.chunk_size, kb.chunk_overlap) = preprocessing(value)?,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "Knowledge base parameter '{other}' cannot be altered (known: embedding_model, reranking_model, content_columns, metadata_columns, id_column, preprocessing)"
+                    )))
+                }
+            }
+        }
+        kb.check_columns()?;
+        Ok(kb)
+    }
+
+    /// Fails when one column has two roles.
+    fn check_columns(&self) -> Result<()> {
         let lower =
             |v: &[String]| -> Vec<String> { v.iter().map(|c| c.to_ascii_lowercase()).collect() };
-        let id = kb.id_column.to_ascii_lowercase();
-        if lower(&kb.content_columns).contains(&id) || lower(&kb.metadata_columns).contains(&id) {
+        let id = self.id_column.to_ascii_lowercase();
+        if lower(&self.content_columns).contains(&id) || lower(&self.metadata_columns).contains(&id)
+        {
             return Err(Error::invalid(format!(
                 "id_column '{}' cannot also be a content or metadata column",
-                kb.id_column
+                self.id_column
             )));
         }
-        if let Some(both) = lower(&kb.content_columns)
+        if let Some(both) = lower(&self.content_columns)
             .iter()
-            .find(|c| lower(&kb.metadata_columns).contains(c))
+            .find(|c| lower(&self.metadata_columns).contains(c))
         {
             return Err(Error::invalid(format!(
                 "Column '{both}' cannot be both a content and a metadata column"
             )));
         }
-        Ok(kb)
+        Ok(())
     }
 
     /// A knowledge base from MindsDB's REST body (`{"name", "embedding_model",
@@ -194,7 +270,7 @@ impl KnowledgeBase {
             "vector_database": null,
             "vector_database_table": null,
             "embedding_model": self.shown_embedding_model(),
-            "reranking_model": null,
+            "reranking_model": self.shown_reranking_model(),
             "metadata_columns": self.metadata_columns,
             "content_columns": self.content_columns,
             "id_column": self.id_column,
@@ -206,11 +282,12 @@ impl KnowledgeBase {
 
     /// The embedding model's settings as shown: the API key masked.
     pub(crate) fn shown_embedding_model(&self) -> Value {
-        let mut shown = self.embedding_model.clone();
-        if shown.contains_key("api_key") {
-            shown.insert("api_key".into(), json!("******"));
-        }
-        Value::Object(shown)
+        masked(&self.embedding_model)
+    }
+
+    /// The reranker's settings as shown (`null` without one): the API key masked.
+    pub(crate) fn shown_reranking_model(&self) -> Value {
+        self.reranking_model.as_ref().map_or(Value::Null, masked)
     }
 
     /// The columns MindsDB shows in `SHOW KNOWLEDGE_BASES` and
@@ -221,7 +298,7 @@ impl KnowledgeBase {
             self.name.clone(),
             self.project.clone(),
             self.shown_embedding_model().to_string(),
-            "null".to_string(),
+            self.shown_reranking_model().to_string(),
             list(&self.metadata_columns),
             list(&self.content_columns),
             self.id_column.clone(),
@@ -234,6 +311,45 @@ impl KnowledgeBase {
         json!({"preprocessing": {"type": "text_chunking", "text_chunking_config": {
             "chunk_size": self.chunk_size, "chunk_overlap": self.chunk_overlap}}})
     }
+}
+
+/// Settings as shown: the API key masked.
+fn masked(settings: &Map<String, Value>) -> Value {
+    let mut shown = settings.clone();
+    if shown.contains_key("api_key") {
+        shown.insert("api_key".into(), json!("******"));
+    }
+    Value::Object(shown)
+}
+
+/// `reranking_model = {…}` (a chat model scoring found chunks) or `false` / `null` (none).
+fn reranking_model(value: Value) -> Result<Option<Map<String, Value>>> {
+    let mut model = match value {
+        Value::Bool(false) | Value::Null => return Ok(None),
+        Value::Object(model) => model,
+        _ => {
+            return Err(Error::invalid(
+                "reranking_model must be an object such as {\"provider\": \"openai\", \"model_name\": \"gpt-4o\"}, or false",
+            ))
+        }
+    };
+    if let Some(name) = model.remove("model") {
+        model.entry("model_name").or_insert(name);
+    }
+    for (key, value) in &model {
+        if !RERANKING_KEYS.contains(&key.as_str()) {
+            return Err(Error::invalid(format!(
+                "Unknown reranking_model key '{key}' (known: {})",
+                RERANKING_KEYS.join(", ")
+            )));
+        }
+        if !value.is_string() {
+            return Err(Error::invalid(format!(
+                "reranking_model.{key} must be text"
+            )));
+        }
+    }
+    Ok(Some(model))
 }
 
 fn embedding_model(value: Value) -> Result<Map<String, Value>> {
@@ -354,6 +470,83 @@ pub(crate) fn chunk_db(project: &str) -> String {
 /// Creates this module's redb table in a new file, so read snapshots always find it.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(KNOWLEDGE_BASES)?;
+    kb_index::init(txn)?;
+    let mut old = Vec::new();
+    for entry in txn.open_table(KNOWLEDGE_BASES)?.iter()? {
+        let (key, _) = entry?;
+        let (tenant, project, name) = key.value();
+        old.push((TenantId(tenant), project.to_string(), name.to_string()));
+    }
+    for (tenant, project, name) in old {
+        index_vectors(txn, tenant, &project, &name)?;
+    }
+    Ok(())
+}
+
+/// Files written before knowledge bases had indexes kept each chunk's vector in the last
+/// column of its row (`embeddings`): those vectors move into a new index, a `node` column
+/// takes their place.
+fn index_vectors(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<()> {
+    let db = chunk_db(project);
+    let Some(record) = tables::get(&txn.open_table(TABLES)?, tenant, &db, name)? else {
+        return Ok(());
+    };
+    let schema = tables::schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+    let last = schema.fields().len() - 1;
+    let dimensions = match schema.field(last).data_type() {
+        DataType::FixedSizeList(_, n) if schema.field(last).name() == "embeddings" => *n as usize,
+        _ => return Ok(()),
+    };
+    let defaults = crate::config::KnowledgeBasesConfig::default();
+    let mut index = kb_index::IndexWriter::new(
+        None,
+        mindlite_vectors::hnsw::Params {
+            dimensions,
+            m: defaults.hnsw_m,
+            ef_construction: defaults.hnsw_ef_construction,
+        },
+    );
+    let mut fields: Vec<Field> = schema.fields()[..last]
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new("node", DataType::UInt32, true));
+    let new_schema = Arc::new(Schema::new(fields));
+    let mut batches = Vec::new();
+    for (_, chunk) in txn.chunk_order_of(record.id)? {
+        let stored = txn.chunk(record.id, chunk)?;
+        let vectors = stored.column(last).as_fixed_size_list();
+        let values = vectors.values().as_primitive::<Float32Type>().values();
+        let texts = stored.column(2).as_string::<i32>();
+        let first = index.next_node();
+        for row in 0..stored.num_rows() {
+            let vector = &values[row * dimensions..(row + 1) * dimensions];
+            let text = if texts.is_null(row) {
+                ""
+            } else {
+                texts.value(row)
+            };
+            index.add(first + row as u32, vector, text)?;
+        }
+        let mut columns = stored.columns()[..last].to_vec();
+        columns.push(Arc::new(UInt32Array::from_iter_values(
+            first..first + stored.num_rows() as u32,
+        )));
+        batches.push(RecordBatch::try_new(Arc::clone(&new_schema), columns)?);
+    }
+    tables::drop_table(txn, tenant, &db, name)?;
+    let created = tables::create(txn, tenant, &db, name, &new_schema, Default::default())?;
+    let mut writer = tables::TableWriter::append(txn, tenant, created.clone())?;
+    for batch in batches {
+        writer.push(batch)?;
+    }
+    writer.finish()?;
+    index.save(txn, created.id)?;
     Ok(())
 }
 
@@ -406,6 +599,33 @@ pub(crate) fn create(
     Ok(())
 }
 
+/// Applies `ALTER KNOWLEDGE_BASE` pairs to the knowledge base `name` (see
+/// [`KnowledgeBase::altered`]).
+pub(crate) fn alter(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    pairs: Vec<(String, Value)>,
+) -> Result<()> {
+    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let mut table = txn.open_table(KNOWLEDGE_BASES)?;
+    let kb = get(&table, tenant, &project, &key)?.ok_or_else(|| missing(name))?;
+    let filled = tables::get(
+        &txn.open_table(crate::store::schema::TABLES)?,
+        tenant,
+        &chunk_db(&project),
+        &key,
+    )?
+    .is_some();
+    let kb = kb.altered(pairs, filled)?;
+    table.insert(
+        (tenant.0, project.as_str(), key.as_str()),
+        serde_json::to_string(&kb)?.as_str(),
+    )?;
+    Ok(())
+}
+
 /// Removes the knowledge base `name` and its chunks; `if_exists` makes a missing one a no-op.
 pub(crate) fn drop_kb(
     txn: &WriteTransaction,
@@ -425,7 +645,16 @@ pub(crate) fn drop_kb(
         }
         return Err(missing(name));
     }
-    tables::drop_table(txn, tenant, &chunk_db(&project), &key)?;
+    drop_chunks(txn, tenant, &project, &key)
+}
+
+/// Drops a knowledge base's chunk table and its indexes.
+fn drop_chunks(txn: &WriteTransaction, tenant: TenantId, project: &str, key: &str) -> Result<()> {
+    let db = chunk_db(project);
+    if let Some(record) = tables::get(&txn.open_table(TABLES)?, tenant, &db, key)? {
+        kb_index::drop_index(txn, record.id)?;
+    }
+    tables::drop_table(txn, tenant, &db, key)?;
     Ok(())
 }
 
@@ -436,7 +665,11 @@ pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) 
         (tenant.0, project.as_str(), "")..(tenant.0, project.as_str(), "\u{10FFFF}"),
         |_, _| false,
     )?;
-    tables::drop_all(txn, tenant, &chunk_db(&project))
+    let chunk_tables = tables::list(&txn.open_table(TABLES)?, tenant, &chunk_db(&project))?;
+    for record in chunk_tables {
+        drop_chunks(txn, tenant, &project, &record.name.to_ascii_lowercase())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -470,9 +703,10 @@ mod tests {
                 "Unknown embedding_model key 'modelname'",
             ),
             (
-                json!({"reranking_model": {"provider": "openai"}}),
-                "rerankers are not supported",
+                json!({"reranking_model": {"provider": "openai", "temperature": 0}}),
+                "Unknown reranking_model key 'temperature'",
             ),
+            (json!({"reranking_model": true}), "or false"),
             (json!({"content_columns": []}), "at least one column"),
             (
                 json!({"preprocessing": {"text_chunking_config": {"chunk_size": 10, "chunk_overlap": 10}}}),
@@ -500,5 +734,81 @@ mod tests {
     fn the_api_key_is_masked_when_shown() {
         let kb = using(json!({"embedding_model": {"api_key": "sk-secret"}})).unwrap();
         assert_eq!(kb.shown_embedding_model()["api_key"], "******");
+    }
+
+    #[test]
+    fn opening_a_file_moves_vectors_kept_in_rows_into_an_index() {
+        use crate::catalog::kb_index::ReadIndex;
+        use datafusion::arrow::array::{FixedSizeListArray, Float32Array, StringArray};
+        let store = crate::store::Store::open_in_memory(0, 0).unwrap();
+        let write = |f: &dyn Fn(&WriteTransaction) -> Result<()>| {
+            let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+            f(&guard.txn).unwrap();
+            guard.commit().unwrap();
+        };
+        let tenant = TenantId::LOCAL;
+        // A knowledge base as files kept it before indexes: vectors in `embeddings`.
+        write(&|txn| {
+            tables::init(txn)?;
+            init(txn)?;
+            let kb = using(json!({}))?;
+            create(txn, tenant, kb, false)?;
+            let text = |name: &str| Field::new(name, DataType::Utf8, true);
+            let item = Arc::new(Field::new("item", DataType::Float32, true));
+            let schema = Arc::new(Schema::new(vec![
+                text("id"),
+                text("chunk_id"),
+                text("chunk_content"),
+                text("metadata"),
+                Field::new(
+                    "embeddings",
+                    DataType::FixedSizeList(Arc::clone(&item), 2),
+                    true,
+                ),
+            ]));
+            let record = tables::create(txn, tenant, "p/kb", "kb", &schema, Default::default())?;
+            let strings = |v: [&str; 3]| Arc::new(StringArray::from(v.to_vec())) as _;
+            let vectors = FixedSizeListArray::try_new(
+                item,
+                2,
+                Arc::new(Float32Array::from(vec![1.0, 0.0, 0.0, 1.0, 0.6, 0.8])),
+                None,
+            )?;
+            let batch = RecordBatch::try_new(
+                schema,
+                vec![
+                    strings(["a", "b", "c"]),
+                    strings(["a:1", "b:1", "c:1"]),
+                    strings(["east wind", "north wind", "mostly north"]),
+                    strings(["{}", "{}", "{}"]),
+                    Arc::new(vectors),
+                ],
+            )?;
+            let mut writer = tables::TableWriter::append(txn, tenant, record)?;
+            writer.push(batch)?;
+            writer.finish()?;
+            Ok(())
+        });
+        write(&|txn| init(txn));
+        let txn = store.read().unwrap();
+        let record = tables::get(&txn.open_table(TABLES).unwrap(), tenant, "p/kb", "kb")
+            .unwrap()
+            .unwrap();
+        let schema = tables::schema(&txn.open_table(TABLE_SCHEMAS).unwrap(), record.id).unwrap();
+        assert_eq!(schema.field(4).name(), "node");
+        assert_eq!(schema.fields().len(), 5);
+        let index = kb_index::load(&store, &txn, record.id).unwrap().unwrap();
+        assert_eq!(index.graph.live(), 3);
+        let nearest = index.graph.search(&[0.0, 1.0], 1, 10, &|_| true);
+        assert_eq!(nearest[0].node, 1);
+        let found =
+            kb_index::keyword_search(&index, &txn, record.id, "north", 10, &|_| true).unwrap();
+        assert_eq!(found.len(), 2);
+        // Opening it again changes nothing.
+        drop(txn);
+        write(&|txn| init(txn));
+        let txn = store.read().unwrap();
+        let again = txn.index_record(record.id).unwrap().unwrap();
+        assert_eq!(again.stamp, index.record.stamp);
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod callbacks;
 pub(crate) mod constraints;
 pub(crate) mod datasources;
 pub(crate) mod indexes;
+pub(crate) mod kb_index;
 pub(crate) mod knowledge_bases;
 pub(crate) mod minds;
 pub(crate) mod models;

@@ -159,7 +159,7 @@ pub(crate) fn take_model_calls(
         return Err(Error::quota_exceeded(
             format!(
                 "Quota exceeded: model_calls (limit {limit} per {} s, used {used}, {calls} more asked) on plan \
-                 '{plan_name}'; LLM-backed models call their provider once per row; the window resets in {retry} s",
+                 '{plan_name}'; LLM-backed models call their provider once per row, knowledge bases once per embedding request and reranked chunk; the window resets in {retry} s",
                 plan.window_secs
             ),
             Some(retry),
@@ -169,7 +169,8 @@ pub(crate) fn take_model_calls(
     Ok(())
 }
 
-/// Meters the provider calls LLM-backed models make, for every tenant of one engine.
+/// Meters the provider calls made for users (LLM-backed models, knowledge bases' embedding
+/// and reranking), for every tenant of one engine.
 #[derive(Clone)]
 pub(crate) struct ModelCalls {
     store: Arc<Store>,

@@ -1036,6 +1036,8 @@ pub(crate) trait ReadTables {
     fn schema_of(&self, id: u64) -> Result<SchemaRef>;
     fn chunk_order_of(&self, id: u64) -> Result<Vec<(u64, u64)>>;
     fn chunk(&self, id: u64, chunk: u64) -> Result<RecordBatch>;
+    /// Only the `projection` columns of a chunk (decoding nothing else).
+    fn chunk_columns(&self, id: u64, chunk: u64, projection: Vec<usize>) -> Result<RecordBatch>;
 }
 
 macro_rules! read_tables {
@@ -1055,6 +1057,19 @@ macro_rules! read_tables {
                     Error::internal(format!("chunk {chunk} of table id {id} is missing"))
                 })?;
                 decode_chunk(bytes.value(), None)
+            }
+
+            fn chunk_columns(
+                &self,
+                id: u64,
+                chunk: u64,
+                projection: Vec<usize>,
+            ) -> Result<RecordBatch> {
+                let chunks = self.open_table(CHUNKS)?;
+                let bytes = chunks.get((id, chunk))?.ok_or_else(|| {
+                    Error::internal(format!("chunk {chunk} of table id {id} is missing"))
+                })?;
+                decode_chunk(bytes.value(), Some(projection))
             }
         }
     };

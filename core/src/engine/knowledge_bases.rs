@@ -1,5 +1,5 @@
 //! The facade's knowledge bases, with MindsDB's REST bodies (`/api/projects/{p}/knowledge_bases`):
-//! create, list, get, delete, and insert documents given as rows or as a query. Searching is SQL
+//! create, list, get, delete, change settings and insert documents given as rows or as a query. Searching is SQL
 //! (`SELECT … FROM p.kb WHERE content = '…'`), as `mindsdb_sdk`'s `kb.find` sends it.
 
 use std::sync::Arc;
@@ -73,9 +73,12 @@ impl Engine {
             .await
     }
 
-    /// Inserts documents as MindsDB's PUT body says: `{"rows": [{column: value, …}, …]}` or
-    /// `{"query": "SELECT …"}` (run in `project`). Documents whose id is there already are
-    /// replaced. Returns the documents inserted; the statement lands whole or not at all.
+    /// Changes a knowledge base as MindsDB's PUT body says: settings in `"params"`
+    /// (`embedding_model`, `reranking_model`, `content_columns`, `metadata_columns`,
+    /// `id_column`, `preprocessing`; also `"preprocessing"` beside it), applied first as
+    /// `ALTER KNOWLEDGE_BASE` applies them, then documents from `"rows"` (`[{column: value,
+    /// …}, …]`) or `"query"` (a SELECT run in `project`), replacing those with the same ids.
+    /// Returns the documents inserted; the insert lands whole or not at all.
     pub async fn insert_into_knowledge_base(
         &self,
         project: &str,
@@ -83,9 +86,21 @@ impl Engine {
         body: Value,
     ) -> Result<u64> {
         self.get_knowledge_base(project, name)?;
+        let mut settings: Vec<(String, Value)> = match body.get("params") {
+            Some(Value::Object(params)) => params
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => return Err(Error::invalid("\"params\" must be an object")),
+        };
+        if let Some(preprocessing) = body.get("preprocessing").filter(|v| !v.is_null()) {
+            settings.push(("preprocessing".to_string(), preprocessing.clone()));
+        }
         let source = match (body.get("rows"), body.get("query")) {
-            (Some(Value::Array(rows)), None) => DocumentSource::Rows(rows_batch(rows)?),
-            (None, Some(Value::String(query))) => DocumentSource::Select(query.clone()),
+            (Some(Value::Array(rows)), None) => Some(DocumentSource::Rows(rows_batch(rows)?)),
+            (None, Some(Value::String(query))) => Some(DocumentSource::Select(query.clone())),
+            (None, None) if !settings.is_empty() => None,
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(
                     "Give \"rows\" or \"query\" in \"knowledge_base\", not both",
@@ -93,9 +108,20 @@ impl Engine {
             }
             _ => {
                 return Err(Error::invalid(
-                    "Must provide \"rows\" (a list of objects) or \"query\" (a SELECT) in \"knowledge_base\"",
+                    "Must provide \"rows\" (a list of objects), \"query\" (a SELECT) or \"params\" (settings to change) in \"knowledge_base\"",
                 ))
             }
+        };
+        if !settings.is_empty() {
+            let (tenant, project, name) = (self.tenant, project.to_string(), name.to_string());
+            self.inner
+                .sql
+                .store
+                .write(move |txn| knowledge_bases::alter(txn, tenant, &project, &name, settings))
+                .await?;
+        }
+        let Some(source) = source else {
+            return Ok(0);
         };
         let _ticket = self.inner.sql.admit(self.tenant, Work::Statement)?;
         let context = ResultContext {

@@ -144,13 +144,17 @@ impl Engine {
             path.as_ref(),
             to_usize(config.page_cache_bytes()),
             to_usize(config.batch_cache_bytes()),
+            to_usize(config.index_cache_bytes()),
         )?;
         Engine::start(store, config)
     }
 
     /// Opens a fresh database in memory; it is gone when the last clone is dropped.
     pub fn open_in_memory(config: Config) -> Result<Engine> {
-        let store = Store::open_in_memory(to_usize(config.batch_cache_bytes()))?;
+        let store = Store::open_in_memory(
+            to_usize(config.batch_cache_bytes()),
+            to_usize(config.index_cache_bytes()),
+        )?;
         Engine::start(store, config)
     }
 

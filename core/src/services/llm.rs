@@ -86,6 +86,25 @@ pub(crate) struct Connector {
     pub(crate) embedding: crate::config::EmbeddingConfig,
     /// Counts LLM models' calls against their users' plans before they are made.
     pub(crate) meter: crate::catalog::quotas::ModelCalls,
+    /// How knowledge bases index and search.
+    pub(crate) knowledge_bases: crate::config::KnowledgeBasesConfig,
+}
+
+impl Connector {
+    /// The connector of an engine with `config`, calling out through `client`.
+    pub(crate) fn new(
+        client: HttpClient,
+        config: &crate::config::Config,
+        store: &std::sync::Arc<crate::store::Store>,
+    ) -> Connector {
+        Connector {
+            client,
+            default: config.llm.clone(),
+            embedding: config.embedding.clone(),
+            meter: crate::catalog::quotas::ModelCalls::new(store, &config.hosted),
+            knowledge_bases: config.knowledge_bases.clone(),
+        }
+    }
 }
 
 /// Where streamed text goes, piece by piece; the call waits for each piece to be taken, so a

@@ -5,6 +5,7 @@
 //! - `llm`: the OpenAI-compatible chat client every LLM call goes through;
 //! - `embeddings`: the OpenAI-compatible `/embeddings` client knowledge bases embed through;
 //! - `chunking`: splitting documents into overlapping chunks at natural boundaries;
+//! - `reranker`: a chat model scoring the chunks a knowledge base search found;
 //! - `agent_loop`: an agent answering a question with SQL as its tool;
 //! - `chat`: a mind's OpenAI-style chat completions and responses;
 //! - `ml`: training (the built-in trainer and its background worker) and predictions;
@@ -21,4 +22,5 @@ pub(crate) mod embeddings;
 pub(crate) mod files;
 pub(crate) mod llm;
 pub(crate) mod ml;
+pub(crate) mod reranker;
 pub(crate) mod sql;

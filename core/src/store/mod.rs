@@ -1,11 +1,14 @@
 //! The redb file: opening it (format version, clear errors for foreign or locked files), the
-//! `meta` and `sequences` tables, the in-process writer lock, and the decoded-chunk cache.
+//! `meta` and `sequences` tables, the in-process writer lock and object locks, the decoded-chunk
+//! cache and the cache of derived data.
 //! Every table of the file is defined in [`schema`]; the rows of record tables belong to the
 //! modules named there (`projects`, `tables`, …), and this module owns none of them.
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
@@ -37,6 +40,10 @@ pub(crate) struct Store {
     path: Option<PathBuf>,
     /// Decoded chunks, shared by all queries.
     pub(crate) chunk_cache: ChunkCache,
+    /// What is derived from the file and costly to build (knowledge bases' indexes in memory).
+    pub(crate) derived: DerivedCache,
+    /// Locks a writer of one object holds across a whole statement, by the object's key.
+    object_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     /// Commits made through this store, so caches of what was read can tell they are stale.
     commits: Arc<AtomicU64>,
     /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
@@ -99,6 +106,7 @@ impl Store {
         path: &Path,
         page_cache_bytes: usize,
         chunk_cache_bytes: usize,
+        derived_cache_bytes: usize,
     ) -> Result<Store> {
         let shown = path.display();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -123,6 +131,8 @@ impl Store {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             path: Some(path.to_path_buf()),
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
+            derived: DerivedCache::new(derived_cache_bytes),
+            object_locks: Mutex::new(HashMap::new()),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
@@ -132,7 +142,10 @@ impl Store {
     }
 
     /// Creates a database in memory (redb's in-memory backend); it vanishes when dropped.
-    pub(crate) fn open_in_memory(chunk_cache_bytes: usize) -> Result<Store> {
+    pub(crate) fn open_in_memory(
+        chunk_cache_bytes: usize,
+        derived_cache_bytes: usize,
+    ) -> Result<Store> {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(|e| Error::internal(format!("cannot create in-memory database: {e}")))?;
@@ -141,6 +154,8 @@ impl Store {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             path: None,
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
+            derived: DerivedCache::new(derived_cache_bytes),
+            object_locks: Mutex::new(HashMap::new()),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
@@ -268,6 +283,20 @@ impl Store {
             .lock()
             .as_ref()
             .map(|open| Arc::clone(&open.statements))
+    }
+
+    /// The lock of the object `key` (a knowledge base), which its writers hold from before
+    /// they compute a change until it commits, so two of them never build on one version.
+    /// Taken before the writer lock, never while holding it (see [`Store::in_transaction`]).
+    pub(crate) fn object_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.object_locks.lock();
+        if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(key.to_string(), Arc::downgrade(&lock));
+        lock
     }
 
     /// Whether an explicit transaction is open.
@@ -452,6 +481,64 @@ impl ChunkCache {
         while inner.bytes > self.budget {
             match inner.entries.pop_lru() {
                 Some((_, evicted)) => inner.bytes -= evicted.get_array_memory_size(),
+                None => break,
+            }
+        }
+    }
+}
+
+/// Data derived from the file and costly to build, such as a knowledge base's index in memory,
+/// shared by every reader of one version: keyed by (object id, version stamp), so an entry
+/// never goes stale, and kept up to a byte budget, least recently used out first. The entry
+/// last put in stays even when it alone is over the budget: searching it again must not mean
+/// loading it again.
+pub(crate) struct DerivedCache {
+    budget: usize,
+    inner: Mutex<DerivedEntries>,
+}
+
+struct DerivedEntries {
+    entries: lru::LruCache<(u64, u64), (Arc<dyn Any + Send + Sync>, usize)>,
+    bytes: usize,
+}
+
+impl DerivedCache {
+    fn new(budget: usize) -> Self {
+        DerivedCache {
+            budget,
+            inner: Mutex::new(DerivedEntries {
+                entries: lru::LruCache::unbounded(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// The entry for `key`, if it is there and a `T`.
+    pub(crate) fn get<T: Any + Send + Sync>(&self, key: (u64, u64)) -> Option<Arc<T>> {
+        let entry = self
+            .inner
+            .lock()
+            .entries
+            .get(&key)
+            .map(|(v, _)| Arc::clone(v))?;
+        entry.downcast::<T>().ok()
+    }
+
+    /// Keeps `value` (`bytes` in size) for `key`, evicting others beyond the budget.
+    pub(crate) fn insert<T: Any + Send + Sync>(
+        &self,
+        key: (u64, u64),
+        value: Arc<T>,
+        bytes: usize,
+    ) {
+        let mut inner = self.inner.lock();
+        if let Some((_, old)) = inner.entries.put(key, (value, bytes)) {
+            inner.bytes -= old;
+        }
+        inner.bytes += bytes;
+        while inner.bytes > self.budget && inner.entries.len() > 1 {
+            match inner.entries.pop_lru() {
+                Some((_, (_, evicted))) => inner.bytes -= evicted,
                 None => break,
             }
         }

@@ -41,6 +41,21 @@ pub(crate) const VIEWS: TableDefinition<(u64, &str, &str), &str> = TableDefiniti
 pub(crate) const KNOWLEDGE_BASES: TableDefinition<(u64, &str, &str), &str> =
     TableDefinition::new("knowledge_bases");
 
+/// `kb_indexes` (kb_index): a knowledge base's chunk table id → the record of its search
+/// indexes (JSON: the version stamp, the graph's counters, the words of its chunks).
+pub(crate) const KB_INDEXES: TableDefinition<u64, &str> = TableDefinition::new("kb_indexes");
+/// `kb_links` (kb_index): (chunk table id, page) → one page of the vector index's graph: its
+/// nodes' levels, deletion marks and links.
+pub(crate) const KB_LINKS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("kb_links");
+/// `kb_vectors` (kb_index): (chunk table id, page, part) → one page's vectors, little-endian
+/// `f32`s one vector after another, in parts of at most 1 MiB.
+pub(crate) const KB_VECTORS: TableDefinition<(u64, u32, u32), &[u8]> =
+    TableDefinition::new("kb_vectors");
+/// `kb_postings` (kb_index): (chunk table id, word, block) → the chunks among nodes
+/// `block · 65536 …` that hold the word: (node, count, chunk length) as varints, nodes ascending.
+pub(crate) const KB_POSTINGS: TableDefinition<(u64, &str, u32), &[u8]> =
+    TableDefinition::new("kb_postings");
+
 /// `agents` (agents): (tenant, project, name) → agent record.
 pub(crate) const AGENTS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("agents");
 

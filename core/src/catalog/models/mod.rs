@@ -829,7 +829,7 @@ mod tests {
 
     #[test]
     fn a_failed_transaction_leaves_the_status_as_it_was() {
-        let store = Store::open_in_memory(0).unwrap();
+        let store = Store::open_in_memory(0, 0).unwrap();
         let tenant = TenantId::LOCAL;
         write(&store, |txn| {
             init(txn)?;
@@ -866,7 +866,7 @@ mod tests {
 
     #[test]
     fn opening_a_file_deletes_the_retired_status_outbox() {
-        let store = Store::open_in_memory(0).unwrap();
+        let store = Store::open_in_memory(0, 0).unwrap();
         write(&store, |txn| {
             txn.open_table(RETIRED_STATUS_OUTBOX)?
                 .insert(1, r#"{"old":"event"}"#)?;
@@ -882,7 +882,7 @@ mod tests {
 
     #[test]
     fn versions_left_in_progress_become_errors() {
-        let store = Store::open_in_memory(0).unwrap();
+        let store = Store::open_in_memory(0, 0).unwrap();
         let tenant = TenantId::LOCAL;
         write(&store, |txn| {
             init(txn)?;
@@ -910,7 +910,7 @@ mod tests {
 
     #[test]
     fn a_worker_of_a_dropped_model_never_touches_a_new_one_of_the_same_name() {
-        let store = Store::open_in_memory(0).unwrap();
+        let store = Store::open_in_memory(0, 0).unwrap();
         let tenant = TenantId::LOCAL;
         write(&store, |txn| {
             init(txn)?;

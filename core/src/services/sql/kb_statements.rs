@@ -1,5 +1,5 @@
 //! MindsDB's knowledge base statements, read on tokens: `CREATE KNOWLEDGE_BASE [IF NOT EXISTS]
-//! [p.]kb [USING …]`, `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`, `SHOW KNOWLEDGE_BASES [FROM p]`,
+//! [p.]kb [USING …]`, `ALTER KNOWLEDGE_BASE [p.]kb USING …`, `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`, `SHOW KNOWLEDGE_BASES [FROM p]`,
 //! `DESCRIBE KNOWLEDGE_BASE [p.]kb`. `USING` takes the same `key = value` pairs as agents
 //! (see `agent_statements`). Inserting, deleting and searching are ordinary SQL on the
 //! knowledge base's name; this module runs the statements and INSERT INTO a knowledge base
@@ -14,7 +14,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use super::agent_statements::{end_at, from_project, qualified_name, using_pairs};
 use super::dml::Staged;
-use super::knowledge_base;
+use super::kb_write;
 use super::parse::{if_exists_at, keyword, Command};
 use super::snapshot::{Namespace, Snapshot};
 use super::{text_table, Outcome, ResultContext, SqlRunner};
@@ -43,6 +43,20 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
                 using,
             }))
         }
+        Some(Keyword::ALTER) if is(1, "KNOWLEDGE_BASE") => {
+            let (project, name, k) = qualified_name(words, 2, WHAT)?;
+            let using = using_pairs(words, k, "the knowledge base name")?;
+            if using.is_empty() {
+                return Err(Error::invalid(
+                    "ALTER KNOWLEDGE_BASE takes USING key = value, … (what to change)",
+                ));
+            }
+            Ok(Some(Command::AlterKnowledgeBase {
+                project,
+                name,
+                using,
+            }))
+        }
         Some(Keyword::DROP) if is(1, "KNOWLEDGE_BASE") => {
             let (if_exists, k) = if_exists_at(words, 2, false);
             let (project, name, k) = qualified_name(words, k, WHAT)?;
@@ -66,7 +80,7 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
 }
 
 impl SqlRunner {
-    /// Runs CREATE, DROP, SHOW and DESCRIBE of knowledge bases.
+    /// Runs CREATE, ALTER, DROP, SHOW and DESCRIBE of knowledge bases.
     pub(super) async fn knowledge_base_command(
         &self,
         tenant: TenantId,
@@ -88,6 +102,19 @@ impl SqlRunner {
                     .write(move |txn| {
                         crate::catalog::rules::create_knowledge_base(txn, tenant, kb, if_not_exists)
                     })
+                    .await?;
+                Ok(Outcome::Ok {
+                    affected_rows: None,
+                })
+            }
+            Command::AlterKnowledgeBase {
+                project,
+                name,
+                using,
+            } => {
+                let project = project_or_current(project);
+                self.store
+                    .write(move |txn| knowledge_bases::alter(txn, tenant, &project, &name, using))
                     .await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
@@ -221,7 +248,7 @@ impl SqlRunner {
             let connector = Arc::new(self.connector());
             let staged = self
                 .job(tenant, &context.db, snapshot, state, None)
-                .run(move |job, handle| knowledge_base::insert(job, handle, kb, plan, connector))
+                .run(move |job, handle| kb_write::insert(job, handle, kb, plan, connector))
                 .await?;
             if let Staged::Done(documents) = staged {
                 return Ok(documents);

@@ -14,7 +14,9 @@ mod constraints;
 mod dml;
 pub mod encode;
 mod index_scan;
+mod kb_search;
 mod kb_statements;
+mod kb_write;
 mod knowledge_base;
 mod load;
 mod model_statements;
@@ -112,12 +114,7 @@ impl SqlRunner {
         let client = net
             .egress
             .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
-        let connector = crate::services::llm::Connector {
-            client: client.clone(),
-            default: config.llm.clone(),
-            embedding: config.embedding.clone(),
-            meter: crate::catalog::quotas::ModelCalls::new(&store, &config.hosted),
-        };
+        let connector = crate::services::llm::Connector::new(client.clone(), config, &store);
         Ok(SqlRunner {
             store,
             config: config.clone(),
@@ -142,12 +139,7 @@ impl SqlRunner {
 
     /// What LLM models call through: the shared client and the configured default model.
     pub(crate) fn connector(&self) -> crate::services::llm::Connector {
-        crate::services::llm::Connector {
-            client: self.client.clone(),
-            default: self.config.llm.clone(),
-            embedding: self.config.embedding.clone(),
-            meter: crate::catalog::quotas::ModelCalls::new(&self.store, &self.config.hosted),
-        }
+        crate::services::llm::Connector::new(self.client.clone(), &self.config, &self.store)
     }
 
     /// A place for `work` by `tenant` under its plan's cap; `None` for the local tenant, which
@@ -527,6 +519,7 @@ impl SqlRunner {
                 ])
             }
             command @ (Command::CreateKnowledgeBase { .. }
+            | Command::AlterKnowledgeBase { .. }
             | Command::DropKnowledgeBase { .. }
             | Command::ShowKnowledgeBases { .. }
             | Command::DescribeKnowledgeBase { .. }) => {
@@ -764,7 +757,7 @@ impl SqlRunner {
             {
                 let (kb, ids) = knowledge_base::deleted_ids(statement)?;
                 job(state)
-                    .run(move |job, handle| knowledge_base::delete(job, handle, kb, ids))
+                    .run(move |job, handle| kb_write::delete(job, handle, kb, ids))
                     .await?
                     .map(Some)
             }

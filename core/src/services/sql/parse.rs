@@ -80,6 +80,11 @@ pub(crate) enum Command {
         using: Vec<(String, serde_json::Value)>,
     },
     /// `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`.
+    AlterKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        using: Vec<(String, serde_json::Value)>,
+    },
     DropKnowledgeBase {
         project: Option<String>,
         name: String,

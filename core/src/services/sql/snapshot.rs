@@ -684,6 +684,17 @@ impl TableProvider for StoredTable {
 }
 
 impl StoredTable {
+    /// The table `record` (of `schema`) as a plain scan, without its keys and defaults.
+    pub(crate) fn plain(snapshot: Arc<Snapshot>, record: TableRecord, schema: SchemaRef) -> Self {
+        StoredTable {
+            snapshot,
+            record,
+            schema,
+            constraints: Constraints::new_unverified(Vec::new()),
+            defaults: HashMap::new(),
+        }
+    }
+
     /// The index lookup that answers `filter`, if one of the table's indexes does.
     fn lookup_for(&self, filter: &Expr) -> Option<index_scan::Lookup> {
         index_scan::lookup_for(filter, &self.record.constraints.indexes, &self.schema)

@@ -1,0 +1,97 @@
+//! Okapi BM25, the keyword half of a knowledge base's search: how a text splits into words and
+//! how one word's occurrences in a chunk score. Words are lower-case runs of letters and digits,
+//! in any script, of at most [`MAX_WORD_BYTES`] bytes (longer runs are no words: an index key
+//! stays small whatever a document holds). The parameters are Lucene's defaults (k1 = 1.2,
+//! b = 0.75, idf = ln(1 + (N − n + ½) / (n + ½))).
+
+use std::collections::HashMap;
+
+/// The longest word kept, in bytes.
+pub(crate) const MAX_WORD_BYTES: usize = 64;
+/// Term-frequency saturation.
+const K1: f64 = 1.2;
+/// Length normalisation.
+const B: f64 = 0.75;
+
+/// The lower-case words of `text`, in order.
+pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && w.len() <= MAX_WORD_BYTES)
+        .map(str::to_lowercase)
+        .filter(|w| w.len() <= MAX_WORD_BYTES)
+}
+
+/// The distinct words of a question, in order of appearance.
+pub(crate) fn terms(question: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in words(question) {
+        if !terms.contains(&word) {
+            terms.push(word);
+        }
+    }
+    terms
+}
+
+/// How often each word occurs in `text`, and its length in words.
+pub(crate) fn counts(text: &str) -> (HashMap<String, u32>, u32) {
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut length = 0u32;
+    for word in words(text) {
+        length = length.saturating_add(1);
+        let count = counts.entry(word).or_insert(0);
+        *count = count.saturating_add(1);
+    }
+    (counts, length)
+}
+
+/// What the score of a word in one chunk depends on besides the chunk.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Corpus {
+    /// Chunks searched.
+    pub(crate) chunks: u64,
+    /// Their average length in words.
+    pub(crate) average_length: f64,
+}
+
+impl Corpus {
+    /// The score of a word that `containing` chunks hold, occurring `count` times in a chunk
+    /// of `length` words.
+    pub(crate) fn score(&self, containing: u64, count: u32, length: u32) -> f64 {
+        if count == 0 || self.chunks == 0 {
+            return 0.0;
+        }
+        let (chunks, n) = (self.chunks as f64, containing.min(self.chunks) as f64);
+        let idf = (1.0 + (chunks - n + 0.5) / (n + 0.5)).ln();
+        let tf = f64::from(count);
+        let norm = 1.0 - B + B * f64::from(length) / self.average_length.max(1.0);
+        idf * tf * (K1 + 1.0) / (tf + K1 * norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_lower_case_runs_of_letters_and_digits() {
+        let got: Vec<String> = words("Élan, NAÏVE co-op x2!").collect();
+        assert_eq!(got, ["élan", "naïve", "co", "op", "x2"]);
+        let long = "a".repeat(MAX_WORD_BYTES + 1);
+        assert_eq!(words(&format!("short {long} end")).count(), 2);
+        assert_eq!(terms("the cat, THE dog"), ["the", "cat", "dog"]);
+        let (counts, length) = counts("purr purr cat");
+        assert_eq!((counts["purr"], counts["cat"], length), (2, 1, 3));
+    }
+
+    #[test]
+    fn rarer_words_more_occurrences_and_shorter_chunks_score_higher() {
+        let corpus = Corpus {
+            chunks: 100,
+            average_length: 10.0,
+        };
+        assert!(corpus.score(2, 1, 10) > corpus.score(50, 1, 10));
+        assert!(corpus.score(10, 3, 10) > corpus.score(10, 1, 10));
+        assert!(corpus.score(10, 1, 5) > corpus.score(10, 1, 20));
+        assert_eq!(corpus.score(10, 0, 10), 0.0);
+    }
+}

@@ -1,0 +1,486 @@
+//! A knowledge base's search indexes, in the redb file beside its chunk table and changed in the
+//! same write transactions as its rows: the vector index (an HNSW graph, see `hnsw`) and the
+//! keyword index (BM25 postings). Owns the redb tables `kb_indexes` (one record per chunk
+//! table: a version stamp, the graph's counters, the words of its chunks), `kb_links` and
+//! `kb_vectors` (the graph's pages) and `kb_postings` (per word and block of 65,536 nodes,
+//! the chunks holding it).
+//!
+//! Every chunk row carries the id of its node in the last column of the chunk table (`node`);
+//! the node's vector lives in the index, nowhere else. Readers share one [`KbIndex`] per
+//! version, loaded once into the store's cache of derived data; a writer changes a copy
+//! ([`IndexWriter`]), which stores only the pages and postings it changed, under a new stamp.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt32Type;
+use redb::{ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::bm25;
+use crate::catalog::tables::ReadTables;
+use crate::error::{Error, Result};
+use crate::store::schema::{KB_INDEXES, KB_LINKS, KB_POSTINGS, KB_VECTORS};
+use crate::store::Store;
+use mindlite_vectors::hnsw::{Graph, Params, Shape};
+
+/// Bytes of one stored part of a page's vectors: redb gives large values power-of-two
+/// extents, so parts just under one keep the file from growing by a third.
+const VECTOR_PART: usize = (1 << 20) - 4096;
+/// Nodes per block of postings: appending a chunk rewrites only its words' last blocks.
+const BLOCK_SHIFT: u32 = 16;
+
+/// Creates this module's redb tables in a new file.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(KB_INDEXES)?;
+    txn.open_table(KB_LINKS)?;
+    txn.open_table(KB_VECTORS)?;
+    txn.open_table(KB_POSTINGS)?;
+    Ok(())
+}
+
+/// What `kb_indexes` holds for one chunk table.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct IndexRecord {
+    /// Changes with every write, never to a value used before (random), so a version in
+    /// memory is known to be the file's exactly when the stamps agree.
+    pub(crate) stamp: u64,
+    pub(crate) shape: Shape,
+    /// Words in the live chunks, for their average length.
+    pub(crate) words: u64,
+}
+
+/// A chunk holding a word: its node, the word's count in it and its length in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Posting {
+    pub(crate) node: u32,
+    pub(crate) count: u32,
+    pub(crate) length: u32,
+}
+
+/// A knowledge base's indexes in memory, at one version of its chunk table.
+#[derive(Debug)]
+pub(crate) struct KbIndex {
+    pub(crate) record: IndexRecord,
+    pub(crate) graph: Graph,
+    /// Where each node's row is: (position of its chunk in the table's order) << 32 | row;
+    /// `u64::MAX` for none. Found on first need.
+    rows: OnceLock<Vec<u64>>,
+}
+
+impl KbIndex {
+    /// BM25's view of the chunks.
+    pub(crate) fn corpus(&self) -> bm25::Corpus {
+        let chunks = u64::from(self.graph.live());
+        bm25::Corpus {
+            chunks,
+            average_length: self.record.words as f64 / chunks.max(1) as f64,
+        }
+    }
+
+    /// Where each node's row is in the chunk table `table` (whose last column holds the
+    /// nodes), as `txn` holds it: its chunk's position in the table's order and its row.
+    pub(crate) fn rows(&self, txn: &impl ReadTables, table: u64) -> Result<&[u64]> {
+        if let Some(rows) = self.rows.get() {
+            return Ok(rows);
+        }
+        let mut rows = vec![u64::MAX; self.graph.nodes() as usize];
+        let node_column = txn.schema_of(table)?.fields().len() - 1;
+        for (position, (_, chunk)) in txn.chunk_order_of(table)?.into_iter().enumerate() {
+            let nodes = txn.chunk_columns(table, chunk, vec![node_column])?;
+            for (row, node) in nodes
+                .column(0)
+                .as_primitive::<UInt32Type>()
+                .iter()
+                .enumerate()
+            {
+                let slot = node
+                    .and_then(|n| rows.get_mut(n as usize))
+                    .ok_or_else(|| Error::internal("a chunk row names a node the index lacks"))?;
+                *slot = ((position as u64) << 32) | row as u64;
+            }
+        }
+        Ok(self.rows.get_or_init(|| rows))
+    }
+}
+
+/// Reading indexes, from a read snapshot or a write transaction alike.
+pub(crate) trait ReadIndex {
+    /// The index record of the chunk table `table`, if it has indexes.
+    fn index_record(&self, table: u64) -> Result<Option<IndexRecord>>;
+    /// The graph of `table` at `shape`, from its pages.
+    fn index_graph(&self, table: u64, shape: Shape) -> Result<Graph>;
+    /// Every posting of `word` in `table`, nodes ascending.
+    fn postings(&self, table: u64, word: &str) -> Result<Vec<Posting>>;
+}
+
+macro_rules! read_index {
+    ($txn:ty) => {
+        impl ReadIndex for $txn {
+            fn index_record(&self, table: u64) -> Result<Option<IndexRecord>> {
+                match self.open_table(KB_INDEXES)?.get(table)? {
+                    Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+                    None => Ok(None),
+                }
+            }
+
+            fn index_graph(&self, table: u64, shape: Shape) -> Result<Graph> {
+                let links = self.open_table(KB_LINKS)?;
+                let vectors = self.open_table(KB_VECTORS)?;
+                let pages = shape
+                    .nodes
+                    .div_ceil(mindlite_vectors::hnsw::PAGE_NODES as u32);
+                let mut stored = Vec::with_capacity(pages as usize);
+                for page in 0..pages {
+                    let Some(page_links) = links.get((table, page))? else {
+                        stored.push(None);
+                        continue;
+                    };
+                    let mut bytes = Vec::new();
+                    for part in vectors.range((table, page, 0)..=(table, page, u32::MAX))? {
+                        bytes.extend_from_slice(part?.1.value());
+                    }
+                    stored.push(Some((page_links.value().to_vec(), bytes)));
+                }
+                Ok(Graph::decode(shape, stored)?)
+            }
+
+            fn postings(&self, table: u64, word: &str) -> Result<Vec<Posting>> {
+                let postings = self.open_table(KB_POSTINGS)?;
+                let mut out = Vec::new();
+                for block in postings.range((table, word, 0)..=(table, word, u32::MAX))? {
+                    decode_postings(block?.1.value(), &mut out)?;
+                }
+                Ok(out)
+            }
+        }
+    };
+}
+
+read_index!(WriteTransaction);
+read_index!(redb::ReadTransaction);
+
+/// The indexes of the chunk table `table` as `txn` holds them (`None` before its first
+/// insert): from the store's cache when that version is there, else read and cached.
+pub(crate) fn load(
+    store: &Store,
+    txn: &impl ReadIndex,
+    table: u64,
+) -> Result<Option<Arc<KbIndex>>> {
+    let Some(record) = txn.index_record(table)? else {
+        return Ok(None);
+    };
+    if let Some(index) = store.derived.get::<KbIndex>((table, record.stamp)) {
+        return Ok(Some(index));
+    }
+    let graph = txn.index_graph(table, record.shape)?;
+    let index = Arc::new(KbIndex {
+        record,
+        graph,
+        rows: OnceLock::new(),
+    });
+    publish(store, table, &index);
+    Ok(Some(index))
+}
+
+/// Puts a version into the store's cache (a writer's, once it committed).
+pub(crate) fn publish(store: &Store, table: u64, index: &Arc<KbIndex>) {
+    let bytes = index.graph.memory_bytes() + index.graph.nodes() as usize * 8;
+    store
+        .derived
+        .insert((table, index.record.stamp), Arc::clone(index), bytes);
+}
+
+/// Removes the indexes of the chunk table `table` (dropped with it).
+pub(crate) fn drop_index(txn: &WriteTransaction, table: u64) -> Result<()> {
+    txn.open_table(KB_INDEXES)?.remove(table)?;
+    txn.open_table(KB_LINKS)?
+        .retain_in((table, 0)..=(table, u32::MAX), |_, _| false)?;
+    txn.open_table(KB_VECTORS)?
+        .retain_in((table, 0, 0)..=(table, u32::MAX, u32::MAX), |_, _| false)?;
+    txn.open_table(KB_POSTINGS)?
+        .retain_in((table, "", 0)..(table, "\u{10FFFF}", u32::MAX), |_, _| {
+            false
+        })?;
+    Ok(())
+}
+
+/// The `k` chunks that score best for the words of `question` among those `accept` takes,
+/// best first, with their BM25 scores (none without any of its words).
+pub(crate) fn keyword_search(
+    index: &KbIndex,
+    txn: &impl ReadIndex,
+    table: u64,
+    question: &str,
+    k: usize,
+    accept: &dyn Fn(u32) -> bool,
+) -> Result<Vec<(u32, f64)>> {
+    let corpus = index.corpus();
+    let mut scores: HashMap<u32, f64> = HashMap::new();
+    for term in bm25::terms(question) {
+        let postings = txn.postings(table, &term)?;
+        let containing = postings.len() as u64;
+        for posting in postings {
+            if accept(posting.node) && index.graph.is_live(posting.node) {
+                *scores.entry(posting.node).or_insert(0.0) +=
+                    corpus.score(containing, posting.count, posting.length);
+            }
+        }
+    }
+    let mut ranked: Vec<(u32, f64)> = scores.into_iter().filter(|(_, s)| *s > 0.0).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(k);
+    Ok(ranked)
+}
+
+/// A change to one knowledge base's indexes, made on a copy of the version it started from
+/// and stored by [`IndexWriter::save`] inside the write transaction.
+pub(crate) struct IndexWriter {
+    graph: Graph,
+    words: u64,
+    /// New postings by word.
+    added: HashMap<String, Vec<Posting>>,
+    /// Nodes whose postings go, by word.
+    removed: HashMap<String, Vec<u32>>,
+}
+
+impl IndexWriter {
+    /// A change to `from` (`None`: indexes still to be made, with `params`).
+    pub(crate) fn new(from: Option<&KbIndex>, params: Params) -> IndexWriter {
+        match from {
+            Some(index) => IndexWriter {
+                graph: index.graph.clone(),
+                words: index.record.words,
+                added: HashMap::new(),
+                removed: HashMap::new(),
+            },
+            None => IndexWriter {
+                graph: Graph::new(params),
+                words: 0,
+                added: HashMap::new(),
+                removed: HashMap::new(),
+            },
+        }
+    }
+
+    /// The node id the next added chunk gets.
+    pub(crate) fn next_node(&self) -> u32 {
+        self.graph.nodes()
+    }
+
+    /// Vector length of the index.
+    pub(crate) fn dimensions(&self) -> usize {
+        self.graph.params().dimensions
+    }
+
+    /// Whether deleted nodes outnumber live ones in the graph, so it should be rebuilt.
+    pub(crate) fn worth_rebuilding(&self) -> bool {
+        self.graph.deleted() > self.graph.live()
+    }
+
+    /// Builds the graph anew without its deleted nodes.
+    pub(crate) fn rebuild(&mut self) -> Result<()> {
+        self.graph = self.graph.rebuilt()?;
+        Ok(())
+    }
+
+    /// Adds a chunk: its node (at least [`IndexWriter::next_node`]), vector and text.
+    pub(crate) fn add(&mut self, node: u32, vector: &[f32], text: &str) -> Result<()> {
+        self.graph.insert(node, vector)?;
+        let (counts, length) = bm25::counts(text);
+        self.words += u64::from(length);
+        for (word, count) in counts {
+            self.added.entry(word).or_default().push(Posting {
+                node,
+                count,
+                length,
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes a chunk (its node and its text) from both indexes.
+    pub(crate) fn remove(&mut self, node: u32, text: &str) {
+        if !self.graph.delete(node) {
+            return;
+        }
+        let (counts, length) = bm25::counts(text);
+        self.words = self.words.saturating_sub(u64::from(length));
+        for word in counts.into_keys() {
+            self.removed.entry(word).or_default().push(node);
+        }
+    }
+
+    /// Stores the change into `txn` as the indexes of the chunk table `table`, under a new
+    /// stamp; returns the new version, to [`publish`] once `txn` committed.
+    pub(crate) fn save(mut self, txn: &WriteTransaction, table: u64) -> Result<Arc<KbIndex>> {
+        {
+            let mut links = txn.open_table(KB_LINKS)?;
+            let mut vectors = txn.open_table(KB_VECTORS)?;
+            for page in self.graph.take_changed() {
+                vectors.retain_in((table, page, 0)..=(table, page, u32::MAX), |_, _| false)?;
+                match self.graph.encode_page(page) {
+                    Some((page_links, page_vectors)) => {
+                        links.insert((table, page), page_links.as_slice())?;
+                        for (part, bytes) in page_vectors.chunks(VECTOR_PART).enumerate() {
+                            vectors.insert((table, page, part as u32), bytes)?;
+                        }
+                    }
+                    None => {
+                        links.remove((table, page))?;
+                    }
+                }
+            }
+        }
+        self.save_postings(txn, table)?;
+        let record = IndexRecord {
+            stamp: new_stamp()?,
+            shape: self.graph.shape(),
+            words: self.words,
+        };
+        txn.open_table(KB_INDEXES)?
+            .insert(table, serde_json::to_string(&record)?.as_str())?;
+        Ok(Arc::new(KbIndex {
+            record,
+            graph: self.graph,
+            rows: OnceLock::new(),
+        }))
+    }
+
+    /// Rewrites the blocks of postings the change touched.
+    fn save_postings(&mut self, txn: &WriteTransaction, table: u64) -> Result<()> {
+        type Change = (Vec<Posting>, Vec<u32>);
+        let mut blocks: BTreeMap<(String, u32), Change> = BTreeMap::new();
+        for (word, postings) in self.added.drain() {
+            for posting in postings {
+                let key = (word.clone(), posting.node >> BLOCK_SHIFT);
+                blocks.entry(key).or_default().0.push(posting);
+            }
+        }
+        for (word, nodes) in self.removed.drain() {
+            for node in nodes {
+                let key = (word.clone(), node >> BLOCK_SHIFT);
+                blocks.entry(key).or_default().1.push(node);
+            }
+        }
+        let mut postings = txn.open_table(KB_POSTINGS)?;
+        for ((word, block), (added, mut removed)) in blocks {
+            let mut list = Vec::new();
+            if let Some(stored) = postings.get((table, word.as_str(), block))? {
+                decode_postings(stored.value(), &mut list)?;
+            }
+            removed.sort_unstable();
+            list.retain(|p| removed.binary_search(&p.node).is_err());
+            list.extend(added);
+            list.sort_by_key(|p| p.node);
+            if list.is_empty() {
+                postings.remove((table, word.as_str(), block))?;
+            } else {
+                postings.insert(
+                    (table, word.as_str(), block),
+                    encode_postings(&list).as_slice(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stamp not used before: 64 random bits.
+fn new_stamp() -> Result<u64> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| Error::internal(format!("no randomness: {e}")))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+fn encode_postings(list: &[Posting]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(list.len() * 4);
+    let mut previous = 0u32;
+    for posting in list {
+        varint(&mut out, posting.node - previous);
+        varint(&mut out, posting.count);
+        varint(&mut out, posting.length);
+        previous = posting.node;
+    }
+    out
+}
+
+fn decode_postings(bytes: &[u8], out: &mut Vec<Posting>) -> Result<()> {
+    let mut at = 0;
+    let mut node = 0u32;
+    while at < bytes.len() {
+        node = node
+            .checked_add(read_varint(bytes, &mut at)?)
+            .ok_or_else(corrupt_postings)?;
+        let count = read_varint(bytes, &mut at)?;
+        let length = read_varint(bytes, &mut at)?;
+        out.push(Posting {
+            node,
+            count,
+            length,
+        });
+    }
+    Ok(())
+}
+
+fn varint(out: &mut Vec<u8>, mut value: u32) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn read_varint(bytes: &[u8], at: &mut usize) -> Result<u32> {
+    let mut value = 0u32;
+    for shift in (0..35).step_by(7) {
+        let byte = *bytes.get(*at).ok_or_else(corrupt_postings)?;
+        *at += 1;
+        value |= u32::from(byte & 0x7f)
+            .checked_shl(shift)
+            .ok_or_else(corrupt_postings)?;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(corrupt_postings())
+}
+
+fn corrupt_postings() -> Error {
+    Error::internal("a knowledge base's keyword index is corrupt")
+}
+
+/// A node's (chunk position, row) in the table, from [`KbIndex::rows`]'s list.
+pub(crate) fn row_of(rows: &[u64], node: u32) -> Option<(usize, usize)> {
+    let at = *rows.get(node as usize)?;
+    (at != u64::MAX).then_some(((at >> 32) as usize, (at & 0xffff_ffff) as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postings_round_trip_and_refuse_damage() {
+        let list = vec![
+            Posting {
+                node: 3,
+                count: 1,
+                length: 10,
+            },
+            Posting {
+                node: 70_000,
+                count: 300,
+                length: 1 << 20,
+            },
+        ];
+        let bytes = encode_postings(&list);
+        let mut back = Vec::new();
+        decode_postings(&bytes, &mut back).unwrap();
+        assert_eq!(back, list);
+        let mut cut = Vec::new();
+        assert!(decode_postings(&bytes[..bytes.len() - 1], &mut cut).is_err());
+        assert!(decode_postings(&[0xff; 8], &mut cut).is_err());
+    }
+}

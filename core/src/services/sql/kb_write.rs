@@ -1,0 +1,587 @@
+//! Writing knowledge bases: [`insert`] chunks, embeds and stores documents, replacing those
+//! with the same ids; [`delete`] removes whole documents. Each is one transaction that changes
+//! the chunk table and its indexes (`catalog::kb_index`) together: a statement lands whole or
+//! not at all.
+//!
+//! A knowledge base has one writer at a time (the store's object lock, taken before anything
+//! is read): it embeds its rows and builds its new index version without the writer lock,
+//! since both take long, and takes that lock only to store what it built. Node ids are handed
+//! out from the version it started from, which nobody else can change meanwhile; a change
+//! that slipped in all the same (a drop, a rollback) makes it start again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt32Array,
+};
+use datafusion::arrow::compute::{cast, filter_record_batch, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion::logical_expr::LogicalPlan;
+use sha2::{Digest, Sha256};
+use tokio::runtime::Handle;
+use tokio::sync::OwnedMutexGuard;
+
+use super::dml::{Staged, WriteJob};
+use super::knowledge_base::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVED};
+use crate::catalog::constraints::Constraints;
+use crate::catalog::kb_index::{self, IndexRecord, IndexWriter, ReadIndex};
+use crate::catalog::knowledge_bases::{self, chunk_db, KnowledgeBase};
+use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
+use crate::error::{Error, Result};
+use crate::services::chunking;
+use crate::services::embeddings;
+use crate::services::llm::Connector;
+use crate::store::schema::{KNOWLEDGE_BASES, TABLES};
+use mindlite_vectors::hnsw::Params;
+
+/// `INSERT INTO kb …`: the rows of `source` (named as the insert names them) chunked,
+/// embedded and stored, replacing every chunk of the documents with their ids. Returns the
+/// documents inserted.
+pub(crate) fn insert(
+    job: &WriteJob,
+    handle: &Handle,
+    kb: KnowledgeBase,
+    source: LogicalPlan,
+    connector: Arc<Connector>,
+) -> Result<Staged<u64>> {
+    let _writer = lock_knowledge_base(job, handle, &kb)?;
+    let base = Base::read(job, &kb)?;
+    let settings = &connector.knowledge_bases;
+    let mut ingest = Ingest {
+        endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding),
+        kb: &kb,
+        connector: &connector,
+        schema: base.schema.clone(),
+        index: base
+            .index
+            .as_ref()
+            .map(|index| IndexWriter::new(Some(index), index.graph.params())),
+        params: (settings.hnsw_m, settings.hnsw_ef_construction),
+        ids: HashSet::new(),
+        documents: 0,
+        staged: None,
+    };
+    if let Some(writer) = ingest.index.as_mut().filter(|w| w.worth_rebuilding()) {
+        writer.rebuild()?;
+    }
+    job.drain(handle, &source, |batch| {
+        job.check_cancelled()?;
+        ingest.add(handle, job, &batch)
+    })?;
+    let Ingest {
+        ids,
+        documents,
+        staged,
+        schema,
+        index,
+        ..
+    } = ingest;
+    let guard = job.lock(handle)?;
+    if !base.is_current(&guard.txn, job, &kb)? {
+        // Dropped, made anew or changed by a rollback meanwhile: again from the start.
+        return Ok(Staged::TargetChanged);
+    }
+    let db = chunk_db(&kb.project);
+    let key = kb.name.to_ascii_lowercase();
+    let record = match (base.record, &schema) {
+        (Some(record), _) => Some(record),
+        (None, Some(schema)) if staged.is_some() => Some(tables::create(
+            &guard.txn,
+            job.tenant,
+            &db,
+            &key,
+            schema,
+            Constraints::default(),
+        )?),
+        _ => None,
+    };
+    let (Some(record), Some(mut index)) = (record, index) else {
+        guard.commit()?;
+        return Ok(Staged::Done(documents));
+    };
+    remove_documents(&guard.txn, job, &record, &ids, &mut index)?;
+    if let Some(staged) = staged {
+        let record = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &db, &key)?
+            .ok_or_else(|| Error::internal("a knowledge base's chunk table went missing"))?;
+        let mut writer = TableWriter::append(&guard.txn, job.tenant, record)?;
+        writer.push_staged(staged)?;
+        writer.finish()?;
+    }
+    let saved = index.save(&guard.txn, record.id)?;
+    guard.commit()?;
+    kb_index::publish(&job.store, record.id, &saved);
+    Ok(Staged::Done(documents))
+}
+
+/// `DELETE FROM kb WHERE …`: every chunk of the documents whose ids `ids` (a plan of one
+/// column) yields. Returns the documents removed.
+pub(crate) fn delete(
+    job: &WriteJob,
+    handle: &Handle,
+    kb: KnowledgeBase,
+    ids: LogicalPlan,
+) -> Result<Staged<u64>> {
+    let mut found = HashSet::new();
+    job.drain(handle, &ids, |batch| {
+        let column = cast(batch.column(0), &DataType::Utf8)?;
+        found.extend(
+            column
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .map(str::to_string),
+        );
+        Ok(())
+    })?;
+    let _writer = lock_knowledge_base(job, handle, &kb)?;
+    let base = Base::read(job, &kb)?;
+    let guard = job.lock(handle)?;
+    if !base.is_current(&guard.txn, job, &kb)? {
+        return Ok(Staged::TargetChanged);
+    }
+    if let (Some(record), Some(index)) = (&base.record, &base.index) {
+        let mut writer = IndexWriter::new(Some(index), index.graph.params());
+        remove_documents(&guard.txn, job, record, &found, &mut writer)?;
+        let saved = writer.save(&guard.txn, record.id)?;
+        guard.commit()?;
+        kb_index::publish(&job.store, record.id, &saved);
+    }
+    Ok(Staged::Done(found.len() as u64))
+}
+
+/// Takes the knowledge base's writer lock. Inside an explicit transaction, or holding the
+/// store's writer lock already, it is not waited for: its holder may be waiting for the
+/// writer lock this statement's transaction keeps.
+fn lock_knowledge_base(
+    job: &WriteJob,
+    handle: &Handle,
+    kb: &KnowledgeBase,
+) -> Result<OwnedMutexGuard<()>> {
+    let key = format!(
+        "knowledge base {} {}.{}",
+        job.tenant.0,
+        kb.project,
+        kb.name.to_ascii_lowercase()
+    );
+    let lock = job.store.object_lock(&key);
+    if job.store.in_transaction() || job.held.lock().is_some() {
+        return lock.try_lock_owned().map_err(|_| {
+            Error::conflict(format!(
+                "Another write into knowledge base '{}' is running; try again when it has finished",
+                kb.name
+            ))
+        });
+    }
+    handle
+        .block_on(job.unless_cancelled(lock.lock_owned()))
+        .ok_or_else(crate::store::cancelled)
+}
+
+/// The knowledge base's state a write starts from: read after its writer lock was taken, so
+/// no other writer of it can have changed it since.
+struct Base {
+    record: Option<TableRecord>,
+    schema: Option<SchemaRef>,
+    index: Option<Arc<kb_index::KbIndex>>,
+    stamp: Option<IndexRecord>,
+}
+
+impl Base {
+    fn read(job: &WriteJob, kb: &KnowledgeBase) -> Result<Base> {
+        let txn = job.store.read()?;
+        let record = tables::get(
+            &txn.open_table(TABLES)?,
+            job.tenant,
+            &chunk_db(&kb.project),
+            &kb.name,
+        )?;
+        let (schema, index, stamp) = match &record {
+            Some(record) => (
+                Some(tables::schema(
+                    &txn.open_table(crate::store::schema::TABLE_SCHEMAS)?,
+                    record.id,
+                )?),
+                kb_index::load(&job.store, &txn, record.id)?,
+                txn.index_record(record.id)?,
+            ),
+            None => (None, None, None),
+        };
+        Ok(Base {
+            record,
+            schema,
+            index,
+            stamp,
+        })
+    }
+
+    /// Whether the knowledge base is still as read: the same record, chunk table and index.
+    fn is_current(
+        &self,
+        txn: &redb::WriteTransaction,
+        job: &WriteJob,
+        kb: &KnowledgeBase,
+    ) -> Result<bool> {
+        let now = knowledge_bases::get(
+            &txn.open_table(KNOWLEDGE_BASES)?,
+            job.tenant,
+            &kb.project,
+            &kb.name,
+        )?;
+        let table = tables::get(
+            &txn.open_table(TABLES)?,
+            job.tenant,
+            &chunk_db(&kb.project),
+            &kb.name,
+        )?;
+        let stamp = match &table {
+            Some(record) => txn.index_record(record.id)?,
+            None => None,
+        };
+        Ok(now.as_ref() == Some(kb)
+            && table.as_ref().map(|r| r.id) == self.record.as_ref().map(|r| r.id)
+            && stamp.map(|s| s.stamp) == self.stamp.map(|s| s.stamp))
+    }
+}
+
+/// Removes, inside the write transaction, the chunks of the documents `ids`, and their nodes
+/// and words from `index`.
+fn remove_documents(
+    txn: &redb::WriteTransaction,
+    job: &WriteJob,
+    record: &TableRecord,
+    ids: &HashSet<String>,
+    index: &mut IndexWriter,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let rewrite = tables::plan_rewrite(txn, record, job.spool(), |batch| {
+        let id = batch.column(0).as_string::<i32>();
+        let keep: BooleanArray = id
+            .iter()
+            .map(|id| Some(!id.is_some_and(|id| ids.contains(id))))
+            .collect();
+        if keep.true_count() == batch.num_rows() {
+            return Ok(None);
+        }
+        let texts = batch.column(2).as_string::<i32>();
+        let nodes = batch.column(batch.num_columns() - 1);
+        let nodes = nodes.as_primitive::<UInt32Type>();
+        for row in (0..batch.num_rows()).filter(|row| !keep.value(*row)) {
+            if nodes.is_valid(row) {
+                let text = if texts.is_null(row) {
+                    ""
+                } else {
+                    texts.value(row)
+                };
+                index.remove(nodes.value(row), text);
+            }
+        }
+        Ok(Some(filter_record_batch(&batch, &keep)?))
+    })?;
+    if !tables::apply_rewrite(txn, job.tenant, record.clone(), rewrite)? {
+        return Err(Error::internal(
+            "a rewrite planned inside its transaction did not apply",
+        ));
+    }
+    Ok(())
+}
+
+/// Documents on their way into the chunk table and its indexes.
+struct Ingest<'a> {
+    kb: &'a KnowledgeBase,
+    connector: &'a Connector,
+    endpoint: embeddings::Endpoint,
+    /// The chunk table's schema: the existing table's, or fixed by the first rows.
+    schema: Option<SchemaRef>,
+    /// The new version of the indexes: the existing one's copy, or made by the first rows.
+    index: Option<IndexWriter>,
+    /// HNSW's M and efConstruction for an index made by this insert.
+    params: (usize, usize),
+    /// Ids of the documents inserted (their old chunks go).
+    ids: HashSet<String>,
+    documents: u64,
+    staged: Option<StagedRows>,
+}
+impl Ingest<'_> {
+    /// Chunks, embeds and stages the documents of one source batch.
+    fn add(&mut self, handle: &Handle, job: &WriteJob, batch: &RecordBatch) -> Result<()> {
+        let kb = self.kb;
+        let source = batch.schema();
+        let position = |name: &str| {
+            source
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(name))
+        };
+        let contents = kb
+            .content_columns
+            .iter()
+            .map(|column| {
+                let at = position(column).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "INSERT INTO knowledge base '{}' needs its content column '{column}' (content_columns = {:?})",
+                        kb.name, kb.content_columns
+                    ))
+                })?;
+                Ok((column.to_ascii_lowercase(), strict_cast(batch.column(at), &DataType::Utf8)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let metadata = self.metadata_names(&source)?;
+        let ids: Vec<String> = match position(&kb.id_column) {
+            Some(at) => {
+                let column = strict_cast(batch.column(at), &DataType::Utf8)?;
+                let column = column.as_string::<i32>();
+                (0..column.len())
+                    .map(|row| match column.is_null(row) {
+                        true => Err(Error::invalid(format!(
+                            "The id column '{}' is NULL in a row inserted into knowledge base '{}'",
+                            kb.id_column, kb.name
+                        ))),
+                        false => Ok(column.value(row).to_string()),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            // MindsDB's way without an id column: the document's content names it.
+            None => (0..batch.num_rows())
+                .map(|row| {
+                    let mut hash = Sha256::new();
+                    for (_, text) in &contents {
+                        let text = text.as_string::<i32>();
+                        hash.update(if text.is_null(row) {
+                            ""
+                        } else {
+                            text.value(row)
+                        });
+                        hash.update([0]);
+                    }
+                    hash.finalize()[..8]
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect()
+                })
+                .collect(),
+        };
+        let mut rows = Vec::new();
+        let mut chunk_ids = Vec::new();
+        let mut texts = Vec::new();
+        for (row, id) in ids.iter().enumerate() {
+            // Which of two rows of one document should win is not for the engine to guess.
+            if !self.ids.insert(id.clone()) {
+                return Err(Error::invalid(format!(
+                    "Document id '{id}' is given twice in one INSERT INTO knowledge base '{}'",
+                    kb.name
+                )));
+            }
+            self.documents += 1;
+            for (column, text) in &contents {
+                let text = text.as_string::<i32>();
+                if text.is_null(row) {
+                    continue;
+                }
+                let pieces = chunking::chunks(text.value(row), kb.chunk_size, kb.chunk_overlap);
+                let total = pieces.len();
+                for (n, piece) in pieces.into_iter().enumerate() {
+                    rows.push(u32::try_from(row).map_err(|_| Error::invalid("batch too large"))?);
+                    chunk_ids.push(format!(
+                        "{id}:{column}:{}of{total}:{}to{}",
+                        n + 1,
+                        piece.start,
+                        piece.end
+                    ));
+                    texts.push(piece.text.to_string());
+                }
+            }
+        }
+        if texts.is_empty() {
+            return Ok(());
+        }
+        // Every request to the embedding model counts against the tenant's plan, before it is made.
+        let requests = texts.len().div_ceil(self.endpoint.batch_size.max(1));
+        handle.block_on(self.connector.meter.take(job.tenant, requests as u64))?;
+        let embedding = embeddings::embed(&self.connector.client, &self.endpoint, &texts);
+        let vectors = handle
+            .block_on(job.unless_cancelled(embedding))
+            .ok_or_else(crate::store::cancelled)??;
+        if vectors.len() != texts.len() {
+            return Err(Error::internal("the embedding model lost texts"));
+        }
+        let dimensions = vectors[0].len();
+        let rows = UInt32Array::from(rows);
+        let metadata_columns: Vec<(String, ArrayRef)> = metadata
+            .iter()
+            .map(|(name, data_type)| {
+                let column = match position(name) {
+                    Some(at) => strict_cast(batch.column(at), data_type)?,
+                    None => new_null_array(data_type, batch.num_rows()),
+                };
+                Ok((name.clone(), take(&column, &rows, None)?))
+            })
+            .collect::<Result<_>>()?;
+        let schema = match &self.schema {
+            Some(schema) => Arc::clone(schema),
+            None => {
+                let mut fields = vec![
+                    Field::new(ID, DataType::Utf8, true),
+                    Field::new(CHUNK_ID, DataType::Utf8, true),
+                    Field::new(CHUNK_CONTENT, DataType::Utf8, true),
+                    Field::new(METADATA, DataType::Utf8, true),
+                ];
+                fields.extend(
+                    metadata_columns
+                        .iter()
+                        .map(|(name, array)| Field::new(name, array.data_type().clone(), true)),
+                );
+                fields.push(Field::new(NODE, DataType::UInt32, true));
+                let schema = Arc::new(Schema::new(fields));
+                self.schema = Some(Arc::clone(&schema));
+                schema
+            }
+        };
+        let (m, ef_construction) = self.params;
+        let index = self.index.get_or_insert_with(|| {
+            IndexWriter::new(
+                None,
+                Params {
+                    dimensions,
+                    m,
+                    ef_construction,
+                },
+            )
+        });
+        if index.dimensions() != dimensions {
+            return Err(Error::invalid(format!(
+                "The embedding model answered vectors of {dimensions} dimensions; knowledge base '{}' holds vectors of {}",
+                kb.name,
+                index.dimensions()
+            )));
+        }
+        let first = index.next_node();
+        let last = first
+            .checked_add(u32::try_from(texts.len()).unwrap_or(u32::MAX))
+            .filter(|last| *last < u32::MAX)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "Knowledge base '{}' has taken in 4 billion chunks; make a new one to take more",
+                    kb.name
+                ))
+            })?;
+        for ((node, vector), text) in (first..last).zip(&vectors).zip(&texts) {
+            index.add(node, vector, text)?;
+        }
+        let ids = StringArray::from(ids);
+        let mut columns: Vec<ArrayRef> = vec![
+            take(&ids, &rows, None)?,
+            Arc::new(StringArray::from(chunk_ids)),
+            Arc::new(StringArray::from(texts)),
+            Arc::new(metadata_json(&metadata_columns, rows.len())?),
+        ];
+        columns.extend(metadata_columns.into_iter().map(|(_, array)| array));
+        columns.push(Arc::new(UInt32Array::from_iter_values(first..last)));
+        let chunk_rows = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        let staged = self
+            .staged
+            .get_or_insert_with(|| job.staged(&kb.name, Arc::clone(&schema)));
+        staged.push(chunk_rows)?;
+        Ok(())
+    }
+
+    /// The metadata columns and their types: the chunk table's, else the declared ones (as
+    /// the rows type them), else every column of the rows but the id and the content ones.
+    fn metadata_names(&self, source: &Schema) -> Result<Vec<(String, DataType)>> {
+        let kb = self.kb;
+        let type_in_source = |name: &str| {
+            source
+                .fields()
+                .iter()
+                .find(|f| f.name().eq_ignore_ascii_case(name))
+                .map(|f| f.data_type().clone())
+        };
+        let names: Vec<(String, DataType)> = match &self.schema {
+            Some(schema) => {
+                let last = schema.fields().len() - 1;
+                return Ok(schema.fields()[LEADING..last]
+                    .iter()
+                    .map(|f| (f.name().clone(), f.data_type().clone()))
+                    .collect());
+            }
+            None if !kb.metadata_columns.is_empty() => kb
+                .metadata_columns
+                .iter()
+                .map(|c| {
+                    let data_type = type_in_source(c).unwrap_or(DataType::Utf8);
+                    (c.to_ascii_lowercase(), data_type)
+                })
+                .collect(),
+            None => source
+                .fields()
+                .iter()
+                .filter(|f| {
+                    !f.name().eq_ignore_ascii_case(&kb.id_column)
+                        && !kb
+                            .content_columns
+                            .iter()
+                            .any(|c| f.name().eq_ignore_ascii_case(c))
+                })
+                .map(|f| (f.name().to_ascii_lowercase(), f.data_type().clone()))
+                .collect(),
+        };
+        for (name, _) in &names {
+            if RESERVED.contains(&name.as_str()) {
+                return Err(Error::invalid(format!(
+                    "Column '{name}' cannot be a metadata column of a knowledge base: the name is one of its own columns ({})",
+                    RESERVED.join(", ")
+                )));
+            }
+        }
+        // A column of NULLs only is kept as text.
+        Ok(names
+            .into_iter()
+            .map(|(name, t)| match t {
+                DataType::Null => (name, DataType::Utf8),
+                t => (name, t),
+            })
+            .collect())
+    }
+}
+
+/// `array` as `to`, failing (naming the values) where a value does not convert, never NULL.
+fn strict_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    let options = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    datafusion::arrow::compute::cast_with_options(array, to, &options).map_err(|e| {
+        Error::invalid(format!(
+            "A column inserted into a knowledge base does not fit its type {to}: {e}"
+        ))
+    })
+}
+
+/// Each of `rows` rows' metadata as one JSON object (columns with NULL left out).
+fn metadata_json(columns: &[(String, ArrayRef)], rows: usize) -> Result<StringArray> {
+    if columns.is_empty() {
+        return Ok(StringArray::from(vec!["{}"; rows]));
+    }
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(name, array)| Field::new(name, array.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(
+        schema,
+        columns.iter().map(|(_, array)| Arc::clone(array)).collect(),
+    )?;
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
+    writer.write(&batch)?;
+    writer.finish()?;
+    let text = String::from_utf8(writer.into_inner())
+        .map_err(|_| Error::internal("metadata JSON is not UTF-8"))?;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() != rows {
+        return Err(Error::internal("metadata JSON lost rows"));
+    }
+    Ok(StringArray::from(lines))
+}

@@ -1,0 +1,31 @@
+//! mindlite's numeric kernels: what runs on every vector of a knowledge base and must be fast
+//! in every build, so the workspace compiles this crate optimised even for tests
+//! (`[profile.dev.package.mindlite-vectors]`). Pure computation: no I/O, no engine types.
+//!
+//! - [`hnsw`]: approximate nearest neighbours over L2-normalised vectors, and [`hnsw::dot`].
+
+pub mod hnsw;
+
+use std::fmt;
+
+/// What went wrong in a kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The caller gave something unfit (a vector of the wrong length).
+    Invalid(String),
+    /// Stored bytes that do not decode: the data is damaged.
+    Corrupt(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Invalid(message) | Error::Corrupt(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A kernel's result.
+pub type Result<T> = std::result::Result<T, Error>;
