@@ -542,6 +542,20 @@ mindlite_status mindlite_kb_insert(const mindlite_database *db,
                                    uint64_t *out_count);
 
 /**
+ * Sets the handler `mindlite_kb_insert` calls on this handle after each embedding request and
+ * when the insert ends, with `{"project", "knowledge_base", "status" ("reading", "storing",
+ * "done", "failed"), "documents", "chunks", "embedded", "indexed", "started_at",
+ * "updated_at", "error"}`; NULL removes it. As SQLite's progress handler, a non-zero return
+ * stops the insert, which then fails with `MINDLITE_UNAVAILABLE` having written nothing. The
+ * handler runs on one of the engine's threads, not the caller's, while `mindlite_kb_insert`
+ * waits; `user_data` is passed through untouched and must stay valid while it is set.
+ */
+mindlite_status mindlite_kb_progress_handler(const mindlite_database *db,
+                                             int (*handler)(const char *progress_json,
+                                                            void *user_data),
+                                             void *user_data);
+
+/**
  * The projects, by name: `[{"id": 1, "name": "mindsdb", "created_at": "…"}, …]`.
  *
  * Ownership: the caller frees `*out_json` with `mindlite_free`.

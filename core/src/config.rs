@@ -232,6 +232,10 @@ pub struct EmbeddingConfig {
     pub max_reply_kb: u64,
     /// Most dimensions a vector may have; a provider sending more fails the call.
     pub max_dimensions: usize,
+    /// The folder of models run in process (`provider = "local"`): each model a
+    /// sentence-transformers folder (`config.json`, `model.safetensors`, `vocab.txt`) named by
+    /// its folder's name. Empty: none (the local edition still takes a folder's absolute path).
+    pub models_dir: String,
 }
 
 impl Default for EmbeddingConfig {
@@ -245,6 +249,7 @@ impl Default for EmbeddingConfig {
             batch_size: 256,
             max_reply_kb: 65536,
             max_dimensions: 8192,
+            models_dir: String::new(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! words are near and the expected ranking of a small corpus is known; words holding digits
 //! (identifiers such as `E1234`) mean nothing to it, as codes mean little to a real embedding
 //! model, which is what keyword search is for. A text holding `EMBEDFAIL` makes the server
-//! answer 500. The same server answers chat completions from a script (for agents), scores
+//! answer 500, one holding `SLOWLY` makes it take 150 ms. The same server answers chat completions from a script (for agents), scores
 //! chunks as a reranker (90 for a chunk mentioning tails, 20 otherwise) and records every
 //! chat request.
 
@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
-use mindlite::{encode_document, Config, Engine, QueryRequest};
+use mindlite::{encode_document, Config, Engine, InsertProgress, QueryRequest};
 use serde_json::{json, Value};
 
 const DIMENSIONS: usize = 64;
@@ -130,6 +130,9 @@ fn serve(
         .map(|t| t.as_str().unwrap().to_string())
         .collect();
     seen.lock().unwrap().push(texts.len());
+    if texts.iter().any(|t| t.contains("SLOWLY")) {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
     let (status, body) = if texts.iter().any(|t| t.contains("EMBEDFAIL")) {
         (500, json!({"error": {"message": "model overloaded"}}))
     } else {
@@ -1151,4 +1154,205 @@ fn inserts_into_one_knowledge_base_from_many_threads_all_land() {
     );
     assert_eq!(keyword.len(), 30);
     assert!(keyword.iter().all(|id| id.starts_with('2')));
+}
+
+#[test]
+fn an_insert_reports_its_progress_and_stops_when_told() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.embedding.batch_size = 1;
+    let engine = Engine::open_in_memory(config).unwrap();
+    exec(&engine, "CREATE KNOWLEDGE_BASE kb");
+    let documents: Vec<Value> = (0..6)
+        .map(|i| json!({"id": i, "content": format!("document {i} arrives SLOWLY")}))
+        .collect();
+    // Another connection watches the insert on the board while it runs.
+    let watcher = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                let seen = rows_of(
+                    &engine,
+                    "SELECT status, embedded FROM information_schema.knowledge_base_inserts",
+                );
+                if seen
+                    .iter()
+                    .any(|r| r[0] == "reading" && r[1].as_u64() >= Some(1))
+                {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            false
+        })
+    };
+    let reports = Arc::new(Mutex::new(Vec::<InsertProgress>::new()));
+    let keep = Arc::clone(&reports);
+    let inserted = engine
+        .block_on(engine.insert_into_knowledge_base(
+            "mindsdb",
+            "kb",
+            json!({"rows": documents}),
+            Some(Box::new(move |p: &InsertProgress| {
+                keep.lock().unwrap().push(p.clone());
+                true
+            })),
+        ))
+        .unwrap();
+    assert_eq!(inserted, 6);
+    assert!(
+        watcher.join().unwrap(),
+        "the board never showed the insert running"
+    );
+    let reports = reports.lock().unwrap();
+    // One report per embedding request (one text each), then storing, then done.
+    let embedded: Vec<u64> = reports
+        .iter()
+        .filter(|p| p.status == "reading")
+        .map(|p| p.embedded)
+        .collect();
+    assert!(embedded.windows(2).all(|w| w[0] <= w[1]), "{embedded:?}");
+    assert!(embedded.contains(&6), "{embedded:?}");
+    let last = reports.last().unwrap();
+    assert_eq!(
+        (
+            last.status.as_str(),
+            last.documents,
+            last.chunks,
+            last.indexed
+        ),
+        ("done", 6, 6, 6)
+    );
+    assert!(reports.iter().any(|p| p.status == "storing"));
+    // Told to stop after the second request: nothing is written.
+    let stopped = engine.block_on(engine.insert_into_knowledge_base(
+        "mindsdb",
+        "kb",
+        json!({"rows": [{"id": 10, "content": "more SLOWLY"}, {"id": 11, "content": "and more SLOWLY"}, {"id": 12, "content": "SLOWLY again"}]}),
+        Some(Box::new(|p: &InsertProgress| p.embedded < 2)),
+    ));
+    let e = stopped.unwrap_err();
+    assert!(e.message().contains("cancelled"), "{e}");
+    assert_eq!(rows(&engine, "SELECT count(*) FROM kb"), json!([[6]]));
+    let board = rows_of(
+        &engine,
+        "SELECT name, status, documents, error FROM information_schema.knowledge_base_inserts",
+    );
+    assert_eq!(board.len(), 2);
+    assert_eq!(board[0], json!(["kb", "done", 6, null]));
+    assert_eq!(board[1][1], "failed");
+    assert!(board[1][3].as_str().unwrap().contains("cancelled"));
+}
+
+fn rows_of(engine: &Engine, sql: &str) -> Vec<Value> {
+    rows(engine, sql).as_array().unwrap().clone()
+}
+
+#[test]
+fn a_local_model_embeds_in_process() {
+    let Ok(dir) = std::env::var("MINDLITE_MINILM_DIR") else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "MINDLITE_MINILM_DIR is not set: scripts/test.sh unpacks the model and sets it"
+        );
+        eprintln!("skipped: MINDLITE_MINILM_DIR is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let dir = std::path::Path::new(&dir);
+    let mut config = Config::default();
+    // No embedding server at all: the configured one is unreachable.
+    config.embedding.base_url = "http://127.0.0.1:9/v1".into();
+    config.embedding.models_dir = dir.parent().unwrap().display().to_string();
+    let engine = Engine::open_in_memory(config).unwrap();
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    exec(
+        &engine,
+        &format!(
+            "CREATE KNOWLEDGE_BASE kb USING embedding_model = {{\"provider\": \"local\", \"model_name\": \"{name}\"}}"
+        ),
+    );
+    exec(
+        &engine,
+        "INSERT INTO kb (id, content) VALUES \
+         (1, 'To reset your password, open the settings page and choose Forgot password.'), \
+         (2, 'Our office is closed on public holidays.'), \
+         (3, 'The quarterly report shows revenue growth in Europe.')",
+    );
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'I cannot log in to my account' LIMIT 1"
+        ),
+        ["1"]
+    );
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'When are you open?' LIMIT 1"
+        ),
+        ["2"]
+    );
+    let e = error(
+        &engine,
+        "CREATE KNOWLEDGE_BASE other USING embedding_model = {\"provider\": \"local\", \"model_name\": \"no_such_model\"}",
+    );
+    assert!(e.contains("no_such_model"), "{e}");
+}
+
+#[test]
+fn a_hosted_mind_searches_the_knowledge_bases_it_names() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.edition = mindlite::Edition::Hosted;
+    let engine = Engine::open_in_memory(config).unwrap();
+    let handle = |name: &str| {
+        engine.block_on(engine.create_user(name, None)).unwrap();
+        let key = engine.block_on(engine.create_api_key(name)).unwrap().key;
+        engine.as_user(&key).unwrap()
+    };
+    let (alice, bob) = (handle("alice"), handle("bob"));
+    exec(&alice, "CREATE KNOWLEDGE_BASE handbook");
+    exec(
+        &alice,
+        "INSERT INTO handbook (id, content) VALUES (1, 'holidays need two weeks notice'), \
+         (2, 'the canteen serves soup daily')",
+    );
+    let mind = alice
+        .block_on(alice.create_mind(json!({"name": "hr", "knowledge_bases": ["handbook"]})))
+        .unwrap();
+    assert_eq!(mind.knowledge_bases, ["mindsdb.handbook"]);
+    assert_eq!(
+        alice.get_mind("hr").unwrap().to_wire_json()["knowledge_bases"],
+        json!(["mindsdb.handbook"])
+    );
+    embedder.script.lock().unwrap().push(
+        "SELECT chunk_content FROM mindsdb.handbook WHERE content = 'holidays notice' LIMIT 1"
+            .into(),
+    );
+    let question = mindlite::ChatRequest::from_chat_completions(
+        br#"{"model": "hr", "messages": [{"role": "user", "content": "How early do I ask for holidays?"}]}"#,
+    )
+    .unwrap();
+    alice.block_on(alice.ask_mind(&question)).unwrap();
+    let chats = embedder.chats.lock().unwrap().clone();
+    let system = chats[chats.len() - 2]["messages"][0]["content"].to_string();
+    assert!(
+        system.contains("Knowledge base mindsdb.handbook"),
+        "{system}"
+    );
+    let tool_result = chats.last().unwrap()["messages"][3]["content"].to_string();
+    assert!(tool_result.contains("two weeks notice"), "{tool_result}");
+    // Another tenant cannot name it; a knowledge base a mind searches stays until removed.
+    let refused = bob
+        .block_on(bob.create_mind(json!({"name": "spy", "knowledge_bases": ["handbook"]})))
+        .unwrap_err();
+    assert!(refused.message().contains("not found"), "{refused}");
+    let e = error(&alice, "DROP KNOWLEDGE_BASE handbook");
+    assert!(e.contains("used by mind 'hr'"), "{e}");
+    let e = error(&alice, "DROP PROJECT mindsdb");
+    assert!(!e.is_empty());
+    alice
+        .block_on(alice.update_mind("hr", json!({"knowledge_bases": []})))
+        .unwrap();
+    exec(&alice, "DROP KNOWLEDGE_BASE handbook");
 }

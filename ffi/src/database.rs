@@ -25,6 +25,8 @@ pub struct Database {
     current_db: Mutex<Option<String>>,
     /// The last failure of each thread on this handle, so threads do not see each other's errors.
     errors: Mutex<HashMap<ThreadId, CString>>,
+    /// The knowledge-base insert progress handler and its user data (as an address).
+    progress: Mutex<Option<(crate::knowledge_bases::ProgressHandler, usize)>>,
 }
 
 /// The live handles, by key.
@@ -54,6 +56,21 @@ impl Database {
         let result = self.engine.query_blocking(request);
         self.remember(&result.context);
         result
+    }
+
+    /// The progress handler set on this handle, with its user data.
+    pub(crate) fn progress_handler(
+        &self,
+    ) -> Option<(crate::knowledge_bases::ProgressHandler, usize)> {
+        *lock(&self.progress)
+    }
+
+    /// Sets (or, with `None`, removes) the progress handler.
+    pub(crate) fn set_progress_handler(
+        &self,
+        handler: Option<(crate::knowledge_bases::ProgressHandler, usize)>,
+    ) {
+        *lock(&self.progress) = handler;
     }
 
     fn remember(&self, context: &ResultContext) {
@@ -190,6 +207,7 @@ pub(crate) fn register(engine: Engine) -> *mut Database {
         engine,
         current_db: Mutex::new(None),
         errors: Mutex::new(HashMap::new()),
+        progress: Mutex::new(None),
     });
     let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
     lock(&OPEN).insert(key, handle);

@@ -2,7 +2,7 @@
 //! JSON text. Searching returns a result like `mindlite_query`'s (`mindlite_kb_search`, in
 //! `rows`).
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int, c_void, CString};
 
 use serde::Serialize;
 
@@ -137,11 +137,54 @@ pub unsafe extern "C" fn mindlite_kb_insert(
         };
         let body = json_arg(body, "documents_json")?;
         let engine = db.engine();
-        let count = engine.block_on(engine.insert_into_knowledge_base(project, name, body))?;
+        let progress = db.progress_handler().map(progress_callback);
+        let count =
+            engine.block_on(engine.insert_into_knowledge_base(project, name, body, progress))?;
         if !out_count.is_null() {
             // SAFETY: NULL or writable, per the header.
             unsafe { *out_count = count };
         }
         Ok(())
+    })
+}
+
+/// A knowledge-base insert's progress handler: called with the progress as JSON text (valid
+/// only during the call) and the user data given to `mindlite_kb_progress_handler`; returns 0
+/// to go on, anything else to stop the insert.
+pub type ProgressHandler =
+    unsafe extern "C" fn(progress_json: *const c_char, user_data: *mut c_void) -> c_int;
+
+/// Sets the handler `mindlite_kb_insert` calls on this handle after each embedding request and
+/// when the insert ends, with `{"project", "knowledge_base", "status" ("reading", "storing",
+/// "done", "failed"), "documents", "chunks", "embedded", "indexed", "started_at",
+/// "updated_at", "error"}`; NULL removes it. As SQLite's progress handler, a non-zero return
+/// stops the insert, which then fails with `MINDLITE_UNAVAILABLE` having written nothing. The
+/// handler runs on one of the engine's threads, not the caller's, while `mindlite_kb_insert`
+/// waits; `user_data` is passed through untouched and must stay valid while it is set.
+#[no_mangle]
+pub extern "C" fn mindlite_kb_progress_handler(
+    db: *const Database,
+    handler: Option<
+        unsafe extern "C" fn(progress_json: *const c_char, user_data: *mut c_void) -> c_int,
+    >,
+    user_data: *mut c_void,
+) -> Status {
+    with_database(db, |db| {
+        db.set_progress_handler(handler.map(|h| (h, user_data as usize)));
+        Ok(())
+    })
+}
+
+/// The engine's progress callback calling a C handler.
+fn progress_callback((handler, user_data): (ProgressHandler, usize)) -> mindlite::ProgressCallback {
+    Box::new(move |progress: &mindlite::InsertProgress| {
+        let text = serde_json::to_string(progress).unwrap_or_default();
+        let Ok(text) = CString::new(text) else {
+            return true;
+        };
+        // SAFETY: the handler is the C function the caller set, called as the header says:
+        // a NUL-terminated string valid during the call and the caller's user data.
+        let stop = unsafe { handler(text.as_ptr(), user_data as *mut c_void) };
+        stop == 0
     })
 }

@@ -32,7 +32,19 @@ import datetime as _datetime
 import json as _json
 import os as _os
 import time as _time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 from . import _native
 from ._native import (
@@ -327,6 +339,20 @@ class Result:
         return f"<mindlite.Result columns={self.columns!r}>"
 
 
+def _progress(
+    callback: Optional[Callable[[Dict[str, Any]], Any]],
+) -> Optional[Callable[[str], bool]]:
+    """A user's progress callback as the native module calls it: with JSON text, going on
+    unless it returned ``False``."""
+    if callback is None:
+        return None
+
+    def call(text: str) -> bool:
+        return callback(_json.loads(text)) is not False
+
+    return call
+
+
 class KnowledgeBase:
     """A knowledge base of a connection (``con.create_knowledge_base`` or
     ``con.knowledge_base``): documents chunked, embedded and searchable by meaning. ``info``
@@ -341,25 +367,42 @@ class KnowledgeBase:
     def __repr__(self) -> str:
         return f"KnowledgeBase({self.project}.{self.name})"
 
-    def insert(self, data: Any) -> int:
+    def insert(
+        self, data: Any, progress: Optional[Callable[[Dict[str, Any]], Any]] = None
+    ) -> int:
         """Inserts documents: a dict or a list of dicts (one per row), a pandas or polars
         DataFrame, or pyarrow data. Columns are matched by name (the id, content and metadata
         columns); a document whose id is there already is replaced. All or nothing; returns
-        the documents inserted."""
+        the documents inserted.
+
+        ``progress``, when given, is called after each embedding request and at the end with
+        a dict: ``status`` (``reading``, ``storing``, ``done``, ``failed``), ``documents``,
+        ``chunks``, ``embedded``, ``indexed``, ``started_at``, ``updated_at``, ``error``.
+        Returning ``False`` stops the insert (nothing is written and it raises
+        ``OperationalError``); what it raises stops the insert and is raised."""
         self._connection._check()
         db = self._connection._db
         if isinstance(data, Mapping):
             data = [data]
         if isinstance(data, list):
             body = _json.dumps({"rows": data}, default=str)
-            return db.insert_knowledge_base_json(self.project, self.name, body)
-        return db.insert_knowledge_base_arrow(self.project, self.name, _arrow_stream(data))
+            return db.insert_knowledge_base_json(
+                self.project, self.name, body, _progress(progress)
+            )
+        return db.insert_knowledge_base_arrow(
+            self.project, self.name, _arrow_stream(data), _progress(progress)
+        )
 
-    def insert_query(self, query: str) -> int:
-        """Inserts the rows of ``query`` (one SELECT, run in the knowledge base's project)."""
+    def insert_query(
+        self, query: str, progress: Optional[Callable[[Dict[str, Any]], Any]] = None
+    ) -> int:
+        """Inserts the rows of ``query`` (one SELECT, run in the knowledge base's project);
+        ``progress`` as for ``insert``."""
         self._connection._check()
         body = _json.dumps({"query": query})
-        return self._connection._db.insert_knowledge_base_json(self.project, self.name, body)
+        return self._connection._db.insert_knowledge_base_json(
+            self.project, self.name, body, _progress(progress)
+        )
 
     def search(
         self,

@@ -1,6 +1,6 @@
 """Types of mindlite's native module. Use the ``mindlite`` package, not this module."""
 
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 __version__: str
 
@@ -54,8 +54,20 @@ class Database:
     def knowledge_base(self, project: str, name: str) -> str: ...
     def create_knowledge_base(self, project: str, body: str) -> str: ...
     def drop_knowledge_base(self, project: str, name: str) -> None: ...
-    def insert_knowledge_base_json(self, project: str, name: str, body: str) -> int: ...
-    def insert_knowledge_base_arrow(self, project: str, name: str, stream: Any) -> int: ...
+    def insert_knowledge_base_json(
+        self,
+        project: str,
+        name: str,
+        body: str,
+        progress: Optional[Callable[[str], bool]] = None,
+    ) -> int: ...
+    def insert_knowledge_base_arrow(
+        self,
+        project: str,
+        name: str,
+        stream: Any,
+        progress: Optional[Callable[[str], bool]] = None,
+    ) -> int: ...
     def search_knowledge_base(
         self, project: str, name: str, text: str, filters: str, limit: Optional[int] = None
     ) -> Query: ...

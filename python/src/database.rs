@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use arrow::record_batch::RecordBatchReader;
-use mindlite::{Config, Engine, FileFormat, LoadMode, QueryRequest};
+use mindlite::{
+    Config, Engine, FileFormat, InsertProgress, LoadMode, ProgressCallback, QueryRequest,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -247,39 +249,49 @@ impl Database {
 
     /// Inserts documents given as MindsDB's PUT body (JSON text: `{"rows": [...]}` or
     /// `{"query": "SELECT …"}`); returns the documents inserted.
+    #[pyo3(signature = (project, name, body, progress=None))]
     fn insert_knowledge_base_json(
         &self,
         py: Python<'_>,
         project: &str,
         name: &str,
         body: &str,
+        progress: Option<Py<PyAny>>,
     ) -> Fallible<u64> {
         let engine = self.engine()?;
         let body = json_arg(body, "documents")?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
-        Ok(wait(py, &engine, async move {
+        let (progress, raised) = progress_callback(progress);
+        let inserted = wait(py, &engine, async move {
             runner
-                .insert_into_knowledge_base(&project, &name, body)
+                .insert_into_knowledge_base(&project, &name, body, progress)
                 .await
-        })??)
+        })?;
+        reraise(&raised)?;
+        Ok(inserted?)
     }
 
     /// Inserts documents given as an Arrow C stream capsule; returns the documents inserted.
+    #[pyo3(signature = (project, name, stream, progress=None))]
     fn insert_knowledge_base_arrow(
         &self,
         py: Python<'_>,
         project: &str,
         name: &str,
         stream: &Bound<'_, PyAny>,
+        progress: Option<Py<PyAny>>,
     ) -> Fallible<u64> {
         let engine = self.engine()?;
         let (_, batches) = read_stream(py, stream)?;
         let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
-        Ok(wait(py, &engine, async move {
+        let (progress, raised) = progress_callback(progress);
+        let inserted = wait(py, &engine, async move {
             runner
-                .insert_batches_into_knowledge_base(&project, &name, batches)
+                .insert_batches_into_knowledge_base(&project, &name, batches, progress)
                 .await
-        })??)
+        })?;
+        reraise(&raised)?;
+        Ok(inserted?)
     }
 
     /// Searches a knowledge base; `filters` is a JSON object of column → value (or list).
@@ -713,4 +725,43 @@ fn read_stream(
 fn json_arg(text: &str, what: &str) -> PyResult<serde_json::Value> {
     serde_json::from_str(text)
         .map_err(|e| InterfaceError::new_err(format!("'{what}' is not valid JSON: {e}")))
+}
+
+/// What a Python progress callback raised, kept until the insert it stopped returns.
+type Raised = Arc<Mutex<Option<PyErr>>>;
+
+/// The engine's progress callback for a Python callable that takes the progress as JSON text
+/// and returns whether to go on; what the callable raises stops the insert and is kept.
+fn progress_callback(callable: Option<Py<PyAny>>) -> (Option<ProgressCallback>, Raised) {
+    let raised: Raised = Arc::new(Mutex::new(None));
+    let Some(callable) = callable else {
+        return (None, raised);
+    };
+    let keep = Arc::clone(&raised);
+    let callback: ProgressCallback = Box::new(move |progress: &InsertProgress| {
+        let text = serde_json::to_string(progress).unwrap_or_default();
+        Python::attach(|py| {
+            match callable
+                .call1(py, (text,))
+                .and_then(|go_on| go_on.is_truthy(py))
+            {
+                Ok(go_on) => go_on,
+                Err(error) => {
+                    if let Ok(mut slot) = keep.lock() {
+                        slot.get_or_insert(error);
+                    }
+                    false
+                }
+            }
+        })
+    });
+    (Some(callback), raised)
+}
+
+/// Raises what a progress callback raised, if it did.
+fn reraise(raised: &Raised) -> PyResult<()> {
+    match raised.lock().ok().and_then(|mut slot| slot.take()) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
 }

@@ -46,7 +46,10 @@ pub async fn one(engine: &Engine, request: &Request, project: &str, name: &str) 
                 Ok(body) => body,
                 Err(response) => return *response,
             };
-            match engine.insert_into_knowledge_base(project, name, body).await {
+            match engine
+                .insert_into_knowledge_base(project, name, body, None)
+                .await
+            {
                 Ok(_) => json_response(200, &""),
                 Err(e) => kb_error(&e),
             }

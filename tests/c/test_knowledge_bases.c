@@ -57,6 +57,20 @@ static void answer(int conn) {
   close(conn);
 }
 
+/* A progress handler: counts reports, remembers the last, stops once `stop_after` came. */
+struct progress {
+  int reports;
+  int stop_after;
+  char last[1024];
+};
+
+static int on_progress(const char *json, void *user_data) {
+  struct progress *p = (struct progress *)user_data;
+  p->reports++;
+  snprintf(p->last, sizeof p->last, "%s", json);
+  return p->stop_after > 0 && p->reports >= p->stop_after;
+}
+
 static void *serve(void *unused) {
   (void)unused;
   for (;;) {
@@ -105,6 +119,20 @@ int main(void) {
                                   " {\"id\": 3, \"content\": \"markets fell\", \"topic\": \"money\"}]}",
                                   &count));
   CHECK(count == 3);
+  /* A progress handler sees the insert through to "done", and stops one when it says so. */
+  struct progress progress = {0, 0, ""};
+  CHECK_OK(db, mindlite_kb_progress_handler(db, on_progress, &progress));
+  CHECK_OK(db, mindlite_kb_insert(db, "mindsdb", "notes",
+                                  "{\"rows\": [{\"id\": 5, \"content\": \"a cat naps\"}]}", &count));
+  CHECK(progress.reports >= 2);
+  CHECK_CONTAINS(progress.last, "\"status\":\"done\"");
+  CHECK_CONTAINS(progress.last, "\"indexed\":1");
+  progress.reports = 0;
+  progress.stop_after = 1;
+  CHECK_STATUS(MINDLITE_UNAVAILABLE, mindlite_kb_insert(db, "mindsdb", "notes",
+                                                       "{\"rows\": [{\"id\": 6, \"content\": \"never\"}]}", NULL));
+  CHECK_CONTAINS(progress.last, "\"status\":\"failed\"");
+  CHECK_OK(db, mindlite_kb_progress_handler(db, NULL, NULL));
   CHECK_STATUS(MINDLITE_INVALID, mindlite_kb_insert(db, "mindsdb", "notes", "{\"rows\": [{\"id\": 4}]}", NULL));
   CHECK_CONTAINS(mindlite_errmsg(db), "content column");
 

@@ -303,8 +303,9 @@ def test_minds_api_codes_for_create_duplicate_missing_invalid_and_delete(start_s
     server, keys = hosted_server(start_server, hosted_config(llm.base_url), "alice")
     key = keys["alice"]
     mind = create_mind(server, key, {"name": "m1", "parameters": {"prompt_template": "Hi"}})
-    assert set(mind) == {"name", "model_name", "provider", "datasources", "parameters",
-                         "created_at", "modified_at", "status"}, mind
+    assert set(mind) == {"name", "model_name", "provider", "datasources", "knowledge_bases",
+                         "parameters", "created_at", "modified_at", "status"}, mind
+    assert mind["knowledge_bases"] == []
     assert TIMESTAMP.match(mind["created_at"]) and TIMESTAMP.match(mind["modified_at"]), mind
     for path in (MINDS_API + "/minds", MINDS_API + "/minds/"):
         listed = call(server, "GET", path, key)

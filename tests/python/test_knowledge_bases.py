@@ -82,3 +82,48 @@ def test_a_knowledge_base_is_filled_and_searched_from_python(con):
     assert con.knowledge_bases() == []
     with pytest.raises(mindlite.ProgrammingError):
         con.knowledge_base("notes")
+
+
+def test_an_insert_reports_progress_and_stops_when_told(con):
+    kb = con.create_knowledge_base("notes")
+    seen = []
+    rows = [{"id": i, "content": f"note number {i} about cats"} for i in range(5)]
+    assert kb.insert(rows, progress=seen.append) == 5
+    assert seen[-1]["status"] == "done"
+    assert seen[-1]["documents"] == 5 and seen[-1]["indexed"] == 5
+    assert all(set(p) >= {"embedded", "chunks", "started_at", "error"} for p in seen)
+    # False stops it: nothing is written.
+    with pytest.raises(mindlite.OperationalError, match="cancelled"):
+        kb.insert([{"id": 9, "content": "never stored"}], progress=lambda p: False)
+    assert con.execute("SELECT count(*) FROM notes").fetchone()[0] == 5
+
+    # What the callback raises stops the insert and comes back to the caller.
+    def fail(progress):
+        raise KeyError("stop here")
+
+    with pytest.raises(KeyError, match="stop here"):
+        kb.insert_query("SELECT 10 AS id, 'from a query' AS content", progress=fail)
+    assert con.execute("SELECT count(*) FROM notes").fetchone()[0] == 5
+    board = con.execute(
+        "SELECT status FROM information_schema.knowledge_base_inserts").fetchall()
+    assert [row[0] for row in board] == ["done", "failed", "failed"]
+
+
+def test_a_notebook_embeds_offline_with_the_shipped_model():
+    """all-MiniLM-L6-v2 run in process: no embedding server at all."""
+    import os
+
+    folder = os.environ.get("MINDLITE_MINILM_DIR")
+    if not folder:
+        assert not os.environ.get("CI"), "MINDLITE_MINILM_DIR is not set (scripts/test.sh sets it)"
+        pytest.skip("MINDLITE_MINILM_DIR is not set")
+    con = mindlite.connect(config={"embedding": {
+        "provider": "local", "model_name": folder, "base_url": "http://127.0.0.1:9/v1"}})
+    kb = con.create_knowledge_base("faq")
+    kb.insert([
+        {"id": "pw", "content": "To reset your password, open Settings and choose Forgot password."},
+        {"id": "hours", "content": "The office is open from nine to five on weekdays."},
+    ])
+    assert kb.search("I can't sign in to my account", limit=1).fetchall()[0][0] == "pw"
+    assert kb.search("when do you open?", limit=1).fetchall()[0][0] == "hours"
+    con.close()

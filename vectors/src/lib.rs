@@ -2,9 +2,11 @@
 //! in every build, so the workspace compiles this crate optimised even for tests
 //! (`[profile.dev.package.mindlite-vectors]`). Pure computation: no I/O, no engine types.
 //!
-//! - [`hnsw`]: approximate nearest neighbours over L2-normalised vectors, and [`hnsw::dot`].
+//! - [`hnsw`]: approximate nearest neighbours over L2-normalised vectors, and [`hnsw::dot`];
+//! - [`sentence`]: sentence embeddings from a sentence-transformers BERT model.
 
 pub mod hnsw;
+pub mod sentence;
 
 use std::fmt;
 

@@ -7,12 +7,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::catalog::agents::Agent;
-use crate::catalog::datasources;
 use crate::catalog::quotas::{self, Slot};
+use crate::catalog::{datasources, knowledge_bases};
 use crate::config::{HostedConfig, LlmConfig};
 use crate::error::{Error, Result};
 use crate::store;
-use crate::store::schema::{DATASOURCES, MINDS};
+use crate::store::schema::{DATASOURCES, KNOWLEDGE_BASES, MINDS};
 use crate::tenant::TenantId;
 
 /// The status minds-sdk expects of a mind that can answer.
@@ -31,6 +31,9 @@ pub struct Mind {
     pub provider: String,
     /// The datasources it reads, each with the tables it may read (`None`: all of them).
     pub datasources: Vec<MindDatasource>,
+    /// The knowledge bases it searches, as `project.name`.
+    #[serde(default)]
+    pub knowledge_bases: Vec<String>,
     /// Other settings, such as `prompt_template`.
     pub parameters: Map<String, Value>,
     /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
@@ -56,6 +59,7 @@ impl Mind {
             "model_name": self.model_name,
             "provider": self.provider,
             "datasources": self.datasources,
+            "knowledge_bases": self.knowledge_bases,
             "parameters": self.parameters,
             "created_at": self.created_at,
             "modified_at": self.modified_at,
@@ -63,8 +67,8 @@ impl Mind {
         })
     }
 
-    /// The unsaved agent that answers for this mind: its model, its datasources' tables and
-    /// its prompt template. Its queries run with `project` (the tenant's default) as the
+    /// The unsaved agent that answers for this mind: its model, its datasources' tables, its
+    /// knowledge bases and its prompt template. Its queries run with `project` (the tenant's default) as the
     /// current database.
     pub(crate) fn agent(&self, project: &str) -> Agent {
         let tables: Vec<Value> = self
@@ -83,7 +87,10 @@ impl Mind {
             "model".into(),
             json!({"provider": self.provider, "model_name": self.model_name}),
         );
-        params.insert("data".into(), json!({ "tables": tables }));
+        params.insert(
+            "data".into(),
+            json!({ "tables": tables, "knowledge_bases": self.knowledge_bases }),
+        );
         if let Some(template) = self.parameters.get("prompt_template") {
             params.insert("prompt_template".into(), template.clone());
         }
@@ -113,6 +120,7 @@ pub(crate) fn create(
     body: &Map<String, Value>,
     llm: &LlmConfig,
     hosted: &HostedConfig,
+    project: &str,
 ) -> Result<Mind> {
     let name = match body.get("name") {
         Some(Value::String(name)) => name.to_ascii_lowercase(),
@@ -130,11 +138,12 @@ pub(crate) fn create(
         model_name: llm.model_name.clone(),
         provider: llm.provider.clone(),
         datasources: Vec::new(),
+        knowledge_bases: Vec::new(),
         parameters: Map::new(),
         created_at: now.clone(),
         modified_at: now,
     };
-    apply(txn, tenant, &mut mind, body)?;
+    apply(txn, tenant, &mut mind, body, project)?;
     put(txn, tenant, &mind)?;
     Ok(mind)
 }
@@ -146,6 +155,7 @@ pub(crate) fn update(
     tenant: TenantId,
     name: &str,
     body: &Map<String, Value>,
+    project: &str,
 ) -> Result<Mind> {
     let old = name.to_ascii_lowercase();
     let mut mind = get(&txn.open_table(MINDS)?, tenant, &old)?.ok_or_else(|| missing(name))?;
@@ -163,7 +173,7 @@ pub(crate) fn update(
             mind.name = new;
         }
     }
-    apply(txn, tenant, &mut mind, body)?;
+    apply(txn, tenant, &mut mind, body, project)?;
     mind.modified_at = crate::time::now_text();
     put(txn, tenant, &mind)?;
     Ok(mind)
@@ -260,6 +270,7 @@ fn apply(
     tenant: TenantId,
     mind: &mut Mind,
     body: &Map<String, Value>,
+    project: &str,
 ) -> Result<()> {
     for (key, value) in body {
         match (key.as_str(), value) {
@@ -271,6 +282,12 @@ fn apply(
                     .iter()
                     .enumerate()
                     .map(|(i, entry)| read_datasource(txn, tenant, i, entry))
+                    .collect::<Result<_>>()?;
+            }
+            ("knowledge_bases", Value::Array(list)) => {
+                mind.knowledge_bases = list
+                    .iter()
+                    .map(|entry| read_knowledge_base(txn, tenant, entry, project))
                     .collect::<Result<_>>()?;
             }
             ("parameters", Value::Object(parameters)) => {
@@ -294,8 +311,13 @@ fn apply(
                     "'datasources' must be a list of {\"name\": …, \"tables\": [...] or null}",
                 ))
             }
+            ("knowledge_bases", _) => {
+                return Err(Error::invalid(
+                    "'knowledge_bases' must be a list of knowledge base names (\"kb\" or \"project.kb\")",
+                ))
+            }
             ("parameters", _) => return Err(Error::invalid("'parameters' must be an object")),
-            // Fields of other Minds API versions (knowledge bases) are not ours to keep.
+            // Fields of other Minds API versions are not ours to keep.
             _ => {}
         }
     }
@@ -346,6 +368,54 @@ fn read_datasource(
         }
     };
     Ok(MindDatasource { name, tables })
+}
+
+/// One entry of `knowledge_bases`: `kb` (in `project`, the tenant's default) or `p.kb`,
+/// which must exist; returned as `p.kb`.
+fn read_knowledge_base(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    entry: &Value,
+    project: &str,
+) -> Result<String> {
+    let Value::String(name) = entry else {
+        return Err(Error::invalid(
+            "'knowledge_bases' must be a list of knowledge base names (\"kb\" or \"project.kb\")",
+        ));
+    };
+    let (project, kb) = match name.split_once('.') {
+        Some((project, kb)) => (project.to_ascii_lowercase(), kb.to_ascii_lowercase()),
+        None => (project.to_ascii_lowercase(), name.to_ascii_lowercase()),
+    };
+    if knowledge_bases::get(&txn.open_table(KNOWLEDGE_BASES)?, tenant, &project, &kb)?.is_none() {
+        return Err(Error::invalid(format!(
+            "Knowledge base '{name}' not found in project '{project}'"
+        )));
+    }
+    Ok(format!("{project}.{kb}"))
+}
+
+/// Fails with Conflict when a mind searches the knowledge base `project.name`, which must
+/// then stay.
+pub(crate) fn check_knowledge_base_unused(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<()> {
+    let key = format!(
+        "{}.{}",
+        project.to_ascii_lowercase(),
+        name.to_ascii_lowercase()
+    );
+    let minds = list(&txn.open_table(MINDS)?, tenant)?;
+    match minds.iter().find(|m| m.knowledge_bases.contains(&key)) {
+        Some(mind) => Err(Error::conflict(format!(
+            "Knowledge base '{key}' is used by mind '{}'; remove it from the mind first",
+            mind.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn missing(name: &str) -> Error {

@@ -16,13 +16,14 @@ pub(crate) const FILES_DB: &str = "files";
 /// Names of built-in namespaces that no project or datasource may take (`log` is MindsDB's).
 pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, "log"];
 /// The tables of `information_schema`.
-pub(crate) const INFO_TABLES: [&str; 6] = [
+pub(crate) const INFO_TABLES: [&str; 7] = [
     "databases",
     "tables",
     "columns",
     "agents",
     "models",
     "knowledge_bases",
+    "knowledge_base_inserts",
 ];
 
 /// Checks a name of an object (project, table, model, agent, file, …): 1 to 64 letters, digits

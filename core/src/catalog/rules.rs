@@ -24,6 +24,9 @@ pub(crate) fn drop_database(
     if remove_datasource(txn, tenant, name)? {
         return Ok(());
     }
+    for kb in knowledge_bases::list(&txn.open_table(KNOWLEDGE_BASES)?, tenant, name)? {
+        minds::check_knowledge_base_unused(txn, tenant, name, &kb.name)?;
+    }
     if projects::remove(txn, tenant, name, if_exists, default_project)? {
         tables::drop_all(txn, tenant, name)?;
         views::drop_all(txn, tenant, name)?;
@@ -72,6 +75,18 @@ pub(crate) fn create_knowledge_base(
         name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
     }
     knowledge_bases::create(txn, tenant, kb, if_not_exists)
+}
+
+/// `DROP KNOWLEDGE_BASE` (see [`knowledge_bases::drop_kb`]): one a mind searches stays.
+pub(crate) fn drop_knowledge_base(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    if_exists: bool,
+) -> Result<()> {
+    minds::check_knowledge_base_unused(txn, tenant, project, name)?;
+    knowledge_bases::drop_kb(txn, tenant, project, name, if_exists)
 }
 
 /// Fails when `project` has a table or a knowledge base called `name`.

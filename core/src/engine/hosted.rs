@@ -189,14 +189,17 @@ impl Engine {
 
     /// Creates a mind from a Minds API body: `name`, and optionally `model_name` and
     /// `provider` (the configured default model otherwise), `datasources` (`[{"name",
-    /// "tables"}]`, each an existing datasource) and `parameters` (`prompt_template`, …).
+    /// "tables"}]`, each an existing datasource), `knowledge_bases` (`["kb", "project.kb"]`,
+    /// each existing; a bare name is in the default project) and `parameters`
+    /// (`prompt_template`, …).
     /// Quota-checked: over the plan's minds is [`ErrorKind::QuotaExceeded`].
     pub async fn create_mind(&self, body: Value) -> Result<Mind> {
         let body = Fields::of(body, "The mind")?.into_map();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         self.write(move |txn| {
             let config = &inner.config;
-            minds::create(txn, tenant, &body, &config.llm, &config.hosted)
+            let project = inner.sql.default_project();
+            minds::create(txn, tenant, &body, &config.llm, &config.hosted, project)
         })
         .await
     }
@@ -217,7 +220,8 @@ impl Engine {
     pub async fn update_mind(&self, name: &str, body: Value) -> Result<Mind> {
         let body = Fields::of(body, "The mind")?.into_map();
         let (name, tenant) = (name.to_string(), self.tenant);
-        self.write(move |txn| minds::update(txn, tenant, &name, &body))
+        let project = self.inner.sql.default_project().to_string();
+        self.write(move |txn| minds::update(txn, tenant, &name, &body, &project))
             .await
     }
 

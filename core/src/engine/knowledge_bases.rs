@@ -14,6 +14,7 @@ use crate::admission::Work;
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
+use crate::progress::ProgressCallback;
 use crate::services::sql::{DocumentSource, Outcome, QueryRequest, QueryResult, ResultContext};
 use crate::store::schema::KNOWLEDGE_BASES;
 
@@ -35,8 +36,7 @@ impl Engine {
         let created = kb.clone();
         self.inner
             .sql
-            .store
-            .write(move |txn| crate::catalog::rules::create_knowledge_base(txn, tenant, kb, false))
+            .store_knowledge_base(tenant, kb, false)
             .await?;
         Ok(created)
     }
@@ -69,7 +69,9 @@ impl Engine {
         self.inner
             .sql
             .store
-            .write(move |txn| knowledge_bases::drop_kb(txn, tenant, &project, &name, false))
+            .write(move |txn| {
+                crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, false)
+            })
             .await
     }
 
@@ -78,12 +80,15 @@ impl Engine {
     /// `id_column`, `preprocessing`; also `"preprocessing"` beside it), applied first as
     /// `ALTER KNOWLEDGE_BASE` applies them, then documents from `"rows"` (`[{column: value,
     /// …}, …]`) or `"query"` (a SELECT run in `project`), replacing those with the same ids.
-    /// Returns the documents inserted; the insert lands whole or not at all.
+    /// Returns the documents inserted; the insert lands whole or not at all. `progress` is told
+    /// how far it has come after each embedding request and at the end, and stops it by
+    /// returning false; `information_schema.knowledge_base_inserts` shows the same.
     pub async fn insert_into_knowledge_base(
         &self,
         project: &str,
         name: &str,
         body: Value,
+        progress: Option<ProgressCallback>,
     ) -> Result<u64> {
         self.get_knowledge_base(project, name)?;
         let mut settings: Vec<(String, Value)> = match body.get("params") {
@@ -130,7 +135,7 @@ impl Engine {
         };
         self.inner
             .sql
-            .insert_documents(self.tenant, &context, project, name, &source)
+            .insert_documents(self.tenant, &context, project, name, &source, progress)
             .await
     }
 }
@@ -143,6 +148,7 @@ impl Engine {
         project: &str,
         name: &str,
         batches: Vec<RecordBatch>,
+        progress: Option<ProgressCallback>,
     ) -> Result<u64> {
         self.get_knowledge_base(project, name)?;
         let Some(first) = batches.first() else {
@@ -162,6 +168,7 @@ impl Engine {
                 project,
                 name,
                 &DocumentSource::Rows(batch),
+                progress,
             )
             .await
     }

@@ -1,6 +1,7 @@
-//! OpenAI's `/embeddings` wire protocol over reqwest, as OpenAI, Ollama, vLLM and llama.cpp
-//! servers speak it: texts go out in batches of `embedding.batch_size`, vectors come back in
-//! the order of the texts. As for chat calls, every request has a deadline, goes through the
+//! How texts become vectors: OpenAI's `/embeddings` wire protocol over reqwest, as OpenAI,
+//! Ollama, vLLM and llama.cpp servers speak it, or a model run in process (`provider =
+//! "local"`, see `sentence_models`). Texts go out in batches of `embedding.batch_size`, vectors
+//! come back in the order of the texts. As for chat calls, every request has a deadline, goes through the
 //! egress policy and reads at most `embedding.max_reply_kb`; a reply with the wrong number of
 //! vectors, vectors of differing or excessive dimension, or non-finite numbers is refused,
 //! never stored. Vectors are returned L2-normalised, so cosine distance is one minus a dot
@@ -10,7 +11,10 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::llm::{capitalized, read_capped, send, setting_text, successful, target, upstream};
+use super::llm::{
+    capitalized, read_capped, send, setting_text, successful, target, upstream, Connector,
+};
+use super::sentence_models;
 use crate::config::EmbeddingConfig;
 use crate::egress::HttpClient;
 use crate::error::Result;
@@ -33,6 +37,8 @@ pub(crate) struct Endpoint {
     pub(crate) max_dimensions: usize,
     /// How messages name the endpoint (the operator's URL is not shown to tenants).
     pub(crate) shown: String,
+    /// Whether the model runs in process (`provider = "local"`), named by `model`.
+    pub(crate) local: bool,
 }
 
 /// The endpoint `settings` name (`model_name`, `base_url`, `api_key`, `batch_size`), the
@@ -64,18 +70,29 @@ pub(crate) fn endpoint(settings: &Map<String, Value>, default: &EmbeddingConfig)
             .unwrap_or(usize::MAX),
         max_dimensions: default.max_dimensions.max(1),
         shown,
+        local: text("provider")
+            .unwrap_or(&default.provider)
+            .eq_ignore_ascii_case(sentence_models::PROVIDER),
     }
 }
 
 /// The normalised vector of each text, in order, asked for in batches.
 pub(crate) async fn embed(
-    client: &HttpClient,
+    connector: &Connector,
     endpoint: &Endpoint,
     texts: &[String],
 ) -> Result<Vec<Vec<f32>>> {
     let mut vectors = Vec::with_capacity(texts.len());
     for batch in texts.chunks(endpoint.batch_size.max(1)) {
-        let got = embed_batch(client, endpoint, batch).await?;
+        let got = match endpoint.local {
+            true => {
+                connector
+                    .sentence_models
+                    .embed(&endpoint.model, batch.to_vec())
+                    .await?
+            }
+            false => embed_batch(&connector.client, endpoint, batch).await?,
+        };
         if let (Some(first), Some(new)) = (vectors.first().map(Vec::len), got.first()) {
             if new.len() != first {
                 return Err(upstream(format!(

@@ -88,6 +88,8 @@ pub(crate) struct Connector {
     pub(crate) meter: crate::catalog::quotas::ModelCalls,
     /// How knowledge bases index and search.
     pub(crate) knowledge_bases: crate::config::KnowledgeBasesConfig,
+    /// Embedding models run in process, shared by the engine's connectors.
+    pub(crate) sentence_models: std::sync::Arc<super::sentence_models::SentenceModels>,
 }
 
 impl Connector {
@@ -96,6 +98,7 @@ impl Connector {
         client: HttpClient,
         config: &crate::config::Config,
         store: &std::sync::Arc<crate::store::Store>,
+        sentence_models: &std::sync::Arc<super::sentence_models::SentenceModels>,
     ) -> Connector {
         Connector {
             client,
@@ -103,6 +106,7 @@ impl Connector {
             embedding: config.embedding.clone(),
             meter: crate::catalog::quotas::ModelCalls::new(store, &config.hosted),
             knowledge_bases: config.knowledge_bases.clone(),
+            sentence_models: std::sync::Arc::clone(sentence_models),
         }
     }
 }

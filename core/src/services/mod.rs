@@ -3,7 +3,8 @@
 //!
 //! - `sql`: parsing, MindsDB's statements, planning onto DataFusion, the wire formats;
 //! - `llm`: the OpenAI-compatible chat client every LLM call goes through;
-//! - `embeddings`: the OpenAI-compatible `/embeddings` client knowledge bases embed through;
+//! - `embeddings`: how knowledge bases' texts become vectors: the OpenAI-compatible
+//!   `/embeddings` client, or `sentence_models`, models run in process;
 //! - `chunking`: splitting documents into overlapping chunks at natural boundaries;
 //! - `reranker`: a chat model scoring the chunks a knowledge base search found;
 //! - `agent_loop`: an agent answering a question with SQL as its tool;
@@ -23,4 +24,5 @@ pub(crate) mod files;
 pub(crate) mod llm;
 pub(crate) mod ml;
 pub(crate) mod reranker;
+pub(crate) mod sentence_models;
 pub(crate) mod sql;

@@ -44,6 +44,8 @@ pub(crate) struct Store {
     pub(crate) derived: DerivedCache,
     /// Locks a writer of one object holds across a whole statement, by the object's key.
     object_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Long writes' progress while they run.
+    pub(crate) progress: Arc<crate::progress::ProgressBoard>,
     /// Commits made through this store, so caches of what was read can tell they are stale.
     commits: Arc<AtomicU64>,
     /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
@@ -133,6 +135,7 @@ impl Store {
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             derived: DerivedCache::new(derived_cache_bytes),
             object_locks: Mutex::new(HashMap::new()),
+            progress: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
@@ -156,6 +159,7 @@ impl Store {
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             derived: DerivedCache::new(derived_cache_bytes),
             object_locks: Mutex::new(HashMap::new()),
+            progress: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),

@@ -380,7 +380,7 @@ impl Ranking {
         connector.meter.take(self.snapshot.tenant, 1).await?;
         let endpoint = embeddings::endpoint(&self.kb.embedding_model, &connector.embedding);
         let question = [self.search.question.clone()];
-        let mut vectors = embeddings::embed(&connector.client, &endpoint, &question).await?;
+        let mut vectors = embeddings::embed(connector, &endpoint, &question).await?;
         vectors
             .pop()
             .ok_or_else(|| Error::internal("no vector for the question"))

@@ -20,6 +20,8 @@ use super::snapshot::{Namespace, Snapshot};
 use super::{text_table, Outcome, ResultContext, SqlRunner};
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::error::{Error, Result};
+use crate::progress::{ProgressCallback, Tracker};
+use crate::services::embeddings;
 use crate::tenant::TenantId;
 
 const WHAT: &str = "a knowledge base name";
@@ -98,11 +100,7 @@ impl SqlRunner {
             } => {
                 let project = project_or_current(project);
                 let kb = KnowledgeBase::from_using(&project, &name, using, &self.config.embedding)?;
-                self.store
-                    .write(move |txn| {
-                        crate::catalog::rules::create_knowledge_base(txn, tenant, kb, if_not_exists)
-                    })
-                    .await?;
+                self.store_knowledge_base(tenant, kb, if_not_exists).await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
                 })
@@ -128,7 +126,9 @@ impl SqlRunner {
                 let project = project_or_current(project);
                 self.store
                     .write(move |txn| {
-                        knowledge_bases::drop_kb(txn, tenant, &project, &name, if_exists)
+                        crate::catalog::rules::drop_knowledge_base(
+                            txn, tenant, &project, &name, if_exists,
+                        )
                     })
                     .await?;
                 Ok(Outcome::Ok {
@@ -153,6 +153,25 @@ impl SqlRunner {
             }
             _ => Err(Error::internal("not a knowledge base statement")),
         }
+    }
+
+    /// Stores a new knowledge base (see `rules::create_knowledge_base`), once what can be
+    /// checked before its first insert is: a model run in process must be one this engine has.
+    pub(crate) async fn store_knowledge_base(
+        &self,
+        tenant: TenantId,
+        kb: KnowledgeBase,
+        if_not_exists: bool,
+    ) -> Result<()> {
+        let endpoint = embeddings::endpoint(&kb.embedding_model, &self.config.embedding);
+        if endpoint.local {
+            self.sentence_models.check(&endpoint.model)?;
+        }
+        self.store
+            .write(move |txn| {
+                crate::catalog::rules::create_knowledge_base(txn, tenant, kb, if_not_exists)
+            })
+            .await
     }
 
     /// The knowledge base an INSERT writes into, as (project, name), if it names one.
@@ -182,6 +201,7 @@ impl SqlRunner {
     /// The rows are read and embedded before the writer lock is taken, never under it (embedding
     /// waits on the network); if the knowledge base changed meanwhile (dropped, made anew, its
     /// first rows stored), it all runs again, a few times, then fails asking to retry.
+    /// Progress goes to the store's progress board and to `callback`, which may stop it.
     pub(crate) async fn insert_documents(
         &self,
         tenant: TenantId,
@@ -189,6 +209,28 @@ impl SqlRunner {
         project: &str,
         name: &str,
         source: &DocumentSource,
+        callback: Option<ProgressCallback>,
+    ) -> Result<u64> {
+        let tracker = self.store.progress.start(tenant, project, name, callback);
+        let tracker = Arc::new(parking_lot::Mutex::new(tracker));
+        let inserted = self
+            .insert_attempts(tenant, context, project, name, source, &tracker)
+            .await;
+        let tracker = Arc::into_inner(tracker)
+            .ok_or_else(|| Error::internal("an insert's progress outlived it"))?
+            .into_inner();
+        tracker.finish(inserted.as_ref().err().map(|e| e.message().to_string()));
+        inserted
+    }
+
+    async fn insert_attempts(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        project: &str,
+        name: &str,
+        source: &DocumentSource,
+        tracker: &Arc<parking_lot::Mutex<Tracker>>,
     ) -> Result<u64> {
         for _ in 0..INSERT_ATTEMPTS {
             let snapshot =
@@ -246,9 +288,12 @@ impl SqlRunner {
                 }
             };
             let connector = Arc::new(self.connector());
+            let progress = Arc::clone(tracker);
             let staged = self
                 .job(tenant, &context.db, snapshot, state, None)
-                .run(move |job, handle| kb_write::insert(job, handle, kb, plan, connector))
+                .run(move |job, handle| {
+                    kb_write::insert(job, handle, kb, plan, connector, progress)
+                })
                 .await?;
             if let Staged::Done(documents) = staged {
                 return Ok(documents);

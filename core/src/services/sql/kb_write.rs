@@ -18,6 +18,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::logical_expr::LogicalPlan;
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
@@ -29,6 +30,7 @@ use crate::catalog::kb_index::{self, IndexRecord, IndexWriter, ReadIndex};
 use crate::catalog::knowledge_bases::{self, chunk_db, KnowledgeBase};
 use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, Result};
+use crate::progress::{InsertProgress, Tracker};
 use crate::services::chunking;
 use crate::services::embeddings;
 use crate::services::llm::Connector;
@@ -44,6 +46,7 @@ pub(crate) fn insert(
     kb: KnowledgeBase,
     source: LogicalPlan,
     connector: Arc<Connector>,
+    progress: Arc<Mutex<Tracker>>,
 ) -> Result<Staged<u64>> {
     let _writer = lock_knowledge_base(job, handle, &kb)?;
     let base = Base::read(job, &kb)?;
@@ -61,6 +64,7 @@ pub(crate) fn insert(
         ids: HashSet::new(),
         documents: 0,
         staged: None,
+        progress: &progress,
     };
     if let Some(writer) = ingest.index.as_mut().filter(|w| w.worth_rebuilding()) {
         writer.rebuild()?;
@@ -77,9 +81,20 @@ pub(crate) fn insert(
         index,
         ..
     } = ingest;
+    progress.lock().report(|p| p.status = "storing".into());
     let guard = job.lock(handle)?;
     if !base.is_current(&guard.txn, job, &kb)? {
         // Dropped, made anew or changed by a rollback meanwhile: again from the start.
+        progress.lock().report(|p| {
+            *p = InsertProgress {
+                status: "reading".into(),
+                documents: 0,
+                chunks: 0,
+                embedded: 0,
+                indexed: 0,
+                ..p.clone()
+            }
+        });
         return Ok(Staged::TargetChanged);
     }
     let db = chunk_db(&kb.project);
@@ -303,6 +318,7 @@ struct Ingest<'a> {
     ids: HashSet<String>,
     documents: u64,
     staged: Option<StagedRows>,
+    progress: &'a Mutex<Tracker>,
 }
 impl Ingest<'_> {
     /// Chunks, embeds and stages the documents of one source batch.
@@ -397,13 +413,30 @@ impl Ingest<'_> {
         if texts.is_empty() {
             return Ok(());
         }
-        // Every request to the embedding model counts against the tenant's plan, before it is made.
-        let requests = texts.len().div_ceil(self.endpoint.batch_size.max(1));
-        handle.block_on(self.connector.meter.take(job.tenant, requests as u64))?;
-        let embedding = embeddings::embed(&self.connector.client, &self.endpoint, &texts);
-        let vectors = handle
-            .block_on(job.unless_cancelled(embedding))
-            .ok_or_else(crate::store::cancelled)??;
+        self.report(job, |p| {
+            p.documents += batch.num_rows() as u64;
+            p.chunks += texts.len() as u64;
+        });
+        // Every request to the embedding model counts against the tenant's plan, before it is
+        // made; progress is reported after each.
+        let mut vectors = Vec::with_capacity(texts.len());
+        for part in texts.chunks(self.endpoint.batch_size.max(1)) {
+            handle.block_on(self.connector.meter.take(job.tenant, 1))?;
+            let embedding = embeddings::embed(self.connector, &self.endpoint, part);
+            let got = handle
+                .block_on(job.unless_cancelled(embedding))
+                .ok_or_else(crate::store::cancelled)??;
+            if let (Some(first), Some(new)) = (vectors.first().map(Vec::len), got.first()) {
+                if new.len() != first {
+                    return Err(Error::invalid(format!(
+                        "The embedding model answered vectors of {} and of {first} dimensions in one insert",
+                        new.len()
+                    )));
+                }
+            }
+            vectors.extend(got);
+            self.report(job, |p| p.embedded += part.len() as u64);
+        }
         if vectors.len() != texts.len() {
             return Err(Error::internal("the embedding model lost texts"));
         }
@@ -470,6 +503,7 @@ impl Ingest<'_> {
         for ((node, vector), text) in (first..last).zip(&vectors).zip(&texts) {
             index.add(node, vector, text)?;
         }
+        self.report(job, |p| p.indexed += texts.len() as u64);
         let ids = StringArray::from(ids);
         let mut columns: Vec<ArrayRef> = vec![
             take(&ids, &rows, None)?,
@@ -485,6 +519,13 @@ impl Ingest<'_> {
             .get_or_insert_with(|| job.staged(&kb.name, Arc::clone(&schema)));
         staged.push(chunk_rows)?;
         Ok(())
+    }
+
+    /// Reports progress; when the caller's callback asks to stop, the statement is cancelled.
+    fn report(&self, job: &WriteJob, change: impl FnOnce(&mut InsertProgress)) {
+        if !self.progress.lock().report(change) {
+            job.cancelled.cancel();
+        }
     }
 
     /// The metadata columns and their types: the chunk table's, else the declared ones (as

@@ -77,6 +77,8 @@ pub(crate) struct SqlRunner {
     pub(crate) config: crate::Config,
     /// Connections to LLM providers, shared by every agent.
     pub(crate) client: crate::egress::HttpClient,
+    /// Embedding models run in process, loaded once for all statements.
+    pub(crate) sentence_models: Arc<crate::services::sentence_models::SentenceModels>,
     /// How outbound connections reach out (the egress policy) and what datasources may send.
     pub(crate) net: crate::services::connectors::Net,
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
@@ -114,12 +116,17 @@ impl SqlRunner {
         let client = net
             .egress
             .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
-        let connector = crate::services::llm::Connector::new(client.clone(), config, &store);
+        let sentence_models = Arc::new(crate::services::sentence_models::SentenceModels::new(
+            config,
+        ));
+        let connector =
+            crate::services::llm::Connector::new(client.clone(), config, &store, &sentence_models);
         Ok(SqlRunner {
             store,
             config: config.clone(),
             agents,
             client,
+            sentence_models,
             net: net.clone(),
             admission: Arc::new(crate::admission::Admission::new(
                 &config.hosted,
@@ -139,7 +146,12 @@ impl SqlRunner {
 
     /// What LLM models call through: the shared client and the configured default model.
     pub(crate) fn connector(&self) -> crate::services::llm::Connector {
-        crate::services::llm::Connector::new(self.client.clone(), &self.config, &self.store)
+        crate::services::llm::Connector::new(
+            self.client.clone(),
+            &self.config,
+            &self.store,
+            &self.sentence_models,
+        )
     }
 
     /// A place for `work` by `tenant` under its plan's cap; `None` for the local tenant, which
@@ -686,7 +698,7 @@ impl SqlRunner {
             if let Some((project, name)) = self.insert_target(tenant, context, insert)? {
                 let source = DocumentSource::Insert(Box::new(insert.clone()));
                 let documents = self
-                    .insert_documents(tenant, context, &project, &name, &source)
+                    .insert_documents(tenant, context, &project, &name, &source, None)
                     .await?;
                 return Ok(Outcome::Ok {
                     affected_rows: Some(documents),

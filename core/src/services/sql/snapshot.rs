@@ -35,6 +35,7 @@ use crate::catalog::projects::{self, Project};
 use crate::catalog::tables::{self, sql_type_name, TableRecord};
 use crate::catalog::views::{self, View};
 use crate::error::{Error, Result};
+use crate::progress::InsertProgress;
 use crate::services::connectors::table::NATIVE;
 use crate::store::schema::{
     AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, INDEX_ENTRIES, KNOWLEDGE_BASES, MODELS, PROJECTS,
@@ -811,6 +812,35 @@ struct InformationSchema {
 /// Every project's table of its models' versions (MindsDB's `<project>.models`).
 const MODELS_TABLE: &str = "models";
 
+/// The system table of what changes without a commit (inserts in progress).
+const LIVE_TABLE: &str = "knowledge_base_inserts";
+
+/// A system table read at planning like the others, but of a different type, so a plan that
+/// reads it is never kept for later (the plan cache keeps plans until the next commit).
+#[derive(Debug)]
+struct LiveTable(MemTable);
+
+#[async_trait]
+impl TableProvider for LiveTable {
+    fn schema(&self) -> SchemaRef {
+        self.0.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.0.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.0.scan(state, projection, filters, limit).await
+    }
+}
+
 /// A built table as a provider.
 fn system_table(batch: RecordBatch) -> DfResult<Arc<dyn TableProvider>> {
     Ok(Arc::new(MemTable::try_new(
@@ -1006,6 +1036,26 @@ impl InformationSchema {
                 }
                 table.build()?
             }
+            "knowledge_base_inserts" => {
+                let inserts = snap.store.progress.list(snap.tenant);
+                let text = |f: fn(&InsertProgress) -> &str| -> Vec<Option<String>> {
+                    inserts.iter().map(|p| Some(f(p).to_string())).collect()
+                };
+                let number =
+                    |f: fn(&InsertProgress) -> u64| inserts.iter().map(move |p| Some(f(p)));
+                SystemTable::default()
+                    .owned_text("PROJECT", text(|p| &p.project))
+                    .owned_text("NAME", text(|p| &p.knowledge_base))
+                    .owned_text("STATUS", text(|p| &p.status))
+                    .number("DOCUMENTS", number(|p| p.documents))
+                    .number("CHUNKS", number(|p| p.chunks))
+                    .number("EMBEDDED", number(|p| p.embedded))
+                    .number("INDEXED", number(|p| p.indexed))
+                    .owned_text("STARTED_AT", text(|p| &p.started_at))
+                    .owned_text("UPDATED_AT", text(|p| &p.updated_at))
+                    .owned_text("ERROR", inserts.iter().map(|p| p.error.clone()).collect())
+                    .build()?
+            }
             "agents" => {
                 let agents = snap.agents(None)?;
                 let rows: Vec<[String; 4]> = agents.iter().map(Agent::system_row).collect();
@@ -1030,9 +1080,14 @@ impl SchemaProvider for InformationSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(batch) = self.build(&name.to_ascii_lowercase())? else {
+        let name = name.to_ascii_lowercase();
+        let Some(batch) = self.build(&name)? else {
             return Ok(None);
         };
+        if name == LIVE_TABLE {
+            let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+            return Ok(Some(Arc::new(LiveTable(table))));
+        }
         Ok(Some(system_table(batch)?))
     }
 
