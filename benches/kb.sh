@@ -12,7 +12,7 @@ venv=.venv-bench
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install -q numpy faiss-cpu sqlite-vec
+"$venv/bin/pip" install -q numpy faiss-cpu sqlite-vec pysqlite3-binary
 cargo build --release -p mindlite-benches
 mkdir -p benches/data/kb
 target/release/kb --dir benches/data/kb --n "$n" --queries "$queries" | tee benches/data/kb-mindlite.jsonl

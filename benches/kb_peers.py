@@ -53,7 +53,8 @@ def faiss_side(base, queries, truth, truth10, m, ef_construction):
                         "vectors_per_s": len(base) / build, "threads": 1}))
     tenth = np.zeros(len(base), dtype=bool)
     tenth[::10] = True
-    selector = faiss.IDSelectorBitmap(len(base), np.packbits(tenth, bitorder="little"))
+    bitmap = np.packbits(tenth, bitorder="little")  # kept alive: the selector points into it
+    selector = faiss.IDSelectorBitmap(len(base), faiss.swig_ptr(bitmap))
     for ef in EFS:
         for name, expected in (("none", truth), ("10%", truth10)):
             params = faiss.SearchParametersHNSW(efSearch=ef)
@@ -82,9 +83,14 @@ def faiss_side(base, queries, truth, truth10, m, ef_construction):
 def sqlite_vec_side(base, queries, truth, truth10, count):
     import sqlite_vec
 
+    try:
+        # CPython builds without loadable extensions (pyenv's default) need pysqlite3's.
+        import pysqlite3 as sqlite  # type: ignore[import-not-found]
+    except ImportError:
+        sqlite = sqlite3
     rows = []
     d = base.shape[1]
-    db = sqlite3.connect(":memory:")
+    db = sqlite.connect(":memory:")
     db.enable_load_extension(True)
     sqlite_vec.load(db)
     db.execute(f"CREATE VIRTUAL TABLE v USING vec0(embedding float[{d}] distance_metric=cosine, "

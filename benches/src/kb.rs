@@ -245,23 +245,30 @@ fn main() {
         m,
         ef_construction,
     };
-    let start = Instant::now();
+    let nodes: Vec<(u32, &[f32])> = base
+        .chunks_exact(d)
+        .enumerate()
+        .map(|(i, v)| (i as u32, v))
+        .collect();
     let mut graph = Graph::new(params);
-    for (i, v) in base.chunks_exact(d).enumerate() {
-        graph.insert(i as u32, v).expect("insert");
+    for threads in [1usize, 2] {
+        graph = Graph::new(params);
+        let start = Instant::now();
+        graph.insert_many(&nodes, threads).expect("insert");
+        let build_s = start.elapsed().as_secs_f64();
+        report(json!({"phase": "index_build", "engine": "mindlite", "m": m,
+            "ef_construction": ef_construction, "seconds": build_s,
+            "vectors_per_s": n as f64 / build_s, "threads": threads}));
     }
-    let build_s = start.elapsed().as_secs_f64();
-    report(json!({"phase": "index_build", "engine": "mindlite", "m": m,
-        "ef_construction": ef_construction, "seconds": build_s,
-        "vectors_per_s": n as f64 / build_s, "threads": 1}));
+    drop(nodes);
     let tenth = |node: u32| node.is_multiple_of(10);
     for ef in [16usize, 32, 64, 128, 256] {
         for (filter, truth) in [("none", &truth_all), ("10%", &truth_tenth)] {
             for threads in [1usize, 2] {
                 let search = |query: &[f32]| -> Vec<u32> {
-                    let accept: &dyn Fn(u32) -> bool = match filter {
-                        "none" => &|_| true,
-                        _ => &tenth,
+                    let accept: Option<&dyn Fn(u32) -> bool> = match filter {
+                        "none" => None,
+                        _ => Some(&tenth),
                     };
                     graph
                         .search(query, 10, ef, accept)
@@ -282,23 +289,25 @@ fn main() {
     let exact_queries = 20.min(q);
     let start = Instant::now();
     for j in 0..exact_queries {
-        std::hint::black_box(graph.exact(&queries[j * d..(j + 1) * d], 10, &|_| true));
+        std::hint::black_box(graph.exact(&queries[j * d..(j + 1) * d], 10, None));
     }
     let exact_ms = start.elapsed().as_secs_f64() * 1000.0 / exact_queries as f64;
+    // The bound: one pass over as many bytes as the vectors hold, by one thread, at the
+    // memory bandwidth a plain integer reduction (which the compiler vectorises) reaches.
+    let words: Vec<u64> = (0..n * d / 2).map(|i| i as u64).collect();
     let start = Instant::now();
-    let mut sum = 0.0f32;
+    let mut folded = 0u64;
     for _ in 0..3 {
-        for node in 0..n as u32 {
-            sum += graph.vector(node).iter().sum::<f32>();
-        }
+        folded ^= words.iter().fold(0u64, |a, w| a ^ w);
     }
-    std::hint::black_box(sum);
+    std::hint::black_box(folded);
     let read_ms = start.elapsed().as_secs_f64() * 1000.0 / 3.0;
+    drop(words);
     let bytes = (n * d * 4) as f64;
     report(
         json!({"phase": "exact_search", "engine": "mindlite", "threads": 1,
-        "ms_per_query": exact_ms, "read_all_vectors_ms": read_ms,
-        "bandwidth_gb_s": bytes / read_ms / 1e6, "of_bound": read_ms / exact_ms}),
+        "ms_per_query": exact_ms, "bandwidth_bound_ms": read_ms,
+        "bandwidth_gb_s": bytes / read_ms / 1e6, "times_the_bound": exact_ms / read_ms}),
     );
     drop(graph);
 

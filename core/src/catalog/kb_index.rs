@@ -279,23 +279,30 @@ impl IndexWriter {
         self.graph.deleted() > self.graph.live()
     }
 
-    /// Builds the graph anew without its deleted nodes.
+    /// Builds the graph anew without its deleted nodes, on every core.
     pub(crate) fn rebuild(&mut self) -> Result<()> {
-        self.graph = self.graph.rebuilt()?;
+        self.graph = self.graph.rebuilt(cores())?;
         Ok(())
     }
 
-    /// Adds a chunk: its node (at least [`IndexWriter::next_node`]), vector and text.
-    pub(crate) fn add(&mut self, node: u32, vector: &[f32], text: &str) -> Result<()> {
-        self.graph.insert(node, vector)?;
-        let (counts, length) = bm25::counts(text);
-        self.words += u64::from(length);
-        for (word, count) in counts {
-            self.added.entry(word).or_default().push(Posting {
-                node,
-                count,
-                length,
-            });
+    /// Adds chunks: their nodes (ascending, from [`IndexWriter::next_node`] on), vectors and
+    /// texts, the graph's links found on every core.
+    pub(crate) fn add(&mut self, first: u32, vectors: &[Vec<f32>], texts: &[String]) -> Result<()> {
+        let nodes: Vec<(u32, &[f32])> = (first..)
+            .zip(vectors)
+            .map(|(node, vector)| (node, vector.as_slice()))
+            .collect();
+        self.graph.insert_many(&nodes, cores())?;
+        for ((node, _), text) in nodes.iter().zip(texts) {
+            let (counts, length) = bm25::counts(text);
+            self.words += u64::from(length);
+            for (word, count) in counts {
+                self.added.entry(word).or_default().push(Posting {
+                    node: *node,
+                    count,
+                    length,
+                });
+            }
         }
         Ok(())
     }
@@ -385,6 +392,11 @@ impl IndexWriter {
         }
         Ok(())
     }
+}
+
+/// Threads an index build uses: one per core.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// A stamp not used before: 64 random bits.

@@ -524,15 +524,18 @@ fn index_vectors(
         let values = vectors.values().as_primitive::<Float32Type>().values();
         let texts = stored.column(2).as_string::<i32>();
         let first = index.next_node();
-        for row in 0..stored.num_rows() {
-            let vector = &values[row * dimensions..(row + 1) * dimensions];
-            let text = if texts.is_null(row) {
-                ""
-            } else {
-                texts.value(row)
-            };
-            index.add(first + row as u32, vector, text)?;
-        }
+        let vectors: Vec<Vec<f32>> = values
+            .chunks_exact(dimensions)
+            .take(stored.num_rows())
+            .map(<[f32]>::to_vec)
+            .collect();
+        let texts: Vec<String> = (0..stored.num_rows())
+            .map(|row| match texts.is_null(row) {
+                true => String::new(),
+                false => texts.value(row).to_string(),
+            })
+            .collect();
+        index.add(first, &vectors, &texts)?;
         let mut columns = stored.columns()[..last].to_vec();
         columns.push(Arc::new(UInt32Array::from_iter_values(
             first..first + stored.num_rows() as u32,
@@ -799,7 +802,7 @@ mod tests {
         assert_eq!(schema.fields().len(), 5);
         let index = kb_index::load(&store, &txn, record.id).unwrap().unwrap();
         assert_eq!(index.graph.live(), 3);
-        let nearest = index.graph.search(&[0.0, 1.0], 1, 10, &|_| true);
+        let nearest = index.graph.search(&[0.0, 1.0], 1, 10, None);
         assert_eq!(nearest[0].node, 1);
         let found =
             kb_index::keyword_search(&index, &txn, record.id, "north", 10, &|_| true).unwrap();

@@ -420,8 +420,16 @@ impl Ranking {
         // Conditions on scores may drop any row: then every row is ranked.
         let scores = self.scores.as_ref().filter(|_| check);
         let exhaustive = scores.is_some() || count <= settings.exact_below;
-        let candidates =
-            self.candidates(&index, query, &accept, count, wanted, exhaustive, settings)?;
+        let candidates = self.candidates(
+            &index,
+            query,
+            &accept,
+            allowed.is_some(),
+            count,
+            wanted,
+            exhaustive,
+            settings,
+        )?;
         self.read_best(&index, &candidates, wanted, scores)
     }
 
@@ -454,12 +462,14 @@ impl Ranking {
         index: &KbIndex,
         query: Option<&[f32]>,
         accept: &dyn Fn(u32) -> bool,
+        filtered: bool,
         count: usize,
         wanted: usize,
         exhaustive: bool,
         settings: &KnowledgeBasesConfig,
     ) -> Result<Vec<Candidate>> {
         let alpha = self.search.alpha;
+        let filter = filtered.then_some(accept);
         // Each side of a mixed search brings more than the rows wanted, so the mix has
         // enough to choose from.
         let pool = match exhaustive {
@@ -468,12 +478,12 @@ impl Ranking {
             false => wanted,
         };
         let nearest: Vec<(u32, f64)> = match query {
-            Some(query) if exhaustive => pairs(&index.graph.exact(query, pool, accept)),
+            Some(query) if exhaustive => pairs(&index.graph.exact(query, pool, filter)),
             Some(query) => pairs(&index.graph.search(
                 query,
                 pool,
                 settings.ef_search.max(pool),
-                accept,
+                filter,
             )),
             None => Vec::new(),
         };

@@ -500,9 +500,7 @@ impl Ingest<'_> {
                     kb.name
                 ))
             })?;
-        for ((node, vector), text) in (first..last).zip(&vectors).zip(&texts) {
-            index.add(node, vector, text)?;
-        }
+        index.add(first, &vectors, &texts)?;
         self.report(job, |p| p.indexed += texts.len() as u64);
         let ids = StringArray::from(ids);
         let mut columns: Vec<ArrayRef> = vec![
