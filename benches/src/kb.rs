@@ -593,12 +593,15 @@ fn serve(stream: TcpStream, base: &[f32], queries: &[f32], d: usize) {
             out.push_str("]}");
         }
         out.push_str("],\"model\":\"bench\"}");
-        let head = format!(
+        let mut reply = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             out.len()
         );
+        reply.push_str(&out);
+        // One write, sent at once: a head and a body written apart meet Nagle's algorithm and
+        // the client's delayed ACK, which add 40 ms to every request.
         let stream = reader.get_mut();
-        if stream.write_all(head.as_bytes()).is_err() || stream.write_all(out.as_bytes()).is_err() {
+        if stream.set_nodelay(true).is_err() || stream.write_all(reply.as_bytes()).is_err() {
             return;
         }
     }

@@ -516,6 +516,9 @@ impl Egress {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            // A request's head and body go out at once: with Nagle's algorithm the body waits
+            // for the server's delayed ACK of the head, 40 ms on Linux.
+            .tcp_nodelay(true)
             .user_agent(user_agent)
             .dns_resolver(Arc::new(Resolver(Arc::clone(&self.policy))))
             .build()

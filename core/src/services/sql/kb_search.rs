@@ -438,7 +438,7 @@ impl Ranking {
         let txn = &self.snapshot.txn;
         let mut allowed = Bitset::new(index.graph.nodes());
         for (_, chunk) in txn.chunk_order_of(self.table)? {
-            let stored = txn.chunk(self.table, chunk)?;
+            let stored = self.chunk(chunk)?;
             let rows = stored.num_rows();
             let nulls = new_null_array(&DataType::Float64, rows);
             let shown = self.shown.batch(&stored, Arc::clone(&nulls), nulls, None)?;
