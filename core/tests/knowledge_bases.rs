@@ -304,10 +304,14 @@ fn metadata_filters_apply_before_ranking_and_relevance_thresholds_after() {
         ("category LIKE 'fin%'", vec!["3"]),
         ("year IS NULL", vec![]),
         ("id = '2'", vec!["2"]),
+        ("year <= 1999", vec!["2"]),
+        ("year < 2000 OR category = 'finance'", vec!["2", "3"]),
+        ("category NOT IN ('pets')", vec!["3"]),
+        ("NOT (year > 2000)", vec!["2"]),
     ] {
         let got = ids(
             &engine,
-            &format!("SELECT id FROM kb WHERE content = 'cats purr and meow' AND {filter}"),
+            &format!("SELECT id FROM kb WHERE content = 'cats purr and meow' AND ({filter})"),
         );
         assert_eq!(got, expected, "{filter}");
     }
@@ -1250,12 +1254,12 @@ fn rows_of(engine: &Engine, sql: &str) -> Vec<Value> {
 
 #[test]
 fn a_local_model_embeds_in_process() {
-    let Ok(dir) = std::env::var("MINDLITE_MINILM_DIR") else {
+    let Ok(dir) = std::env::var("MINILM_TEST_DIR") else {
         assert!(
             std::env::var("CI").is_err(),
-            "MINDLITE_MINILM_DIR is not set: scripts/test.sh unpacks the model and sets it"
+            "MINILM_TEST_DIR is not set: scripts/test.sh unpacks the model and sets it"
         );
-        eprintln!("skipped: MINDLITE_MINILM_DIR is not set (scripts/test.sh sets it)");
+        eprintln!("skipped: MINILM_TEST_DIR is not set (scripts/test.sh sets it)");
         return;
     };
     let dir = std::path::Path::new(&dir);

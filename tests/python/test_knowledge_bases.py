@@ -113,10 +113,10 @@ def test_a_notebook_embeds_offline_with_the_shipped_model():
     """all-MiniLM-L6-v2 run in process: no embedding server at all."""
     import os
 
-    folder = os.environ.get("MINDLITE_MINILM_DIR")
+    folder = os.environ.get("MINILM_TEST_DIR")
     if not folder:
-        assert not os.environ.get("CI"), "MINDLITE_MINILM_DIR is not set (scripts/test.sh sets it)"
-        pytest.skip("MINDLITE_MINILM_DIR is not set")
+        assert not os.environ.get("CI"), "MINILM_TEST_DIR is not set (scripts/test.sh sets it)"
+        pytest.skip("MINILM_TEST_DIR is not set")
     con = mindlite.connect(config={"embedding": {
         "provider": "local", "model_name": folder, "base_url": "http://127.0.0.1:9/v1"}})
     kb = con.create_knowledge_base("faq")

