@@ -946,10 +946,9 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
     );
 }
 
-#[test]
-fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder() {
-    let embedder = FakeEmbedder::start();
-    let mut config = config(&embedder);
+/// The handles of two users of a hosted engine on the fake embedder (they keep it open).
+fn hosted_alice_and_bob(embedder: &FakeEmbedder) -> (Engine, Engine) {
+    let mut config = config(embedder);
     config.edition = mindlite::Edition::Hosted;
     let engine = Engine::open_in_memory(config).unwrap();
     let handle = |name: &str| {
@@ -957,7 +956,13 @@ fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder
         let key = engine.block_on(engine.create_api_key(name)).unwrap().key;
         engine.as_user(&key).unwrap()
     };
-    let (alice, bob) = (handle("alice"), handle("bob"));
+    (handle("alice"), handle("bob"))
+}
+
+#[test]
+fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder() {
+    let embedder = FakeEmbedder::start();
+    let (alice, bob) = hosted_alice_and_bob(&embedder);
     exec(&alice, "CREATE KNOWLEDGE_BASE kb");
     exec(
         &alice,
@@ -1306,15 +1311,7 @@ fn a_local_model_embeds_in_process() {
 #[test]
 fn a_hosted_mind_searches_the_knowledge_bases_it_names() {
     let embedder = FakeEmbedder::start();
-    let mut config = config(&embedder);
-    config.edition = mindlite::Edition::Hosted;
-    let engine = Engine::open_in_memory(config).unwrap();
-    let handle = |name: &str| {
-        engine.block_on(engine.create_user(name, None)).unwrap();
-        let key = engine.block_on(engine.create_api_key(name)).unwrap().key;
-        engine.as_user(&key).unwrap()
-    };
-    let (alice, bob) = (handle("alice"), handle("bob"));
+    let (alice, bob) = hosted_alice_and_bob(&embedder);
     exec(&alice, "CREATE KNOWLEDGE_BASE handbook");
     exec(
         &alice,

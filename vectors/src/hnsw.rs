@@ -325,27 +325,9 @@ impl Graph {
             }
             let entry = self.entry.expect("a graph with live nodes has an entry");
             let graph: &Graph = self;
-            let per = size.div_ceil(threads);
-            let plans: Vec<Vec<(u8, Vec<Neighbour>)>> = std::thread::scope(|scope| {
-                let workers: Vec<_> = batch
-                    .chunks(per)
-                    .zip(members.chunks(per))
-                    .map(|(work, levels)| {
-                        let members = &members;
-                        scope.spawn(move || {
-                            work.iter()
-                                .zip(levels)
-                                .map(|((node, vector), (_, level))| {
-                                    graph.plan_links(*node, vector, *level, entry, members)
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .flat_map(|w| w.join().expect("an index thread panicked"))
-                    .collect()
+            let plans = crate::parallel_map(batch, threads, |(node, vector)| {
+                let level = level_of(*node, graph.params.m);
+                graph.plan_links(*node, vector, level, entry, &members)
             });
             self.apply_batch(members, plans, threads);
         }
@@ -383,22 +365,8 @@ impl Graph {
         }
         let work: Vec<((u32, u8), Vec<Neighbour>)> = joining.into_iter().collect();
         let graph: &Graph = self;
-        let per = work.len().div_ceil(threads.max(1)).max(1);
-        let lists: Vec<Vec<u32>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = work
-                .chunks(per)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|((to, l), new)| graph.joined_links(*to, *l, new))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().expect("an index thread panicked"))
-                .collect()
+        let lists = crate::parallel_map(&work, threads, |((to, l), new)| {
+            graph.joined_links(*to, *l, new)
         });
         for (((to, l), _), list) in work.iter().zip(lists) {
             self.set_links(*to, *l, &list);

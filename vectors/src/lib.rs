@@ -31,3 +31,32 @@ impl std::error::Error for Error {}
 
 /// A kernel's result.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `f` of every item, in order, computed on up to `threads` scoped threads that each take one
+/// contiguous share of the items (so the result does not depend on the number of threads). A
+/// panic in `f` goes on in the caller.
+pub(crate) fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let per = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = items
+            .chunks(per)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}

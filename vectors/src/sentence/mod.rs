@@ -83,20 +83,6 @@ impl SentenceModel {
 
     /// The vectors of `texts`, in order, computed on up to `threads` threads.
     pub fn embed_all(&self, texts: &[String], threads: usize) -> Vec<Vec<f32>> {
-        let threads = threads.clamp(1, texts.len().max(1));
-        if threads == 1 {
-            return texts.iter().map(|t| self.embed(t)).collect();
-        }
-        let per = texts.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let parts: Vec<_> = texts
-                .chunks(per)
-                .map(|part| s.spawn(move || part.iter().map(|t| self.embed(t)).collect::<Vec<_>>()))
-                .collect();
-            parts
-                .into_iter()
-                .flat_map(|p| p.join().expect("an embedding thread panicked"))
-                .collect()
-        })
+        crate::parallel_map(texts, threads, |text| self.embed(text))
     }
 }
