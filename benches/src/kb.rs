@@ -15,14 +15,15 @@
 //!    (index build included), rows/s and peak RSS; then SQL searches (`WHERE content = 'q<j>'`)
 //!    with their p50, QPS and recall@10.
 //! 4. Hybrid search on a corpus of text documents (`--docs`), embedded by a fake that hashes
-//!    words: p50 and QPS of vector-only and hybrid searches, and how often a document is found
-//!    from three of its rarest words.
+//!    words: p50 and QPS of vector-only, hybrid and keyword searches, and how often a document
+//!    is found from three of its rarest words; then questions of three of its commonest words
+//!    (long postings).
 //!
 //! Prints one JSON object per measurement, one per line.
 //!
 //! ```text
 //! kb --dir benches/data/kb [--n 1000000] [--d 384] [--queries 1000] [--m 16]
-//!    [--ef-construction 128] [--docs 100000] [--skip-engine]
+//!    [--ef-construction 128] [--docs 100000] [--skip-engine] [--hybrid-only] [--rounds 1]
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -215,6 +216,13 @@ fn main() {
     let docs = arg("--docs", 100_000) as usize;
     let dir = dir_arg();
     std::fs::create_dir_all(&dir).expect("data directory");
+    if flag("--hybrid-only") {
+        hybrid(
+            docs,
+            &FakeEmbedder::start(Arc::new(Vec::new()), Vec::new(), d),
+        );
+        return;
+    }
 
     // 1. Data.
     let start = Instant::now();
@@ -380,7 +388,8 @@ fn main() {
 }
 
 /// Hybrid search on `docs` generated documents of 40 words from a vocabulary of 20,000 with
-/// Zipf's law, embedded by hashing their words.
+/// Zipf's law, embedded by hashing their words. `--rounds R` asks every question R times (for
+/// a profiler; the figures are of all rounds).
 fn hybrid(docs: usize, embedder: &FakeEmbedder) {
     let data = tempfile::tempdir().expect("a temporary directory");
     let mut config = Config::default();
@@ -407,9 +416,8 @@ fn hybrid(docs: usize, embedder: &FakeEmbedder) {
     for _ in 0..docs {
         let words: Vec<usize> = (0..40)
             .map(|_| {
-                cumulative
-                    .partition_point(|c| *c < rng.uniform())
-                    .min(vocabulary - 1)
+                let u = rng.uniform();
+                cumulative.partition_point(|c| *c < u).min(vocabulary - 1)
             })
             .collect();
         texts.push(words);
@@ -436,21 +444,28 @@ fn hybrid(docs: usize, embedder: &FakeEmbedder) {
         json!({"phase": "hybrid_ingest", "engine": "mindlite", "documents": docs,
         "seconds": insert_s, "rows_per_s": docs as f64 / insert_s}),
     );
-    // Questions: three of a document's rarest words.
-    let targets: Vec<usize> = (0..200).map(|i| (i * 7919) % docs).collect();
-    for (mode, condition) in [
-        ("vector", ""),
-        ("hybrid", "AND hybrid_search = true"),
-        ("keyword", "AND hybrid_search_alpha = 0"),
+    // Questions: three of a document's rarest words (whose postings are short), and three of
+    // its commonest (whose postings cover much of the corpus).
+    let rounds = arg("--rounds", 1) as usize;
+    let targets: Vec<usize> = (0..200 * rounds).map(|i| (i % 200 * 7919) % docs).collect();
+    for (words, mode, condition) in [
+        ("rarest", "vector", ""),
+        ("rarest", "hybrid", "AND hybrid_search = true"),
+        ("rarest", "keyword", "AND hybrid_search_alpha = 0"),
+        ("commonest", "hybrid", "AND hybrid_search = true"),
+        ("commonest", "keyword", "AND hybrid_search_alpha = 0"),
     ] {
         let mut times = Vec::new();
         let mut hits = 0;
         let start = Instant::now();
         for target in &targets {
-            let mut rare = texts[*target].clone();
-            rare.sort_unstable_by(|a, b| b.cmp(a));
-            rare.dedup();
-            let question: Vec<String> = rare.iter().take(3).map(|w| word(*w)).collect();
+            let mut ranks = texts[*target].clone();
+            ranks.sort_unstable();
+            ranks.dedup();
+            if words == "rarest" {
+                ranks.reverse();
+            }
+            let question: Vec<String> = ranks.iter().take(3).map(|w| word(*w)).collect();
             let at = Instant::now();
             let rows = engine
                 .sql_blocking(&format!(
@@ -466,7 +481,7 @@ fn hybrid(docs: usize, embedder: &FakeEmbedder) {
         }
         report(
             json!({"phase": "hybrid_search", "engine": "mindlite", "mode": mode,
-            "documents": docs, "p50_ms": percentile(&times, 0.5),
+            "question": words, "documents": docs, "p50_ms": percentile(&times, 0.5),
             "qps": targets.len() as f64 / start.elapsed().as_secs_f64(),
             "found_at_10": hits as f64 / targets.len() as f64}),
         );

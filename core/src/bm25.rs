@@ -54,17 +54,39 @@ pub(crate) struct Corpus {
 }
 
 impl Corpus {
-    /// The score of a word that `containing` chunks hold, occurring `count` times in a chunk
-    /// of `length` words.
-    pub(crate) fn score(&self, containing: u64, count: u32, length: u32) -> f64 {
-        if count == 0 || self.chunks == 0 {
+    /// What a word that `containing` chunks hold scores by, in every chunk: its idf, worked out
+    /// once for all its postings.
+    pub(crate) fn weight(&self, containing: u64) -> Weight {
+        let idf = match self.chunks {
+            0 => 0.0,
+            _ => {
+                let (chunks, n) = (self.chunks as f64, containing.min(self.chunks) as f64);
+                (1.0 + (chunks - n + 0.5) / (n + 0.5)).ln()
+            }
+        };
+        Weight {
+            idf,
+            average_length: self.average_length.max(1.0),
+        }
+    }
+}
+
+/// One word's scoring in a corpus (see [`Corpus::weight`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Weight {
+    idf: f64,
+    average_length: f64,
+}
+
+impl Weight {
+    /// The word's score in a chunk of `length` words where it occurs `count` times.
+    pub(crate) fn score(&self, count: u32, length: u32) -> f64 {
+        if count == 0 || self.idf == 0.0 {
             return 0.0;
         }
-        let (chunks, n) = (self.chunks as f64, containing.min(self.chunks) as f64);
-        let idf = (1.0 + (chunks - n + 0.5) / (n + 0.5)).ln();
         let tf = f64::from(count);
-        let norm = 1.0 - B + B * f64::from(length) / self.average_length.max(1.0);
-        idf * tf * (K1 + 1.0) / (tf + K1 * norm)
+        let norm = 1.0 - B + B * f64::from(length) / self.average_length;
+        self.idf * tf * (K1 + 1.0) / (tf + K1 * norm)
     }
 }
 
@@ -89,9 +111,9 @@ mod tests {
             chunks: 100,
             average_length: 10.0,
         };
-        assert!(corpus.score(2, 1, 10) > corpus.score(50, 1, 10));
-        assert!(corpus.score(10, 3, 10) > corpus.score(10, 1, 10));
-        assert!(corpus.score(10, 1, 5) > corpus.score(10, 1, 20));
-        assert_eq!(corpus.score(10, 0, 10), 0.0);
+        assert!(corpus.weight(2).score(1, 10) > corpus.weight(50).score(1, 10));
+        assert!(corpus.weight(10).score(3, 10) > corpus.weight(10).score(1, 10));
+        assert!(corpus.weight(10).score(1, 5) > corpus.weight(10).score(1, 20));
+        assert_eq!(corpus.weight(10).score(0, 10), 0.0);
     }
 }

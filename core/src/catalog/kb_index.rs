@@ -10,7 +10,9 @@
 //! version, loaded once into the store's cache of derived data; a writer changes a copy
 //! ([`IndexWriter`]), which stores only the pages and postings it changed, under a new stamp.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::AsArray;
@@ -207,7 +209,10 @@ pub(crate) fn drop_index(txn: &WriteTransaction, table: u64) -> Result<()> {
 }
 
 /// The `k` chunks that score best for the words of `question` among those `accept` takes,
-/// best first, with their BM25 scores (none without any of its words).
+/// best first (ties: lower node first), with their BM25 scores (none without any of its
+/// words). The words' postings, each ascending by node, are merged, so a chunk's score is
+/// summed where its postings meet and only the best `k` are ever kept: common words with
+/// postings in most chunks cost a pass over them, not a map and a sort of every chunk.
 pub(crate) fn keyword_search(
     index: &KbIndex,
     txn: &impl ReadIndex,
@@ -217,22 +222,92 @@ pub(crate) fn keyword_search(
     accept: &dyn Fn(u32) -> bool,
 ) -> Result<Vec<(u32, f64)>> {
     let corpus = index.corpus();
-    let mut scores: HashMap<u32, f64> = HashMap::new();
-    for term in bm25::terms(question) {
-        let postings = txn.postings(table, &term)?;
-        let containing = postings.len() as u64;
-        for posting in postings {
-            if accept(posting.node) && index.graph.is_live(posting.node) {
-                *scores.entry(posting.node).or_insert(0.0) +=
-                    corpus.score(containing, posting.count, posting.length);
+    let lists = bm25::terms(question)
+        .iter()
+        .map(|term| txn.postings(table, term))
+        .collect::<Result<Vec<_>>>()?;
+    let weights: Vec<bm25::Weight> = lists
+        .iter()
+        .map(|list| corpus.weight(list.len() as u64))
+        .collect();
+    // Each list's next posting, smallest node first (ties: the question's word order, so a
+    // chunk's score adds up in the same order whatever the lists hold).
+    let mut next: BinaryHeap<Reverse<(u32, usize)>> = lists
+        .iter()
+        .enumerate()
+        .filter_map(|(i, list)| Some(Reverse((list.first()?.node, i))))
+        .collect();
+    let mut at = vec![0usize; lists.len()];
+    let mut best: BinaryHeap<Reverse<Scored>> = BinaryHeap::with_capacity(k.min(4096) + 1);
+    while let Some(&Reverse((node, _))) = next.peek() {
+        let mut score = 0.0;
+        // The lists at `node` move on, each by replacing its entry in place (one sift).
+        while let Some(mut top) = next.peek_mut() {
+            let Reverse((n, i)) = *top;
+            if n != node {
+                break;
+            }
+            let posting = lists[i][at[i]];
+            score += weights[i].score(posting.count, posting.length);
+            at[i] += 1;
+            match lists[i].get(at[i]) {
+                Some(following) => *top = Reverse((following.node, i)),
+                None => {
+                    PeekMut::pop(top);
+                }
+            }
+        }
+        if score <= 0.0 || k == 0 {
+            continue;
+        }
+        let scored = Scored { score, node };
+        // Most chunks of a common word score below the worst kept: one comparison each.
+        if best.len() == k && best.peek().is_some_and(|worst| scored <= worst.0) {
+            continue;
+        }
+        if accept(node) && index.graph.is_live(node) {
+            best.push(Reverse(scored));
+            if best.len() > k {
+                best.pop();
             }
         }
     }
-    let mut ranked: Vec<(u32, f64)> = scores.into_iter().filter(|(_, s)| *s > 0.0).collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.truncate(k);
-    Ok(ranked)
+    Ok(best
+        .into_sorted_vec()
+        .into_iter()
+        .map(|Reverse(s)| (s.node, s.score))
+        .collect())
 }
+
+/// A chunk's keyword score, ordered so that the better one is greater: a higher score, then
+/// the lower node.
+#[derive(Debug, Clone, Copy)]
+struct Scored {
+    score: f64,
+    node: u32,
+}
+
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then(other.node.cmp(&self.node))
+    }
+}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Scored {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Scored {}
 
 /// A change to one knowledge base's indexes, made on a copy of the version it started from
 /// and stored by [`IndexWriter::save`] inside the write transaction.
@@ -472,6 +547,95 @@ pub(crate) fn row_of(rows: &[u64], node: u32) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Postings held in memory, for [`keyword_search`] without a store.
+    struct Lists(HashMap<String, Vec<Posting>>);
+
+    impl ReadIndex for Lists {
+        fn index_record(&self, _table: u64) -> Result<Option<IndexRecord>> {
+            unreachable!("a keyword search reads postings only")
+        }
+        fn index_graph(&self, _table: u64, _shape: Shape) -> Result<Graph> {
+            unreachable!("a keyword search reads postings only")
+        }
+        fn postings(&self, _table: u64, word: &str) -> Result<Vec<Posting>> {
+            Ok(self.0.get(word).cloned().unwrap_or_default())
+        }
+    }
+
+    #[test]
+    fn keyword_search_ranks_as_a_tally_of_every_chunk_would() {
+        let nodes = 2_000u32;
+        let mut graph = Graph::new(Params {
+            dimensions: 2,
+            m: 4,
+            ef_construction: 8,
+        });
+        for node in 0..nodes {
+            graph.insert(node, &[1.0, 0.0]).unwrap();
+        }
+        for node in (0..nodes).step_by(7) {
+            graph.delete(node);
+        }
+        // "common" is in nearly every chunk, "some" in every third, "rare" in a few; counts
+        // and lengths vary so that scores differ, and some tie.
+        let mut lists: HashMap<String, Vec<Posting>> = HashMap::new();
+        for node in 0..nodes {
+            let length = 20 + node % 13;
+            for (word, every, count) in [
+                ("common", 1, 1 + node % 3),
+                ("some", 3, 1 + node % 5),
+                ("rare", 97, 2),
+            ] {
+                if node % every == 0 && !(word == "common" && node % 50 == 1) {
+                    lists.entry(word.to_string()).or_default().push(Posting {
+                        node,
+                        count,
+                        length,
+                    });
+                }
+            }
+        }
+        let words: u64 = u64::from(nodes) * 26;
+        let index = KbIndex {
+            record: IndexRecord {
+                stamp: 1,
+                shape: graph.shape(),
+                words,
+            },
+            graph,
+            rows: OnceLock::new(),
+        };
+        let lists = Lists(lists);
+        let corpus = index.corpus();
+        for (question, k, odd_only) in [
+            ("rare common", 10, false),
+            ("Some  COMMON rare some", 25, true),
+            ("common", 3000, false),
+            ("nothing", 10, false),
+            ("rare", 0, false),
+        ] {
+            let accept = |node: u32| !odd_only || node % 2 == 1;
+            let got = keyword_search(&index, &lists, 1, question, k, &accept).unwrap();
+            // The tally: every chunk's score summed in the question's word order, all sorted.
+            let mut tally: BTreeMap<u32, f64> = BTreeMap::new();
+            for term in bm25::terms(question) {
+                let postings = lists.postings(1, &term).unwrap();
+                for p in &postings {
+                    *tally.entry(p.node).or_insert(0.0) += corpus
+                        .weight(postings.len() as u64)
+                        .score(p.count, p.length);
+                }
+            }
+            let mut expected: Vec<(u32, f64)> = tally
+                .into_iter()
+                .filter(|(node, score)| *score > 0.0 && accept(*node) && index.graph.is_live(*node))
+                .collect();
+            expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            expected.truncate(k);
+            assert_eq!(got, expected, "{question}");
+        }
+    }
 
     #[test]
     fn postings_round_trip_and_refuse_damage() {
