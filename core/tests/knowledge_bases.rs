@@ -3,9 +3,9 @@
 //! words are near and the expected ranking of a small corpus is known; words holding digits
 //! (identifiers such as `E1234`) mean nothing to it, as codes mean little to a real embedding
 //! model, which is what keyword search is for. A text holding `EMBEDFAIL` makes the server
-//! answer 500, one holding `SLOWLY` makes it take 150 ms. The same server answers chat completions from a script (for agents), scores
-//! chunks as a reranker (90 for a chunk mentioning tails, 20 otherwise) and records every
-//! chat request.
+//! answer 500, one holding `SLOWLY` makes it take 150 ms. The same server answers chat
+//! completions from a script (for agents), scores chunks as a reranker (90 for a chunk
+//! mentioning tails, 20 otherwise) and records every chat request.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

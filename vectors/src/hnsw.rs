@@ -385,14 +385,7 @@ impl Graph {
                 .chain(new.iter().map(|n| n.node))
                 .collect();
         }
-        let base = self.vector(to);
-        let mut candidates: Vec<Neighbour> = links
-            .iter()
-            .map(|&n| Neighbour {
-                distance: 1.0 - dot(base, self.vector(n)),
-                node: n,
-            })
-            .collect();
+        let mut candidates = self.linked(to, links);
         candidates.extend_from_slice(new);
         self.select(to, &candidates, capacity)
             .iter()
@@ -513,6 +506,18 @@ impl Graph {
         }
     }
 
+    /// The nodes of `links` with their distances to `to`.
+    fn linked(&self, to: u32, links: &[u32]) -> Vec<Neighbour> {
+        let base = self.vector(to);
+        links
+            .iter()
+            .map(|&n| Neighbour {
+                distance: 1.0 - dot(base, self.vector(n)),
+                node: n,
+            })
+            .collect()
+    }
+
     /// Adds `node` (at `distance`) to the links of `to` on `level`, keeping the best when full.
     fn connect(&mut self, to: u32, node: u32, distance: f32, level: u8) {
         let capacity = self.capacity(level);
@@ -523,14 +528,7 @@ impl Graph {
             self.set_links(to, level, &grown);
             return;
         }
-        let base = self.vector(to);
-        let mut candidates: Vec<Neighbour> = links
-            .iter()
-            .map(|&n| Neighbour {
-                distance: 1.0 - dot(base, self.vector(n)),
-                node: n,
-            })
-            .collect();
+        let mut candidates = self.linked(to, links);
         candidates.push(Neighbour { distance, node });
         let kept: Vec<u32> = self
             .select(to, &candidates, capacity)

@@ -68,8 +68,8 @@ impl Mind {
     }
 
     /// The unsaved agent that answers for this mind: its model, its datasources' tables, its
-    /// knowledge bases and its prompt template. Its queries run with `project` (the tenant's default) as the
-    /// current database.
+    /// knowledge bases and its prompt template. Its queries run with `project` (the tenant's
+    /// default) as the current database.
     pub(crate) fn agent(&self, project: &str) -> Agent {
         let tables: Vec<Value> = self
             .datasources

@@ -1,10 +1,10 @@
 //! How texts become vectors: OpenAI's `/embeddings` wire protocol over reqwest, as OpenAI,
 //! Ollama, vLLM and llama.cpp servers speak it, or a model run in process (`provider =
-//! "local"`, see `sentence_models`). Texts go out in batches of `embedding.batch_size`, vectors
-//! come back in the order of the texts. As for chat calls, every request has a deadline, goes through the
-//! egress policy and reads at most `embedding.max_reply_kb`; a reply with the wrong number of
-//! vectors, vectors of differing or excessive dimension, or non-finite numbers is refused,
-//! never stored. Vectors are returned L2-normalised, so cosine distance is one minus a dot
+//! "local"`, see `sentence_models`). Texts go out in batches of `embedding.batch_size`,
+//! vectors come back in the order of the texts. As for chat calls, every request has a
+//! deadline, goes through the egress policy and reads at most `embedding.max_reply_kb`; a reply
+//! with the wrong number of vectors, vectors of differing or excessive dimension, or
+//! non-finite numbers is refused, never stored. Vectors are returned L2-normalised, so cosine distance is one minus a dot
 //! product.
 
 use std::time::Duration;

@@ -135,7 +135,10 @@ impl<'a> Tensors<'a> {
             .entries
             .get(name)
             .ok_or_else(|| Error::Invalid(format!("the model's weights lack {name} (F32)")))?;
-        if stored != shape || to - from != shape.iter().product::<usize>() * 4 {
+        let bytes = shape
+            .iter()
+            .try_fold(4usize, |bytes, d| bytes.checked_mul(*d));
+        if stored != shape || bytes != Some(to - from) {
             return Err(Error::Invalid(format!(
                 "the model's tensor {name} has shape {stored:?}, the config asks for {shape:?}"
             )));
@@ -189,10 +192,12 @@ impl Bert {
         }
         let tensors = Tensors::parse(weights)?;
         let (vocabulary, stored) = match tensors.entries.get("embeddings.word_embeddings.weight") {
-            Some((shape, ..)) if shape.len() == 2 && shape[1] == h => (shape[0], shape.clone()),
+            Some((shape, ..)) if shape.len() == 2 && shape[0] > 0 && shape[1] == h => {
+                (shape[0], shape.clone())
+            }
             _ => {
                 return Err(Error::Invalid(format!(
-                    "the model's weights lack embeddings.word_embeddings.weight of width {h}"
+                    "the model's weights lack embeddings.word_embeddings.weight of width {h} and at least one word"
                 )))
             }
         };
@@ -251,7 +256,7 @@ impl Bert {
     }
 
     /// The last layer's state of each of `ids` (one sequence, every token attended), row by
-    /// row. Ids outside the vocabulary are read as 0; at most [`Bert::max_tokens`] are used.
+    /// row. Ids past the vocabulary are read as its last; at most [`Bert::max_tokens`] are used.
     pub fn encode(&self, ids: &[u32]) -> Vec<f32> {
         let h = self.config.hidden_size;
         let ids = &ids[..ids.len().min(self.max_tokens())];
@@ -372,4 +377,74 @@ fn linear(layer: &Linear, x: &[f32], n: usize) -> Vec<f32> {
 /// GELU in its exact form: x · Φ(x).
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A safetensors file of `tensors` (name, shape), every value `0.5`.
+    fn safetensors(tensors: &[(&str, Vec<usize>)]) -> Vec<u8> {
+        let mut header = serde_json::Map::new();
+        let mut at = 0usize;
+        for (name, shape) in tensors {
+            let bytes = shape.iter().product::<usize>() * 4;
+            header.insert(
+                name.to_string(),
+                serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [at, at + bytes]}),
+            );
+            at += bytes;
+        }
+        let header = serde_json::Value::Object(header).to_string();
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(header.as_bytes());
+        for _ in 0..at / 4 {
+            file.extend_from_slice(&0.5f32.to_le_bytes());
+        }
+        file
+    }
+
+    fn config() -> BertConfig {
+        serde_json::from_str(
+            r#"{"hidden_size": 4, "num_hidden_layers": 0, "num_attention_heads": 1,
+                "intermediate_size": 4, "max_position_embeddings": 4}"#,
+        )
+        .unwrap()
+    }
+
+    fn tensors(words: Vec<usize>) -> Vec<(&'static str, Vec<usize>)> {
+        vec![
+            ("embeddings.word_embeddings.weight", words),
+            ("embeddings.position_embeddings.weight", vec![4, 4]),
+            ("embeddings.LayerNorm.weight", vec![4]),
+            ("embeddings.LayerNorm.bias", vec![4]),
+        ]
+    }
+
+    #[test]
+    fn a_small_model_encodes_and_damaged_weights_are_errors_not_panics() {
+        let model = Bert::load(config(), &safetensors(&tensors(vec![3, 4]))).unwrap();
+        // Ids past the vocabulary and tokens past the positions are clamped, not read past.
+        assert_eq!(model.encode(&[0, 2, 99, 1, 1, 1]).len(), 4 * 4);
+        let error = |file: &[u8]| match Bert::load(config(), file) {
+            Ok(_) => panic!("damaged weights were accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(error(b"short").contains("not a safetensors file"));
+        let mut past = safetensors(&tensors(vec![3, 4]));
+        past[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(error(&past).contains("runs past the end"));
+        assert!(error(&safetensors(&tensors(vec![0, 4]))).contains("at least one word"));
+        // A shape whose size overflows: named, not multiplied into a wrapped size.
+        let mut huge = safetensors(&tensors(vec![3, 4]));
+        let text = String::from_utf8_lossy(&huge).replace("[3,4]", "[4611686018427387904,4]");
+        huge = text.into_bytes();
+        let header = huge.len() - 8 - (3 * 4 + 16 + 4 + 4) * 4;
+        huge[..8].copy_from_slice(&(header as u64).to_le_bytes());
+        assert!(error(&huge).contains("has shape"), "{}", error(&huge));
+        let mut config = config();
+        config.hidden_act = "relu".into();
+        assert!(Bert::load(config, &safetensors(&tensors(vec![3, 4])))
+            .is_err_and(|e| e.to_string().contains("relu")));
+    }
 }
