@@ -1,16 +1,19 @@
 //! Who may start what, now: a user's plan caps the statements it has running and the models it
-//! has training at once (the local tenant has no cap), and callers without credentials are
-//! rate-limited by a key the front chooses (the HTTP server uses the client's address). Counts
-//! live in memory: they describe work in flight in this process, which a restart ends.
+//! has training at once (the local tenant has no cap) and the memory they hold together (the
+//! user's memory account, the parent of its statements' accounts), and callers without
+//! credentials are rate-limited by a key the front chooses (the HTTP server uses the client's
+//! address). Counts live in memory: they describe work in flight in this process, which a
+//! restart ends.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::config::HostedConfig;
 use crate::error::{Error, Result};
+use crate::memory::Account;
 use crate::tenant::TenantId;
 
 /// What a user has running.
@@ -36,6 +39,8 @@ impl Work {
 pub(crate) struct Admission {
     hosted: HostedConfig,
     running: Mutex<HashMap<(u64, Work), u64>>,
+    /// Each user's memory account, open while any of its statements holds it.
+    memory: Mutex<HashMap<u64, Weak<Account>>>,
     unauthenticated: RateLimiter,
 }
 
@@ -63,6 +68,7 @@ impl Admission {
         Admission {
             hosted: hosted.clone(),
             running: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
             unauthenticated: RateLimiter::new(unauthenticated_per_minute),
         }
     }
@@ -105,6 +111,27 @@ impl Admission {
             admission: Arc::clone(self),
             key,
         })
+    }
+
+    /// The memory account `tenant`'s statements share, limited by its plan's `max_memory_mb`;
+    /// `None` without a plan (the local tenant) or a cap.
+    pub(crate) fn tenant_memory(
+        &self,
+        tenant: TenantId,
+        plan: Option<&str>,
+    ) -> Option<Arc<Account>> {
+        let limit = self.hosted.plans.get(plan?)?.max_memory_mb;
+        if limit == 0 {
+            return None;
+        }
+        let mut accounts = self.memory.lock();
+        if let Some(account) = accounts.get(&tenant.0).and_then(Weak::upgrade) {
+            return Some(account);
+        }
+        accounts.retain(|_, account| account.strong_count() > 0);
+        let account = Arc::new(Account::open(Some(limit.saturating_mul(1 << 20)), None)?);
+        accounts.insert(tenant.0, Arc::downgrade(&account));
+        Some(account)
     }
 
     /// Counts a request without valid credentials from `client`; over

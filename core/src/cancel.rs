@@ -1,12 +1,17 @@
 //! How statements stop before they finish: at their deadline (`query.statement_timeout_secs`,
 //! or less if the request asks), when the handle that started them is interrupted
 //! ([`Engine::interrupt`](crate::Engine::interrupt), what C's `mindlite_interrupt` and Python's
-//! `Connection.interrupt()` call), or when their caller stops waiting (the future or the result
-//! stream is dropped, which drops the plan and its tasks). A stopped statement's result ends
-//! with an error that says which; a write stopped before its commit writes nothing.
+//! `Connection.interrupt()` call), when they go over a memory budget (their own, their user's,
+//! or the process's; see `memory`), or when their caller stops waiting (the future or the result
+//! stream is dropped, which drops the plan and its tasks and closes the statement's account, so
+//! blocking work still running for it stops at its next [`check`]). A stopped statement's result
+//! ends with an error that says which; a write stopped before its commit writes nothing, and
+//! a commit under way finishes before the statement can be stopped, so what is reported is what
+//! happened.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::admission::Ticket;
 use crate::error::{Error, ErrorKind};
+use crate::memory::{self, Account, InScope, Stop, Tag};
 
 /// The interrupt switch of one handle and its clones.
 #[derive(Debug, Clone)]
@@ -51,28 +57,49 @@ impl Interrupts {
     }
 }
 
-/// What stops one statement: its deadline (if any) and its handle's interrupts.
+/// What stops one statement: its deadline (if any), its handle's interrupts, and its memory
+/// account (which also carries the stop to blocking work, see [`check`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Control {
     deadline: Option<(Instant, Duration)>,
     interrupts: Interrupts,
     /// The interrupts there had been when the statement started: a later one stops it.
     generation: u64,
+    /// The statement's account; `None` only when every account slot is taken.
+    account: Option<Arc<Account>>,
 }
 
 impl Control {
     /// A statement allowed `limit` (the configured one, or a request's smaller one), stopped
-    /// by `interrupts`.
+    /// by `interrupts`, with an account of its own without a memory limit (see
+    /// [`Control::with_memory`]).
     pub(crate) fn new(limit: Option<Duration>, interrupts: &Interrupts) -> Control {
         Control {
             deadline: limit.map(|limit| (Instant::now() + limit, limit)),
             interrupts: interrupts.clone(),
             generation: interrupts.generation(),
+            account: Account::open(None, None).map(Arc::new),
         }
     }
 
-    /// Completes with the reason when the statement must stop.
-    fn stopped(&self) -> Pin<Box<dyn Future<Output = Error> + Send>> {
+    /// This control with a memory budget: at most `limit` bytes for the statement, counted
+    /// also toward `parent` (its user's account).
+    pub(crate) fn with_memory(
+        mut self,
+        limit: Option<u64>,
+        parent: Option<Arc<Account>>,
+    ) -> Control {
+        self.account = Account::open(limit, parent).map(Arc::new);
+        self
+    }
+
+    /// What the statement's allocations carry.
+    pub(crate) fn tag(&self) -> Tag {
+        self.account.as_ref().map_or(Tag::NONE, |a| a.tag())
+    }
+
+    /// Completes with the reason when the deadline passes or the handle is interrupted.
+    fn stopped(&self) -> Pin<Box<dyn Future<Output = (Stop, Error)> + Send>> {
         let interrupted = self.interrupts.signal(self.generation);
         let deadline = self.deadline;
         Box::pin(async move {
@@ -83,26 +110,53 @@ impl Control {
                 }
             };
             tokio::select! {
-                _ = expired => timed_out(deadline.map(|(_, limit)| limit).unwrap_or_default()),
-                _ = interrupted => interrupted_error(),
+                _ = expired => (
+                    Stop::Deadline,
+                    timed_out(deadline.map(|(_, limit)| limit).unwrap_or_default()),
+                ),
+                _ = interrupted => (Stop::Interrupted, interrupted_error()),
             }
         })
     }
 
-    /// Runs `work` until it finishes or the statement must stop; stopping drops `work`.
+    /// The error for the reason the account was stopped with, if it was.
+    fn account_stop(&self) -> Option<Error> {
+        let account = self.account.as_ref()?;
+        account
+            .stopped()
+            .map(|stop| stop_error(stop, Some(account)))
+    }
+
+    /// Runs `work` for the statement (its account current around every poll, and in the tasks
+    /// it spawns) until it finishes or the statement must stop; stopping drops `work`, unless
+    /// a commit is under way, which is waited for.
     pub(crate) async fn run<T>(
         &self,
         work: impl Future<Output = crate::error::Result<T>>,
     ) -> crate::error::Result<T> {
         let stopped = self.stopped();
+        let work = Checked {
+            inner: InScope::new(self.tag(), Box::pin(work)),
+            control: self,
+        };
+        tokio::pin!(work);
         tokio::select! {
-            done = work => done,
-            reason = stopped => Err(reason),
+            done = &mut work => done,
+            (stop, reason) = stopped => match &self.account {
+                Some(account) if !account.stop(stop) => match self.account_stop() {
+                    // Stopped already (a memory budget): that is the reason.
+                    Some(earlier) => Err(earlier),
+                    // Committing: what it commits is what happened.
+                    None => work.await,
+                },
+                _ => Err(reason),
+            },
         }
     }
 
-    /// `stream` that ends with the reason when the statement must stop, holding `ticket` (the
-    /// statement's place among its user's running ones) until it ends or is dropped.
+    /// `stream` that ends with the reason when the statement must stop, polled for its
+    /// account, holding `ticket` (the statement's place among its user's running ones) until
+    /// it ends or is dropped.
     pub(crate) fn guard(
         &self,
         stream: SendableRecordBatchStream,
@@ -112,12 +166,103 @@ impl Control {
         Box::pin(RecordBatchStreamAdapter::new(
             schema,
             Guarded {
-                inner: Some(stream),
+                inner: Some(InScope::new(self.tag(), stream)),
                 stopped: self.stopped(),
+                control: self.clone(),
                 ticket,
             },
         ))
     }
+}
+
+/// A statement's future that ends with the stop's error as soon as its account is stopped
+/// (over a memory budget, say) after one of its polls.
+struct Checked<'c, F> {
+    inner: F,
+    control: &'c Control,
+}
+
+impl<F: Future<Output = crate::error::Result<T>> + Unpin, T> Future for Checked<'_, F> {
+    type Output = crate::error::Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let polled = self.inner.poll_unpin(cx);
+        if polled.is_pending() {
+            if let Some(error) = self.control.account_stop() {
+                return Poll::Ready(Err(error));
+            }
+        }
+        polled
+    }
+}
+
+/// Fails when the work on this thread must stop: the check that blocking work (writes,
+/// training, chunking, decoding, index builds) makes in its loops.
+pub(crate) fn check() -> crate::error::Result<()> {
+    match memory::current_stop() {
+        Some(stop) => Err(stop_error(stop, None)),
+        None => Ok(()),
+    }
+}
+
+/// Begins a commit for the work on this thread: fails (and nothing may be committed) when
+/// its statement was stopped; otherwise the statement cannot be stopped until the returned
+/// guard is dropped, after the commit.
+pub(crate) fn begin_commit() -> crate::error::Result<Committing> {
+    let tag = memory::current();
+    match memory::begin_commit(tag) {
+        Ok(()) => Ok(Committing { tag }),
+        Err(Stop::Cancelled) => Err(cancelled()),
+        Err(stop) => Err(stop_error(stop, None)),
+    }
+}
+
+/// A commit under way, see [`begin_commit`].
+pub(crate) struct Committing {
+    tag: Tag,
+}
+
+impl Drop for Committing {
+    fn drop(&mut self) {
+        memory::end_commit(self.tag);
+    }
+}
+
+/// What a statement stopped for `stop` is told; `account` gives the limit to name.
+fn stop_error(stop: Stop, account: Option<&Account>) -> Error {
+    let mib = |bytes: Option<u64>| bytes.map_or(String::new(), |b| format!(" = {} MiB", b >> 20));
+    let own_limit = account.and_then(Account::limit);
+    match stop {
+        Stop::Deadline => Error::new(
+            ErrorKind::Unavailable,
+            "The statement was stopped at its time limit (query.statement_timeout_secs, or the request's 'timeout')",
+        ),
+        Stop::Interrupted => interrupted_error(),
+        Stop::Cancelled => cancelled(),
+        Stop::OverLimit => Error::invalid(format!(
+            "The statement needed more memory than one statement may use (query.statement_memory_mb{}); it was stopped and wrote nothing",
+            mib(own_limit)
+        )),
+        Stop::ParentOverLimit => Error::quota_exceeded(
+            "This user's statements together needed more memory than the plan allows (max_memory_mb); the statement was stopped and wrote nothing",
+            Some(1),
+        ),
+        Stop::ProcessCeiling => Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "The server is low on memory (query.process_memory_mb{}); the statement was stopped and wrote nothing, try again shortly",
+                mib(memory::ceiling())
+            ),
+        ),
+    }
+}
+
+/// The error of a write whose statement was cancelled before it committed.
+pub(crate) fn cancelled() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "The statement was cancelled before it committed; nothing was written",
+    )
 }
 
 fn timed_out(limit: Duration) -> Error {
@@ -137,9 +282,21 @@ fn interrupted_error() -> Error {
 /// A result stream that stops early when its statement must.
 struct Guarded {
     /// `None` once ended: the plan (and its tasks) is dropped as soon as the result is over.
-    inner: Option<SendableRecordBatchStream>,
-    stopped: Pin<Box<dyn Future<Output = Error> + Send>>,
+    inner: Option<InScope<SendableRecordBatchStream>>,
+    stopped: Pin<Box<dyn Future<Output = (Stop, Error)> + Send>>,
+    /// Keeps the statement's account open while the result is read.
+    control: Control,
     ticket: Option<Ticket>,
+}
+
+impl Guarded {
+    fn end(&mut self, error: Error) -> Poll<Option<datafusion::error::Result<RecordBatch>>> {
+        self.inner = None;
+        self.ticket = None;
+        Poll::Ready(Some(Err(datafusion::error::DataFusionError::External(
+            Box::new(error),
+        ))))
+    }
 }
 
 impl Stream for Guarded {
@@ -155,12 +312,17 @@ impl Stream for Guarded {
             self.ticket = None;
             return Poll::Ready(None);
         }
-        if let Poll::Ready(reason) = self.stopped.poll_unpin(cx) {
-            self.inner = None;
-            self.ticket = None;
-            return Poll::Ready(Some(Err(datafusion::error::DataFusionError::External(
-                Box::new(reason),
-            ))));
+        if let Some(error) = self.control.account_stop() {
+            return self.end(error);
+        }
+        if let Poll::Ready((stop, reason)) = self.stopped.poll_unpin(cx) {
+            let error = match &self.control.account {
+                Some(account) if !account.stop(stop) => {
+                    self.control.account_stop().unwrap_or(reason)
+                }
+                _ => reason,
+            };
+            return self.end(error);
         }
         polled
     }

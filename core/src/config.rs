@@ -60,6 +60,13 @@ pub struct QueryConfig {
     /// (a large sort) and everyone else's short ones, instead of queueing them behind it; many
     /// more cost throughput and tail latency when the machine is busy (benches/hostile.sh).
     pub worker_threads: usize,
+    /// Items one select list may have (SQLite's default is 2,000): planning a select list takes
+    /// time that grows faster than its length.
+    pub max_columns: usize,
+    /// Threads that parse and plan statements (CPU work kept off the runtime's threads, which
+    /// serve connections); 0 means two per CPU core and at least 4. A user's statements take at
+    /// most half of them while others wait.
+    pub planning_threads: usize,
     /// Rows per record batch inside DataFusion.
     pub batch_size: usize,
     /// The project a query runs in when its context names none.
@@ -83,6 +90,16 @@ pub struct QueryConfig {
     /// Rows a write computes (CREATE TABLE AS, INSERT … SELECT, uploads) are staged before its
     /// short commit: in memory up to this many MiB, in a temporary file beyond.
     pub staging_memory_mb: u64,
+    /// Memory one statement may hold at once, in MiB: everything allocated while working for
+    /// it (operators, expression results, decoded files, training rows, parameter lists); over
+    /// it the statement fails and writes nothing. 0 is no limit of its own. Enforced where
+    /// `mindlite::TrackingAllocator` is the global allocator (the server, the C library and the
+    /// Python module install it). Default: none locally, 512 hosted.
+    pub statement_memory_mb: Option<u64>,
+    /// Memory the whole process may hold before the statement that allocates more is stopped,
+    /// in MiB; keeps what any caller does far from the kernel's out-of-memory killer. Default:
+    /// three quarters of the machine's memory (or of the container's limit).
+    pub process_memory_mb: Option<u64>,
 }
 
 impl Default for QueryConfig {
@@ -90,6 +107,8 @@ impl Default for QueryConfig {
         QueryConfig {
             target_partitions: 0,
             worker_threads: 0,
+            planning_threads: 0,
+            max_columns: 4096,
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
             memory_limit_mb: None,
@@ -98,6 +117,8 @@ impl Default for QueryConfig {
             max_document_mb: None,
             max_spill_mb: None,
             staging_memory_mb: 64,
+            statement_memory_mb: None,
+            process_memory_mb: None,
         }
     }
 }
@@ -305,6 +326,9 @@ pub struct PlanConfig {
     pub max_callbacks: u64,
     /// Deliveries waiting to be sent for one user; events beyond it are logged as not queued.
     pub max_pending_deliveries: u64,
+    /// Memory a user's running statements may hold together, in MiB (each also within
+    /// `query.statement_memory_mb`); over it the statement that allocates fails. 0 is no cap.
+    pub max_memory_mb: u64,
 }
 
 impl Default for PlanConfig {
@@ -320,6 +344,7 @@ impl Default for PlanConfig {
             max_running_trainings: 1,
             max_callbacks: 10,
             max_pending_deliveries: 100,
+            max_memory_mb: 512,
         }
     }
 }
@@ -350,6 +375,7 @@ impl Default for HostedConfig {
             max_running_trainings: 4,
             max_callbacks: 100,
             max_pending_deliveries: 1_000,
+            max_memory_mb: 4096,
         };
         HostedConfig {
             default_plan: "free".to_string(),
@@ -618,6 +644,17 @@ impl Config {
         }
     }
 
+    /// Threads of the planning pool (`query.planning_threads`).
+    pub fn planning_threads(&self) -> usize {
+        match self.query.planning_threads {
+            0 => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (2 * cores).max(4)
+            }
+            n => n,
+        }
+    }
+
     /// The largest JSON document a result may become (`query.max_document_mb`), in bytes.
     pub fn max_document_bytes(&self) -> u64 {
         mib(self.or_edition(self.query.max_document_mb, 1024, 64))
@@ -646,6 +683,23 @@ impl Config {
     /// Bytes of request bodies the HTTP server holds at once (`http.max_buffered_body_mb`).
     pub fn max_buffered_body_bytes(&self) -> u64 {
         mib(self.or_edition(self.http.max_buffered_body_mb, 256, 128))
+    }
+
+    /// Memory one statement may hold (`query.statement_memory_mb`), in bytes; `None` for no
+    /// limit of its own.
+    pub fn statement_memory_bytes(&self) -> Option<u64> {
+        let limit = self.or_edition(self.query.statement_memory_mb, 0, 512);
+        (limit > 0).then(|| mib(limit))
+    }
+
+    /// Memory the process may hold before statements that allocate are stopped
+    /// (`query.process_memory_mb`), in bytes: by default three quarters of the memory the
+    /// process can have (the machine's, or its cgroup's limit when lower).
+    pub fn process_memory_bytes(&self) -> u64 {
+        match self.query.process_memory_mb {
+            Some(limit) if limit > 0 => mib(limit),
+            _ => available_memory() / 4 * 3,
+        }
     }
 
     /// Temporary-file space for all statements together (`query.max_spill_mb`), in bytes.
@@ -752,6 +806,33 @@ impl Config {
 
 fn mib(mb: u64) -> u64 {
     mb.saturating_mul(1024 * 1024)
+}
+
+/// The memory this process can have: the machine's (`/proc/meminfo`'s MemTotal), or its
+/// cgroup's limit when that is lower; 8 GiB where neither can be read.
+fn available_memory() -> u64 {
+    let machine = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        })
+        .unwrap_or(8 << 30);
+    // cgroup v2, then v1; "max" (or a huge v1 number) means no limit.
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| {
+        std::fs::read_to_string(path)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    });
+    cgroup.map_or(machine, |limit| limit.min(machine))
 }
 
 /// Finds the leaf named by `key`: a top-level key, or `<section>_<key>` for a nested one.

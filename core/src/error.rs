@@ -68,6 +68,15 @@ impl Subject {
     }
 }
 
+/// The text a panic was raised with.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
 /// `Result` with mindlite's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -18,9 +18,12 @@
 mod admission;
 mod bm25;
 mod cancel;
+mod capacity;
+mod compute;
 mod config;
 mod egress;
 mod error;
+mod memory;
 mod progress;
 mod spool;
 mod tenant;
@@ -64,6 +67,7 @@ pub use engine::reader::BlockingReader;
 pub use engine::status::{AuthStatus, Status};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
+pub use mindlite_memory::TrackingAllocator;
 pub use progress::{InsertProgress, ProgressCallback};
 pub use services::agent_loop::{AgentEvent, AgentStream, Answer};
 pub use services::chat::{ChatApi, ChatRequest, MindAnswer, MindStream};
@@ -74,6 +78,11 @@ pub use services::sql::{
     TypedParam,
 };
 pub use tenant::TenantId;
+
+// The unit tests run on the tracking allocator, as the server does.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: mindlite_memory::TrackingAllocator = mindlite_memory::TrackingAllocator;
 
 /// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.
 pub use datafusion::arrow;

@@ -84,6 +84,7 @@ impl Spool {
             }
             let number = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
             let length = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+            // bounded: a record of our own staging file, written from a batch in memory
             let mut bytes = vec![0u8; usize::try_from(length).map_err(|_| corrupt())?];
             reader.read_exact(&mut bytes).map_err(spill_error)?;
             take(number, bytes)?;

@@ -26,6 +26,11 @@ pub mod users;
 
 use std::ffi::{c_char, CString};
 
+/// The library's own allocations are counted toward the statements they are made for, so
+/// statements keep to their memory budgets; the host program's allocations are not affected.
+#[global_allocator]
+static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
+
 pub use boundary::Status;
 
 /// Success.

@@ -6,6 +6,11 @@ mod convert;
 mod database;
 mod query;
 
+/// The module's own allocations are counted toward the statements they are made for, so
+/// statements keep to their memory budgets; Python's allocations are not affected.
+#[global_allocator]
+static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
+
 use std::future::Future;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;

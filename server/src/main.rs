@@ -13,6 +13,12 @@ mod routes;
 mod users;
 
 use std::path::PathBuf;
+
+/// Every allocation counted toward the statement it is made for, so statements, users and the
+/// process keep to their memory budgets (`query.statement_memory_mb`, plans' `max_memory_mb`,
+/// `query.process_memory_mb`).
+#[global_allocator]
+static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

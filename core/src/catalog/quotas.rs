@@ -256,7 +256,8 @@ impl Drop for Question {
         // A refund that cannot be written (no runtime, a failed write) leaves the question
         // counted: the safe side.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
+            // Not the question's statement's: that one is ending, and could not commit.
+            crate::memory::spawn_detached(&handle, async move {
                 let _ = store.write(move |txn| refund(txn, reservation)).await;
             });
         }

@@ -21,7 +21,6 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
-use crate::admission::Work;
 use crate::cancel::{Control, Interrupts};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::auth::{self, LoginToken};
@@ -30,7 +29,7 @@ use crate::catalog::projects::{self, Project};
 use crate::catalog::tables;
 use crate::config::Config;
 use crate::engine::status::Status;
-use crate::error::{Error, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::services::agent_loop::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::services::files::{FileFormat, FileInfo};
 use crate::services::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
@@ -85,6 +84,7 @@ pub(crate) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.sql.compute.close();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -186,10 +186,18 @@ impl Engine {
             &config.hosted,
             &sql.net.egress,
         )?;
+        crate::memory::set_ceiling(Some(config.process_memory_bytes()));
+        crate::memory::propagate_into_datafusion();
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads())
+            // Statements nest up to 1,000 deep, and their expressions are evaluated and their
+            // trees dropped recursively on these threads (8 MiB, as a main thread has).
+            .thread_stack_size(8 << 20)
+            // Blocking work (writes, searches) waits on the writer lock or the disk; more
+            // threads than this would only queue there, and each reserves its stack.
+            .max_blocking_threads(64)
             .thread_name("mindlite")
             .on_thread_start(move || RUNTIME_OF.with(|of| of.set(id)))
             .enable_all()
@@ -243,7 +251,7 @@ impl Engine {
                 .await
                 .map_err(|panic| panic_message(&*panic))
         } else {
-            let mut task = AbortOnDrop(self.inner.handle.spawn(run));
+            let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, run));
             (&mut task.0).await.map_err(|e| e.to_string())
         };
         joined.unwrap_or_else(|e| {
@@ -261,10 +269,11 @@ impl Engine {
         control: Control,
     ) -> QueryResult {
         let context = inner.sql.request_context(&request);
-        let ticket = match inner.sql.admit(tenant, Work::Statement) {
-            Ok(ticket) => ticket,
+        let (ticket, tenant_memory) = match inner.sql.admit_statement(tenant) {
+            Ok(admitted) => admitted,
             Err(e) => return QueryResult::failed(context, e),
         };
+        let control = control.with_memory(inner.config.statement_memory_bytes(), tenant_memory);
         let ran = control
             .run(async { Ok(inner.sql.run(tenant, &request).await) })
             .await;
@@ -354,16 +363,14 @@ impl Engine {
         }
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let (db, table) = (db.map(str::to_string), table.to_string());
-        self.inner
-            .handle
-            .spawn(async move {
-                inner
-                    .sql
-                    .load(tenant, db.as_deref(), &table, schema, batches, mode)
-                    .await
-            })
-            .await
-            .map_err(|e| Error::internal(format!("load task failed: {e}")))?
+        crate::memory::spawn_on(&self.inner.handle, async move {
+            inner
+                .sql
+                .load(tenant, db.as_deref(), &table, schema, batches, mode)
+                .await
+        })
+        .await
+        .map_err(|e| Error::internal(format!("load task failed: {e}")))?
     }
 
     /// [`Engine::sql`] for callers outside async code.
@@ -545,7 +552,7 @@ impl Engine {
         };
         // Aborted when the caller stops waiting (a dropped request, Ctrl-C in Python), so a
         // question nobody waits for stops calling the provider.
-        let mut task = AbortOnDrop(self.inner.handle.spawn(task));
+        let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, task));
         (&mut task.0)
             .await
             .map_err(|e| Error::internal(format!("agent task failed: {e}")))?
@@ -576,7 +583,7 @@ impl Engine {
         let question = self.take_question().await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(agent_loop::EVENT_BUFFER);
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
-        let task = self.inner.handle.spawn(async move {
+        let task = crate::memory::spawn_on(&self.inner.handle, async move {
             let answer = Asker::new(&inner.sql, &inner.config, tenant)
                 .answer_counted(question, &agent, messages, Some(&sender))
                 .await;
@@ -618,17 +625,15 @@ impl Engine {
         self.get_project(project)?;
         let inner = Arc::clone(&self.inner);
         let (project, statement) = (project.to_string(), statement.to_string());
-        self.inner
-            .handle
-            .spawn(async move {
-                inner
-                    .sql
-                    .create_model_from_sql(tenant, &project, &statement)
-                    .await
-            })
-            .await
-            .map_err(|e| Error::internal(format!("model task failed: {e}")))?
-            .map(Model)
+        crate::memory::spawn_on(&self.inner.handle, async move {
+            inner
+                .sql
+                .create_model_from_sql(tenant, &project, &statement)
+                .await
+        })
+        .await
+        .map_err(|e| Error::internal(format!("model task failed: {e}")))?
+        .map(Model)
     }
 
     /// Adds a version of a model, trained from `query` (a SELECT run in `data_db`, the project
@@ -658,17 +663,15 @@ impl Engine {
         };
         let inner = Arc::clone(&self.inner);
         let (project, name) = (project.to_ascii_lowercase(), name.to_string());
-        self.inner
-            .handle
-            .spawn(async move {
-                inner
-                    .sql
-                    .retrain_model(tenant, project, name, from, Default::default())
-                    .await
-            })
-            .await
-            .map_err(|e| Error::internal(format!("model task failed: {e}")))?
-            .map(Model)
+        crate::memory::spawn_on(&self.inner.handle, async move {
+            inner
+                .sql
+                .retrain_model(tenant, project, name, from, Default::default())
+                .await
+        })
+        .await
+        .map_err(|e| Error::internal(format!("model task failed: {e}")))?
+        .map(Model)
     }
 
     /// Makes a complete version of a model the active one (the one predictions use).
@@ -711,7 +714,7 @@ impl Engine {
         let (name, file_name) = (name.to_string(), file_name.map(str::to_string));
         // Aborted when the caller stops waiting, so an abandoned upload stops being read (once
         // its transaction is committing, it completes).
-        let mut task = AbortOnDrop(self.inner.handle.spawn(async move {
+        let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, async move {
             inner
                 .sql
                 .upload_file(tenant, &name, bytes, format, file_name)
@@ -750,11 +753,9 @@ impl Engine {
         let (inner, rows) = (Arc::clone(&self.inner), rows.clone());
         // On the engine's runtime: provider calls need its reactor whatever runtime awaits this.
         // Aborted when the caller stops waiting, so nobody's prediction keeps calling a provider.
-        let mut task = AbortOnDrop(
-            self.inner
-                .handle
-                .spawn(async move { inner.sql.predict_rows(tenant, &model.0, &rows).await }),
-        );
+        let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, async move {
+            inner.sql.predict_rows(tenant, &model.0, &rows).await
+        }));
         (&mut task.0)
             .await
             .map_err(|e| Error::internal(format!("prediction task failed: {e}")))?
@@ -782,7 +783,7 @@ impl Engine {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.inner.handle.spawn(future)
+        crate::memory::spawn_on(&self.inner.handle, future)
     }
 
     /// Drives `future` to completion on the engine's runtime, blocking this thread. For the
@@ -868,13 +869,4 @@ where
             }
         }
     }
-}
-
-/// The text a panic was raised with.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string())
 }

@@ -83,7 +83,7 @@ impl Worker {
 
     /// Starts the worker on `handle`'s runtime.
     pub(crate) fn start(self, handle: &tokio::runtime::Handle) {
-        handle.spawn(self.run());
+        crate::memory::spawn_detached(handle, self.run());
     }
 
     async fn run(self) {
@@ -215,7 +215,7 @@ impl Worker {
                 Arc::clone(&self.in_flight),
                 Arc::clone(&self.per_tenant),
             );
-            tokio::spawn(async move {
+            crate::memory::spawn_detached(&tokio::runtime::Handle::current(), async move {
                 // Still pending as read, and its callback still there? A delete may have
                 // landed since the snapshot.
                 if still_due(&store, seq, &pending) {

@@ -76,17 +76,14 @@ pub(crate) struct WriteGuard {
 }
 
 impl WriteGuard {
-    /// Fails when the write was cancelled, so a long write stops early.
-    pub(crate) fn check_cancelled(&self) -> Result<()> {
+    /// Commits the transaction durably, unless the write was cancelled or its statement was
+    /// stopped (then it aborts and nothing is written). Once the commit begins, the statement
+    /// can no longer be stopped, so a statement reported stopped never committed.
+    pub(crate) fn commit(self) -> Result<()> {
         if self.cancelled.is_cancelled() {
             return Err(cancelled());
         }
-        Ok(())
-    }
-
-    /// Commits the transaction durably, unless the write was cancelled (then it aborts).
-    pub(crate) fn commit(self) -> Result<()> {
-        self.check_cancelled()?;
+        let _committing = crate::cancel::begin_commit()?;
         self.txn.commit()?;
         self.commits.fetch_add(1, Ordering::SeqCst);
         self.committed.notify_one();
@@ -94,13 +91,7 @@ impl WriteGuard {
     }
 }
 
-/// The error of a write whose statement was cancelled before it committed.
-pub(crate) fn cancelled() -> Error {
-    Error::new(
-        ErrorKind::Unavailable,
-        "The statement was cancelled before it committed; nothing was written",
-    )
-}
+pub(crate) use crate::cancel::cancelled;
 
 impl Store {
     /// Opens (or creates) the redb file at `path`.
@@ -348,7 +339,8 @@ impl Store {
         f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let store = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
+        crate::memory::spawn_blocking(move || {
+            crate::cancel::check()?;
             let guard = store.begin_write(lock)?;
             let out = f(&guard.txn)?;
             guard.commit()?;

@@ -12,6 +12,10 @@ use std::process::ExitCode;
 use mindlite::arrow::util::pretty::pretty_format_batches_with_schema;
 use mindlite::{Config, Engine, Outcome, QueryRequest, WireFormat, WireStream};
 
+/// Statements keep to their memory budgets, as in the server.
+#[global_allocator]
+static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
+
 const USAGE: &str =
     "usage: mindlite-shell [--config FILE] [--format table|json|jsonlines|sse] [PATH] [SQL ...]
 Opens PATH (default: the config's storage.path, ./mindlite-data/mindlite.redb) and runs each SQL

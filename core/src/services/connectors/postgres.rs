@@ -231,7 +231,7 @@ impl Settings {
             .connect_raw(metered, NoTls)
             .await
             .map_err(|e| self.connect_error(&e, received))?;
-        tokio::spawn(async move {
+        crate::memory::spawn(async move {
             let _ = connection.await;
         });
         Ok(client)
@@ -276,7 +276,7 @@ impl Settings {
             return;
         };
         let settings = self.clone();
-        runtime.spawn(async move {
+        crate::memory::spawn_detached(&runtime, async move {
             if settings.host.starts_with('/') {
                 if let Ok(stream) = settings.unix_socket().await {
                     let _ = token.cancel_query_raw(stream, NoTls).await;
@@ -627,6 +627,7 @@ pub(crate) fn read_rows(
                 State::Reading(open) => open,
                 State::Done => return Ok(None),
             };
+            // bounded: at most 1,024
             let mut chunk = Vec::with_capacity(batch_size.min(1024));
             let start = open.received.bytes();
             while chunk.len() < batch_size && open.received.bytes() - start < BATCH_BYTES {
@@ -798,6 +799,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 
 /// Decodes rows into one batch of `schema`.
 fn decode(schema: &SchemaRef, kinds: &[Kind], rows: &[tokio_postgres::Row]) -> Result<RecordBatch> {
+    // bounded: one per column of the result
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(kinds.len());
     for (i, kind) in kinds.iter().enumerate() {
         let mut builder = Builder::new(*kind, rows.len());
@@ -850,30 +852,44 @@ enum Builder {
 }
 
 impl Builder {
+    /// A builder for `rows` values, rows already received (each within
+    /// `datasources.max_message_mb`), so every capacity below is bounded by memory in use.
     fn new(kind: Kind, rows: usize) -> Builder {
         match kind {
+            // bounded: rows already received
             Kind::Bool => Builder::Bool(BooleanBuilder::with_capacity(rows)),
+            // bounded: rows already received
             Kind::Int16 => Builder::Int16(Int16Builder::with_capacity(rows)),
+            // bounded: rows already received
             Kind::Int32 => Builder::Int32(Int32Builder::with_capacity(rows)),
+            // bounded: rows already received
             Kind::Int64 | Kind::Oid => Builder::Int64(Int64Builder::with_capacity(rows), kind),
+            // bounded: rows already received
             Kind::Float32 => Builder::Float32(Float32Builder::with_capacity(rows)),
             Kind::Float64 | Kind::Numeric => {
+                // bounded: rows already received
                 Builder::Float64(Float64Builder::with_capacity(rows), kind)
             }
             Kind::Decimal(p, s) => Builder::Decimal(
+                // bounded: rows already received
                 Decimal128Builder::with_capacity(rows)
                     .with_precision_and_scale(p, s)
                     .expect("precision 1..=38 and scale ≤ precision were checked"),
                 s,
             ),
             Kind::Text | Kind::Bpchar | Kind::Json | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
+                // bounded: rows already received
                 Builder::Text(StringBuilder::with_capacity(rows, rows * 16), kind)
             }
+            // bounded: rows already received
             Kind::Date => Builder::Date(Date32Builder::with_capacity(rows)),
+            // bounded: rows already received
             Kind::Timestamp => Builder::Timestamp(TimestampMicrosecondBuilder::with_capacity(rows)),
             Kind::TimestampTz => Builder::Timestamp(
+                // bounded: rows already received
                 TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("UTC"),
             ),
+            // bounded: rows already received
             Kind::Bytes => Builder::Bytes(BinaryBuilder::with_capacity(rows, rows * 16)),
         }
     }
@@ -1030,6 +1046,7 @@ impl Numeric {
             return None;
         }
         // Through text, so the double is the correctly rounded one.
+        // bounded: the digits of one received value (datasources.max_message_mb)
         let mut text = String::with_capacity(self.digits.len() * 4 + 8);
         if self.negative {
             text.push('-');

@@ -39,7 +39,8 @@ pub(crate) fn spawn(
     job: Job,
     ticket: Option<Ticket>,
 ) {
-    tokio::spawn(async move {
+    // Training outlives the statement that started it.
+    crate::memory::spawn_detached(&tokio::runtime::Handle::current(), async move {
         let _ticket = ticket;
         let done = match job {
             Job::Train(rows) => run(&store, tenant, &model, rows).await,
@@ -86,7 +87,7 @@ async fn run(
     drop(rows);
     let (target, for_training) = (model.predict.clone(), model.clone());
     let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
-    let trained = tokio::task::spawn_blocking(move || {
+    let trained = crate::memory::spawn_blocking(move || {
         let mut on_phase = |number: u32, name: &str| {
             // A version that is gone (dropped) stops training at the next phase; so does a
             // store that cannot record progress (the engine is closing), since it could not

@@ -1,0 +1,122 @@
+//! The engine's side of memory accounting (the allocator and the accounts are the
+//! `mindlite-memory` crate, built optimised in every profile): carrying the current account into
+//! the tasks and threads the engine starts ([`spawn`], [`spawn_on`], [`spawn_detached`],
+//! [`spawn_blocking`]) and into those DataFusion starts for a plan
+//! ([`propagate_into_datafusion`]). Every task the engine spawns goes through here, so no work
+//! escapes its statement's account.
+
+use std::future::Future;
+
+pub(crate) use mindlite_memory::{
+    begin_commit, ceiling, current, current_stop, end_commit, enter, installed, live_bytes,
+    remaining, set_ceiling, Account, InScope, Stop, Tag,
+};
+
+/// `tokio::spawn` for the current thread's account: the task works for it too. Every task
+/// the engine spawns goes through here (or [`spawn_blocking`]), so no work escapes its account.
+pub(crate) fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(InScope::new(current(), Box::pin(future)))
+}
+
+/// [`spawn`] on the runtime behind `handle`.
+pub(crate) fn spawn_on<F>(
+    handle: &tokio::runtime::Handle,
+    future: F,
+) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    handle.spawn(InScope::new(current(), Box::pin(future)))
+}
+
+/// A task that works for no statement (background work with a life of its own: deliveries,
+/// refunds, training with its own account), on the runtime behind `handle`.
+pub(crate) fn spawn_detached<F>(
+    handle: &tokio::runtime::Handle,
+    future: F,
+) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    handle.spawn(InScope::new(Tag::NONE, Box::pin(future)))
+}
+
+/// `tokio::task::spawn_blocking` for the current thread's account.
+pub(crate) fn spawn_blocking<F, T>(work: F) -> tokio::task::JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let tag = current();
+    tokio::task::spawn_blocking(move || {
+        let _entered = enter(tag);
+        work()
+    })
+}
+
+/// Carries the current account into the tasks DataFusion spawns for a plan (repartitions,
+/// spills, parallel file reads), through its `JoinSetTracer` hook. Idempotent; if another
+/// tracer was installed first, DataFusion's tasks run without accounts.
+pub(crate) fn propagate_into_datafusion() {
+    use datafusion::common::runtime::{set_join_set_tracer, JoinSetTracer};
+    use futures::future::BoxFuture;
+    use std::any::Any;
+
+    struct Propagate;
+
+    impl JoinSetTracer for Propagate {
+        fn trace_future(
+            &self,
+            fut: BoxFuture<'static, Box<dyn Any + Send>>,
+        ) -> BoxFuture<'static, Box<dyn Any + Send>> {
+            Box::pin(InScope::new(current(), fut))
+        }
+
+        fn trace_block(
+            &self,
+            f: Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>,
+        ) -> Box<dyn FnOnce() -> Box<dyn Any + Send> + Send> {
+            let tag = current();
+            Box::new(move || {
+                let _entered = enter(tag);
+                f()
+            })
+        }
+    }
+
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = set_join_set_tracer(&Propagate);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_and_blocking_work_carry_the_account() {
+        let account = Account::open(None, None).unwrap();
+        let tag = account.tag();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let seen = runtime.block_on(InScope::new(
+            tag,
+            Box::pin(async {
+                let task = spawn(async { current() }).await.unwrap();
+                let blocking = spawn_blocking(current).await.unwrap();
+                (task, blocking)
+            }),
+        ));
+        assert_eq!(seen, (tag, tag));
+        assert_eq!(current(), Tag::NONE, "the scope ends with the poll");
+    }
+}

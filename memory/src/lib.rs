@@ -1,0 +1,819 @@
+//! What a statement's memory is: every byte allocated while a thread works for it, wherever that
+//! byte is later freed. [`TrackingAllocator`], installed as the global allocator by the binaries
+//! (the server, the C library, the Python module), tags each allocation made while an
+//! [`Account`] is current on the thread with that account, and its free gives the bytes back to
+//! the same account — so a batch made by a statement and freed by the HTTP encoder, or a cache
+//! entry dropped by another statement, is counted where it was made.
+//!
+//! An account has a limit and may have a parent (a tenant's account over its statements); going
+//! over either, or the process ceiling, marks the account stopped with the reason. Nothing here
+//! can fail an allocation (that aborts the process): the statement sees the mark at its next
+//! check ([`check`], every poll of its streams and futures, the loops of its blocking work) and
+//! ends with an error naming the limit. One allocation sized by input could still outrun that,
+//! so such sizes are checked before allocating (`capacity`).
+//!
+//! The current account follows the work: [`InScope`] sets it around every poll of a statement's
+//! future or stream, and the engine carries it into the tasks and threads it starts.
+//!
+//! This crate holds the allocator and the accounts only (no engine types), so it is built
+//! optimised in every profile: the allocator runs on every allocation of the process.
+//!
+//! How a block is tagged. Blocks with an alignment of at most 8 come from `malloc`, whose blocks
+//! are 16-byte aligned: a tagged one is 8 bytes further on, its tag in those 8 bytes, so a
+//! pointer that is 8 modulo 16 says "tagged". Blocks with a larger alignment (Arrow's buffers)
+//! always carry a header as wide as their alignment, whose last 8 bytes hold the tag or zero.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use parking_lot::Mutex;
+
+/// Accounts that can be open at once (statements and tenants together); slot 0 is unused so a
+/// zero tag means "no account".
+const SLOTS: usize = 1 << 14;
+/// Bits of a slot index in a tag.
+const INDEX_BITS: u32 = 14;
+/// Bits of a slot's generation: a slot reused 65,536 times while a block tagged with an old
+/// use still lives would credit the wrong use; each use lasts a statement.
+const GEN_BITS: u32 = 16;
+/// Bytes in use are the low 48 bits of a slot's state, its generation the high 16.
+const USED_BITS: u32 = 48;
+const USED_MASK: u64 = (1 << USED_BITS) - 1;
+
+/// The header of a tagged block of alignment at most 8.
+const SMALL_HEADER: usize = 8;
+
+/// Each thread's allocations and frees reach the process total in steps of at most this many
+/// bytes, so the total costs one shared atomic per step, not per allocation.
+const FLUSH_BYTES: i64 = 64 * 1024;
+
+/// Why an account's work must stop (0: it need not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stop {
+    /// The account went over its own limit.
+    OverLimit = 1,
+    /// Its parent (the tenant's account) went over its limit.
+    ParentOverLimit = 2,
+    /// The process went over its ceiling while this account was allocating.
+    ProcessCeiling = 3,
+    /// Its deadline passed.
+    Deadline = 4,
+    /// Its handle was interrupted.
+    Interrupted = 5,
+    /// Whoever waited for it went away (or the object it worked on was dropped).
+    Cancelled = 6,
+}
+
+/// The stop byte while a commit is under way: too late to stop, see [`Account::begin_commit`].
+const COMMITTING: u8 = 255;
+
+impl Stop {
+    fn from_u8(value: u8) -> Option<Stop> {
+        Some(match value {
+            1 => Stop::OverLimit,
+            2 => Stop::ParentOverLimit,
+            3 => Stop::ProcessCeiling,
+            4 => Stop::Deadline,
+            5 => Stop::Interrupted,
+            6 => Stop::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// One account's counters, in a static table so the allocator can reach them without locks.
+struct Slot {
+    /// Generation (high 16 bits) and bytes in use (low 48).
+    state: AtomicU64,
+    /// The most bytes it may use (`u64::MAX`: no limit).
+    limit: AtomicU64,
+    /// The most bytes it has used at once.
+    peak: AtomicU64,
+    /// A [`Stop`] as a byte, 0 while running, [`COMMITTING`] during a commit.
+    stop: AtomicU8,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicU64::new(0),
+            limit: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            stop: AtomicU8::new(0),
+        }
+    }
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+
+/// Slots free for a new account, and whether the list was filled (on first use).
+static FREE: Mutex<(bool, Vec<u16>)> = parking_lot::const_mutex((false, Vec::new()));
+
+/// Bytes allocated through [`TrackingAllocator`] and not freed, over the whole process
+/// (each thread's last few KiB may not have reached it yet).
+static LIVE: AtomicI64 = AtomicI64::new(0);
+/// The ceiling on [`LIVE`] (`i64::MAX`: none).
+static CEILING: AtomicI64 = AtomicI64::new(i64::MAX);
+/// Whether [`TrackingAllocator`] is the global allocator (it has allocated something).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The tag allocations on this thread are made under (0: none).
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+    /// This thread's change to [`LIVE`] not yet added to it.
+    static PENDING: Cell<i64> = const { Cell::new(0) };
+}
+
+/// An account's identity as allocations carry it: its slot and generation, and its parent's.
+/// Bits 0–13 slot, 14–29 generation; bits 30–59 the same for the parent (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tag(u64);
+
+impl Tag {
+    /// No account.
+    pub const NONE: Tag = Tag(0);
+
+    fn own(self) -> u64 {
+        self.0 & ((1 << (INDEX_BITS + GEN_BITS)) - 1)
+    }
+
+    fn parent(self) -> u64 {
+        self.0 >> (INDEX_BITS + GEN_BITS)
+    }
+
+    /// Whether this is an account at all.
+    pub fn is_some(self) -> bool {
+        self.0 != 0
+    }
+}
+
+/// The slot and generation of a one-account part of a tag.
+fn split(part: u64) -> (usize, u64) {
+    let index = (part & ((1 << INDEX_BITS) - 1)) as usize;
+    let generation = part >> INDEX_BITS;
+    (index, generation)
+}
+
+/// Adds `bytes` to the account `part` if its generation still matches; returns whether it did,
+/// and marks the account stopped when it went over its limit.
+fn charge(part: u64, bytes: u64, over: Stop, mark: usize) -> bool {
+    let (index, generation) = split(part);
+    if index == 0 {
+        return false;
+    }
+    let slot = &TABLE[index];
+    let mut state = slot.state.load(Relaxed);
+    loop {
+        if state >> USED_BITS != generation {
+            return false;
+        }
+        let used = (state & USED_MASK).saturating_add(bytes).min(USED_MASK);
+        let next = (generation << USED_BITS) | used;
+        match slot
+            .state
+            .compare_exchange_weak(state, next, Relaxed, Relaxed)
+        {
+            Ok(_) => {
+                slot.peak.fetch_max(used, Relaxed);
+                if used > slot.limit.load(Relaxed) {
+                    let _ = TABLE[mark]
+                        .stop
+                        .compare_exchange(0, over as u8, Relaxed, Relaxed);
+                }
+                return true;
+            }
+            Err(now) => state = now,
+        }
+    }
+}
+
+/// Takes `bytes` back from the account `part` if its generation still matches.
+fn credit(part: u64, bytes: u64) {
+    let (index, generation) = split(part);
+    if index == 0 {
+        return;
+    }
+    let slot = &TABLE[index];
+    let mut state = slot.state.load(Relaxed);
+    loop {
+        if state >> USED_BITS != generation {
+            return;
+        }
+        let used = (state & USED_MASK).saturating_sub(bytes);
+        let next = (generation << USED_BITS) | used;
+        match slot
+            .state
+            .compare_exchange_weak(state, next, Relaxed, Relaxed)
+        {
+            Ok(_) => return,
+            Err(now) => state = now,
+        }
+    }
+}
+
+/// Charges a new block of `bytes` to `tag` (and its parent); false when the tag is stale, in
+/// which case the block is made untagged.
+fn charge_tag(tag: Tag, bytes: u64) -> bool {
+    let (own_index, _) = split(tag.own());
+    if !charge(tag.own(), bytes, Stop::OverLimit, own_index) {
+        return false;
+    }
+    charge(tag.parent(), bytes, Stop::ParentOverLimit, own_index);
+    true
+}
+
+fn credit_tag(tag: Tag, bytes: u64) {
+    credit(tag.own(), bytes);
+    credit(tag.parent(), bytes);
+}
+
+/// Counts `delta` bytes toward the process total; marks `tag`'s account stopped when the total
+/// is over the ceiling.
+fn count_live(delta: i64, tag: Tag) {
+    let pending = PENDING.with(|p| {
+        let value = p.get() + delta;
+        p.set(value);
+        value
+    });
+    if pending.abs() < FLUSH_BYTES {
+        return;
+    }
+    PENDING.with(|p| p.set(0));
+    let live = LIVE.fetch_add(pending, Relaxed) + pending;
+    if delta > 0 && tag.is_some() && live > CEILING.load(Relaxed) {
+        let (index, generation) = split(tag.own());
+        if index != 0 && TABLE[index].state.load(Relaxed) >> USED_BITS == generation {
+            let _ =
+                TABLE[index]
+                    .stop
+                    .compare_exchange(0, Stop::ProcessCeiling as u8, Relaxed, Relaxed);
+        }
+    }
+}
+
+/// The global allocator that gives statements their memory budgets: install it in a binary
+/// that embeds mindlite and wants them (`mindlite-server`, the C library and the Python module
+/// do). Without it, statements are bounded only by DataFusion's memory pool and the engine's
+/// checks of sizes that input controls.
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
+/// ```
+///
+/// It allocates with the C library's `malloc` family, as Rust's `System` allocator does on
+/// Unix, plus an 8-byte header on blocks made for a statement (and on blocks aligned to more
+/// than 8 bytes, a header of their alignment).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TrackingAllocator;
+
+/// `malloc`'s blocks are aligned to this on every platform mindlite builds for (glibc and musl
+/// on x86_64 and aarch64), which is what lets a pointer's low bits say whether it is tagged.
+const MALLOC_ALIGN: usize = 16;
+
+impl TrackingAllocator {
+    /// A block of `layout` for `tag` (or untagged), zeroed if `zeroed`.
+    unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        INSTALLED.store(true, Relaxed);
+        let tag = Tag(CURRENT.with(Cell::get));
+        let size = layout.size();
+        count_live(size as i64, tag);
+        if layout.align() <= 8 {
+            if tag.is_some() && charge_tag(tag, size as u64) {
+                let total = (size + SMALL_HEADER).max(MALLOC_ALIGN);
+                let base = if zeroed {
+                    libc::calloc(1, total)
+                } else {
+                    libc::malloc(total)
+                } as *mut u8;
+                if base.is_null() {
+                    credit_tag(tag, size as u64);
+                    count_live(-(size as i64), Tag::NONE);
+                    return base;
+                }
+                debug_assert_eq!(base as usize % MALLOC_ALIGN, 0);
+                (base as *mut u64).write(tag.0);
+                return base.add(SMALL_HEADER);
+            }
+            let block = if zeroed {
+                libc::calloc(1, size)
+            } else {
+                libc::malloc(size)
+            } as *mut u8;
+            debug_assert_eq!(block as usize % MALLOC_ALIGN, 0);
+            return block;
+        }
+        // Aligned blocks always carry a header of their alignment.
+        let align = layout.align();
+        let Some(total) = size.checked_add(align) else {
+            return std::ptr::null_mut();
+        };
+        let mut base: *mut libc::c_void = std::ptr::null_mut();
+        if libc::posix_memalign(&mut base, align, total) != 0 || base.is_null() {
+            return std::ptr::null_mut();
+        }
+        let base = base as *mut u8;
+        if zeroed {
+            std::ptr::write_bytes(base.add(align), 0, size);
+        }
+        let tagged = tag.is_some() && charge_tag(tag, size as u64);
+        let block = base.add(align);
+        (block.sub(8) as *mut u64).write(if tagged { tag.0 } else { 0 });
+        block
+    }
+}
+
+unsafe impl GlobalAlloc for TrackingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.allocate(layout, false)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.allocate(layout, true)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let size = layout.size();
+        count_live(-(size as i64), Tag::NONE);
+        if layout.align() <= 8 {
+            if ptr as usize % MALLOC_ALIGN == SMALL_HEADER {
+                let base = ptr.sub(SMALL_HEADER);
+                credit_tag(Tag((base as *const u64).read()), size as u64);
+                libc::free(base as *mut libc::c_void);
+            } else {
+                libc::free(ptr as *mut libc::c_void);
+            }
+            return;
+        }
+        let tag = Tag((ptr.sub(8) as *const u64).read());
+        if tag.is_some() {
+            credit_tag(tag, size as u64);
+        }
+        libc::free(ptr.sub(layout.align()) as *mut libc::c_void);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old_size = layout.size();
+        let current = Tag(CURRENT.with(Cell::get));
+        let tagged_small = layout.align() <= 8 && ptr as usize % MALLOC_ALIGN == SMALL_HEADER;
+        if layout.align() <= 8 && (tagged_small || !current.is_some()) {
+            // Grown in place where malloc can (a tagged block keeps its header and its tag).
+            count_live(new_size as i64 - old_size as i64, current);
+            if tagged_small {
+                let base = ptr.sub(SMALL_HEADER);
+                let tag = Tag((base as *const u64).read());
+                let total = (new_size + SMALL_HEADER).max(MALLOC_ALIGN);
+                let moved = libc::realloc(base as *mut libc::c_void, total) as *mut u8;
+                if moved.is_null() {
+                    count_live(old_size as i64 - new_size as i64, Tag::NONE);
+                    return moved;
+                }
+                if new_size > old_size {
+                    charge_tag(tag, (new_size - old_size) as u64);
+                } else {
+                    credit_tag(tag, (old_size - new_size) as u64);
+                }
+                return moved.add(SMALL_HEADER);
+            }
+            let moved = libc::realloc(ptr as *mut libc::c_void, new_size) as *mut u8;
+            if moved.is_null() {
+                count_live(old_size as i64 - new_size as i64, Tag::NONE);
+            }
+            return moved;
+        }
+        // An untagged block growing for an account becomes the account's, and aligned blocks
+        // cannot be realloc'd in place keeping their alignment: a new block and a copy.
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let moved = self.allocate(new_layout, false);
+        if !moved.is_null() {
+            std::ptr::copy_nonoverlapping(ptr, moved, old_size.min(new_size));
+            self.dealloc(ptr, layout);
+        }
+        moved
+    }
+}
+
+/// Whether [`TrackingAllocator`] is the process's allocator, so budgets are enforced.
+pub fn installed() -> bool {
+    INSTALLED.load(Relaxed)
+}
+
+/// Bytes allocated and not freed in the whole process (to within a few KiB per thread);
+/// 0 without [`TrackingAllocator`].
+pub fn live_bytes() -> u64 {
+    u64::try_from(LIVE.load(Relaxed)).unwrap_or(0)
+}
+
+/// Sets the process ceiling: an account allocating while the process is over it is stopped.
+/// `None` removes it. The lowest ceiling set by any engine of the process applies.
+pub fn set_ceiling(bytes: Option<u64>) {
+    let bytes = bytes.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+    CEILING.fetch_min(bytes, Relaxed);
+}
+
+/// The process ceiling, if any.
+pub fn ceiling() -> Option<u64> {
+    match CEILING.load(Relaxed) {
+        i64::MAX => None,
+        bytes => u64::try_from(bytes).ok(),
+    }
+}
+
+/// An open account: its slot is its own until this is dropped, when the bytes still tagged
+/// with it stop counting (and stop counting toward its parent).
+#[derive(Debug)]
+pub struct Account {
+    tag: Tag,
+    /// Keeps the parent's slot open while this account can still charge it.
+    _parent: Option<Arc<Account>>,
+}
+
+impl Account {
+    /// Opens an account of at most `limit` bytes (`None`: no limit of its own) under `parent`.
+    /// `None` when every slot is taken, which only thousands of statements at once could do.
+    pub fn open(limit: Option<u64>, parent: Option<Arc<Account>>) -> Option<Account> {
+        let index = {
+            let mut free = FREE.lock();
+            if !free.0 {
+                free.0 = true;
+                free.1.extend((1..SLOTS as u16).rev());
+            }
+            free.1.pop()?
+        };
+        let slot = &TABLE[usize::from(index)];
+        slot.limit.store(limit.unwrap_or(u64::MAX), Relaxed);
+        slot.peak.store(0, Relaxed);
+        slot.stop.store(0, Relaxed);
+        let generation = slot.state.load(Relaxed) >> USED_BITS;
+        let own = (generation << INDEX_BITS) | u64::from(index);
+        let parent_part = parent.as_ref().map_or(0, |p| p.tag.own());
+        Some(Account {
+            tag: Tag(own | (parent_part << (INDEX_BITS + GEN_BITS))),
+            _parent: parent,
+        })
+    }
+
+    fn slot(&self) -> &'static Slot {
+        &TABLE[split(self.tag.own()).0]
+    }
+
+    /// What allocations for this account carry.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// Bytes this account holds now.
+    pub fn used(&self) -> u64 {
+        self.slot().state.load(Relaxed) & USED_MASK
+    }
+
+    /// The most bytes it has held at once.
+    pub fn peak(&self) -> u64 {
+        self.slot().peak.load(Relaxed)
+    }
+
+    /// Its limit, if it has one.
+    pub fn limit(&self) -> Option<u64> {
+        match self.slot().limit.load(Relaxed) {
+            u64::MAX => None,
+            limit => Some(limit),
+        }
+    }
+
+    /// Bytes it may still take before its own limit (or its parent's, the smaller).
+    pub fn remaining(&self) -> u64 {
+        let own = self
+            .limit()
+            .map_or(u64::MAX, |l| l.saturating_sub(self.used()));
+        let parent = self._parent.as_ref().map_or(u64::MAX, |p| p.remaining());
+        own.min(parent)
+    }
+
+    /// Why it must stop, if it must.
+    pub fn stopped(&self) -> Option<Stop> {
+        stop_of(self.tag)
+    }
+
+    /// Marks it stopped for `reason` unless it is already stopped or committing; returns
+    /// whether this call stopped it.
+    pub fn stop(&self, reason: Stop) -> bool {
+        self.slot()
+            .stop
+            .compare_exchange(0, reason as u8, Relaxed, Relaxed)
+            .is_ok()
+    }
+}
+
+impl Drop for Account {
+    fn drop(&mut self) {
+        let (index, generation) = split(self.tag.own());
+        let slot = &TABLE[index];
+        // A new generation: blocks still tagged with this one no longer count anywhere.
+        let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
+        let held = slot.state.swap(next, Relaxed) & USED_MASK;
+        credit(self.tag.parent(), held);
+        slot.stop.store(0, Relaxed);
+        FREE.lock().1.push(index as u16);
+    }
+}
+
+/// The stop reason of the account `tag` names. An account that is closed (its statement's
+/// result was dropped, its caller went away) is [`Stop::Cancelled`]: work still running for it
+/// is orphaned and must stop.
+fn stop_of(tag: Tag) -> Option<Stop> {
+    let (index, generation) = split(tag.own());
+    if index == 0 {
+        return None;
+    }
+    let slot = &TABLE[index];
+    if slot.state.load(Relaxed) >> USED_BITS != generation {
+        return Some(Stop::Cancelled);
+    }
+    Stop::from_u8(slot.stop.load(Relaxed))
+}
+
+/// Bytes the account `tag` names may still take before its limit or its parent's (the
+/// smaller); `None` without an account or without limits.
+pub fn remaining(tag: Tag) -> Option<u64> {
+    let left = |part: u64| {
+        let (index, generation) = split(part);
+        if index == 0 {
+            return None;
+        }
+        let slot = &TABLE[index];
+        let state = slot.state.load(Relaxed);
+        if state >> USED_BITS != generation {
+            return Some(0);
+        }
+        match slot.limit.load(Relaxed) {
+            u64::MAX => None,
+            limit => Some(limit.saturating_sub(state & USED_MASK)),
+        }
+    };
+    match (left(tag.own()), left(tag.parent())) {
+        (Some(own), Some(parent)) => Some(own.min(parent)),
+        (own, parent) => own.or(parent),
+    }
+}
+
+/// The account the current thread works for.
+pub fn current() -> Tag {
+    Tag(CURRENT.with(Cell::get))
+}
+
+/// Why the work on this thread must stop, if it must: the check loops make.
+pub fn current_stop() -> Option<Stop> {
+    stop_of(current())
+}
+
+/// Marks the account `tag` names as committing: from now on it cannot be stopped, until
+/// [`end_commit`]. Fails with the reason when it was stopped already (or is closed). Without
+/// an account (work of no statement) it always succeeds.
+pub fn begin_commit(tag: Tag) -> std::result::Result<(), Stop> {
+    let (index, generation) = split(tag.own());
+    if index == 0 {
+        return Ok(());
+    }
+    let slot = &TABLE[index];
+    if slot.state.load(Relaxed) >> USED_BITS != generation {
+        return Err(Stop::Cancelled);
+    }
+    match slot.stop.compare_exchange(0, COMMITTING, Relaxed, Relaxed) {
+        Ok(_) => Ok(()),
+        Err(COMMITTING) => Ok(()),
+        Err(other) => Err(Stop::from_u8(other).unwrap_or(Stop::Cancelled)),
+    }
+}
+
+/// Ends what [`begin_commit`] began: the account can be stopped again.
+pub fn end_commit(tag: Tag) {
+    let (index, generation) = split(tag.own());
+    if index == 0 {
+        return;
+    }
+    let slot = &TABLE[index];
+    if slot.state.load(Relaxed) >> USED_BITS == generation {
+        let _ = slot.stop.compare_exchange(COMMITTING, 0, Relaxed, Relaxed);
+    }
+}
+
+/// Whether the account `tag` names is in the middle of a commit.
+pub fn committing(tag: Tag) -> bool {
+    let (index, generation) = split(tag.own());
+    index != 0
+        && TABLE[index].state.load(Relaxed) >> USED_BITS == generation
+        && TABLE[index].stop.load(Relaxed) == COMMITTING
+}
+
+/// Makes `tag` the current thread's account until the guard is dropped.
+pub fn enter(tag: Tag) -> Entered {
+    Entered {
+        previous: CURRENT.with(|c| c.replace(tag.0)),
+    }
+}
+
+/// Restores the thread's previous account when dropped.
+pub struct Entered {
+    previous: u64,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.previous));
+    }
+}
+
+/// A future or stream that works for an account: the account is current around each poll.
+pub struct InScope<F> {
+    tag: Tag,
+    inner: F,
+}
+
+impl<F> InScope<F> {
+    /// `inner`, polled for the account `tag`.
+    pub fn new(tag: Tag, inner: F) -> InScope<F> {
+        InScope { tag, inner }
+    }
+}
+
+impl<F: Future + Unpin> Future for InScope<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _entered = enter(self.tag);
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+impl<S: Stream + Unpin> Stream for InScope<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let _entered = enter(self.tag);
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The allocator under test, called directly (the test binary's global allocator may be
+    /// it too; these tests do not depend on that).
+    const A: TrackingAllocator = TrackingAllocator;
+
+    fn layout(size: usize, align: usize) -> Layout {
+        Layout::from_size_align(size, align).unwrap()
+    }
+
+    #[test]
+    fn blocks_made_for_an_account_count_until_freed_wherever_they_are_freed() {
+        let account = Account::open(Some(1 << 20), None).unwrap();
+        let (small, aligned) = {
+            let _in = enter(account.tag());
+            unsafe {
+                (
+                    A.alloc(layout(1000, 8)) as usize,
+                    A.alloc(layout(5000, 64)) as usize,
+                )
+            }
+        };
+        assert_eq!(account.used(), 6000);
+        assert_eq!(small % 8, 0);
+        assert_eq!(aligned % 64, 0);
+        // Freed outside the account (another thread, say): still given back to it.
+        let freed = std::thread::spawn(move || unsafe {
+            A.dealloc(small as *mut u8, layout(1000, 8));
+            A.dealloc(aligned as *mut u8, layout(5000, 64));
+        });
+        freed.join().unwrap();
+        assert_eq!(account.used(), 0);
+        assert_eq!(account.peak(), 6000);
+        assert_eq!(account.stopped(), None);
+    }
+
+    #[test]
+    fn untagged_blocks_are_not_counted_and_stay_untagged() {
+        let account = Account::open(None, None).unwrap();
+        let block = unsafe { A.alloc(layout(100, 4)) };
+        assert_eq!(block as usize % MALLOC_ALIGN, 0);
+        {
+            let _in = enter(account.tag());
+            unsafe { A.dealloc(block, layout(100, 4)) };
+        }
+        assert_eq!(account.used(), 0);
+    }
+
+    #[test]
+    fn growing_a_block_charges_the_growth_and_an_outside_block_becomes_the_accounts() {
+        let account = Account::open(None, None).unwrap();
+        let outside = unsafe { A.alloc(layout(10, 1)) };
+        unsafe { outside.write_bytes(7, 10) };
+        let _in = enter(account.tag());
+        let grown = unsafe { A.realloc(outside, layout(10, 1), 5000) };
+        assert_eq!(account.used(), 5000);
+        assert_eq!(unsafe { std::slice::from_raw_parts(grown, 10) }, [7; 10]);
+        let shrunk = unsafe { A.realloc(grown, layout(5000, 1), 20) };
+        assert_eq!(account.used(), 20);
+        let aligned = unsafe { A.alloc(layout(100, 128)) };
+        let aligned = unsafe { A.realloc(aligned, layout(100, 128), 300) };
+        assert_eq!(aligned as usize % 128, 0);
+        assert_eq!(account.used(), 320);
+        unsafe {
+            A.dealloc(shrunk, layout(20, 1));
+            A.dealloc(aligned, layout(300, 128));
+        }
+        assert_eq!(account.used(), 0);
+    }
+
+    #[test]
+    fn going_over_the_limit_or_the_parents_marks_the_account_stopped() {
+        let tenant = Arc::new(Account::open(Some(10_000), None).unwrap());
+        let statement = Account::open(Some(6_000), Some(Arc::clone(&tenant))).unwrap();
+        let other = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let _in = enter(statement.tag());
+        let a = unsafe { A.alloc(layout(5_000, 8)) };
+        assert_eq!(statement.stopped(), None);
+        assert_eq!(tenant.used(), 5_000);
+        let b = unsafe { A.alloc(layout(2_000, 8)) };
+        assert_eq!(statement.stopped(), Some(Stop::OverLimit));
+        drop(_in);
+        let _in = enter(other.tag());
+        let c = unsafe { A.alloc(layout(4_000, 8)) };
+        assert_eq!(other.stopped(), Some(Stop::ParentOverLimit));
+        assert_eq!(tenant.used(), 11_000);
+        unsafe {
+            A.dealloc(a, layout(5_000, 8));
+            A.dealloc(b, layout(2_000, 8));
+            A.dealloc(c, layout(4_000, 8));
+        }
+        assert_eq!(tenant.used(), 0);
+    }
+
+    #[test]
+    fn a_closed_account_forgets_its_blocks_and_its_parent_gets_their_bytes_back() {
+        let tenant = Arc::new(Account::open(None, None).unwrap());
+        let statement = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let tag = statement.tag();
+        let block = {
+            let _in = enter(tag);
+            unsafe { A.alloc(layout(4_096, 8)) }
+        };
+        assert_eq!(tenant.used(), 4_096);
+        drop(statement);
+        assert_eq!(tenant.used(), 0);
+        // The slot may be someone else's now: the late free must not touch it.
+        let next = Account::open(None, None).unwrap();
+        unsafe { A.dealloc(block, layout(4_096, 8)) };
+        assert_eq!(next.used(), 0);
+        assert_eq!(tenant.used(), 0);
+        assert_eq!(
+            stop_of(tag),
+            Some(Stop::Cancelled),
+            "orphaned work must stop"
+        );
+        assert_eq!(begin_commit(tag), Err(Stop::Cancelled));
+    }
+
+    #[test]
+    fn a_commit_under_way_cannot_be_stopped_and_a_stopped_account_cannot_commit() {
+        let account = Account::open(None, None).unwrap();
+        assert!(begin_commit(account.tag()).is_ok());
+        assert!(committing(account.tag()));
+        assert!(!account.stop(Stop::Deadline), "too late: it is committing");
+        end_commit(account.tag());
+        assert!(account.stop(Stop::Deadline));
+        assert_eq!(begin_commit(account.tag()), Err(Stop::Deadline));
+        assert!(
+            begin_commit(Tag::NONE).is_ok(),
+            "no account, nothing to stop"
+        );
+    }
+
+    #[test]
+    fn zeroed_blocks_are_zero_tagged_or_not() {
+        let account = Account::open(None, None).unwrap();
+        for tagged in [false, true] {
+            let _in = tagged.then(|| enter(account.tag()));
+            for align in [1, 8, 64] {
+                let block = unsafe { A.alloc_zeroed(layout(999, align)) };
+                assert!(unsafe { std::slice::from_raw_parts(block, 999) }
+                    .iter()
+                    .all(|b| *b == 0));
+                unsafe { A.dealloc(block, layout(999, align)) };
+            }
+        }
+        assert_eq!(account.used(), 0);
+    }
+}
