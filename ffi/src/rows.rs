@@ -93,6 +93,7 @@ impl Rows {
                 (column_names, schema, batches, None)
             }
         };
+        // bounded: one per batch already in memory
         let mut starts = Vec::with_capacity(batches.len());
         let mut row_count = 0u64;
         for batch in &batches {

@@ -610,6 +610,7 @@ impl Connection {
                     if piece.is_empty() {
                         continue;
                     }
+                    // bounded: a piece of the body in memory
                     let mut framed = Vec::with_capacity(piece.len() + 12);
                     framed.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
                     framed.extend_from_slice(&piece);

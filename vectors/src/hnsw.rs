@@ -316,6 +316,7 @@ impl Graph {
                 }
                 continue;
             }
+            // bounded: a batch of nodes being inserted, in memory
             let mut members = Vec::with_capacity(size);
             for (node, vector) in batch {
                 self.check_new(*node, vector)?;
@@ -487,6 +488,7 @@ impl Graph {
             nodes.level.push(level);
             nodes.dead.push(hole);
             nodes.base.extend(std::iter::repeat_n(0, 2 * m + 1));
+            // bounded: a node's level is logarithmic in the graph's size
             nodes.upper.push(vec![0; level as usize * (m + 1)]);
             if !hole {
                 let vectors = writable(self.vectors[page].get_or_insert_with(|| vector_page(d)));
@@ -550,6 +552,7 @@ impl Graph {
                 .total_cmp(&b.distance)
                 .then(tie(base, a.node).cmp(&tie(base, b.node)))
         });
+        // bounded: at most the candidates in memory
         let mut chosen: Vec<Neighbour> = Vec::with_capacity(capacity);
         for candidate in &ordered {
             if chosen.len() == capacity {
@@ -596,10 +599,14 @@ impl Graph {
         level: u8,
         accept: Filter<'_>,
     ) -> Vec<Neighbour> {
+        // A search never keeps more candidates than the graph has nodes, whatever it asks.
+        let ef = ef.min(self.nodes as usize).max(1);
         VISITED.with_borrow_mut(|visited| {
             visited.reset(self.nodes as usize);
             let mut candidates: BinaryHeap<std::cmp::Reverse<Neighbour>> =
+                // bounded: ef is at most the graph's nodes (above)
                 BinaryHeap::with_capacity(ef * 2);
+            // bounded: ef is at most the graph's nodes (above)
             let mut found: BinaryHeap<Neighbour> = BinaryHeap::with_capacity(ef + 1);
             let deletions = self.deleted > 0;
             let takes = |n: u32| {
@@ -621,6 +628,7 @@ impl Graph {
                 true => found.peek().map_or(f32::INFINITY, |f| f.distance),
                 false => f32::INFINITY,
             };
+            // bounded: the graph's links per node
             let mut fresh: Vec<u32> = Vec::with_capacity(2 * self.params.m);
             while let Some(std::cmp::Reverse(current)) = candidates.pop() {
                 if current.distance > bound {
@@ -671,6 +679,7 @@ impl Graph {
         for level in (1..=self.level(entry)).rev() {
             nearest = self.greedy(query, nearest, level);
         }
+        let k = k.min(self.nodes as usize);
         let mut found = self.search_level(query, &[nearest], ef.max(k), 0, accept);
         found.truncate(k);
         found
@@ -679,6 +688,9 @@ impl Graph {
     /// The `k` nodes nearest `query` that `accept` takes (all when `None`), by computing every
     /// distance.
     pub fn exact(&self, query: &[f32], k: usize, accept: Filter<'_>) -> Vec<Neighbour> {
+        // No more results than the graph has nodes, whatever `k` asks (a LIMIT, say).
+        let k = k.min(self.nodes as usize);
+        // bounded: k is at most the graph's nodes (above)
         let mut best: BinaryHeap<Neighbour> = BinaryHeap::with_capacity(k + 1);
         if k == 0 || query.len() != self.params.dimensions {
             return Vec::new();
@@ -775,6 +787,7 @@ impl Graph {
     pub fn encode_page(&self, page: u32) -> Option<(Vec<u8>, Vec<u8>)> {
         let nodes = self.pages.get(page as usize)?.as_deref()?;
         let vectors = self.vectors[page as usize].as_deref()?;
+        // bounded: the encoding of a page in memory
         let mut links = Vec::with_capacity(nodes.base.len() * 4 + nodes.level.len() * 2 + 8);
         links.push(PAGE_FORMAT);
         links.extend_from_slice(&(nodes.level.len() as u32).to_le_bytes());
@@ -799,6 +812,7 @@ impl Graph {
             }
         }
         let used = &vectors[..nodes.level.len() * self.params.dimensions];
+        // bounded: the encoding of a page in memory
         let mut bytes = Vec::with_capacity(used.len() * 4);
         for value in used {
             bytes.extend_from_slice(&value.to_le_bytes());
@@ -839,9 +853,13 @@ impl Graph {
                 return Err(corrupt("wrong node count"));
             }
             let mut page = NodePage {
+                // bounded: at most PAGE_NODES nodes
                 level: Vec::with_capacity(count),
+                // bounded: at most PAGE_NODES nodes
                 dead: Vec::with_capacity(count),
+                // bounded: at most PAGE_NODES nodes
                 base: Vec::with_capacity(count * (2 * m + 1)),
+                // bounded: at most PAGE_NODES nodes
                 upper: Vec::with_capacity(count),
             };
             for _ in 0..count {
@@ -870,12 +888,14 @@ impl Graph {
             };
             for slot in 0..count {
                 list(&mut reader, 2 * m, &mut page.base)?;
+                // bounded: a node's level is logarithmic in the graph's size
                 let mut upper = Vec::with_capacity(page.level[slot] as usize * (m + 1));
                 for _ in 0..page.level[slot] {
                     list(&mut reader, m, &mut upper)?;
                 }
                 page.upper.push(upper);
             }
+            // bounded: one page of vectors, dimensions checked at insert
             let mut values = vec![0.0f32; PAGE_NODES * d];
             for (value, b) in values.iter_mut().zip(vectors.chunks_exact(4)) {
                 *value = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -946,6 +966,7 @@ fn tie(base: u32, node: u32) -> u32 {
 
 /// An empty page of vectors of `d` dimensions.
 fn vector_page(d: usize) -> Arc<[f32]> {
+    // bounded: one page of vectors, dimensions checked at insert
     vec![0.0f32; PAGE_NODES * d].into()
 }
 
@@ -987,6 +1008,7 @@ struct Visited {
 impl Visited {
     fn reset(&mut self, nodes: usize) {
         if self.marks.len() < nodes {
+            // bounded: one mark per node of a graph in memory
             self.marks.resize(nodes, 0);
         }
         self.mark = self.mark.wrapping_add(1);

@@ -528,6 +528,7 @@ pub(crate) fn enqueue(
 }
 
 fn random_hex(bytes: usize) -> Result<String> {
+    // bounded: callers ask for a fixed number of random bytes
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).map_err(|e| Error::internal(format!("no randomness: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())

@@ -87,6 +87,7 @@ impl KbIndex {
         if let Some(rows) = self.rows.get() {
             return Ok(rows);
         }
+        // bounded: one slot per node of a graph already in memory
         let mut rows = vec![u64::MAX; self.graph.nodes() as usize];
         let node_column = txn.schema_of(table)?.fields().len() - 1;
         for (position, (_, chunk)) in txn.chunk_order_of(table)?.into_iter().enumerate() {
@@ -133,6 +134,7 @@ macro_rules! read_index {
                 let pages = shape
                     .nodes
                     .div_ceil(mindlite_vectors::hnsw::PAGE_NODES as u32);
+                // bounded: the pages of an index stored in the file
                 let mut stored = Vec::with_capacity(pages as usize);
                 for page in 0..pages {
                     let Some(page_links) = links.get((table, page))? else {
@@ -237,7 +239,9 @@ pub(crate) fn keyword_search(
         .enumerate()
         .filter_map(|(i, list)| Some(Reverse((list.first()?.node, i))))
         .collect();
+    // bounded: one per word of the question, whose text is in memory
     let mut at = vec![0usize; lists.len()];
+    // bounded: k clamped to 4,096; more results grow the heap as they are found
     let mut best: BinaryHeap<Reverse<Scored>> = BinaryHeap::with_capacity(k.min(4096) + 1);
     while let Some(&Reverse((node, _))) = next.peek() {
         let mut score = 0.0;
@@ -482,6 +486,7 @@ fn new_stamp() -> Result<u64> {
 }
 
 fn encode_postings(list: &[Posting]) -> Vec<u8> {
+    // bounded: a posting list already in memory
     let mut out = Vec::with_capacity(list.len() * 4);
     let mut previous = 0u32;
     for posting in list {

@@ -556,6 +556,7 @@ fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<Record
             batch.num_columns()
         )));
     }
+    // bounded: the columns of a batch in memory
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
         let column = if column.data_type() == field.data_type() {
@@ -694,6 +695,7 @@ pub(crate) fn insert_resolving(
                 }
             }
             let rewrite = plan_rewrite(txn, &record, spool, |batch| {
+                // bounded: one flag per row of a chunk in memory
                 let mut keep = vec![true; batch.num_rows()];
                 for set in &sets {
                     for (row, key) in set.keys(&batch)?.iter().enumerate() {
@@ -732,6 +734,7 @@ pub(crate) fn insert_resolving(
                     .iter()
                     .map(|set| set.keys(&batch))
                     .collect::<Result<Vec<_>>>()?;
+                // bounded: one flag per row of a chunk in memory
                 let mut keep = Vec::with_capacity(batch.num_rows());
                 for row in 0..batch.num_rows() {
                     let free = sets

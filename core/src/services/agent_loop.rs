@@ -418,6 +418,7 @@ fn markdown(rows: &ToolRows) -> String {
         other => other.to_string(),
     };
     let mut out = format!("| {} |\n", rows.column_names.join(" | "));
+    // bounded: one per column of a tool query's result in memory
     out.push_str(&format!("|{}\n", " --- |".repeat(rows.column_names.len())));
     for row in &rows.rows {
         let cells: Vec<String> = row.iter().map(cell).collect();

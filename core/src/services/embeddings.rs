@@ -82,6 +82,7 @@ pub(crate) async fn embed(
     endpoint: &Endpoint,
     texts: &[String],
 ) -> Result<Vec<Vec<f32>>> {
+    // bounded: one per text of the request, in memory
     let mut vectors = Vec::with_capacity(texts.len());
     for batch in texts.chunks(endpoint.batch_size.max(1)) {
         let got = match endpoint.local {
@@ -150,6 +151,7 @@ fn parse_vectors(bytes: &[u8], expected: usize, endpoint: &Endpoint) -> Result<V
     if data.len() != expected {
         return Err(bad(&format!("{} vectors for {expected} texts", data.len())));
     }
+    // bounded: one per text of the request, in memory
     let mut vectors: Vec<Option<Vec<f32>>> = vec![None; expected];
     for (position, item) in data.iter().enumerate() {
         let index = match item.get("index") {
@@ -171,6 +173,7 @@ fn parse_vectors(bytes: &[u8], expected: usize, endpoint: &Endpoint) -> Result<V
                 endpoint.max_dimensions
             )));
         }
+        // bounded: numbers of a reply read within embedding.max_reply_kb
         let mut vector = Vec::with_capacity(numbers.len());
         for number in numbers {
             let x = number

@@ -50,7 +50,7 @@ impl SentenceModels {
     ) -> Result<Vec<Vec<f32>>> {
         let folder = self.folder(name)?;
         let models = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
+        crate::memory::spawn_blocking(move || {
             let model = models.load(&folder)?;
             let threads = std::thread::available_parallelism().map_or(1, usize::from);
             Ok(model.embed_all(&texts, threads))

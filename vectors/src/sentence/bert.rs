@@ -215,6 +215,7 @@ impl Bert {
                 all.truncate(h);
                 all
             }
+            // bounded: the model's width, checked when it was loaded
             _ => vec![0.0; h],
         };
         let embeddings_norm = tensors.norm("embeddings.LayerNorm", h)?;
@@ -261,6 +262,7 @@ impl Bert {
         let h = self.config.hidden_size;
         let ids = &ids[..ids.len().min(self.max_tokens())];
         let n = ids.len();
+        // bounded: tokens (at most the model's positions) times its width
         let mut x = Vec::with_capacity(n * h);
         for (position, id) in ids.iter().enumerate() {
             let id = (*id as usize).min(self.vocabulary.saturating_sub(1));
@@ -299,7 +301,9 @@ impl Bert {
         let k = linear(&layer.key, x, n);
         let v = linear(&layer.value, x, n);
         let scale = 1.0 / (size as f32).sqrt();
+        // bounded: tokens (at most the model's positions) times its width
         let mut out = vec![0.0f32; n * h];
+        // bounded: tokens, at most the model's positions
         let mut weights = vec![0.0f32; n];
         for head in 0..heads {
             let at = head * size;
@@ -344,6 +348,7 @@ impl Bert {
 /// `x · Wᵀ + b` for `n` rows of `x`.
 fn linear(layer: &Linear, x: &[f32], n: usize) -> Vec<f32> {
     let (k, m) = (layer.inputs, layer.outputs);
+    // bounded: tokens times a layer's width, both bounded by the model
     let mut y = Vec::with_capacity(n * m);
     for _ in 0..n {
         y.extend_from_slice(&layer.bias);

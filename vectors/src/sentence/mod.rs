@@ -70,6 +70,7 @@ impl SentenceModel {
         let ids = self.tokens(text);
         let states = self.encoder.encode(&ids);
         let width = self.dimensions();
+        // bounded: the model's width, checked when it was loaded
         let mut mean = vec![0.0f32; width];
         for row in states.chunks_exact(width) {
             mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);

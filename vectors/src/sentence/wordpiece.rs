@@ -99,6 +99,7 @@ impl WordPiece {
 
 /// The cleaned, accent-stripped, lower-cased text.
 fn normalise(text: &str) -> String {
+    // bounded: a text in memory
     let mut cleaned = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '\t' | '\n' | '\r') {

@@ -103,6 +103,7 @@ impl TableProvider for RemoteTable {
             select.join(", "),
             self.settings.qualified(&self.table)
         );
+        // bounded: one per condition of the parsed statement
         let mut conditions = Vec::with_capacity(filters.len());
         for filter in filters {
             // Only filters accepted as exact arrive here, and each of those renders.
@@ -393,6 +394,7 @@ async fn insert_batches(
                     .await
                     .map_err(|e| query_error(&e))?
             };
+            // bounded: one per cell of a batch in memory
             let mut params: Vec<TextParam> = Vec::with_capacity(rows * width);
             for r in start..start + rows {
                 for column in &texts {
@@ -529,6 +531,7 @@ pub(crate) async fn create_table(
     data: SendableRecordBatchStream,
 ) -> Result<Option<u64>> {
     let schema = data.schema();
+    // bounded: one per column of the table
     let mut definitions = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         definitions.push(format!(

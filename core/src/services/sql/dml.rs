@@ -87,7 +87,7 @@ impl WriteJob {
         }
         let handle = Handle::current();
         let mut cancel = CancelOnDrop(Some(self.cancelled.clone()));
-        let result = tokio::task::spawn_blocking(move || f(&self, &handle))
+        let result = crate::memory::spawn_blocking(move || f(&self, &handle))
             .await
             .map_err(|e| Error::internal(format!("write task failed: {e}")));
         // Finished: nothing left to cancel.
@@ -110,12 +110,13 @@ impl WriteJob {
         Ok(guard)
     }
 
-    /// Fails once the statement was cancelled, so a long write stops early.
+    /// Fails once the statement was cancelled or must stop (its deadline, an interrupt, a
+    /// memory budget), so a long write stops early.
     pub(crate) fn check_cancelled(&self) -> Result<()> {
         if self.cancelled.is_cancelled() {
             return Err(crate::store::cancelled());
         }
-        Ok(())
+        crate::cancel::check()
     }
 
     /// `work`'s output, or `None` as soon as the statement is cancelled (dropping `work`, so a
@@ -366,6 +367,7 @@ pub(crate) fn run_dml(
             // Chunk by chunk: chunks without a matching row stay as they are; in the others
             // each column becomes CASE WHEN hit THEN new ELSE old.
             let hit = predicate.is_true();
+            // bounded: one per column of the table
             let mut columns = Vec::with_capacity(projection.expr.len());
             for (i, new_value) in projection.expr.iter().enumerate() {
                 let (qualifier, field) = scan.schema().qualified_field(i);

@@ -180,6 +180,7 @@ impl WireStream {
                                 continue;
                             }
                             if rows == 0 {
+                                // bounded: a guess of 16 bytes per row of a batch in memory
                                 line.reserve(batch.num_rows() * 16);
                                 line.push(b'[');
                             }
@@ -217,6 +218,7 @@ impl WireStream {
                 item
             }
             WireFormat::Sse => {
+                // bounded: an encoded item in memory
                 let mut out = Vec::with_capacity(item.len() + 8);
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(&item);

@@ -252,7 +252,9 @@ impl Shown {
         columns.push(Arc::clone(stored.column(2)));
         let (hybrid, alpha, reranking): (ArrayRef, ArrayRef, ArrayRef) = match search {
             Some(search) => (
+                // bounded: the rows of a batch of results in memory
                 Arc::new(BooleanArray::from(vec![search.alpha < 1.0; rows])),
+                // bounded: the rows of a batch of results in memory
                 Arc::new(Float64Array::from(vec![search.alpha; rows])),
                 Arc::new(BooleanArray::from(vec![
                     search.reranking && self.reranker;
@@ -330,7 +332,7 @@ impl Ranking {
         let settings = connector.knowledge_bases.clone();
         let this = Arc::clone(&self);
         let check = reranker.is_none();
-        let found = tokio::task::spawn_blocking(move || {
+        let found = crate::memory::spawn_blocking(move || {
             this.best(query.as_deref(), wanted, check, &settings)
         })
         .await
@@ -562,6 +564,7 @@ impl Ranking {
             next += window.len();
             let mut chunks: HashMap<usize, usize> = HashMap::new();
             let mut batches = Vec::new();
+            // bounded: a window of candidates in memory
             let mut picks = Vec::with_capacity(window.len());
             for candidate in window {
                 let (position, row) = kb_index::row_of(rows, candidate.node).ok_or_else(|| {
@@ -641,6 +644,7 @@ struct Bitset {
 impl Bitset {
     fn new(nodes: u32) -> Bitset {
         Bitset {
+            // bounded: one bit per node of an index in memory
             words: vec![0; (nodes as usize).div_ceil(64)],
             count: 0,
         }

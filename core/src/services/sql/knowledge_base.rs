@@ -192,6 +192,7 @@ impl TableProvider for KnowledgeBaseTable {
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         // Every condition is the search's or evaluated on the chunks here, before ranking.
+        // bounded: one per condition of the parsed statement
         Ok(vec![TableProviderFilterPushDown::Exact; filters.len()])
     }
 

@@ -26,11 +26,12 @@ pub(crate) fn execute(
         return execute_stream(plan, context);
     }
     let schema = plan.schema();
+    // bounded: the plan's partitions (query.target_partitions)
     let mut parts = Vec::with_capacity(partitions);
     for partition in 0..partitions {
         let mut stream = plan.execute(partition, Arc::clone(&context))?;
         let (sender, mut receiver) = tokio::sync::mpsc::channel(PREFETCH);
-        let task = tokio::spawn(async move {
+        let task = crate::memory::spawn(async move {
             while let Some(batch) = stream.next().await {
                 let failed = batch.is_err();
                 if sender.send(batch).await.is_err() || failed {

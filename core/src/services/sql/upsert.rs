@@ -112,6 +112,7 @@ impl Upsert {
             }
         }
         let planned = self.plan(job, &record.name, &schema)?;
+        // bounded: one flag per row of a batch in memory
         let mut consumed = vec![false; new.num_rows()];
         let mut updated = 0u64;
         let rewrite = tables::plan_rewrite(txn, &record, job.spool(), |stored| {

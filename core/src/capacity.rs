@@ -1,0 +1,246 @@
+//! Sizes that input controls, checked before memory is taken. A LIMIT, a `k`, a list
+//! parameter's length, a repeat count, a file's declared size: where such a number sizes an
+//! allocation, it goes through here first, against what the running statement may still use
+//! (its memory account, see `memory`) or, outside any statement, what the process may; over it
+//! is an error naming the limit and its configuration key, and nothing is allocated.
+//!
+//! The allocator's accounting stops a statement that grows past its budget at its next check;
+//! these checks are for the one allocation that would be too large by itself (a
+//! `Vec::with_capacity(limit)` of 160 TB aborts the process before any check could run), and
+//! [`Tally`] for a loop that builds as it goes. Where a size has a natural bound (a search
+//! never returns more than its index holds) it is clamped to it where it is used. A
+//! test reads the engine's sources and fails on a capacity that comes neither from here nor
+//! with a `// bounded: <why>` note (`tests::every_input_sized_allocation_is_checked`).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::memory;
+
+/// Fails unless `bytes` more fit in what the running statement (or, outside one, the
+/// process) may still hold; `what` names the thing being sized in the error.
+pub(crate) fn check(bytes: u64, what: &str) -> Result<()> {
+    let process = memory::ceiling()
+        .unwrap_or(u64::MAX)
+        .saturating_sub(memory::live_bytes());
+    let (remaining, limit) = match memory::remaining(memory::current()) {
+        Some(own) if own <= process => (
+            own,
+            "query.statement_memory_mb, or the plan's max_memory_mb",
+        ),
+        _ => (process, "query.process_memory_mb"),
+    };
+    if bytes <= remaining {
+        return Ok(());
+    }
+    Err(over(bytes, remaining, what, limit))
+}
+
+fn over(bytes: u64, remaining: u64, what: &str, limit: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!(
+            "{what} needs {} MiB, more than the statement may still use ({} MiB, {limit}); nothing was allocated",
+            bytes.div_ceil(1 << 20),
+            remaining >> 20
+        ),
+    )
+}
+
+/// Bytes of `n` values of `T`, saturating.
+fn bytes_of<T>(n: usize) -> u64 {
+    (n as u64).saturating_mul(std::mem::size_of::<T>().max(1) as u64)
+}
+
+/// `Vec::with_capacity(n)`, once `n` values of `T` are known to fit.
+pub(crate) fn vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    check(bytes_of::<T>(n), what)?;
+    Ok(Vec::with_capacity(n))
+}
+
+/// What a loop builds, checked as it grows (a list parameter expanded at each use, a
+/// document's chunks): each step's bytes against what the statement may still hold, and the
+/// statement's stop (a budget its allocations went over, its deadline) after each.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    bytes: u64,
+}
+
+impl Tally {
+    /// Counts `bytes` more of `what`, or fails naming the limit.
+    pub(crate) fn add(&mut self, bytes: u64, what: &str) -> Result<()> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        // With the tracking allocator what was built so far is counted as held already.
+        check(
+            if memory::installed() {
+                bytes
+            } else {
+                self.bytes
+            },
+            what,
+        )?;
+        crate::cancel::check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{enter, Account};
+
+    #[test]
+    fn a_size_over_the_statements_budget_is_refused_naming_the_limit() {
+        let account = Account::open(Some(1 << 20), None).unwrap();
+        let _in = enter(account.tag());
+        assert_eq!(vec::<u8>(1000, "a list").unwrap().capacity(), 1000);
+        let err = vec::<u64>(1 << 20, "the search's candidates").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(
+            err.message()
+                .contains("the search's candidates needs 8 MiB"),
+            "{err}"
+        );
+        assert!(err.message().contains("query.statement_memory_mb"), "{err}");
+        // A count that would overflow when multiplied is refused, not wrapped.
+        assert!(vec::<u64>(usize::MAX, "a vector").is_err());
+    }
+
+    #[test]
+    fn a_size_counts_what_the_statement_already_holds() {
+        let account = Account::open(Some(1 << 20), None).unwrap();
+        let _in = enter(account.tag());
+        // Held by the statement: half of its budget (the tests run on the tracking allocator).
+        let held = vec![0u8; 600 * 1024];
+        assert!(check(600 * 1024, "more").is_err());
+        drop(held);
+        assert!(check(600 * 1024, "more").is_ok());
+    }
+
+    #[test]
+    fn outside_a_statement_the_process_ceiling_bounds_a_size() {
+        assert!(memory::ceiling().is_none() || memory::ceiling() > Some(1 << 20));
+        let err = vec::<u8>(usize::MAX, "a buffer").unwrap_err();
+        assert!(
+            err.message().contains("query.process_memory_mb")
+                || err.message().contains("query.statement_memory_mb"),
+            "{err}"
+        );
+    }
+
+    /// Every place where a size may come from input — `with_capacity`, `vec![x; n]`,
+    /// `reserve`, `repeat`, `resize` — either goes through this module or says why its size
+    /// is bounded (`// bounded: <why>` on its line or the line above). A new one without
+    /// either fails here, so an unchecked size cannot land by accident.
+    #[test]
+    fn every_input_sized_allocation_is_checked() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut unchecked = Vec::new();
+        for dir in [
+            "core/src",
+            "memory/src",
+            "vectors/src",
+            "server/src",
+            "ffi/src",
+            "python/src",
+        ] {
+            scan(&root.join(dir), &root, &mut unchecked);
+        }
+        assert!(
+            unchecked.is_empty(),
+            "sizes that may come from input, neither checked by capacity:: nor marked \
+             `// bounded: <why>`:\n{}",
+            unchecked.join("\n")
+        );
+    }
+
+    fn scan(dir: &std::path::Path, root: &std::path::Path, unchecked: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                scan(&path, root, unchecked);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("capacity.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for (n, line) in lines.iter().enumerate() {
+                // Tests size things themselves.
+                if line.trim_start().starts_with("#[cfg(test)]") {
+                    break;
+                }
+                if line.trim_start().starts_with("//") || !sizes_something(line) {
+                    continue;
+                }
+                let marked = |l: &str| l.contains("// bounded:");
+                if marked(line) || (n > 0 && marked(lines[n - 1])) {
+                    continue;
+                }
+                let shown = path.strip_prefix(root).unwrap_or(&path).display();
+                unchecked.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+
+    /// Whether a line sizes an allocation by a number that is not a constant.
+    fn sizes_something(line: &str) -> bool {
+        // A literal, an arithmetic of literals, or a CONSTANT: fixed by the code, not input.
+        let constant = |argument: &str| {
+            argument
+                .split(|c: char| " *+-<>()".contains(c))
+                .all(|word| {
+                    word.is_empty()
+                        || word.chars().all(|c| c.is_ascii_digit() || c == '_')
+                        || word
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                })
+        };
+        // The first argument of a call: up to a comma or the closing parenthesis at its depth.
+        let first_argument = |rest: &str| {
+            let mut depth = 0;
+            let mut end = rest.len();
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '(' | '[' => depth += 1,
+                    ')' | ']' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    ')' | ']' => depth -= 1,
+                    ',' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            rest[..end].to_string()
+        };
+        let calls = [
+            "with_capacity(",
+            ".reserve(",
+            ".reserve_exact(",
+            ".repeat(",
+            ".resize(",
+        ];
+        if calls.iter().any(|call| {
+            line.match_indices(call)
+                .any(|(at, _)| !constant(&first_argument(&line[at + call.len()..])))
+        }) {
+            return true;
+        }
+        // `vec![value; n]` with a count that is not a constant.
+        line.match_indices("vec![").any(|(at, _)| {
+            let rest = &line[at + 5..];
+            let Some(semi) = rest.find(';') else {
+                return false;
+            };
+            let count = first_argument(&rest[semi + 1..]);
+            rest[..semi].matches('[').count() == rest[..semi].matches(']').count()
+                && !constant(&count)
+        })
+    }
+}
