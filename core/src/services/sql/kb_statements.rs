@@ -252,10 +252,11 @@ impl SqlRunner {
                     named(plan, &column_names(insert)?, &kb.name)?
                 }
                 DocumentSource::Select(sql) => {
-                    let mut commands = super::parse::parse(
+                    let mut commands = super::parse::parse_limited(
                         sql,
                         &std::collections::HashMap::new(),
                         &std::collections::HashMap::new(),
+                        self.config.query.max_columns,
                     )?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {

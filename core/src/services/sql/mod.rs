@@ -9,6 +9,7 @@
 
 mod agent_statements;
 mod ask;
+mod bounded;
 mod coerce;
 mod constraints;
 mod dml;
@@ -86,6 +87,8 @@ pub(crate) struct SqlRunner {
     /// Answers agents asked in SELECTs.
     agents: Arc<dyn ask::AskAgent>,
     sessions: Arc<Sessions>,
+    /// Where statements are parsed and planned: never on an async worker.
+    pub(crate) compute: crate::compute::Compute,
     plans: PlanCache,
     default_project: String,
     target_partitions: usize,
@@ -138,6 +141,7 @@ impl SqlRunner {
                 connector,
                 net.clone(),
             )),
+            compute: crate::compute::Compute::new(config.planning_threads())?,
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
@@ -169,6 +173,27 @@ impl SqlRunner {
         self.admission
             .admit(tenant, plan.as_deref(), work)
             .map(Some)
+    }
+
+    /// A place for a statement by `tenant` under its plan's cap, and the memory account its
+    /// statements share (both `None` for the local tenant, which has no plan).
+    pub(crate) fn admit_statement(
+        &self,
+        tenant: TenantId,
+    ) -> Result<(
+        Option<crate::admission::Ticket>,
+        Option<Arc<crate::memory::Account>>,
+    )> {
+        if tenant == TenantId::LOCAL {
+            return Ok((None, None));
+        }
+        let plan =
+            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
+        let ticket =
+            self.admission
+                .admit(tenant, plan.as_deref(), crate::admission::Work::Statement)?;
+        let memory = self.admission.tenant_memory(tenant, plan.as_deref());
+        Ok((Some(ticket), memory))
     }
 
     /// The default project's name.
@@ -211,7 +236,7 @@ impl SqlRunner {
                 };
             }
         }
-        let outcome = match parse::parse(&request.query, &request.params, &request.typed_params) {
+        let outcome = match self.parse(tenant, request).await {
             Err(e) => Outcome::Error(e),
             Ok(commands) if request.one_statement && commands.len() > 1 => {
                 Outcome::Error(Error::invalid(format!(
@@ -273,6 +298,45 @@ impl SqlRunner {
             outcome,
             document_limit: None,
         }
+    }
+
+    /// The statements of `request`. A short request (most are) is parsed in place: its cost is
+    /// bounded by its size; a longer one, or one with list parameters to expand, on the pool.
+    async fn parse(&self, tenant: TenantId, request: &QueryRequest) -> Result<Vec<Command>> {
+        const IN_PLACE: usize = 4096;
+        let lists = request.params.values().any(serde_json::Value::is_array);
+        if request.query.len() <= IN_PLACE && !lists && request.typed_params.is_empty() {
+            return parse::parse_limited(
+                &request.query,
+                &request.params,
+                &request.typed_params,
+                self.config.query.max_columns,
+            );
+        }
+        let (query, params, typed) = (
+            request.query.clone(),
+            request.params.clone(),
+            request.typed_params.clone(),
+        );
+        let max_columns = self.config.query.max_columns;
+        self.compute
+            .run(tenant, move || {
+                parse::parse_limited(&query, &params, &typed, max_columns)
+            })
+            .await?
+    }
+
+    /// Runs planning work (`work`: planning a statement, optimizing, making its physical plan)
+    /// for `tenant` on the pool, not on an async worker; it awaits what it must (table
+    /// resolution) on the engine's runtime.
+    async fn plan_on_pool<F>(&self, tenant: TenantId, work: F) -> Result<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.compute
+            .run_async(tenant, tokio::runtime::Handle::current(), work)
+            .await
     }
 
     fn run_cached(&self, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
@@ -745,7 +809,14 @@ impl SqlRunner {
         };
         let state = self.session(Arc::clone(&snapshot), &context.db, partitions);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
-        let plan = match state.statement_to_plan(df_statement.clone()).await {
+        let planning = df_statement.clone();
+        let (state, planned) = self
+            .plan_on_pool(tenant, async move {
+                let planned = state.statement_to_plan(planning).await;
+                (state, planned)
+            })
+            .await?;
+        let plan = match planned {
             Ok(plan) => plan,
             Err(e) => {
                 return Err(self.explain_plan_error(
@@ -788,7 +859,7 @@ impl SqlRunner {
                     .await?;
                 dml::Staged::Done(None)
             }
-            other => return self.execute_plan(other, state, hints, cache).await,
+            other => return self.execute_plan(tenant, other, state, hints, cache).await,
         };
         match (staged, again) {
             (dml::Staged::Done(affected_rows), _) => Ok(Outcome::Ok { affected_rows }),
@@ -854,7 +925,13 @@ impl SqlRunner {
         let mut checked = Statement::Query(create.query.clone());
         names::name_columns_as_written(&mut checked);
         let checked = datafusion::sql::parser::Statement::Statement(Box::new(checked));
-        let plan = state.statement_to_plan(checked).await.map_err(|e| {
+        let (state, planned) = self
+            .plan_on_pool(tenant, async move {
+                let planned = state.statement_to_plan(checked).await;
+                (state, planned)
+            })
+            .await?;
+        let plan = planned.map_err(|e| {
             let e = Error::from(e);
             match e.message().starts_with("View '") {
                 true => e,
@@ -920,6 +997,7 @@ impl SqlRunner {
     /// statement that is refused.
     async fn execute_plan(
         &self,
+        tenant: TenantId,
         plan: LogicalPlan,
         state: Session,
         hints: Option<Vec<names::NameHint>>,
@@ -936,7 +1014,13 @@ impl SqlRunner {
             LogicalPlan::Copy(_) => Err(Error::invalid("COPY is not supported")),
             plan => {
                 let repeatable = cache.is_some() && plan_cache::is_repeatable(&plan);
-                let physical = state.create_physical_plan(&plan).await?;
+                let (state, physical) = self
+                    .plan_on_pool(tenant, async move {
+                        let physical = state.create_physical_plan(&plan).await;
+                        (state, physical)
+                    })
+                    .await?;
+                let physical = physical?;
                 let column_names =
                     names::column_names(&physical.schema(), hints.as_deref(), names::Purpose::Show);
                 // Kept only if no commit came after the snapshot: an entry made from an older

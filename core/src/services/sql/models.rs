@@ -230,7 +230,12 @@ impl SqlRunner {
         project: &str,
         sql: &str,
     ) -> Result<ModelVersion> {
-        let mut commands = super::parse::parse(sql, &Default::default(), &Default::default())?;
+        let mut commands = super::parse::parse_limited(
+            sql,
+            &Default::default(),
+            &Default::default(),
+            self.config.query.max_columns,
+        )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(super::parse::Command::CreateModel(statement)), true) => statement,
             _ => {

@@ -81,6 +81,9 @@ fn distinct_query_names(
         return;
     };
     let mut seen = std::collections::HashSet::new();
+    // The next suffix to try for each name: finding a free one never starts over at 2, so
+    // 30,000 copies of one name take 30,000 steps, not 450 million.
+    let mut next: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (position, item) in select.projection.iter_mut().enumerate() {
         let Some(key) = output_key(item) else {
             continue;
@@ -88,10 +91,14 @@ fn distinct_query_names(
         if seen.insert(key.clone()) {
             continue;
         }
-        let unique = (2..)
-            .map(|n| format!("{key}:{n}"))
-            .find(|name| !seen.contains(name))
-            .expect("an unused name exists");
+        let counter = next.entry(key.clone()).or_insert(2);
+        let unique = loop {
+            let name = format!("{key}:{counter}");
+            *counter += 1;
+            if !seen.contains(&name) {
+                break name;
+            }
+        };
         seen.insert(unique.clone());
         let (expr, shown) = match item {
             SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone()),
@@ -229,6 +236,7 @@ pub(crate) fn column_names(
         return by_field();
     }
     let expanded = fields.len() - fixed;
+    // bounded: one per field of a planned schema
     let mut names = Vec::with_capacity(fields.len());
     let mut index = 0;
     for hint in hints {

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CastKind, DataType, Expr, Statement, TimezoneInfo, UnaryOperator, Value, ValueWithSpan,
-    VisitMut, VisitorMut,
+    CastKind, DataType, Expr, Query, SelectItem, SetExpr, Statement, TimezoneInfo, UnaryOperator,
+    Value, ValueWithSpan, Visit, VisitMut, Visitor, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::{GenericDialect, MySqlDialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -146,11 +146,38 @@ pub(crate) struct CreateModel {
 /// `recursive-protection` feature), and this bound keeps a hostile text from growing it far.
 const RECURSION_LIMIT: usize = 256;
 
-/// Parses a request into commands, binding `params` into the SQL ones.
+/// How deep a statement's expressions and queries may nest, as SQLite and DuckDB allow
+/// (`SQLITE_MAX_EXPR_DEPTH`, `max_expression_depth`): every walk of a syntax tree is
+/// recursive, so this, not the input's size, bounds the stack they take.
+pub(crate) const MAX_DEPTH: usize = 1000;
+
+/// Operators one chain of a statement may hold before it is parsed (a chain like `1 + 1 + …`
+/// parses without recursion into a tree as deep as it is long, which then takes that much
+/// stack to drop); far beyond [`MAX_DEPTH`], which is checked on the parsed tree.
+const MAX_CHAIN_OPERATORS: usize = 50_000;
+
+/// Parses a request into commands, binding `params` into the SQL ones, with the default
+/// `query.max_columns`.
+#[cfg(test)]
 pub(crate) fn parse(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
+) -> Result<Vec<Command>> {
+    parse_limited(
+        sql,
+        params,
+        typed,
+        crate::config::QueryConfig::default().max_columns,
+    )
+}
+
+/// [`parse`], where a statement may select at most `max_columns` columns in one select list.
+pub(crate) fn parse_limited(
+    sql: &str,
+    params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
+    max_columns: usize,
 ) -> Result<Vec<Command>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
@@ -184,12 +211,17 @@ pub(crate) fn parse(
             commands.push(command);
             continue;
         }
+        check_chains(&statement)?;
         let mut parser = Parser::new(&GenericDialect {})
             .with_recursion_limit(RECURSION_LIMIT)
             .with_tokens_with_locations(statement);
         let mut parsed = parser
             .parse_statement()
             .map_err(|e| syntax_error(sql, &e.to_string()))?;
+        if let Err(e) = check_shape(&parsed, max_columns) {
+            dismantle(parsed);
+            return Err(e);
+        }
         if parser.peek_token().token != Token::EOF {
             let rest = parser.peek_token();
             return Err(syntax_error(
@@ -205,6 +237,220 @@ pub(crate) fn parse(
         return Err(Error::invalid("The query is empty"));
     }
     Ok(commands)
+}
+
+/// Fails when a chain of operators in `tokens` (counted along each nesting of parentheses,
+/// restarting at each comma) is longer than [`MAX_CHAIN_OPERATORS`]: a bound on the depth of
+/// the tree the statement would parse into, taken without building it.
+fn check_chains(tokens: &[TokenWithSpan]) -> Result<()> {
+    // Operators counted at each open parenthesis level, innermost last.
+    let mut levels: Vec<usize> = vec![0];
+    let mut total = 0usize;
+    for token in tokens {
+        match &token.token {
+            Token::LParen | Token::LBracket | Token::LBrace => {
+                levels.push(0);
+                total += 1;
+            }
+            Token::RParen | Token::RBracket | Token::RBrace => {
+                if levels.len() > 1 {
+                    total -= levels.pop().unwrap_or(0) + 1;
+                }
+            }
+            Token::Comma => {
+                let current = levels.last_mut().expect("the outer level is never popped");
+                total -= *current;
+                *current = 0;
+            }
+            Token::Word(word) if is_operator_word(word) => {
+                *levels.last_mut().expect("the outer level is never popped") += 1;
+                total += 1;
+            }
+            Token::Word(_)
+            | Token::Number(..)
+            | Token::Whitespace(_)
+            | Token::SemiColon
+            | Token::Placeholder(_)
+            | Token::EOF => {}
+            Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::NationalStringLiteral(_)
+            | Token::HexStringLiteral(_) => {}
+            _ => {
+                *levels.last_mut().expect("the outer level is never popped") += 1;
+                total += 1;
+            }
+        }
+        if total > MAX_CHAIN_OPERATORS {
+            return Err(Error::invalid(format!(
+                "The statement chains more than {MAX_CHAIN_OPERATORS} operators in one expression; statements may nest at most {MAX_DEPTH} deep"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Keywords that join or follow an operand, as an operator does.
+fn is_operator_word(word: &Word) -> bool {
+    word.quote_style.is_none()
+        && matches!(
+            word.keyword,
+            Keyword::AND
+                | Keyword::OR
+                | Keyword::XOR
+                | Keyword::NOT
+                | Keyword::IS
+                | Keyword::IN
+                | Keyword::LIKE
+                | Keyword::ILIKE
+                | Keyword::SIMILAR
+                | Keyword::REGEXP
+                | Keyword::RLIKE
+                | Keyword::BETWEEN
+                | Keyword::COLLATE
+                | Keyword::AT
+                | Keyword::UNION
+                | Keyword::INTERSECT
+                | Keyword::EXCEPT
+                | Keyword::DIV
+                | Keyword::ESCAPE
+        )
+}
+
+/// Fails for a statement nested deeper than [`MAX_DEPTH`] (expressions in expressions,
+/// queries in queries, set operations one after another) or with a select list of more than
+/// `max_columns` items. It is the first walk of the tree, and stops at the first level too
+/// deep, so it takes at most that much stack itself.
+fn check_shape(statement: &Statement, max_columns: usize) -> Result<()> {
+    struct Shape {
+        depth: usize,
+        max_columns: usize,
+    }
+    fn too_deep() -> Error {
+        Error::invalid(format!(
+            "The statement nests expressions or queries more than {MAX_DEPTH} deep, the most a statement may"
+        ))
+    }
+    /// The set operations chained down the left of `body`, and its widest select list.
+    fn chain(body: &SetExpr) -> (usize, usize) {
+        let (mut length, mut widest) = (0, 0);
+        let mut next = Some(body);
+        while let Some(body) = next {
+            next = None;
+            match body {
+                SetExpr::SetOperation { left, right, .. } => {
+                    length += 1;
+                    if let SetExpr::Select(select) = right.as_ref() {
+                        widest = widest.max(select.projection.len());
+                    }
+                    next = Some(left);
+                }
+                SetExpr::Select(select) => widest = widest.max(select.projection.len()),
+                _ => {}
+            }
+        }
+        (length, widest)
+    }
+    impl Visitor for Shape {
+        type Break = Error;
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<Error> {
+            let (length, widest) = chain(&query.body);
+            if widest > self.max_columns {
+                return ControlFlow::Break(Error::invalid(format!(
+                    "The statement selects {widest} columns in one select list, more than query.max_columns ({})",
+                    self.max_columns
+                )));
+            }
+            self.depth += 1 + length;
+            if self.depth > MAX_DEPTH {
+                return ControlFlow::Break(too_deep());
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, query: &Query) -> ControlFlow<Error> {
+            self.depth -= 1 + chain(&query.body).0;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<Error> {
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return ControlFlow::Break(too_deep());
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, _: &Expr) -> ControlFlow<Error> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+    }
+    match statement.visit(&mut Shape {
+        depth: 0,
+        max_columns,
+    }) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// A set expression with nothing in it, to leave in place of one taken out.
+fn empty_body() -> SetExpr {
+    SetExpr::Values(datafusion::sql::sqlparser::ast::Values {
+        explicit_row: false,
+        value_keyword: false,
+        rows: Vec::new(),
+    })
+}
+
+/// Drops a statement refused for its depth without recursing down its longest chains (set
+/// operations and binary operators), which would take stack in proportion to their length.
+fn dismantle(statement: Statement) {
+    let mut bodies: Vec<SetExpr> = Vec::new();
+    let mut exprs: Vec<Expr> = Vec::new();
+    if let Statement::Query(mut query) = statement {
+        bodies.push(std::mem::replace(query.body.as_mut(), empty_body()));
+    }
+    while let Some(body) = bodies.pop() {
+        match body {
+            SetExpr::SetOperation {
+                mut left,
+                mut right,
+                ..
+            } => {
+                bodies.push(std::mem::replace(left.as_mut(), empty_body()));
+                bodies.push(std::mem::replace(right.as_mut(), empty_body()));
+            }
+            SetExpr::Select(mut select) => {
+                for item in &mut select.projection {
+                    if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
+                        item
+                    {
+                        exprs.push(std::mem::replace(e, Expr::Value(Value::Null.into())));
+                    }
+                }
+                if let Some(selection) = select.selection.take() {
+                    exprs.push(selection);
+                }
+            }
+            _ => {}
+        }
+    }
+    while let Some(expr) = exprs.pop() {
+        if let Expr::BinaryOp {
+            mut left,
+            mut right,
+            ..
+        } = expr
+        {
+            exprs.push(std::mem::replace(
+                left.as_mut(),
+                Expr::Value(Value::Null.into()),
+            ));
+            exprs.push(std::mem::replace(
+                right.as_mut(),
+                Expr::Value(Value::Null.into()),
+            ));
+        }
+    }
 }
 
 fn syntax_error(sql: &str, detail: &str) -> Error {
@@ -257,6 +503,7 @@ fn normalise_tokens(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 /// backslash stays with the character after it, so `'\d+'` is the regular expression `\d+`
 /// (MySQL would read `d+`) and `LIKE '50\%'` keeps its escaped wildcard.
 fn unescape(raw: &str, quote: char) -> String {
+    // bounded: a literal of the statement, which is in memory
     let mut out = String::with_capacity(raw.len());
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -374,6 +621,7 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             }
         }
     }
+    // bounded: the statement's tokens, in memory
     let mut out = Vec::with_capacity(tokens.len() + 4);
     let mut i = 0;
     while i < tokens.len() {
@@ -472,6 +720,7 @@ fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
         ))
     };
+    // bounded: the statement's tokens, in memory
     let mut out = Vec::with_capacity(tokens.len() + 8);
     out.extend(tokens[..from_at].iter().cloned());
     out.push(tokens[as_at].clone());
@@ -549,6 +798,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     if spans.is_empty() {
         return tokens;
     }
+    // bounded: the statement's tokens, in memory
     let mut out = Vec::with_capacity(tokens.len());
     let mut next = 0;
     for (db, close) in spans {
@@ -883,6 +1133,8 @@ fn bind_params(
     struct Binder<'p> {
         params: &'p HashMap<String, serde_json::Value>,
         typed: &'p HashMap<String, TypedParam>,
+        /// The literals list parameters expand into, over all their uses.
+        expanded: crate::capacity::Tally,
     }
     impl<'p> Binder<'p> {
         fn lookup(&self, placeholder: &str) -> Result<Option<Param<'p>>> {
@@ -906,11 +1158,18 @@ fn bind_params(
         type Break = Error;
         fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Error> {
             if let Expr::InList { list, negated, .. } = expr {
+                // bounded: the list as written in the statement, in memory
                 let mut expanded = Vec::with_capacity(list.len());
                 for item in list.drain(..) {
                     match placeholder(&item).map(|p| self.lookup(p)) {
                         Some(Err(e)) => return ControlFlow::Break(e),
                         Some(Ok(Some(Param::Json(serde_json::Value::Array(values))))) => {
+                            // Each use copies the whole list into the syntax tree.
+                            let bytes = values.iter().map(literal_bytes).sum::<u64>();
+                            let what = "Expanding the list parameters into the statement";
+                            if let Err(e) = self.expanded.add(bytes, what) {
+                                return ControlFlow::Break(e);
+                            }
                             expanded.extend(values.iter().map(literal));
                         }
                         _ => expanded.push(item),
@@ -933,8 +1192,22 @@ fn bind_params(
                             "Parameter '{p}' is a list; a list can only stand in IN (…)"
                         )))
                     }
-                    Ok(Some(Param::Json(value))) => *expr = literal(value),
-                    Ok(Some(Param::Typed(value))) => match typed_literal(p, value) {
+                    Ok(Some(Param::Json(value))) => {
+                        // Each use copies the value into the syntax tree.
+                        let what = "Putting the parameters' values into the statement";
+                        if let Err(e) = self.expanded.add(literal_bytes(value), what) {
+                            return ControlFlow::Break(e);
+                        }
+                        *expr = literal(value)
+                    }
+                    Ok(Some(Param::Typed(value))) => match self
+                        .expanded
+                        .add(
+                            typed_bytes(value),
+                            "Putting the parameters' values into the statement",
+                        )
+                        .and_then(|()| typed_literal(p, value))
+                    {
                         Ok(typed) => *expr = typed,
                         Err(e) => return ControlFlow::Break(e),
                     },
@@ -944,10 +1217,35 @@ fn bind_params(
             ControlFlow::Continue(())
         }
     }
-    match statement.visit(&mut Binder { params, typed }) {
+    let mut binder = Binder {
+        params,
+        typed,
+        expanded: crate::capacity::Tally::default(),
+    };
+    match statement.visit(&mut binder) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
     }
+}
+
+/// What the literal node of a JSON value costs: the node and the text it holds.
+fn literal_bytes(value: &serde_json::Value) -> u64 {
+    let text = match value {
+        serde_json::Value::String(s) => s.len(),
+        serde_json::Value::Number(_) => 24,
+        serde_json::Value::Null | serde_json::Value::Bool(_) => 0,
+        other => other.to_string().len(),
+    };
+    (std::mem::size_of::<Expr>() + text) as u64
+}
+
+/// What the literal node of a typed value costs (bytes are written as hex digits).
+fn typed_bytes(value: &TypedParam) -> u64 {
+    let text = match value {
+        TypedParam::Date(s) | TypedParam::Timestamp(s) | TypedParam::Decimal(s) => s.len(),
+        TypedParam::Bytes(b) => b.len().saturating_mul(2),
+    };
+    (std::mem::size_of::<Expr>() + text) as u64
 }
 
 /// A typed parameter as a SQL literal node, its text checked first so a malformed value is an

@@ -292,7 +292,12 @@ impl SqlRunner {
         sql: &str,
         check: impl Fn(&str, Option<(&str, &str)>) -> Result<()>,
     ) -> Result<ReadOnlyQuery> {
-        let mut commands = parse::parse(sql, &HashMap::new(), &HashMap::new())?;
+        let mut commands = parse::parse_limited(
+            sql,
+            &HashMap::new(),
+            &HashMap::new(),
+            self.config.query.max_columns,
+        )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,
             (Some(_), true) => return Err(refused("only SELECT queries may run")),

@@ -59,8 +59,15 @@ impl Sessions {
             .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
             .with_query_planner(Arc::new(super::predict_join::Planner))
             .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
+            .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals()))
+            .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
+            .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
+        for checked in super::bounded::checked_functions(base.scalar_functions()) {
+            base.register_udf(checked)
+                .expect("registering a function only replaces it in a map");
+        }
         for rewrite in [
             Arc::new(super::coerce::BooleanText) as Arc<dyn FunctionRewrite + Send + Sync>,
             Arc::new(super::coerce::DivisionByZero),
