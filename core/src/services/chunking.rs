@@ -18,39 +18,56 @@ pub(crate) struct Chunk<'a> {
 /// Where a chunk may end, best first: after a paragraph break, a line break, a sentence, a word.
 const BREAKS: [&str; 5] = ["\n\n", "\n", ". ", "? ", " "];
 
-/// The chunks of `text`; none when it is blank. `size` is at least 1; `overlap` below `size`.
-pub(crate) fn chunks(text: &str, size: usize, overlap: usize) -> Vec<Chunk<'_>> {
-    let size = size.max(1);
-    let overlap = overlap.min(size - 1);
-    if text.trim().is_empty() {
-        return Vec::new();
-    }
-    // Byte offset of each character, and of the end.
-    let offsets: Vec<usize> = text
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain(std::iter::once(text.len()))
-        .collect();
-    let n = offsets.len() - 1;
-    let slice = |start: usize, end: usize| &text[offsets[start]..offsets[end]];
-    let mut out = Vec::new();
-    let mut start = 0;
-    loop {
-        let limit = (start + size).min(n);
-        let end = if limit == n {
-            n
-        } else {
-            best_break(slice(start, limit), start, &offsets, size).unwrap_or(limit)
-        };
-        out.push(Chunk {
-            text: slice(start, end),
-            start,
-            end,
-        });
-        if end == n {
-            return out;
+/// A document ready to be cut into chunks, one at a time: a document of millions of tiny
+/// chunks is never held as a list of them.
+pub(crate) struct Document<'a> {
+    text: &'a str,
+    /// Byte offset of each character, and of the end.
+    offsets: Vec<usize>,
+    size: usize,
+    overlap: usize,
+}
+
+impl<'a> Document<'a> {
+    /// `text`, to be cut into chunks of at most `size` characters (at least 1) overlapping by
+    /// `overlap` (below `size`). Its characters' positions take 8 bytes each, checked first.
+    pub(crate) fn new(text: &'a str, size: usize, overlap: usize) -> crate::error::Result<Self> {
+        let size = size.max(1);
+        let mut offsets = crate::capacity::vec(text.len() + 1, "Chunking a document")?;
+        if !text.trim().is_empty() {
+            offsets.extend(text.char_indices().map(|(i, _)| i));
+            offsets.push(text.len());
         }
-        start = next_start(text, &offsets, start, end, overlap);
+        Ok(Document {
+            text,
+            offsets,
+            size,
+            overlap: overlap.min(size - 1),
+        })
+    }
+
+    /// Its chunks, in order; none when it is blank.
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = Chunk<'a>> + '_ {
+        let n = self.offsets.len().saturating_sub(1);
+        let mut next = (n > 0).then_some(0);
+        std::iter::from_fn(move || {
+            let start = next?;
+            let slice =
+                |start: usize, end: usize| &self.text[self.offsets[start]..self.offsets[end]];
+            let limit = (start + self.size).min(n);
+            let end = if limit == n {
+                n
+            } else {
+                best_break(slice(start, limit), start, &self.offsets, self.size).unwrap_or(limit)
+            };
+            next =
+                (end != n).then(|| next_start(self.text, &self.offsets, start, end, self.overlap));
+            Some(Chunk {
+                text: slice(start, end),
+                start,
+                end,
+            })
+        })
     }
 }
 
@@ -102,6 +119,11 @@ fn next_start(text: &str, offsets: &[usize], start: usize, end: usize, overlap: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunks(text: &str, size: usize, overlap: usize) -> Vec<Chunk<'_>> {
+        let document = Document::new(text, size, overlap).unwrap();
+        document.chunks().collect()
+    }
 
     fn texts(text: &str, size: usize, overlap: usize) -> Vec<String> {
         chunks(text, size, overlap)

@@ -102,7 +102,7 @@ impl SqlRunner {
         crate::catalog::namespace::validate_name("file", name)?;
         let caps = Caps::of(&self.config);
         // Inferring the columns reads the file once: CPU work, off the async workers.
-        let file = tokio::task::spawn_blocking(move || {
+        let file = crate::memory::spawn_blocking(move || {
             open(Bytes::from(bytes), format, file_name.as_deref(), caps)
         })
         .await
@@ -273,6 +273,7 @@ fn expanded_size(dictionary: &dyn AnyDictionaryArray) -> u64 {
             .collect()
     } else {
         let average = values.get_array_memory_size() as u64 / count.max(1) as u64;
+        // bounded: one per row of a batch in memory
         vec![average.max(1); count]
     };
     let keys = dictionary.keys();
@@ -349,6 +350,9 @@ fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     if u64::try_from(metadata.file_metadata().num_rows()).unwrap_or(u64::MAX) > caps.max_rows {
         return Err(caps.rows_over());
     }
+    // Every page's size before any page is decoded (a small file can hold a page that
+    // decompresses to gigabytes).
+    crate::services::parquet_pages::check(&bytes, metadata)?;
     let declared: u64 = metadata
         .row_groups()
         .iter()
@@ -486,6 +490,7 @@ fn open_csv(bytes: Bytes) -> Result<FileRows> {
             .map(|f| f.as_ref().clone().with_data_type(DataType::Utf8))
             .collect::<Vec<_>>(),
     ));
+    // bounded: one per column, at most MAX_COLUMNS
     let mut column_fits = vec![true; inferred.fields().len()];
     for batch in reader(bytes.clone(), &text)? {
         let batch = batch.map_err(|e| unreadable(&e))?;

@@ -12,7 +12,8 @@
 //! - `ml`: training (the built-in trainer and its background worker) and predictions;
 //! - `connectors`: reaching datasources (PostgreSQL, directories of files);
 //! - `delivery`: sending model-status callbacks;
-//! - `files`: decoding uploaded files into tables.
+//! - `files`: decoding uploaded files into tables;
+//! - `parquet_pages`: what a Parquet file's pages decode to, checked before any is decoded.
 
 pub(crate) mod agent_loop;
 pub(crate) mod chat;
@@ -23,6 +24,7 @@ pub(crate) mod embeddings;
 pub(crate) mod files;
 pub(crate) mod llm;
 pub(crate) mod ml;
+pub(crate) mod parquet_pages;
 pub(crate) mod reranker;
 pub(crate) mod sentence_models;
 pub(crate) mod sql;

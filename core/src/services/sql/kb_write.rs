@@ -312,6 +312,29 @@ fn remove_documents(
     Ok(())
 }
 
+/// Chunks embedded, indexed and staged at once: a document's chunks go in groups, so its
+/// size, not the memory, bounds how many it may have.
+const GROUP_CHUNKS: usize = 1024;
+
+/// Chunks made from a source batch and not yet embedded.
+#[derive(Default)]
+struct Group {
+    /// The source row of each chunk.
+    rows: Vec<u32>,
+    chunk_ids: Vec<String>,
+    texts: Vec<String>,
+}
+
+/// A batch of inserted documents, as a group of its chunks needs it.
+struct Source {
+    /// The documents' ids, by row.
+    ids: StringArray,
+    /// The metadata columns by name, typed as the chunk table holds them.
+    metadata: Vec<(String, ArrayRef)>,
+    /// What one chunk's copy of each row's metadata takes.
+    row_bytes: Vec<u64>,
+}
+
 /// Documents on their way into the chunk table and its indexes.
 struct Ingest<'a> {
     kb: &'a KnowledgeBase,
@@ -388,9 +411,32 @@ impl Ingest<'_> {
                 })
                 .collect(),
         };
-        let mut rows = Vec::new();
-        let mut chunk_ids = Vec::new();
-        let mut texts = Vec::new();
+        let columns = metadata
+            .iter()
+            .map(|(name, data_type)| {
+                let column = match position(name) {
+                    Some(at) => strict_cast(batch.column(at), data_type)?,
+                    None => new_null_array(data_type, batch.num_rows()),
+                };
+                Ok((name.clone(), column))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // What each document's metadata takes: every chunk of it carries a copy (twice: the
+        // columns and the JSON object).
+        // bounded: one per row of a batch in memory
+        let mut row_bytes = vec![0u64; batch.num_rows()];
+        for (_, column) in &columns {
+            for (row, bytes) in super::bounded::value_bytes(column).into_iter().enumerate() {
+                row_bytes[row] = row_bytes[row].saturating_add(bytes.saturating_mul(2) + 16);
+            }
+        }
+        let source = Source {
+            ids: StringArray::from(ids.clone()),
+            metadata: columns,
+            row_bytes,
+        };
+        self.report(job, |p| p.documents += batch.num_rows() as u64);
+        let mut group = Group::default();
         for (row, id) in ids.iter().enumerate() {
             // Which of two rows of one document should win is not for the engine to guess.
             if !self.ids.insert(id.clone()) {
@@ -400,34 +446,65 @@ impl Ingest<'_> {
                 )));
             }
             self.documents += 1;
+            let row_number = u32::try_from(row).map_err(|_| Error::invalid("batch too large"))?;
             for (column, text) in &contents {
                 let text = text.as_string::<i32>();
                 if text.is_null(row) {
                     continue;
                 }
-                let pieces = chunking::chunks(text.value(row), kb.chunk_size, kb.chunk_overlap);
-                let total = pieces.len();
-                for (n, piece) in pieces.into_iter().enumerate() {
-                    rows.push(u32::try_from(row).map_err(|_| Error::invalid("batch too large"))?);
-                    chunk_ids.push(format!(
+                let document =
+                    chunking::Document::new(text.value(row), kb.chunk_size, kb.chunk_overlap)?;
+                // Chunk ids name the total, so the chunks are counted before they are made.
+                let total = document.chunks().count();
+                for (n, piece) in document.chunks().enumerate() {
+                    group.rows.push(row_number);
+                    group.chunk_ids.push(format!(
                         "{id}:{column}:{}of{total}:{}to{}",
                         n + 1,
                         piece.start,
                         piece.end
                     ));
-                    texts.push(piece.text.to_string());
+                    group.texts.push(piece.text.to_string());
+                    // A document of millions of chunks goes in a group at a time.
+                    if group.texts.len() >= GROUP_CHUNKS {
+                        self.flush(handle, job, &source, std::mem::take(&mut group))?;
+                    }
                 }
             }
         }
-        if texts.is_empty() {
-            return Ok(());
+        if !group.texts.is_empty() {
+            self.flush(handle, job, &source, group)?;
         }
-        self.report(job, |p| {
-            p.documents += batch.num_rows() as u64;
-            p.chunks += texts.len() as u64;
-        });
+        Ok(())
+    }
+
+    /// Embeds, indexes and stages one group of chunks of `source`'s documents.
+    fn flush(
+        &mut self,
+        handle: &Handle,
+        job: &WriteJob,
+        source: &Source,
+        group: Group,
+    ) -> Result<()> {
+        crate::cancel::check()?;
+        let kb = self.kb;
+        let Group {
+            rows,
+            chunk_ids,
+            texts,
+        } = group;
+        let metadata_bytes = rows
+            .iter()
+            .map(|row| source.row_bytes.get(*row as usize).copied().unwrap_or(0))
+            .fold(0u64, u64::saturating_add);
+        crate::capacity::check(
+            metadata_bytes,
+            "Copying the documents' metadata into each chunk",
+        )?;
+        self.report(job, |p| p.chunks += texts.len() as u64);
         // Every request to the embedding model counts against the tenant's plan, before it is
         // made; progress is reported after each.
+        // bounded: one per chunk text already in memory
         let mut vectors = Vec::with_capacity(texts.len());
         for part in texts.chunks(self.endpoint.batch_size.max(1)) {
             handle.block_on(self.connector.meter.take(job.tenant, 1))?;
@@ -451,15 +528,10 @@ impl Ingest<'_> {
         }
         let dimensions = vectors[0].len();
         let rows = UInt32Array::from(rows);
-        let metadata_columns: Vec<(String, ArrayRef)> = metadata
+        let metadata_columns: Vec<(String, ArrayRef)> = source
+            .metadata
             .iter()
-            .map(|(name, data_type)| {
-                let column = match position(name) {
-                    Some(at) => strict_cast(batch.column(at), data_type)?,
-                    None => new_null_array(data_type, batch.num_rows()),
-                };
-                Ok((name.clone(), take(&column, &rows, None)?))
-            })
+            .map(|(name, column)| Ok((name.clone(), take(column, &rows, None)?)))
             .collect::<Result<_>>()?;
         let schema = match &self.schema {
             Some(schema) => Arc::clone(schema),
@@ -511,9 +583,8 @@ impl Ingest<'_> {
             })?;
         index.add(first, &vectors, &texts)?;
         self.report(job, |p| p.indexed += texts.len() as u64);
-        let ids = StringArray::from(ids);
         let mut columns: Vec<ArrayRef> = vec![
-            take(&ids, &rows, None)?,
+            take(&source.ids, &rows, None)?,
             Arc::new(StringArray::from(chunk_ids)),
             Arc::new(StringArray::from(texts)),
             Arc::new(metadata_json(&metadata_columns, rows.len())?),
@@ -610,6 +681,7 @@ fn strict_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
 /// Each of `rows` rows' metadata as one JSON object (columns with NULL left out).
 fn metadata_json(columns: &[(String, ArrayRef)], rows: usize) -> Result<StringArray> {
     if columns.is_empty() {
+        // bounded: the rows of a batch in memory
         return Ok(StringArray::from(vec!["{}"; rows]));
     }
     let schema = Arc::new(Schema::new(
