@@ -114,15 +114,30 @@ pub struct HttpConfig {
     pub max_body_bytes: u64,
     /// Largest accepted request head (request line and headers), in bytes.
     pub max_header_bytes: usize,
-    /// Seconds a connection may wait for (or in the middle of) a request before it is closed.
+    /// Seconds a kept-alive connection may wait for its next request (or go quiet in the
+    /// middle of one) before it is closed.
     pub idle_timeout_secs: u64,
+    /// Seconds a new connection has to send the first byte of its first request; also how
+    /// long a kept-alive connection waits for its next one while the server is under pressure
+    /// (half of `max_connections`, or of its address's share, open). Silent ones are closed.
+    pub first_byte_timeout_secs: u64,
     /// Seconds a client has to send a whole request head once it started one (slow senders
     /// are cut off).
     pub head_timeout_secs: u64,
     /// Seconds a client has to send a whole request body.
     pub body_timeout_secs: u64,
-    /// Connections open at once; more are refused with 503 until some close.
+    /// Connections open at once. A newcomer past it takes the place of a connection waiting
+    /// for its next request (the address holding the most first); with none waiting it is
+    /// refused with 503.
     pub max_connections: usize,
+    /// Connections one client address (an IPv6 client's /64) may have open at once; past it a
+    /// newcomer takes the place of that address's own longest-waiting idle connection, or is
+    /// refused with 429. Default: a quarter of `max_connections`, at least 64 (or all of them
+    /// when fewer).
+    pub max_connections_per_address: Option<usize>,
+    /// Seconds a response write may make no progress (a client that does not read) before the
+    /// connection is closed, and the statement behind a streamed result stopped.
+    pub write_timeout_secs: u64,
     /// Request bodies being received at once may hold this many MiB together; a body that
     /// does not fit waits briefly, then gets 503. Default: 256 locally, 128 hosted.
     pub max_buffered_body_mb: Option<u64>,
@@ -143,9 +158,12 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 64 * 1024,
             idle_timeout_secs: 60,
+            first_byte_timeout_secs: 10,
             head_timeout_secs: 10,
             body_timeout_secs: 120,
             max_connections: 1024,
+            max_connections_per_address: None,
+            write_timeout_secs: 30,
             max_buffered_body_mb: None,
             unauthenticated_per_minute: None,
             minds_prefix: "/api/v1".to_string(),
@@ -555,6 +573,15 @@ impl Config {
         }
         for (key, value) in [
             ("http.max_connections", self.http.max_connections as u64),
+            (
+                "http.max_connections_per_address",
+                self.max_connections_per_address() as u64,
+            ),
+            (
+                "http.first_byte_timeout_secs",
+                self.http.first_byte_timeout_secs,
+            ),
+            ("http.write_timeout_secs", self.http.write_timeout_secs),
             ("http.head_timeout_secs", self.http.head_timeout_secs),
             ("http.body_timeout_secs", self.http.body_timeout_secs),
             ("http.max_buffered_body_mb", self.max_buffered_body_bytes()),
@@ -646,6 +673,17 @@ impl Config {
     /// Bytes of request bodies the HTTP server holds at once (`http.max_buffered_body_mb`).
     pub fn max_buffered_body_bytes(&self) -> u64 {
         mib(self.or_edition(self.http.max_buffered_body_mb, 256, 128))
+    }
+
+    /// Connections one client address may have open (`http.max_connections_per_address`): a
+    /// quarter of `http.max_connections`, at least 64 (all of them when fewer), so a client's
+    /// pool or a browser's connections always fit; never more than `http.max_connections`.
+    pub fn max_connections_per_address(&self) -> usize {
+        let total = self.http.max_connections;
+        self.http
+            .max_connections_per_address
+            .unwrap_or((total / 4).max(total.min(64)))
+            .min(total)
     }
 
     /// Temporary-file space for all statements together (`query.max_spill_mb`), in bytes.
@@ -838,6 +876,28 @@ mod tests {
             .unwrap()
             .validate();
         assert!(err.unwrap_err().message().contains("egress.allow"));
+    }
+
+    #[test]
+    fn an_address_gets_a_quarter_of_the_connections_but_never_fewer_than_a_pool_needs() {
+        let share = |total: usize| {
+            let mut config = Config::default();
+            config.http.max_connections = total;
+            config.max_connections_per_address()
+        };
+        assert_eq!(share(1024), 256);
+        assert_eq!(share(100), 64);
+        assert_eq!(share(5), 5);
+        let mut config = Config::default();
+        config.http.max_connections_per_address = Some(2000);
+        assert_eq!(
+            config.max_connections_per_address(),
+            1024,
+            "capped by the total"
+        );
+        config.http.max_connections_per_address = Some(0);
+        let err = config.validate().unwrap_err();
+        assert!(err.message().contains("http.max_connections_per_address"));
     }
 
     #[test]
