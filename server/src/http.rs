@@ -406,64 +406,8 @@ impl Connection {
     }
 
     /// Parses the head at the start of the unread bytes; `None` when more bytes are needed.
-    fn parse_head(&mut self) -> Result<Option<(usize, Request)>, ReadError> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Request::new(&mut headers);
-        let head_len = match parsed.parse(self.unread()) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(ReadError::Reject(
-                    431,
-                    format!("The request has more than {MAX_HEADERS} headers"),
-                ))
-            }
-            Err(e) => {
-                return Err(ReadError::Reject(
-                    400,
-                    format!("Malformed HTTP request: {e}"),
-                ))
-            }
-        };
-        if head_len > self.limits.max_header_bytes {
-            return Err(header_too_large(self.limits.max_header_bytes));
-        }
-        let version = parsed.version.unwrap_or(1);
-        let method = parsed.method.unwrap_or_default().to_string();
-        let target = parsed.path.unwrap_or_default();
-        let path = target.split('?').next().unwrap_or_default().to_string();
-        let headers: Vec<(String, Vec<u8>)> = parsed
-            .headers
-            .iter()
-            .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
-            .collect();
-        let mut request = Request {
-            method,
-            path,
-            headers,
-            body: Vec::new(),
-            keep_alive: version == 1,
-            http10: version == 0,
-            framing: Framing::Length(0),
-            expects_continue: false,
-            budget: None,
-        };
-        let mut keep_alive = request.keep_alive;
-        if let Some(connection) = request.header("connection") {
-            for token in connection.split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case("keep-alive") {
-                    keep_alive = true;
-                }
-            }
-        }
-        request.keep_alive = keep_alive;
-        request.framing = framing(&request)?;
-        request.expects_continue = request
-            .header("expect")
-            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
-        Ok(Some((head_len, request)))
+    fn parse_head(&self) -> Result<Option<(usize, Request)>, ReadError> {
+        parse_head(self.unread(), self.limits.max_header_bytes)
     }
 
     async fn read_exact_into_body(
@@ -682,6 +626,70 @@ impl Connection {
     }
 }
 
+/// Parses the request head at the start of `bytes`; `None` when more bytes are needed.
+fn parse_head(
+    bytes: &[u8],
+    max_header_bytes: usize,
+) -> Result<Option<(usize, Request)>, ReadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let head_len = match parsed.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(ReadError::Reject(
+                431,
+                format!("The request has more than {MAX_HEADERS} headers"),
+            ))
+        }
+        Err(e) => {
+            return Err(ReadError::Reject(
+                400,
+                format!("Malformed HTTP request: {e}"),
+            ))
+        }
+    };
+    if head_len > max_header_bytes {
+        return Err(header_too_large(max_header_bytes));
+    }
+    let version = parsed.version.unwrap_or(1);
+    let method = parsed.method.unwrap_or_default().to_string();
+    let target = parsed.path.unwrap_or_default();
+    let path = target.split('?').next().unwrap_or_default().to_string();
+    let headers: Vec<(String, Vec<u8>)> = parsed
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+        .collect();
+    let mut request = Request {
+        method,
+        path,
+        headers,
+        body: Vec::new(),
+        keep_alive: version == 1,
+        http10: version == 0,
+        framing: Framing::Length(0),
+        expects_continue: false,
+        budget: None,
+    };
+    let mut keep_alive = request.keep_alive;
+    if let Some(connection) = request.header("connection") {
+        for token in connection.split(',').map(str::trim) {
+            if token.eq_ignore_ascii_case("close") {
+                keep_alive = false;
+            } else if token.eq_ignore_ascii_case("keep-alive") {
+                keep_alive = true;
+            }
+        }
+    }
+    request.keep_alive = keep_alive;
+    request.framing = framing(&request)?;
+    request.expects_continue = request
+        .header("expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
+    Ok(Some((head_len, request)))
+}
+
 /// Why a read stopped without bytes.
 enum Stall {
     /// The request's own deadline passed.
@@ -788,6 +796,20 @@ fn http_date() -> String {
     chrono::Utc::now()
         .format("%a, %d %b %Y %H:%M:%S GMT")
         .to_string()
+}
+
+#[cfg(test)]
+impl Request {
+    /// The request whose head is `bytes`, for tests of what judges requests by their heads.
+    pub(crate) fn parse_for_test(bytes: &[u8]) -> Request {
+        match parse_head(bytes, 64 * 1024) {
+            Ok(Some((_, request))) => request,
+            _ => panic!(
+                "not a whole request head: {}",
+                String::from_utf8_lossy(bytes)
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,13 @@ mod http;
 mod knowledge_bases;
 mod minds;
 mod models;
+mod origin;
 mod routes;
 mod users;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mindlite::{Config, Engine};
@@ -25,6 +27,7 @@ use tokio::task::JoinSet;
 
 use crate::connections::{Connections, Place, Refusal};
 use crate::http::{BodyBudget, Connection, Limits, ReadError, Request, Response};
+use crate::origin::Origins;
 
 const USAGE: &str = "\
 mindlite-server: MindsDB's HTTP API over an embedded mindlite database
@@ -256,6 +259,7 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
         config.http.max_connections,
         config.max_connections_per_address(),
     );
+    let origins = Arc::new(Origins::new(&config));
     let path = &config.storage.path;
     let listener = TcpListener::bind(&address)
         .await
@@ -283,6 +287,7 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
                             engine: engine.clone(),
                             address: peer.ip().to_string(),
                             budget: budget.clone(),
+                            origins: Arc::clone(&origins),
                             place,
                         };
                         let stop = stop_rx.clone();
@@ -343,6 +348,8 @@ struct Client {
     /// The peer's address, the key of the rate limit on requests without credentials.
     address: String,
     budget: BodyBudget,
+    /// Which hosts and origins are answered.
+    origins: Arc<Origins>,
     /// Its place among the open connections, given back when it closes.
     place: Place,
 }
@@ -385,8 +392,8 @@ async fn refuse(mut socket: TcpStream, refusal: Refusal) {
 
 /// Serves requests on one connection until the client closes it, asks to, misbehaves, idles
 /// too long, its place is needed for a newcomer while it waits, or the server is stopping.
-/// Each request is judged on its head (route, credentials, rate) before its body is read;
-/// while it is handled, a client that closes the connection stops the work done for it.
+/// Each request is judged on its head (host, origin, route, credentials, rate) before its body
+/// is read; while it is handled, a client that closes the connection stops the work done for it.
 async fn serve_connection(
     client: Client,
     mut connection: Connection,
@@ -422,8 +429,15 @@ async fn serve_connection(
             Err(error) => return reject(connection, error).await,
         };
         let started = Instant::now();
-        let engine = match routes::admit(&client.engine, &request, &client.address) {
-            Ok(engine) => engine,
+        let decided = match client.origins.check(&request) {
+            Ok(cors) => match routes::admit(&client.engine, &request, &client.address) {
+                Ok(engine) => Ok((engine, cors)),
+                Err(response) => Err(allow_origin(response, &cors)),
+            },
+            Err(response) => Err(response),
+        };
+        let (engine, cors) = match decided {
+            Ok(admitted) => admitted,
             Err(response) => {
                 // Refused on its head: the body is never read, so the connection cannot
                 // carry another request after it unless there was none.
@@ -463,6 +477,7 @@ async fn serve_connection(
                 return;
             }
         };
+        let response = allow_origin(response, &cors);
         let status = response.status;
         // An HTTP/1.0 client learns where a streamed body ends only from the close.
         let keep_alive =
@@ -472,6 +487,14 @@ async fn serve_connection(
         if sent.is_err() || !keep_alive {
             return;
         }
+    }
+}
+
+/// `response` with the CORS headers that let a page of `cors`, an allowed origin, read it.
+fn allow_origin(response: Response, cors: &Option<String>) -> Response {
+    match cors {
+        Some(origin) => origin::with_cors(response, origin),
+        None => response,
     }
 }
 

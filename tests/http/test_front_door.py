@@ -1,8 +1,10 @@
 """The front door: what the server lets in before any route runs. Connections are shared
 fairly (a per-address share of http.max_connections, idle connections closed first to make
-room, a deadline for a request's first byte, a deadline on writes a client does not read).
-Every attack is one a local process could make against a server on 127.0.0.1; each test
-checks that others are still served. All traffic goes to 127.0.0.1, some of it from
+room, a deadline for a request's first byte, a deadline on writes a client does not read);
+the local server answers only its own origin (Host in http.allowed_hosts, Origin in
+http.allowed_origins, JSON bodies declared as such). Every attack is one a web page or a
+local process could make against a server on 127.0.0.1; each test checks that the attack ran
+nothing and that others are still served. All traffic goes to 127.0.0.1, some of it from
 127.0.0.2 (another loopback address: another client to the per-address limits).
 """
 
@@ -12,9 +14,10 @@ import socket
 import time
 
 import pytest
+import requests
 
-from hosted import hosted_server, sql
-from mlserver import RawConnection, bearer, http_request, sql_request
+from hosted import PROBLEM, hosted_server, problem, sql
+from mlserver import RawConnection, Server, bearer, http_request, sql_request
 
 # Every test here is bounded; a hung server fails its test instead of the run.
 pytestmark = pytest.mark.timeout(90)
@@ -74,6 +77,24 @@ def answered_within(port: int, source: str, seconds: float) -> None:
     elapsed = time.monotonic() - started
     assert answer.status == 200 and answer.json()["data"] == [[1]], (answer.status, answer.body)
     assert elapsed < seconds, f"a client from {source} waited {elapsed:.2f} s"
+
+
+def exists(server: Server, table: str) -> bool:
+    doc = server.sql(f"SELECT * FROM mindsdb.{table}").json()
+    if doc["type"] == "error":
+        assert table in doc["error_message"], doc
+        return False
+    return True
+
+
+def raw_sql(port: int, query: str, headers: dict[str, str]):
+    """POST /api/sql/query with exactly these headers (Host and Content-Type among them)."""
+    body = ('{"query": "%s"}' % query).encode()
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    with RawConnection(port) as conn:
+        conn.send(f"POST /api/sql/query HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+                  .encode() + body)
+        return conn.read_response()
 
 
 # 1. Connections.
@@ -178,3 +199,119 @@ def test_a_client_that_never_reads_is_cut_off_and_its_statement_stops(start_serv
         assert conn.closed_by_peer(timeout=10), "the connection is closed"
     finally:
         conn.close()
+
+
+# 2. The local server answers only its own origin.
+
+@pytest.mark.parametrize("content_type", [
+    "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x", None])
+def test_a_sql_body_not_declared_json_gets_415_and_runs_nothing(server, content_type):
+    """What a web page can send without a preflight (text/plain, a form) or a body with no
+    type at all is refused before it is read, naming application/json; the statement in it
+    never runs. The same body as application/json (with a charset) runs."""
+    headers = {"Host": f"127.0.0.1:{server.port}"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    refused = raw_sql(server.port, "CREATE TABLE mindsdb.planted (a INT)", headers)
+    assert refused.status == 415, (refused.status, refused.body)
+    assert refused.header("content-type") == PROBLEM
+    detail = refused.json()["detail"]
+    assert "application/json" in detail and (content_type or "none") in detail, detail
+    assert not exists(server, "planted")
+    accepted = raw_sql(server.port, "CREATE TABLE mindsdb.planted (a INT)",
+                       {**headers, "Content-Type": "application/json; charset=utf-8"})
+    assert accepted.status == 200 and accepted.json()["type"] == "ok", accepted.body
+    assert exists(server, "planted")
+
+
+def test_uploads_and_bodiless_requests_need_no_json(server):
+    """A raw CSV upload keeps its own type, and DELETE has no body to declare."""
+    url = server.url + "/api/files/plain"
+    put = requests.put(url, data=b"a,b\n1,2\n", headers={"Content-Type": "text/csv"}, timeout=30)
+    assert put.status_code == 200, put.text
+    assert requests.delete(url, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("host", [
+    "attacker.example:{port}", "attacker.example", "localhost.attacker.example:{port}",
+    "127.0.0.1.nip.io:{port}"])
+def test_a_request_naming_a_foreign_host_is_refused_and_runs_nothing(server, host):
+    """DNS rebinding: a page at attacker.example whose name now resolves to 127.0.0.1 sends
+    its requests with its own name as Host. They are refused with 403 naming
+    http.allowed_hosts, the statement never runs, and reads are refused too."""
+    host = host.format(port=server.port)
+    refused = raw_sql(server.port, "CREATE TABLE mindsdb.rebound (a INT)",
+                      {"Host": host, "Content-Type": "application/json"})
+    assert refused.status == 403, (refused.status, refused.body)
+    assert refused.header("content-type") == PROBLEM
+    assert "http.allowed_hosts" in refused.json()["detail"], refused.body
+    with RawConnection(server.port) as conn:
+        conn.send(b"GET /api/projects HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n")
+        assert conn.read_response().status == 403
+    assert not exists(server, "rebound")
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:{port}", "127.0.0.1:{port}",
+                                  "[::1]:{port}", "LocalHost:{port}"])
+def test_the_server_answers_its_own_names(server, host):
+    with RawConnection(server.port) as conn:
+        conn.send(b"GET /api/util/ping HTTP/1.1\r\nHost: "
+                  + host.format(port=server.port).encode() + b"\r\n\r\n")
+        assert conn.read_response().json() == {"status": "ok"}
+
+
+def test_a_server_for_other_machines_answers_the_names_it_is_given(start_server):
+    """allowed_hosts replaces the defaults: the listed names are answered (127.0.0.1 is
+    listed for the test's readiness check), localhost is not."""
+    server = start_server('[http]\nallowed_hosts = ["mindlite.lan", "127.0.0.1"]\n')
+    ok = raw_sql(server.port, "SELECT 1 AS one",
+                 {"Host": f"mindlite.lan:{server.port}", "Content-Type": "application/json"})
+    assert ok.status == 200 and ok.json()["data"] == [[1]], ok.body
+    refused = raw_sql(server.port, "SELECT 1 AS one",
+                      {"Host": "localhost", "Content-Type": "application/json"})
+    assert refused.status == 403, refused.body
+
+
+@pytest.mark.parametrize("origin", ["https://evil.example", "null", "http://localhost:3000"])
+def test_a_request_from_a_foreign_origin_is_refused_and_runs_nothing(server, origin):
+    """A page the user visits makes the browser send a request carrying its Origin (here
+    even a JSON one, and a GET): 403 naming http.allowed_origins, which is empty by default,
+    and the statement never runs; a preflight from it is refused too."""
+    headers = {"Origin": origin}
+    refused = requests.post(server.url + "/api/sql/query", headers=headers, timeout=10,
+                            json={"query": "CREATE TABLE mindsdb.from_page (a INT)"})
+    problem(refused, 403, "http.allowed_origins", origin)
+    assert "access-control-allow-origin" not in refused.headers
+    read = requests.get(server.url + "/api/projects", headers=headers, timeout=10)
+    assert read.status_code == 403, read.text
+    preflight = requests.options(server.url + "/api/sql/query", timeout=10, headers={
+        **headers, "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 403
+    assert not exists(server, "from_page")
+
+
+def test_an_allowed_origin_gets_its_preflight_answered_and_reads_its_results(start_server):
+    """http.allowed_origins = ["http://localhost:3000"]: the browser's preflight for a JSON
+    POST is answered 204 with the methods and headers allowed; the POST itself runs and its
+    answer names the origin (Access-Control-Allow-Origin) so the page can read it. Another
+    origin is still refused."""
+    app = "http://localhost:3000"
+    server = start_server(f'[http]\nallowed_origins = ["{app}"]\n')
+    preflight = requests.options(server.url + "/api/sql/query", timeout=10, headers={
+        "Origin": app, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization"})
+    assert preflight.status_code == 204, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == app
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    allowed_headers = preflight.headers["access-control-allow-headers"]
+    assert "content-type" in allowed_headers and "authorization" in allowed_headers
+    answer = requests.post(server.url + "/api/sql/query", headers={"Origin": app}, timeout=10,
+                           json={"query": "CREATE TABLE mindsdb.from_app (a INT)"})
+    assert answer.status_code == 200 and answer.json()["type"] == "ok", answer.text
+    assert answer.headers["access-control-allow-origin"] == app
+    assert "Origin" in answer.headers["vary"]
+    assert exists(server, "from_app")
+    other = requests.get(server.url + "/api/projects", headers={"Origin": "http://localhost:4000"},
+                         timeout=10)
+    assert other.status_code == 403

@@ -708,10 +708,12 @@ def test_a_body_that_hogs_the_buffer_budget_refuses_large_bodies_but_not_small_o
     are read again."""
     server = start_server("[http]\nmax_buffered_body_mb = 1\n")
     big = json.dumps({"query": "SELECT 1 AS one -- " + "x" * 200_000}).encode()
-    big_request = (b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    big_request = (b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   b"Content-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(big)) + big
     with RawConnection(server.port) as hog:
-        hog.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        hog.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\n"
                  b"Content-Length: 1048576\r\n\r\n" + b" " * 524288)
         time.sleep(0.3)
         started = time.monotonic()
