@@ -19,9 +19,9 @@ const PROBLEM: &str = "application/problem+json";
 /// Judges a request on its head, before its body is read: the route and method must exist
 /// (404, 405), a browser's preflight is answered, the edition must serve the route (404), a
 /// body must be JSON except for uploads (415), a caller without valid credentials is refused
-/// (401, 403), and requests without credentials (login, logout, failed ones) are rate-limited
-/// per client address (429). Returns the handle the request acts through, or the response
-/// that answers it from its head.
+/// (401, 403), and requests without credentials (login, logout, failed ones, also on
+/// `/api/status`) are rate-limited per client address (429). Returns the handle the request
+/// acts through, or the response that answers it from its head.
 pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine, Response> {
     let path = request.path.as_str();
     let method = request.method.as_str();
@@ -62,6 +62,17 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
         engine
             .throttle_unauthenticated(client)
             .map_err(|e| error_response(&e))?;
+    }
+    if matches!(route, Route::Status) && engine.auth_required() {
+        // Status says whether a credential is valid: a failed one counts like a failed login,
+        // so it is no faster a way to test keys.
+        if let Some(credential) = credential(request) {
+            if engine.authenticate(credential).is_err() {
+                engine
+                    .throttle_unauthenticated(client)
+                    .map_err(|e| error_response(&e))?;
+            }
+        }
     }
     if !(route.needs_auth() && engine.auth_required()) {
         return Ok(engine.clone());

@@ -2,10 +2,11 @@
 fairly (a per-address share of http.max_connections, idle connections closed first to make
 room, a deadline for a request's first byte, a deadline on writes a client does not read);
 the local server answers only its own origin (Host in http.allowed_hosts, Origin in
-http.allowed_origins, JSON bodies declared as such). Every attack is one a web page or a
-local process could make against a server on 127.0.0.1; each test checks that the attack ran
-nothing and that others are still served. All traffic goes to 127.0.0.1, some of it from
-127.0.0.2 (another loopback address: another client to the per-address limits).
+http.allowed_origins, JSON bodies declared as such); and /api/status is no free way to test
+credentials. Every attack is one a web page or a local process could make against a server
+on 127.0.0.1; each test checks that the attack ran nothing and that others are still served.
+All traffic goes to 127.0.0.1, some of it from 127.0.0.2 (another loopback address: another
+client to the per-address limits).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import requests
 
 from hosted import PROBLEM, hosted_server, problem, sql
-from mlserver import RawConnection, Server, bearer, http_request, sql_request
+from mlserver import AUTH_CONFIG, RawConnection, Server, bearer, http_request, sql_request
 
 # Every test here is bounded; a hung server fails its test instead of the run.
 pytestmark = pytest.mark.timeout(90)
@@ -315,3 +316,28 @@ def test_an_allowed_origin_gets_its_preflight_answered_and_reads_its_results(sta
     other = requests.get(server.url + "/api/projects", headers={"Origin": "http://localhost:4000"},
                          timeout=10)
     assert other.status_code == 403
+
+
+# 3. Credentials on /api/status.
+
+def test_wrong_credentials_on_status_are_throttled_like_failed_logins(start_server):
+    """Auth on, http.unauthenticated_per_minute = 5: five status requests with a wrong bearer
+    token are answered (unconfirmed); from then on wrong credentials there (bearer or
+    X-Api-Key) get 429 with Retry-After naming the limit, so status is no faster a way to test
+    keys than a login. Status without credentials still answers, and another address
+    (127.0.0.2) is not throttled."""
+    server = start_server(AUTH_CONFIG + "[http]\nunauthenticated_per_minute = 5\n")
+    status = server.url + "/api/status"
+    for i in range(5):
+        answer = requests.get(status, headers=bearer(f"pat_wrong{i}"), timeout=10)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["auth"]["confirmed"] is False
+    for headers in (bearer("pat_wrong"), {"X-Api-Key": "mlk_wrong"}):
+        refused = requests.get(status, headers=headers, timeout=10)
+        problem(refused, 429, "http.unauthenticated_per_minute")
+        assert 1 <= int(refused.headers["retry-after"]) <= 60, dict(refused.headers)
+    assert requests.get(status, timeout=10).status_code == 200
+    with RawConnection(server.port, source="127.0.0.2") as conn:
+        conn.send(http_request("GET", "/api/status", headers=bearer("pat_wrong"),
+                               port=server.port))
+        assert conn.read_response().status == 200
