@@ -71,7 +71,7 @@ class Server:
 
     def _wait_first_answer(self):
         request = (
-            b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b'Content-Length: 20\r\nConnection: close\r\n\r\n{"query":"SELECT 1"}'
         )
         deadline = time.perf_counter() + 30

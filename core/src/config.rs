@@ -135,15 +135,39 @@ pub struct HttpConfig {
     pub max_body_bytes: u64,
     /// Largest accepted request head (request line and headers), in bytes.
     pub max_header_bytes: usize,
-    /// Seconds a connection may wait for (or in the middle of) a request before it is closed.
+    /// Seconds a kept-alive connection may wait for its next request (or go quiet in the
+    /// middle of one) before it is closed.
     pub idle_timeout_secs: u64,
+    /// Seconds a new connection has to send the first byte of its first request; also how
+    /// long a kept-alive connection waits for its next one while the server is under pressure
+    /// (half of `max_connections`, or of its address's share, open). Silent ones are closed.
+    pub first_byte_timeout_secs: u64,
     /// Seconds a client has to send a whole request head once it started one (slow senders
     /// are cut off).
     pub head_timeout_secs: u64,
     /// Seconds a client has to send a whole request body.
     pub body_timeout_secs: u64,
-    /// Connections open at once; more are refused with 503 until some close.
+    /// Connections open at once. A newcomer past it takes the place of a connection waiting
+    /// for its next request (the address holding the most first); with none waiting it is
+    /// refused with 503.
     pub max_connections: usize,
+    /// Connections one client address (an IPv6 client's /64) may have open at once; past it a
+    /// newcomer takes the place of that address's own longest-waiting idle connection, or is
+    /// refused with 429. Default: a quarter of `max_connections`, at least 64 (or all of them
+    /// when fewer).
+    pub max_connections_per_address: Option<usize>,
+    /// Seconds a response write may make no progress (a client that does not read) before the
+    /// connection is closed, and the statement behind a streamed result stopped.
+    pub write_timeout_secs: u64,
+    /// Names the `Host` header may give (with or without a port; `name:port` allows that port
+    /// only); a request naming another is refused with 403, so a web page cannot reach the
+    /// server under a name of its own (DNS rebinding). `"*"` allows any. Empty: `localhost`,
+    /// `127.0.0.1`, `[::1]` and the bind address; `"*"` in the hosted edition.
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`https://app.example.com`, as browsers send them in `Origin`) whose pages
+    /// may call the server; a request carrying another `Origin` is refused with 403. `"*"`
+    /// allows any. Empty by default: no web page may.
+    pub allowed_origins: Vec<String>,
     /// Request bodies being received at once may hold this many MiB together; a body that
     /// does not fit waits briefly, then gets 503. Default: 256 locally, 128 hosted.
     pub max_buffered_body_mb: Option<u64>,
@@ -164,9 +188,14 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 64 * 1024,
             idle_timeout_secs: 60,
+            first_byte_timeout_secs: 10,
             head_timeout_secs: 10,
             body_timeout_secs: 120,
             max_connections: 1024,
+            max_connections_per_address: None,
+            write_timeout_secs: 30,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             max_buffered_body_mb: None,
             unauthenticated_per_minute: None,
             minds_prefix: "/api/v1".to_string(),
@@ -581,6 +610,15 @@ impl Config {
         }
         for (key, value) in [
             ("http.max_connections", self.http.max_connections as u64),
+            (
+                "http.max_connections_per_address",
+                self.max_connections_per_address() as u64,
+            ),
+            (
+                "http.first_byte_timeout_secs",
+                self.http.first_byte_timeout_secs,
+            ),
+            ("http.write_timeout_secs", self.http.write_timeout_secs),
             ("http.head_timeout_secs", self.http.head_timeout_secs),
             ("http.body_timeout_secs", self.http.body_timeout_secs),
             ("http.max_buffered_body_mb", self.max_buffered_body_bytes()),
@@ -603,6 +641,12 @@ impl Config {
             if value == 0 {
                 return Err(Error::invalid(format!("{key} must be at least 1")));
             }
+        }
+        for host in &self.http.allowed_hosts {
+            check_allowed_host(host)?;
+        }
+        for origin in &self.http.allowed_origins {
+            check_allowed_origin(origin)?;
         }
         crate::egress::Rules::parse(&self.egress.allow, "egress.allow")?;
         crate::egress::Rules::parse_addresses(&self.egress.deny, "egress.deny")?;
@@ -700,6 +744,43 @@ impl Config {
             Some(limit) if limit > 0 => mib(limit),
             _ => available_memory() / 4 * 3,
         }
+    }
+
+    /// Connections one client address may have open (`http.max_connections_per_address`): a
+    /// quarter of `http.max_connections`, at least 64 (all of them when fewer), so a client's
+    /// pool or a browser's connections always fit; never more than `http.max_connections`.
+    pub fn max_connections_per_address(&self) -> usize {
+        let total = self.http.max_connections;
+        self.http
+            .max_connections_per_address
+            .unwrap_or((total / 4).max(total.min(64)))
+            .min(total)
+    }
+
+    /// The names the `Host` header may give (`http.allowed_hosts`): as configured, or when
+    /// none are, the loopback names and the bind address locally, and any (`"*"`) in the
+    /// hosted edition, which is served to other machines under names only its operator knows
+    /// and whose every route but status, ping, login and logout needs an API key, which a
+    /// page cannot borrow from the browser the way it borrows a local server's open door.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        if !self.http.allowed_hosts.is_empty() {
+            return self.http.allowed_hosts.clone();
+        }
+        if self.is_hosted() {
+            return vec!["*".to_string()];
+        }
+        let bind = &self.http.host;
+        // An IPv6 address is written in brackets in a Host header.
+        let bind = if bind.contains(':') && !bind.starts_with('[') {
+            format!("[{bind}]")
+        } else {
+            bind.clone()
+        };
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
+        if !hosts.contains(&bind) {
+            hosts.push(bind);
+        }
+        hosts
     }
 
     /// Temporary-file space for all statements together (`query.max_spill_mb`), in bytes.
@@ -801,6 +882,55 @@ impl Config {
         }
         serde_json::from_value(tree)
             .map_err(|e| Error::invalid(format!("invalid configuration override: {e}")))
+    }
+}
+
+/// An `http.allowed_hosts` entry: `"*"`, or a host name or address as a `Host` header gives it
+/// (`[::1]` for IPv6), optionally with `:port`.
+fn check_allowed_host(entry: &str) -> Result<()> {
+    // The name, and what follows it: nothing or `:port`.
+    let (name, port) = match entry.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((address, port)) if address.parse::<std::net::Ipv6Addr>().is_ok() => {
+                ("ipv6", port)
+            }
+            _ => ("", ""),
+        },
+        None => entry.split_at(entry.find(':').unwrap_or(entry.len())),
+    };
+    let name_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| p.parse::<u16>().is_ok());
+    if entry == "*" || (name_ok && port_ok) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "http.allowed_hosts: '{entry}' is not a host name or address with an optional port (like 'localhost', 'mindlite.lan:47334' or '[::1]'), nor \"*\""
+        )))
+    }
+}
+
+/// An `http.allowed_origins` entry: `"*"`, or `scheme://host[:port]` as a browser sends it in
+/// `Origin` (no path).
+fn check_allowed_origin(entry: &str) -> Result<()> {
+    if entry == "*" {
+        return Ok(());
+    }
+    // A trailing slash, as an address bar shows it, is no path.
+    let host = entry
+        .strip_prefix("http://")
+        .or_else(|| entry.strip_prefix("https://"))
+        .map(|host| host.strip_suffix('/').unwrap_or(host));
+    match host {
+        Some(host) if !host.is_empty() && !host.contains(['/', '?', '#', ' ', '@']) => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "http.allowed_origins: '{entry}' is not an origin like 'https://app.example.com' or 'http://localhost:3000' (scheme, host and optional port, no path), nor \"*\""
+        ))),
     }
 }
 
@@ -919,6 +1049,81 @@ mod tests {
             .unwrap()
             .validate();
         assert!(err.unwrap_err().message().contains("egress.allow"));
+    }
+
+    #[test]
+    fn an_address_gets_a_quarter_of_the_connections_but_never_fewer_than_a_pool_needs() {
+        let share = |total: usize| {
+            let mut config = Config::default();
+            config.http.max_connections = total;
+            config.max_connections_per_address()
+        };
+        assert_eq!(share(1024), 256);
+        assert_eq!(share(100), 64);
+        assert_eq!(share(5), 5);
+        let mut config = Config::default();
+        config.http.max_connections_per_address = Some(2000);
+        assert_eq!(
+            config.max_connections_per_address(),
+            1024,
+            "capped by the total"
+        );
+        config.http.max_connections_per_address = Some(0);
+        let err = config.validate().unwrap_err();
+        assert!(err.message().contains("http.max_connections_per_address"));
+    }
+
+    #[test]
+    fn the_local_server_answers_its_own_names_and_the_hosted_one_any() {
+        let local = Config::default();
+        assert_eq!(local.allowed_hosts(), ["localhost", "127.0.0.1", "[::1]"]);
+        let mut bound = Config::default();
+        bound.http.host = "::".to_string();
+        assert_eq!(bound.allowed_hosts()[3], "[::]");
+        let hosted = Config::parse("edition = \"hosted\"").unwrap();
+        assert_eq!(hosted.allowed_hosts(), ["*"]);
+        let vars = [(
+            "MINDLITE_HTTP_ALLOWED_HOSTS",
+            "mindlite.lan, 192.168.1.5:47334",
+        )]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let listed = hosted.with_overrides(vars).unwrap();
+        assert_eq!(
+            listed.allowed_hosts(),
+            ["mindlite.lan", "192.168.1.5:47334"]
+        );
+        listed.validate().unwrap();
+    }
+
+    #[test]
+    fn malformed_hosts_and_origins_are_refused_naming_their_key() {
+        let parse = |text: &str| Config::parse(text).unwrap().validate();
+        for good in [
+            r#"allowed_hosts = ["*", "localhost:8080", "[::1]", "[fe80::1]:80", "a-b.example"]"#,
+            r#"allowed_origins = ["*", "https://app.example.com", "http://localhost:3000"]"#,
+        ] {
+            parse(&format!("[http]\n{good}")).unwrap();
+        }
+        for (bad, key) in [
+            (
+                r#"allowed_hosts = ["http://localhost"]"#,
+                "http.allowed_hosts",
+            ),
+            (r#"allowed_hosts = ["host:99999"]"#, "http.allowed_hosts"),
+            (r#"allowed_hosts = ["[not-v6]"]"#, "http.allowed_hosts"),
+            (r#"allowed_hosts = [""]"#, "http.allowed_hosts"),
+            (
+                r#"allowed_origins = ["app.example.com"]"#,
+                "http.allowed_origins",
+            ),
+            (
+                r#"allowed_origins = ["https://app.example.com/path"]"#,
+                "http.allowed_origins",
+            ),
+        ] {
+            let err = parse(&format!("[http]\n{bad}")).unwrap_err();
+            assert!(err.message().contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

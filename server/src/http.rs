@@ -2,9 +2,11 @@
 //! Content-Length or chunked framing, responses with a fixed length or chunked for streams,
 //! keep-alive and pipelining. A request is read in two steps, so the server can refuse one
 //! (unknown route, no credentials, over a rate) before its body is read: [`Connection::read_head`],
-//! then [`Connection::read_body`]. Limits on head and body size, deadlines for a whole head and a
-//! whole body (a client trickling bytes is cut off), a budget of body bytes buffered across all
-//! connections, and an idle time between requests keep one client from holding the server.
+//! then [`Connection::read_body`]. Limits on head and body size, deadlines for a request's first
+//! byte, a whole head and a whole body (a client trickling bytes is cut off), a budget of body
+//! bytes buffered across all connections, an idle time between requests, and a deadline on
+//! writes that make no progress (a client that does not read) keep one client from holding
+//! the server.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,8 +43,14 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: u64,
-    /// How long to wait for the next request, or for any byte of the current one.
+    /// How long to wait for the next request on a kept-alive connection, or for any byte of
+    /// the current one.
     pub idle_timeout: Duration,
+    /// How long a new connection may take to send its first byte; also the wait for a next
+    /// request while the server is under pressure.
+    pub first_byte_timeout: Duration,
+    /// How long a response write may make no progress.
+    pub write_timeout: Duration,
     /// How long a whole request head may take to arrive, from its first byte.
     pub head_timeout: Duration,
     /// How long a whole request body may take to arrive, from the end of its head.
@@ -276,12 +284,34 @@ impl Connection {
         !self.unread().is_empty()
     }
 
-    /// Waits until the socket has something to read (or is closed), without consuming it;
-    /// false when the idle timeout passed first.
-    pub async fn readable(&self) -> bool {
-        tokio::time::timeout(self.limits.idle_timeout, self.stream.readable())
-            .await
-            .is_ok()
+    /// Waits for the first bytes of a request and reads them; false when the client closed the
+    /// connection or stayed silent too long. A new connection's `first` request must start
+    /// within the first-byte timeout; a next one within the idle timeout, or the first-byte
+    /// timeout while `pressed` says the server is under pressure (asked each time that much
+    /// has passed, so pressure that builds up while it waits counts too). Reading, not only
+    /// waiting for readiness, which may be reported falsely, keeps a silent client to these.
+    pub async fn await_request(&mut self, first: bool, pressed: impl Fn() -> bool) -> bool {
+        // Never longer than the idle timeout, which bounds any wait for a client.
+        let short = self.limits.first_byte_timeout.min(self.limits.idle_timeout);
+        let give_up = Instant::now()
+            + if first {
+                short
+            } else {
+                self.limits.idle_timeout
+            };
+        loop {
+            let check = (Instant::now() + short).min(give_up);
+            // Room for a small head; a larger one grows the buffer once it is being read, so a
+            // waiting connection holds no more than this.
+            self.buffer.reserve(4096);
+            // Cancel-safe: a select that drops this loses no bytes.
+            match tokio::time::timeout_at(check, self.stream.read_buf(&mut self.buffer)).await {
+                Ok(Ok(0) | Err(_)) => return false,
+                Ok(Ok(_)) => return true,
+                Err(_) if Instant::now() >= give_up || pressed() => return false,
+                Err(_) => {}
+            }
+        }
     }
 
     /// Completes when the client closes the connection (or it fails) while a request is being
@@ -376,64 +406,8 @@ impl Connection {
     }
 
     /// Parses the head at the start of the unread bytes; `None` when more bytes are needed.
-    fn parse_head(&mut self) -> Result<Option<(usize, Request)>, ReadError> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Request::new(&mut headers);
-        let head_len = match parsed.parse(self.unread()) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(ReadError::Reject(
-                    431,
-                    format!("The request has more than {MAX_HEADERS} headers"),
-                ))
-            }
-            Err(e) => {
-                return Err(ReadError::Reject(
-                    400,
-                    format!("Malformed HTTP request: {e}"),
-                ))
-            }
-        };
-        if head_len > self.limits.max_header_bytes {
-            return Err(header_too_large(self.limits.max_header_bytes));
-        }
-        let version = parsed.version.unwrap_or(1);
-        let method = parsed.method.unwrap_or_default().to_string();
-        let target = parsed.path.unwrap_or_default();
-        let path = target.split('?').next().unwrap_or_default().to_string();
-        let headers: Vec<(String, Vec<u8>)> = parsed
-            .headers
-            .iter()
-            .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
-            .collect();
-        let mut request = Request {
-            method,
-            path,
-            headers,
-            body: Vec::new(),
-            keep_alive: version == 1,
-            http10: version == 0,
-            framing: Framing::Length(0),
-            expects_continue: false,
-            budget: None,
-        };
-        let mut keep_alive = request.keep_alive;
-        if let Some(connection) = request.header("connection") {
-            for token in connection.split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case("keep-alive") {
-                    keep_alive = true;
-                }
-            }
-        }
-        request.keep_alive = keep_alive;
-        request.framing = framing(&request)?;
-        request.expects_continue = request
-            .header("expect")
-            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
-        Ok(Some((head_len, request)))
+    fn parse_head(&self) -> Result<Option<(usize, Request)>, ReadError> {
+        parse_head(self.unread(), self.limits.max_header_bytes)
     }
 
     async fn read_exact_into_body(
@@ -622,10 +596,19 @@ impl Connection {
         }
     }
 
-    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        tokio::time::timeout(self.limits.idle_timeout, self.stream.write_all(bytes))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+    /// Writes all of `bytes`; fails when a write makes no progress for the write timeout (a
+    /// client that stopped reading), however long the whole takes while bytes keep moving.
+    async fn write_all(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let written = tokio::time::timeout(self.limits.write_timeout, self.stream.write(bytes))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            bytes = &bytes[written..];
+        }
+        Ok(())
     }
 
     /// Closes after an error response: stops writing, then reads and discards what the client
@@ -642,6 +625,70 @@ impl Connection {
             }
         }
     }
+}
+
+/// Parses the request head at the start of `bytes`; `None` when more bytes are needed.
+fn parse_head(
+    bytes: &[u8],
+    max_header_bytes: usize,
+) -> Result<Option<(usize, Request)>, ReadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let head_len = match parsed.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(ReadError::Reject(
+                431,
+                format!("The request has more than {MAX_HEADERS} headers"),
+            ))
+        }
+        Err(e) => {
+            return Err(ReadError::Reject(
+                400,
+                format!("Malformed HTTP request: {e}"),
+            ))
+        }
+    };
+    if head_len > max_header_bytes {
+        return Err(header_too_large(max_header_bytes));
+    }
+    let version = parsed.version.unwrap_or(1);
+    let method = parsed.method.unwrap_or_default().to_string();
+    let target = parsed.path.unwrap_or_default();
+    let path = target.split('?').next().unwrap_or_default().to_string();
+    let headers: Vec<(String, Vec<u8>)> = parsed
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+        .collect();
+    let mut request = Request {
+        method,
+        path,
+        headers,
+        body: Vec::new(),
+        keep_alive: version == 1,
+        http10: version == 0,
+        framing: Framing::Length(0),
+        expects_continue: false,
+        budget: None,
+    };
+    let mut keep_alive = request.keep_alive;
+    if let Some(connection) = request.header("connection") {
+        for token in connection.split(',').map(str::trim) {
+            if token.eq_ignore_ascii_case("close") {
+                keep_alive = false;
+            } else if token.eq_ignore_ascii_case("keep-alive") {
+                keep_alive = true;
+            }
+        }
+    }
+    request.keep_alive = keep_alive;
+    request.framing = framing(&request)?;
+    request.expects_continue = request
+        .header("expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
+    Ok(Some((head_len, request)))
 }
 
 /// Why a read stopped without bytes.
@@ -750,4 +797,111 @@ fn http_date() -> String {
     chrono::Utc::now()
         .format("%a, %d %b %Y %H:%M:%S GMT")
         .to_string()
+}
+
+#[cfg(test)]
+impl Request {
+    /// The request whose head is `bytes`, for tests of what judges requests by their heads.
+    pub(crate) fn parse_for_test(bytes: &[u8]) -> Request {
+        match parse_head(bytes, 64 * 1024) {
+            Ok(Some((_, request))) => request,
+            _ => panic!(
+                "not a whole request head: {}",
+                String::from_utf8_lossy(bytes)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(write_timeout: Duration) -> Limits {
+        Limits {
+            max_header_bytes: 64 * 1024,
+            max_body_bytes: 1024,
+            idle_timeout: Duration::from_secs(60),
+            first_byte_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            write_timeout,
+        }
+    }
+
+    /// A connection to a client socket on 127.0.0.1 that the test holds (and may never read).
+    async fn pair(limits: Limits) -> (Connection, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (Connection::new(server, limits), client)
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_client_that_never_reads_fails_at_the_write_timeout() {
+        let (mut connection, _client) = pair(limits(Duration::from_millis(300))).await;
+        let started = std::time::Instant::now();
+        // Far more than the socket buffers on both sides hold.
+        let err = connection
+            .write_all(&vec![b'x'; 256 * 1024 * 1024])
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        // Generous: filling the buffers takes a moment, the stall then 0.3 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_that_keeps_reading_gets_the_whole_response() {
+        let (mut connection, mut client) = pair(limits(Duration::from_millis(300))).await;
+        let total = 64 * 1024 * 1024;
+        let reader = tokio::spawn(async move {
+            let mut got = 0;
+            let mut piece = vec![0u8; 512 * 1024];
+            while got < total {
+                // At most 50 MB/s: the whole takes longer than the write timeout, but no write
+                // waits that long.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                got += client.read(&mut piece).await.unwrap();
+            }
+            got
+        });
+        let started = std::time::Instant::now();
+        connection.write_all(&vec![b'x'; total]).await.unwrap();
+        assert_eq!(reader.await.unwrap(), total);
+        assert!(
+            started.elapsed() > Duration::from_millis(300),
+            "it did take longer"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_that_sends_nothing_is_given_up_at_the_first_byte_timeout() {
+        let mut limits = limits(Duration::from_secs(10));
+        limits.first_byte_timeout = Duration::from_millis(200);
+        let (mut connection, mut client) = pair(limits).await;
+        let started = std::time::Instant::now();
+        assert!(!connection.await_request(true, || false).await);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A kept-alive one waits its idle timeout unless the server is under pressure.
+        let waited = tokio::time::timeout(
+            Duration::from_millis(600),
+            connection.await_request(false, || false),
+        )
+        .await;
+        assert!(waited.is_err(), "no pressure: still waiting after 0.6 s");
+        assert!(!connection.await_request(false, || true).await);
+        client.write_all(b"GET /").await.unwrap();
+        assert!(connection.await_request(false, || true).await);
+        assert!(
+            connection.has_buffered_input(),
+            "what arrived is kept for the head"
+        );
+    }
 }

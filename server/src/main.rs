@@ -4,11 +4,13 @@
 
 mod agents;
 mod callbacks;
+mod connections;
 mod files;
 mod http;
 mod knowledge_bases;
 mod minds;
 mod models;
+mod origin;
 mod routes;
 mod users;
 
@@ -20,17 +22,18 @@ use std::path::PathBuf;
 #[global_allocator]
 static ALLOCATOR: mindlite::TrackingAllocator = mindlite::TrackingAllocator;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mindlite::{Config, Engine};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::connections::{Connections, Place, Refusal};
 use crate::http::{BodyBudget, Connection, Limits, ReadError, Request, Response};
+use crate::origin::Origins;
 
 const USAGE: &str = "\
 mindlite-server: MindsDB's HTTP API over an embedded mindlite database
@@ -252,12 +255,17 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
         max_header_bytes: config.http.max_header_bytes,
         max_body_bytes: config.http.max_body_bytes,
         idle_timeout: Duration::from_secs(config.http.idle_timeout_secs.max(1)),
+        first_byte_timeout: Duration::from_secs(config.http.first_byte_timeout_secs.max(1)),
         head_timeout: Duration::from_secs(config.http.head_timeout_secs.max(1)),
         body_timeout: Duration::from_secs(config.http.body_timeout_secs.max(1)),
+        write_timeout: Duration::from_secs(config.http.write_timeout_secs.max(1)),
     };
     let budget = BodyBudget::new(config.max_buffered_body_bytes());
-    // Connections open at once; one over the cap is answered 503 and closed.
-    let slots = Arc::new(Semaphore::new(config.http.max_connections.max(1)));
+    let connections = Connections::new(
+        config.http.max_connections,
+        config.max_connections_per_address(),
+    );
+    let origins = Arc::new(Origins::new(&config));
     let path = &config.storage.path;
     let listener = TcpListener::bind(&address)
         .await
@@ -273,26 +281,28 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut connections = JoinSet::new();
+    let mut tasks = JoinSet::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((socket, peer)) => match Arc::clone(&slots).try_acquire_owned() {
-                    Ok(slot) => {
+                Ok((socket, peer)) => match connections.admit(peer.ip()) {
+                    Ok(place) => {
                         let client = Client {
                             engine: engine.clone(),
                             address: peer.ip().to_string(),
                             budget: budget.clone(),
-                            _slot: slot,
+                            origins: Arc::clone(&origins),
+                            place,
                         };
                         let stop = stop_rx.clone();
-                        connections.spawn(serve_connection(client, Connection::new(socket, limits), stop));
+                        tasks.spawn(serve_connection(client, Connection::new(socket, limits), stop));
                     }
-                    Err(_) => {
-                        tracing::warn!("connection from {peer} refused: {} connections are open (http.max_connections)", config.http.max_connections);
-                        tokio::spawn(refuse(socket, config.http.max_connections));
+                    Err(refusal) => {
+                        let detail = refusal_detail(refusal);
+                        tracing::warn!("connection from {peer} refused: {detail}");
+                        tokio::spawn(refuse(socket, refusal));
                     }
                 },
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -306,17 +316,17 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
                 break;
             }
         }
-        while connections.try_join_next().is_some() {}
+        while tasks.try_join_next().is_some() {}
     }
     drop(listener);
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while connections.join_next().await.is_some() {}
+        while tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
         tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; closing anyway");
-        connections.shutdown().await;
+        tasks.shutdown().await;
     }
     drop(engine);
     Ok(())
@@ -344,17 +354,39 @@ struct Client {
     /// The peer's address, the key of the rate limit on requests without credentials.
     address: String,
     budget: BodyBudget,
+    /// Which hosts and origins are answered.
+    origins: Arc<Origins>,
     /// Its place among the open connections, given back when it closes.
-    _slot: OwnedSemaphorePermit,
+    place: Place,
 }
 
-/// Answers a connection over the cap with 503 and closes it, spending at most a second on it.
-async fn refuse(mut socket: TcpStream, cap: usize) {
-    let body = format!(
-        "{{\"title\":\"Service Unavailable\",\"detail\":\"The server has {cap} connections open, its limit (http.max_connections); try again shortly\"}}"
-    );
+/// Why a connection got no place, for its client and the log.
+fn refusal_detail(refusal: Refusal) -> String {
+    match refusal {
+        Refusal::Full(cap) => format!(
+            "The server has {cap} connections open, its limit (http.max_connections), none of them idle; try again shortly"
+        ),
+        Refusal::AddressFull(share) => format!(
+            "This address has {share} connections open, its share (http.max_connections_per_address), none of them idle; try again shortly"
+        ),
+    }
+}
+
+/// Answers a connection that got no place (503 when the server is full, 429 when its address
+/// is) and closes it, spending at most a second on it.
+async fn refuse(mut socket: TcpStream, refusal: Refusal) {
+    let status = match refusal {
+        Refusal::Full(_) => 503,
+        Refusal::AddressFull(_) => 429,
+    };
+    let body = serde_json::json!({
+        "title": http::reason(status),
+        "detail": refusal_detail(refusal),
+    })
+    .to_string();
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        http::reason(status),
         body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
@@ -365,24 +397,33 @@ async fn refuse(mut socket: TcpStream, cap: usize) {
 }
 
 /// Serves requests on one connection until the client closes it, asks to, misbehaves, idles
-/// too long, or the server is stopping. Each request is judged on its head (route, credentials,
-/// rate) before its body is read; while it is handled, a client that closes the connection
-/// stops the work done for it.
+/// too long, its place is needed for a newcomer while it waits, or the server is stopping.
+/// Each request is judged on its head (host, origin, route, credentials, rate) before its body
+/// is read; while it is handled, a client that closes the connection stops the work done for it.
 async fn serve_connection(
     client: Client,
     mut connection: Connection,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut first = true;
     loop {
         if *stop.borrow() {
             return;
         }
         if !connection.has_buffered_input() {
-            tokio::select! {
-                readable = connection.readable() => if !readable { return },
-                _ = stop.changed() => return,
+            client.place.idle();
+            let arrived = tokio::select! {
+                arrived = connection.await_request(first, || client.place.under_pressure()) => arrived,
+                () = client.place.evicted() => false,
+                _ = stop.changed() => false,
+            };
+            // A request that arrived just as the place was given away is not read: the
+            // client sees the close, as after any idle timeout.
+            if !arrived || !client.place.busy() {
+                return;
             }
         }
+        first = false;
         // A half-received request is not work in flight: a client stalled mid-request must not
         // hold up a shutdown.
         let read = tokio::select! {
@@ -394,8 +435,15 @@ async fn serve_connection(
             Err(error) => return reject(connection, error).await,
         };
         let started = Instant::now();
-        let engine = match routes::admit(&client.engine, &request, &client.address) {
-            Ok(engine) => engine,
+        let decided = match client.origins.check(&request) {
+            Ok(cors) => match routes::admit(&client.engine, &request, &client.address) {
+                Ok(engine) => Ok((engine, cors)),
+                Err(response) => Err(allow_origin(response, &cors)),
+            },
+            Err(response) => Err(response),
+        };
+        let (engine, cors) = match decided {
+            Ok(admitted) => admitted,
             Err(response) => {
                 // Refused on its head: the body is never read, so the connection cannot
                 // carry another request after it unless there was none.
@@ -435,6 +483,7 @@ async fn serve_connection(
                 return;
             }
         };
+        let response = allow_origin(response, &cors);
         let status = response.status;
         // An HTTP/1.0 client learns where a streamed body ends only from the close.
         let keep_alive =
@@ -444,6 +493,14 @@ async fn serve_connection(
         if sent.is_err() || !keep_alive {
             return;
         }
+    }
+}
+
+/// `response` with the CORS headers that let a page of `cors`, an allowed origin, read it.
+fn allow_origin(response: Response, cors: &Option<String>) -> Response {
+    match cors {
+        Some(origin) => origin::with_cors(response, origin),
+        None => response,
     }
 }
 

@@ -11,14 +11,17 @@ use crate::http::{reason, Body, Request, Response};
 use crate::knowledge_bases;
 use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
+use crate::origin;
 
 const JSON: &str = "application/json";
 const PROBLEM: &str = "application/problem+json";
 
 /// Judges a request on its head, before its body is read: the route and method must exist
-/// (404, 405), the edition must serve it (404), a caller without valid credentials is refused
-/// (401, 403), and requests without credentials (login, logout, failed ones) are rate-limited
-/// per client address (429). Returns the handle the request acts through.
+/// (404, 405), a browser's preflight is answered, the edition must serve the route (404), a
+/// body must be JSON except for uploads (415), a caller without valid credentials is refused
+/// (401, 403), and requests without credentials (login, logout, failed ones, also on
+/// `/api/status`) are rate-limited per client address (429). Returns the handle the request
+/// acts through, or the response that answers it from its head.
 pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine, Response> {
     let path = request.path.as_str();
     let method = request.method.as_str();
@@ -31,6 +34,9 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
             ))
         }
     };
+    if origin::is_preflight(request) {
+        return Err(origin::preflight(route.methods()));
+    }
     if !route.methods().contains(&method) {
         return Err(problem(
             405,
@@ -47,10 +53,26 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
     if let Some(api) = hosted_only {
         engine.serves(api).map_err(|e| error_response(&e))?;
     }
+    // A web page can send a body of another type without asking first (a CORS "simple"
+    // request); a JSON route takes nothing else, so such a body never reaches it.
+    if request.has_body() && !matches!(route, Route::File(_)) {
+        check_json(request)?;
+    }
     if matches!(route, Route::Login | Route::Logout | Route::CloudLogin) {
         engine
             .throttle_unauthenticated(client)
             .map_err(|e| error_response(&e))?;
+    }
+    if matches!(route, Route::Status) && engine.auth_required() {
+        // Status says whether a credential is valid: a failed one counts like a failed login,
+        // so it is no faster a way to test keys.
+        if let Some(credential) = credential(request) {
+            if engine.authenticate(credential).is_err() {
+                engine
+                    .throttle_unauthenticated(client)
+                    .map_err(|e| error_response(&e))?;
+            }
+        }
     }
     if !(route.needs_auth() && engine.auth_required()) {
         return Ok(engine.clone());
@@ -314,6 +336,26 @@ async fn login(engine: &Engine, request: &Request) -> Response {
     }
 }
 
+/// Refuses a body that is not declared `application/json` (parameters such as `charset`
+/// aside), with 415 naming what is expected.
+fn check_json(request: &Request) -> Result<(), Response> {
+    let declared = request.header("content-type").map(str::trim);
+    let media_type = declared
+        .and_then(|value| value.split(';').next())
+        .map(str::trim);
+    if media_type.is_some_and(|t| t.eq_ignore_ascii_case(JSON)) {
+        return Ok(());
+    }
+    let got = match declared {
+        Some(value) => format!("got '{value}'"),
+        None => "it had none".to_string(),
+    };
+    Err(problem(
+        415,
+        &format!("The request body must be JSON, sent with Content-Type: application/json ({got})"),
+    ))
+}
+
 /// The caller's credential: a bearer token or API key, or `X-Api-Key` as MindsDB's Python SDK
 /// sends an API key.
 fn credential(request: &Request) -> Option<&str> {
@@ -426,5 +468,48 @@ pub(crate) fn json_response(status: u16, value: &impl serde::Serialize) -> Respo
     match serde_json::to_vec(value) {
         Ok(body) => Response::full(status, JSON, body),
         Err(e) => problem(500, &format!("cannot encode the response: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_content_type(value: Option<&str>) -> Request {
+        let header = value.map_or(String::new(), |v| format!("Content-Type: {v}\r\n"));
+        let head = format!("POST /api/sql/query HTTP/1.1\r\n{header}Content-Length: 2\r\n\r\n");
+        Request::parse_for_test(head.as_bytes())
+    }
+
+    #[test]
+    fn a_json_body_may_carry_parameters_and_any_case() {
+        for value in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+            " application/json ;charset=UTF-8",
+        ] {
+            assert!(
+                check_json(&with_content_type(Some(value))).is_ok(),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_a_page_can_send_without_asking_is_415_naming_json() {
+        for value in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+            Some("application/jsonp"),
+            Some("text/json"),
+            None,
+        ] {
+            match check_json(&with_content_type(value)) {
+                Err(response) => assert_eq!(response.status, 415, "{value:?}"),
+                Ok(()) => panic!("{value:?} must be refused"),
+            }
+        }
     }
 }

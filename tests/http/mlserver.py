@@ -307,10 +307,13 @@ class RawResponse:
 
 
 class RawConnection:
-    """One client socket to 127.0.0.1 with a read buffer; every read is bounded by `timeout`."""
+    """One client socket to 127.0.0.1 with a read buffer; every read is bounded by `timeout`.
+    `source` is the loopback address it connects from (127.0.0.2 is another client to the
+    server's per-address limits)."""
 
-    def __init__(self, port: int, timeout: float = 10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, source: str | None = None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.buffer = b""
 
     def __enter__(self) -> "RawConnection":

@@ -652,20 +652,22 @@ def test_two_hundred_idle_connections_do_not_starve_other_clients(arena):
 
 
 def test_a_connection_over_max_connections_gets_503(start_server):
-    """With http.max_connections = 5 and five connections open (each answered a ping, so
-    each holds its place), the sixth is answered 503 naming the limit, with Retry-After, and
-    closed; once one of the five closes, a new connection is served."""
+    """With http.max_connections = 5 and five connections busy (each streaming a result it
+    does not read, so none is idle and none can be closed to make room), the sixth is
+    answered 503 naming the limit, with Retry-After, and closed; once one of the five
+    closes, a new connection is served. (Idle connections make room instead:
+    test_front_door.py.)"""
     server = start_server("[http]\nmax_connections = 5\n")
+    endless = "SELECT value FROM generate_series(1, 1000000000)"
 
     def hold() -> RawConnection:
         # The fixture's readiness check closed its connection just before; the server frees
         # that place when it reads the close, which may be a moment after this test connects.
         for _ in range(50):
             conn = RawConnection(server.port)
-            conn.send(http_request("GET", "/api/util/ping", port=server.port))
-            answer = conn.read_response()
-            if answer.status == 200:
-                assert answer.json() == {"status": "ok"}
+            conn.send(sql_request(endless, server.port, response_format="jsonlines"))
+            status, _headers = conn.read_head()
+            if status == 200:
                 return conn
             conn.close()
             time.sleep(0.05)
@@ -706,10 +708,12 @@ def test_a_body_that_hogs_the_buffer_budget_refuses_large_bodies_but_not_small_o
     are read again."""
     server = start_server("[http]\nmax_buffered_body_mb = 1\n")
     big = json.dumps({"query": "SELECT 1 AS one -- " + "x" * 200_000}).encode()
-    big_request = (b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    big_request = (b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   b"Content-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(big)) + big
     with RawConnection(server.port) as hog:
-        hog.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        hog.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\n"
                  b"Content-Length: 1048576\r\n\r\n" + b" " * 524288)
         time.sleep(0.3)
         started = time.monotonic()

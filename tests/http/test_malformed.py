@@ -57,7 +57,7 @@ def assert_problem(response, status):
     pytest.param(b"HELLO\r\n\r\n", id="no-request-line"),
     pytest.param(b"\x00" * 64 + b"\r\n\r\n", id="nul-bytes"),
     pytest.param(b"GET / HTTP/9.9\r\n\r\n", id="bad-version"),
-    pytest.param(b"GET /api/util/ping HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    pytest.param(b"GET /api/util/ping HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n",
                  id="header-without-colon"),
     pytest.param(b"GET /api/util/ping HTTP/1.1\r\nHo st: x\r\n\r\n", id="space-in-header-name"),
     pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
@@ -68,10 +68,11 @@ def assert_problem(response, status):
                  id="negative-content-length"),
     pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
                  id="unsupported-transfer-encoding"),
-    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 b"zz\r\nxx\r\n0\r\n\r\n", id="bad-chunk-size"),
-    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 b"2\r\nabc\r\n0\r\n\r\n", id="chunk-longer-than-its-size"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\nzz\r\nxx\r\n0\r\n\r\n", id="bad-chunk-size"),
+    pytest.param(b"POST /api/sql/query HTTP/1.1\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+                 id="chunk-longer-than-its-size"),
 ])
 def test_garbage_gets_400_or_a_closed_connection_and_the_server_keeps_serving(server, garbage):
     with RawConnection(server.port) as conn:
@@ -86,7 +87,7 @@ def test_garbage_gets_400_or_a_closed_connection_and_the_server_keeps_serving(se
 def test_request_smuggling_shape_is_refused(server):
     # Both framings at once (RFC 9112 §6.3): refuse rather than guess which one ends the body.
     body = b'{"query":"SELECT 1"}'
-    raw = (b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    raw = (b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(body) + body)
     with RawConnection(server.port) as conn:
         conn.send(raw)
@@ -127,7 +128,8 @@ def test_default_head_limit_is_64_kib(server):
 
 def test_content_length_over_the_limit_is_413_before_the_body_is_sent(limited):
     with RawConnection(limited.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1))
         assert_problem(conn.read_response(), 413)
     assert_still_serving(limited)
@@ -160,7 +162,8 @@ def chunk(data: bytes, extension: bytes = b"") -> bytes:
 
 def test_chunked_body_growing_past_the_limit_is_413(limited):
     with RawConnection(limited.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n")
         for _ in range(4 * MAX_BODY // 1000):
             try:
@@ -176,7 +179,7 @@ def test_chunked_request_body_is_decoded(server):
     query = json.dumps({"query": "SELECT 'héllo wörld' AS greeting"}, ensure_ascii=False).encode()
     split = query.index("é".encode()) + 1  # inside the two bytes of é
     pieces = [query[:5], query[5:split], query[split:]]
-    raw = (b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    raw = (b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
            b"Transfer-Encoding: chunked\r\n\r\n"
            + chunk(pieces[0]) + chunk(pieces[1], b";note=split") + chunk(pieces[2])
            + b"0\r\nX-Trailer: ignored\r\n\r\n")
@@ -194,7 +197,9 @@ def test_chunked_body_sent_a_byte_at_a_time_is_decoded(server):
     body = b'{"query":"SELECT 41 + 1 AS answer"}'
     raw = b"".join(chunk(body[i:i + 1]) for i in range(len(body))) + b"0\r\n\r\n"
     with RawConnection(server.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(0, len(raw), 7):
             conn.send(raw[i:i + 7])
@@ -280,7 +285,8 @@ def test_request_line_longer_than_the_head_limit_is_431(limited):
 def test_expect_100_continue_gets_100_before_the_body(server):
     body = b'{"query":"SELECT 1"}'
     with RawConnection(server.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
                   b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
         interim = conn.read_response()
         assert interim.status == 100
@@ -291,7 +297,8 @@ def test_expect_100_continue_gets_100_before_the_body(server):
 
 def test_expect_100_continue_with_an_oversized_body_is_413_without_100(limited):
     with RawConnection(limited.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
                   b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (10 * MAX_BODY))
         assert_problem(conn.read_response(), 413)
     assert_still_serving(limited)
@@ -299,7 +306,9 @@ def test_expect_100_continue_with_an_oversized_body_is_413_without_100(limited):
 
 def test_idle_half_sent_request_does_not_block_other_clients(server):
     with RawConnection(server.port) as stalled:
-        stalled.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        stalled.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
         for _ in range(3):
             assert_still_serving(server)
         assert server.sql_ok("SELECT 1")["data"] == [[1]]
@@ -332,7 +341,8 @@ def test_client_vanishing_mid_stream_leaves_the_server_serving(server):
 
 def test_default_body_limit_is_64_mib(server):
     with RawConnection(server.port) as conn:
-        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % (64 * 1024 * 1024 + 1))
         assert_problem(conn.read_response(), 413)
     assert_still_serving(server)
@@ -364,7 +374,9 @@ def test_sigterm_does_not_wait_for_a_client_stalled_mid_request(server):
     # A client that sent half a request and went quiet is not work in flight: shutdown must not
     # wait for it (here the idle timeout is the default 60 s).
     with RawConnection(server.port) as stalled:
-        stalled.send(b"POST /api/sql/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        stalled.send(b"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
         time.sleep(0.2)
         started = time.monotonic()
         server.send_signal()
