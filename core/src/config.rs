@@ -407,7 +407,8 @@ pub struct EgressConfig {
     /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`: that port
     /// only, for URLs and hosts that write the address), or host names (`ollama.internal`, any
     /// address it resolves to; `ollama.internal:11434`, that port only). The configured
-    /// `llm.base_url`'s and `embedding.base_url`'s hosts and ports are always reachable.
+    /// `llm.base_url` and `embedding.base_url` are always reachable at their URLs' path
+    /// prefixes; other paths on their hosts are judged like any URL.
     pub allow: Vec<String>,
     /// Never reachable, in either edition, whatever `allow` says: networks or addresses (a host
     /// name would be resolved by a DNS its owner controls, so it cannot be denied).

@@ -43,14 +43,14 @@ MINDS_API = "/api/v1"
 LIMITS_PATHS = ["/limits", "/limits/", "/api/limits/", "/api/v1/limits", "/api/v1/limits/"]
 
 
-def hosted_config(llm_url: str, plans: str = "") -> str:
-    """A hosted server whose default model is the fake at `llm_url`; `plans` (TOML tables)
-    replace the default tiers."""
+def hosted_config(llm_url: str, plans: str = "", allow: bool = True) -> str:
+    """A hosted server whose default model and embedding model are the fake at `llm_url`;
+    `plans` (TOML tables) replace the default tiers. With `allow`, 127.0.0.1 is allow-listed
+    (the fake provider and PostgreSQL run on this machine, which the hosted egress policy
+    refuses otherwise); without it, only the configured endpoints' URLs are reachable there."""
     return f"""\
 edition = "hosted"
-# The fake provider and PostgreSQL run on this machine, which the hosted egress policy
-# refuses unless allowed.
-egress.allow = ["127.0.0.1"]
+egress.allow = {'["127.0.0.1"]' if allow else '[]'}
 
 [llm]
 provider = "openai"
@@ -58,6 +58,10 @@ model_name = "fake-model"
 base_url = "{llm_url}"
 api_key = "sk-test"
 timeout_secs = 5
+
+[embedding]
+model_name = "fake-embedder"
+base_url = "{llm_url}"
 
 [agents]
 max_steps = 4
@@ -478,6 +482,38 @@ def test_default_plans_are_free_and_pro(start_server, llm):
     assert (free["plan"], free["callbacks"]) == ("free", False), free
     assert (pro["plan"], pro["callbacks"]) == ("pro", True), pro
     assert pro["minds"]["limit"] > free["minds"]["limit"], (free, pro)
+
+
+def test_the_configured_provider_is_reachable_at_its_path_only(start_server, llm):
+    """No `egress.allow` entry covers the fake provider on 127.0.0.1: its configured URL's path
+    (`/v1/…`) is reachable (a mind answers through it, an agent or model may name it), any
+    other path there, or the port by PostgreSQL, is refused with the one refusal text."""
+    server, keys = hosted_server(start_server, hosted_config(llm.base_url, allow=False), "alice")
+    key = keys["alice"]
+    llm.fallback(text("through the configured endpoint"))
+    create_mind(server, key, {"name": "m"})
+    assert answer_of(ask(server, key, "m", "hi")) == "through the configured endpoint"
+
+    root = llm.base_url.removesuffix("/v1")
+    refusal = "refused by the egress policy: this server does not connect to '127.0.0.1'"
+    agents = "/api/projects/mindsdb/agents"
+
+    def agent(name: str, base_url: str) -> requests.Response:
+        return call(server, "POST", agents, key, {"agent": {
+            "name": name, "model": {"provider": "openai", "model_name": "fake-model",
+                                    "base_url": base_url}}})
+
+    assert agent("fine", llm.base_url).status_code == 201
+    for path in ("/admin", "/api/pull", "/v1beta", "/v1/../api/delete"):
+        assert problem(agent("elsewhere", root + path), 403)["detail"].endswith(refusal), path
+    sql_error(server, key, "CREATE MODEL mindsdb.sideways PREDICT answer USING engine = 'openai', "
+                           f"prompt_template = 'say {{{{q}}}}', base_url = '{root}/internal'",
+              refusal)
+    port = int(root.rsplit(":", 1)[1])
+    pg = {"host": "127.0.0.1", "port": port, "database": "x", "user": "x", "password": "x"}
+    sql_error(server, key, "CREATE DATABASE sideways WITH ENGINE = 'postgres', "
+                           f"PARAMETERS = {json.dumps(pg)}", refusal)
+    assert "elsewhere" not in [a["name"] for a in call(server, "GET", agents, key).json()]
 
 
 @needs_postgres
