@@ -973,13 +973,80 @@ fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder
     exec(&bob, "CREATE KNOWLEDGE_BASE kb");
     assert_eq!(rows(&bob, "SELECT count(*) FROM kb"), json!([[0]]));
     assert_eq!(rows(&alice, "SELECT count(*) FROM kb"), json!([[1]]));
-    // A tenant's own endpoint inside the operator's network is refused before any call.
-    exec(
+    // A tenant's own endpoint inside the operator's network is refused before any call: an
+    // address written in the URL when the knowledge base is created or altered, a name when
+    // it is first used. The configured embedder's own address is reachable under its path
+    // only.
+    let refused_at = |engine: &Engine, sql: &str, setting: &str| {
+        let refused = error(engine, sql);
+        assert!(
+            refused.contains(&format!(
+                "'{setting}.base_url' was refused by the egress policy"
+            )),
+            "{sql}: {refused}"
+        );
+    };
+    let (configured, root) = (
+        embedder.base_url.clone(),
+        embedder.base_url.trim_end_matches("/v1").to_string(),
+    );
+    refused_at(
         &bob,
         "CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {\"base_url\": \"http://127.0.0.1:9/v1\"}",
+        "embedding_model",
+    );
+    refused_at(
+        &bob,
+        "CREATE KNOWLEDGE_BASE sneaky USING reranking_model = {\"provider\": \"openai\", \"model_name\": \"m\", \"base_url\": \"http://[::ffff:169.254.169.254]/v1\"}",
+        "reranking_model",
+    );
+    refused_at(
+        &bob,
+        &format!("CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {{\"base_url\": \"{root}/admin\"}}"),
+        "embedding_model",
+    );
+    assert_eq!(
+        rows(&bob, "SELECT name FROM information_schema.knowledge_bases"),
+        json!([["kb"]])
+    );
+    let before = rows(
+        &bob,
+        "SELECT embedding_model, reranking_model FROM information_schema.knowledge_bases",
+    );
+    refused_at(
+        &bob,
+        "ALTER KNOWLEDGE_BASE kb USING embedding_model = {\"base_url\": \"http://10.0.0.1/v1\"}",
+        "embedding_model",
+    );
+    refused_at(
+        &bob,
+        "ALTER KNOWLEDGE_BASE kb USING reranking_model = {\"provider\": \"openai\", \"model_name\": \"m\", \"base_url\": \"http://127.0.0.1:9/v1\"}",
+        "reranking_model",
+    );
+    assert_eq!(
+        rows(
+            &bob,
+            "SELECT embedding_model, reranking_model FROM information_schema.knowledge_bases"
+        ),
+        before,
+        "a refused ALTER changed nothing"
+    );
+    exec(
+        &bob,
+        &format!(
+            "ALTER KNOWLEDGE_BASE kb USING embedding_model = {{\"base_url\": \"{configured}\"}}"
+        ),
+    );
+    exec(
+        &bob,
+        "CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {\"base_url\": \"http://localhost:9/v1\"}",
     );
     let refused = error(&bob, "INSERT INTO sneaky (id, content) VALUES (1, 'x')");
-    assert!(refused.contains("egress policy"), "{refused}");
+    assert!(
+        refused
+            .contains("refused by the egress policy: this server does not connect to 'localhost'"),
+        "{refused}"
+    );
 }
 
 /// `n` texts of `words` words each from a vocabulary of sixty, drawn by a fixed-seed generator.

@@ -57,6 +57,7 @@ pub(crate) fn create_knowledge_base(
     tenant: TenantId,
     kb: knowledge_bases::KnowledgeBase,
     if_not_exists: bool,
+    egress: &crate::egress::Egress,
 ) -> Result<()> {
     if projects::get(&txn.open_table(PROJECTS)?, tenant, &kb.project)?.is_none() {
         return Err(Error::not_found(format!(
@@ -74,7 +75,7 @@ pub(crate) fn create_knowledge_base(
         name_is_no_table(txn, tenant, &kb.project, &kb.name)?;
         name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
     }
-    knowledge_bases::create(txn, tenant, kb, if_not_exists)
+    knowledge_bases::create(txn, tenant, kb, if_not_exists, egress)
 }
 
 /// `DROP KNOWLEDGE_BASE` (see [`knowledge_bases::drop_kb`]): one a mind searches stays.
