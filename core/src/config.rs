@@ -305,6 +305,10 @@ pub struct PlanConfig {
     pub max_callbacks: u64,
     /// Deliveries waiting to be sent for one user; events beyond it are logged as not queued.
     pub max_pending_deliveries: u64,
+    /// Bytes a user may store, in MiB: its tables' and uploaded files' schemas, chunks and
+    /// index entries, its knowledge bases' chunks and indexes. A write that would pass it
+    /// fails and writes nothing; deleting is always allowed.
+    pub max_storage_mb: u64,
 }
 
 impl Default for PlanConfig {
@@ -320,6 +324,7 @@ impl Default for PlanConfig {
             max_running_trainings: 1,
             max_callbacks: 10,
             max_pending_deliveries: 100,
+            max_storage_mb: 1024,
         }
     }
 }
@@ -332,8 +337,9 @@ pub struct HostedConfig {
     pub default_plan: String,
     /// The tiers by name. A config that sets any replaces all of the defaults, which are
     /// `free` (3 minds, 3 datasources, 100 questions and 1,000 model calls a day, 4 statements
-    /// and 1 training at once, no callbacks) and `pro` (50, 50, 10,000 and 100,000 a day, 16
-    /// and 4 at once, 100 callbacks with up to 1,000 deliveries pending).
+    /// and 1 training at once, no callbacks, 1 GiB stored) and `pro` (50, 50, 10,000 and
+    /// 100,000 a day, 16 and 4 at once, 100 callbacks with up to 1,000 deliveries pending,
+    /// 100 GiB stored).
     pub plans: BTreeMap<String, PlanConfig>,
 }
 
@@ -350,6 +356,7 @@ impl Default for HostedConfig {
             max_running_trainings: 4,
             max_callbacks: 100,
             max_pending_deliveries: 1_000,
+            max_storage_mb: 102_400,
         };
         HostedConfig {
             default_plan: "free".to_string(),

@@ -1424,3 +1424,76 @@ fn a_hosted_mind_searches_the_knowledge_bases_it_names() {
         .unwrap();
     exec(&alice, "DROP KNOWLEDGE_BASE handbook");
 }
+
+#[test]
+fn knowledge_bases_count_against_max_storage_mb_and_give_their_bytes_back_exactly() {
+    let embedder = FakeEmbedder::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb.redb");
+    let mut config = config(&embedder);
+    config.embedding.batch_size = 256;
+    config.edition = mindlite::Edition::Hosted;
+    config.hosted.plans.insert(
+        "small".into(),
+        mindlite::PlanConfig {
+            max_storage_mb: 1,
+            ..mindlite::PlanConfig::default()
+        },
+    );
+    config.hosted.default_plan = "small".into();
+    let ann = |engine: &Engine| {
+        let key = engine.block_on(engine.create_api_key("ann")).unwrap().key;
+        engine.as_user(&key).unwrap()
+    };
+    let stored = |engine: &Engine| engine.limits().unwrap().storage_bytes.used;
+    let documents = |from: u32, to: u32| {
+        format!(
+            "INSERT INTO kb (id, content) SELECT value, 'document about ' || md5(CAST(value AS VARCHAR)) \
+             FROM generate_series({from}, {to})"
+        )
+    };
+
+    let engine = Engine::open(&path, config.clone()).unwrap();
+    engine.block_on(engine.create_user("ann", None)).unwrap();
+    let handle = ann(&engine);
+    exec(&handle, "CREATE KNOWLEDGE_BASE kb");
+    assert_eq!(stored(&handle), 0);
+    exec(&handle, &documents(1, 500));
+    let some = stored(&handle);
+    assert!(
+        some > 500 * 64 * 4,
+        "chunks, vectors and postings count: {some}"
+    );
+    // Past 1 MiB: refused whole, naming the key.
+    let refused = error(&handle, &documents(501, 5000));
+    assert!(
+        refused.contains("hosted.plans.small.max_storage_mb")
+            && refused.contains("nothing was written"),
+        "{refused}"
+    );
+    assert_eq!(rows(&handle, "SELECT count(*) FROM kb"), json!([[500]]));
+    assert_eq!(stored(&handle), some);
+    // Deleted and replaced documents keep the count exact: a count from scratch agrees.
+    exec(&handle, "DELETE FROM kb WHERE id > 400");
+    exec(
+        &handle,
+        "INSERT INTO kb (id, content) VALUES (1, 'replaced text for the first one')",
+    );
+    let kept = stored(&handle);
+    assert!(kept < some, "{kept} after {some}");
+    drop(handle);
+    engine.close();
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    assert!(txn
+        .delete_table(redb::TableDefinition::<u64, u64>::new("storage_bytes"))
+        .unwrap());
+    txn.commit().unwrap();
+    drop(db);
+
+    let engine = Engine::open(&path, config).unwrap();
+    let handle = ann(&engine);
+    assert_eq!(stored(&handle), kept);
+    exec(&handle, "DROP KNOWLEDGE_BASE kb");
+    assert_eq!(stored(&handle), 0);
+}

@@ -52,6 +52,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::users",
             "catalog::auth",
             "catalog::quotas",
+            "catalog::storage",
         ],
     ),
     ("rules", &["catalog::rules"]),

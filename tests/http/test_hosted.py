@@ -72,7 +72,7 @@ sample_rows = 3
 
 def one_plan(name: str = "tier", *, max_minds: int = 10, max_datasources: int = 10,
              questions_per_window: int = 100, window_secs: int = 3600,
-             callbacks: bool = False) -> str:
+             callbacks: bool = False, max_storage_mb: int = 1024) -> str:
     """`[hosted]` with a single plan tier, the default one."""
     return f"""
 [hosted]
@@ -84,6 +84,7 @@ max_datasources = {max_datasources}
 questions_per_window = {questions_per_window}
 window_secs = {window_secs}
 callbacks = {str(callbacks).lower()}
+max_storage_mb = {max_storage_mb}
 """
 
 
@@ -462,7 +463,8 @@ def test_limits_show_the_plan_and_count_minds_on_every_path(start_server, llm):
                               "resets_at": None},
                 "model_calls": {"limit": 1000, "used": 0, "remaining": 1000,
                                 "window_secs": 3600, "resets_at": None},
-                "callbacks": True}
+                "callbacks": True,
+                "storage_bytes": {"limit": 1024 ** 3, "used": 0, "remaining": 1024 ** 3}}
     for path in LIMITS_PATHS:
         assert limits(server, key, path) == expected, path
     create_mind(server, key, {"name": "m1"})
@@ -482,6 +484,60 @@ def test_default_plans_are_free_and_pro(start_server, llm):
     assert (free["plan"], free["callbacks"]) == ("free", False), free
     assert (pro["plan"], pro["callbacks"]) == ("pro", True), pro
     assert pro["minds"]["limit"] > free["minds"]["limit"], (free, pro)
+
+
+def test_storage_quota_refuses_writes_whole_and_limits_show_the_bytes(start_server, llm):
+    """A plan of 1 MiB stored: a CREATE TABLE AS past it is a SQL error naming
+    `hosted.plans.tight.max_storage_mb`, an upload and a knowledge-base insert are 429
+    problem+json naming it, and none leaves anything behind; another user on the same plan
+    writes on; `/limits` counts the bytes and gives them back when tables, files and
+    knowledge bases are dropped."""
+    plan = one_plan("tight", max_storage_mb=1)
+    server, keys = hosted_server(start_server, hosted_config(llm.base_url, plan), "alice", "bob")
+    alice, bob = keys["alice"], keys["bob"]
+    key_name = "hosted.plans.tight.max_storage_mb"
+
+    def used(key: str) -> int:
+        figures = limits(server, key)["storage_bytes"]
+        assert figures["limit"] == 1024 ** 2, figures
+        assert figures["remaining"] == max(0, figures["limit"] - figures["used"]), figures
+        return figures["used"]
+
+    assert used(alice) == 0
+    big = ("SELECT value AS id, md5(CAST(value AS VARCHAR)) AS h "
+           "FROM generate_series(1, 100000)")
+    sql_error(server, alice, f"CREATE TABLE big AS {big}", key_name, "nothing was written")
+    assert "big" not in column(server, alice, "SHOW TABLES")
+    assert used(alice) == 0
+
+    lines = [f"{n},{n * 7919:032x}\n" for n in range(100_000)]
+    response = requests.put(f"{server.url}/api/files/big", headers=bearer(alice), timeout=60,
+                            files={"file": ("big.csv", "id,h\n" + "".join(lines), "text/csv")})
+    problem(response, 429, key_name)
+    assert call(server, "GET", "/api/files", alice).json() == []
+
+    kb = "/api/projects/mindsdb/knowledge_bases"
+    made = call(server, "POST", kb, alice, {"knowledge_base": {"name": "notes"}})
+    assert made.status_code == 201, made.text
+    documents = [{"id": n, "content": f"note {n} about {n * 7919:032x}"} for n in range(5000)]
+    problem(call(server, "PUT", kb + "/notes", alice, {"knowledge_base": {"rows": documents}}),
+            429, key_name)
+    assert sql_ok(server, alice, "SELECT count(*) FROM mindsdb.notes")["data"] == [[0]]
+    assert used(alice) == 0
+
+    # Within the limit everything is counted, and dropped bytes come back.
+    sql_ok(server, alice, f"CREATE TABLE small AS {big.replace('100000', '2000')}")
+    files_put(server, alice, "few", "id,h\n" + "".join(lines[:500]))
+    put = call(server, "PUT", kb + "/notes", alice, {"knowledge_base": {"rows": documents[:100]}})
+    assert put.status_code == 200, put.text
+    with_all = used(alice)
+    assert 0 < with_all <= 1024 ** 2, with_all
+    sql_ok(server, bob, f"CREATE TABLE mine AS {big.replace('100000', '2000')}")
+    assert used(alice) == with_all and used(bob) > 0
+    sql_ok(server, alice, "DROP TABLE small")
+    assert call(server, "DELETE", "/api/files/few", alice).status_code in (200, 204)
+    assert call(server, "DELETE", kb + "/notes", alice).status_code == 204
+    assert used(alice) == 0
 
 
 def test_the_configured_provider_is_reachable_at_its_path_only(start_server, llm):

@@ -574,7 +574,7 @@ fn index_vectors(
         writer.push(batch)?;
     }
     writer.finish()?;
-    index.save(txn, created.id)?;
+    index.save(txn, tenant, created.id)?;
     Ok(())
 }
 
@@ -685,7 +685,7 @@ pub(crate) fn drop_kb(
 fn drop_chunks(txn: &WriteTransaction, tenant: TenantId, project: &str, key: &str) -> Result<()> {
     let db = chunk_db(project);
     if let Some(record) = tables::get(&txn.open_table(TABLES)?, tenant, &db, key)? {
-        kb_index::drop_index(txn, record.id)?;
+        kb_index::drop_index(txn, tenant, record.id)?;
     }
     tables::drop_table(txn, tenant, &db, key)?;
     Ok(())
