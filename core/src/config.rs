@@ -309,6 +309,9 @@ pub struct PlanConfig {
     /// index entries, its knowledge bases' chunks and indexes. A write that would pass it
     /// fails and writes nothing; deleting is always allowed.
     pub max_storage_mb: u64,
+    /// Temporary-file space a user's running statements may use together (their share of
+    /// `query.max_spill_mb`: sorts and joins that spill, writes that stage their rows), in MiB.
+    pub max_spill_mb: u64,
 }
 
 impl Default for PlanConfig {
@@ -325,6 +328,7 @@ impl Default for PlanConfig {
             max_callbacks: 10,
             max_pending_deliveries: 100,
             max_storage_mb: 1024,
+            max_spill_mb: 1024,
         }
     }
 }
@@ -337,9 +341,9 @@ pub struct HostedConfig {
     pub default_plan: String,
     /// The tiers by name. A config that sets any replaces all of the defaults, which are
     /// `free` (3 minds, 3 datasources, 100 questions and 1,000 model calls a day, 4 statements
-    /// and 1 training at once, no callbacks, 1 GiB stored) and `pro` (50, 50, 10,000 and
-    /// 100,000 a day, 16 and 4 at once, 100 callbacks with up to 1,000 deliveries pending,
-    /// 100 GiB stored).
+    /// and 1 training at once, no callbacks, 1 GiB stored, 1 GiB of temporary files) and `pro`
+    /// (50, 50, 10,000 and 100,000 a day, 16 and 4 at once, 100 callbacks with up to 1,000
+    /// deliveries pending, 100 GiB stored, 4 GiB of temporary files).
     pub plans: BTreeMap<String, PlanConfig>,
 }
 
@@ -357,6 +361,7 @@ impl Default for HostedConfig {
             max_callbacks: 100,
             max_pending_deliveries: 1_000,
             max_storage_mb: 102_400,
+            max_spill_mb: 4096,
         };
         HostedConfig {
             default_plan: "free".to_string(),

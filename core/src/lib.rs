@@ -22,6 +22,7 @@ mod config;
 mod egress;
 mod error;
 mod progress;
+mod spill;
 mod spool;
 mod tenant;
 mod time;

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cancel",
             "admission",
             "spool",
+            "spill",
             "wire",
             "bm25",
             "progress",

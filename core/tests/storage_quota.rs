@@ -3,7 +3,8 @@
 //! an upload, an index), while other tenants write on; dropping gives the bytes back; a
 //! rolled-back transaction, savepoint or failed statement leaves the count as it was; the count
 //! kept write by write equals a count made from scratch (which a file without counts gets when
-//! it is opened).
+//! it is opened). A tenant's spills stop at its plan's `max_spill_mb` while another tenant's
+//! sort still spills.
 
 use std::path::Path;
 
@@ -11,22 +12,23 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 use mindlite::{Config, Edition, Engine, ErrorKind, FileFormat, PlanConfig};
 
-/// A plan of `storage_mb` stored.
-fn plan(storage_mb: u64) -> PlanConfig {
+/// A plan of `storage_mb` stored and `spill_mb` of temporary files.
+fn plan(storage_mb: u64, spill_mb: u64) -> PlanConfig {
     PlanConfig {
         max_storage_mb: storage_mb,
+        max_spill_mb: spill_mb,
         ..PlanConfig::default()
     }
 }
 
-/// A hosted config whose `tiny` plan stores 1 MiB and `roomy` 64 MiB.
+/// A hosted config whose `tiny` plan stores 1 MiB and `roomy` 64 MiB (both spill 64 MiB).
 fn hosted_config() -> Config {
     let mut config = Config {
         edition: Edition::Hosted,
         ..Config::default()
     };
-    config.hosted.plans.insert("tiny".into(), plan(1));
-    config.hosted.plans.insert("roomy".into(), plan(64));
+    config.hosted.plans.insert("tiny".into(), plan(1, 64));
+    config.hosted.plans.insert("roomy".into(), plan(64, 64));
     config.hosted.default_plan = "tiny".into();
     config
 }
@@ -328,4 +330,51 @@ fn the_count_kept_write_by_write_is_the_count_made_from_scratch() {
     ok(&ann, "DROP TABLE k");
     ok(&ann, "DROP TABLE r");
     assert_eq!(stored(&ann), 0);
+}
+
+/// A hosted engine whose operators spill beyond 16 MiB of memory (a sort keeps 10 MB of it
+/// for merging), and whose `cramped` plan may spill 1 MiB and `roomy` 256 MiB.
+fn spilling_config() -> Config {
+    let mut config = hosted_config();
+    config.query.memory_limit_mb = Some(16);
+    config.query.staging_memory_mb = 0;
+    config.query.target_partitions = 1;
+    config.hosted.plans.insert("cramped".into(), plan(64, 1));
+    config.hosted.plans.insert("roomy".into(), plan(64, 256));
+    config
+}
+
+#[test]
+fn a_tenants_spills_stop_at_its_share_while_another_tenants_sort_still_spills() {
+    let engine = Engine::open_in_memory(spilling_config()).unwrap();
+    let (ann, bob) = (
+        user(&engine, "ann", "cramped"),
+        user(&engine, "bob", "roomy"),
+    );
+    // About 20 MB of rows sorted in 6 MiB of memory: the sort must spill.
+    let sort = "SELECT h FROM (SELECT md5(CAST(value AS VARCHAR)) || md5(CAST(value + 1 AS VARCHAR)) AS h \
+                FROM generate_series(1, 300000)) ORDER BY h DESC";
+    let err = error(&ann, sort);
+    assert_eq!(err.kind(), ErrorKind::QuotaExceeded, "{err}");
+    assert!(
+        err.message().contains("hosted.plans.cramped.max_spill_mb"),
+        "{err}"
+    );
+    let got = bob.sql_blocking(sort).unwrap();
+    assert_eq!(got.num_rows(), 300_000);
+    // A write staging its rows in temporary files stops at the share too, writing nothing.
+    let err = error(&ann, &format!("CREATE TABLE staged AS {}", hashes(200_000)));
+    assert_eq!(err.kind(), ErrorKind::QuotaExceeded, "{err}");
+    assert!(
+        err.message().contains("hosted.plans.cramped.max_spill_mb"),
+        "{err}"
+    );
+    assert!(error(&ann, "SELECT * FROM staged")
+        .message()
+        .contains("not found"));
+    ok(&bob, &format!("CREATE TABLE staged AS {}", hashes(200_000)));
+    assert_eq!(number(&bob, "SELECT count(*) FROM staged"), 200_000);
+    // Its files went with its statements: the share is whole again.
+    ok(&ann, &format!("CREATE TABLE small AS {}", hashes(1_000)));
+    assert_eq!(number(&ann, "SELECT count(*) FROM small"), 1_000);
 }

@@ -248,7 +248,7 @@ impl SqlRunner {
             let kb = snapshot
                 .knowledge_base(project, name)?
                 .ok_or_else(|| knowledge_bases::missing(name))?;
-            let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions);
+            let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions)?;
             let plan = match source {
                 DocumentSource::Insert(insert) => {
                     let query = insert.source.clone().ok_or_else(|| {
