@@ -358,6 +358,13 @@ pub struct PlanConfig {
     /// Memory a user's running statements may hold together, in MiB (each also within
     /// `query.statement_memory_mb`); over it the statement that allocates fails. 0 is no cap.
     pub max_memory_mb: u64,
+    /// Bytes a user may store, in MiB: its tables' and uploaded files' schemas, chunks and
+    /// index entries, its knowledge bases' chunks and indexes. A write that would pass it
+    /// fails and writes nothing; deleting is always allowed.
+    pub max_storage_mb: u64,
+    /// Temporary-file space a user's running statements may use together (their share of
+    /// `query.max_spill_mb`: sorts and joins that spill, writes that stage their rows), in MiB.
+    pub max_spill_mb: u64,
 }
 
 impl Default for PlanConfig {
@@ -374,6 +381,8 @@ impl Default for PlanConfig {
             max_callbacks: 10,
             max_pending_deliveries: 100,
             max_memory_mb: 512,
+            max_storage_mb: 1024,
+            max_spill_mb: 1024,
         }
     }
 }
@@ -386,8 +395,9 @@ pub struct HostedConfig {
     pub default_plan: String,
     /// The tiers by name. A config that sets any replaces all of the defaults, which are
     /// `free` (3 minds, 3 datasources, 100 questions and 1,000 model calls a day, 4 statements
-    /// and 1 training at once, no callbacks) and `pro` (50, 50, 10,000 and 100,000 a day, 16
-    /// and 4 at once, 100 callbacks with up to 1,000 deliveries pending).
+    /// and 1 training at once, no callbacks, 512 MiB of memory, 1 GiB stored, 1 GiB of temporary files) and `pro`
+    /// (50, 50, 10,000 and 100,000 a day, 16 and 4 at once, 100 callbacks with up to 1,000
+    /// deliveries pending, 4 GiB of memory, 100 GiB stored, 4 GiB of temporary files).
     pub plans: BTreeMap<String, PlanConfig>,
 }
 
@@ -405,6 +415,8 @@ impl Default for HostedConfig {
             max_callbacks: 100,
             max_pending_deliveries: 1_000,
             max_memory_mb: 4096,
+            max_storage_mb: 102_400,
+            max_spill_mb: 4096,
         };
         HostedConfig {
             default_plan: "free".to_string(),
@@ -462,7 +474,8 @@ pub struct EgressConfig {
     /// (`127.0.0.1`, `::1`), an address with a port (`127.0.0.1:11434`, `[::1]:8080`: that port
     /// only, for URLs and hosts that write the address), or host names (`ollama.internal`, any
     /// address it resolves to; `ollama.internal:11434`, that port only). The configured
-    /// `llm.base_url`'s and `embedding.base_url`'s hosts and ports are always reachable.
+    /// `llm.base_url` and `embedding.base_url` are always reachable at their URLs' path
+    /// prefixes; other paths on their hosts are judged like any URL.
     pub allow: Vec<String>,
     /// Never reachable, in either edition, whatever `allow` says: networks or addresses (a host
     /// name would be resolved by a DNS its owner controls, so it cannot be denied).

@@ -6,13 +6,18 @@
 //! and use no proxy, so the address checked is the address connected to.
 //!
 //! The policy: addresses on the `deny` list are always refused; addresses and names on the
-//! `allow` list (and the configured LLM endpoint) are reachable; internal addresses (loopback,
-//! private, link-local, CGNAT, unique-local, multicast, unspecified, reserved, and IPv6 forms
-//! that embed an IPv4 address) are refused when `deny_internal` is on (the hosted edition's
-//! default); everything else is reachable.
+//! `allow` list are reachable; internal addresses (loopback, private, link-local, CGNAT,
+//! unique-local, multicast, unspecified, reserved, and IPv6 forms that embed an IPv4 address)
+//! are refused when `deny_internal` is on (the hosted edition's default); everything else is
+//! reachable. The operator's configured model endpoints (`llm.base_url`, `embedding.base_url`)
+//! are reachable at their URLs' path prefixes only, through a client of their own: another
+//! path on the same host and port is judged like any other URL, so a tenant cannot use an
+//! internal endpoint for anything but what the operator configured it for.
 //!
-//! What a refusal says names the host as the caller wrote it, never the address a name resolved
-//! to: that would map the operator's network for whoever asked.
+//! Every refusal says the same words and names the host as the caller wrote it, whatever the
+//! reason (a denied address, any internal range, a port or path not allowed): telling the
+//! reasons apart, or showing the address a name resolved to, would map the operator's network
+//! and DNS for whoever asked.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -48,7 +53,7 @@ pub(crate) struct EgressSettings<'a> {
     pub(crate) allow: &'a [String],
     /// `egress.deny` entries.
     pub(crate) deny: &'a [String],
-    /// `llm.base_url` and `embedding.base_url`, always reachable.
+    /// `llm.base_url` and `embedding.base_url`, reachable at their path prefixes.
     pub(crate) configured_urls: [&'a str; 2],
 }
 
@@ -252,7 +257,8 @@ fn parse_rule(entry: &str) -> Option<Rule> {
     })
 }
 
-/// Why an address is internal, if it is: the range it falls in.
+/// The range an internal address falls in, if it is one (never shown to callers: see
+/// [`refusal`]).
 fn internal_range(ip: IpAddr) -> Option<&'static str> {
     match canonical(ip) {
         IpAddr::V4(v4) => internal_v4(v4),
@@ -335,31 +341,43 @@ impl From<Refused> for Error {
     }
 }
 
+/// What every refusal says: the same words whatever the reason, naming the host as the caller
+/// wrote it.
+fn refusal(host: &str) -> Refused {
+    Refused(format!(
+        "refused by the egress policy: this server does not connect to '{host}'"
+    ))
+}
+
 impl Policy {
-    /// The policy of the `egress` settings; the configured model endpoints' hosts are always
-    /// reachable.
+    /// The policy of the `egress` settings (the configured endpoints are [`Endpoints`]').
     pub(crate) fn new(settings: &EgressSettings<'_>) -> Result<Policy> {
-        let mut allow = Rules::parse(settings.allow, "egress.allow")?;
-        for url in settings.configured_urls {
-            let Ok(url) = reqwest::Url::parse(url) else {
-                continue;
-            };
-            let port = url.port_or_known_default();
-            match url.host() {
-                Some(url::Host::Ipv4(v4)) => allow.0.push(address_rule(IpAddr::V4(v4), port)),
-                Some(url::Host::Ipv6(v6)) => allow.0.push(address_rule(IpAddr::V6(v6), port)),
-                Some(url::Host::Domain(name)) => allow.0.push(Rule {
-                    target: Target::Host(normal_name(name)),
-                    port,
-                }),
-                None => {}
-            }
-        }
         Ok(Policy {
             deny_internal: settings.deny_internal,
-            allow,
+            allow: Rules::parse(settings.allow, "egress.allow")?,
             deny: Rules::parse_addresses(settings.deny, "egress.deny")?,
         })
+    }
+
+    /// This policy with the hosts and ports of `endpoints` allowed too: the policy of the
+    /// client that only ever sends to URLs under an endpoint's prefix.
+    fn with_endpoints(&self, endpoints: &Endpoints) -> Policy {
+        let mut allow = self.allow.clone();
+        for endpoint in &endpoints.0 {
+            allow.0.push(match &endpoint.host {
+                url::Host::Ipv4(v4) => address_rule(IpAddr::V4(*v4), endpoint.port),
+                url::Host::Ipv6(v6) => address_rule(IpAddr::V6(*v6), endpoint.port),
+                url::Host::Domain(name) => Rule {
+                    target: Target::Host(normal_name(name)),
+                    port: endpoint.port,
+                },
+            });
+        }
+        Policy {
+            deny_internal: self.deny_internal,
+            allow,
+            deny: self.deny.clone(),
+        }
     }
 
     /// Checks the address `ip`, reached as `host` (as the caller wrote it) on `port` (when
@@ -372,28 +390,17 @@ impl Policy {
         named: bool,
     ) -> std::result::Result<(), Refused> {
         let literal = host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok();
-        let shown = |why: &str| {
-            if literal {
-                Refused(format!(
-                    "refused by the egress policy: {host} is {why}, which this server does not connect to"
-                ))
-            } else {
-                Refused(format!(
-                    "refused by the egress policy: '{host}' resolves to {why}, which this server does not connect to"
-                ))
-            }
-        };
         // An entry with a port covers a host that writes the address, never a name that
         // resolves to it: the name's owner decides what it resolves to.
         let port = if literal { port } else { None };
         if self.deny.covers(ip, port, true) {
-            return Err(shown("a denied address"));
+            return Err(refusal(host));
         }
         if named || self.allow.covers(ip, port, false) {
             return Ok(());
         }
         match internal_range(ip) {
-            Some(range) if self.deny_internal => Err(shown(range)),
+            Some(_) if self.deny_internal => Err(refusal(host)),
             _ => Ok(()),
         }
     }
@@ -496,41 +503,111 @@ impl From<ResolveError> for Error {
     }
 }
 
+/// The operator's configured model endpoints (`llm.base_url`, `embedding.base_url`): each
+/// reachable, internal or not, at its URL's scheme, host, port and path prefix.
+#[derive(Debug, Clone, Default)]
+struct Endpoints(Vec<Endpoint>);
+
+#[derive(Debug, Clone)]
+struct Endpoint {
+    scheme: String,
+    host: url::Host<String>,
+    port: Option<u16>,
+    /// The URL's path without its trailing `/`: a URL is under it when its path is this, or
+    /// this followed by `/` and more.
+    path: String,
+}
+
+impl Endpoints {
+    /// The endpoints of `urls`; one that does not parse as a URL with a host is none.
+    fn of(urls: &[&str]) -> Endpoints {
+        let endpoints = urls
+            .iter()
+            .filter_map(|url| {
+                let url = reqwest::Url::parse(url).ok()?;
+                Some(Endpoint {
+                    scheme: url.scheme().to_string(),
+                    host: url.host()?.to_owned(),
+                    port: url.port_or_known_default(),
+                    path: url.path().trim_end_matches('/').to_string(),
+                })
+            })
+            .collect();
+        Endpoints(endpoints)
+    }
+
+    /// Whether `url` is under one of the endpoints. The URL is as parsed, so `..` segments
+    /// and their percent-encoded forms are resolved already: what is checked is what is sent.
+    fn cover(&self, url: &reqwest::Url) -> bool {
+        self.0.iter().any(|endpoint| {
+            url.scheme() == endpoint.scheme
+                && url
+                    .host()
+                    .is_some_and(|host| host.to_owned() == endpoint.host)
+                && url.port_or_known_default() == endpoint.port
+                && url
+                    .path()
+                    .strip_prefix(endpoint.path.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+}
+
 /// Outbound connections of one engine, under its [`Policy`].
 #[derive(Debug, Clone)]
 pub(crate) struct Egress {
     policy: Arc<Policy>,
+    /// The policy with the configured endpoints' hosts allowed, for URLs under them.
+    endpoint_policy: Arc<Policy>,
+    endpoints: Arc<Endpoints>,
 }
 
 impl Egress {
     /// The engine's egress, from its `egress` settings (see `Config::egress`).
     pub(crate) fn new(settings: &EgressSettings<'_>) -> Result<Egress> {
+        let policy = Policy::new(settings)?;
+        let endpoints = Endpoints::of(&settings.configured_urls);
         Ok(Egress {
-            policy: Arc::new(Policy::new(settings)?),
+            endpoint_policy: Arc::new(policy.with_endpoints(&endpoints)),
+            policy: Arc::new(policy),
+            endpoints: Arc::new(endpoints),
         })
     }
 
     /// An HTTP client whose every connection is checked: names resolve here, URLs that
     /// write an address are checked before sending, no redirect is followed and no proxy used.
     pub(crate) fn http_client(&self, user_agent: &str) -> Result<HttpClient> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            // A request's head and body go out at once: with Nagle's algorithm the body waits
-            // for the server's delayed ACK of the head, 40 ms on Linux.
-            .tcp_nodelay(true)
-            .user_agent(user_agent)
-            .dns_resolver(Arc::new(Resolver(Arc::clone(&self.policy))))
-            .build()
-            .map_err(|e| Error::internal(format!("cannot build an HTTP client: {e}")))?;
+        let client = |policy: &Arc<Policy>| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                // A request's head and body go out at once: with Nagle's algorithm the body
+                // waits for the server's delayed ACK of the head, 40 ms on Linux.
+                .tcp_nodelay(true)
+                .user_agent(user_agent)
+                .dns_resolver(Arc::new(Resolver(Arc::clone(policy))))
+                .build()
+                .map_err(|e| Error::internal(format!("cannot build an HTTP client: {e}")))
+        };
         Ok(HttpClient {
-            client,
-            policy: Arc::clone(&self.policy),
+            client: client(&self.policy)?,
+            endpoint_client: client(&self.endpoint_policy)?,
+            egress: self.clone(),
         })
     }
 
+    /// The policy `url` is judged by: the endpoints' for a URL under one, else the general one.
+    fn policy_for(&self, url: &reqwest::Url) -> &Arc<Policy> {
+        if self.endpoints.cover(url) {
+            &self.endpoint_policy
+        } else {
+            &self.policy
+        }
+    }
+
     /// Opens a TCP connection to `host`:`port` within `timeout`, trying each address the host
-    /// resolves to (all of which must pass the policy).
+    /// resolves to (all of which must pass the policy). The configured model endpoints are
+    /// HTTP URLs: they allow nothing here.
     pub(crate) async fn connect_tcp(
         &self,
         host: &str,
@@ -584,7 +661,7 @@ impl Egress {
     pub(crate) fn check_url_text(&self, url: &str) -> Result<()> {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| Error::invalid(format!("'{url}' is not a URL: {e}")))?;
-        check_url(&self.policy, &parsed).map_err(Error::from)
+        check_url(self.policy_for(&parsed), &parsed).map_err(Error::from)
     }
 }
 
@@ -597,13 +674,7 @@ fn check_url(policy: &Policy, url: &reqwest::Url) -> std::result::Result<(), Ref
         Some(url::Host::Ipv4(v4)) => policy.check(&v4.to_string(), IpAddr::V4(v4), port, false),
         Some(url::Host::Ipv6(v6)) => policy.check(&format!("[{v6}]"), IpAddr::V6(v6), port, false),
         Some(url::Host::Domain(name)) => match policy.allow.only_ports_of(name) {
-            Some(ports) if !port.is_some_and(|p| ports.contains(&p)) => {
-                let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-                Err(Refused(format!(
-                    "refused by the egress policy: '{name}' is reachable on port {} only",
-                    ports.join(", ")
-                )))
-            }
+            Some(ports) if !port.is_some_and(|p| ports.contains(&p)) => Err(refusal(name)),
             _ => Ok(()),
         },
         None => Ok(()),
@@ -614,17 +685,27 @@ fn check_url(policy: &Policy, url: &reqwest::Url) -> std::result::Result<(), Ref
 #[derive(Debug, Clone)]
 pub(crate) struct HttpClient {
     client: reqwest::Client,
-    policy: Arc<Policy>,
+    /// Sends only to URLs under a configured endpoint, whose hosts its resolver allows.
+    endpoint_client: reqwest::Client,
+    egress: Egress,
 }
 
 impl HttpClient {
     /// A POST to `url`, refused when the URL writes an address the policy refuses; names are
-    /// checked as they resolve.
+    /// checked as they resolve. A URL under a configured endpoint goes through the client
+    /// that may reach it; any other, through the one that judges it like every URL.
     pub(crate) fn post(&self, url: &str) -> std::result::Result<reqwest::RequestBuilder, Refused> {
-        if let Ok(parsed) = reqwest::Url::parse(url) {
-            check_url(&self.policy, &parsed)?;
+        let Ok(parsed) = reqwest::Url::parse(url) else {
+            // reqwest refuses it as it does any text that is no URL.
+            return Ok(self.client.post(url));
+        };
+        let policy = self.egress.policy_for(&parsed);
+        check_url(policy, &parsed)?;
+        if Arc::ptr_eq(policy, &self.egress.endpoint_policy) {
+            Ok(self.endpoint_client.post(parsed))
+        } else {
+            Ok(self.client.post(parsed))
         }
-        Ok(self.client.post(url))
     }
 }
 
@@ -871,7 +952,10 @@ mod tests {
         let url = |u: &str| reqwest::Url::parse(u).unwrap();
         assert!(check_url(&ported, &url("http://ollama.internal:11434/v1")).is_ok());
         let other = check_url(&ported, &url("http://ollama.internal:22/")).unwrap_err();
-        assert!(other.0.contains("port 11434 only"), "{other}");
+        assert_eq!(
+            other.0,
+            "refused by the egress policy: this server does not connect to 'ollama.internal'"
+        );
         assert!(ported
             .check_all("ollama.internal", &addrs(&["10.0.0.7"]), Some(11434))
             .is_ok());
@@ -902,11 +986,9 @@ mod tests {
                 None,
             )
             .unwrap_err();
-        assert!(
-            mixed
-                .0
-                .contains("'rebind.example' resolves to a loopback address"),
-            "{mixed}"
+        assert_eq!(
+            mixed.0,
+            "refused by the egress policy: this server does not connect to 'rebind.example'"
         );
         assert!(
             !mixed.0.contains("127.0.0.1"),
@@ -938,6 +1020,8 @@ mod tests {
         );
         let egress = Egress {
             policy: Arc::clone(&p),
+            endpoint_policy: Arc::clone(&p),
+            endpoints: Arc::default(),
         };
         let err = egress
             .connect_tcp("127.0.0.1", 5432, Duration::from_secs(1))
@@ -958,6 +1042,101 @@ mod tests {
             "{sent:?}"
         );
         assert!(client.post("http://127.0.0.1:9/").is_err());
+    }
+
+    #[test]
+    fn every_refusal_says_the_same_whatever_the_range_and_however_the_host_is_written() {
+        let p = policy(true, &["ollama.internal:11434"], &["8.8.4.4"]);
+        let said = |host: &str, ip: &str| {
+            p.check(host, ip.parse().unwrap(), Some(80), false)
+                .unwrap_err()
+                .0
+        };
+        let expected = |host: &str| {
+            format!("refused by the egress policy: this server does not connect to '{host}'")
+        };
+        for (host, ip) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("10.0.0.1", "10.0.0.1"),
+            ("169.254.169.254", "169.254.169.254"),
+            ("240.0.0.1", "240.0.0.1"),
+            ("[::1]", "::1"),
+            ("[fe80::1]", "fe80::1"),
+            ("8.8.4.4", "8.8.4.4"),
+            ("loopback.example", "127.0.0.1"),
+            ("private.example", "10.0.0.1"),
+            ("metadata.example", "169.254.169.254"),
+            ("reserved.example", "240.0.0.1"),
+            ("denied.example", "8.8.4.4"),
+        ] {
+            assert_eq!(said(host, ip), expected(host), "{host} as {ip}");
+        }
+        let url = reqwest::Url::parse("http://ollama.internal:22/").unwrap();
+        assert_eq!(
+            check_url(&p, &url).unwrap_err().0,
+            expected("ollama.internal")
+        );
+    }
+
+    #[tokio::test]
+    async fn configured_endpoints_are_reachable_at_their_path_prefixes_only() {
+        // Bound, never answered: a request let through waits, and times out.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let embed = format!("http://localhost:{port}/embed/v1/");
+        let settings = EgressSettings {
+            deny_internal: true,
+            allow: &[],
+            deny: &[],
+            configured_urls: ["http://127.0.0.1:11434/v1", &embed],
+        };
+        let egress = Egress::new(&settings).unwrap();
+        for url in [
+            "http://127.0.0.1:11434/v1",
+            "http://127.0.0.1:11434/v1/chat/completions",
+        ] {
+            assert!(egress.check_url_text(url).is_ok(), "{url}");
+        }
+        let refused = |host: &str| {
+            format!("refused by the egress policy: this server does not connect to '{host}'")
+        };
+        for url in [
+            "http://127.0.0.1:11434/api/pull",
+            "http://127.0.0.1:11434/v1beta/models",
+            "http://127.0.0.1:11434/v1/../api/delete",
+            "http://127.0.0.1:11434/v1/%2e%2e/api/delete",
+            "http://127.0.0.1:11435/v1/chat/completions",
+            "https://127.0.0.1:11434/v1/chat/completions",
+        ] {
+            let err = egress.check_url_text(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Forbidden, "{url}");
+            assert_eq!(err.message(), refused("127.0.0.1"), "{url}");
+        }
+        // Under the prefix, the endpoint's name resolves to loopback and is let through (and
+        // waits for an answer that never comes); elsewhere on it, it is refused.
+        let client = egress.http_client("test").unwrap();
+        let under = client
+            .post(&format!("{embed}embeddings"))
+            .unwrap()
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(!http_reason(&under).contains("egress policy"), "{under:?}");
+        let elsewhere = client
+            .post(&format!("http://localhost:{port}/admin"))
+            .unwrap()
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(http_reason(&elsewhere), refused("localhost"));
+        assert!(client.post("http://127.0.0.1:11434/api/pull").is_err());
+        // Nor do the endpoints open anything but HTTP to their path.
+        let tcp = egress
+            .connect_tcp("127.0.0.1", 11434, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(tcp.message(), refused("127.0.0.1"));
     }
 
     #[test]

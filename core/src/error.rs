@@ -166,8 +166,10 @@ impl From<datafusion::error::DataFusionError> for Error {
                 Some(ours) => ours.clone(),
                 None => Error::internal(inner.to_string()),
             },
-            E::ArrowError(inner, _) => Error::new(arrow_kind(inner), inner.to_string()),
-            E::IoError(inner) => Error::internal(inner.to_string()),
+            E::ArrowError(inner, _) => arrow_error(inner),
+            E::IoError(inner) => {
+                ours_in(inner).unwrap_or_else(|| Error::internal(inner.to_string()))
+            }
             E::ResourcesExhausted(msg) => Error::new(
                 ErrorKind::Unavailable,
                 format!("Resources exhausted: {msg}"),
@@ -192,8 +194,23 @@ impl From<Error> for datafusion::error::DataFusionError {
 
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(err: datafusion::arrow::error::ArrowError) -> Self {
-        Error::new(arrow_kind(&err), err.to_string())
+        arrow_error(&err)
     }
+}
+
+/// Arrow's error as ours: the one it carries from a writer of ours, else by its kind.
+fn arrow_error(err: &datafusion::arrow::error::ArrowError) -> Error {
+    let carried = match err {
+        datafusion::arrow::error::ArrowError::IoError(_, io) => ours_in(io),
+        _ => None,
+    };
+    carried.unwrap_or_else(|| Error::new(arrow_kind(err), err.to_string()))
+}
+
+/// Our error carried inside an I/O error (a temporary file's writer refusing bytes over a
+/// limit, see `spill`), if it is one.
+pub(crate) fn ours_in(io: &std::io::Error) -> Option<Error> {
+    io.get_ref()?.downcast_ref::<Error>().cloned()
 }
 
 /// Arrow's errors about values (not about plans or schemas) are [`ErrorKind::InvalidData`].

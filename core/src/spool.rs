@@ -1,6 +1,7 @@
 //! What a write computed before it takes the writer lock: records of bytes (encoded chunks),
 //! kept in memory up to a budget and beyond it in a temporary file from DataFusion's disk
-//! manager, so they count against `query.max_spill_mb` with every spilling query. Read back
+//! manager, so they count against `query.max_spill_mb` with every spilling query (and against
+//! the tenant's share of it, see `spill`). Read back
 //! once, in order, when the write commits; the file is deleted when the spool is dropped.
 
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -99,6 +100,10 @@ fn write_record(writer: &mut impl Write, number: u64, bytes: &[u8]) -> std::io::
 }
 
 fn spill_error(e: std::io::Error) -> Error {
+    // A share's limit, or the whole budget, said so in our words (see `spill`).
+    if let Some(ours) = crate::error::ours_in(&e) {
+        return ours;
+    }
     let text = e.to_string();
     if text.contains("max_temp_directory_size") || text.contains("allowable limit") {
         return Error::new(

@@ -973,13 +973,80 @@ fn tenants_see_only_their_knowledge_bases_and_reach_only_the_configured_embedder
     exec(&bob, "CREATE KNOWLEDGE_BASE kb");
     assert_eq!(rows(&bob, "SELECT count(*) FROM kb"), json!([[0]]));
     assert_eq!(rows(&alice, "SELECT count(*) FROM kb"), json!([[1]]));
-    // A tenant's own endpoint inside the operator's network is refused before any call.
-    exec(
+    // A tenant's own endpoint inside the operator's network is refused before any call: an
+    // address written in the URL when the knowledge base is created or altered, a name when
+    // it is first used. The configured embedder's own address is reachable under its path
+    // only.
+    let refused_at = |engine: &Engine, sql: &str, setting: &str| {
+        let refused = error(engine, sql);
+        assert!(
+            refused.contains(&format!(
+                "'{setting}.base_url' was refused by the egress policy"
+            )),
+            "{sql}: {refused}"
+        );
+    };
+    let (configured, root) = (
+        embedder.base_url.clone(),
+        embedder.base_url.trim_end_matches("/v1").to_string(),
+    );
+    refused_at(
         &bob,
         "CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {\"base_url\": \"http://127.0.0.1:9/v1\"}",
+        "embedding_model",
+    );
+    refused_at(
+        &bob,
+        "CREATE KNOWLEDGE_BASE sneaky USING reranking_model = {\"provider\": \"openai\", \"model_name\": \"m\", \"base_url\": \"http://[::ffff:169.254.169.254]/v1\"}",
+        "reranking_model",
+    );
+    refused_at(
+        &bob,
+        &format!("CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {{\"base_url\": \"{root}/admin\"}}"),
+        "embedding_model",
+    );
+    assert_eq!(
+        rows(&bob, "SELECT name FROM information_schema.knowledge_bases"),
+        json!([["kb"]])
+    );
+    let before = rows(
+        &bob,
+        "SELECT embedding_model, reranking_model FROM information_schema.knowledge_bases",
+    );
+    refused_at(
+        &bob,
+        "ALTER KNOWLEDGE_BASE kb USING embedding_model = {\"base_url\": \"http://10.0.0.1/v1\"}",
+        "embedding_model",
+    );
+    refused_at(
+        &bob,
+        "ALTER KNOWLEDGE_BASE kb USING reranking_model = {\"provider\": \"openai\", \"model_name\": \"m\", \"base_url\": \"http://127.0.0.1:9/v1\"}",
+        "reranking_model",
+    );
+    assert_eq!(
+        rows(
+            &bob,
+            "SELECT embedding_model, reranking_model FROM information_schema.knowledge_bases"
+        ),
+        before,
+        "a refused ALTER changed nothing"
+    );
+    exec(
+        &bob,
+        &format!(
+            "ALTER KNOWLEDGE_BASE kb USING embedding_model = {{\"base_url\": \"{configured}\"}}"
+        ),
+    );
+    exec(
+        &bob,
+        "CREATE KNOWLEDGE_BASE sneaky USING embedding_model = {\"base_url\": \"http://localhost:9/v1\"}",
     );
     let refused = error(&bob, "INSERT INTO sneaky (id, content) VALUES (1, 'x')");
-    assert!(refused.contains("egress policy"), "{refused}");
+    assert!(
+        refused
+            .contains("refused by the egress policy: this server does not connect to 'localhost'"),
+        "{refused}"
+    );
 }
 
 /// `n` texts of `words` words each from a vocabulary of sixty, drawn by a fixed-seed generator.
@@ -1356,4 +1423,77 @@ fn a_hosted_mind_searches_the_knowledge_bases_it_names() {
         .block_on(alice.update_mind("hr", json!({"knowledge_bases": []})))
         .unwrap();
     exec(&alice, "DROP KNOWLEDGE_BASE handbook");
+}
+
+#[test]
+fn knowledge_bases_count_against_max_storage_mb_and_give_their_bytes_back_exactly() {
+    let embedder = FakeEmbedder::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb.redb");
+    let mut config = config(&embedder);
+    config.embedding.batch_size = 256;
+    config.edition = mindlite::Edition::Hosted;
+    config.hosted.plans.insert(
+        "small".into(),
+        mindlite::PlanConfig {
+            max_storage_mb: 1,
+            ..mindlite::PlanConfig::default()
+        },
+    );
+    config.hosted.default_plan = "small".into();
+    let ann = |engine: &Engine| {
+        let key = engine.block_on(engine.create_api_key("ann")).unwrap().key;
+        engine.as_user(&key).unwrap()
+    };
+    let stored = |engine: &Engine| engine.limits().unwrap().storage_bytes.used;
+    let documents = |from: u32, to: u32| {
+        format!(
+            "INSERT INTO kb (id, content) SELECT value, 'document about ' || md5(CAST(value AS VARCHAR)) \
+             FROM generate_series({from}, {to})"
+        )
+    };
+
+    let engine = Engine::open(&path, config.clone()).unwrap();
+    engine.block_on(engine.create_user("ann", None)).unwrap();
+    let handle = ann(&engine);
+    exec(&handle, "CREATE KNOWLEDGE_BASE kb");
+    assert_eq!(stored(&handle), 0);
+    exec(&handle, &documents(1, 500));
+    let some = stored(&handle);
+    assert!(
+        some > 500 * 64 * 4,
+        "chunks, vectors and postings count: {some}"
+    );
+    // Past 1 MiB: refused whole, naming the key.
+    let refused = error(&handle, &documents(501, 5000));
+    assert!(
+        refused.contains("hosted.plans.small.max_storage_mb")
+            && refused.contains("nothing was written"),
+        "{refused}"
+    );
+    assert_eq!(rows(&handle, "SELECT count(*) FROM kb"), json!([[500]]));
+    assert_eq!(stored(&handle), some);
+    // Deleted and replaced documents keep the count exact: a count from scratch agrees.
+    exec(&handle, "DELETE FROM kb WHERE id > 400");
+    exec(
+        &handle,
+        "INSERT INTO kb (id, content) VALUES (1, 'replaced text for the first one')",
+    );
+    let kept = stored(&handle);
+    assert!(kept < some, "{kept} after {some}");
+    drop(handle);
+    engine.close();
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    assert!(txn
+        .delete_table(redb::TableDefinition::<u64, u64>::new("storage_bytes"))
+        .unwrap());
+    txn.commit().unwrap();
+    drop(db);
+
+    let engine = Engine::open(&path, config).unwrap();
+    let handle = ann(&engine);
+    assert_eq!(stored(&handle), kept);
+    exec(&handle, "DROP KNOWLEDGE_BASE kb");
+    assert_eq!(stored(&handle), 0);
 }

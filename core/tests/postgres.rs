@@ -656,7 +656,8 @@ fn the_egress_policy_and_the_message_cap_hold_for_postgresql() {
     by_name["host"] = json!("localhost");
     let refused = error(&engine, &create("pg", &by_name));
     assert!(
-        refused.contains("'localhost' resolves to a loopback address"),
+        refused
+            .contains("refused by the egress policy: this server does not connect to 'localhost'"),
         "{refused}"
     );
     // Allowed by address and port: connects, and a 3 MB value in one row is refused.

@@ -43,14 +43,14 @@ MINDS_API = "/api/v1"
 LIMITS_PATHS = ["/limits", "/limits/", "/api/limits/", "/api/v1/limits", "/api/v1/limits/"]
 
 
-def hosted_config(llm_url: str, plans: str = "") -> str:
-    """A hosted server whose default model is the fake at `llm_url`; `plans` (TOML tables)
-    replace the default tiers."""
+def hosted_config(llm_url: str, plans: str = "", allow: bool = True) -> str:
+    """A hosted server whose default model and embedding model are the fake at `llm_url`;
+    `plans` (TOML tables) replace the default tiers. With `allow`, 127.0.0.1 is allow-listed
+    (the fake provider and PostgreSQL run on this machine, which the hosted egress policy
+    refuses otherwise); without it, only the configured endpoints' URLs are reachable there."""
     return f"""\
 edition = "hosted"
-# The fake provider and PostgreSQL run on this machine, which the hosted egress policy
-# refuses unless allowed.
-egress.allow = ["127.0.0.1"]
+egress.allow = {'["127.0.0.1"]' if allow else '[]'}
 
 [llm]
 provider = "openai"
@@ -58,6 +58,10 @@ model_name = "fake-model"
 base_url = "{llm_url}"
 api_key = "sk-test"
 timeout_secs = 5
+
+[embedding]
+model_name = "fake-embedder"
+base_url = "{llm_url}"
 
 [agents]
 max_steps = 4
@@ -68,7 +72,7 @@ sample_rows = 3
 
 def one_plan(name: str = "tier", *, max_minds: int = 10, max_datasources: int = 10,
              questions_per_window: int = 100, window_secs: int = 3600,
-             callbacks: bool = False) -> str:
+             callbacks: bool = False, max_storage_mb: int = 1024) -> str:
     """`[hosted]` with a single plan tier, the default one."""
     return f"""
 [hosted]
@@ -80,6 +84,7 @@ max_datasources = {max_datasources}
 questions_per_window = {questions_per_window}
 window_secs = {window_secs}
 callbacks = {str(callbacks).lower()}
+max_storage_mb = {max_storage_mb}
 """
 
 
@@ -458,7 +463,8 @@ def test_limits_show_the_plan_and_count_minds_on_every_path(start_server, llm):
                               "resets_at": None},
                 "model_calls": {"limit": 1000, "used": 0, "remaining": 1000,
                                 "window_secs": 3600, "resets_at": None},
-                "callbacks": True}
+                "callbacks": True,
+                "storage_bytes": {"limit": 1024 ** 3, "used": 0, "remaining": 1024 ** 3}}
     for path in LIMITS_PATHS:
         assert limits(server, key, path) == expected, path
     create_mind(server, key, {"name": "m1"})
@@ -478,6 +484,92 @@ def test_default_plans_are_free_and_pro(start_server, llm):
     assert (free["plan"], free["callbacks"]) == ("free", False), free
     assert (pro["plan"], pro["callbacks"]) == ("pro", True), pro
     assert pro["minds"]["limit"] > free["minds"]["limit"], (free, pro)
+
+
+def test_storage_quota_refuses_writes_whole_and_limits_show_the_bytes(start_server, llm):
+    """A plan of 1 MiB stored: a CREATE TABLE AS past it is a SQL error naming
+    `hosted.plans.tight.max_storage_mb`, an upload and a knowledge-base insert are 429
+    problem+json naming it, and none leaves anything behind; another user on the same plan
+    writes on; `/limits` counts the bytes and gives them back when tables, files and
+    knowledge bases are dropped."""
+    plan = one_plan("tight", max_storage_mb=1)
+    server, keys = hosted_server(start_server, hosted_config(llm.base_url, plan), "alice", "bob")
+    alice, bob = keys["alice"], keys["bob"]
+    key_name = "hosted.plans.tight.max_storage_mb"
+
+    def used(key: str) -> int:
+        figures = limits(server, key)["storage_bytes"]
+        assert figures["limit"] == 1024 ** 2, figures
+        assert figures["remaining"] == max(0, figures["limit"] - figures["used"]), figures
+        return figures["used"]
+
+    assert used(alice) == 0
+    big = ("SELECT value AS id, md5(CAST(value AS VARCHAR)) AS h "
+           "FROM generate_series(1, 100000)")
+    sql_error(server, alice, f"CREATE TABLE big AS {big}", key_name, "nothing was written")
+    assert "big" not in column(server, alice, "SHOW TABLES")
+    assert used(alice) == 0
+
+    lines = [f"{n},{n * 7919:032x}\n" for n in range(100_000)]
+    response = requests.put(f"{server.url}/api/files/big", headers=bearer(alice), timeout=60,
+                            files={"file": ("big.csv", "id,h\n" + "".join(lines), "text/csv")})
+    problem(response, 429, key_name)
+    assert call(server, "GET", "/api/files", alice).json() == []
+
+    kb = "/api/projects/mindsdb/knowledge_bases"
+    made = call(server, "POST", kb, alice, {"knowledge_base": {"name": "notes"}})
+    assert made.status_code == 201, made.text
+    documents = [{"id": n, "content": f"note {n} about {n * 7919:032x}"} for n in range(5000)]
+    problem(call(server, "PUT", kb + "/notes", alice, {"knowledge_base": {"rows": documents}}),
+            429, key_name)
+    assert sql_ok(server, alice, "SELECT count(*) FROM mindsdb.notes")["data"] == [[0]]
+    assert used(alice) == 0
+
+    # Within the limit everything is counted, and dropped bytes come back.
+    sql_ok(server, alice, f"CREATE TABLE small AS {big.replace('100000', '2000')}")
+    files_put(server, alice, "few", "id,h\n" + "".join(lines[:500]))
+    put = call(server, "PUT", kb + "/notes", alice, {"knowledge_base": {"rows": documents[:100]}})
+    assert put.status_code == 200, put.text
+    with_all = used(alice)
+    assert 0 < with_all <= 1024 ** 2, with_all
+    sql_ok(server, bob, f"CREATE TABLE mine AS {big.replace('100000', '2000')}")
+    assert used(alice) == with_all and used(bob) > 0
+    sql_ok(server, alice, "DROP TABLE small")
+    assert call(server, "DELETE", "/api/files/few", alice).status_code in (200, 204)
+    assert call(server, "DELETE", kb + "/notes", alice).status_code == 204
+    assert used(alice) == 0
+
+
+def test_the_configured_provider_is_reachable_at_its_path_only(start_server, llm):
+    """No `egress.allow` entry covers the fake provider on 127.0.0.1: its configured URL's path
+    (`/v1/…`) is reachable (a mind answers through it, an agent or model may name it), any
+    other path there, or the port by PostgreSQL, is refused with the one refusal text."""
+    server, keys = hosted_server(start_server, hosted_config(llm.base_url, allow=False), "alice")
+    key = keys["alice"]
+    llm.fallback(text("through the configured endpoint"))
+    create_mind(server, key, {"name": "m"})
+    assert answer_of(ask(server, key, "m", "hi")) == "through the configured endpoint"
+
+    root = llm.base_url.removesuffix("/v1")
+    refusal = "refused by the egress policy: this server does not connect to '127.0.0.1'"
+    agents = "/api/projects/mindsdb/agents"
+
+    def agent(name: str, base_url: str) -> requests.Response:
+        return call(server, "POST", agents, key, {"agent": {
+            "name": name, "model": {"provider": "openai", "model_name": "fake-model",
+                                    "base_url": base_url}}})
+
+    assert agent("fine", llm.base_url).status_code == 201
+    for path in ("/admin", "/api/pull", "/v1beta", "/v1/../api/delete"):
+        assert problem(agent("elsewhere", root + path), 403)["detail"].endswith(refusal), path
+    sql_error(server, key, "CREATE MODEL mindsdb.sideways PREDICT answer USING engine = 'openai', "
+                           f"prompt_template = 'say {{{{q}}}}', base_url = '{root}/internal'",
+              refusal)
+    port = int(root.rsplit(":", 1)[1])
+    pg = {"host": "127.0.0.1", "port": port, "database": "x", "user": "x", "password": "x"}
+    sql_error(server, key, "CREATE DATABASE sideways WITH ENGINE = 'postgres', "
+                           f"PARAMETERS = {json.dumps(pg)}", refusal)
+    assert "elsewhere" not in [a["name"] for a in call(server, "GET", agents, key).json()]
 
 
 @needs_postgres

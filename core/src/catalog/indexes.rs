@@ -85,14 +85,15 @@ impl Indexed {
     }
 
     /// Adds the entries of `batch`, the rows of chunk `chunk` (in the table's schema),
-    /// failing on a duplicate key of a unique index.
+    /// failing on a duplicate key of a unique index. Returns the bytes they take.
     pub(crate) fn add(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         batch: &RecordBatch,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut entries = txn.open_table(INDEX_ENTRIES)?;
+        let mut bytes = 0;
         for def in &self.defs {
             let keyed = key_columns(def, batch);
             let keys = def.converter.convert_columns(&keyed)?;
@@ -109,28 +110,43 @@ impl Indexed {
                     }
                 }
                 entries.insert((def.id, key, chunk, row as u32), ())?;
+                bytes += entry_bytes(key.len());
             }
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Removes the entries of `batch`, the rows of chunk `chunk`, which is going away.
+    /// Returns the bytes they took.
     pub(crate) fn remove(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         batch: &RecordBatch,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut entries = txn.open_table(INDEX_ENTRIES)?;
+        let mut bytes = 0;
         for def in &self.defs {
             let keyed = key_columns(def, batch);
             let keys = def.converter.convert_columns(&keyed)?;
             for row in in_key_order(&keys, &keyed[0]) {
-                entries.remove((def.id, keys.row(row).as_ref(), chunk, row as u32))?;
+                let key = keys.row(row);
+                if entries
+                    .remove((def.id, key.as_ref(), chunk, row as u32))?
+                    .is_some()
+                {
+                    bytes += entry_bytes(key.as_ref().len());
+                }
             }
         }
-        Ok(())
+        Ok(bytes)
     }
+}
+
+/// The bytes an entry whose key is `key_len` bytes long is counted as (see `storage`): its
+/// key, index id, chunk id and row.
+fn entry_bytes(key_len: usize) -> u64 {
+    key_len as u64 + 20
 }
 
 /// The rows with a first indexed value, in key order: entries written in order touch each
@@ -191,14 +207,29 @@ fn duplicate(def: &Def, keyed: &[ArrayRef], row: usize, table: &str) -> Error {
     )
 }
 
-/// Removes every entry of the index `id`.
-pub(crate) fn drop_entries(txn: &WriteTransaction, id: u64) -> Result<()> {
+/// Removes every entry of the index `id`. Returns the bytes they took.
+pub(crate) fn drop_entries(txn: &WriteTransaction, id: u64) -> Result<u64> {
     let empty: &[u8] = &[];
+    let mut bytes = 0;
     txn.open_table(INDEX_ENTRIES)?.retain_in(
         (id, empty, 0u64, 0u32)..(id + 1, empty, 0u64, 0u32),
-        |_, _| false,
+        |(_, key, _, _), _| {
+            bytes += entry_bytes(key.len());
+            false
+        },
     )?;
-    Ok(())
+    Ok(bytes)
+}
+
+/// The bytes of every index's entries, by index id (a file's first count, see `storage`).
+pub(crate) fn stored_bytes(txn: &WriteTransaction) -> Result<BTreeMap<u64, u64>> {
+    let mut bytes = BTreeMap::new();
+    for entry in txn.open_table(INDEX_ENTRIES)?.iter()? {
+        let (key, _) = entry?;
+        let (index, key, _, _) = key.value();
+        *bytes.entry(index).or_insert(0) += entry_bytes(key.len());
+    }
+    Ok(bytes)
 }
 
 /// A set of values of an index's first column to look up: points (`=`, `IN`) or one range.

@@ -9,6 +9,8 @@
 //! the node's vector lives in the index, nowhere else. Readers share one [`KbIndex`] per
 //! version, loaded once into the store's cache of derived data; a writer changes a copy
 //! ([`IndexWriter`]), which stores only the pages and postings it changed, under a new stamp.
+//! The bytes of pages, postings and records are counted to the knowledge base's tenant
+//! through `storage`, in the transaction that changes them.
 
 use std::cmp::Reverse;
 use std::collections::binary_heap::PeekMut;
@@ -21,10 +23,12 @@ use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::bm25;
+use crate::catalog::storage::{self, Change};
 use crate::catalog::tables::ReadTables;
 use crate::error::{Error, Result};
 use crate::store::schema::{KB_INDEXES, KB_LINKS, KB_POSTINGS, KB_VECTORS};
 use crate::store::Store;
+use crate::tenant::TenantId;
 use mindlite_vectors::hnsw::{Graph, Params, Shape};
 
 /// Bytes of one stored part of a page's vectors: redb gives large values power-of-two
@@ -196,18 +200,51 @@ pub(crate) fn publish(store: &Store, table: u64, index: &Arc<KbIndex>) {
         .insert((table, index.record.stamp), Arc::clone(index), bytes);
 }
 
-/// Removes the indexes of the chunk table `table` (dropped with it).
-pub(crate) fn drop_index(txn: &WriteTransaction, table: u64) -> Result<()> {
-    txn.open_table(KB_INDEXES)?.remove(table)?;
+/// Removes the indexes of the chunk table `table` (dropped with it), a table of `tenant`.
+pub(crate) fn drop_index(txn: &WriteTransaction, tenant: TenantId, table: u64) -> Result<()> {
+    let mut freed = txn
+        .open_table(KB_INDEXES)?
+        .remove(table)?
+        .map_or(0, |record| record.value().len() as u64);
+    let mut count = |bytes: &[u8]| {
+        freed += bytes.len() as u64;
+        false
+    };
     txn.open_table(KB_LINKS)?
-        .retain_in((table, 0)..=(table, u32::MAX), |_, _| false)?;
+        .retain_in((table, 0)..=(table, u32::MAX), |_, v| count(v))?;
     txn.open_table(KB_VECTORS)?
-        .retain_in((table, 0, 0)..=(table, u32::MAX, u32::MAX), |_, _| false)?;
+        .retain_in((table, 0, 0)..=(table, u32::MAX, u32::MAX), |_, v| count(v))?;
     txn.open_table(KB_POSTINGS)?
-        .retain_in((table, "", 0)..(table, "\u{10FFFF}", u32::MAX), |_, _| {
-            false
+        .retain_in((table, "", 0)..(table, "\u{10FFFF}", u32::MAX), |_, v| {
+            count(v)
         })?;
-    Ok(())
+    storage::charge(txn, tenant, Change::removed(freed))
+}
+
+/// The bytes of every chunk table's indexes, by table id (a file's first count, see
+/// `storage`).
+pub(crate) fn stored_bytes(txn: &WriteTransaction) -> Result<BTreeMap<u64, u64>> {
+    let mut bytes = BTreeMap::new();
+    let mut add = |table: u64, value: &[u8]| {
+        *bytes.entry(table).or_insert(0) += value.len() as u64;
+    };
+    for entry in txn.open_table(KB_INDEXES)?.iter()? {
+        let (key, value) = entry?;
+        add(key.value(), value.value().as_bytes());
+    }
+    for entry in txn.open_table(KB_LINKS)?.iter()? {
+        let (key, value) = entry?;
+        add(key.value().0, value.value());
+    }
+    for entry in txn.open_table(KB_VECTORS)?.iter()? {
+        let (key, value) = entry?;
+        add(key.value().0, value.value());
+    }
+    for entry in txn.open_table(KB_POSTINGS)?.iter()? {
+        let (key, value) = entry?;
+        add(key.value().0, value.value());
+    }
+    Ok(bytes)
 }
 
 /// The `k` chunks that score best for the words of `question` among those `accept` takes,
@@ -398,35 +435,54 @@ impl IndexWriter {
         }
     }
 
-    /// Stores the change into `txn` as the indexes of the chunk table `table`, under a new
-    /// stamp; returns the new version, to [`publish`] once `txn` committed.
-    pub(crate) fn save(mut self, txn: &WriteTransaction, table: u64) -> Result<Arc<KbIndex>> {
+    /// Stores the change into `txn` as the indexes of the chunk table `table`, a table of
+    /// `tenant`, under a new stamp; returns the new version, to [`publish`] once `txn`
+    /// committed. The bytes it changes are counted as one change, so one that shrinks the
+    /// indexes passes even over the tenant's limit.
+    pub(crate) fn save(
+        mut self,
+        txn: &WriteTransaction,
+        tenant: TenantId,
+        table: u64,
+    ) -> Result<Arc<KbIndex>> {
+        let mut change = Change::default();
         {
             let mut links = txn.open_table(KB_LINKS)?;
             let mut vectors = txn.open_table(KB_VECTORS)?;
             for page in self.graph.take_changed() {
-                vectors.retain_in((table, page, 0)..=(table, page, u32::MAX), |_, _| false)?;
-                match self.graph.encode_page(page) {
+                vectors.retain_in((table, page, 0)..=(table, page, u32::MAX), |_, old| {
+                    change += Change::removed(old.len() as u64);
+                    false
+                })?;
+                let old = match self.graph.encode_page(page) {
                     Some((page_links, page_vectors)) => {
-                        links.insert((table, page), page_links.as_slice())?;
                         for (part, bytes) in page_vectors.chunks(VECTOR_PART).enumerate() {
                             vectors.insert((table, page, part as u32), bytes)?;
                         }
+                        change += Change::added((page_links.len() + page_vectors.len()) as u64);
+                        links.insert((table, page), page_links.as_slice())?
                     }
-                    None => {
-                        links.remove((table, page))?;
-                    }
-                }
+                    None => links.remove((table, page))?,
+                };
+                change += Change::removed(old.map_or(0, |old| old.value().len() as u64));
             }
         }
-        self.save_postings(txn, table)?;
+        change += self.save_postings(txn, table)?;
         let record = IndexRecord {
             stamp: new_stamp()?,
             shape: self.graph.shape(),
             words: self.words,
         };
-        txn.open_table(KB_INDEXES)?
-            .insert(table, serde_json::to_string(&record)?.as_str())?;
+        let text = serde_json::to_string(&record)?;
+        let old = txn
+            .open_table(KB_INDEXES)?
+            .insert(table, text.as_str())?
+            .map_or(0, |old| old.value().len() as u64);
+        change += Change {
+            added: text.len() as u64,
+            removed: old,
+        };
+        storage::charge(txn, tenant, change)?;
         Ok(Arc::new(KbIndex {
             record,
             graph: self.graph,
@@ -434,10 +490,10 @@ impl IndexWriter {
         }))
     }
 
-    /// Rewrites the blocks of postings the change touched.
-    fn save_postings(&mut self, txn: &WriteTransaction, table: u64) -> Result<()> {
-        type Change = (Vec<Posting>, Vec<u32>);
-        let mut blocks: BTreeMap<(String, u32), Change> = BTreeMap::new();
+    /// Rewrites the blocks of postings the change touched; returns the change of their bytes.
+    fn save_postings(&mut self, txn: &WriteTransaction, table: u64) -> Result<Change> {
+        type Block = (Vec<Posting>, Vec<u32>);
+        let mut blocks: BTreeMap<(String, u32), Block> = BTreeMap::new();
         for (word, postings) in self.added.drain() {
             for posting in postings {
                 let key = (word.clone(), posting.node >> BLOCK_SHIFT);
@@ -451,10 +507,12 @@ impl IndexWriter {
             }
         }
         let mut postings = txn.open_table(KB_POSTINGS)?;
+        let mut change = Change::default();
         for ((word, block), (added, mut removed)) in blocks {
             let mut list = Vec::new();
             if let Some(stored) = postings.get((table, word.as_str(), block))? {
                 decode_postings(stored.value(), &mut list)?;
+                change += Change::removed(stored.value().len() as u64);
             }
             removed.sort_unstable();
             list.retain(|p| removed.binary_search(&p.node).is_err());
@@ -463,13 +521,12 @@ impl IndexWriter {
             if list.is_empty() {
                 postings.remove((table, word.as_str(), block))?;
             } else {
-                postings.insert(
-                    (table, word.as_str(), block),
-                    encode_postings(&list).as_slice(),
-                )?;
+                let encoded = encode_postings(&list);
+                postings.insert((table, word.as_str(), block), encoded.as_slice())?;
+                change += Change::added(encoded.len() as u64);
             }
         }
-        Ok(())
+        Ok(change)
     }
 }
 

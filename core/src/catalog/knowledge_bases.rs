@@ -17,6 +17,7 @@ use crate::catalog::namespace::validate_name;
 use crate::catalog::tables::ReadTables;
 use crate::catalog::{kb_index, tables};
 use crate::config::EmbeddingConfig;
+use crate::egress::Egress;
 use crate::error::{Error, Result, Subject};
 use crate::store;
 use crate::store::schema::{KNOWLEDGE_BASES, TABLES, TABLE_SCHEMAS};
@@ -194,6 +195,30 @@ impl KnowledgeBase {
         }
         kb.check_columns()?;
         Ok(kb)
+    }
+
+    /// Refuses an embedding or reranking model's `base_url` that is no http(s) URL with a
+    /// host, or that writes an address the egress policy refuses, as agents' and LLM models'
+    /// are refused when saved; a name is checked at every call.
+    fn check_urls(&self, egress: &Egress) -> Result<()> {
+        let models = [
+            ("embedding_model", Some(&self.embedding_model)),
+            ("reranking_model", self.reranking_model.as_ref()),
+        ];
+        for (setting, model) in models {
+            let Some(url) = model
+                .and_then(|m| m.get("base_url"))
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            let key = format!("{setting}.base_url");
+            crate::egress::check_http_url(&key, url)?;
+            egress
+                .check_url_text(url)
+                .map_err(|e| Error::new(e.kind(), format!("'{key}' was {}", e.message())))?;
+        }
+        Ok(())
     }
 
     /// Fails when one column has two roles.
@@ -549,7 +574,7 @@ fn index_vectors(
         writer.push(batch)?;
     }
     writer.finish()?;
-    index.save(txn, created.id)?;
+    index.save(txn, tenant, created.id)?;
     Ok(())
 }
 
@@ -573,13 +598,16 @@ pub(crate) fn list(
 }
 
 /// Stores a new knowledge base; with `if_not_exists` an existing one is kept as it is. The
-/// caller checks that the project exists and that no table or view has the name.
+/// caller checks that the project exists and that no table or view has the name; its models'
+/// URLs are checked here, under `egress`.
 pub(crate) fn create(
     txn: &WriteTransaction,
     tenant: TenantId,
     kb: KnowledgeBase,
     if_not_exists: bool,
+    egress: &Egress,
 ) -> Result<()> {
+    kb.check_urls(egress)?;
     let key = kb.name.to_ascii_lowercase();
     let mut table = txn.open_table(KNOWLEDGE_BASES)?;
     if table
@@ -603,13 +631,14 @@ pub(crate) fn create(
 }
 
 /// Applies `ALTER KNOWLEDGE_BASE` pairs to the knowledge base `name` (see
-/// [`KnowledgeBase::altered`]).
+/// [`KnowledgeBase::altered`]); the models' URLs it comes to have are checked under `egress`.
 pub(crate) fn alter(
     txn: &WriteTransaction,
     tenant: TenantId,
     project: &str,
     name: &str,
     pairs: Vec<(String, Value)>,
+    egress: &Egress,
 ) -> Result<()> {
     let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
     let mut table = txn.open_table(KNOWLEDGE_BASES)?;
@@ -622,6 +651,7 @@ pub(crate) fn alter(
     )?
     .is_some();
     let kb = kb.altered(pairs, filled)?;
+    kb.check_urls(egress)?;
     table.insert(
         (tenant.0, project.as_str(), key.as_str()),
         serde_json::to_string(&kb)?.as_str(),
@@ -655,7 +685,7 @@ pub(crate) fn drop_kb(
 fn drop_chunks(txn: &WriteTransaction, tenant: TenantId, project: &str, key: &str) -> Result<()> {
     let db = chunk_db(project);
     if let Some(record) = tables::get(&txn.open_table(TABLES)?, tenant, &db, key)? {
-        kb_index::drop_index(txn, record.id)?;
+        kb_index::drop_index(txn, tenant, record.id)?;
     }
     tables::drop_table(txn, tenant, &db, key)?;
     Ok(())
@@ -755,7 +785,7 @@ mod tests {
             tables::init(txn)?;
             init(txn)?;
             let kb = using(json!({}))?;
-            create(txn, tenant, kb, false)?;
+            create(txn, tenant, kb, false, &crate::Config::default().egress()?)?;
             let text = |name: &str| Field::new(name, DataType::Utf8, true);
             let item = Arc::new(Field::new("item", DataType::Float32, true));
             let schema = Arc::new(Schema::new(vec![

@@ -1,9 +1,11 @@
 //! The catalog: the records of each kind of object the engine keeps (projects, tables, agents,
-//! views, knowledge bases, datasources, minds, models, callbacks, users, login tokens, quota counters) and the rules
-//! about one object (its name, its fields, its limits). Each module reads and writes only its
-//! own redb tables (listed in `store::schema`) and uses only the store and the foundation below
-//! it, plus `namespace` for the names every kind shares and `constraints` for what a table's
-//! record declares about its rows; `tables` keeps its rows' index entries through `indexes`.
+//! views, knowledge bases, datasources, minds, models, callbacks, users, login tokens, quota
+//! counters, stored bytes) and the rules about one object (its name, its fields, its limits).
+//! Each module reads and writes only its own redb tables (listed in `store::schema`) and uses
+//! only the store and the foundation below it, plus `namespace` for the names every kind
+//! shares and `constraints` for what a table's record declares about its rows; `tables` keeps
+//! its rows' index entries through `indexes`, and `tables` and `kb_index` count the bytes they
+//! store through `storage`.
 //!
 //! `rules` is the one module here that may use the others: what a change to one object means
 //! for the rest (dropping a project drops its tables, agents and models; a datasource a mind
@@ -23,6 +25,7 @@ pub(crate) mod namespace;
 pub(crate) mod projects;
 pub(crate) mod quotas;
 pub(crate) mod rules;
+pub(crate) mod storage;
 pub(crate) mod tables;
 pub(crate) mod users;
 pub(crate) mod views;

@@ -1,5 +1,5 @@
 //! Plan-tier quotas: minds and datasources a user may have at once, and questions
-//! and LLM-model provider calls per window. Each check runs inside the write transaction of
+//! and LLM-model provider calls per window (stored bytes are `storage`'s). Each check runs inside the write transaction of
 //! the action it guards (or of the reservation), and redb has one writer at a time, so
 //! concurrent requests can never overrun a limit. Owns the redb tables `quota_questions` and
 //! `quota_model_calls`.
@@ -305,6 +305,8 @@ pub struct Limits {
     pub model_calls: WindowUsage,
     /// Whether the tier may register model-status callbacks.
     pub callbacks: bool,
+    /// Bytes stored: tables, uploaded files and knowledge bases (`max_storage_mb`, in bytes).
+    pub storage_bytes: Usage,
 }
 
 /// A counted quota's figures.
@@ -384,5 +386,9 @@ pub(crate) fn limits(
         minds: Usage::new(plan.max_minds, minds),
         datasources: Usage::new(plan.max_datasources, datasources),
         callbacks: plan.callbacks,
+        storage_bytes: Usage::new(
+            plan.max_storage_mb.saturating_mul(1024 * 1024),
+            crate::catalog::storage::used(txn, tenant)?,
+        ),
     })
 }

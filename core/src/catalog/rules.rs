@@ -6,7 +6,9 @@
 use redb::WriteTransaction;
 
 use crate::catalog::datasources::{self, Change, Datasource};
-use crate::catalog::{agents, knowledge_bases, minds, models, projects, tables, views};
+use crate::catalog::{
+    agents, kb_index, knowledge_bases, minds, models, projects, storage, tables, views,
+};
 use crate::error::{Error, Result};
 use crate::store::schema::{KNOWLEDGE_BASES, PROJECTS, TABLES, VIEWS};
 use crate::tenant::TenantId;
@@ -57,6 +59,7 @@ pub(crate) fn create_knowledge_base(
     tenant: TenantId,
     kb: knowledge_bases::KnowledgeBase,
     if_not_exists: bool,
+    egress: &crate::egress::Egress,
 ) -> Result<()> {
     if projects::get(&txn.open_table(PROJECTS)?, tenant, &kb.project)?.is_none() {
         return Err(Error::not_found(format!(
@@ -74,7 +77,7 @@ pub(crate) fn create_knowledge_base(
         name_is_no_table(txn, tenant, &kb.project, &kb.name)?;
         name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
     }
-    knowledge_bases::create(txn, tenant, kb, if_not_exists)
+    knowledge_bases::create(txn, tenant, kb, if_not_exists, egress)
 }
 
 /// `DROP KNOWLEDGE_BASE` (see [`knowledge_bases::drop_kb`]): one a mind searches stays.
@@ -161,4 +164,17 @@ pub(crate) fn update_datasource(
         minds::rename_datasource(txn, tenant, &old, &updated.name)?;
     }
     Ok(updated)
+}
+
+/// Counts the bytes every tenant stores (see `storage`), from its tables and its knowledge
+/// bases' indexes: once, when a file written before the counts existed is first opened.
+pub(crate) fn count_storage(txn: &WriteTransaction) -> Result<()> {
+    let owners = tables::owners(txn)?;
+    let mut bytes = tables::stored_bytes(txn)?;
+    for (table, indexes) in kb_index::stored_bytes(txn)? {
+        if let Some(tenant) = owners.get(&table) {
+            *bytes.entry(*tenant).or_insert(0) += indexes;
+        }
+    }
+    storage::set_all(txn, &bytes)
 }

@@ -3,7 +3,8 @@
 //! record batches of up to [`CHUNK_ROWS`] rows keyed by (table id, chunk id)) and `chunk_order`
 //! ((table id, position) → chunk id, the table's row order). Chunk ids are never reused: a
 //! rewritten chunk gets a new id at the same position, in the same transaction, so a chunk id
-//! always names the same bytes.
+//! always names the same bytes. Every change of the bytes these tables and the index entries
+//! hold is counted to the table's tenant through `storage`, in the transaction that makes it.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::catalog::constraints::{
 };
 use crate::catalog::indexes::{self, Indexed};
 use crate::catalog::namespace::validate_name;
+use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::store;
@@ -166,8 +168,10 @@ pub(crate) fn create(
         (tenant.0, project.as_str(), key.as_str()),
         serde_json::to_string(&record)?.as_str(),
     )?;
-    let mut schemas = txn.open_table(TABLE_SCHEMAS)?;
-    schemas.insert(record.id, encode_batches(schema, &[])?.as_slice())?;
+    let encoded = encode_batches(schema, &[])?;
+    txn.open_table(TABLE_SCHEMAS)?
+        .insert(record.id, encoded.as_slice())?;
+    storage::charge(txn, tenant, Change::added(encoded.len() as u64))?;
     Ok(record)
 }
 
@@ -226,8 +230,12 @@ pub(crate) fn drop_table(
         Some(value) => serde_json::from_str(value.value())?,
         None => return Ok(false),
     };
-    txn.open_table(TABLE_SCHEMAS)?.remove(record.id)?;
-    remove_chunks(txn, &record)?;
+    let schema = txn
+        .open_table(TABLE_SCHEMAS)?
+        .remove(record.id)?
+        .map_or(0, |bytes| bytes.value().len() as u64);
+    let chunks = remove_chunks(txn, &record)?;
+    storage::charge(txn, tenant, Change::removed(schema + chunks))?;
     Ok(true)
 }
 
@@ -246,19 +254,60 @@ pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) 
     Ok(())
 }
 
-/// Removes every chunk of `record`'s table, and its indexes' entries.
-fn remove_chunks(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
+/// Removes every chunk of `record`'s table, and its indexes' entries. Returns the bytes they
+/// took (for the caller to count).
+fn remove_chunks(txn: &WriteTransaction, record: &TableRecord) -> Result<u64> {
     let id = record.id;
+    let mut bytes = 0;
     for index in &record.constraints.indexes {
         if let Some(entries) = index.entries {
-            indexes::drop_entries(txn, entries)?;
+            bytes += indexes::drop_entries(txn, entries)?;
         }
     }
     txn.open_table(CHUNKS)?
-        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+        .retain_in((id, 0)..=(id, u64::MAX), |_, chunk| {
+            bytes += chunk.len() as u64;
+            false
+        })?;
     txn.open_table(CHUNK_ORDER)?
         .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
-    Ok(())
+    Ok(bytes)
+}
+
+/// Which tenant each table belongs to, by table id (a file's first count, see `storage`).
+pub(crate) fn owners(txn: &WriteTransaction) -> Result<std::collections::BTreeMap<u64, TenantId>> {
+    let mut owners = std::collections::BTreeMap::new();
+    for entry in txn.open_table(TABLES)?.iter()? {
+        let (key, value) = entry?;
+        let record: TableRecord = serde_json::from_str(value.value())?;
+        owners.insert(record.id, TenantId(key.value().0));
+    }
+    Ok(owners)
+}
+
+/// The bytes each tenant's tables hold: schemas, chunks and index entries (a file's first
+/// count, see `storage`).
+pub(crate) fn stored_bytes(
+    txn: &WriteTransaction,
+) -> Result<std::collections::BTreeMap<TenantId, u64>> {
+    let entries = indexes::stored_bytes(txn)?;
+    let (schemas, chunks) = (txn.open_table(TABLE_SCHEMAS)?, txn.open_table(CHUNKS)?);
+    let mut bytes = std::collections::BTreeMap::new();
+    for entry in txn.open_table(TABLES)?.iter()? {
+        let (key, value) = entry?;
+        let record: TableRecord = serde_json::from_str(value.value())?;
+        let mut sum = schemas
+            .get(record.id)?
+            .map_or(0, |schema| schema.value().len() as u64);
+        for chunk in chunks.range((record.id, 0)..=(record.id, u64::MAX))? {
+            sum += chunk?.1.value().len() as u64;
+        }
+        for index in record.constraints.indexes.iter().filter_map(|i| i.entries) {
+            sum += entries.get(&index).copied().unwrap_or(0);
+        }
+        *bytes.entry(TenantId(key.value().0)).or_insert(0) += sum;
+    }
+    Ok(bytes)
 }
 
 /// A table's (position, chunk id) pairs, in row order.
@@ -427,9 +476,11 @@ impl<'t> TableWriter<'t> {
                 let mut chunks = txn.open_table(CHUNKS)?;
                 if let Some(bytes) = chunks.remove((record.id, tail.chunk))? {
                     let batch = decode_chunk(bytes.value(), None)?;
+                    let mut freed = bytes.value().len() as u64;
                     if let Some(indexed) = &writer.indexed {
-                        indexed.remove(txn, tail.chunk, &batch)?;
+                        freed += indexed.remove(txn, tail.chunk, &batch)?;
                     }
+                    storage::charge(txn, tenant, Change::removed(freed))?;
                     // The rows are counted again when the merged chunk is written.
                     writer.record.row_count -= batch.num_rows() as u64;
                     writer.pending.add(batch);
@@ -447,7 +498,8 @@ impl<'t> TableWriter<'t> {
         tenant: TenantId,
         mut record: TableRecord,
     ) -> Result<Self> {
-        remove_chunks(txn, &record)?;
+        let freed = remove_chunks(txn, &record)?;
+        storage::charge(txn, tenant, Change::removed(freed))?;
         record.row_count = 0;
         record.tail = None;
         Self::append(txn, tenant, record)
@@ -495,9 +547,11 @@ impl<'t> TableWriter<'t> {
         self.txn
             .open_table(CHUNK_ORDER)?
             .insert((id, position), chunk)?;
+        let mut added = bytes.len() as u64;
         if let Some(indexed) = &self.indexed {
-            indexed.add(self.txn, chunk, batch)?;
+            added += indexed.add(self.txn, chunk, batch)?;
         }
+        storage::charge(self.txn, self.tenant, Change::added(added))?;
         self.record.next_chunk += 1;
         self.record.next_position += 1;
         self.record.row_count += batch.num_rows() as u64;
@@ -522,15 +576,18 @@ impl<'t> TableWriter<'t> {
             if let Some(all) = self.pending.rest()? {
                 self.write_chunk(&all)?;
             }
-            let (id, txn) = (self.record.id, self.txn);
+            let (id, txn, tenant) = (self.record.id, self.txn, self.tenant);
             let mut chunks_table = txn.open_table(CHUNKS)?;
             let mut order = txn.open_table(CHUNK_ORDER)?;
             let indexed = &self.indexed;
             chunks.drain(|chunk_rows, bytes| {
                 chunks_table.insert((id, self.record.next_chunk), bytes.as_slice())?;
+                let mut added = bytes.len() as u64;
                 if let Some(indexed) = indexed {
-                    indexed.add(txn, self.record.next_chunk, &decode_chunk(&bytes, None)?)?;
+                    added +=
+                        indexed.add(txn, self.record.next_chunk, &decode_chunk(&bytes, None)?)?;
                 }
+                storage::charge(txn, tenant, Change::added(added))?;
                 order.insert((id, self.record.next_position), self.record.next_chunk)?;
                 self.record.next_chunk += 1;
                 self.record.next_position += 1;
@@ -863,6 +920,8 @@ pub(crate) fn apply_rewrite(
     let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
     let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
     let mut chunks = txn.open_table(CHUNKS)?;
+    // Counted as one change: a rewrite that shrinks the table passes even over the limit.
+    let mut change = Change::default();
     if let Some(indexed) = &indexed {
         // Every old entry goes before any new one comes, so a key that moves between chunks
         // is no duplicate.
@@ -873,7 +932,11 @@ pub(crate) fn apply_rewrite(
                     record.id
                 ))
             })?;
-            indexed.remove(txn, old_chunk, &decode_chunk(bytes.value(), None)?)?;
+            change += Change::removed(indexed.remove(
+                txn,
+                old_chunk,
+                &decode_chunk(bytes.value(), None)?,
+            )?);
         }
     }
     let mut order = txn.open_table(CHUNK_ORDER)?;
@@ -884,7 +947,9 @@ pub(crate) fn apply_rewrite(
                 .next()
                 .filter(|(at, ..)| *at == position)
                 .ok_or_else(|| Error::internal("a staged rewrite lost its order"))?;
-        chunks.remove((record.id, old_chunk))?;
+        if let Some(old) = chunks.remove((record.id, old_chunk))? {
+            change += Change::removed(old.value().len() as u64);
+        }
         record.row_count = record.row_count - old_rows + new_rows;
         if record.tail.is_some_and(|t| t.position == at) {
             record.tail = None;
@@ -895,13 +960,16 @@ pub(crate) fn apply_rewrite(
         }
         chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
         order.insert((record.id, at), record.next_chunk)?;
+        change += Change::added(bytes.len() as u64);
         if let Some(indexed) = &indexed {
-            indexed.add(txn, record.next_chunk, &decode_chunk(&bytes, None)?)?;
+            change +=
+                Change::added(indexed.add(txn, record.next_chunk, &decode_chunk(&bytes, None)?)?);
         }
         record.next_chunk += 1;
         Ok(())
     })?;
     drop((chunks, order));
+    storage::charge(txn, tenant, change)?;
     save(txn, tenant, &record)?;
     verify_keys(txn, &record)?;
     Ok(true)
@@ -992,7 +1060,8 @@ pub(crate) fn create_index(
                     record.id
                 ))
             })?;
-            indexed.add(txn, chunk, &decode_chunk(bytes.value(), None)?)?;
+            let added = indexed.add(txn, chunk, &decode_chunk(bytes.value(), None)?)?;
+            storage::charge(txn, tenant, Change::added(added))?;
         }
     }
     record.constraints.indexes.push(index);
@@ -1032,7 +1101,8 @@ pub(crate) fn drop_index(
         .partition(|index| index.name.eq_ignore_ascii_case(name));
     record.constraints.indexes = kept;
     for entries in dropped.into_iter().filter_map(|index: Index| index.entries) {
-        indexes::drop_entries(txn, entries)?;
+        let freed = indexes::drop_entries(txn, entries)?;
+        storage::charge(txn, tenant, Change::removed(freed))?;
     }
     save(txn, tenant, &record)
 }

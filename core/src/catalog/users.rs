@@ -258,6 +258,11 @@ pub(crate) fn plan_of(txn: &WriteTransaction, tenant: TenantId) -> Result<Option
     Ok(by_id(&txn.open_table(USERS)?, tenant.0)?.map(|u| u.plan))
 }
 
+/// [`plan_of`] from a read snapshot (a disabled user keeps its plan).
+pub(crate) fn plan_in(txn: &ReadTransaction, tenant: TenantId) -> Result<Option<String>> {
+    Ok(by_id(&txn.open_table(USERS)?, tenant.0)?.map(|u| u.plan))
+}
+
 fn enabled(user: User) -> Result<User> {
     if user.disabled {
         return Err(Error::new(

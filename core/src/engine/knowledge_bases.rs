@@ -119,10 +119,13 @@ impl Engine {
         };
         if !settings.is_empty() {
             let (tenant, project, name) = (self.tenant, project.to_string(), name.to_string());
+            let egress = self.inner.sql.net.egress.clone();
             self.inner
                 .sql
                 .store
-                .write(move |txn| knowledge_bases::alter(txn, tenant, &project, &name, settings))
+                .write(move |txn| {
+                    knowledge_bases::alter(txn, tenant, &project, &name, settings, &egress)
+                })
                 .await?;
         }
         let Some(source) = source else {

@@ -166,6 +166,7 @@ impl Engine {
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.
         let guard = store.begin_write(store.try_lock_writes()?)?;
+        let uncounted = crate::catalog::storage::init(&guard.txn)?;
         tables::init(&guard.txn)?;
         crate::catalog::views::init(&guard.txn)?;
         crate::catalog::knowledge_bases::init(&guard.txn)?;
@@ -179,6 +180,10 @@ impl Engine {
         crate::catalog::minds::init(&guard.txn)?;
         crate::catalog::callbacks::init(&guard.txn)?;
         projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
+        if uncounted {
+            crate::catalog::rules::count_storage(&guard.txn)?;
+        }
+        crate::catalog::storage::set_limits(&guard.txn, &config.hosted)?;
         guard.commit()?;
         let worker = crate::services::delivery::Worker::new(
             Arc::clone(&store),

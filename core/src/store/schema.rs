@@ -103,3 +103,11 @@ pub(crate) const QUESTIONS: TableDefinition<u64, (u64, u64)> =
 /// models made in it).
 pub(crate) const MODEL_CALLS: TableDefinition<u64, (u64, u64)> =
     TableDefinition::new("quota_model_calls");
+
+/// `storage_bytes` (storage): tenant → the bytes it stores (its tables' schemas, chunks and
+/// index entries, its knowledge bases' index pages and postings), kept in step by every write.
+pub(crate) const STORAGE_BYTES: TableDefinition<u64, u64> = TableDefinition::new("storage_bytes");
+/// `storage_limits` (storage): plan name → the most bytes a user on it may store, written from
+/// the configuration whenever the engine opens.
+pub(crate) const STORAGE_LIMITS: TableDefinition<&str, u64> =
+    TableDefinition::new("storage_limits");

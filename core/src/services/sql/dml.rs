@@ -134,10 +134,7 @@ impl WriteJob {
 
     /// A spool for what this write stages.
     pub(crate) fn spool(&self) -> Spool {
-        Spool::new(
-            Arc::clone(&self.state.runtime_env().disk_manager),
-            self.staging_memory,
-        )
+        Spool::new(self.state.disk_manager(), self.staging_memory)
     }
 
     /// `(project, table)` that a table reference names, checking that the database is a

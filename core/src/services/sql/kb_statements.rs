@@ -111,8 +111,11 @@ impl SqlRunner {
                 using,
             } => {
                 let project = project_or_current(project);
+                let egress = self.net.egress.clone();
                 self.store
-                    .write(move |txn| knowledge_bases::alter(txn, tenant, &project, &name, using))
+                    .write(move |txn| {
+                        knowledge_bases::alter(txn, tenant, &project, &name, using, &egress)
+                    })
                     .await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
@@ -167,9 +170,16 @@ impl SqlRunner {
         if endpoint.local {
             self.sentence_models.check(&endpoint.model)?;
         }
+        let egress = self.net.egress.clone();
         self.store
             .write(move |txn| {
-                crate::catalog::rules::create_knowledge_base(txn, tenant, kb, if_not_exists)
+                crate::catalog::rules::create_knowledge_base(
+                    txn,
+                    tenant,
+                    kb,
+                    if_not_exists,
+                    &egress,
+                )
             })
             .await
     }
@@ -238,7 +248,7 @@ impl SqlRunner {
             let kb = snapshot
                 .knowledge_base(project, name)?
                 .ok_or_else(|| knowledge_bases::missing(name))?;
-            let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions);
+            let state = self.session(Arc::clone(&snapshot), &context.db, self.target_partitions)?;
             let plan = match source {
                 DocumentSource::Insert(insert) => {
                     let query = insert.source.clone().ok_or_else(|| {

@@ -123,7 +123,7 @@ pub(crate) fn insert(
         writer.push_staged(staged)?;
         writer.finish()?;
     }
-    let saved = index.save(&guard.txn, record.id)?;
+    let saved = index.save(&guard.txn, job.tenant, record.id)?;
     guard.commit()?;
     kb_index::publish(&job.store, record.id, &saved);
     Ok(Staged::Done(documents))
@@ -158,7 +158,7 @@ pub(crate) fn delete(
     if let (Some(record), Some(index)) = (&base.record, &base.index) {
         let mut writer = IndexWriter::new(Some(index), index.graph.params());
         remove_documents(&guard.txn, job, record, &found, &mut writer)?;
-        let saved = writer.save(&guard.txn, record.id)?;
+        let saved = writer.save(&guard.txn, job.tenant, record.id)?;
         guard.commit()?;
         kb_index::publish(&job.store, record.id, &saved);
     }

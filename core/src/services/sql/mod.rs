@@ -33,6 +33,7 @@ mod sandbox;
 mod session;
 mod snapshot;
 mod sort_keys;
+mod spill_shares;
 mod transaction;
 mod unnest;
 mod upsert;
@@ -140,6 +141,7 @@ impl SqlRunner {
                 config.query.batch_size.max(1),
                 connector,
                 net.clone(),
+                &config.hosted,
             )),
             compute: crate::compute::Compute::new(config.planning_threads())?,
             plans: PlanCache::new(config.query.plan_cache_entries),
@@ -228,7 +230,7 @@ impl SqlRunner {
             .and_then(|key| self.plans.get(key, generation))
         {
             // A plan that cannot run again is planned afresh below.
-            if let Ok(outcome) = self.run_cached(&cached) {
+            if let Ok(outcome) = self.run_cached(tenant, &cached) {
                 return QueryResult {
                     context,
                     outcome,
@@ -339,15 +341,18 @@ impl SqlRunner {
             .await
     }
 
-    fn run_cached(&self, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
-        let stream = order::execute(cached.plan()?, self.sessions.task_ctx())?;
+    fn run_cached(&self, tenant: TenantId, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
+        let task_ctx = self.sessions.task_ctx_of(tenant, || {
+            crate::catalog::users::plan_in(&self.store.read()?, tenant)
+        })?;
+        let stream = order::execute(cached.plan()?, task_ctx)?;
         Ok(Outcome::Table(TableResult {
             column_names: cached.column_names.clone(),
             stream,
         }))
     }
 
-    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> Session {
+    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> Result<Session> {
         self.sessions.take(snapshot, db, partitions)
     }
 
@@ -807,7 +812,7 @@ impl SqlRunner {
             Statement::Update(_) | Statement::Delete(_) => 1,
             _ => self.target_partitions,
         };
-        let state = self.session(Arc::clone(&snapshot), &context.db, partitions);
+        let state = self.session(Arc::clone(&snapshot), &context.db, partitions)?;
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let planning = df_statement.clone();
         let (state, planned) = self

@@ -310,7 +310,7 @@ impl SqlRunner {
         }
         let hints = names::hints(&statement);
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        let state = self.session(snapshot, db, self.target_partitions);
+        let state = self.session(snapshot, db, self.target_partitions)?;
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         for reference in state.resolve_table_references(&statement)? {
             let resolved = db_and_table(&reference, db);

@@ -3,19 +3,25 @@
 //! state is built when the engine opens and requests borrow clones of it from a pool. A
 //! borrowed state is pointed at the request's read snapshot, current database and partition
 //! count, and forgets the snapshot when it goes back, so no read transaction outlives its
-//! request.
+//! request. A borrowed state executes in its tenant's task context, whose spills count against
+//! the tenant's share of the temporary space (`spill_shares`).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 use datafusion::catalog::{CatalogProvider, CatalogProviderList};
+use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::expr_rewriter::FunctionRewrite;
 use datafusion::prelude::SessionConfig;
 
 use super::snapshot::{Snapshot, TenantCatalog, CATALOG};
+use super::spill_shares::SpillShares;
+use crate::catalog::users;
+use crate::error::Result;
 use crate::services::llm::Connector;
+use crate::tenant::TenantId;
 
 /// Idle states kept for reuse; more concurrent requests than this build extra clones that
 /// are dropped afterwards.
@@ -30,9 +36,10 @@ pub(crate) struct Sessions {
     /// How datasources are reached, handed to every request's catalog.
     net: crate::services::connectors::Net,
     idle: Mutex<Vec<SessionState>>,
-    /// Shared by every execution: its settings (batch size, memory pool) are the engine's,
-    /// and building one per query copies all function maps again.
-    task_ctx: Arc<TaskContext>,
+    /// Each tenant's task context (the shared one's copy with the tenant's disk manager): its
+    /// settings (batch size, memory pool) are the engine's, and building one per query would
+    /// copy all function maps again.
+    spill: SpillShares,
 }
 
 impl Sessions {
@@ -43,6 +50,7 @@ impl Sessions {
         batch_size: usize,
         connector: Connector,
         net: crate::services::connectors::Net,
+        hosted: &crate::config::HostedConfig,
     ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
@@ -76,7 +84,7 @@ impl Sessions {
                 .expect("registering a rewrite only adds it to a list");
         }
         Sessions {
-            task_ctx: base.task_ctx(),
+            spill: SpillShares::new(base.task_ctx(), hosted),
             expressions: Arc::new(base.clone()),
             idle: Mutex::new(Vec::new()),
             base,
@@ -85,13 +93,16 @@ impl Sessions {
     }
 
     /// A state that resolves names in `snapshot`, with `db` as the current database, planning
-    /// for `partitions` partitions; `now()` is the time of this call.
+    /// for `partitions` partitions; `now()` is the time of this call. It executes in the
+    /// snapshot's tenant's task context.
     pub(crate) fn take(
         self: &Arc<Self>,
         snapshot: Arc<Snapshot>,
         db: &str,
         partitions: usize,
-    ) -> Session {
+    ) -> Result<Session> {
+        let tenant = snapshot.tenant;
+        let task_ctx = self.task_ctx_of(tenant, || users::plan_in(&snapshot.txn, tenant))?;
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let mut state = idle.unwrap_or_else(|| self.base.clone());
         let options = state.config_mut().options_mut();
@@ -104,10 +115,11 @@ impl Sessions {
             reading: Arc::default(),
         })))));
         state.mark_start_execution();
-        Session {
+        Ok(Session {
             state: Some(state),
             pool: Arc::clone(self),
-        }
+            task_ctx,
+        })
     }
 
     /// A state for planning the query of the view `view` (project, lower-case name) in
@@ -123,9 +135,13 @@ impl Sessions {
         planning_state(&self.expressions, catalog, &project)
     }
 
-    /// The context executions run in.
-    pub(crate) fn task_ctx(&self) -> Arc<TaskContext> {
-        Arc::clone(&self.task_ctx)
+    /// The context `tenant`'s executions run in (`plan` reads the tenant's plan).
+    pub(crate) fn task_ctx_of(
+        &self,
+        tenant: TenantId,
+        plan: impl FnOnce() -> Result<Option<String>>,
+    ) -> Result<Arc<TaskContext>> {
+        self.spill.task_ctx(tenant, plan)
     }
 }
 
@@ -146,13 +162,20 @@ pub(crate) fn planning_state(
 pub(crate) struct Session {
     state: Option<SessionState>,
     pool: Arc<Sessions>,
+    /// Its tenant's task context.
+    task_ctx: Arc<TaskContext>,
 }
 
 impl Session {
-    /// The pool's shared task context (it shadows `SessionState::task_ctx`, which would copy
-    /// every function map).
+    /// The tenant's task context (it shadows `SessionState::task_ctx`, which would copy every
+    /// function map, and whose runtime has the shared disk manager, not the tenant's).
     pub(crate) fn task_ctx(&self) -> Arc<TaskContext> {
-        self.pool.task_ctx()
+        Arc::clone(&self.task_ctx)
+    }
+
+    /// Where the tenant's temporary files go (a write's staged rows), within its share.
+    pub(crate) fn disk_manager(&self) -> Arc<DiskManager> {
+        Arc::clone(&self.task_ctx.runtime_env().disk_manager)
     }
 }
 
