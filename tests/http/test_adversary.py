@@ -1,8 +1,9 @@
 """The standing adversary in the test command (adversary.py says what it sends and what fails
 a run): for each seed of ADVERSARY_SEEDS (default 1,2,3), a fresh hosted server under the
-memory limit takes ADVERSARY_CASES (default 40) cases from two attacker threads while the
+memory limit takes ADVERSARY_CASES (default 150) cases from two attacker threads while the
 watchdog tenant is answered within 5 s each; a run also stops after ADVERSARY_SECONDS (default
-60) of sending. Set ADVERSARY_SECONDS (with a large ADVERSARY_CASES) to run longer on demand:
+60) of sending, so the three take about three minutes at most on two cores. Set
+ADVERSARY_SECONDS (with a large ADVERSARY_CASES) to run longer on demand:
 
     ADVERSARY_SEEDS=7 ADVERSARY_CASES=1000000 ADVERSARY_SECONDS=3600 \\
         .venv/bin/python -m pytest tests/http/test_adversary.py
@@ -23,7 +24,7 @@ from adversary import CLIENT_GRACE, STATEMENT_TIMEOUT, run, shrink, start_arena
 from fake_llm import FakeLLM
 
 SEEDS = [int(seed) for seed in os.environ.get("ADVERSARY_SEEDS", "1,2,3").split(",")]
-CASES = int(os.environ.get("ADVERSARY_CASES", "40"))
+CASES = int(os.environ.get("ADVERSARY_CASES", "150"))
 SECONDS = float(os.environ.get("ADVERSARY_SECONDS", "60"))
 SHRINK_SECONDS = float(os.environ.get("ADVERSARY_SHRINK_SECONDS", "60"))
 # The run, the cases still in flight when it ends, the checks, shrinking and the teardown.
