@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mlserver import AUTH_CONFIG, Server, ServerFactory, server_binary
+from mlserver import AUTH_CONFIG, MEMORY_LIMIT_MB, Server, ServerFactory, server_binary
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,17 @@ def server_bin() -> Path:
 def start_server(server_bin: Path, tmp_path: Path):
     """`start_server(config_text=None)` starts a server with that TOML config and returns it."""
     factory = ServerFactory(server_bin, tmp_path)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture
+def start_limited_server(server_bin: Path, tmp_path: Path):
+    """Like `start_server`, each server under the memory limit (mlserver.MEMORY_LIMIT_MB of
+    address space): an attack that would take the machine's memory aborts the server instead,
+    and `Server.death()` says how. `hosted.hosted_server(start_limited_server, …)` starts a
+    hosted one."""
+    factory = ServerFactory(server_bin, tmp_path, memory_limit=MEMORY_LIMIT_MB << 20)
     yield factory
     factory.stop_all()
 
@@ -50,4 +61,6 @@ def pytest_runtest_makereport(item, call):
         if id(server) in seen:
             continue
         seen.add(id(server))
-        report.sections.append((f"mindlite-server log ({server.workdir.name})", server.log_tail()))
+        died = server.death()
+        title = f"mindlite-server log ({server.workdir.name}{', ' + died if died else ''})"
+        report.sections.append((title, server.log_tail()))

@@ -177,6 +177,12 @@ class FakeLLM:
             self._script.clear()
             self._fallback = text(DEFAULT_TEXT)
 
+    def forget(self) -> None:
+        """Drops the record of requests received, for a long run that never reads it."""
+        with self._lock:
+            for record in (self.requests, self.headers, self.paths, self.embedding_requests):
+                record.clear()
+
     @property
     def pending(self) -> int:
         """Scripted replies not consumed yet."""

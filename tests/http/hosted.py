@@ -41,10 +41,7 @@ def hosted_server(factory: ServerFactory, config: str,
                   *users: str | tuple[str, str]) -> tuple[Server, dict[str, str]]:
     """A started hosted server with `users` (a name, or (name, plan)), each with one API key;
     returns the server and each user's key."""
-    workdir = factory.tmp_path / f"server{len(factory.servers)}"
-    workdir.mkdir(parents=True)
-    server = Server(factory.binary, workdir, config)
-    factory.servers.append(server)  # stopped and its log shown like any other
+    server = factory.new(config)  # stopped and its log shown like any other
     keys = {}
     for user in users:
         name, plan = (user, None) if isinstance(user, str) else user

@@ -5,6 +5,11 @@ file with its stderr; a failing test prints the logs of the servers it used. Tea
 server with SIGTERM and requires exit status 0 within STOP_TIMEOUT seconds.
 
 The binary is `$MLSERVER_BIN` if set, else `<repo>/target/debug/mindlite-server`.
+
+A server may run under a memory limit (`memory_limit`, RLIMIT_AS as `prlimit --as` sets it):
+an allocation past it fails inside the server, which then aborts, so a request that would
+exhaust the machine fails its test (`Server.death()` says how the process ended) instead of
+reaching the kernel's OOM killer.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import ast
 import ctypes
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import subprocess
@@ -32,6 +39,14 @@ HTTP_CAPTURES = Path(__file__).resolve().parent / "captures"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 LOG_TAIL_LINES = 200
+
+# The address space a server under a memory limit may map, in MiB: room for the debug build's
+# normal work (its threads' stacks and allocator arenas included; idle it maps about 200 MiB),
+# far below the machine's memory. MLSERVER_MEMORY_LIMIT_MB changes it.
+MEMORY_LIMIT_MB = int(os.environ.get("MLSERVER_MEMORY_LIMIT_MB", "3072"))
+# What the Rust runtime prints when it gives up, for `Server.death()`.
+FATAL_LINE = re.compile(r"memory allocation of \d+ bytes failed|panicked at|fatal runtime error|"
+                        r"thread caused non-unwinding panic|stack overflow|SIGSEGV|Aborted")
 
 AUTH_CONFIG = """\
 [auth]
@@ -70,11 +85,34 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def _child_setup(memory_limit: int | None):
+    """The child's setup before exec: die with the parent, and map at most `memory_limit`
+    bytes when one is given."""
+    def setup() -> None:
+        _die_with_parent()
+        if memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    return setup
+
+
+def describe_exit(code: int) -> str:
+    """`exit status 3`, or `killed by SIGABRT` for a negative Popen return code."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
 class Server:
     """One `mindlite-server` process over a data file that outlives restarts."""
 
-    def __init__(self, binary: Path, workdir: Path, config_text: str | None = None):
+    def __init__(self, binary: Path, workdir: Path, config_text: str | None = None,
+                 memory_limit: int | None = None):
         self.binary = binary
+        # Bytes of address space the process may map (RLIMIT_AS); None: no limit.
+        self.memory_limit = memory_limit
         self.workdir = workdir
         self.data = workdir / "db" / "mindlite.redb"
         self.log_path = workdir / "server.log"
@@ -108,7 +146,8 @@ class Server:
                 log_offset = log.tell()
                 self.process = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=child_environment(), cwd=self.workdir, preexec_fn=_die_with_parent,
+                    env=child_environment(), cwd=self.workdir,
+                    preexec_fn=_child_setup(self.memory_limit),
                 )
             if self._wait_ready(log_offset):
                 return self
@@ -170,6 +209,43 @@ class Server:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def exited_within(self, seconds: float) -> bool:
+        """Whether the process ends within `seconds` (an abort writes its backtrace before it
+        ends, so a connection it dropped comes a moment before its exit)."""
+        if self.process is None:
+            return True
+        try:
+            self.process.wait(timeout=seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def death(self) -> str | None:
+        """None while the process runs; else how it ended (`killed by SIGABRT`) and the lines
+        of its log that say why (an allocation that failed, a panic)."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        fatal = [line for line in self.log_text().splitlines() if FATAL_LINE.search(line)]
+        why = "; ".join(line.strip()[:300] for line in fatal[-3:]) or "no fatal line in its log"
+        return f"{describe_exit(self.process.returncode)} ({why})"
+
+    def assert_alive(self) -> None:
+        """Fails, saying how the server died, unless it still runs and answers a ping."""
+        try:
+            ping = requests.get(self.url + "/api/util/ping", timeout=10)
+        except requests.RequestException as e:
+            # An abort takes a moment (the backtrace is written first): let it finish.
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            died = self.death()
+            assert died is None, f"mindlite-server died: {died}"
+            raise AssertionError(f"mindlite-server does not answer a ping: {e}") from e
+        died = self.death()
+        assert died is None, f"mindlite-server died: {died}"
+        assert ping.status_code == 200, (ping.status_code, ping.text)
+
     def peak_rss_bytes(self) -> int:
         """VmHWM: the highest resident set size the process has had."""
         return _proc_status_kib(self.pid, "VmHWM") * 1024
@@ -219,14 +295,21 @@ class ServerFactory:
     binary: Path
     tmp_path: Path
     servers: list[Server] = field(default_factory=list)
+    # The address space each server may map, in bytes (None: no limit); see MEMORY_LIMIT_MB.
+    memory_limit: int | None = None
 
     def __call__(self, config_text: str | None = None, *, workdir: Path | None = None) -> Server:
+        return self.new(config_text, workdir=workdir).start()
+
+    def new(self, config_text: str | None = None, *, workdir: Path | None = None) -> Server:
+        """A server not yet started (for setup that needs the data file alone: users), stopped
+        and shown with the others."""
         if workdir is None:
             workdir = self.tmp_path / f"server{len(self.servers)}"
         workdir.mkdir(parents=True, exist_ok=True)
-        server = Server(self.binary, workdir, config_text)
+        server = Server(self.binary, workdir, config_text, self.memory_limit)
         self.servers.append(server)
-        return server.start()
+        return server
 
     def stop_all(self) -> None:
         failures = []
@@ -240,7 +323,7 @@ class ServerFactory:
                 failures.append(str(hung))
                 continue
             if code != 0:
-                failures.append(f"exit status {code}\n{server.log_tail()}")
+                failures.append(f"{describe_exit(code)}\n{server.log_tail()}")
         assert not failures, "mindlite-server did not stop cleanly on SIGTERM:\n" + "\n".join(failures)
 
 
