@@ -25,6 +25,7 @@ mod egress;
 mod error;
 mod memory;
 mod progress;
+mod running;
 mod spill;
 mod spool;
 mod tenant;

@@ -11,10 +11,11 @@ use mindlite::{ChatRequest, Config, Edition, Engine, ErrorKind, PlanConfig, Quer
 use serde_json::{json, Value};
 
 /// A provider that answers every chat request with "answer N" (N counting from 1), or with a
-/// 500 while `failing` is set.
+/// 500 while `failing` is set, or only after 20 s while `hanging` is set.
 struct Provider {
     base_url: String,
     failing: Arc<std::sync::atomic::AtomicBool>,
+    hanging: Arc<std::sync::atomic::AtomicBool>,
     calls: Arc<AtomicUsize>,
 }
 
@@ -23,11 +24,16 @@ impl Provider {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hanging = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let calls = Arc::new(AtomicUsize::new(0));
-        let (f, c) = (Arc::clone(&failing), Arc::clone(&calls));
+        let (f, h, c) = (
+            Arc::clone(&failing),
+            Arc::clone(&hanging),
+            Arc::clone(&calls),
+        );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (f, c) = (Arc::clone(&f), Arc::clone(&c));
+                let (f, h, c) = (Arc::clone(&f), Arc::clone(&h), Arc::clone(&c));
                 std::thread::spawn(move || {
                     let mut reader = BufReader::new(stream);
                     let mut length = 0;
@@ -48,6 +54,9 @@ impl Provider {
                     let mut body = vec![0; length];
                     reader.read_exact(&mut body).unwrap();
                     let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                    if h.load(Ordering::SeqCst) {
+                        std::thread::sleep(std::time::Duration::from_secs(20));
+                    }
                     let (status, body) = if f.load(Ordering::SeqCst) {
                         (500, json!({"error": {"message": "provider broke"}}))
                     } else {
@@ -71,6 +80,7 @@ impl Provider {
         Provider {
             base_url,
             failing,
+            hanging,
             calls,
         }
     }
@@ -446,6 +456,128 @@ fn questions_are_counted_per_window_and_ones_that_never_reached_the_provider_giv
         alice.block_on(alice.ask_mind(&missing)).unwrap_err().kind(),
         ErrorKind::NotFound
     );
+}
+
+/// Waits (up to 10 s) until the provider has been called `n` times in all.
+fn wait_for_calls(provider: &Provider, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while provider.calls.load(Ordering::SeqCst) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provider was not called"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn abandoned_questions_stay_counted_once_the_provider_was_called() {
+    let provider = Provider::start();
+    let engine = hosted(Some(&provider));
+    let (_, alice) = user(&engine, "alice");
+    alice
+        .block_on(alice.create_mind(json!({"name": "helper"})))
+        .unwrap();
+    alice
+        .sql_blocking("CREATE AGENT mindsdb.helper_agent USING model_name = 'fake'")
+        .unwrap();
+    // Refused before any provider call (the egress policy): given back.
+    let refused = alice
+        .sql_blocking(
+            "CREATE AGENT mindsdb.nowhere USING model = {\"provider\": \"openai\", \"model_name\": \"x\", \"base_url\": \"http://localhost:9/v1\"}",
+        )
+        .and_then(|_| {
+            alice.block_on(alice.ask_agent(
+                "mindsdb",
+                "nowhere",
+                &json!([{"role": "user", "content": "hi"}]),
+            ))
+        })
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Forbidden, "{refused}");
+    assert_eq!(alice.limits().unwrap().questions.used, 0);
+
+    provider.hanging.store(true, Ordering::SeqCst);
+    let question = ChatRequest::from_chat_completions(
+        br#"{"model": "helper", "messages": [{"role": "user", "content": "hi"}]}"#,
+    )
+    .unwrap();
+    // The client goes away while the provider works on the question (a dropped request).
+    let asking = alice.spawn({
+        let (alice, question) = (alice.clone(), question.clone());
+        async move { alice.ask_mind(&question).await }
+    });
+    wait_for_calls(&provider, 1);
+    asking.abort();
+    // The same through a stream that its reader drops.
+    let stream = alice.block_on(alice.ask_mind_stream(&question)).unwrap();
+    wait_for_calls(&provider, 2);
+    drop(stream);
+    // And through SQL, stopped by the request's time limit.
+    let stopped = alice.block_on(
+        alice.query(
+            QueryRequest::new("SELECT answer FROM mindsdb.helper_agent WHERE question = 'hi'")
+                .with_timeout(std::time::Duration::from_millis(1500)),
+        ),
+    );
+    let stopped = alice.block_on(stopped.collect()).unwrap_err();
+    assert!(stopped.message().contains("time limit"), "{stopped}");
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
+    // A refund would come from a task the drop spawns: give it time to be wrong.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let used = alice.limits().unwrap().questions;
+    assert_eq!(
+        (used.used, used.remaining),
+        (3, 0),
+        "three questions reached the provider: all three are charged"
+    );
+}
+
+#[test]
+fn rest_predictions_stop_at_the_statement_deadline() {
+    let provider = Provider::start();
+    let mut config = Config {
+        edition: Edition::Hosted,
+        ..Config::default()
+    };
+    config.query.statement_timeout_secs = Some(1);
+    config.llm.base_url = provider.base_url.clone();
+    config.llm.model_name = "fake".into();
+    config.llm.timeout_secs = 60;
+    let engine = Engine::open_in_memory(config).unwrap();
+    let (_, alice) = user(&engine, "alice");
+    alice
+        .sql_blocking(
+            "CREATE MODEL mindsdb.talker PREDICT answer USING engine = 'openai', prompt_template = 'say {{q}}'",
+        )
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alice.get_model("mindsdb", "talker", None).unwrap().status() != "complete" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model never completed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let answered = alice
+        .block_on(alice.predict("mindsdb", "talker", None, &json!([{"q": "hi"}])))
+        .unwrap();
+    assert_eq!(answered[0]["answer"], "answer 1");
+    // The provider now takes 20 s: the prediction stops at the 1 s deadline.
+    provider.hanging.store(true, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let stopped = alice
+        .block_on(alice.predict("mindsdb", "talker", None, &json!([{"q": "hi"}])))
+        .unwrap_err();
+    assert!(stopped.message().contains("time limit"), "{stopped}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "stopped after {:?} (generous: the limit is 1 s)",
+        started.elapsed()
+    );
+    // Its provider call was made, and counts.
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(alice.limits().unwrap().model_calls.used, 2);
 }
 
 #[test]

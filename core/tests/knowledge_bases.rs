@@ -1497,3 +1497,97 @@ fn knowledge_bases_count_against_max_storage_mb_and_give_their_bytes_back_exactl
     exec(&handle, "DROP KNOWLEDGE_BASE kb");
     assert_eq!(stored(&handle), 0);
 }
+
+/// Waits (up to 10 s) until the embedder has had `n` requests in all.
+fn wait_for_requests(embedder: &FakeEmbedder, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while embedder.requests.lock().unwrap().len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no embedding request came"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Documents that take 150 ms each to embed (one per request).
+fn slow_documents(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": i, "content": format!("document {i} arrives SLOWLY")}))
+        .collect()
+}
+
+#[test]
+fn rest_inserts_stop_at_the_statement_deadline_and_write_nothing() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.embedding.batch_size = 1;
+    config.query.statement_timeout_secs = Some(1);
+    let engine = Engine::open_in_memory(config).unwrap();
+    exec(&engine, "CREATE KNOWLEDGE_BASE kb");
+    exec(
+        &engine,
+        "CREATE TABLE docs AS SELECT value AS id, 'row ' || value || ' arrives SLOWLY' AS content FROM generate_series(1, 30)",
+    );
+    for body in [
+        json!({"rows": slow_documents(30)}),
+        json!({"query": "SELECT id, content FROM docs"}),
+    ] {
+        let started = std::time::Instant::now();
+        let stopped = engine
+            .block_on(engine.insert_into_knowledge_base("mindsdb", "kb", body, None))
+            .unwrap_err();
+        assert!(stopped.message().contains("time limit"), "{stopped}");
+        // Generous: the limit is 1 s; embedding everything takes 4.5 s.
+        assert!(started.elapsed() < std::time::Duration::from_millis(3500));
+        // The embedding calls stopped with it, and nothing was written.
+        let made = embedder.requests.lock().unwrap().len();
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(embedder.requests.lock().unwrap().len() <= made + 1);
+        assert_eq!(rows(&engine, "SELECT count(*) FROM kb"), json!([[0]]));
+    }
+}
+
+#[test]
+fn dropping_a_knowledge_base_stops_its_inserts_at_once() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.embedding.batch_size = 1;
+    let engine = Engine::open_in_memory(config).unwrap();
+    for (drop, name) in [
+        ("DROP KNOWLEDGE_BASE kb", "mindsdb.kb"),
+        ("DROP PROJECT p", "p.kb"),
+    ] {
+        let (project, kb) = name.split_once('.').unwrap();
+        if project == "p" {
+            exec(&engine, "CREATE PROJECT p");
+        }
+        exec(&engine, &format!("CREATE KNOWLEDGE_BASE {name}"));
+        let before = embedder.requests.lock().unwrap().len();
+        let inserting = {
+            let (engine, project, kb) = (engine.clone(), project.to_string(), kb.to_string());
+            std::thread::spawn(move || {
+                let body = json!({"rows": slow_documents(40)});
+                let result =
+                    engine.block_on(engine.insert_into_knowledge_base(&project, &kb, body, None));
+                (result, std::time::Instant::now())
+            })
+        };
+        wait_for_requests(&embedder, before + 2);
+        let dropped_at = std::time::Instant::now();
+        exec(&engine, drop);
+        let (result, ended_at) = inserting.join().unwrap();
+        let e = result.unwrap_err();
+        assert!(e.message().contains("cancelled"), "{name}: {e}");
+        // At once: within the embedding request in flight (150 ms), generously bounded.
+        assert!(
+            ended_at.duration_since(dropped_at) < std::time::Duration::from_secs(2),
+            "{name}: the insert ran on for {:?}",
+            ended_at.duration_since(dropped_at)
+        );
+        let made = embedder.requests.lock().unwrap().len();
+        assert!(made < before + 40, "{name}: every document was embedded");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(embedder.requests.lock().unwrap().len() <= made + 1);
+    }
+}

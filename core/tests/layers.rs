@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "wire",
             "bm25",
             "progress",
+            "running",
         ],
     ),
     ("store", &["store"]),

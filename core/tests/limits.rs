@@ -283,3 +283,27 @@ fn datafusion_text(rows: &mindlite::Collected) -> Vec<String> {
         .map(|i| mindlite::arrow::util::display::array_value_to_string(batch.column(i), 0).unwrap())
         .collect()
 }
+
+#[test]
+fn an_upload_stops_at_the_statement_deadline_and_stores_nothing() {
+    let mut config = Config::default();
+    config.query.statement_timeout_secs = Some(1);
+    let engine = Engine::open_in_memory(config).unwrap();
+    // Three million rows: seconds of decoding and staging.
+    let rows: String = std::iter::once("n,s\n".to_string())
+        .chain((0..3_000_000).map(|i| format!("{i},row number {i}\n")))
+        .collect();
+    let started = Instant::now();
+    let err = engine
+        .block_on(engine.upload_file("big", rows.into_bytes(), Some(FileFormat::Csv), None))
+        .unwrap_err();
+    assert!(err.message().contains("time limit"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped after {:?} (generous: the limit is 1 s)",
+        started.elapsed()
+    );
+    // What was read is dropped: nothing is stored, now or later.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(engine.list_files().unwrap().is_empty());
+}

@@ -552,3 +552,92 @@ fn joining_a_table_with_a_model_predicts_every_row() {
     );
     assert!(failed.contains("model creation not completed"), "{failed}");
 }
+
+/// A training query that takes seconds to read: a filtered cross join of 9 million pairs,
+/// about 1.8 million rows.
+const SLOW_TRAINING: &str = "SELECT a.value % 10 AS x, (a.value * b.value) % 7 AS y \
+     FROM generate_series(1, 3000) a, generate_series(1, 3000) b WHERE (a.value + b.value) % 5 = 0";
+
+#[test]
+fn dropping_a_model_stops_its_training_and_frees_the_training_slot_at_once() {
+    let config = Config {
+        edition: mindlite::Edition::Hosted,
+        ..Config::default()
+    };
+    let engine = Engine::open_in_memory(config).unwrap();
+    engine.block_on(engine.create_user("alice", None)).unwrap();
+    let key = engine.block_on(engine.create_api_key("alice")).unwrap().key;
+    // The free plan trains one model at a time (max_running_trainings = 1).
+    let alice = engine.as_user(&key).unwrap();
+    let create = |name: &str| {
+        doc(
+            &alice,
+            &format!("CREATE MODEL mindsdb.{name} FROM mindsdb ({SLOW_TRAINING}) PREDICT y"),
+        )
+    };
+    assert_eq!(create("slow")["type"], "table");
+    let refused = create("second");
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert!(
+        refused["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("max_running_trainings"),
+        "{refused}"
+    );
+    for (drop, name) in [
+        ("DROP MODEL mindsdb.slow", "slow"),
+        ("DROP PROJECT p", "p.slow"),
+    ] {
+        if name == "p.slow" {
+            alice.sql_blocking("CREATE PROJECT p").unwrap();
+            let created = doc(
+                &alice,
+                &format!("CREATE MODEL p.slow FROM mindsdb ({SLOW_TRAINING}) PREDICT y"),
+            );
+            assert_eq!(created["type"], "table", "{created}");
+        }
+        // Dropped while it trains: the place is free when the drop answers.
+        alice.sql_blocking(drop).unwrap();
+        let admitted = doc(
+            &alice,
+            "CREATE MODEL mindsdb.quick FROM mindsdb (SELECT value % 3 AS x, value % 2 AS y FROM generate_series(1, 200)) PREDICT y",
+        );
+        assert_eq!(admitted["type"], "table", "{name}: {admitted}");
+        assert_eq!(wait_done(&alice, "mindsdb", "quick")[0], "complete");
+        alice.sql_blocking("DROP MODEL mindsdb.quick").unwrap();
+    }
+    // The dropped trainings wrote nothing after their drop: no version came back.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        table(&alice, "SELECT name FROM mindsdb.models")["data"],
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn a_training_query_stops_at_the_statement_deadline() {
+    let mut config = Config::default();
+    config.query.statement_timeout_secs = Some(1);
+    let engine = Engine::open_in_memory(config).unwrap();
+    let started = Instant::now();
+    // A hash of each of 50 million numbers, few rows kept: far more than a second of reading.
+    engine
+        .sql_blocking(
+            "CREATE MODEL late FROM mindsdb (SELECT value % 10 AS x, value % 7 AS y \
+             FROM generate_series(1, 50000000) WHERE md5(CAST(value AS VARCHAR)) LIKE '000%') \
+             PREDICT y",
+        )
+        .unwrap();
+    let row = wait_done(&engine, "mindsdb", "late");
+    assert_eq!(row[0], "error", "{row}");
+    assert!(
+        row[1]
+            .as_str()
+            .unwrap()
+            .contains("query.statement_timeout_secs"),
+        "{row}"
+    );
+    // Generous: the deadline is 1 s; reading all of it would take far longer.
+    assert!(started.elapsed() < Duration::from_secs(20));
+}

@@ -8,6 +8,13 @@
 //! The outbox is this module's too: [`enqueue`] writes it, and the delivery worker
 //! (`services::delivery`) reads it through [`for_each_pending`] and [`still_due`] and settles
 //! each attempt with [`record_attempt`]; sending is the worker's business, not the catalog's.
+//!
+//! Filters are compiled when a callback is registered or changed ([`read_filter`], outside any
+//! transaction) and kept compiled in memory by pattern text, so a status change's transaction
+//! (which holds the writer lock) compiles nothing: it matches with the compiled ones, and a
+//! pattern not compiled yet (after a restart) marks the delivery for the worker to filter.
+
+use std::sync::Arc;
 
 use base64::Engine as _;
 use redb::{ReadableTable, WriteTransaction};
@@ -156,6 +163,10 @@ pub(crate) struct Pending {
     pub(crate) next_at: u64,
     /// Unix milliseconds when the event was written.
     enqueued_at: u64,
+    /// Whether the callback's filter is still to be checked before the first attempt: it was
+    /// not compiled in this process when the event was written (see [`filter_passes`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) recheck: bool,
 }
 
 /// One attempt to deliver an event, as the delivery log keeps it and callers see it (it
@@ -189,12 +200,14 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 }
 
 /// Registers a callback from MindsDB's body `{url, filter: {model_name, project_name},
-/// attempt: {count, interval, http_timeout}}`, within the plan's `max_callbacks` (`limit`).
+/// attempt: {count, interval, http_timeout}}`, within the plan's `max_callbacks` (`limit`);
+/// `filter` is the body's, read (and compiled) by [`read_filter`] before the transaction.
 /// Returns it, secret included.
 pub(crate) fn register(
     txn: &WriteTransaction,
     tenant: TenantId,
     body: &Map<String, Value>,
+    filter: Filter,
     defaults: &CallbacksConfig,
     egress: &Egress,
     limit: Option<(&str, u64)>,
@@ -214,7 +227,7 @@ pub(crate) fn register(
             ));
         }
     }
-    let (model_name, project_name) = read_filter(body.get("filter"))?;
+    let (model_name, project_name) = filter;
     let attempt = body.get("attempt").unwrap_or(&Value::Null);
     if !attempt.is_null() && !attempt.is_object() {
         return Err(Error::invalid(
@@ -247,20 +260,22 @@ pub(crate) fn register(
     Ok(callback)
 }
 
-/// Changes a callback: `url`, and `filter` or `attempt` when given.
+/// Changes a callback: `url`, and `filter` or `attempt` when given (`filter` is the body's,
+/// read by [`read_filter`] before the transaction; `None` when the body has none).
 pub(crate) fn update(
     txn: &WriteTransaction,
     tenant: TenantId,
     id: u64,
     body: &Map<String, Value>,
+    filter: Option<Filter>,
     egress: &Egress,
 ) -> Result<Callback> {
     let mut callback = get(&txn.open_table(CALLBACKS)?, tenant, id)?;
     if body.contains_key("url") {
         callback.url = check_url(body.get("url"), egress)?;
     }
-    if let Some(filter) = body.get("filter") {
-        (callback.model_name, callback.project_name) = read_filter(Some(filter))?;
+    if let Some(filter) = filter {
+        (callback.model_name, callback.project_name) = filter;
     }
     if let Some(attempt) = body.get("attempt").filter(|a| !a.is_null()) {
         if !attempt.is_object() {
@@ -394,8 +409,13 @@ fn check_url(url: Option<&Value>, egress: &Egress) -> Result<String> {
     Ok(text.clone())
 }
 
-/// `filter`'s two patterns, each checked to compile.
-fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
+/// A callback's filter: its model-name and project-name patterns.
+pub(crate) type Filter = (Option<String>, Option<String>);
+
+/// A body's `filter`: its two patterns, each compiled (and kept compiled for the status
+/// changes to come). Compiling costs up to milliseconds a pattern: call it outside any
+/// transaction, on a blocking thread.
+pub(crate) fn read_filter(filter: Option<&Value>) -> Result<Filter> {
     let filter = match filter {
         None | Some(Value::Null) => return Ok((None, None)),
         Some(Value::Object(filter)) => filter,
@@ -417,7 +437,7 @@ fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>
         match filter.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(pattern)) => {
-                compile(pattern).map_err(|e| {
+                compiled(pattern).map_err(|e| {
                     Error::invalid(format!("'filter.{key}' is not a valid regex: {e}"))
                 })?;
                 Ok(Some(pattern.clone()))
@@ -430,10 +450,50 @@ fn read_filter(filter: Option<&Value>) -> Result<(Option<String>, Option<String>
     Ok((pattern("model_name")?, pattern("project_name")?))
 }
 
+/// Compiled patterns kept at most: beyond, the least recently used are compiled again when
+/// next needed (by the delivery worker, outside any transaction).
+const COMPILED_PATTERNS: usize = 4096;
+
+/// A compiled pattern, or why it does not compile.
+type Compiled = std::result::Result<Arc<regex::Regex>, String>;
+
+/// Compiled filter patterns by text, shared by every engine of the process (a pattern's
+/// compiled form does not depend on whose it is). A pattern that does not compile is kept
+/// as its error.
+static COMPILED: std::sync::LazyLock<parking_lot::Mutex<lru::LruCache<String, Compiled>>> =
+    std::sync::LazyLock::new(|| {
+        parking_lot::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(COMPILED_PATTERNS).expect("not zero"),
+        ))
+    });
+
+/// `pattern` compiled, from the cache or compiled now (and kept).
+fn compiled(pattern: &str) -> Compiled {
+    if let Some(found) = COMPILED.lock().get(pattern) {
+        return found.clone();
+    }
+    let made = compile(pattern).map(Arc::new).map_err(|e| e.to_string());
+    COMPILED.lock().put(pattern.to_string(), made.clone());
+    made
+}
+
+/// `pattern` compiled if it is in the cache; never compiles (what a transaction may call).
+fn compiled_already(pattern: &str) -> Option<Compiled> {
+    COMPILED.lock().get(pattern).cloned()
+}
+
 /// A pattern anchored at the start, as Python's `re.match` applies it. The pattern is first
-/// compiled alone, so one that only parses inside the wrapper (`a)|(b`) is refused.
+/// compiled alone, so one that only parses inside the wrapper (`a)|(b`) is refused. Both are
+/// bounded by the regex crate's size limits (1 MiB of program, 1 MiB of lazy DFA cache).
 fn compile(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
-    let build = |text: &str| regex::RegexBuilder::new(text).size_limit(1 << 20).build();
+    #[cfg(test)]
+    tests::COMPILATIONS.with(|n| n.set(n.get() + 1));
+    let build = |text: &str| {
+        regex::RegexBuilder::new(text)
+            .size_limit(1 << 20)
+            .dfa_size_limit(1 << 20)
+            .build()
+    };
     build(pattern)?;
     build(&format!("^(?:{pattern})"))
 }
@@ -451,12 +511,48 @@ fn bounded(attempt: &Value, key: &str, default: u32, max: u64) -> Result<u32> {
     }
 }
 
-fn matches(pattern: &Option<String>, text: &str) -> bool {
+/// Whether `pattern` matches `text`, by its compiled form if it is kept compiled; `None` when
+/// it is not (it is not compiled here: a status change's transaction calls this).
+fn matches_compiled(pattern: &Option<String>, text: &str) -> Option<bool> {
     match pattern {
-        None => true,
-        // Patterns compiled at registration; one that no longer compiles matches nothing.
-        Some(pattern) => compile(pattern).is_ok_and(|re| re.is_match(text)),
+        None => Some(true),
+        // A pattern that no longer compiles matches nothing.
+        Some(pattern) => compiled_already(pattern).map(|re| re.is_ok_and(|re| re.is_match(text))),
     }
+}
+
+/// Whether `callback`'s filter lets through the event of `pending` (the delivery worker's
+/// check of deliveries enqueued before their filter was compiled). Compiles what it must:
+/// call it outside any transaction, on a blocking thread.
+pub(crate) fn filter_passes(callback: &Callback, pending: &Pending) -> bool {
+    let event: Value = serde_json::from_str(&pending.body).unwrap_or_default();
+    let text = |key: &str| {
+        event
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let passes = |pattern: &Option<String>, text: String| match pattern {
+        None => true,
+        Some(pattern) => compiled(pattern).is_ok_and(|re| re.is_match(&text)),
+    };
+    passes(&callback.model_name, text("name"))
+        && passes(&callback.project_name, text("project_name"))
+}
+
+/// Removes outbox row `seq` if it still holds `pending`, without logging an attempt: its
+/// callback's filter, checked by the worker, does not let its event through.
+pub(crate) fn drop_filtered(txn: &WriteTransaction, seq: u64, pending: &Pending) -> Result<()> {
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let current: Option<Pending> = match outbox.get(seq)? {
+        Some(v) => Some(serde_json::from_str(v.value())?),
+        None => None,
+    };
+    if current.is_some_and(|c| c.event_id == pending.event_id) {
+        outbox.remove(seq)?;
+    }
+    Ok(())
 }
 
 /// A model version's status change, as callbacks see it: the `models` module describes its
@@ -488,9 +584,19 @@ pub(crate) fn enqueue(
         return Ok(());
     }
     let callbacks = list(&txn.open_table(CALLBACKS)?, tenant)?;
-    let chosen: Vec<&Callback> = callbacks
+    // Each chosen callback, and whether the worker must still check its filter (a pattern not
+    // compiled in this process yet: it is not compiled under the writer lock).
+    let chosen: Vec<(&Callback, bool)> = callbacks
         .iter()
-        .filter(|c| matches(&c.model_name, model.name) && matches(&c.project_name, model.project))
+        .filter_map(|c| {
+            let model_ok = matches_compiled(&c.model_name, model.name);
+            let project_ok = matches_compiled(&c.project_name, model.project);
+            match (model_ok, project_ok) {
+                (Some(false), _) | (_, Some(false)) => None,
+                (Some(true), Some(true)) => Some((c, false)),
+                _ => Some((c, true)),
+            }
+        })
         .collect();
     if chosen.is_empty() {
         return Ok(());
@@ -509,7 +615,7 @@ pub(crate) fn enqueue(
     })
     .to_string();
     let mut outbox = txn.open_table(OUTBOX)?;
-    for callback in chosen {
+    for (callback, recheck) in chosen {
         let seq = store::next_id(txn, "callback_delivery")?;
         // Numbered per tenant: a receiver learns nothing of other tenants' events from gaps.
         let number = store::next_tenant_id(txn, tenant, "callback_event")?;
@@ -521,6 +627,7 @@ pub(crate) fn enqueue(
             attempts: 0,
             next_at: 0,
             enqueued_at: now.timestamp_millis().max(0) as u64,
+            recheck,
         };
         outbox.insert(seq, serde_json::to_string(&pending)?.as_str())?;
     }
@@ -664,4 +771,127 @@ fn trim_log(
 /// Now, in Unix milliseconds.
 pub(crate) fn now_ms() -> u64 {
     chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    thread_local! {
+        /// Patterns compiled on this thread.
+        pub(super) static COMPILATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    fn compilations() -> u64 {
+        COMPILATIONS.with(std::cell::Cell::get)
+    }
+
+    fn write<T>(store: &Store, f: impl FnOnce(&WriteTransaction) -> Result<T>) -> T {
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        let out = f(&guard.txn).unwrap();
+        guard.commit().unwrap();
+        out
+    }
+
+    fn callback(id: u64, filter: Filter) -> Callback {
+        Callback {
+            id,
+            url: "http://127.0.0.1:9/hook".into(),
+            model_name: filter.0,
+            project_name: filter.1,
+            count: 1,
+            interval: 1,
+            http_timeout: 1,
+            secret: "whsec_x".into(),
+            created_at: 0,
+        }
+    }
+
+    fn change<'a>(name: &'a str) -> StatusChange<'a> {
+        StatusChange {
+            project: "proj",
+            name,
+            version: 1,
+            active: true,
+            model_id: 1,
+            created_at: "2026-11-26 10:00:00.000000",
+            old_status: Some("training"),
+            new_status: "complete",
+        }
+    }
+
+    fn pending(store: &Store) -> Vec<(u64, Pending)> {
+        let txn = store.read().unwrap();
+        let mut out = Vec::new();
+        for_each_pending(&txn, |seq, pending, _| {
+            out.push((seq, pending));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn filters_compile_when_registered_and_never_in_a_status_change() {
+        let store = Store::open_in_memory(0, 0).unwrap();
+        let tenant = TenantId(41);
+        write(&store, init);
+        // A costly pattern (a large counted repetition) compiles once, when it is read.
+        let costly = "(?:m[a-z]{1,200}){1,4}|never_41";
+        let before = compilations();
+        let filter = read_filter(Some(&json!({"model_name": costly}))).unwrap();
+        assert!(compilations() > before, "compiled as it was read");
+        // An invalid one is refused there, naming the key; one over the size limit too.
+        let bad = read_filter(Some(&json!({"model_name": "a)|(b"}))).unwrap_err();
+        assert!(bad.message().contains("filter.model_name"), "{bad}");
+        let huge = read_filter(Some(&json!({"project_name": "(?:a{1000}){1000}"}))).unwrap_err();
+        assert!(huge.message().contains("not a valid regex"), "{huge}");
+        let other = read_filter(Some(&json!({"model_name": "other_41.*"}))).unwrap();
+        write(&store, |txn| {
+            put(txn, tenant, &callback(1, filter.clone()))?;
+            put(txn, tenant, &callback(2, other.clone()))
+        });
+        // The status change's transaction compiles nothing, and matches.
+        let before = compilations();
+        write(&store, |txn| enqueue(txn, tenant, &change("model_41")));
+        assert_eq!(
+            compilations(),
+            before,
+            "nothing compiled inside the transaction"
+        );
+        let queued = pending(&store);
+        assert_eq!(queued.len(), 1, "{queued:?}");
+        assert_eq!((queued[0].1.callback, queued[0].1.recheck), (1, false));
+    }
+
+    #[test]
+    fn a_filter_not_compiled_yet_is_left_to_the_delivery_worker() {
+        let store = Store::open_in_memory(0, 0).unwrap();
+        let tenant = TenantId(42);
+        write(&store, init);
+        // As after a restart: stored, never compiled in this process.
+        let unseen = (Some("unseen_42_[0-9]+".to_string()), None);
+        write(&store, |txn| put(txn, tenant, &callback(7, unseen.clone())));
+        let before = compilations();
+        write(&store, |txn| enqueue(txn, tenant, &change("other_model")));
+        assert_eq!(
+            compilations(),
+            before,
+            "nothing compiled inside the transaction"
+        );
+        let queued = pending(&store);
+        assert_eq!(queued.len(), 1);
+        let (seq, first) = &queued[0];
+        assert!(first.recheck, "the worker checks the filter");
+        // The worker's check, outside any transaction: this event is filtered out…
+        assert!(!filter_passes(&callback(7, unseen.clone()), first));
+        write(&store, |txn| drop_filtered(txn, *seq, first));
+        assert!(pending(&store).is_empty(), "gone without an attempt");
+        // …and now compiled, the next status change is matched in its transaction.
+        write(&store, |txn| enqueue(txn, tenant, &change("unseen_42_7")));
+        let queued = pending(&store);
+        assert_eq!(queued.len(), 1);
+        assert!(!queued[0].1.recheck && queued[0].1.body.contains("unseen_42_7"));
+    }
 }

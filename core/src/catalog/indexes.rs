@@ -13,7 +13,7 @@
 //! Arrow's row format may change between arrow majors; an upgrade that changes it must rebuild
 //! the entries (they are derived data: drop and create the index).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
@@ -25,6 +25,9 @@ use redb::{ReadableTable, WriteTransaction};
 use crate::catalog::constraints::{column_index, Index};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::INDEX_ENTRIES;
+
+/// The entries of a read snapshot, as staged keys are checked against them.
+pub(crate) type SnapshotEntries = redb::ReadOnlyTable<(u64, &'static [u8], u64, u32), ()>;
 
 /// Creates this module's redb table in a new file.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
@@ -64,9 +67,92 @@ struct Def {
 }
 
 /// The indexes of one table that hold entries, ready to maintain them.
+///
+/// Entries are computed in two steps so that the costly one runs before the writer lock:
+/// [`Indexed::encode`] turns a chunk's rows into its entries, in key order (CPU work on the
+/// rows), and [`Indexed::write`] puts encoded entries into the file (one B-tree insert each,
+/// looking up only the unique keys it must).
 pub(crate) struct Indexed {
     defs: Vec<Def>,
     table: String,
+}
+
+/// Which indexes a set of encoded entries was computed for: per index, its columns (lower
+/// case) and whether it is unique, in the table's order.
+pub(crate) type Signature = Vec<(Vec<String>, bool)>;
+
+/// How [`Indexed::write`] checks the keys of unique indexes against the entries already in
+/// the file.
+#[derive(Clone, Copy)]
+pub(crate) enum Lookups<'a> {
+    /// Every key is looked up: the file may hold entries the encoding never saw.
+    All,
+    /// Only keys a staging saw twice by hash; the others were checked against the snapshot
+    /// the staging read, which the caller has verified is still the file's state.
+    Suspects(&'a UniqueSeen),
+}
+
+/// The keys of unique indexes a staging has seen, by hash: a hash seen twice makes its keys
+/// suspects, looked up exactly when they are written (two rows of one statement with one
+/// key, or a hash collision). 8 bytes a key instead of the key itself.
+pub(crate) struct UniqueSeen {
+    hasher: std::hash::RandomState,
+    seen: Vec<HashSet<u64>>,
+    suspects: Vec<HashSet<u64>>,
+}
+
+impl UniqueSeen {
+    fn hash(&self, key: &[u8]) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, key)
+    }
+
+    fn is_suspect(&self, def: usize, key: &[u8]) -> bool {
+        self.suspects
+            .get(def)
+            .is_some_and(|s| !s.is_empty() && s.contains(&self.hash(key)))
+    }
+}
+
+/// One encoded entry: the row in its chunk, whether a key column is NULL, the key's bytes.
+struct Entry<'a> {
+    row: u32,
+    has_null: bool,
+    key: &'a [u8],
+}
+
+/// Reads encoded entries (see [`Indexed::encode`]): per index, a count, then each entry as
+/// `row (u32) | has_null (u8) | length (u32) | key`.
+struct Entries<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Entries<'a> {
+    fn u32(&mut self) -> Result<u32> {
+        let (head, rest) = self.bytes.split_at_checked(4).ok_or_else(damaged_entries)?;
+        self.bytes = rest;
+        Ok(u32::from_le_bytes(head.try_into().expect("4 bytes")))
+    }
+
+    fn entry(&mut self) -> Result<Entry<'a>> {
+        let row = self.u32()?;
+        let (&flag, rest) = self.bytes.split_first().ok_or_else(damaged_entries)?;
+        self.bytes = rest;
+        let length = self.u32()? as usize;
+        let (key, rest) = self
+            .bytes
+            .split_at_checked(length)
+            .ok_or_else(damaged_entries)?;
+        self.bytes = rest;
+        Ok(Entry {
+            row,
+            has_null: flag != 0,
+            key,
+        })
+    }
+}
+
+fn damaged_entries() -> Error {
+    Error::internal("a staged write's index entries are damaged")
 }
 
 impl Indexed {
@@ -84,36 +170,186 @@ impl Indexed {
         }))
     }
 
+    /// Which indexes these are, to tell whether entries encoded for them fit another set.
+    pub(crate) fn signature(&self) -> Signature {
+        self.defs
+            .iter()
+            .map(|d| {
+                let columns = d.names.iter().map(|n| n.to_ascii_lowercase()).collect();
+                (columns, d.unique)
+            })
+            .collect()
+    }
+
+    /// These indexes with their entries kept under `id`: an index being made, whose id is
+    /// taken only when it is stored.
+    pub(crate) fn with_id(mut self, id: u64) -> Indexed {
+        for def in &mut self.defs {
+            def.id = id;
+        }
+        self
+    }
+
+    /// The ids the entries are kept under, index by index.
+    pub(crate) fn ids(&self) -> Vec<u64> {
+        self.defs.iter().map(|d| d.id).collect()
+    }
+
+    /// An empty record of the unique keys a staging sees.
+    pub(crate) fn unique_seen(&self) -> UniqueSeen {
+        UniqueSeen {
+            hasher: std::hash::RandomState::new(),
+            seen: self.defs.iter().map(|_| HashSet::new()).collect(),
+            suspects: self.defs.iter().map(|_| HashSet::new()).collect(),
+        }
+    }
+
+    /// The entries of `batch` (rows of one chunk, in the table's schema) for every index, in
+    /// key order, encoded; fails when two of its rows share a key of a unique index. Needs no
+    /// transaction: this is the part of maintaining entries that costs CPU.
+    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Vec<u8>> {
+        self.encode_checked(batch, true)
+    }
+
+    fn encode_checked(&self, batch: &RecordBatch, check: bool) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for def in &self.defs {
+            let keyed = key_columns(def, batch);
+            let keys = def.converter.convert_columns(&keyed)?;
+            let rows = in_key_order(&keys, &keyed[0]);
+            out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+            let mut previous: Option<(usize, bool)> = None;
+            for row in rows {
+                let key = keys.row(row);
+                let has_null = keyed.iter().any(|c| c.is_null(row));
+                if check && def.unique && !has_null {
+                    if let Some((before, false)) = previous {
+                        if keys.row(before) == key {
+                            return Err(duplicate(def, &keyed, row, &self.table));
+                        }
+                    }
+                }
+                previous = Some((row, has_null));
+                let key = key.as_ref();
+                out.extend_from_slice(&(row as u32).to_le_bytes());
+                out.push(u8::from(has_null));
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(key);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks the unique keys of `encoded` against the entries of `snapshot` (the index
+    /// entries of the state the rows were computed from; `None` for a table that had no
+    /// entries there) and notes them in `seen`. Fails, exactly, on a key the snapshot holds;
+    /// a key seen before in this staging becomes a suspect for [`Indexed::write`].
+    pub(crate) fn check_staged(
+        &self,
+        encoded: &[u8],
+        snapshot: Option<&impl ReadableTable<(u64, &'static [u8], u64, u32), ()>>,
+        seen: &mut UniqueSeen,
+    ) -> Result<()> {
+        let mut entries = Entries { bytes: encoded };
+        for (at, def) in self.defs.iter().enumerate() {
+            let count = entries.u32()?;
+            for _ in 0..count {
+                let entry = entries.entry()?;
+                if !def.unique || entry.has_null {
+                    continue;
+                }
+                if let Some(snapshot) = snapshot {
+                    if first_entry(snapshot, def.id, entry.key)?.is_some() {
+                        return Err(self.duplicate_key(def, entry.key));
+                    }
+                }
+                let hash = seen.hash(entry.key);
+                if !seen.seen[at].insert(hash) {
+                    seen.suspects[at].insert(hash);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `encoded` (from [`Indexed::encode`]) as the entries of chunk `chunk`, looking
+    /// up the unique keys `lookups` says may be taken; fails on a duplicate key. Returns the
+    /// bytes the entries take.
+    pub(crate) fn write(
+        &self,
+        txn: &WriteTransaction,
+        chunk: u64,
+        encoded: &[u8],
+        lookups: Lookups<'_>,
+    ) -> Result<u64> {
+        let mut table = txn.open_table(INDEX_ENTRIES)?;
+        let mut entries = Entries { bytes: encoded };
+        let mut bytes = 0;
+        for (at, def) in self.defs.iter().enumerate() {
+            let count = entries.u32()?;
+            for _ in 0..count {
+                let entry = entries.entry()?;
+                let look = def.unique
+                    && !entry.has_null
+                    && match lookups {
+                        Lookups::All => true,
+                        Lookups::Suspects(seen) => seen.is_suspect(at, entry.key),
+                    };
+                if look && first_entry(&table, def.id, entry.key)?.is_some() {
+                    return Err(self.duplicate_key(def, entry.key));
+                }
+                table.insert((def.id, entry.key, chunk, entry.row), ())?;
+                bytes += entry_bytes(entry.key.len());
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Removes the entries `encoded` (from [`Indexed::encode_unchecked`]) of chunk `chunk`.
+    /// Returns the bytes they took.
+    pub(crate) fn remove_encoded(
+        &self,
+        txn: &WriteTransaction,
+        chunk: u64,
+        encoded: &[u8],
+    ) -> Result<u64> {
+        let mut table = txn.open_table(INDEX_ENTRIES)?;
+        let mut entries = Entries { bytes: encoded };
+        let mut bytes = 0;
+        for def in &self.defs {
+            let count = entries.u32()?;
+            for _ in 0..count {
+                let entry = entries.entry()?;
+                if table
+                    .remove((def.id, entry.key, chunk, entry.row))?
+                    .is_some()
+                {
+                    bytes += entry_bytes(entry.key.len());
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// [`Indexed::encode`] for rows already stored, whose entries are about to go: no key
+    /// is checked.
+    pub(crate) fn encode_unchecked(&self, batch: &RecordBatch) -> Result<Vec<u8>> {
+        self.encode_checked(batch, false)
+    }
+
     /// Adds the entries of `batch`, the rows of chunk `chunk` (in the table's schema),
-    /// failing on a duplicate key of a unique index. Returns the bytes they take.
+    /// failing on a duplicate key of a unique index. Encodes inside the transaction: for
+    /// rows bounded by a chunk (a table's small last chunk merged with new rows); more
+    /// rows are encoded before the lock is taken. Returns the bytes the entries take.
     pub(crate) fn add(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         batch: &RecordBatch,
     ) -> Result<u64> {
-        let mut entries = txn.open_table(INDEX_ENTRIES)?;
-        let mut bytes = 0;
-        for def in &self.defs {
-            let keyed = key_columns(def, batch);
-            let keys = def.converter.convert_columns(&keyed)?;
-            for row in in_key_order(&keys, &keyed[0]) {
-                let key = keys.row(row);
-                let key = key.as_ref();
-                if def.unique && !keyed.iter().any(|c| c.is_null(row)) {
-                    let first = entries
-                        .range((def.id, key, 0u64, 0u32)..=(def.id, key, u64::MAX, u32::MAX))?
-                        .next()
-                        .transpose()?;
-                    if first.is_some() {
-                        return Err(duplicate(def, &keyed, row, &self.table));
-                    }
-                }
-                entries.insert((def.id, key, chunk, row as u32), ())?;
-                bytes += entry_bytes(key.len());
-            }
-        }
-        Ok(bytes)
+        #[cfg(test)]
+        observe::encoded_locked(&self.table, batch.num_rows());
+        self.write(txn, chunk, &self.encode(batch)?, Lookups::All)
     }
 
     /// Removes the entries of `batch`, the rows of chunk `chunk`, which is going away.
@@ -124,23 +360,30 @@ impl Indexed {
         chunk: u64,
         batch: &RecordBatch,
     ) -> Result<u64> {
-        let mut entries = txn.open_table(INDEX_ENTRIES)?;
-        let mut bytes = 0;
-        for def in &self.defs {
-            let keyed = key_columns(def, batch);
-            let keys = def.converter.convert_columns(&keyed)?;
-            for row in in_key_order(&keys, &keyed[0]) {
-                let key = keys.row(row);
-                if entries
-                    .remove((def.id, key.as_ref(), chunk, row as u32))?
-                    .is_some()
-                {
-                    bytes += entry_bytes(key.as_ref().len());
-                }
-            }
-        }
-        Ok(bytes)
+        self.remove_encoded(txn, chunk, &self.encode_unchecked(batch)?)
     }
+
+    /// The violation of `def` by the encoded key `key`, naming its values.
+    fn duplicate_key(&self, def: &Def, key: &[u8]) -> Error {
+        let parser = def.converter.parser();
+        match def.converter.convert_rows([parser.parse(key)]) {
+            Ok(keyed) => duplicate(def, &keyed, 0, &self.table),
+            Err(_) => duplicate(def, &[], 0, &self.table),
+        }
+    }
+}
+
+/// The first entry of index `id` with key `key`, if any.
+fn first_entry(
+    table: &impl ReadableTable<(u64, &'static [u8], u64, u32), ()>,
+    id: u64,
+    key: &[u8],
+) -> Result<Option<()>> {
+    Ok(table
+        .range((id, key, 0u64, 0u32)..=(id, key, u64::MAX, u32::MAX))?
+        .next()
+        .transpose()?
+        .map(drop))
 }
 
 /// The bytes an entry whose key is `key_len` bytes long is counted as (see `storage`): its
@@ -370,6 +613,42 @@ pub(crate) fn first_column(index: &Index, schema: &Schema) -> Option<usize> {
         .iter()
         .position(|f| f.name().eq_ignore_ascii_case(first))?;
     indexable(schema.field(at).data_type()).then_some(at)
+}
+
+/// What tests watch of index maintenance: staging as it goes (a hook per table, run after each
+/// chunk's entries are staged) and the rows whose entries were encoded inside a transaction.
+#[cfg(test)]
+pub(crate) mod observe {
+    use std::collections::HashMap;
+    use std::sync::LazyLock;
+
+    use parking_lot::Mutex;
+
+    type Hook = Box<dyn Fn() + Send + Sync>;
+
+    static STAGED: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
+    static ENCODED_LOCKED: LazyLock<Mutex<HashMap<String, usize>>> =
+        LazyLock::new(Default::default);
+
+    /// Runs `hook` each time a chunk of `table`'s entries has been staged.
+    pub(crate) fn on_staged(table: &str, hook: impl Fn() + Send + Sync + 'static) {
+        STAGED.lock().insert(table.to_string(), Box::new(hook));
+    }
+
+    pub(crate) fn staged(table: &str) {
+        if let Some(hook) = STAGED.lock().get(table) {
+            hook();
+        }
+    }
+
+    pub(crate) fn encoded_locked(table: &str, rows: usize) {
+        *ENCODED_LOCKED.lock().entry(table.to_string()).or_default() += rows;
+    }
+
+    /// Rows of `table` whose entries were encoded inside a write transaction so far.
+    pub(crate) fn encoded_locked_rows(table: &str) -> usize {
+        ENCODED_LOCKED.lock().get(table).copied().unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! its slot with nothing to keep in step. Questions are counted in a fixed window that starts
 //! with the first question after the previous window ended.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
@@ -205,11 +206,15 @@ impl ModelCalls {
     }
 }
 
-/// A question counted against its tenant's quota. Dropped without [`Question::answered`] (the
-/// answer failed, or its caller stopped waiting and the task was aborted), it is given back.
+/// A question counted against its tenant's quota. It stays counted once a provider was
+/// called for it, however it ends (answered, failed, stopped by its deadline or an interrupt,
+/// or abandoned by its caller, which drops it): the operator has paid for that call. One that
+/// ends before any call is given back.
 pub(crate) struct Question {
     store: Arc<Store>,
     reservation: Option<Reservation>,
+    /// Provider calls made for it, counted by whoever answers it.
+    calls: Arc<AtomicU64>,
 }
 
 impl Question {
@@ -230,7 +235,19 @@ impl Question {
         Ok(Question {
             store: Arc::clone(store),
             reservation,
+            calls: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The counter of provider calls made for this question: a call counts from the moment
+    /// its request is sent (see `llm::chat`).
+    pub(crate) fn calls(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.calls)
+    }
+
+    /// Whether a provider was called for it.
+    fn called(&self) -> bool {
+        self.calls.load(Ordering::SeqCst) > 0
     }
 
     /// The question was answered: it stays counted.
@@ -238,8 +255,12 @@ impl Question {
         self.reservation = None;
     }
 
-    /// The answer failed: the question is given back before this returns.
+    /// The answer failed: the question is given back before this returns, unless a provider
+    /// was called for it.
     pub(crate) async fn give_back(mut self) {
+        if self.called() {
+            self.reservation = None;
+        }
         if let Some(reservation) = self.reservation.take() {
             // A refund that cannot be written leaves the question counted: the safe side.
             let _ = self.store.write(move |txn| refund(txn, reservation)).await;
@@ -249,6 +270,9 @@ impl Question {
 
 impl Drop for Question {
     fn drop(&mut self) {
+        if self.called() {
+            return;
+        }
         let Some(reservation) = self.reservation.take() else {
             return;
         };

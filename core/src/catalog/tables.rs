@@ -6,6 +6,7 @@
 //! always names the same bytes. Every change of the bytes these tables and the index entries
 //! hold is counted to the table's tenant through `storage`, in the transaction that makes it.
 
+use std::collections::HashSet;
 use std::io::Cursor;
 use std::sync::Arc;
 
@@ -22,13 +23,13 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::constraints::{
     column_index, Constraints, Index, KeySet, OnConflict, PRIMARY_KEY, UNIQUE,
 };
-use crate::catalog::indexes::{self, Indexed};
+use crate::catalog::indexes::{self, Indexed, Lookups, Signature, UniqueSeen};
 use crate::catalog::namespace::validate_name;
 use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::store;
-use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
+use crate::store::schema::{CHUNKS, CHUNK_ORDER, INDEX_ENTRIES, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 /// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
@@ -183,20 +184,11 @@ fn with_key_indexes(
     tenant: TenantId,
     mut record: TableRecord,
 ) -> Result<TableRecord> {
-    let table = record.name.to_ascii_lowercase();
-    let mut keys: Vec<(&str, Vec<String>, String)> = Vec::new();
-    if !record.constraints.primary_key.is_empty() {
-        let columns = record.constraints.primary_key.clone();
-        keys.push((PRIMARY_KEY, columns, format!("{table}_pkey")));
-    }
-    for columns in &record.constraints.unique {
-        let name = format!("{table}_{}_key", columns.join("_").to_ascii_lowercase());
-        keys.push((UNIQUE, columns.clone(), name));
-    }
-    for (kind, columns, name) in keys {
+    for index in key_indexes(&record.name, &record.constraints) {
+        let name = index.name.clone();
         let mut chosen = name.clone();
         let mut n = 1;
-        while find_index(txn, tenant, &record.project, &chosen)?.is_some()
+        while find_index(&txn.open_table(TABLES)?, tenant, &record.project, &chosen)?.is_some()
             || record
                 .constraints
                 .indexes
@@ -208,13 +200,38 @@ fn with_key_indexes(
         }
         record.constraints.indexes.push(Index {
             name: chosen,
-            columns,
-            unique: true,
             entries: Some(store::next_id(txn, "index")?),
-            backs: Some(kind.to_string()),
+            ..index
         });
     }
     Ok(record)
+}
+
+/// The indexes a new table named `table` gets for the keys `constraints` declares, in the
+/// order [`create`] adds them, under their first-choice names and with a placeholder for
+/// their entries' id: what rows for a table being made are staged with.
+pub(crate) fn key_indexes(table: &str, constraints: &Constraints) -> Vec<Index> {
+    let table = table.to_ascii_lowercase();
+    let mut keys = Vec::new();
+    if !constraints.primary_key.is_empty() {
+        keys.push(Index {
+            name: format!("{table}_pkey"),
+            columns: constraints.primary_key.clone(),
+            unique: true,
+            entries: Some(0),
+            backs: Some(PRIMARY_KEY.to_string()),
+        });
+    }
+    for columns in &constraints.unique {
+        keys.push(Index {
+            name: format!("{table}_{}_key", columns.join("_").to_ascii_lowercase()),
+            columns: columns.clone(),
+            unique: true,
+            entries: Some(0),
+            backs: Some(UNIQUE.to_string()),
+        });
+    }
+    keys
 }
 
 /// Drops a table and all its chunks. Returns false when it did not exist.
@@ -450,6 +467,18 @@ pub(crate) struct TableWriter<'t> {
     pending: ChunkBuffer,
     /// The table's indexes that hold entries, kept in step with the chunks written.
     indexed: Option<Indexed>,
+    /// The entries the file holds for the table as the write began: what staged unique keys
+    /// must not collide with. `None` when it holds none (no rows, or all replaced).
+    present: Option<EntriesState>,
+}
+
+/// Which index entries a table holds: the table's id, its indexes' entry ids and its chunk
+/// order. Two equal states hold the same entries, since entries change only with chunks.
+#[derive(Debug, Clone, PartialEq)]
+struct EntriesState {
+    table: u64,
+    ids: Vec<u64>,
+    order: Vec<(u64, u64)>,
 }
 
 impl<'t> TableWriter<'t> {
@@ -461,12 +490,25 @@ impl<'t> TableWriter<'t> {
         mut record: TableRecord,
     ) -> Result<Self> {
         let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+        let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
+        let present = match &indexed {
+            Some(indexed) => {
+                let order = chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)?;
+                (!order.is_empty()).then(|| EntriesState {
+                    table: record.id,
+                    ids: indexed.ids(),
+                    order,
+                })
+            }
+            None => None,
+        };
         let mut writer = TableWriter {
             txn,
             tenant,
             record: record.clone(),
             pending: ChunkBuffer::new(Arc::clone(&schema)),
-            indexed: Indexed::of(&record.constraints.indexes, &schema, &record.name)?,
+            indexed,
+            present,
             schema,
         };
         if let Some(tail) = record.tail.take() {
@@ -564,12 +606,20 @@ impl<'t> TableWriter<'t> {
     }
 
     /// Appends rows staged before the transaction began (see [`StagedRows`]): their full
-    /// chunks go in as they were encoded, the rest is buffered like pushed rows. A small last
-    /// chunk of the table taken back for merging is written first, so row order holds.
+    /// chunks go in as they were encoded, with the index entries encoded beside them, the
+    /// rest is buffered like pushed rows. A small last chunk of the table taken back for
+    /// merging is written first, so row order holds.
+    ///
+    /// Staged unique keys were checked against the snapshot the rows came from; they are
+    /// looked up again only when the table's entries are no longer that snapshot's (another
+    /// write changed the table meanwhile), or when the staging saw their hash twice. Entries
+    /// staged for other indexes than the table has now (an index made meanwhile) are
+    /// encoded here from the chunks.
     pub(crate) fn push_staged(&mut self, staged: StagedRows) -> Result<()> {
         let StagedRows {
             chunks,
             mut pending,
+            keys,
             ..
         } = staged;
         if !chunks.is_empty() {
@@ -580,12 +630,32 @@ impl<'t> TableWriter<'t> {
             let mut chunks_table = txn.open_table(CHUNKS)?;
             let mut order = txn.open_table(CHUNK_ORDER)?;
             let indexed = &self.indexed;
+            let usable = match (indexed, &keys) {
+                (Some(indexed), Some(keys)) => keys.signature == indexed.signature(),
+                _ => false,
+            };
+            let lookups = match &keys {
+                Some(keys) if self.present.is_none() || self.present == keys.checked => {
+                    Lookups::Suspects(&keys.seen)
+                }
+                _ => Lookups::All,
+            };
             chunks.drain(|chunk_rows, bytes| {
-                chunks_table.insert((id, self.record.next_chunk), bytes.as_slice())?;
-                let mut added = bytes.len() as u64;
-                if let Some(indexed) = indexed {
-                    added +=
-                        indexed.add(txn, self.record.next_chunk, &decode_chunk(&bytes, None)?)?;
+                let (chunk, entries) = match &keys {
+                    Some(_) => split_staged(&bytes)?,
+                    None => (bytes.as_slice(), &[][..]),
+                };
+                chunks_table.insert((id, self.record.next_chunk), chunk)?;
+                let mut added = chunk.len() as u64;
+                match indexed {
+                    Some(indexed) if usable => {
+                        added += indexed.write(txn, self.record.next_chunk, entries, lookups)?
+                    }
+                    Some(indexed) => {
+                        added +=
+                            indexed.add(txn, self.record.next_chunk, &decode_chunk(chunk, None)?)?
+                    }
+                    None => {}
                 }
                 storage::charge(txn, tenant, Change::added(added))?;
                 order.insert((id, self.record.next_position), self.record.next_chunk)?;
@@ -600,6 +670,16 @@ impl<'t> TableWriter<'t> {
         }
         Ok(())
     }
+}
+
+/// A staged chunk's encoded rows and its encoded index entries, from the one record they
+/// are spooled as (`rows' length (u64) | rows | entries`).
+fn split_staged(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
+    let damaged = || Error::internal("a staged write's chunk is damaged");
+    let (head, rest) = bytes.split_at_checked(8).ok_or_else(damaged)?;
+    let length = u64::from_le_bytes(head.try_into().expect("8 bytes"));
+    rest.split_at_checked(usize::try_from(length).map_err(|_| damaged())?)
+        .ok_or_else(damaged)
 }
 
 /// Gives `batch` the table's `schema` (casting strictly: a value that does not fit is an
@@ -653,7 +733,9 @@ fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<Record
 
 /// Rows for a table, conformed to its schema and encoded into full chunks before the write
 /// that stores them takes the writer lock; [`TableWriter::push_staged`] appends them. Memory
-/// stays bounded: encoded chunks go to a [`Spool`] (memory, then a temporary file).
+/// stays bounded: encoded chunks go to a [`Spool`] (memory, then a temporary file). For a
+/// table with indexes, each full chunk's index entries are encoded and sorted here too, and
+/// unique keys checked, so that the writer lock is held only to write them.
 pub(crate) struct StagedRows {
     table: String,
     schema: SchemaRef,
@@ -661,10 +743,25 @@ pub(crate) struct StagedRows {
     /// Rows not yet making a full chunk.
     pending: ChunkBuffer,
     rows: u64,
+    /// The index entries staged with the chunks, when the table has indexes.
+    keys: Option<StagedKeys>,
+}
+
+/// What staging index entries keeps: the indexes, the snapshot's entries unique keys are
+/// checked against, and the keys seen so far.
+struct StagedKeys {
+    indexed: Indexed,
+    signature: Signature,
+    /// The index entries of the snapshot, when the rows join the rows stored there.
+    snapshot: Option<indexes::SnapshotEntries>,
+    /// Which entries unique keys were checked against: the snapshot's; `None` when against
+    /// none (rows that replace all others, or fill a new table).
+    checked: Option<EntriesState>,
+    seen: UniqueSeen,
 }
 
 impl StagedRows {
-    /// Staging for the table `table` of `schema`.
+    /// Staging for the table `table` of `schema`, which has no indexes.
     pub(crate) fn new(table: &str, schema: SchemaRef, chunks: Spool) -> StagedRows {
         StagedRows {
             table: table.to_string(),
@@ -672,7 +769,62 @@ impl StagedRows {
             schema,
             chunks,
             rows: 0,
+            keys: None,
         }
+    }
+
+    /// Staging for rows appended to `record`'s table as `snapshot` has it (a read
+    /// snapshot, the state the rows are computed from), with `schema` its schema: its
+    /// indexes' entries are staged too, unique keys checked against the snapshot's.
+    pub(crate) fn appending(
+        record: &TableRecord,
+        schema: SchemaRef,
+        chunks: Spool,
+        snapshot: &redb::ReadTransaction,
+    ) -> Result<StagedRows> {
+        let mut staged = StagedRows::new(&record.name, Arc::clone(&schema), chunks);
+        let Some(indexed) = Indexed::of(&record.constraints.indexes, &schema, &record.name)? else {
+            return Ok(staged);
+        };
+        let order = chunk_order(&snapshot.open_table(CHUNK_ORDER)?, record.id)?;
+        let checked = (!order.is_empty()).then(|| EntriesState {
+            table: record.id,
+            ids: indexed.ids(),
+            order,
+        });
+        staged.keys = Some(StagedKeys {
+            signature: indexed.signature(),
+            seen: indexed.unique_seen(),
+            snapshot: match checked {
+                Some(_) => Some(snapshot.open_table(INDEX_ENTRIES)?),
+                None => None,
+            },
+            checked,
+            indexed,
+        });
+        Ok(staged)
+    }
+
+    /// Staging for rows that become the whole content of the table `table` with `indexes`
+    /// (replacing its rows, or filling it new): its indexes' entries are staged too, unique
+    /// keys checked among themselves.
+    pub(crate) fn replacing(
+        table: &str,
+        indexes: &[Index],
+        schema: SchemaRef,
+        chunks: Spool,
+    ) -> Result<StagedRows> {
+        let mut staged = StagedRows::new(table, Arc::clone(&schema), chunks);
+        if let Some(indexed) = Indexed::of(indexes, &schema, table)? {
+            staged.keys = Some(StagedKeys {
+                signature: indexed.signature(),
+                seen: indexed.unique_seen(),
+                snapshot: None,
+                checked: None,
+                indexed,
+            });
+        }
+        Ok(staged)
     }
 
     /// Rows staged so far.
@@ -680,8 +832,8 @@ impl StagedRows {
         self.rows
     }
 
-    /// Conforms and buffers a batch, encoding full chunks as they fill up; returns the rows
-    /// as they will be stored (for checks on them).
+    /// Conforms and buffers a batch, encoding full chunks (and their index entries) as they
+    /// fill up; returns the rows as they will be stored (for checks on them).
     pub(crate) fn push(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
         if batch.num_rows() == 0 {
             return Ok(batch);
@@ -691,8 +843,22 @@ impl StagedRows {
         self.pending.add(batch.clone());
         while let Some(chunk) = self.pending.full_chunk()? {
             let rows = chunk.num_rows() as u64;
-            self.chunks
-                .push(rows, encode_batches(&self.schema, &[compact(&chunk)?])?)?;
+            let encoded = encode_batches(&self.schema, &[compact(&chunk)?])?;
+            let Some(keys) = self.keys.as_mut() else {
+                self.chunks.push(rows, encoded)?;
+                continue;
+            };
+            let entries = keys.indexed.encode(&chunk)?;
+            keys.indexed
+                .check_staged(&entries, keys.snapshot.as_ref(), &mut keys.seen)?;
+            // bounded: one chunk's encoded rows and entries, already held
+            let mut record = Vec::with_capacity(8 + encoded.len() + entries.len());
+            record.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
+            record.extend_from_slice(&encoded);
+            record.extend_from_slice(&entries);
+            self.chunks.push(rows, record)?;
+            #[cfg(test)]
+            indexes::observe::staged(&self.table);
         }
         Ok(batch)
     }
@@ -704,11 +870,16 @@ impl StagedRows {
         let StagedRows {
             chunks,
             mut pending,
+            keys,
             ..
         } = self;
         let mut out = Vec::new();
         chunks.drain(|_, bytes| {
-            out.push(decode_chunk(&bytes, None)?);
+            let rows = match keys {
+                Some(_) => split_staged(&bytes)?.0,
+                None => bytes.as_slice(),
+            };
+            out.push(decode_chunk(rows, None)?);
             Ok(())
         })?;
         out.extend(pending.rest()?);
@@ -718,15 +889,15 @@ impl StagedRows {
 
 /// Appends `staged` to `record`'s table inside `txn`, resolving rows whose unique key a stored
 /// row has by `on_conflict` ([`OnConflict::Fail`] is a plain append, checked when it
-/// finishes). Rows that resolve conflicts are held in memory; `spool` stages what `Replace`
-/// rewrites. Returns the rows inserted.
+/// finishes). Rows that resolve conflicts are held in memory; `spool` gives spools for what
+/// `Replace` rewrites. Returns the rows inserted.
 pub(crate) fn insert_resolving(
     txn: &WriteTransaction,
     tenant: TenantId,
     record: TableRecord,
     staged: StagedRows,
     on_conflict: OnConflict,
-    spool: Spool,
+    spool: impl Fn() -> Spool,
 ) -> Result<u64> {
     let keys = record.constraints.unique_keys();
     if on_conflict == OnConflict::Fail || keys.is_empty() {
@@ -751,7 +922,7 @@ pub(crate) fn insert_resolving(
                     set.add(batch, &record.name)?;
                 }
             }
-            let rewrite = plan_rewrite(txn, &record, spool, |batch| {
+            let rewrite = plan_rewrite(txn, &record, spool(), spool(), |batch| {
                 // bounded: one flag per row of a chunk in memory
                 let mut keep = vec![true; batch.num_rows()];
                 for set in &sets {
@@ -826,17 +997,22 @@ fn filter_rows(batch: &RecordBatch, keep: Vec<bool>) -> Result<RecordBatch> {
 
 /// Chunk-by-chunk changes to a table computed from a read snapshot (an UPDATE or DELETE that
 /// ran before taking the writer lock), applied by [`apply_rewrite`] if the table is still as
-/// it was read.
+/// it was read. The index entries of the chunks that go and of those that come are encoded
+/// with it, so applying it only writes them.
 pub(crate) struct Rewrite {
     /// The table's (position, chunk id) pairs as read.
     base: Vec<(u64, u64)>,
     /// The id of the table read.
     table_id: u64,
     /// Per changed chunk: its position in the spool's numbers, its new rows as bytes (empty
-    /// when every row went); the chunk ids and row counts alongside.
+    /// when every row went), followed by their index entries when the table has indexes
+    /// (see [`split_staged`]); the chunk ids and row counts alongside.
     changes: Spool,
     /// (position, old chunk id, old rows, new rows) per change, in order.
     index: Vec<(u64, u64, u64, u64)>,
+    /// The indexes the entries were encoded for, and the encoded entries of the changed
+    /// chunks as they were (numbered by old chunk id), when the table has indexes.
+    entries: Option<(Signature, Spool)>,
 }
 
 impl Rewrite {
@@ -850,13 +1026,15 @@ impl Rewrite {
 /// without writing them. `change` gets each chunk's rows and returns `None` to leave the chunk
 /// untouched, or its new rows (possibly none). Changed chunks get new ids at their old
 /// positions (see [`apply_rewrite`]), so row order holds and untouched chunks are never copied.
+/// `changes` stages the new rows; `old` the index entries of the rows that go.
 pub(crate) fn plan_rewrite(
     txn: &impl ReadTables,
     record: &TableRecord,
     changes: Spool,
+    old: Spool,
     change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
 ) -> Result<Rewrite> {
-    plan_rewrite_probing(txn, record, changes, None, change)
+    plan_rewrite_probing(txn, record, changes, old, None, change)
 }
 
 /// Which columns of a chunk tell whether a rewrite touches it, and the test on those columns.
@@ -869,16 +1047,19 @@ pub(crate) fn plan_rewrite_probing(
     txn: &impl ReadTables,
     record: &TableRecord,
     changes: Spool,
+    old: Spool,
     mut probe: Option<ChunkProbe<'_>>,
     mut change: impl FnMut(RecordBatch) -> Result<Option<RecordBatch>>,
 ) -> Result<Rewrite> {
     let schema = txn.schema_of(record.id)?;
     let base = txn.chunk_order_of(record.id)?;
+    let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
     let mut rewrite = Rewrite {
         base: base.clone(),
         table_id: record.id,
         changes,
         index: Vec::new(),
+        entries: indexed.as_ref().map(|i| (i.signature(), old)),
     };
     for (position, chunk) in base {
         if let Some((columns, touches)) = probe.as_mut() {
@@ -888,6 +1069,10 @@ pub(crate) fn plan_rewrite_probing(
         }
         let batch = txn.chunk(record.id, chunk)?;
         let old_rows = batch.num_rows() as u64;
+        let gone = match &indexed {
+            Some(indexed) => Some(indexed.encode_unchecked(&batch)?),
+            None => None,
+        };
         let Some(new) = change(batch)? else {
             continue;
         };
@@ -898,6 +1083,20 @@ pub(crate) fn plan_rewrite_probing(
             let new = RecordBatch::try_new(Arc::clone(&schema), new.columns().to_vec())?;
             encode_batches(&schema, &[compact(&new)?])?
         };
+        let bytes = match &indexed {
+            Some(indexed) if new_rows > 0 => {
+                let entries = indexed.encode(&new)?;
+                let mut record = Vec::with_capacity(8 + bytes.len() + entries.len());
+                record.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+                record.extend_from_slice(&bytes);
+                record.extend_from_slice(&entries);
+                record
+            }
+            _ => bytes,
+        };
+        if let (Some((_, old)), Some(gone)) = (rewrite.entries.as_mut(), gone) {
+            old.push(chunk, gone)?;
+        }
         rewrite.changes.push(position, bytes)?;
         rewrite.index.push((position, chunk, old_rows, new_rows));
     }
@@ -919,24 +1118,40 @@ pub(crate) fn apply_rewrite(
     }
     let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
     let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
+    // Entries encoded for the indexes the table has now (none made or dropped meanwhile);
+    // otherwise they are encoded here from the chunks.
+    let staged = match (&indexed, &rewrite.entries) {
+        (Some(indexed), Some((signature, _))) => *signature == indexed.signature(),
+        _ => false,
+    };
+    // The new rows were spooled with their entries when the table had indexes as read.
+    let encoded_with_entries = rewrite.entries.is_some();
     let mut chunks = txn.open_table(CHUNKS)?;
     // Counted as one change: a rewrite that shrinks the table passes even over the limit.
     let mut change = Change::default();
     if let Some(indexed) = &indexed {
         // Every old entry goes before any new one comes, so a key that moves between chunks
         // is no duplicate.
-        for &(_, old_chunk, ..) in &rewrite.index {
-            let bytes = chunks.get((record.id, old_chunk))?.ok_or_else(|| {
-                Error::internal(format!(
-                    "chunk {old_chunk} of table id {} is missing",
-                    record.id
-                ))
-            })?;
-            change += Change::removed(indexed.remove(
-                txn,
-                old_chunk,
-                &decode_chunk(bytes.value(), None)?,
-            )?);
+        match rewrite.entries {
+            Some((_, old)) if staged => old.drain(|chunk, entries| {
+                change += Change::removed(indexed.remove_encoded(txn, chunk, &entries)?);
+                Ok(())
+            })?,
+            _ => {
+                for &(_, old_chunk, ..) in &rewrite.index {
+                    let bytes = chunks.get((record.id, old_chunk))?.ok_or_else(|| {
+                        Error::internal(format!(
+                            "chunk {old_chunk} of table id {} is missing",
+                            record.id
+                        ))
+                    })?;
+                    change += Change::removed(indexed.remove(
+                        txn,
+                        old_chunk,
+                        &decode_chunk(bytes.value(), None)?,
+                    )?);
+                }
+            }
         }
     }
     let mut order = txn.open_table(CHUNK_ORDER)?;
@@ -958,12 +1173,26 @@ pub(crate) fn apply_rewrite(
             order.remove((record.id, at))?;
             return Ok(());
         }
-        chunks.insert((record.id, record.next_chunk), bytes.as_slice())?;
+        let (rows, entries) = match encoded_with_entries {
+            true => split_staged(&bytes)?,
+            false => (bytes.as_slice(), &[][..]),
+        };
+        chunks.insert((record.id, record.next_chunk), rows)?;
         order.insert((record.id, at), record.next_chunk)?;
-        change += Change::added(bytes.len() as u64);
-        if let Some(indexed) = &indexed {
-            change +=
-                Change::added(indexed.add(txn, record.next_chunk, &decode_chunk(&bytes, None)?)?);
+        change += Change::added(rows.len() as u64);
+        match &indexed {
+            Some(indexed) if staged => {
+                change +=
+                    Change::added(indexed.write(txn, record.next_chunk, entries, Lookups::All)?)
+            }
+            Some(indexed) => {
+                change += Change::added(indexed.add(
+                    txn,
+                    record.next_chunk,
+                    &decode_chunk(rows, None)?,
+                )?)
+            }
+            None => {}
         }
         record.next_chunk += 1;
         Ok(())
@@ -1018,54 +1247,195 @@ fn verify_keys(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
     Ok(())
 }
 
-/// Adds `index` to the table `project.table`: its name must be new among the project's
-/// indexes (`if_not_exists` makes an existing one a no-op), its columns the table's, and a
-/// unique index's values unique already.
-pub(crate) fn create_index(
-    txn: &WriteTransaction,
-    tenant: TenantId,
-    project: &str,
-    table: &str,
+/// An index being made (`CREATE INDEX`), its entries encoded from a read snapshot before the
+/// writer lock is taken: under the lock, [`IndexBuild::finish`] checks that its name is still
+/// free and writes the entries, encoding only chunks written since the snapshot.
+pub(crate) struct IndexBuild {
+    project: String,
+    table: String,
+    table_id: u64,
     index: Index,
-    if_not_exists: bool,
-) -> Result<()> {
-    validate_name("index", &index.name)?;
-    if find_index(txn, tenant, project, &index.name)?.is_some() {
-        if if_not_exists {
-            return Ok(());
+    /// The index over the table's key columns only (the chunks are read for those).
+    indexed: Indexed,
+    /// Where the key columns are in the table.
+    columns: Vec<usize>,
+    /// Encoded entries, numbered by chunk id, in chunk order; one spool per snapshot read.
+    staged: Vec<Spool>,
+    /// The chunks staged so far.
+    done: HashSet<u64>,
+    seen: UniqueSeen,
+}
+
+/// What [`IndexBuild::start`] found.
+pub(crate) enum IndexStart {
+    /// An index of that name exists and `IF NOT EXISTS` was given: nothing to do.
+    Exists,
+    /// The index to build.
+    Build(Box<IndexBuild>),
+}
+
+impl IndexBuild {
+    /// Checks `index` for the table `project.table` as `txn` (a snapshot) has it: its name new
+    /// among the project's indexes (`if_not_exists` makes an existing one a no-op), its
+    /// columns the table's.
+    pub(crate) fn start(
+        txn: &redb::ReadTransaction,
+        tenant: TenantId,
+        project: &str,
+        table: &str,
+        index: Index,
+        if_not_exists: bool,
+    ) -> Result<IndexStart> {
+        validate_name("index", &index.name)?;
+        let tables = txn.open_table(TABLES)?;
+        if find_index(&tables, tenant, project, &index.name)?.is_some() {
+            if if_not_exists {
+                return Ok(IndexStart::Exists);
+            }
+            return Err(index_exists(&index.name, project));
         }
-        return Err(Error::conflict(format!(
-            "Index '{}' already exists in database: {project}",
-            index.name
-        )));
+        let record = get(&tables, tenant, project, table)?.ok_or_else(|| {
+            Error::not_found(format!("Table '{table}' not found in database: {project}"))
+        })?;
+        let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
+        let columns = index
+            .columns
+            .iter()
+            .map(|column| column_index(&schema, column, &record.name))
+            .collect::<Result<Vec<_>>>()?;
+        // The key columns alone, in index order: chunks are read for those only.
+        let keyed = schema.project(&columns)?;
+        let local = Index {
+            columns: keyed.fields().iter().map(|f| f.name().clone()).collect(),
+            entries: Some(0),
+            ..index.clone()
+        };
+        let indexed = Indexed::of(std::slice::from_ref(&local), &keyed, &record.name)?
+            .ok_or_else(|| Error::internal("an index to build holds no entries"))?;
+        Ok(IndexStart::Build(Box::new(IndexBuild {
+            project: project.to_ascii_lowercase(),
+            table: record.name.clone(),
+            table_id: record.id,
+            index,
+            seen: indexed.unique_seen(),
+            indexed,
+            columns,
+            staged: Vec::new(),
+            done: HashSet::new(),
+        })))
     }
-    let mut record = get(&txn.open_table(TABLES)?, tenant, project, table)?.ok_or_else(|| {
-        Error::not_found(format!("Table '{table}' not found in database: {project}"))
-    })?;
-    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
-    for column in &index.columns {
-        column_index(&schema, column, &record.name)?;
+
+    /// Encodes the entries of every chunk of the table in `txn` not encoded yet, in a new
+    /// spool; `keep_going` is asked before each chunk (a cancelled statement stops). Returns
+    /// false when the table is gone or replaced in `txn`.
+    pub(crate) fn stage(
+        &mut self,
+        txn: &impl ReadTables,
+        tables: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+        tenant: TenantId,
+        spool: Spool,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> Result<bool> {
+        if get(tables, tenant, &self.project, &self.table)?.is_none_or(|r| r.id != self.table_id) {
+            return Ok(false);
+        }
+        let mut staged = spool;
+        for (_, chunk) in txn.chunk_order_of(self.table_id)? {
+            if self.done.contains(&chunk) {
+                continue;
+            }
+            keep_going()?;
+            let batch = txn.chunk_columns(self.table_id, chunk, self.columns.clone())?;
+            let entries = self.indexed.encode(&batch)?;
+            self.indexed.check_staged(
+                &entries,
+                None::<&indexes::SnapshotEntries>,
+                &mut self.seen,
+            )?;
+            staged.push(chunk, entries)?;
+            self.done.insert(chunk);
+            #[cfg(test)]
+            indexes::observe::staged(&self.table);
+        }
+        self.staged.push(staged);
+        Ok(true)
     }
-    let index = Index {
-        entries: Some(store::next_id(txn, "index")?),
-        ..index
-    };
-    // Its entries, from every stored row (a unique index fails here on a duplicate).
-    if let Some(indexed) = Indexed::of(std::slice::from_ref(&index), &schema, &record.name)? {
-        let chunks = txn.open_table(CHUNKS)?;
-        for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
-            let bytes = chunks.get((record.id, chunk))?.ok_or_else(|| {
-                Error::internal(format!(
-                    "chunk {chunk} of table id {} is missing",
-                    record.id
+
+    /// The chunks of the table in `txn` whose entries are not staged: what finishing under
+    /// the lock would encode.
+    pub(crate) fn missing(&self, txn: &impl ReadTables) -> Result<usize> {
+        Ok(txn
+            .chunk_order_of(self.table_id)?
+            .iter()
+            .filter(|(_, chunk)| !self.done.contains(chunk))
+            .count())
+    }
+
+    /// Adds the index inside the write transaction: fails if its name was taken meanwhile
+    /// (a no-op with `if_not_exists`) or the table went; writes the staged entries of the
+    /// chunks still there, then encodes those written since (a unique index fails on a
+    /// duplicate, exactly: staged keys seen twice are looked up, the others were unique
+    /// among themselves, and the chunks encoded here look up every key).
+    pub(crate) fn finish(
+        self,
+        txn: &WriteTransaction,
+        tenant: TenantId,
+        if_not_exists: bool,
+    ) -> Result<()> {
+        let IndexBuild {
+            project,
+            table,
+            table_id,
+            index,
+            indexed,
+            columns,
+            staged,
+            done,
+            seen,
+        } = self;
+        if find_index(&txn.open_table(TABLES)?, tenant, &project, &index.name)?.is_some() {
+            if if_not_exists {
+                return Ok(());
+            }
+            return Err(index_exists(&index.name, &project));
+        }
+        let mut record = get(&txn.open_table(TABLES)?, tenant, &project, &table)?
+            .filter(|r| r.id == table_id)
+            .ok_or_else(|| {
+                Error::conflict(format!(
+                    "Table '{table}' in database {project} was dropped or replaced while its index was built; nothing was written"
                 ))
             })?;
-            let added = indexed.add(txn, chunk, &decode_chunk(bytes.value(), None)?)?;
-            storage::charge(txn, tenant, Change::added(added))?;
+        let id = store::next_id(txn, "index")?;
+        let indexed = indexed.with_id(id);
+        let order = chunk_order(&txn.open_table(CHUNK_ORDER)?, table_id)?;
+        let present: HashSet<u64> = order.iter().map(|(_, chunk)| *chunk).collect();
+        let mut added = 0;
+        for spool in staged {
+            spool.drain(|chunk, entries| {
+                if present.contains(&chunk) {
+                    added += indexed.write(txn, chunk, &entries, Lookups::Suspects(&seen))?;
+                }
+                Ok(())
+            })?;
         }
+        for (_, chunk) in order.iter().filter(|(_, chunk)| !done.contains(chunk)) {
+            let batch = txn.chunk_columns(table_id, *chunk, columns.clone())?;
+            added += indexed.add(txn, *chunk, &batch)?;
+        }
+        storage::charge(txn, tenant, Change::added(added))?;
+        record.constraints.indexes.push(Index {
+            entries: Some(id),
+            ..index
+        });
+        save(txn, tenant, &record)
     }
-    record.constraints.indexes.push(index);
-    save(txn, tenant, &record)
+}
+
+fn index_exists(name: &str, project: &str) -> Error {
+    Error::conflict(format!(
+        "Index '{name}' already exists in database: {project}"
+    ))
 }
 
 /// Removes the index `name` of the project; `if_exists` makes a missing one a no-op.
@@ -1076,7 +1446,7 @@ pub(crate) fn drop_index(
     name: &str,
     if_exists: bool,
 ) -> Result<()> {
-    let Some(mut record) = find_index(txn, tenant, project, name)? else {
+    let Some(mut record) = find_index(&txn.open_table(TABLES)?, tenant, project, name)? else {
         if if_exists {
             return Ok(());
         }
@@ -1109,20 +1479,18 @@ pub(crate) fn drop_index(
 
 /// The table of the project that has the index `name`.
 fn find_index(
-    txn: &WriteTransaction,
+    tables: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
     tenant: TenantId,
     project: &str,
     name: &str,
 ) -> Result<Option<TableRecord>> {
-    Ok(list(&txn.open_table(TABLES)?, tenant, project)?
-        .into_iter()
-        .find(|record| {
-            record
-                .constraints
-                .indexes
-                .iter()
-                .any(|index| index.name.eq_ignore_ascii_case(name))
-        }))
+    Ok(list(tables, tenant, project)?.into_iter().find(|record| {
+        record
+            .constraints
+            .indexes
+            .iter()
+            .any(|index| index.name.eq_ignore_ascii_case(name))
+    }))
 }
 
 /// Reading a table's schema and chunks, from a read snapshot or a write transaction alike.

@@ -412,6 +412,7 @@ impl Engine {
     pub async fn register_callback(&self, body: Value) -> Result<RegisteredCallback> {
         self.require_callbacks()?;
         let body = Fields::of(body, "The callback")?.into_map();
+        let filter = filter_of(&body).await?.unwrap_or_default();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
             .write(move |txn| {
@@ -421,7 +422,8 @@ impl Engine {
                     Some((name, plan.max_callbacks))
                 });
                 let config = &inner.config.callbacks;
-                callbacks::register(txn, tenant, &body, config, &inner.sql.net.egress, limit)
+                let egress = &inner.sql.net.egress;
+                callbacks::register(txn, tenant, &body, filter, config, egress, limit)
             })
             .await?;
         Ok(callback.registered())
@@ -446,9 +448,12 @@ impl Engine {
     pub async fn update_callback(&self, id: u64, body: Value) -> Result<CallbackInfo> {
         self.require_callbacks()?;
         let body = Fields::of(body, "The callback")?.into_map();
+        let filter = filter_of(&body).await?;
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
-            .write(move |txn| callbacks::update(txn, tenant, id, &body, &inner.sql.net.egress))
+            .write(move |txn| {
+                callbacks::update(txn, tenant, id, &body, filter, &inner.sql.net.egress)
+            })
             .await?;
         Ok(callback.info())
     }
@@ -511,4 +516,17 @@ pub enum HostedApi {
     Callbacks,
     /// `POST /cloud/login`.
     CloudLogin,
+}
+
+/// A callback body's `filter`, compiled before the transaction that stores it (compiling
+/// costs CPU, which no transaction holding the writer lock should spend), on a blocking
+/// thread; `None` when the body has no `filter`.
+async fn filter_of(body: &serde_json::Map<String, Value>) -> Result<Option<callbacks::Filter>> {
+    let Some(filter) = body.get("filter").cloned() else {
+        return Ok(None);
+    };
+    tokio::task::spawn_blocking(move || callbacks::read_filter(Some(&filter)))
+        .await
+        .map_err(|e| Error::internal(format!("compiling a filter stopped: {e}")))?
+        .map(Some)
 }

@@ -66,10 +66,12 @@ impl Engine {
         let tenant = self.tenant;
         self.get_knowledge_base(project, name)?;
         let (project, name) = (project.to_string(), name.to_string());
+        // Inserts into it stop at once (no more embedding calls).
+        let object = crate::running::Object::knowledge_base(tenant, &project, &name);
         self.inner
             .sql
             .store
-            .write(move |txn| {
+            .write_dropping(object, move |txn| {
                 crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, false)
             })
             .await
@@ -136,10 +138,17 @@ impl Engine {
             show_secrets: false,
             db: project.to_ascii_lowercase(),
         };
-        self.inner
-            .sql
-            .insert_documents(self.tenant, &context, project, name, &source, progress)
-            .await
+        // A statement like any: stopped (writing nothing) at its deadline or an interrupt.
+        let insert = self.inner.sql.insert_documents(
+            self.tenant,
+            &context,
+            project,
+            name,
+            &source,
+            progress,
+        );
+        let (control, _ticket) = self.statement_control()?;
+        control.run(insert).await
     }
 }
 
@@ -163,17 +172,17 @@ impl Engine {
             show_secrets: false,
             db: project.to_ascii_lowercase(),
         };
-        self.inner
-            .sql
-            .insert_documents(
-                self.tenant,
-                &context,
-                project,
-                name,
-                &DocumentSource::Rows(batch),
-                progress,
-            )
-            .await
+        let source = DocumentSource::Rows(batch);
+        let insert = self.inner.sql.insert_documents(
+            self.tenant,
+            &context,
+            project,
+            name,
+            &source,
+            progress,
+        );
+        let (control, _ticket) = self.statement_control()?;
+        control.run(insert).await
     }
 
     /// Searches the knowledge base `project.name` for `text`: the `limit` nearest chunks (10

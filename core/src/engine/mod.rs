@@ -21,6 +21,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
+use crate::admission::Ticket;
 use crate::cancel::{Control, Interrupts};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::auth::{self, LoginToken};
@@ -30,6 +31,7 @@ use crate::catalog::tables;
 use crate::config::Config;
 use crate::engine::status::Status;
 use crate::error::{panic_message, Error, Result};
+use crate::running::Object;
 use crate::services::agent_loop::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::services::files::{FileFormat, FileInfo};
 use crate::services::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
@@ -301,6 +303,22 @@ impl Engine {
         result
     }
 
+    /// The statement's stops for work that arrives outside SQL (a knowledge-base insert, an
+    /// upload, a prediction, a load of batches): its deadline (`query.statement_timeout_secs`)
+    /// and this handle's interrupts, as [`Engine::query`] gives SQL. [`Control::run`] drops
+    /// the work when it must stop, which stops it: a write's blocking loop sees its
+    /// cancellation and commits nothing, provider calls are abandoned.
+    ///
+    /// The work is admitted as a statement of this handle's user (its place among the plan's
+    /// `max_running_statements`, held while the returned ticket lives) and runs under a memory
+    /// account of its own (`query.statement_memory_mb`, within the plan's `max_memory_mb`).
+    pub(crate) fn statement_control(&self) -> Result<(Control, Option<Ticket>)> {
+        let (ticket, tenant_memory) = self.inner.sql.admit_statement(self.tenant)?;
+        let control = Control::new(self.inner.config.statement_limit(None), &self.interrupts)
+            .with_memory(self.inner.config.statement_memory_bytes(), tenant_memory);
+        Ok((control, ticket))
+    }
+
     /// Whether a transaction (`BEGIN`) is open: until `COMMIT` or `ROLLBACK`, writes are seen
     /// only here and are lost if the process ends; closing the engine rolls it back.
     pub fn in_transaction(&self) -> bool {
@@ -358,24 +376,26 @@ impl Engine {
         batches: Vec<RecordBatch>,
         mode: LoadMode,
     ) -> Result<u64> {
+        let (control, _ticket) = self.statement_control()?;
         if RUNTIME_OF.with(Cell::get) == self.inner.id {
             // In place, so a caller that drops this future cancels the load.
-            return self
+            let load = self
                 .inner
                 .sql
-                .load(self.tenant, db, table, schema, batches, mode)
-                .await;
+                .load(self.tenant, db, table, schema, batches, mode);
+            return control.run(load).await;
         }
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let (db, table) = (db.map(str::to_string), table.to_string());
-        crate::memory::spawn_on(&self.inner.handle, async move {
-            inner
+        let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, async move {
+            let load = inner
                 .sql
-                .load(tenant, db.as_deref(), &table, schema, batches, mode)
-                .await
-        })
-        .await
-        .map_err(|e| Error::internal(format!("load task failed: {e}")))?
+                .load(tenant, db.as_deref(), &table, schema, batches, mode);
+            control.run(load).await
+        }));
+        (&mut task.0)
+            .await
+            .map_err(|e| Error::internal(format!("load task failed: {e}")))?
     }
 
     /// [`Engine::sql`] for callers outside async code.
@@ -695,10 +715,17 @@ impl Engine {
         let tenant = self.tenant;
         self.get_model(project, name, version)?;
         let (project, name) = (project.to_string(), name.to_string());
+        let object = match version {
+            Some(v) => Object::model_version(tenant, &project, &name, v),
+            None => Object::model(tenant, &project, &name),
+        };
+        // Its trainings stop at once (and give their users' places back).
         self.inner
             .sql
             .store
-            .write(move |txn| models::drop_model(txn, tenant, &project, &name, version, false))
+            .write_dropping(object, move |txn| {
+                models::drop_model(txn, tenant, &project, &name, version, false)
+            })
             .await
             .map(|_| ())
     }
@@ -717,13 +744,15 @@ impl Engine {
         let tenant = self.tenant;
         let inner = Arc::clone(&self.inner);
         let (name, file_name) = (name.to_string(), file_name.map(str::to_string));
-        // Aborted when the caller stops waiting, so an abandoned upload stops being read (once
-        // its transaction is committing, it completes).
+        let (control, _ticket) = self.statement_control()?;
+        // Aborted when the caller stops waiting or the statement's time is up, so an abandoned
+        // upload stops being read and writes nothing (once its transaction is committing, it
+        // completes).
         let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, async move {
-            inner
+            let upload = inner
                 .sql
-                .upload_file(tenant, &name, bytes, format, file_name)
-                .await
+                .upload_file(tenant, &name, bytes, format, file_name);
+            control.run(upload).await
         }));
         (&mut task.0)
             .await
@@ -756,10 +785,14 @@ impl Engine {
         let tenant = self.tenant;
         let model = self.get_model(project, name, version)?;
         let (inner, rows) = (Arc::clone(&self.inner), rows.clone());
+        let (control, _ticket) = self.statement_control()?;
         // On the engine's runtime: provider calls need its reactor whatever runtime awaits this.
-        // Aborted when the caller stops waiting, so nobody's prediction keeps calling a provider.
+        // Aborted when the caller stops waiting or the statement's time is up, so nobody's
+        // prediction keeps calling a provider.
         let mut task = AbortOnDrop(crate::memory::spawn_on(&self.inner.handle, async move {
-            inner.sql.predict_rows(tenant, &model.0, &rows).await
+            control
+                .run(inner.sql.predict_rows(tenant, &model.0, &rows))
+                .await
         }));
         (&mut task.0)
             .await

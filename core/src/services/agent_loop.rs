@@ -3,7 +3,8 @@
 //! tool results (or refusals) handed back to the model, a bounded number of steps, and the
 //! final text as the answer. Progress can be watched as [`AgentEvent`]s in MindsDB's shapes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -160,8 +161,8 @@ pub(crate) struct Asker<'a> {
     pub(crate) client: &'a HttpClient,
     pub(crate) config: &'a Config,
     pub(crate) tenant: TenantId,
-    /// Provider calls answered so far (a question that made any stays counted even if it fails).
-    pub(crate) calls: AtomicU64,
+    /// Provider calls made so far (a question that made any stays counted, however it ends).
+    pub(crate) calls: Arc<AtomicU64>,
 }
 
 impl<'a> Asker<'a> {
@@ -172,13 +173,14 @@ impl<'a> Asker<'a> {
             client: &sql.client,
             config,
             tenant,
-            calls: AtomicU64::new(0),
+            calls: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// [`Asker::answer`] for a question counted against the quota: it stays counted when
-    /// answered, and when it failed after calling the provider (the provider was paid); one
-    /// that failed before any call is given back.
+    /// answered, and once the provider was called, however the answer ends (failed, stopped,
+    /// or dropped by a caller who stopped waiting: the question counts the calls as they are
+    /// made); one that ended before any call is given back.
     pub(crate) async fn answer_counted(
         &self,
         question: Question,
@@ -186,8 +188,12 @@ impl<'a> Asker<'a> {
         messages: Vec<Value>,
         events: Option<&Sender<AgentEvent>>,
     ) -> Result<Answer> {
-        let answer = self.answer(agent, messages, events).await;
-        if answer.is_ok() || self.calls.load(Ordering::SeqCst) > 0 {
+        let counted = Asker {
+            calls: question.calls(),
+            ..*self
+        };
+        let answer = counted.answer(agent, messages, events).await;
+        if answer.is_ok() {
             question.answered();
         } else {
             question.give_back().await;

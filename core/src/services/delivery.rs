@@ -219,11 +219,23 @@ impl Worker {
                 // Still pending as read, and its callback still there? A delete may have
                 // landed since the snapshot.
                 if still_due(&store, seq, &pending) {
-                    let outcome = attempt(&client, &callback, &pending).await;
-                    if let Some(store) = store.upgrade() {
-                        // A failed write leaves the delivery due: it is tried again.
-                        let _ =
-                            record(&store, seq, &pending, &callback, outcome, false, keep).await;
+                    if pending.recheck && !filter_passes(&callback, &pending).await {
+                        // Written before its filter was compiled here, and the filter turns
+                        // it away: it goes without an attempt.
+                        if let Some(store) = store.upgrade() {
+                            let _ = store
+                                .write_detached(move |txn| {
+                                    callbacks::drop_filtered(txn, seq, &pending)
+                                })
+                                .await;
+                        }
+                    } else {
+                        let outcome = attempt(&client, &callback, &pending).await;
+                        if let Some(store) = store.upgrade() {
+                            // A failed write leaves the delivery due: it is tried again.
+                            let _ = record(&store, seq, &pending, &callback, outcome, false, keep)
+                                .await;
+                        }
                     }
                 }
                 busy.lock().remove(&lane);
@@ -319,6 +331,14 @@ impl Worker {
 /// A tenant as one pass over the outbox sees it: why its events are not sent (if so), its
 /// plan and cap on pending deliveries, and how many of its deliveries were counted so far.
 type Standing = (Option<String>, Option<(String, u64)>, u64);
+
+/// Whether `callback`'s filter lets `pending`'s event through, compiled off the async workers.
+async fn filter_passes(callback: &Callback, pending: &Pending) -> bool {
+    let (callback, pending) = (callback.clone(), pending.clone());
+    tokio::task::spawn_blocking(move || callbacks::filter_passes(&callback, &pending))
+        .await
+        .unwrap_or(true)
+}
 
 /// Whether outbox row `seq` still holds `pending` unchanged and its callback still exists.
 fn still_due(store: &std::sync::Weak<Store>, seq: u64, pending: &Pending) -> bool {

@@ -183,15 +183,17 @@ pub(crate) fn target(
 
 /// Asks the model once. With `on_text`, the answer is streamed and each piece of text is
 /// handed over as it arrives; tool calls are assembled from their streamed pieces either way.
-/// `answered` is counted up once the provider has answered at all (whatever it answered):
-/// from then on the call has cost something.
+/// `made` is counted up as the request goes out (and down again if it never reached the
+/// provider: refused by the egress policy, or no connection): from then on the call has
+/// cost something, whatever comes of it (an answer, an error, a timeout, or nobody waiting
+/// for it any more).
 pub(crate) async fn chat(
     client: &HttpClient,
     endpoint: &Endpoint,
     messages: &[Value],
     tools: &[Value],
     on_text: Option<TextSink<'_>>,
-    answered: Option<&std::sync::atomic::AtomicU64>,
+    made: Option<&std::sync::atomic::AtomicU64>,
 ) -> Result<Reply> {
     let stream = on_text.is_some();
     let mut body = json!({"model": endpoint.model, "messages": messages, "stream": stream});
@@ -207,10 +209,19 @@ pub(crate) async fn chat(
     );
     let shown = &endpoint.shown;
     let call = async {
-        let response = send(client, &url, &endpoint.api_key, &body, shown).await?;
-        if let Some(answered) = answered {
-            answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering;
+        if let Some(made) = made {
+            made.fetch_add(1, Ordering::SeqCst);
         }
+        let response = match send_reaching(client, &url, &endpoint.api_key, &body, shown).await {
+            Ok(response) => response,
+            Err((e, reached)) => {
+                if let (Some(made), false) = (made, reached) {
+                    made.fetch_sub(1, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+        };
         let response = successful(response, shown).await?;
         match on_text {
             Some(on_text) => read_stream(response, endpoint, on_text).await,
@@ -232,6 +243,34 @@ pub(crate) async fn chat(
             endpoint.timeout.as_secs_f64()
         ))),
     }
+}
+
+/// [`send`], telling with a failure whether the request may have reached the provider (only
+/// a refusal by the egress policy or a failed connection says it did not).
+async fn send_reaching(
+    client: &HttpClient,
+    url: &str,
+    api_key: &str,
+    body: &Value,
+    shown: &str,
+) -> std::result::Result<reqwest::Response, (Error, bool)> {
+    let mut request = client
+        .post(url)
+        .map_err(|refused| {
+            let e = Error::new(
+                ErrorKind::Forbidden,
+                format!("Calling {shown} was {refused}"),
+            );
+            (e, false)
+        })?
+        .json(body);
+    if !api_key.is_empty() {
+        request = request.bearer_auth(api_key);
+    }
+    request
+        .send()
+        .await
+        .map_err(|e| (unreachable(shown, &e), !e.is_connect()))
 }
 
 /// POSTs `body` as JSON to `url` under the egress policy, with the bearer key when there is

@@ -46,6 +46,8 @@ pub(crate) struct Store {
     object_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     /// Long writes' progress while they run.
     pub(crate) progress: Arc<crate::progress::ProgressBoard>,
+    /// Work running for objects (trainings, knowledge-base inserts), which dropping them stops.
+    pub(crate) running: Arc<crate::running::Running>,
     /// Commits made through this store, so caches of what was read can tell they are stale.
     commits: Arc<AtomicU64>,
     /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
@@ -127,6 +129,7 @@ impl Store {
             derived: DerivedCache::new(derived_cache_bytes),
             object_locks: Mutex::new(HashMap::new()),
             progress: Arc::default(),
+            running: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
@@ -151,6 +154,7 @@ impl Store {
             derived: DerivedCache::new(derived_cache_bytes),
             object_locks: Mutex::new(HashMap::new()),
             progress: Arc::default(),
+            running: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
@@ -331,6 +335,28 @@ impl Store {
     ) -> Result<T> {
         let lock = self.lock_writes_detached().await;
         self.write_locked(lock, f).await
+    }
+
+    /// [`Store::write`] for a change that drops `object` (a model, a knowledge base, a
+    /// project): once it has committed, the work running for the object that was registered
+    /// before its transaction is cancelled (see [`crate::running`]). Inside an explicit
+    /// transaction nothing is cancelled: a ROLLBACK would bring the object back.
+    pub(crate) async fn write_dropping<T: Send + 'static>(
+        self: &Arc<Self>,
+        object: crate::running::Object,
+        f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let running = Arc::clone(&self.running);
+        let (out, mark) = self
+            .write(move |txn| {
+                let mark = running.mark();
+                Ok((f(txn)?, mark))
+            })
+            .await?;
+        if !self.in_transaction() {
+            self.running.cancel(&object, mark);
+        }
+        Ok(out)
     }
 
     async fn write_locked<T: Send + 'static>(

@@ -5,20 +5,23 @@
 //! transaction with its callbacks' deliveries (`models::set_status`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::train;
 use crate::admission::Ticket;
 use crate::catalog::models::openai;
 use crate::catalog::models::{self, ModelStatus, ModelVersion};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use crate::running::Registration;
 use crate::store::Store;
 use crate::tenant::TenantId;
 
-/// The most rows one training reads: they are held in memory, outside the query memory pool.
+/// The most rows one training reads: they are held in memory, charged to the training's
+/// account (statement budget, user's share) as they are read.
 const MAX_TRAINING_ROWS: usize = 2_000_000;
 
 /// What training a version takes.
@@ -29,24 +32,70 @@ pub(crate) enum Job {
     Prompt { default_model: String },
 }
 
+/// How a training may be stopped: by dropping its model (the registration's token), and its
+/// training query by the statement deadline (`query.statement_timeout_secs`), counted from
+/// when the query starts to be read.
+pub(crate) struct Stops {
+    /// The training's place among the work of its model, cancelled by DROP MODEL (or DROP
+    /// PROJECT): registered in the transaction that recorded the version.
+    pub(crate) running: Registration,
+    /// How long reading the training query's rows may take.
+    pub(crate) read_limit: Option<Duration>,
+    /// The training's memory account (`query.statement_memory_mb`, within its user's
+    /// `max_memory_mb`): over it, reading or fitting stops and the version is set to error.
+    pub(crate) memory: Option<Arc<crate::memory::Account>>,
+}
+
 /// Trains `model` in the background on the current runtime, holding `ticket` (the user's
 /// place among its trainings) until it ends. The caller has already recorded the version as
-/// `generating`.
+/// `generating`. Dropping the model stops it at once: the ticket is given back by the drop
+/// itself, the training query is dropped, and nothing more is written (a fit in progress on
+/// its blocking thread runs to the end of its phase, and its result is thrown away).
 pub(crate) fn spawn(
     store: Arc<Store>,
     tenant: TenantId,
     model: ModelVersion,
     job: Job,
     ticket: Option<Ticket>,
+    stops: Stops,
 ) {
-    // Training outlives the statement that started it.
+    let Stops {
+        running,
+        read_limit,
+        memory,
+    } = stops;
+    running.hold(ticket);
+    // Training outlives the statement that started it (so it is spawned detached from the
+    // statement's account) and has its own account, within the statement budget and the
+    // user's share, that reading and fitting are charged to; the status it ends in is written
+    // outside that account, since a stopped account commits nothing.
+    let tag = memory
+        .as_ref()
+        .map_or(crate::memory::Tag::NONE, |m| m.tag());
     crate::memory::spawn_detached(&tokio::runtime::Handle::current(), async move {
-        let _ticket = ticket;
-        let done = match job {
-            Job::Train(rows) => run(&store, tenant, &model, rows).await,
-            Job::Prompt { default_model } => prompt(&store, tenant, &model, &default_model).await,
+        let stop = running.token().clone();
+        let work = crate::memory::InScope::new(
+            tag,
+            Box::pin(async {
+                match job {
+                    Job::Train(rows) => run(&store, tenant, &model, rows, read_limit, &stop).await,
+                    Job::Prompt { default_model } => {
+                        prompt(&store, tenant, &model, &default_model).await
+                    }
+                }
+            }),
+        );
+        let done = tokio::select! {
+            biased;
+            // Dropped: the work (its query, its wait for the fit) goes now.
+            () = stop.cancelled() => return,
+            done = work => done,
         };
+        drop(memory);
         if let Err(e) = done {
+            if stop.is_cancelled() {
+                return;
+            }
             let message = e.message().to_string();
             // If even this fails the store is failing; the version stays `training` and is
             // set to `error` when the engine next opens.
@@ -58,6 +107,8 @@ pub(crate) fn spawn(
                 })
                 .await;
         }
+        // Ended: the user's place is given back.
+        drop(running);
     });
 }
 
@@ -66,6 +117,8 @@ async fn run(
     tenant: TenantId,
     model: &ModelVersion,
     mut rows: SendableRecordBatchStream,
+    read_limit: Option<Duration>,
+    stop: &CancellationToken,
 ) -> Result<()> {
     let started = Instant::now();
     if !phase(store, tenant, model, 0, "Reading the training data").await? {
@@ -73,25 +126,47 @@ async fn run(
     }
     let schema = rows.schema();
     let mut batches = Vec::new();
-    let mut count = 0;
-    while let Some(batch) = rows.next().await {
-        let batch = batch?;
-        count += batch.num_rows();
-        if count > MAX_TRAINING_ROWS {
-            return Err(Error::invalid(format!(
-                "the training query returns more than {MAX_TRAINING_ROWS} rows, which the built-in engine holds in memory; add a LIMIT or sample the rows"
-            )));
+    let read = async {
+        let mut count = 0;
+        while let Some(batch) = rows.next().await {
+            let batch = batch?;
+            // Over the training's memory budget (or the process's): stop here.
+            crate::cancel::check()?;
+            count += batch.num_rows();
+            if count > MAX_TRAINING_ROWS {
+                return Err(Error::invalid(format!(
+                    "the training query returns more than {MAX_TRAINING_ROWS} rows, which the built-in engine holds in memory; add a LIMIT or sample the rows"
+                )));
+            }
+            batches.push(batch);
         }
-        batches.push(batch);
+        Ok(())
+    };
+    match read_limit {
+        None => read.await?,
+        Some(limit) => tokio::time::timeout(limit, read).await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the training query was stopped after running {} s, the time limit of a statement (query.statement_timeout_secs)",
+                    limit.as_secs_f64()
+                ),
+            )
+        })??,
     }
     drop(rows);
     let (target, for_training) = (model.predict.clone(), model.clone());
     let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
+    let stop = stop.clone();
     let trained = crate::memory::spawn_blocking(move || {
         let mut on_phase = |number: u32, name: &str| {
             // A version that is gone (dropped) stops training at the next phase; so does a
             // store that cannot record progress (the engine is closing), since it could not
             // record the result either: the version is then set to error when next opened.
+            // So does a training over its memory budget.
+            if stop.is_cancelled() || crate::cancel::check().is_err() {
+                return false;
+            }
             handle
                 .block_on(phase(
                     &store_for_phases,
@@ -105,8 +180,10 @@ async fn run(
         train::train(&batches, &target, &mut on_phase)
     })
     .await
-    .map_err(|e| Error::internal(format!("training stopped: {e}")))?
-    .map_err(Error::invalid)?;
+    .map_err(|e| Error::internal(format!("training stopped: {e}")));
+    // Stopped for its memory: say so, rather than that a phase stopped it.
+    crate::cancel::check()?;
+    let trained = trained?.map_err(Error::invalid)?;
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
     store

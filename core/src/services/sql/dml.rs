@@ -216,22 +216,40 @@ impl WriteJob {
         }
     }
 
-    /// Staging for rows of the table `table` of `schema`.
+    /// Staging for rows of the table `table` of `schema`, which has no indexes.
     pub(crate) fn staged(&self, table: &str, schema: SchemaRef) -> StagedRows {
         StagedRows::new(table, schema, self.spool())
     }
 
-    /// Stages every row of `plan` for the table `table` of `schema`, each passing `checks`.
+    /// Staging for rows appended to `record`'s table as the snapshot has it (its schema
+    /// `schema`), index entries included.
+    pub(crate) fn appending(&self, record: &TableRecord, schema: SchemaRef) -> Result<StagedRows> {
+        StagedRows::appending(record, schema, self.spool(), &self.snapshot.txn)
+    }
+
+    /// Staging for rows that replace every row of `record`'s table (of `schema`), index
+    /// entries included.
+    fn replacing(&self, record: &TableRecord, schema: SchemaRef) -> Result<StagedRows> {
+        StagedRows::replacing(
+            &record.name,
+            &record.constraints.indexes,
+            schema,
+            self.spool(),
+        )
+    }
+
+    /// Stages every row of `plan` into `staged`, each passing `checks`.
     fn stage(
         &self,
         handle: &Handle,
         plan: &LogicalPlan,
-        table: &str,
-        schema: SchemaRef,
+        mut staged: StagedRows,
         checks: &Checks,
     ) -> Result<StagedRows> {
-        let mut staged = StagedRows::new(table, schema, self.spool());
-        self.drain(handle, plan, |batch| checks.verify(&staged.push(batch)?))?;
+        self.drain(handle, plan, |batch| {
+            self.check_cancelled()?;
+            checks.verify(&staged.push(batch)?)
+        })?;
         Ok(staged)
     }
 }
@@ -272,8 +290,19 @@ pub(crate) fn run_dml(
     let checks = Checks::of(&job.state, &read, &schema)?;
     let affected = match &dml.op {
         WriteOp::Insert(op) => {
+            // Rows that may replace stored ones or update them are resolved against the
+            // stored rows inside the transaction, and their entries made there.
+            let resolved = !read.constraints.unique_keys().is_empty()
+                && (matches!(op, InsertOp::Replace)
+                    || conflict.on != OnConflict::Fail
+                    || conflict.update.is_some());
+            let staging = match op {
+                InsertOp::Overwrite => job.replacing(&read, schema)?,
+                _ if resolved => job.staged(&read.name, schema),
+                _ => job.appending(&read, schema)?,
+            };
             let staged = job
-                .stage(handle, &dml.input, &read.name, schema, &checks)
+                .stage(handle, &dml.input, staging, &checks)
                 .map_err(|e| named_not_null(&dml.table_name, e))?;
             let guard = job.lock(handle)?;
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
@@ -293,7 +322,7 @@ pub(crate) fn run_dml(
                     record,
                     staged,
                     OnConflict::Replace,
-                    job.spool(),
+                    || job.spool(),
                 )?,
                 InsertOp::Append => match &conflict.update {
                     Some(upsert) => upsert.apply(job, &guard, record, staged, &checks)?,
@@ -303,7 +332,7 @@ pub(crate) fn run_dml(
                         record,
                         staged,
                         conflict.on,
-                        job.spool(),
+                        || job.spool(),
                     )?,
                 },
             };
@@ -317,7 +346,7 @@ pub(crate) fn run_dml(
                 let keep = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
-                let staged = job.stage(handle, &keep, &read.name, schema, &checks)?;
+                let staged = job.stage(handle, &keep, job.replacing(&read, schema)?, &checks)?;
                 let deleted = read.row_count - staged.rows();
                 return replace_if_unchanged(job, handle, &project, &name, &read, staged)
                     .map(|done| done.map(|()| deleted));
@@ -351,7 +380,7 @@ pub(crate) fn run_dml(
                 let kept = LogicalPlanBuilder::from(scan)
                     .filter(predicate.is_not_true())?
                     .build()?;
-                let mut staged = StagedRows::new(&read.name, schema, job.spool());
+                let mut staged = job.replacing(&read, schema)?;
                 job.drain(handle, &kept, |batch| staged.push(batch).map(drop))?;
                 let untouched = staged.rows();
                 job.drain(handle, &dml.input, |batch| {
@@ -410,9 +439,15 @@ pub(crate) fn run_dml(
     Ok(affected)
 }
 
+/// How many times a rewrite is computed from a fresh snapshot when other writes keep changing
+/// its table between its reading and its commit; after that it is computed once more inside
+/// the write transaction, which cannot conflict but holds the writer lock meanwhile.
+const OPTIMISTIC_ATTEMPTS: usize = 3;
+
 /// Rewrites the chunks of `read` that `change` changes (returning their new rows and how many
 /// rows it affected), computed from the snapshot and applied if the table is unchanged; if it
-/// changed, computed again inside the write transaction, which sees the latest rows.
+/// changed, computed again from a new snapshot (and, after [`OPTIMISTIC_ATTEMPTS`], inside the
+/// write transaction, which sees the latest rows).
 fn rewrite(
     job: &WriteJob,
     handle: &Handle,
@@ -421,42 +456,58 @@ fn rewrite(
     read: &TableRecord,
     mut change: impl FnMut(RecordBatch) -> Result<Option<(RecordBatch, u64)>>,
 ) -> Result<Staged<u64>> {
-    let mut affected = 0u64;
+    let affected = std::cell::Cell::new(0u64);
     let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
         Ok(change(batch)?.map(|(rows, hits)| {
-            affected += hits;
+            affected.set(affected.get() + hits);
             rows
         }))
     };
-    let planned = tables::plan_rewrite(&job.snapshot.txn, read, job.spool(), &mut counted)?;
-    let guard = job.lock(handle)?;
-    let Some(record) = job.still(&guard, project, name, read)? else {
-        return Ok(Staged::TargetChanged);
-    };
-    if planned.is_empty() {
-        // Nothing matched in the snapshot; the table may have rows now that would: recheck
-        // only if it changed.
-        if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)?
-            == tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?
-        {
-            return Ok(Staged::Done(0));
-        }
-    }
-    if !tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)? {
-        // Another write landed in between: the rewrite is computed again from what is there now.
-        affected = 0;
-        let mut counted = |batch: RecordBatch| -> Result<Option<RecordBatch>> {
-            Ok(change(batch)?.map(|(rows, hits)| {
-                affected += hits;
-                rows
-            }))
+    let mut fresh: Option<redb::ReadTransaction> = None;
+    let mut read = read.clone();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        affected.set(0);
+        let source = fresh.as_ref().unwrap_or(&job.snapshot.txn);
+        let planned = tables::plan_rewrite(source, &read, job.spool(), job.spool(), &mut counted)?;
+        let guard = job.lock(handle)?;
+        let Some(record) = job.still(&guard, project, name, &read)? else {
+            return Ok(Staged::TargetChanged);
         };
-        let again = tables::plan_rewrite(&guard.txn, &record, job.spool(), &mut counted)?;
-        let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
-        debug_assert!(applied, "a rewrite planned inside the transaction applies");
+        if planned.is_empty() {
+            // Nothing matched in the snapshot; the table may have rows now that would: recheck
+            // only if it changed.
+            if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)?
+                == tables::chunk_order(&source.open_table(CHUNK_ORDER)?, read.id)?
+            {
+                return Ok(Staged::Done(0));
+            }
+        }
+        if tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)? {
+            guard.commit()?;
+            return Ok(Staged::Done(affected.get()));
+        }
+        affected.set(0);
+        if attempt >= OPTIMISTIC_ATTEMPTS {
+            // Still changing under it: computed from what is there now, inside the transaction.
+            let again =
+                tables::plan_rewrite(&guard.txn, &record, job.spool(), job.spool(), &mut counted)?;
+            let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
+            debug_assert!(applied, "a rewrite planned inside the transaction applies");
+            guard.commit()?;
+            return Ok(Staged::Done(affected.get()));
+        }
+        // Another write landed in between: computed again from a snapshot taken after it.
+        drop(guard);
+        job.check_cancelled()?;
+        let snapshot = job.store.read()?;
+        match tables::get(&snapshot.open_table(TABLES)?, job.tenant, project, name)? {
+            Some(now) if now.id == read.id => read = now,
+            _ => return Ok(Staged::TargetChanged),
+        }
+        fresh = Some(snapshot);
     }
-    guard.commit()?;
-    Ok(Staged::Done(affected))
 }
 
 /// Replaces the rows of `read` with `staged` if the table is as it was read; otherwise the
@@ -590,8 +641,10 @@ pub(crate) fn create_table(
     let staged = if from_query {
         // The query's batches carry its own field names: give them the table's.
         let target = Arc::clone(&schema);
-        let mut staged = StagedRows::new(&name, Arc::clone(&schema), job.spool());
+        let indexes = tables::key_indexes(&name, &declared);
+        let mut staged = StagedRows::replacing(&name, &indexes, Arc::clone(&schema), job.spool())?;
         job.drain(handle, &create.input, |batch| {
+            job.check_cancelled()?;
             let batch = RecordBatch::try_new(Arc::clone(&target), batch.columns().to_vec())?;
             checks.verify(&staged.push(batch)?)
         })?;
@@ -633,6 +686,68 @@ pub(crate) fn create_table(
     Ok(Staged::Done(affected))
 }
 
+/// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] name ON project.table (columns)`: the entries are
+/// encoded from the snapshot before the writer lock is taken (a unique index's duplicates
+/// found there), and again from a newer snapshot for chunks written meanwhile; under the
+/// lock only the entries are written, and the chunks still written since encoded.
+pub(crate) fn create_index(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    table: &str,
+    index: crate::catalog::constraints::Index,
+    if_not_exists: bool,
+) -> Result<()> {
+    let start = tables::IndexBuild::start(
+        &job.snapshot.txn,
+        job.tenant,
+        project,
+        table,
+        index,
+        if_not_exists,
+    )?;
+    let tables::IndexStart::Build(mut build) = start else {
+        return Ok(());
+    };
+    let keep_going = || job.check_cancelled();
+    let gone = || {
+        Error::conflict(format!(
+            "Table '{table}' in database {project} was dropped or replaced while its index was built; nothing was written"
+        ))
+    };
+    let snapshot = &job.snapshot.txn;
+    if !build.stage(
+        snapshot,
+        &snapshot.open_table(TABLES)?,
+        job.tenant,
+        job.spool(),
+        &keep_going,
+    )? {
+        return Err(gone());
+    }
+    let mut attempt = 1;
+    loop {
+        let guard = job.lock(handle)?;
+        if build.missing(&guard.txn)? == 0 || attempt >= OPTIMISTIC_ATTEMPTS {
+            build.finish(&guard.txn, job.tenant, if_not_exists)?;
+            return guard.commit();
+        }
+        // Chunks were written since the snapshot: their entries too are encoded unlocked.
+        drop(guard);
+        attempt += 1;
+        let fresh = job.store.read()?;
+        if !build.stage(
+            &fresh,
+            &fresh.open_table(TABLES)?,
+            job.tenant,
+            job.spool(),
+            &keep_going,
+        )? {
+            return Err(gone());
+        }
+    }
+}
+
 /// DROP TABLE [IF EXISTS]; `DROP TABLE files.t` removes an uploaded file, as in MindsDB.
 pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Result<()> {
     let (db, table) = job.split(&drop.name)?;
@@ -651,9 +766,120 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use crate::catalog::indexes::observe;
     use crate::catalog::tables;
     use crate::store::schema::{CHUNK_ORDER, TABLES};
     use crate::{Config, Engine, TenantId};
+
+    /// The single value of a one-row, one-column result, as text.
+    fn value(engine: &Engine, sql: &str) -> String {
+        let rows = engine.sql_blocking(sql).unwrap();
+        datafusion::arrow::util::display::array_value_to_string(rows.batches[0].column(0), 0)
+            .unwrap()
+    }
+
+    #[test]
+    fn index_entries_are_staged_while_the_writer_lock_is_free() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE staged_keys (id BIGINT PRIMARY KEY, v BIGINT, w VARCHAR)");
+        sql("CREATE INDEX staged_keys_w ON staged_keys (w)");
+        // Each time a chunk's entries are staged, the writer lock is free for anyone.
+        let (free, held) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (store, seen_free, seen_held) = (
+            Arc::clone(engine.store()),
+            Arc::clone(&free),
+            Arc::clone(&held),
+        );
+        observe::on_staged("staged_keys", move || {
+            let counter = match store.try_lock_writes() {
+                Ok(_) => &seen_free,
+                Err(_) => &seen_held,
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        sql("INSERT INTO staged_keys SELECT value, value % 7, 'w' || value FROM generate_series(1, 200000)");
+        assert_eq!(held.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            free.load(Ordering::SeqCst),
+            3,
+            "three full chunks of 65,536 rows"
+        );
+        // Under the lock, only the rows short of a full chunk were encoded.
+        let locked = observe::encoded_locked_rows("staged_keys");
+        assert_eq!(locked, 200_000 - 3 * 65_536);
+        // CREATE INDEX stages every chunk's entries too, and encodes none under the lock.
+        sql("CREATE UNIQUE INDEX staged_keys_id_w ON staged_keys (id, w)");
+        assert_eq!(free.load(Ordering::SeqCst), 3 + 4);
+        assert_eq!(observe::encoded_locked_rows("staged_keys"), locked);
+        assert_eq!(held.load(Ordering::SeqCst), 0);
+        // Uniqueness stays exact: within one statement, against stored rows, and for a
+        // unique index over duplicates.
+        let e = engine
+            .sql_blocking("INSERT INTO staged_keys SELECT value % 70000 + 300000, 0, 'x' FROM generate_series(1, 140000)")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (300001)"), "{e}");
+        let e = engine
+            .sql_blocking("INSERT INTO staged_keys SELECT value + 199000, 0, 'x' FROM generate_series(1, 70000)")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (199001)"), "{e}");
+        let e = engine
+            .sql_blocking("CREATE UNIQUE INDEX staged_keys_v ON staged_keys (v)")
+            .unwrap_err();
+        assert!(e.message().contains("UNIQUE INDEX staged_keys_v"), "{e}");
+        assert_eq!(value(&engine, "SELECT count(*) FROM staged_keys"), "200000");
+        assert_eq!(
+            value(
+                &engine,
+                "SELECT count(*) FROM staged_keys WHERE w = 'w123456'"
+            ),
+            "1"
+        );
+    }
+
+    #[test]
+    fn a_key_taken_while_the_rows_were_staged_is_still_refused() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        engine
+            .sql_blocking("CREATE TABLE raced_keys (id BIGINT PRIMARY KEY)")
+            .unwrap();
+        // While the big insert stages its first chunk, another statement takes one of its
+        // keys (the writer lock is free) and commits.
+        let once = Arc::new(AtomicBool::new(false));
+        let (racer, fired) = (engine.clone(), Arc::clone(&once));
+        observe::on_staged("raced_keys", move || {
+            if !fired.swap(true, Ordering::SeqCst) {
+                racer
+                    .sql_blocking("INSERT INTO raced_keys VALUES (100000)")
+                    .unwrap();
+            }
+        });
+        let e = engine
+            .sql_blocking("INSERT INTO raced_keys SELECT value FROM generate_series(1, 150000)")
+            .unwrap_err();
+        assert!(once.load(Ordering::SeqCst));
+        assert!(e.message().contains("Duplicate key (100000)"), "{e}");
+        assert_eq!(value(&engine, "SELECT count(*) FROM raced_keys"), "1");
+        // A key nobody else has: the insert lands, checked against what changed.
+        once.store(false, Ordering::SeqCst);
+        let (racer, fired) = (engine.clone(), Arc::clone(&once));
+        observe::on_staged("raced_keys", move || {
+            if !fired.swap(true, Ordering::SeqCst) {
+                racer
+                    .sql_blocking("INSERT INTO raced_keys VALUES (-1)")
+                    .unwrap();
+            }
+        });
+        engine
+            .sql_blocking(
+                "INSERT INTO raced_keys SELECT value + 200000 FROM generate_series(1, 150000)",
+            )
+            .unwrap();
+        assert_eq!(value(&engine, "SELECT count(*) FROM raced_keys"), "150002");
+    }
 
     /// Chunk ids of `mindsdb.t`, in row order.
     fn chunk_ids(engine: &Engine) -> Vec<u64> {

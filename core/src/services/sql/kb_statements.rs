@@ -127,8 +127,10 @@ impl SqlRunner {
                 if_exists,
             } => {
                 let project = project_or_current(project);
+                // Inserts into it stop at once (no more embedding calls).
+                let object = crate::running::Object::knowledge_base(tenant, &project, &name);
                 self.store
-                    .write(move |txn| {
+                    .write_dropping(object, move |txn| {
                         crate::catalog::rules::drop_knowledge_base(
                             txn, tenant, &project, &name, if_exists,
                         )

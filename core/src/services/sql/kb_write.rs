@@ -48,6 +48,9 @@ pub(crate) fn insert(
     connector: Arc<Connector>,
     progress: Arc<Mutex<Tracker>>,
 ) -> Result<Staged<u64>> {
+    // Dropping the knowledge base (or its project) cancels the insert: no more embedding calls.
+    let object = crate::running::Object::knowledge_base(job.tenant, &kb.project, &kb.name);
+    let _running = job.store.running.register(&object, job.cancelled.clone());
     let _writer = lock_knowledge_base(job, handle, &kb)?;
     let base = Base::read(job, &kb)?;
     let settings = &connector.knowledge_bases;
@@ -280,30 +283,37 @@ fn remove_documents(
             .any(|id| id.is_some_and(|id| ids.contains(id)))
     };
     let probe: tables::ChunkProbe = (vec![0], &touches);
-    let rewrite = tables::plan_rewrite_probing(txn, record, job.spool(), Some(probe), |batch| {
-        let id = batch.column(0).as_string::<i32>();
-        let keep: BooleanArray = id
-            .iter()
-            .map(|id| Some(!id.is_some_and(|id| ids.contains(id))))
-            .collect();
-        if keep.true_count() == batch.num_rows() {
-            return Ok(None);
-        }
-        let texts = batch.column(2).as_string::<i32>();
-        let nodes = batch.column(batch.num_columns() - 1);
-        let nodes = nodes.as_primitive::<UInt32Type>();
-        for row in (0..batch.num_rows()).filter(|row| !keep.value(*row)) {
-            if nodes.is_valid(row) {
-                let text = if texts.is_null(row) {
-                    ""
-                } else {
-                    texts.value(row)
-                };
-                index.remove(nodes.value(row), text);
+    let rewrite = tables::plan_rewrite_probing(
+        txn,
+        record,
+        job.spool(),
+        job.spool(),
+        Some(probe),
+        |batch| {
+            let id = batch.column(0).as_string::<i32>();
+            let keep: BooleanArray = id
+                .iter()
+                .map(|id| Some(!id.is_some_and(|id| ids.contains(id))))
+                .collect();
+            if keep.true_count() == batch.num_rows() {
+                return Ok(None);
             }
-        }
-        Ok(Some(filter_record_batch(&batch, &keep)?))
-    })?;
+            let texts = batch.column(2).as_string::<i32>();
+            let nodes = batch.column(batch.num_columns() - 1);
+            let nodes = nodes.as_primitive::<UInt32Type>();
+            for row in (0..batch.num_rows()).filter(|row| !keep.value(*row)) {
+                if nodes.is_valid(row) {
+                    let text = if texts.is_null(row) {
+                        ""
+                    } else {
+                        texts.value(row)
+                    };
+                    index.remove(nodes.value(row), text);
+                }
+            }
+            Ok(Some(filter_record_batch(&batch, &keep)?))
+        },
+    )?;
     if !tables::apply_rewrite(txn, job.tenant, record.clone(), rewrite)? {
         return Err(Error::internal(
             "a rewrite planned inside its transaction did not apply",

@@ -209,7 +209,12 @@ impl SqlRunner {
         let table = table.to_string();
         let loaded = job
             .run(move |job, handle| {
-                let mut staged = job.staged(&table, Arc::clone(&staged_schema));
+                let mut staged = match (&read, mode) {
+                    (Some(record), LoadMode::Append) => {
+                        job.appending(record, Arc::clone(&staged_schema))?
+                    }
+                    _ => job.staged(&table, Arc::clone(&staged_schema)),
+                };
                 let checks = match &read {
                     Some(record) => Some(Checks::of(&job.state, record, &staged_schema)?),
                     None => None,

@@ -198,6 +198,20 @@ impl SqlRunner {
         Ok((Some(ticket), memory))
     }
 
+    /// The memory account `tenant`'s work shares (its plan's `max_memory_mb`); `None` for the
+    /// local user or a plan without one.
+    pub(crate) fn tenant_memory(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Option<Arc<crate::memory::Account>>> {
+        if tenant == TenantId::LOCAL {
+            return Ok(None);
+        }
+        let plan =
+            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
+        Ok(self.admission.tenant_memory(tenant, plan.as_deref()))
+    }
+
     /// The default project's name.
     pub(crate) fn default_project(&self) -> &str {
         &self.default_project
@@ -428,8 +442,10 @@ impl SqlRunner {
             }
             Command::DropProject { name, if_exists } => {
                 let default = self.default_project.clone();
+                // The trainings and knowledge-base inserts of its objects stop at once.
+                let object = crate::running::Object::project(tenant, &name);
                 self.store
-                    .write(move |txn| {
+                    .write_dropping(object, move |txn| {
                         crate::catalog::rules::drop_database(
                             txn, tenant, &name, if_exists, &default,
                         )
@@ -727,9 +743,12 @@ impl SqlRunner {
                 let (table, index) = constraints::index_of(create)?;
                 let (project, table) = self.project_and_name(tenant, context, &table)?;
                 let if_not_exists = create.if_not_exists;
-                self.store
-                    .write(move |txn| {
-                        tables::create_index(txn, tenant, &project, &table, index, if_not_exists)
+                // Its entries are encoded before the writer lock is taken, like a write's rows.
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let state = self.session(Arc::clone(&snapshot), &context.db, 1)?;
+                self.job(tenant, &context.db, snapshot, state, None)
+                    .run(move |job, handle| {
+                        dml::create_index(job, handle, &project, &table, index, if_not_exists)
                     })
                     .await?;
                 return Ok(Outcome::Ok {

@@ -8,6 +8,7 @@ use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array,
 use datafusion::arrow::array::{RecordBatch, StringBuilder};
 use datafusion::physical_plan::memory::MemoryStream;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::parse::CreateModel;
 use super::sandbox::ReadOnlyQuery;
@@ -15,6 +16,7 @@ use super::snapshot::{Namespace, Snapshot, SystemTable};
 use super::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::catalog::models::{self, openai, ModelSpec, ModelVersion};
 use crate::error::{Error, Result};
+use crate::running::{Object, Registration, Running};
 use crate::services::ml::worker::{self, Job};
 use crate::tenant::TenantId;
 
@@ -65,17 +67,50 @@ impl SqlRunner {
             select_data_query: query,
             using,
         };
+        let running = Arc::clone(&self.store.running);
         let created = self
             .store
-            .write(move |txn| models::create(txn, tenant, &spec, if_not_exists))
+            .write(move |txn| {
+                let created = models::create(txn, tenant, &spec, if_not_exists)?;
+                // Registered with the version, so a DROP MODEL after it stops its training.
+                Ok(created.map(|model| (registration(&running, tenant, &model), model)))
+            })
             .await?;
-        let Some(model) = created else {
+        let Some((registration, model)) = created else {
             return Ok(Outcome::Ok {
                 affected_rows: None,
             });
         };
-        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        let stops = self.training_stops(tenant, registration)?;
+        worker::spawn(
+            Arc::clone(&self.store),
+            tenant,
+            model.clone(),
+            job,
+            ticket,
+            stops,
+        );
         table_outcome(model_info(&[model], false, None)?)
+    }
+
+    /// What stops a training: dropping its model, for its query the statement deadline, and
+    /// its memory account (a statement's budget, within the user's share).
+    fn training_stops(&self, tenant: TenantId, running: Registration) -> Result<worker::Stops> {
+        let parent = self.tenant_memory(tenant)?;
+        // No slot left for an account: the process is running that many statements.
+        let account = crate::memory::Account::open(self.config.statement_memory_bytes(), parent)
+            .ok_or_else(|| {
+                Error::new(
+                    crate::error::ErrorKind::Unavailable,
+                    "too many statements are running to start a training; try again",
+                )
+            })?;
+        let memory = Some(Arc::new(account));
+        Ok(worker::Stops {
+            running,
+            read_limit: self.config.statement_limit(None),
+            memory,
+        })
     }
 
     /// Refuses an LLM model's `base_url` (or `api_base`) that writes an address the egress
@@ -140,11 +175,23 @@ impl SqlRunner {
                 .await?;
             Job::Train(rows.stream)
         };
-        let model = self
+        let running = Arc::clone(&self.store.running);
+        let (registration, model) = self
             .store
-            .write(move |txn| models::retrain(txn, tenant, &project, &name, from, using))
+            .write(move |txn| {
+                let model = models::retrain(txn, tenant, &project, &name, from, using)?;
+                Ok((registration(&running, tenant, &model), model))
+            })
             .await?;
-        worker::spawn(Arc::clone(&self.store), tenant, model.clone(), job, ticket);
+        let stops = self.training_stops(tenant, registration)?;
+        worker::spawn(
+            Arc::clone(&self.store),
+            tenant,
+            model.clone(),
+            job,
+            ticket,
+            stops,
+        );
         Ok(model)
     }
 
@@ -276,7 +323,7 @@ impl SqlRunner {
         super::predict::predict_json(&model, rows, &self.connector()).await
     }
 
-    /// `DROP MODEL|PREDICTOR`.
+    /// `DROP MODEL|PREDICTOR`: the dropped versions' trainings stop at once.
     pub(crate) async fn drop_model(
         &self,
         tenant: TenantId,
@@ -285,8 +332,14 @@ impl SqlRunner {
         version: Option<u32>,
         if_exists: bool,
     ) -> Result<()> {
+        let object = match version {
+            Some(v) => Object::model_version(tenant, &project, &name, v),
+            None => Object::model(tenant, &project, &name),
+        };
         self.store
-            .write(move |txn| models::drop_model(txn, tenant, &project, &name, version, if_exists))
+            .write_dropping(object, move |txn| {
+                models::drop_model(txn, tenant, &project, &name, version, if_exists)
+            })
             .await?;
         Ok(())
     }
@@ -348,6 +401,12 @@ impl SqlRunner {
         }
         Ok(None)
     }
+}
+
+/// Registers the training of `model` with the work running for objects.
+fn registration(running: &Arc<Running>, tenant: TenantId, model: &ModelVersion) -> Registration {
+    let object = Object::model_version(tenant, &model.project, &model.name, model.version);
+    running.register(&object, CancellationToken::new())
 }
 
 fn table_outcome(batch: RecordBatch) -> Result<Outcome> {

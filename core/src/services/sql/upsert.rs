@@ -115,7 +115,7 @@ impl Upsert {
         // bounded: one flag per row of a batch in memory
         let mut consumed = vec![false; new.num_rows()];
         let mut updated = 0u64;
-        let rewrite = tables::plan_rewrite(txn, &record, job.spool(), |stored| {
+        let rewrite = tables::plan_rewrite(txn, &record, job.spool(), job.spool(), |stored| {
             let matches: UInt32Array = keys
                 .keys(&stored)?
                 .iter()
