@@ -45,14 +45,40 @@ fn over(bytes: u64, remaining: u64, what: &str, limit: &str) -> Error {
     )
 }
 
+/// Counts `bytes` for the running statement before it allocates them (a function's result,
+/// say), so that two statements cannot both pass a check and then together go past a limit;
+/// fails naming the limit when they do not fit. The allocations this thread makes while the
+/// returned value lives take from it; the rest is given back when it is dropped.
+pub(crate) fn hold(bytes: u64, what: &str) -> Result<Option<memory::Reservation>> {
+    if !memory::installed() {
+        return check(bytes, what).map(|()| None);
+    }
+    memory::reserve(bytes).map(Some).map_err(|stop| {
+        let remaining = memory::remaining(memory::current()).unwrap_or(0);
+        let limit = match stop {
+            memory::Stop::OverLimit => "query.statement_memory_mb",
+            memory::Stop::ParentOverLimit => "the plan's max_memory_mb",
+            _ => "query.process_memory_mb",
+        };
+        let remaining = match stop {
+            memory::Stop::ProcessCeiling => memory::ceiling()
+                .unwrap_or(u64::MAX)
+                .saturating_sub(memory::live_bytes()),
+            _ => remaining,
+        };
+        over(bytes, remaining, what, limit)
+    })
+}
+
 /// Bytes of `n` values of `T`, saturating.
 fn bytes_of<T>(n: usize) -> u64 {
     (n as u64).saturating_mul(std::mem::size_of::<T>().max(1) as u64)
 }
 
-/// `Vec::with_capacity(n)`, once `n` values of `T` are known to fit.
+/// `Vec::with_capacity(n)`, once `n` values of `T` are known to fit (counted as they are
+/// checked, see [`hold`]).
 pub(crate) fn vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
-    check(bytes_of::<T>(n), what)?;
+    let _held = hold(bytes_of::<T>(n), what)?;
     Ok(Vec::with_capacity(n))
 }
 

@@ -63,6 +63,11 @@ pub struct QueryConfig {
     /// Items one select list may have (SQLite's default is 2,000): planning a select list takes
     /// time that grows faster than its length.
     pub max_columns: usize,
+    /// How deep a statement's expressions and queries may nest (DuckDB's
+    /// `max_expression_depth`, SQLite's `SQLITE_MAX_EXPR_DEPTH`; both default to 1,000): every
+    /// walk of a syntax tree or plan is recursive, so this bounds the stack they take. At most
+    /// 1,000, which the engine's threads' stacks are sized for.
+    pub max_expression_depth: usize,
     /// Threads that parse and plan statements (CPU work kept off the runtime's threads, which
     /// serve connections); 0 means two per CPU core and at least 4. A user's statements take at
     /// most half of them while others wait.
@@ -96,6 +101,10 @@ pub struct QueryConfig {
     /// `mindlite::TrackingAllocator` is the global allocator (the server, the C library and the
     /// Python module install it). Default: none locally, 512 hosted.
     pub statement_memory_mb: Option<u64>,
+    /// The largest one value a function may make (`repeat`, `lpad`, `replace`, …), in MiB, as
+    /// MySQL's `max_allowed_packet` bounds them: such a value is copied whole by each step that
+    /// handles it. Default: 1024 locally, 64 hosted.
+    pub max_value_mb: Option<u64>,
     /// Memory the whole process may hold before the statement that allocates more is stopped,
     /// in MiB; keeps what any caller does far from the kernel's out-of-memory killer. Default:
     /// three quarters of the machine's memory (or of the container's limit).
@@ -109,6 +118,7 @@ impl Default for QueryConfig {
             worker_threads: 0,
             planning_threads: 0,
             max_columns: 4096,
+            max_expression_depth: 1000,
             batch_size: 8192,
             default_project: "mindsdb".to_string(),
             memory_limit_mb: None,
@@ -118,6 +128,7 @@ impl Default for QueryConfig {
             max_spill_mb: None,
             staging_memory_mb: 64,
             statement_memory_mb: None,
+            max_value_mb: None,
             process_memory_mb: None,
         }
     }
@@ -616,6 +627,15 @@ impl Config {
                 )));
             }
         }
+        let depth = self.query.max_expression_depth;
+        if !(16..=1000).contains(&depth) {
+            return Err(Error::invalid(format!(
+                "query.max_expression_depth must be between 16 and 1000 (the engine's stacks are sized for 1000), not {depth}"
+            )));
+        }
+        if self.query.max_columns == 0 {
+            return Err(Error::invalid("query.max_columns must be at least 1"));
+        }
         if let Some((name, _)) = hosted.plans.iter().find(|(_, p)| p.window_secs == 0) {
             return Err(Error::invalid(format!(
                 "hosted.plans.{name}.window_secs must be at least 1"
@@ -742,6 +762,11 @@ impl Config {
         mib(self.or_edition(self.http.max_buffered_body_mb, 256, 128))
     }
 
+    /// The largest one value a function may make (`query.max_value_mb`), in bytes.
+    pub fn max_value_bytes(&self) -> u64 {
+        mib(self.or_edition(self.query.max_value_mb, 1024, 64).max(1))
+    }
+
     /// Memory one statement may hold (`query.statement_memory_mb`), in bytes; `None` for no
     /// limit of its own.
     pub fn statement_memory_bytes(&self) -> Option<u64> {
@@ -751,7 +776,7 @@ impl Config {
 
     /// Memory the process may hold before statements that allocate are stopped
     /// (`query.process_memory_mb`), in bytes: by default three quarters of the memory the
-    /// process can have (the machine's, or its cgroup's limit when lower).
+    /// process can have (the machine's, its cgroup's limit, or half its address-space limit, the lowest).
     pub fn process_memory_bytes(&self) -> u64 {
         match self.query.process_memory_mb {
             Some(limit) if limit > 0 => mib(limit),
@@ -975,7 +1000,24 @@ fn available_memory() -> u64 {
             .parse::<u64>()
             .ok()
     });
-    cgroup.map_or(machine, |limit| limit.min(machine))
+    let memory = cgroup.map_or(machine, |limit| limit.min(machine));
+    // A limit on the address space (ulimit -v, prlimit --as) counts what the process only
+    // reserves too (thread stacks, malloc's arenas, mapped files): half of it is taken as
+    // memory the process can use.
+    let mut space = memory;
+    for resource in [libc::RLIMIT_AS, libc::RLIMIT_DATA] {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given, which lives for the call.
+        if unsafe { libc::getrlimit(resource, &mut limit) } == 0
+            && limit.rlim_cur != libc::RLIM_INFINITY
+        {
+            space = space.min(limit.rlim_cur / 2);
+        }
+    }
+    space
 }
 
 /// Finds the leaf named by `key`: a top-level key, or `<section>_<key>` for a nested one.

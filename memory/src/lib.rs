@@ -129,6 +129,10 @@ thread_local! {
     static CURRENT: Cell<u64> = const { Cell::new(0) };
     /// This thread's change to [`LIVE`] not yet added to it.
     static PENDING: Cell<i64> = const { Cell::new(0) };
+    /// Bytes reserved on this thread ([`reserve`]) and not yet allocated: the tag they were
+    /// charged to, and how many. The next allocations of that tag take them instead of
+    /// charging again.
+    static RESERVED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
 /// An account's identity as allocations carry it: its slot and generation, and its parent's.
@@ -234,6 +238,120 @@ fn credit_tag(tag: Tag, bytes: u64) {
     credit(tag.parent(), bytes);
 }
 
+/// Takes up to `size` bytes of this thread's reservation for `tag`; returns how many.
+fn take_reserved(tag: Tag, size: u64) -> u64 {
+    RESERVED.with(|r| {
+        let (reserved_for, left) = r.get();
+        if left == 0 || reserved_for != tag.0 {
+            return 0;
+        }
+        let taken = left.min(size);
+        r.set((reserved_for, left - taken));
+        taken
+    })
+}
+
+/// Charges `bytes` to the account `part` only if they fit under its limit; returns whether
+/// they did (a stale account takes nothing and is reported as fitting nothing).
+fn try_charge(part: u64, bytes: u64) -> bool {
+    let (index, generation) = split(part);
+    if index == 0 {
+        return true;
+    }
+    let slot = &TABLE[index];
+    let mut state = slot.state.load(Relaxed);
+    loop {
+        if state >> USED_BITS != generation {
+            return false;
+        }
+        let used = (state & USED_MASK).saturating_add(bytes);
+        if used > slot.limit.load(Relaxed) || used > USED_MASK {
+            return false;
+        }
+        let next = (generation << USED_BITS) | used;
+        match slot
+            .state
+            .compare_exchange_weak(state, next, Relaxed, Relaxed)
+        {
+            Ok(_) => {
+                slot.peak.fetch_max(used, Relaxed);
+                return true;
+            }
+            Err(now) => state = now,
+        }
+    }
+}
+
+/// Bytes counted ahead of the allocations they are for, made on this thread under the
+/// account it works for (see [`reserve`]); what they have not taken is given back when this
+/// is dropped. Not `Send`: the reservation is this thread's.
+#[derive(Debug)]
+pub struct Reservation {
+    tag: Tag,
+    bytes: u64,
+    /// Whether allocations take from this one (the thread's first), or it is only counted.
+    taken_from: bool,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let left = match self.taken_from {
+            true => RESERVED.with(|r| r.replace((0, 0)).1),
+            false => self.bytes,
+        };
+        if left > 0 {
+            credit_tag(self.tag, left);
+            LIVE.fetch_sub(left as i64, Relaxed);
+        }
+    }
+}
+
+/// Counts `bytes` now, for allocations this thread is about to make for the account it works
+/// for, or fails with why they do not fit: over the account's limit, its parent's, or the
+/// process ceiling. Where a size is checked and then allocated, two statements could each
+/// pass the check and together go past a limit; a reservation is counted atomically, so the
+/// second one fails instead. The allocations made while it lives take its bytes rather than
+/// being counted again.
+pub fn reserve(bytes: u64) -> std::result::Result<Reservation, Stop> {
+    let tag = current();
+    let Ok(signed) = i64::try_from(bytes) else {
+        return Err(Stop::ProcessCeiling);
+    };
+    let live = LIVE.fetch_add(signed, Relaxed).saturating_add(signed);
+    let fail = |reason: Stop| {
+        LIVE.fetch_sub(signed, Relaxed);
+        Err(reason)
+    };
+    if live > CEILING.load(Relaxed) {
+        return fail(Stop::ProcessCeiling);
+    }
+    if tag.is_some() {
+        if !try_charge(tag.own(), bytes) {
+            return fail(Stop::OverLimit);
+        }
+        if !try_charge(tag.parent(), bytes) {
+            credit(tag.own(), bytes);
+            return fail(Stop::ParentOverLimit);
+        }
+    }
+    // One reservation per thread at a time is taken from by allocations; a second one (of
+    // another account) is only counted, until dropped.
+    let taken_from = RESERVED.with(|r| {
+        let free = r.get().1 == 0;
+        if free {
+            r.set((tag.0, bytes));
+        }
+        free
+    });
+    Ok(Reservation {
+        tag,
+        bytes,
+        taken_from,
+        _thread: std::marker::PhantomData,
+    })
+}
+
 /// Counts `delta` bytes toward the process total; marks `tag`'s account stopped when the total
 /// is over the ceiling.
 fn count_live(delta: i64, tag: Tag) {
@@ -284,9 +402,11 @@ impl TrackingAllocator {
         INSTALLED.store(true, Relaxed);
         let tag = Tag(CURRENT.with(Cell::get));
         let size = layout.size();
-        count_live(size as i64, tag);
+        // What a reservation already counted is not counted again.
+        let fresh = size as u64 - take_reserved(tag, size as u64);
+        count_live(fresh as i64, tag);
         if layout.align() <= 8 {
-            if tag.is_some() && charge_tag(tag, size as u64) {
+            if tag.is_some() && charge_tag(tag, fresh) {
                 let total = (size + SMALL_HEADER).max(MALLOC_ALIGN);
                 let base = if zeroed {
                     libc::calloc(1, total)
@@ -323,7 +443,7 @@ impl TrackingAllocator {
         if zeroed {
             std::ptr::write_bytes(base.add(align), 0, size);
         }
-        let tagged = tag.is_some() && charge_tag(tag, size as u64);
+        let tagged = tag.is_some() && charge_tag(tag, fresh);
         let block = base.add(align);
         (block.sub(8) as *mut u64).write(if tagged { tag.0 } else { 0 });
         block
@@ -701,6 +821,31 @@ mod tests {
         assert_eq!(account.used(), 0);
         assert_eq!(account.peak(), 6000);
         assert_eq!(account.stopped(), None);
+    }
+
+    #[test]
+    fn a_reservation_is_counted_at_once_and_its_allocations_are_not_counted_twice() {
+        let parent = Arc::new(Account::open(Some(10_000), None).unwrap());
+        let one = Account::open(Some(8_000), Some(Arc::clone(&parent))).unwrap();
+        let two = Account::open(Some(8_000), Some(Arc::clone(&parent))).unwrap();
+        let _in = enter(one.tag());
+        let held = reserve(6_000).unwrap();
+        assert_eq!((one.used(), parent.used()), (6_000, 6_000));
+        // Another statement of the same parent cannot take what is reserved.
+        {
+            let _two = enter(two.tag());
+            assert_eq!(reserve(6_000).unwrap_err(), Stop::ParentOverLimit);
+            assert_eq!(two.used(), 0);
+        }
+        // Over its own limit: refused, nothing counted, nobody stopped.
+        assert_eq!(reserve(3_000).unwrap_err(), Stop::OverLimit);
+        let block = unsafe { A.alloc(layout(5_000, 64)) };
+        assert_eq!(one.used(), 6_000, "the block took from the reservation");
+        drop(held);
+        assert_eq!((one.used(), parent.used()), (5_000, 5_000));
+        assert_eq!(one.stopped(), None);
+        unsafe { A.dealloc(block, layout(5_000, 64)) };
+        assert_eq!(one.used(), 0);
     }
 
     #[test]
