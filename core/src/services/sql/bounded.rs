@@ -123,6 +123,7 @@ fn check_fixed_width(data_type: &DataType) -> DfResult<()> {
 /// register in their place.
 pub(crate) fn checked_functions(
     functions: &std::collections::HashMap<String, Arc<ScalarUDF>>,
+    max_value: u64,
 ) -> Vec<Arc<ScalarUDF>> {
     CHECKED
         .iter()
@@ -131,6 +132,7 @@ pub(crate) fn checked_functions(
             Some(Arc::new(ScalarUDF::new_from_impl(Checked {
                 inner: Arc::clone(inner.inner()),
                 estimate: *estimate,
+                max_value,
             })))
         })
         .collect()
@@ -190,6 +192,8 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for StopCheck {
 struct Checked {
     inner: Arc<dyn ScalarUDFImpl>,
     estimate: Estimate,
+    /// The most bytes one value it makes may take (`query.max_value_mb`).
+    max_value: u64,
 }
 
 impl PartialEq for Checked {
@@ -432,19 +436,38 @@ fn step_nanos(args: &ScalarFunctionArgs, i: usize) -> Vec<i64> {
     converted.unwrap_or_else(|| per_row(1, rows))
 }
 
+/// Sums, row by row, what `f` makes of two per-row sizes.
+type Zip<'a> = dyn Fn(&[u64], &[u64], &dyn Fn(u64, u64) -> u64) -> u64 + 'a;
+
 impl Checked {
     /// Bytes the call would make (or, for `levenshtein`, pairs it would compare).
-    fn estimate(&self, args: &ScalarFunctionArgs) -> u64 {
+    /// The bytes the call's result may take, and the largest one value of it may (where a
+    /// value's size is known row by row; 0 where it is not).
+    fn estimate(&self, args: &ScalarFunctionArgs) -> (u64, u64) {
         let rows = args.number_rows.max(1);
         let sum = |values: Vec<u64>| values.into_iter().fold(0u64, u64::saturating_add);
+        let largest = std::cell::Cell::new(0u64);
         let zip = |a: &[u64], b: &[u64], f: &dyn Fn(u64, u64) -> u64| {
             (0..rows).fold(0u64, |total, r| {
-                total.saturating_add(f(
+                let value = f(
                     a.get(r).copied().unwrap_or(0),
                     b.get(r).copied().unwrap_or(0),
-                ))
+                );
+                largest.set(largest.get().max(value));
+                total.saturating_add(value)
             })
         };
+        let total = self.total(args, rows, &sum, &zip);
+        (total, largest.get())
+    }
+
+    fn total(
+        &self,
+        args: &ScalarFunctionArgs,
+        rows: usize,
+        sum: &dyn Fn(Vec<u64>) -> u64,
+        zip: &Zip<'_>,
+    ) -> u64 {
         let positive = |n: &[i64]| n.iter().map(|n| (*n).max(0) as u64).collect::<Vec<_>>();
         match self.estimate {
             Estimate::Repeat => zip(&lengths(args, 0), &positive(&counts(args, 1)), &|len, n| {
@@ -542,7 +565,19 @@ impl ScalarUDFImpl for Checked {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let estimate = self.estimate(&args);
+        let (estimate, largest) = self.estimate(&args);
+        if largest > self.max_value && self.estimate != Estimate::Levenshtein {
+            // As MySQL bounds a function's result by max_allowed_packet: a value this large
+            // would be copied whole by every step that handles it (constant folding copies
+            // it several times while planning), each copy outside any check.
+            return Err(Error::invalid(format!(
+                "{}() would make a value of {} MiB, over the limit on one value (query.max_value_mb = {})",
+                self.inner.name(),
+                largest.div_ceil(1 << 20),
+                self.max_value >> 20
+            ))
+            .into());
+        }
         if self.estimate == Estimate::Levenshtein {
             if estimate > LEVENSHTEIN_PAIRS {
                 return Err(Error::invalid(format!(
@@ -550,9 +585,10 @@ impl ScalarUDFImpl for Checked {
                 ))
                 .into());
             }
-        } else {
-            crate::capacity::check(estimate, &format!("{}()", self.inner.name()))?;
+            return self.inner.invoke_with_args(args);
         }
+        // Held while the function makes its result, which takes from it.
+        let _held = crate::capacity::hold(estimate, &format!("{}()", self.inner.name()))?;
         self.inner.invoke_with_args(args)
     }
 
@@ -564,6 +600,7 @@ impl ScalarUDFImpl for Checked {
         Some(ScalarUDF::new_from_impl(Checked {
             inner: Arc::clone(updated.inner()),
             estimate: self.estimate,
+            max_value: self.max_value,
         }))
     }
 
@@ -870,7 +907,7 @@ mod tests {
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_default_features()
             .build();
-        for checked in checked_functions(state.scalar_functions()) {
+        for checked in checked_functions(state.scalar_functions(), 1 << 30) {
             datafusion::execution::FunctionRegistry::register_udf(&mut state, checked).unwrap();
         }
         let mut unjudged: Vec<&String> = state

@@ -268,7 +268,7 @@ impl SqlRunner {
                         sql,
                         &std::collections::HashMap::new(),
                         &std::collections::HashMap::new(),
-                        self.config.query.max_columns,
+                        super::parse::ShapeLimits::of(&self.config.query),
                     )?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {

@@ -142,6 +142,7 @@ impl SqlRunner {
                 connector,
                 net.clone(),
                 &config.hosted,
+                config.max_value_bytes(),
             )),
             compute: crate::compute::Compute::new(config.planning_threads())?,
             plans: PlanCache::new(config.query.plan_cache_entries),
@@ -326,7 +327,7 @@ impl SqlRunner {
                 &request.query,
                 &request.params,
                 &request.typed_params,
-                self.config.query.max_columns,
+                parse::ShapeLimits::of(&self.config.query),
             );
         }
         let (query, params, typed) = (
@@ -334,10 +335,10 @@ impl SqlRunner {
             request.params.clone(),
             request.typed_params.clone(),
         );
-        let max_columns = self.config.query.max_columns;
+        let limits = parse::ShapeLimits::of(&self.config.query);
         self.compute
             .run(tenant, move || {
-                parse::parse_limited(&query, &params, &typed, max_columns)
+                parse::parse_limited(&query, &params, &typed, limits)
             })
             .await?
     }

@@ -281,7 +281,7 @@ impl SqlRunner {
             sql,
             &Default::default(),
             &Default::default(),
-            self.config.query.max_columns,
+            super::parse::ShapeLimits::of(&self.config.query),
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(super::parse::Command::CreateModel(statement)), true) => statement,

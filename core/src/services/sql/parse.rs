@@ -146,18 +146,35 @@ pub(crate) struct CreateModel {
 /// `recursive-protection` feature), and this bound keeps a hostile text from growing it far.
 const RECURSION_LIMIT: usize = 256;
 
-/// How deep a statement's expressions and queries may nest, as SQLite and DuckDB allow
-/// (`SQLITE_MAX_EXPR_DEPTH`, `max_expression_depth`): every walk of a syntax tree is
-/// recursive, so this, not the input's size, bounds the stack they take.
-pub(crate) const MAX_DEPTH: usize = 1000;
-
 /// Operators one chain of a statement may hold before it is parsed (a chain like `1 + 1 + …`
 /// parses without recursion into a tree as deep as it is long, which then takes that much
-/// stack to drop); far beyond [`MAX_DEPTH`], which is checked on the parsed tree.
+/// stack to drop); far beyond `query.max_expression_depth`, which is checked on the parsed
+/// tree.
 const MAX_CHAIN_OPERATORS: usize = 50_000;
 
-/// Parses a request into commands, binding `params` into the SQL ones, with the default
-/// `query.max_columns`.
+/// The shape a statement may have (`query.max_columns`, `query.max_expression_depth`):
+/// checked on the syntax tree before anything walks it recursively.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShapeLimits {
+    /// Items one select list may have.
+    pub(crate) max_columns: usize,
+    /// How deep expressions and queries may nest: every walk of a syntax tree is recursive,
+    /// so this, not the input's size, bounds the stack they take.
+    pub(crate) max_depth: usize,
+}
+
+impl ShapeLimits {
+    /// The limits `query` configures.
+    pub(crate) fn of(query: &crate::config::QueryConfig) -> ShapeLimits {
+        ShapeLimits {
+            max_columns: query.max_columns,
+            max_depth: query.max_expression_depth,
+        }
+    }
+}
+
+/// Parses a request into commands, binding `params` into the SQL ones, within the default
+/// shape limits.
 #[cfg(test)]
 pub(crate) fn parse(
     sql: &str,
@@ -168,16 +185,16 @@ pub(crate) fn parse(
         sql,
         params,
         typed,
-        crate::config::QueryConfig::default().max_columns,
+        ShapeLimits::of(&crate::config::QueryConfig::default()),
     )
 }
 
-/// [`parse`], where a statement may select at most `max_columns` columns in one select list.
+/// [`parse`], where a statement must keep within `limits`.
 pub(crate) fn parse_limited(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
-    max_columns: usize,
+    limits: ShapeLimits,
 ) -> Result<Vec<Command>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
@@ -211,14 +228,14 @@ pub(crate) fn parse_limited(
             commands.push(command);
             continue;
         }
-        check_chains(&statement)?;
+        check_chains(&statement, limits.max_depth)?;
         let mut parser = Parser::new(&GenericDialect {})
             .with_recursion_limit(RECURSION_LIMIT)
             .with_tokens_with_locations(statement);
         let mut parsed = parser
             .parse_statement()
             .map_err(|e| syntax_error(sql, &e.to_string()))?;
-        if let Err(e) = check_shape(&parsed, max_columns) {
+        if let Err(e) = check_shape(&parsed, limits) {
             dismantle(parsed);
             return Err(e);
         }
@@ -242,7 +259,7 @@ pub(crate) fn parse_limited(
 /// Fails when a chain of operators in `tokens` (counted along each nesting of parentheses,
 /// restarting at each comma) is longer than [`MAX_CHAIN_OPERATORS`]: a bound on the depth of
 /// the tree the statement would parse into, taken without building it.
-fn check_chains(tokens: &[TokenWithSpan]) -> Result<()> {
+fn check_chains(tokens: &[TokenWithSpan], max_depth: usize) -> Result<()> {
     // Operators counted at each open parenthesis level, innermost last.
     let mut levels: Vec<usize> = vec![0];
     let mut total = 0usize;
@@ -283,7 +300,7 @@ fn check_chains(tokens: &[TokenWithSpan]) -> Result<()> {
         }
         if total > MAX_CHAIN_OPERATORS {
             return Err(Error::invalid(format!(
-                "The statement chains more than {MAX_CHAIN_OPERATORS} operators in one expression; statements may nest at most {MAX_DEPTH} deep"
+                "The statement chains more than {MAX_CHAIN_OPERATORS} operators in one expression; statements may nest at most {max_depth} deep (the limit query.max_expression_depth)"
             )));
         }
     }
@@ -317,18 +334,19 @@ fn is_operator_word(word: &Word) -> bool {
         )
 }
 
-/// Fails for a statement nested deeper than [`MAX_DEPTH`] (expressions in expressions,
+/// Fails for a statement nested deeper than `limits.max_depth` (expressions in expressions,
 /// queries in queries, set operations one after another) or with a select list of more than
-/// `max_columns` items. It is the first walk of the tree, and stops at the first level too
+/// `limits.max_columns` items. It is the first walk of the tree, and stops at the first level too
 /// deep, so it takes at most that much stack itself.
-fn check_shape(statement: &Statement, max_columns: usize) -> Result<()> {
+fn check_shape(statement: &Statement, limits: ShapeLimits) -> Result<()> {
     struct Shape {
         depth: usize,
         max_columns: usize,
+        max_depth: usize,
     }
-    fn too_deep() -> Error {
+    fn too_deep(max_depth: usize) -> Error {
         Error::invalid(format!(
-            "The statement nests expressions or queries more than {MAX_DEPTH} deep, the most a statement may"
+            "The statement nests expressions or queries more than {max_depth} deep, over the limit query.max_expression_depth"
         ))
     }
     /// The set operations chained down the left of `body`, and its widest select list.
@@ -362,8 +380,8 @@ fn check_shape(statement: &Statement, max_columns: usize) -> Result<()> {
                 )));
             }
             self.depth += 1 + length;
-            if self.depth > MAX_DEPTH {
-                return ControlFlow::Break(too_deep());
+            if self.depth > self.max_depth {
+                return ControlFlow::Break(too_deep(self.max_depth));
             }
             ControlFlow::Continue(())
         }
@@ -373,8 +391,8 @@ fn check_shape(statement: &Statement, max_columns: usize) -> Result<()> {
         }
         fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<Error> {
             self.depth += 1;
-            if self.depth > MAX_DEPTH {
-                return ControlFlow::Break(too_deep());
+            if self.depth > self.max_depth {
+                return ControlFlow::Break(too_deep(self.max_depth));
             }
             ControlFlow::Continue(())
         }
@@ -385,7 +403,8 @@ fn check_shape(statement: &Statement, max_columns: usize) -> Result<()> {
     }
     match statement.visit(&mut Shape {
         depth: 0,
-        max_columns,
+        max_columns: limits.max_columns,
+        max_depth: limits.max_depth,
     }) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),

@@ -296,7 +296,7 @@ impl SqlRunner {
             sql,
             &HashMap::new(),
             &HashMap::new(),
-            self.config.query.max_columns,
+            super::parse::ShapeLimits::of(&self.config.query),
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,

@@ -44,13 +44,15 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     /// A pool whose states run with `batch_size` on `runtime`; LLM models call through
-    /// `connector`, which the states carry as a config extension; datasources through `net`.
+    /// `connector`, which the states carry as a config extension; datasources through `net`;
+    /// a function's one value may be at most `max_value` bytes (`query.max_value_mb`).
     pub(crate) fn new(
         runtime: Arc<RuntimeEnv>,
         batch_size: usize,
         connector: Connector,
         net: crate::services::connectors::Net,
         hosted: &crate::config::HostedConfig,
+        max_value: u64,
     ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
@@ -72,7 +74,7 @@ impl Sessions {
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
-        for checked in super::bounded::checked_functions(base.scalar_functions()) {
+        for checked in super::bounded::checked_functions(base.scalar_functions(), max_value) {
             base.register_udf(checked)
                 .expect("registering a function only replaces it in a map");
         }
