@@ -1325,6 +1325,9 @@ fn literal(value: &serde_json::Value) -> Expr {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
