@@ -444,7 +444,7 @@ mod fuzz {
 
     #[test]
     fn request_bodies_are_read_or_refused_by_field() {
-        Target::new(6_000).run(|u| {
+        Target::new(50_000).run(|u| {
             let bytes = body(u)?;
             note("body", &String::from_utf8_lossy(&bytes));
             if let Err(e) = wire::request_body(&bytes) {
@@ -585,7 +585,7 @@ mod fuzz {
 
     #[test]
     fn specs_are_stored_or_refused_by_field() {
-        Target::new(1_500).run(|u| {
+        Target::new(15_000).run(|u| {
             let engine = tenant();
             let call = u.int_in_range(0..=9u8)?;
             let spec = match u.int_in_range(0..=3u8)? {

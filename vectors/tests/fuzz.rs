@@ -281,7 +281,7 @@ fn text(u: &mut Unstructured<'_>) -> Draw<String> {
 /// are refused with an error; a loaded model embeds any text into a vector of its width.
 #[test]
 fn sentence_models_load_or_are_refused_and_embed_any_text() {
-    Target::new(4_000).run(|u| {
+    Target::new(20_000).run(|u| {
         let damage = damage(u)?;
         let shape = shape(u, damage)?;
         let config = config_json(u, &shape, damage)?;
@@ -322,7 +322,7 @@ fn sentence_models_load_or_are_refused_and_embed_any_text() {
 /// Random bytes as each file in turn, the others valid.
 #[test]
 fn sentence_model_files_survive_random_bytes() {
-    Target::new(3_000).run(|u| {
+    Target::new(30_000).run(|u| {
         let shape = Shape {
             hidden: 4,
             heads: 2,

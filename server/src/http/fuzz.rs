@@ -57,7 +57,7 @@ enum End {
 
 #[test]
 fn request_reading_survives_random_bytes() {
-    Target::new(3_000).run(|u| {
+    Target::new(30_000).run(|u| {
         let bytes: Vec<u8> = u.arbitrary()?;
         let pieces = pieces(u, bytes.len())?;
         let read = read_connection(&bytes, &pieces);
@@ -68,7 +68,7 @@ fn request_reading_survives_random_bytes() {
 
 #[test]
 fn generated_requests_are_read_back_exactly() {
-    Target::new(3_000).run(|u| {
+    Target::new(15_000).run(|u| {
         let mut stream = Vec::new();
         let mut sent = Vec::new();
         // Requests up to the first one that is not clean must be read back exactly.
@@ -111,7 +111,7 @@ fn generated_requests_are_read_back_exactly() {
 
 #[test]
 fn mutated_requests_are_read_or_refused() {
-    Target::new(3_000).run(|u| {
+    Target::new(15_000).run(|u| {
         let mut stream = Vec::new();
         for _ in 0..u.int_in_range(1..=2)? {
             stream.extend_from_slice(&request(u)?.bytes);

@@ -71,7 +71,7 @@ const PARQUET: &[&str] = &["parquet", "arrow_ipc"];
 
 #[test]
 fn uploads_survive_random_bytes() {
-    Target::new(3_000).contained_panics_from(PARQUET).run(|u| {
+    Target::new(50_000).contained_panics_from(PARQUET).run(|u| {
         let format = format(u)?;
         let name = *u.choose(&[
             None,
@@ -108,7 +108,7 @@ const TEXT_SEEDS: &[(&str, FileFormat)] = &[
 
 #[test]
 fn mutated_text_uploads_are_read_or_refused() {
-    Target::new(3_000).run(|u| {
+    Target::new(50_000).run(|u| {
         let (seed, kind) = *u.choose(TEXT_SEEDS)?;
         let bytes = mutate(u, seed.as_bytes())?;
         let format = if u.ratio(3, 4)? {
@@ -123,7 +123,7 @@ fn mutated_text_uploads_are_read_or_refused() {
 
 #[test]
 fn mutated_parquet_uploads_are_read_or_refused() {
-    Target::new(2_000).contained_panics_from(PARQUET).run(|u| {
+    Target::new(10_000).contained_panics_from(PARQUET).run(|u| {
         let seeds = parquet_seeds();
         let seed = u.choose(seeds)?;
         let bytes = mutate(u, seed)?;

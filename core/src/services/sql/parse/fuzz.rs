@@ -180,7 +180,7 @@ const SOUP: &[&str] = &[
 /// Any tokens of [`SOUP`], in any order, with any parameters.
 #[test]
 fn statement_parser_survives_token_soup() {
-    Target::new(20_000).run(|u| {
+    Target::new(100_000).run(|u| {
         let mut sql = String::new();
         for _ in 0..u.int_in_range(0..=80)? {
             sql.push_str(u.choose(SOUP)?);
@@ -197,7 +197,7 @@ fn statement_parser_survives_token_soup() {
 /// Random text, as bytes made into UTF-8.
 #[test]
 fn statement_parser_survives_random_text() {
-    Target::new(20_000).run(|u| {
+    Target::new(200_000).run(|u| {
         let bytes: Vec<u8> = u.arbitrary()?;
         let sql = String::from_utf8_lossy(&bytes);
         parses_or_says_why(&sql, &HashMap::new(), &HashMap::new());
@@ -209,7 +209,7 @@ fn statement_parser_survives_random_text() {
 /// extreme sizes.
 #[test]
 fn statement_parser_survives_generated_statements() {
-    Target::new(5_000).run(|u| {
+    Target::new(20_000).run(|u| {
         let (params, typed) = params(u)?;
         let mut g = Gen {
             u,
