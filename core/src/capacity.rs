@@ -187,7 +187,10 @@ mod tests {
                 scan(&path, root, unchecked);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("capacity.rs") {
+            if path.extension().is_none_or(|e| e != "rs")
+                || path.ends_with("capacity.rs")
+                || declared_for_tests(&path)
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
@@ -208,6 +211,25 @@ mod tests {
                 unchecked.push(format!("{shown}:{}: {}", n + 1, line.trim()));
             }
         }
+    }
+
+    /// Whether the module in `path` is test code as a whole: its parent declares it as
+    /// `#[cfg(test)]` then `mod name;` (as the fuzz targets are), so it is skipped like the
+    /// code after a `#[cfg(test)]` line.
+    fn declared_for_tests(path: &std::path::Path) -> bool {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_stem()) else {
+            return false;
+        };
+        let declaration = format!("mod {};", name.to_string_lossy());
+        [dir.with_extension("rs"), dir.join("mod.rs")]
+            .iter()
+            .filter_map(|parent| std::fs::read_to_string(parent).ok())
+            .any(|text| {
+                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                lines
+                    .windows(2)
+                    .any(|pair| pair[0] == "#[cfg(test)]" && pair[1] == declaration)
+            })
     }
 
     /// Whether a line sizes an allocation by a number that is not a constant.

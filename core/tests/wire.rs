@@ -245,3 +245,390 @@ fn a_wire_request_holds_one_statement() {
     let collected = engine.sql_blocking("SELECT 1; SELECT 2 AS two").unwrap();
     assert_eq!(collected.column_names, ["two"]);
 }
+
+/// Fuzz targets for the JSON bodies callers send: `wire::Fields`, the SQL request (query,
+/// context, params, response_format, timeout), the chat requests, and every spec the engine
+/// stores (agents, knowledge bases, minds, datasources, callbacks). A body is taken or refused
+/// with an error that is the caller's (never `Internal`) and says something; nothing panics.
+/// Bodies come from a generator that knows the fields each reader looks for, and values of
+/// every JSON kind; URL and host fields only ever name 127.0.0.1 or a private address, so no
+/// case reaches the network.
+mod fuzz {
+    use mindlite::wire::{self, Fields};
+    use mindlite::{ChatRequest, Config, Edition, Engine, ErrorKind, PlanConfig, QueryRequest};
+    use mindlite_fuzz::{extreme_number, mutate, note, Target, Unstructured};
+    use serde_json::{json, Map, Value};
+
+    type Draw<T> = mindlite_fuzz::arbitrary::Result<T>;
+
+    /// The fields the readers look for, at any depth.
+    const KEYS: &[&str] = &[
+        "query",
+        "context",
+        "db",
+        "show_secrets",
+        "params",
+        "response_format",
+        "timeout",
+        "messages",
+        "input",
+        "role",
+        "content",
+        "model",
+        "stream",
+        "name",
+        "model_name",
+        "provider",
+        "api_key",
+        "base_url",
+        "data",
+        "tables",
+        "knowledge_bases",
+        "prompt_template",
+        "mode",
+        "embedding_model",
+        "reranking_model",
+        "content_columns",
+        "metadata_columns",
+        "id_column",
+        "preprocessing",
+        "chunk_size",
+        "chunk_overlap",
+        "text_chunking_config",
+        "type",
+        "storage",
+        "datasources",
+        "parameters",
+        "engine",
+        "connection_data",
+        "description",
+        "host",
+        "port",
+        "user",
+        "password",
+        "database",
+        "path",
+        "url",
+        "filter",
+        "project_name",
+        "attempt",
+        "count",
+        "interval",
+        "http_timeout",
+        "knowledge_base",
+        "rows",
+        "batch_size",
+        "temperature",
+        "skills",
+        "agent",
+    ];
+
+    /// Fields whose values are addresses: always one of [`ADDRESSES`].
+    const ADDRESS_KEYS: &[&str] = &["base_url", "host", "url", "path", "database"];
+
+    /// Loopback only, and nothing a resolver would look up: a datasource's host is connected
+    /// to when it is created.
+    const ADDRESSES: &[&str] = &[
+        "http://127.0.0.1:1/v1",
+        "http://[::1]:1/",
+        "https://127.0.0.1:1/x?y=z",
+        "127.0.0.1",
+        "::1",
+        "ftp://127.0.0.1/",
+        "http://127.0.0.1:99999/",
+        "http://",
+        "",
+        "/nonexistent/dir",
+    ];
+
+    fn text(u: &mut Unstructured<'_>) -> Draw<String> {
+        Ok(match u.int_in_range(0..=7u8)? {
+            0 => {
+                (*u.choose(&["openai", "ollama", "local", "postgres", "files", "mindsdb"])?).into()
+            }
+            1 => {
+                (*u.choose(&["SELECT 1", "SELECT :x", "jsonlines", "sse", "json", "user"])?).into()
+            }
+            2 => (*u.choose(&[
+                "mindsdb",
+                "p",
+                "db.t",
+                "p.*",
+                "a b",
+                "É",
+                "x".repeat(300).as_str(),
+            ])?)
+            .into(),
+            3 => "y".repeat(u.int_in_range(0..=70_000)?),
+            4 => String::new(),
+            _ => u.arbitrary()?,
+        })
+    }
+
+    fn value(u: &mut Unstructured<'_>, depth: u32) -> Draw<Value> {
+        Ok(match u.int_in_range(0..=8u8)? {
+            0 => Value::Null,
+            1 => json!(u.arbitrary::<bool>()?),
+            2 => json!(extreme_number(u)?),
+            3 => json!((extreme_number(u)? as i64).wrapping_neg()),
+            4 => json!(*u.choose(&[0.5, -1.5, 1e308, -0.0, 3.0])?),
+            5 | 6 => json!(text(u)?),
+            7 if depth > 0 => {
+                let len = if u.ratio(1, 10)? {
+                    u.int_in_range(0..=3_000)?
+                } else {
+                    u.int_in_range(0..=3)?
+                };
+                let mut items = Vec::new();
+                for i in 0..len {
+                    items.push(if u.is_empty() {
+                        json!(i)
+                    } else {
+                        value(u, depth - 1)?
+                    });
+                }
+                Value::Array(items)
+            }
+            _ if depth > 0 => Value::Object(object(u, depth - 1)?),
+            _ => json!("leaf"),
+        })
+    }
+
+    fn object(u: &mut Unstructured<'_>, depth: u32) -> Draw<Map<String, Value>> {
+        let mut map = Map::new();
+        for _ in 0..u.int_in_range(0..=5)? {
+            let key = if u.ratio(7, 8)? {
+                (*u.choose(KEYS)?).to_string()
+            } else {
+                u.arbitrary()?
+            };
+            let value = if ADDRESS_KEYS.contains(&key.as_str()) {
+                json!(*u.choose(ADDRESSES)?)
+            } else {
+                value(u, depth)?
+            };
+            map.insert(key, value);
+        }
+        Ok(map)
+    }
+
+    /// An object body, sometimes nested deeply or damaged as text.
+    fn body(u: &mut Unstructured<'_>) -> Draw<Vec<u8>> {
+        let text = match u.int_in_range(0..=9u8)? {
+            0 => {
+                let depth = *u.choose(&[100usize, 127, 128, 129, 10_000])?;
+                format!("{{\"query\": {}1{}}}", "[".repeat(depth), "]".repeat(depth))
+            }
+            1 => u.arbitrary::<String>()?,
+            _ => Value::Object(object(u, 3)?).to_string(),
+        };
+        Ok(if u.ratio(1, 6)? {
+            mutate(u, text.as_bytes())?
+        } else {
+            text.into_bytes()
+        })
+    }
+
+    /// An error a caller can act on: not the engine's fault, and worded.
+    fn check_error(error: &mindlite::Error) {
+        assert_ne!(
+            error.kind(),
+            ErrorKind::Internal,
+            "an internal error from a body: {error}"
+        );
+        assert!(
+            !error.message().trim().is_empty(),
+            "an error without a message"
+        );
+    }
+
+    #[test]
+    fn request_bodies_are_read_or_refused_by_field() {
+        Target::new(50_000).run(|u| {
+            let bytes = body(u)?;
+            note("body", &String::from_utf8_lossy(&bytes));
+            if let Err(e) = wire::request_body(&bytes) {
+                check_error(&e);
+            }
+            match Fields::request_body(&bytes) {
+                Ok(fields) => {
+                    for _ in 0..4 {
+                        let key = *u.choose(KEYS)?;
+                        let read = match u.int_in_range(0..=4u8)? {
+                            0 => fields.text(key).map(drop),
+                            1 => fields.flag(key).map(drop),
+                            2 => fields.object(key).map(drop),
+                            3 => fields.map_field(key).map(drop),
+                            _ => fields.strings(key).map(drop),
+                        };
+                        if let Err(e) = read {
+                            check_error(&e);
+                            assert!(e.message().contains(key), "the error names '{key}': {e}");
+                        }
+                    }
+                }
+                Err(e) => check_error(&e),
+            }
+            for read in [
+                QueryRequest::from_wire_json(&bytes).map(drop),
+                ChatRequest::from_chat_completions(&bytes).map(drop),
+                ChatRequest::from_responses(&bytes).map(drop),
+            ] {
+                if let Err(e) = read {
+                    check_error(&e);
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// A hosted engine (egress to internal addresses refused, as a server runs it) and a
+    /// user's handle, made once per process: in the child, after its memory limit is set.
+    fn tenant() -> &'static Engine {
+        static TENANT: std::sync::OnceLock<(Engine, Engine)> = std::sync::OnceLock::new();
+        &TENANT
+            .get_or_init(|| {
+                let mut config = Config {
+                    edition: Edition::Hosted,
+                    ..Config::default()
+                };
+                config.hosted.plans.insert(
+                    "roomy".into(),
+                    PlanConfig {
+                        max_minds: 1_000_000,
+                        max_datasources: 1_000_000,
+                        callbacks: true,
+                        max_callbacks: 1_000_000,
+                        ..PlanConfig::default()
+                    },
+                );
+                config.hosted.default_plan = "roomy".into();
+                // Providers a spec leaves to the configuration: here, nowhere.
+                config.llm.base_url = "http://127.0.0.1:1/v1".into();
+                config.embedding.base_url = "http://127.0.0.1:1/v1".into();
+                let engine = Engine::open_in_memory(config).expect("an engine");
+                engine
+                    .block_on(engine.create_user("fuzz", None))
+                    .expect("a user");
+                let key = engine
+                    .block_on(engine.create_api_key("fuzz"))
+                    .expect("a key")
+                    .key;
+                let handle = engine.as_user(&key).expect("the user's handle");
+                // A knowledge base for inserts to go to (its provider is refused at use).
+                let kb = base_spec(2);
+                let mut kb = kb.as_object().expect("an object").clone();
+                kb.insert("name".into(), json!("kb"));
+                handle
+                    .block_on(handle.create_knowledge_base("mindsdb", Value::Object(kb)))
+                    .expect("a knowledge base");
+                (engine, handle)
+            })
+            .1
+    }
+
+    /// A valid body for `call` (see [`specs_are_stored_or_refused_by_field`]), for cases
+    /// to change in a few places.
+    fn base_spec(call: u8) -> Value {
+        let local = "http://127.0.0.1:1/v1";
+        match call {
+            0 | 1 => json!({"name": "a", "model": {"provider": "openai", "model_name": "gpt-4o",
+                "base_url": local, "api_key": "k"}, "data": {"tables": [], "knowledge_bases": []},
+                "prompt_template": "hi", "params": {"timeout": 10}}),
+            2 => json!({"name": "kb2", "embedding_model": {"provider": "openai",
+                "model_name": "text-embedding-3-small", "base_url": local},
+                "content_columns": ["content"], "metadata_columns": ["m"], "id_column": "id",
+                "preprocessing": {"text_chunking_config": {"chunk_size": 100, "chunk_overlap": 10}}}),
+            3 => json!({"rows": [{"id": 1, "content": "x", "m": 2}], "params": {"batch_size": 10}}),
+            4 | 5 => json!({"name": "m", "model_name": "gpt-4o", "provider": "openai",
+                "datasources": [], "knowledge_bases": [], "parameters": {"prompt_template": "x"}}),
+            6 | 7 => json!({"name": "d", "engine": "postgres", "description": "x",
+                "connection_data": {"host": "127.0.0.1", "port": 1, "user": "u", "password": "p",
+                "database": "db"}}),
+            8 => json!({"url": "http://127.0.0.1:1/hook", "filter": {"model_name": "m",
+                "project_name": "mindsdb"}, "attempt": {"count": 3, "interval": 1, "http_timeout": 5}}),
+            _ => json!([{"a": 1, "b": "x"}]),
+        }
+    }
+
+    /// `spec` with one to three changes: a field (at the top or one level down) set to any
+    /// value, or removed.
+    fn changed(u: &mut Unstructured<'_>, mut spec: Value) -> Draw<Value> {
+        for _ in 0..u.int_in_range(1..=3)? {
+            let target = match &mut spec {
+                Value::Object(map) if !map.is_empty() && u.arbitrary()? => {
+                    let keys: Vec<String> = map.keys().cloned().collect();
+                    let key = u.choose(&keys)?.clone();
+                    match map.get_mut(&key) {
+                        Some(Value::Object(inner)) => inner,
+                        _ => map,
+                    }
+                }
+                Value::Object(map) => map,
+                Value::Array(rows) => match rows.first_mut() {
+                    Some(Value::Object(row)) => row,
+                    _ => return Ok(spec),
+                },
+                _ => return Ok(spec),
+            };
+            let key = (*u.choose(KEYS)?).to_string();
+            if u.ratio(1, 4)? {
+                target.remove(&key);
+            } else if ADDRESS_KEYS.contains(&key.as_str()) {
+                target.insert(key, json!(*u.choose(ADDRESSES)?));
+            } else {
+                target.insert(key, value(u, 2)?);
+            }
+        }
+        Ok(spec)
+    }
+
+    #[test]
+    fn specs_are_stored_or_refused_by_field() {
+        Target::new(15_000).run(|u| {
+            let engine = tenant();
+            let call = u.int_in_range(0..=9u8)?;
+            let spec = match u.int_in_range(0..=3u8)? {
+                0 => Value::Object(object(u, 3)?),
+                1 => base_spec(call),
+                _ => changed(u, base_spec(call))?,
+            };
+            let name = if u.ratio(3, 4)? {
+                (*u.choose(&["a", "kb", "m", "d", "x"])?).to_string()
+            } else {
+                text(u)?
+            };
+            note("call", &call);
+            note("name", &name);
+            note("spec", &spec);
+            let outcome = engine.block_on(async {
+                match call {
+                    0 => engine.create_agent("mindsdb", spec).await.map(drop),
+                    1 => engine.update_agent("mindsdb", &name, spec).await.map(drop),
+                    2 => engine
+                        .create_knowledge_base("mindsdb", spec)
+                        .await
+                        .map(drop),
+                    3 => engine
+                        .insert_into_knowledge_base("mindsdb", &name, spec, None)
+                        .await
+                        .map(drop),
+                    4 => engine.create_mind(spec).await.map(drop),
+                    5 => engine.update_mind(&name, spec).await.map(drop),
+                    6 => engine.create_datasource(spec).await.map(drop),
+                    7 => engine.update_datasource(&name, spec).await.map(drop),
+                    8 => engine.register_callback(spec).await.map(drop),
+                    _ => engine
+                        .predict("mindsdb", &name, None, &spec)
+                        .await
+                        .map(drop),
+                }
+            });
+            note("outcome", &outcome);
+            if let Err(e) = outcome {
+                check_error(&e);
+            }
+            Ok(())
+        });
+    }
+}

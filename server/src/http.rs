@@ -905,3 +905,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fuzz;

@@ -42,7 +42,17 @@ pub(crate) fn check(bytes: &[u8], metadata: &ParquetMetaData) -> Result<()> {
     for group in metadata.row_groups() {
         let mut declared: u64 = 0;
         for column in group.columns() {
-            let (start, length) = column.byte_range();
+            // Not `byte_range()`: it asserts the footer's numbers are not negative, a panic
+            // on a damaged file.
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let (Ok(start), Ok(length)) = (
+                u64::try_from(start),
+                u64::try_from(column.compressed_size()),
+            ) else {
+                return Err(unreadable("a column chunk's offset or size is negative"));
+            };
             let end = start
                 .checked_add(length)
                 .filter(|end| *end <= bytes.len() as u64)
@@ -212,6 +222,24 @@ impl Compact<'_> {
         Some((kind, id))
     }
 
+    /// An element count of a list, set or map: each element takes a byte at least, so a
+    /// count past the bytes left is damage, found before counting through it.
+    fn count(&mut self) -> Option<usize> {
+        usize::try_from(self.varint()?)
+            .ok()
+            .filter(|count| *count <= self.bytes.len() - self.at)
+    }
+
+    /// Skips one element of a list, set or map `depth` containers deep: unlike a field's, a
+    /// boolean element is a byte of its own (skipping it as a field's would take nothing, and
+    /// a count of billions of them would spin).
+    fn skip_element(&mut self, kind: u8, depth: u32) -> Option<()> {
+        match kind {
+            TRUE | FALSE => self.byte().map(drop),
+            kind => self.skip(kind, depth + 1),
+        }
+    }
+
     /// Skips a value of compact type `kind`.
     fn skip(&mut self, kind: u8, depth: u32) -> Option<()> {
         if depth > MAX_DEPTH {
@@ -243,27 +271,21 @@ impl Compact<'_> {
                 let head = self.byte()?;
                 let element = head & 0x0f;
                 let count = match head >> 4 {
-                    15 => usize::try_from(self.varint()?).ok()?,
+                    15 => self.count()?,
                     n => usize::from(n),
                 };
                 for _ in 0..count {
-                    match element {
-                        // A boolean element is a byte of its own.
-                        TRUE | FALSE => {
-                            self.byte()?;
-                        }
-                        element => self.skip(element, depth + 1)?,
-                    }
+                    self.skip_element(element, depth)?;
                 }
             }
             // map
             11 => {
-                let count = usize::try_from(self.varint()?).ok()?;
+                let count = self.count()?;
                 if count > 0 {
                     let kinds = self.byte()?;
                     for _ in 0..count {
-                        self.skip(kinds >> 4, depth + 1)?;
-                        self.skip(kinds & 0x0f, depth + 1)?;
+                        self.skip_element(kinds >> 4, depth)?;
+                        self.skip_element(kinds & 0x0f, depth)?;
                     }
                 }
             }
@@ -408,5 +430,23 @@ mod tests {
         ] {
             assert!(read_header(damaged).is_none(), "{damaged:?}");
         }
+    }
+
+    /// Found reading the code the upload fuzz target runs: a header field holding a map of
+    /// 2^62 booleans was skipped taking no bytes per element, so the check spun (a stalled
+    /// upload) instead of refusing it.
+    #[test]
+    fn a_header_counting_more_elements_than_bytes_is_refused_at_once() {
+        // Field 4 (delta 4) of type map; count 2^62 as a varint; key and value kinds boolean.
+        let mut map = vec![0x4b];
+        map.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+        map.extend_from_slice(&[0x11, 0x01, 0x00]);
+        let started = std::time::Instant::now();
+        assert!(read_header(&map).is_none());
+        // A list of 2^40 booleans likewise.
+        let list = [0x49, 0xf1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x01, 0x00];
+        assert!(read_header(&list).is_none());
+        // Generous: each is refused before its first element.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }

@@ -177,7 +177,8 @@ impl Bert {
             || config.num_hidden_layers > MAX_LAYERS
             || config.intermediate_size == 0
             || config.intermediate_size > 8 * MAX_HIDDEN
-            || config.max_position_embeddings == 0
+            // Room for [CLS] and [SEP] at least.
+            || config.max_position_embeddings < 2
             || config.max_position_embeddings > MAX_POSITIONS
         {
             return Err(Error::Invalid(format!(
@@ -206,17 +207,28 @@ impl Bert {
             "embeddings.position_embeddings.weight",
             &[config.max_position_embeddings, h],
         )?;
+        // Every token is of type 0: the first row, which must be a whole row (a narrower one
+        // would leave the token states short of their width).
         let token_type = match tensors
             .entries
             .get("embeddings.token_type_embeddings.weight")
         {
-            Some((shape, ..)) if shape.len() == 2 => {
-                let mut all = tensors.get("embeddings.token_type_embeddings.weight", shape)?;
+            Some((shape, ..)) => {
+                let types = match shape.as_slice() {
+                    [types, width] if *types > 0 && *width == h => *types,
+                    _ => {
+                        return Err(Error::Invalid(format!(
+                            "the model's tensor embeddings.token_type_embeddings.weight has shape {shape:?}, the config asks for [types, {h}]"
+                        )))
+                    }
+                };
+                let mut all =
+                    tensors.get("embeddings.token_type_embeddings.weight", &[types, h])?;
                 all.truncate(h);
                 all
             }
             // bounded: the model's width, checked when it was loaded
-            _ => vec![0.0; h],
+            None => vec![0.0; h],
         };
         let embeddings_norm = tensors.norm("embeddings.LayerNorm", h)?;
         let i = config.intermediate_size;
@@ -356,8 +368,13 @@ fn linear(layer: &Linear, x: &[f32], n: usize) -> Vec<f32> {
     if n == 0 {
         return y;
     }
+    // What the unsafe call below relies on; loading checks every shape, so this never fails.
+    assert!(
+        x.len() >= n * k && layer.weight.len() >= m * k && y.len() == n * m,
+        "a linear layer's inputs do not cover its shape"
+    );
     // SAFETY: the pointers cover n×k, k×m (W as [m, k] read transposed) and n×m `f32`s, as
-    // the strides say; `y` is not aliased.
+    // the strides say (checked above); `y` is not aliased.
     unsafe {
         matrixmultiply::sgemm(
             n,
@@ -451,5 +468,34 @@ mod tests {
         config.hidden_act = "relu".into();
         assert!(Bert::load(config, &safetensors(&tensors(vec![3, 4])))
             .is_err_and(|e| e.to_string().contains("relu")));
+    }
+
+    /// Found by the sentence model fuzz target: one position left no room for [CLS] and
+    /// [SEP], and `SentenceModel::from_files` panicked clamping its length.
+    #[test]
+    fn a_model_of_one_position_is_refused_not_a_panic() {
+        let mut config = config();
+        config.max_position_embeddings = 1;
+        let mut files = tensors(vec![3, 4]);
+        files[1].1 = vec![1, 4];
+        let err = Bert::load(config, &safetensors(&files)).unwrap_err();
+        assert!(
+            err.to_string().contains("max_position_embeddings: 1"),
+            "{err}"
+        );
+    }
+
+    /// Found by reading the code the fuzz target runs: token types narrower than the width
+    /// left every token's state short, and the first layer's matrix product read past it.
+    #[test]
+    fn token_types_narrower_than_the_width_are_refused() {
+        let mut files = tensors(vec![3, 4]);
+        files.push(("embeddings.token_type_embeddings.weight", vec![1, 2]));
+        let err = Bert::load(config(), &safetensors(&files)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("token_type_embeddings.weight has shape [1, 2]"),
+            "{err}"
+        );
     }
 }

@@ -183,8 +183,22 @@ fn using(words: &[&Token], k: usize) -> Result<Map<String, Value>> {
     Ok(spec)
 }
 
+/// How deeply lists and objects of a value may nest: as deep as serde_json reads a JSON body.
+/// Each level is a call on the stack, so a statement of 100,000 `[` must be refused, not read.
+const MAX_VALUE_DEPTH: usize = 128;
+
 /// A JSON-like value on tokens: strings in either quote, numbers, true/false/null, objects and lists.
 pub(crate) fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
+    nested_value(words, k, 0)
+}
+
+/// [`json_value`] `depth` lists and objects deep.
+fn nested_value(words: &[&Token], k: &mut usize, depth: usize) -> Result<Value> {
+    if depth > MAX_VALUE_DEPTH {
+        return Err(Error::invalid(format!(
+            "A value nests lists and objects more than {MAX_VALUE_DEPTH} levels deep"
+        )));
+    }
     let token = words
         .get(*k)
         .ok_or_else(|| Error::invalid("Expected a value at the end of the statement"))?;
@@ -215,7 +229,7 @@ pub(crate) fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
                 return Ok(Value::Object(object));
             }
             loop {
-                let key = match json_value(words, k)? {
+                let key = match nested_value(words, k, depth + 1)? {
                     Value::String(key) => key,
                     other => {
                         return Err(Error::invalid(format!(
@@ -229,7 +243,7 @@ pub(crate) fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
                     )));
                 }
                 *k += 1;
-                let value = json_value(words, k)?;
+                let value = nested_value(words, k, depth + 1)?;
                 object.insert(key, value);
                 match words.get(*k) {
                     Some(Token::Comma) => *k += 1,
@@ -248,7 +262,7 @@ pub(crate) fn json_value(words: &[&Token], k: &mut usize) -> Result<Value> {
                 return Ok(Value::Array(list));
             }
             loop {
-                list.push(json_value(words, k)?);
+                list.push(nested_value(words, k, depth + 1)?);
                 match words.get(*k) {
                     Some(Token::Comma) => *k += 1,
                     Some(Token::RBracket) => {
@@ -281,6 +295,31 @@ mod tests {
             .unwrap()
             .pop()
             .unwrap()
+    }
+
+    /// Found by the statement fuzz target: 100,000 nested `[` overflowed the stack (an abort
+    /// of the whole server), one call per level.
+    #[test]
+    fn deeply_nested_using_values_are_refused_not_a_stack_overflow() {
+        let deep = |n: usize| {
+            format!(
+                "CREATE AGENT a USING data = {}1{}",
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        let err = parse(&deep(100_000), &HashMap::new(), &HashMap::new()).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+        assert!(err.message().contains("more than 128 levels deep"), "{err}");
+        let objects = format!(
+            "CREATE DATABASE d ENGINE = 'postgres', PARAMETERS = {}{}",
+            "{\"k\": ".repeat(100_000),
+            "}".repeat(100_000)
+        );
+        let err = parse(&objects, &HashMap::new(), &HashMap::new()).unwrap_err();
+        assert!(err.message().contains("more than 128 levels deep"), "{err}");
+        // As deep as JSON bodies may nest is still read.
+        assert!(matches!(command(&deep(128)), Command::CreateAgent { .. }));
     }
 
     #[test]

@@ -1344,6 +1344,9 @@ fn literal(value: &serde_json::Value) -> Expr {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
