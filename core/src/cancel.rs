@@ -240,17 +240,17 @@ fn stop_error(stop: Stop, account: Option<&Account>) -> Error {
         Stop::Interrupted => interrupted_error(),
         Stop::Cancelled => cancelled(),
         Stop::OverLimit => Error::invalid(format!(
-            "The statement needed more memory than one statement may use (query.statement_memory_mb{}); it was stopped and wrote nothing",
+            "The statement needed more memory than one statement may use (the limit query.statement_memory_mb{}); it was stopped and wrote nothing",
             mib(own_limit)
         )),
         Stop::ParentOverLimit => Error::quota_exceeded(
-            "This user's statements together needed more memory than the plan allows (max_memory_mb); the statement was stopped and wrote nothing",
+            "This user's statements together needed more memory than the plan allows (the plan's limit max_memory_mb); the statement was stopped and wrote nothing",
             Some(1),
         ),
         Stop::ProcessCeiling => Error::new(
             ErrorKind::Unavailable,
             format!(
-                "The server is low on memory (query.process_memory_mb{}); the statement was stopped and wrote nothing, try again shortly",
+                "The server is low on memory (the limit query.process_memory_mb{}); the statement was stopped and wrote nothing, try again shortly",
                 mib(memory::ceiling())
             ),
         ),

@@ -38,7 +38,7 @@ fn over(bytes: u64, remaining: u64, what: &str, limit: &str) -> Error {
     Error::new(
         ErrorKind::InvalidInput,
         format!(
-            "{what} needs {} MiB, more than the statement may still use ({} MiB, {limit}); nothing was allocated",
+            "{what} needs {} MiB, more than the statement may still use ({} MiB under the limit {limit}); nothing was allocated",
             bytes.div_ceil(1 << 20),
             remaining >> 20
         ),

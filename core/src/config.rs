@@ -540,6 +540,10 @@ pub struct KnowledgeBasesConfig {
     /// A search among fewer chunks than this (after metadata conditions) computes every
     /// distance rather than walking the index, so its ranking is exact.
     pub exact_below: usize,
+    /// Chunks one document may split into: a knowledge base's `chunk_size` is the user's, and
+    /// a small one over a long text would otherwise make millions of chunks (and embedding
+    /// requests) before anything refused it.
+    pub max_chunks_per_document: usize,
 }
 
 impl Default for KnowledgeBasesConfig {
@@ -549,6 +553,7 @@ impl Default for KnowledgeBasesConfig {
             hnsw_ef_construction: 128,
             ef_search: 64,
             exact_below: 10_000,
+            max_chunks_per_document: 100_000,
         }
     }
 }

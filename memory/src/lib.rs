@@ -61,7 +61,8 @@ pub enum Stop {
     OverLimit = 1,
     /// Its parent (the tenant's account) went over its limit.
     ParentOverLimit = 2,
-    /// The process went over its ceiling while this account was allocating.
+    /// The process went over its ceiling while this account, holding an eighth of it or more,
+    /// was allocating (or far over it, while it was allocating at all).
     ProcessCeiling = 3,
     /// Its deadline passed.
     Deadline = 4,
@@ -365,9 +366,16 @@ fn count_live(delta: i64, tag: Tag) {
     }
     PENDING.with(|p| p.set(0));
     let live = LIVE.fetch_add(pending, Relaxed) + pending;
-    if delta > 0 && tag.is_some() && live > CEILING.load(Relaxed) {
+    let ceiling = CEILING.load(Relaxed);
+    if delta > 0 && tag.is_some() && live > ceiling {
         let (index, generation) = split(tag.own());
-        if index != 0 && TABLE[index].state.load(Relaxed) >> USED_BITS == generation {
+        let state = TABLE[index].state.load(Relaxed);
+        // Over the ceiling, the work that holds much of the memory is stopped, not a small
+        // statement that happened to allocate next (another tenant's one-row insert); only
+        // far over it is anyone allocating stopped.
+        let holds = i64::try_from(state & USED_MASK).unwrap_or(i64::MAX);
+        let culprit = holds >= ceiling / 8 || live > ceiling.saturating_add(ceiling / 4);
+        if index != 0 && culprit && state >> USED_BITS == generation {
             let _ =
                 TABLE[index]
                     .stop

@@ -64,6 +64,7 @@ pub(crate) fn insert(
             .as_ref()
             .map(|index| IndexWriter::new(Some(index), index.graph.params())),
         params: (settings.hnsw_m, settings.hnsw_ef_construction),
+        max_chunks: settings.max_chunks_per_document,
         ids: HashSet::new(),
         documents: 0,
         staged: None,
@@ -356,6 +357,8 @@ struct Ingest<'a> {
     index: Option<IndexWriter>,
     /// HNSW's M and efConstruction for an index made by this insert.
     params: (usize, usize),
+    /// Chunks one document may make (`knowledge_bases.max_chunks_per_document`).
+    max_chunks: usize,
     /// Ids of the documents inserted (their old chunks go).
     ids: HashSet<String>,
     documents: u64,
@@ -464,8 +467,15 @@ impl Ingest<'_> {
                 }
                 let document =
                     chunking::Document::new(text.value(row), kb.chunk_size, kb.chunk_overlap)?;
-                // Chunk ids name the total, so the chunks are counted before they are made.
-                let total = document.chunks().count();
+                // Chunk ids name the total, so the chunks are counted before they are made,
+                // no further than the limit.
+                let total = document.chunks().take(self.max_chunks + 1).count();
+                if total > self.max_chunks {
+                    return Err(Error::invalid(format!(
+                        "Document '{id}' splits into more than {} chunks of chunk_size {}, over the limit knowledge_bases.max_chunks_per_document; give the knowledge base a larger chunk_size",
+                        self.max_chunks, kb.chunk_size
+                    )));
+                }
                 for (n, piece) in document.chunks().enumerate() {
                     group.rows.push(row_number);
                     group.chunk_ids.push(format!(

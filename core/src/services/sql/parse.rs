@@ -375,7 +375,7 @@ fn check_shape(statement: &Statement, limits: ShapeLimits) -> Result<()> {
             let (length, widest) = chain(&query.body);
             if widest > self.max_columns {
                 return ControlFlow::Break(Error::invalid(format!(
-                    "The statement selects {widest} columns in one select list, more than query.max_columns ({})",
+                    "The statement selects {widest} columns in one select list, more than the limit query.max_columns ({})",
                     self.max_columns
                 )));
             }
