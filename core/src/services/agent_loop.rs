@@ -233,7 +233,8 @@ impl<'a> Asker<'a> {
         mut history: Vec<Value>,
         events: Option<&Sender<AgentEvent>>,
     ) -> Result<String> {
-        let endpoint = crate::services::llm::endpoint(&agent.model(), &self.config.llm);
+        // Named like the refusal of its URL when the agent was saved.
+        let endpoint = llm::endpoint(&agent.model(), &self.config.llm).named_by("model.base_url");
         let allowed = allowed_tables(agent);
         let limits = &self.config.agents;
         let mut messages =

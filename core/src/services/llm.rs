@@ -38,6 +38,24 @@ pub(crate) struct Endpoint {
     /// How messages name the endpoint: its URL when the caller chose it, otherwise "the
     /// configured model provider" (the operator's endpoint is not shown to tenants).
     pub(crate) shown: String,
+    /// The setting that chose its URL, as the caller's refusal when it was saved names it
+    /// (`model.base_url`): a refusal by the egress policy at a call names it the same way, so
+    /// that a host refused when saved (an address) and one refused at the call (a name) read
+    /// alike. `None` for the configured endpoint and for callers that name no setting.
+    pub(crate) setting: Option<String>,
+    /// Whether a caller's setting chose its URL (it is not the configured one).
+    chosen: bool,
+}
+
+impl Endpoint {
+    /// The endpoint with refusals naming `key` (see [`Endpoint::setting`]) when a caller's
+    /// setting chose its URL; the configured endpoint is left as it is.
+    pub(crate) fn named_by(mut self, key: &str) -> Endpoint {
+        if self.chosen {
+            self.setting = Some(key.to_string());
+        }
+        self
+    }
 }
 
 /// One tool call the model asked for.
@@ -126,6 +144,7 @@ pub(crate) fn endpoint(settings: &Map<String, Value>, default: &LlmConfig) -> En
         &default.api_key,
         "model provider",
     );
+    let chosen = base_url != default.base_url;
     let text = |key: &str| setting_text(settings, key);
     let options: Map<String, Value> = ["temperature", "max_tokens", "top_p"]
         .iter()
@@ -143,6 +162,8 @@ pub(crate) fn endpoint(settings: &Map<String, Value>, default: &LlmConfig) -> En
             .unwrap_or(usize::MAX),
         max_tool_calls: default.max_tool_calls.max(1),
         shown,
+        setting: None,
+        chosen,
     }
 }
 
@@ -213,7 +234,7 @@ pub(crate) async fn chat(
         if let Some(made) = made {
             made.fetch_add(1, Ordering::SeqCst);
         }
-        let response = match send_reaching(client, &url, &endpoint.api_key, &body, shown).await {
+        let response = match send_reaching(client, &url, endpoint, &body).await {
             Ok(response) => response,
             Err((e, reached)) => {
                 if let (Some(made), false) = (made, reached) {
@@ -245,32 +266,39 @@ pub(crate) async fn chat(
     }
 }
 
-/// [`send`], telling with a failure whether the request may have reached the provider (only
-/// a refusal by the egress policy or a failed connection says it did not).
+/// [`send`] to `endpoint`, telling with a failure whether the request may have reached the
+/// provider (only a refusal by the egress policy or a failed connection says it did not).
+/// A refusal names the endpoint's setting when it has one (see [`Endpoint::setting`]).
 async fn send_reaching(
     client: &HttpClient,
     url: &str,
-    api_key: &str,
+    endpoint: &Endpoint,
     body: &Value,
-    shown: &str,
 ) -> std::result::Result<reqwest::Response, (Error, bool)> {
+    let shown = &endpoint.shown;
+    let refused_call = |refused: &str| match &endpoint.setting {
+        Some(key) => Error::new(ErrorKind::Forbidden, format!("'{key}' was {refused}")),
+        None => Error::new(
+            ErrorKind::Forbidden,
+            format!("Calling {shown} was {refused}"),
+        ),
+    };
     let mut request = client
         .post(url)
-        .map_err(|refused| {
-            let e = Error::new(
-                ErrorKind::Forbidden,
-                format!("Calling {shown} was {refused}"),
-            );
-            (e, false)
-        })?
+        .map_err(|refused| (refused_call(&refused.to_string()), false))?
         .json(body);
-    if !api_key.is_empty() {
-        request = request.bearer_auth(api_key);
+    if !endpoint.api_key.is_empty() {
+        request = request.bearer_auth(&endpoint.api_key);
     }
-    request
-        .send()
-        .await
-        .map_err(|e| (unreachable(shown, &e), !e.is_connect()))
+    request.send().await.map_err(|e| {
+        let reason = egress::http_reason(&e);
+        let error = if endpoint.setting.is_some() && is_refusal(&reason) {
+            refused_call(&reason)
+        } else {
+            unreachable(shown, &e)
+        };
+        (error, !e.is_connect())
+    })
 }
 
 /// POSTs `body` as JSON to `url` under the egress policy, with the bearer key when there is
@@ -338,7 +366,7 @@ fn too_large(endpoint: &Endpoint) -> Error {
 
 fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
     let reason = egress::http_reason(error);
-    let kind = if reason.starts_with("refused by the egress policy") {
+    let kind = if is_refusal(&reason) {
         ErrorKind::Forbidden
     } else {
         ErrorKind::Upstream
@@ -347,6 +375,11 @@ fn unreachable(shown: &str, error: &reqwest::Error) -> Error {
         kind,
         format!("{} cannot be reached: {reason}", capitalized(shown)),
     )
+}
+
+/// Whether a reason from [`egress::http_reason`] is the egress policy's refusal.
+fn is_refusal(reason: &str) -> bool {
+    reason.starts_with("refused by the egress policy")
 }
 
 /// Reads at most `cap` bytes of a body; the flag says whether that was all of it.
@@ -593,6 +626,16 @@ mod tests {
             endpoint(&settings, &LlmConfig::default()).shown,
             "the model provider at http://llm.example/v1"
         );
+    }
+
+    #[test]
+    fn only_a_url_a_setting_chose_is_named_by_that_setting() {
+        assert_eq!(configured().named_by("model.base_url").setting, None);
+        let mut settings = Map::new();
+        settings.insert("base_url".into(), json!("http://llm.example/v1"));
+        let chosen = endpoint(&settings, &LlmConfig::default()).named_by("model.base_url");
+        assert_eq!(chosen.setting.as_deref(), Some("model.base_url"));
+        assert_eq!(endpoint(&settings, &LlmConfig::default()).setting, None);
     }
 
     #[test]
