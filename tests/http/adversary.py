@@ -343,8 +343,10 @@ class Watchdog:
         with self._lock:
             missing = sorted(set(self.inserted) - set(stored))
             extra = sorted(set(stored) - set(self.inserted) - self.uncertain)
-        assert not missing and not extra and len(stored) == len(set(stored)), \
-            f"the watchdog's table lost rows {missing[:20]} or holds others {extra[:20]}"
+        twice = sorted({a for a, b in zip(stored, stored[1:]) if a == b})  # stored is ordered
+        assert not missing and not extra and not twice, \
+            (f"the watchdog's table lost rows {missing[:20]}, holds others {extra[:20]} "
+             f"or holds some twice {twice[:20]}")
 
 
 # The arena.
