@@ -20,6 +20,9 @@ fn hosted(statement_mb: u64, user_mb: u64) -> Engine {
         ..Config::default()
     };
     config.query.statement_memory_mb = Some(statement_mb);
+    // One value may be large: these tests are about what statements hold, and
+    // query.max_value_mb (64 hosted) would refuse their values first.
+    config.query.max_value_mb = Some(4096);
     config.query.memory_limit_mb = Some(statement_mb / 2);
     config.hosted.plans.insert(
         "small".into(),

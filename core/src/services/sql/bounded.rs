@@ -846,10 +846,20 @@ mod tests {
         ] {
             let message = error_of(&engine, sql);
             assert!(
-                message.contains("needs") && message.contains("MiB"),
+                (message.contains("needs") && message.contains("MiB"))
+                    || message.contains("query.max_value_mb"),
                 "{sql}: {message}"
             );
         }
+        // One value over query.max_value_mb is refused, naming it; one under it is made.
+        let mut config = Config::default();
+        config.query.max_value_mb = Some(1);
+        let small = Engine::open_in_memory(config).unwrap();
+        let message = error_of(&small, "SELECT length(repeat('x', 2000000))");
+        assert!(message.contains("query.max_value_mb = 1"), "{message}");
+        assert!(small
+            .sql_blocking("SELECT length(repeat('x', 1000000))")
+            .is_ok());
         let rows = engine
             .sql_blocking("SELECT repeat('ab', 3) AS r, lpad('x', 3, '-') AS p, cardinality(range(0, 10)) AS n")
             .unwrap();
