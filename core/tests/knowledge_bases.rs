@@ -1591,3 +1591,30 @@ fn dropping_a_knowledge_base_stops_its_inserts_at_once() {
         assert!(embedder.requests.lock().unwrap().len() <= made + 1);
     }
 }
+
+#[test]
+fn a_rest_insert_takes_one_of_the_users_running_statements() {
+    let embedder = FakeEmbedder::start();
+    let mut config = config(&embedder);
+    config.edition = mindlite::Edition::Hosted;
+    config.hosted.plans.insert(
+        "one".into(),
+        mindlite::PlanConfig {
+            max_running_statements: 1,
+            ..mindlite::PlanConfig::default()
+        },
+    );
+    config.hosted.default_plan = "one".into();
+    let engine = Engine::open_in_memory(config).unwrap();
+    engine.block_on(engine.create_user("ann", None)).unwrap();
+    let key = engine.block_on(engine.create_api_key("ann")).unwrap().key;
+    let ann = engine.as_user(&key).unwrap();
+    exec(&ann, "CREATE KNOWLEDGE_BASE kb");
+    // One place is all it needs (it once took two, and a plan of one refused every insert).
+    let body = json!({"rows": [{"id": 1, "content": "one document"}]});
+    let inserted = ann
+        .block_on(ann.insert_into_knowledge_base("mindsdb", "kb", body, None))
+        .unwrap();
+    assert_eq!(inserted, 1);
+    assert_eq!(rows(&ann, "SELECT count(*) FROM kb"), json!([[1]]));
+}

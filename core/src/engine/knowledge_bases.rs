@@ -10,7 +10,6 @@ use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
 use datafusion::arrow::json::ReaderBuilder;
 use serde_json::{Map, Value};
 
-use crate::admission::Work;
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
@@ -133,12 +132,13 @@ impl Engine {
         let Some(source) = source else {
             return Ok(0);
         };
-        let _ticket = self.inner.sql.admit(self.tenant, Work::Statement)?;
+        // A statement like any: admitted among the user's (one place), stopped (writing
+        // nothing) at its deadline, an interrupt or its memory budget.
+        let (control, _ticket) = self.statement_control()?;
         let context = ResultContext {
             show_secrets: false,
             db: project.to_ascii_lowercase(),
         };
-        // A statement like any: stopped (writing nothing) at its deadline or an interrupt.
         let insert = self.inner.sql.insert_documents(
             self.tenant,
             &context,
@@ -147,7 +147,6 @@ impl Engine {
             &source,
             progress,
         );
-        let (control, _ticket) = self.statement_control()?;
         control.run(insert).await
     }
 }
@@ -167,7 +166,7 @@ impl Engine {
             return Ok(0);
         };
         let batch = concat_batches(&first.schema(), &batches)?;
-        let _ticket = self.inner.sql.admit(self.tenant, Work::Statement)?;
+        let (control, _ticket) = self.statement_control()?;
         let context = ResultContext {
             show_secrets: false,
             db: project.to_ascii_lowercase(),
@@ -181,7 +180,6 @@ impl Engine {
             &source,
             progress,
         );
-        let (control, _ticket) = self.statement_control()?;
         control.run(insert).await
     }
 

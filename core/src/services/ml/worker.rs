@@ -43,7 +43,7 @@ pub(crate) struct Stops {
     pub(crate) read_limit: Option<Duration>,
     /// The training's memory account (`query.statement_memory_mb`, within its user's
     /// `max_memory_mb`): over it, reading or fitting stops and the version is set to error.
-    pub(crate) memory: Option<Arc<crate::memory::Account>>,
+    pub(crate) memory: Arc<crate::memory::Account>,
 }
 
 /// Trains `model` in the background on the current runtime, holding `ticket` (the user's
@@ -69,9 +69,7 @@ pub(crate) fn spawn(
     // statement's account) and has its own account, within the statement budget and the
     // user's share, that reading and fitting are charged to; the status it ends in is written
     // outside that account, since a stopped account commits nothing.
-    let tag = memory
-        .as_ref()
-        .map_or(crate::memory::Tag::NONE, |m| m.tag());
+    let tag = memory.tag();
     crate::memory::spawn_detached(&tokio::runtime::Handle::current(), async move {
         let stop = running.token().clone();
         let work = crate::memory::InScope::new(

@@ -47,6 +47,9 @@ impl SqlRunner {
         let engine = models::engine_of(&using)?;
         self.check_llm_url(&using)?;
         let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        // Opened before the version is recorded, so that no version is left `generating`
+        // without a training.
+        let memory = self.training_memory(tenant)?;
         // An LLM model reads no rows; a FROM given to one is recorded and not run.
         let (job, (data_db, query)) = if engine == openai::ENGINE {
             (self.prompt_job(), from.unwrap_or_default())
@@ -81,7 +84,7 @@ impl SqlRunner {
                 affected_rows: None,
             });
         };
-        let stops = self.training_stops(tenant, registration)?;
+        let stops = self.training_stops(registration, memory);
         worker::spawn(
             Arc::clone(&self.store),
             tenant,
@@ -93,9 +96,9 @@ impl SqlRunner {
         table_outcome(model_info(&[model], false, None)?)
     }
 
-    /// What stops a training: dropping its model, for its query the statement deadline, and
-    /// its memory account (a statement's budget, within the user's share).
-    fn training_stops(&self, tenant: TenantId, running: Registration) -> Result<worker::Stops> {
+    /// A training's memory account: a statement's budget (`query.statement_memory_mb`), within
+    /// the user's share (`max_memory_mb`).
+    fn training_memory(&self, tenant: TenantId) -> Result<Arc<crate::memory::Account>> {
         let parent = self.tenant_memory(tenant)?;
         // No slot left for an account: the process is running that many statements.
         let account = crate::memory::Account::open(self.config.statement_memory_bytes(), parent)
@@ -105,12 +108,21 @@ impl SqlRunner {
                     "too many statements are running to start a training; try again",
                 )
             })?;
-        let memory = Some(Arc::new(account));
-        Ok(worker::Stops {
+        Ok(Arc::new(account))
+    }
+
+    /// What stops a training: dropping its model, for its query the statement deadline, and
+    /// its memory account.
+    fn training_stops(
+        &self,
+        running: Registration,
+        memory: Arc<crate::memory::Account>,
+    ) -> worker::Stops {
+        worker::Stops {
             running,
             read_limit: self.config.statement_limit(None),
             memory,
-        })
+        }
     }
 
     /// Refuses an LLM model's `base_url` (or `api_base`) that writes an address the egress
@@ -164,6 +176,9 @@ impl SqlRunner {
         drop(snapshot);
         self.check_llm_url(&using)?;
         let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        // Opened before the version is recorded, so that no version is left `generating`
+        // without a training.
+        let memory = self.training_memory(tenant)?;
         let job = if latest.is_prompted() {
             self.prompt_job()
         } else {
@@ -183,7 +198,7 @@ impl SqlRunner {
                 Ok((registration(&running, tenant, &model), model))
             })
             .await?;
-        let stops = self.training_stops(tenant, registration)?;
+        let stops = self.training_stops(registration, memory);
         worker::spawn(
             Arc::clone(&self.store),
             tenant,
