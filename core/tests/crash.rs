@@ -196,3 +196,140 @@ fn a_file_open_in_another_process_is_refused_with_its_name() {
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("opened"));
 }
+
+const KEYED_ENV: &str = "MINDLITE_CRASH_KEYED_DB";
+/// Rows per keyed statement: more than two chunks, so each one lands in steps.
+const KEYED_ROWS: i64 = 140_000;
+
+/// Keyed-writer mode: statements big enough to land in steps (see `catalog::landing`) into a
+/// table with a primary key, each acknowledged after it returns.
+#[test]
+fn crash_keyed_writer_child() {
+    let Ok(path) = std::env::var(KEYED_ENV) else {
+        return;
+    };
+    let engine = Engine::open(&path, Config::default()).expect("child opens the database");
+    engine
+        .sql_blocking("CREATE TABLE IF NOT EXISTS k (id BIGINT PRIMARY KEY, stmt BIGINT)")
+        .unwrap();
+    let start = scalar(&engine, "SELECT coalesce(max(stmt), 0) FROM k") + 1;
+    for stmt in start.. {
+        let sql = format!(
+            "INSERT INTO k SELECT {stmt} * 1000000 + value, {stmt} FROM generate_series(1, {KEYED_ROWS})"
+        );
+        engine.sql_blocking(&sql).unwrap();
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ack {stmt}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// The one BIGINT a query returns.
+fn scalar(engine: &Engine, sql: &str) -> i64 {
+    engine.sql_blocking(sql).unwrap().batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<mindlite::arrow::array::Int64Array>()
+        .unwrap()
+        .value(0)
+}
+
+#[test]
+fn killed_keyed_writers_leave_no_landed_rows_or_keys_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keyed.redb");
+    let me = std::env::current_exe().unwrap();
+    let mut rng = rand::thread_rng();
+    let mut acknowledged: Vec<i64> = Vec::new();
+    for trial in 0..8 {
+        let mut child = Command::new(&me)
+            .args([
+                "--exact",
+                "crash_keyed_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(KEYED_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| {
+                    line.split("ack ")
+                        .nth(1)
+                        .and_then(|n| n.trim().parse::<i64>().ok())
+                })
+                .collect::<Vec<i64>>()
+        });
+        std::thread::sleep(Duration::from_millis(rng.gen_range(300..3000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        acknowledged.extend(reader.join().unwrap());
+
+        let engine = Engine::open(&path, Config::default())
+            .unwrap_or_else(|e| panic!("trial {trial}: the file does not reopen: {e}"));
+        if scalar(
+            &engine,
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'k'",
+        ) == 0
+        {
+            continue;
+        }
+        let result = engine
+            .sql_blocking(
+                "SELECT stmt, count(*), min(id), max(id) FROM k GROUP BY stmt ORDER BY stmt",
+            )
+            .unwrap();
+        let mut present = Vec::new();
+        for batch in &result.batches {
+            let col = |i: usize| {
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<mindlite::arrow::array::Int64Array>()
+                    .unwrap()
+                    .clone()
+            };
+            for r in 0..batch.num_rows() {
+                let s = col(0).value(r);
+                assert_eq!(
+                    (col(1).value(r), col(2).value(r), col(3).value(r)),
+                    (KEYED_ROWS, s * 1_000_000 + 1, s * 1_000_000 + KEYED_ROWS),
+                    "trial {trial}: statement {s} is partial"
+                );
+                present.push(s);
+            }
+        }
+        for s in &acknowledged {
+            assert!(
+                present.contains(s),
+                "trial {trial}: acknowledged statement {s} was lost"
+            );
+        }
+        // The statement the kill interrupted left no key behind: its keys go in again.
+        let next = present.last().copied().unwrap_or(0) + 1;
+        engine
+            .sql_blocking(&format!(
+                "INSERT INTO k SELECT {next} * 1000000 + value, {next} FROM generate_series(1, {KEYED_ROWS})"
+            ))
+            .unwrap_or_else(|e| panic!("trial {trial}: the interrupted statement's keys are still taken: {e}"));
+        assert_eq!(
+            scalar(
+                &engine,
+                &format!("SELECT count(*) FROM k WHERE id = {next} * 1000000 + 7")
+            ),
+            1
+        );
+        present.push(next);
+        acknowledged = present;
+    }
+    assert!(
+        acknowledged.len() >= 8,
+        "the writers made too little progress to test anything: {acknowledged:?}"
+    );
+}

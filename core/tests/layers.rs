@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::namespace",
             "catalog::projects",
             "catalog::constraints",
+            "catalog::landing",
             "catalog::indexes",
             "catalog::tables",
             "catalog::views",

@@ -351,10 +351,6 @@ def inserts_while(attack: Attack, statement: str, **fields) -> tuple[dict, int]:
     return doc, during
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "index entries are encoded and checked before the writer lock, but their B-tree inserts "
-    "still run under it (2M entries hold it ~13 s on a debug build); see README, Limits and "
-    "defences, 'not yet exact'"))
 def test_a_2m_row_insert_into_a_keyed_table_does_not_hold_up_another_tenants_insert(
         start_limited_server, llm):
     """INSERT of 2,000,000 rows into a table with a PRIMARY KEY (its index entries were built
@@ -371,10 +367,6 @@ def test_a_2m_row_insert_into_a_keyed_table_does_not_hold_up_another_tenants_ins
         [[2_000_000, 2_000_000]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "index entries are encoded and checked before the writer lock, but their B-tree inserts "
-    "still run under it (2M entries hold it ~13 s on a debug build); see README, Limits and "
-    "defences, 'not yet exact'"))
 def test_create_index_on_a_big_table_does_not_hold_up_inserts_and_a_stopped_one_commits_nothing(
         start_limited_server, llm):
     """CREATE INDEX over 2,000,000 rows (built under the writer lock: another tenant's insert

@@ -181,13 +181,12 @@ impl Indexed {
             .collect()
     }
 
-    /// These indexes with their entries kept under `id`: an index being made, whose id is
-    /// taken only when it is stored.
-    pub(crate) fn with_id(mut self, id: u64) -> Indexed {
+    /// Keeps these indexes' entries under `id` from now on: an index being made, whose id is
+    /// taken only when its entries begin to land.
+    pub(crate) fn set_id(&mut self, id: u64) {
         for def in &mut self.defs {
             def.id = id;
         }
-        self
     }
 
     /// The ids the entries are kept under, index by index.
@@ -282,13 +281,33 @@ impl Indexed {
         encoded: &[u8],
         lookups: Lookups<'_>,
     ) -> Result<u64> {
+        Ok(self
+            .write_part(txn, chunk, encoded, lookups, 0..usize::MAX)?
+            .0)
+    }
+
+    /// [`Indexed::write`] for the entries numbered `part` among all of `encoded` (every
+    /// index's, in order), so that a chunk's entries can be written over several
+    /// transactions. Returns the bytes written and how many entries `encoded` holds.
+    pub(crate) fn write_part(
+        &self,
+        txn: &WriteTransaction,
+        chunk: u64,
+        encoded: &[u8],
+        lookups: Lookups<'_>,
+        part: std::ops::Range<usize>,
+    ) -> Result<(u64, usize)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let mut entries = Entries { bytes: encoded };
-        let mut bytes = 0;
+        let (mut bytes, mut number) = (0, 0);
         for (at, def) in self.defs.iter().enumerate() {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
+                number += 1;
+                if !part.contains(&(number - 1)) {
+                    continue;
+                }
                 let look = def.unique
                     && !entry.has_null
                     && match lookups {
@@ -302,7 +321,7 @@ impl Indexed {
                 bytes += entry_bytes(entry.key.len());
             }
         }
-        Ok(bytes)
+        Ok((bytes, number))
     }
 
     /// Removes the entries `encoded` (from [`Indexed::encode_unchecked`]) of chunk `chunk`.
@@ -462,6 +481,60 @@ pub(crate) fn drop_entries(txn: &WriteTransaction, id: u64) -> Result<u64> {
         },
     )?;
     Ok(bytes)
+}
+
+/// Where a [`sweep`] of an index's entries goes on: the last entry it examined.
+pub(crate) type SweepCursor = (Vec<u8>, u64, u32);
+
+/// Entries a step of a landing writes, or of a [`sweep`] examines, in one transaction: what
+/// keeps the writer lock they hold short (about 0.1 s of a debug build, a few ms of a release
+/// one).
+pub(crate) const STEP_ENTRIES: usize = 16_384;
+
+/// Removes, among the next [`STEP_ENTRIES`] entries of the index `id` after `after` (from
+/// its first when `None`), those of the chunks `gone` names. Returns the bytes freed and
+/// where to go on, `None` once the index's last entry was examined. In steps, so that removing
+/// many entries never holds the writer lock for long.
+pub(crate) fn sweep(
+    txn: &WriteTransaction,
+    id: u64,
+    after: Option<&SweepCursor>,
+    gone: &dyn Fn(u64) -> bool,
+) -> Result<(u64, Option<SweepCursor>)> {
+    let mut table = txn.open_table(INDEX_ENTRIES)?;
+    let empty: &[u8] = &[];
+    let end = (id + 1, empty, 0u64, 0u32);
+    let mut examined = 0;
+    let mut doomed = Vec::new();
+    let mut last = None;
+    {
+        let range = match after {
+            Some((key, chunk, row)) => table.range((
+                Bound::Excluded((id, key.as_slice(), *chunk, *row)),
+                Bound::Excluded(end),
+            ))?,
+            None => table.range((id, empty, 0u64, 0u32)..end)?,
+        };
+        for entry in range {
+            let (key, _) = entry?;
+            let (_, key, chunk, row) = key.value();
+            if gone(chunk) {
+                doomed.push((key.to_vec(), chunk, row));
+            }
+            examined += 1;
+            if examined == STEP_ENTRIES {
+                last = Some((key.to_vec(), chunk, row));
+                break;
+            }
+        }
+    }
+    let mut freed = 0;
+    for (key, chunk, row) in &doomed {
+        if table.remove((id, key.as_slice(), *chunk, *row))?.is_some() {
+            freed += entry_bytes(key.len());
+        }
+    }
+    Ok((freed, last))
 }
 
 /// The bytes of every index's entries, by index id (a file's first count, see `storage`).
@@ -637,6 +710,19 @@ pub(crate) mod observe {
 
     pub(crate) fn staged(table: &str) {
         if let Some(hook) = STAGED.lock().get(table) {
+            hook();
+        }
+    }
+
+    static LANDED: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
+
+    /// Runs `hook` after each step of a landing into `table` has committed.
+    pub(crate) fn on_landed(table: &str, hook: impl Fn() + Send + Sync + 'static) {
+        LANDED.lock().insert(table.to_string(), Box::new(hook));
+    }
+
+    pub(crate) fn landed(table: &str) {
+        if let Some(hook) = LANDED.lock().get(table) {
             hook();
         }
     }

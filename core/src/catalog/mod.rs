@@ -19,6 +19,7 @@ pub(crate) mod datasources;
 pub(crate) mod indexes;
 pub(crate) mod kb_index;
 pub(crate) mod knowledge_bases;
+pub(crate) mod landing;
 pub(crate) mod minds;
 pub(crate) mod models;
 pub(crate) mod namespace;

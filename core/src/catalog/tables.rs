@@ -24,6 +24,7 @@ use crate::catalog::constraints::{
     column_index, Constraints, Index, KeySet, OnConflict, PRIMARY_KEY, UNIQUE,
 };
 use crate::catalog::indexes::{self, Indexed, Lookups, Signature, UniqueSeen};
+use crate::catalog::landing::{self, Landed};
 use crate::catalog::namespace::validate_name;
 use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
@@ -77,6 +78,7 @@ pub struct Tail {
 
 /// Creates this module's redb tables in a new file, so read snapshots always find them.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    landing::init(txn)?;
     txn.open_table(TABLES)?;
     txn.open_table(TABLE_SCHEMAS)?;
     txn.open_table(CHUNKS)?;
@@ -634,8 +636,13 @@ impl<'t> TableWriter<'t> {
                 (Some(indexed), Some(keys)) => keys.signature == indexed.signature(),
                 _ => false,
             };
+            // Another statement's landing puts unique keys into the file that no snapshot's
+            // chunk order shows: while one is in progress, every key is looked up.
+            let landing = indexed.is_some() && landing::touches(txn, id)?;
             let lookups = match &keys {
-                Some(keys) if self.present.is_none() || self.present == keys.checked => {
+                Some(keys)
+                    if !landing && (self.present.is_none() || self.present == keys.checked) =>
+                {
                     Lookups::Suspects(&keys.seen)
                 }
                 _ => Lookups::All,
@@ -743,6 +750,8 @@ pub(crate) struct StagedRows {
     /// Rows not yet making a full chunk.
     pending: ChunkBuffer,
     rows: u64,
+    /// Full chunks staged so far.
+    full: u64,
     /// The index entries staged with the chunks, when the table has indexes.
     keys: Option<StagedKeys>,
 }
@@ -769,6 +778,7 @@ impl StagedRows {
             schema,
             chunks,
             rows: 0,
+            full: 0,
             keys: None,
         }
     }
@@ -843,6 +853,7 @@ impl StagedRows {
         self.pending.add(batch.clone());
         while let Some(chunk) = self.pending.full_chunk()? {
             let rows = chunk.num_rows() as u64;
+            self.full += 1;
             let encoded = encode_batches(&self.schema, &[compact(&chunk)?])?;
             let Some(keys) = self.keys.as_mut() else {
                 self.chunks.push(rows, encoded)?;
@@ -885,6 +896,296 @@ impl StagedRows {
         out.extend(pending.rest()?);
         Ok(out)
     }
+}
+
+/// Runs one step of a landing: its argument in a write transaction of its own, committed
+/// (the service layer takes the writer lock for it and releases it after).
+pub(crate) type Step<'a> =
+    &'a mut dyn FnMut(&mut dyn FnMut(&WriteTransaction) -> Result<()>) -> Result<()>;
+
+/// Rows appended to a table with indexes that land ahead of their statement's commit (see
+/// `landing`): each full staged chunk goes into the file with its index entries in a step of
+/// its own, then [`RowLanding::publish`] adds them to the table's chunk order in one
+/// transaction, with the rows that make no full chunk.
+pub(crate) struct RowLanding {
+    tenant: TenantId,
+    project: String,
+    name: String,
+    table: u64,
+    /// The entry ids of the table's indexes as the rows were staged.
+    ids: Vec<u64>,
+    /// Its record in the file, once a step has committed one.
+    id: Option<u64>,
+    rows: u64,
+    /// The staged rows that make no full chunk, written when publishing.
+    pending: Option<ChunkBuffer>,
+}
+
+impl StagedRows {
+    /// Whether these rows should land in steps: they go into a table with indexes and fill
+    /// more than one chunk, whose entries would hold the writer lock for long.
+    pub(crate) fn lands(&self) -> bool {
+        self.keys.is_some() && self.full > 1
+    }
+}
+
+fn changed_while_written(name: &str, project: &str) -> Error {
+    Error::conflict(format!(
+        "Table '{name}' in database {project} was dropped, replaced or given other indexes while the rows were written; nothing was written"
+    ))
+}
+
+/// The entry ids of a record's indexes, in its order.
+fn entry_ids(record: &TableRecord) -> Vec<u64> {
+    record
+        .constraints
+        .indexes
+        .iter()
+        .filter_map(|index| index.entries)
+        .collect()
+}
+
+impl RowLanding {
+    /// Lands `staged`, rows appended to `record`'s table (of `project`, as read), through
+    /// `step`. On an error, what landed is the caller's to discard ([`RowLanding::id`]).
+    pub(crate) fn land(
+        tenant: TenantId,
+        project: &str,
+        record: &TableRecord,
+        staged: StagedRows,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> (RowLanding, Result<()>) {
+        let StagedRows {
+            chunks,
+            pending,
+            rows,
+            keys,
+            ..
+        } = staged;
+        let mut landing = RowLanding {
+            tenant,
+            project: project.to_ascii_lowercase(),
+            name: record.name.clone(),
+            table: record.id,
+            ids: entry_ids(record),
+            id: None,
+            rows,
+            pending: Some(pending),
+        };
+        let Some(keys) = keys else {
+            return (
+                landing,
+                Err(Error::internal("rows to land have no index entries")),
+            );
+        };
+        let landed = chunks.drain(|chunk_rows, staged| {
+            let (bytes, entries) = split_staged(&staged)?;
+            // The chunk with its first entries, then the rest of its entries, a share per step.
+            let (mut chunk, mut from) = (None, 0);
+            loop {
+                keep_going()?;
+                let mut done = (None, 0, 0);
+                step(&mut |txn| {
+                    let (begun, id) = match chunk {
+                        Some(id) => (None, id),
+                        None => landing.land_chunk(txn, chunk_rows, bytes)?,
+                    };
+                    let part = from..from + indexes::STEP_ENTRIES;
+                    let (added, total) =
+                        landing.land_entries(txn, &keys.indexed, id, entries, part)?;
+                    storage::charge(txn, landing.tenant, Change::added(added))?;
+                    done = (begun, id, total);
+                    Ok(())
+                })?;
+                let (begun, id, total) = done;
+                if begun.is_some() {
+                    landing.id = begun;
+                }
+                chunk = Some(id);
+                #[cfg(test)]
+                indexes::observe::landed(&landing.name);
+                from += indexes::STEP_ENTRIES;
+                if from >= total {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        (landing, landed)
+    }
+
+    /// The landing's record, once one was committed: what to discard when the statement fails.
+    pub(crate) fn id(&self) -> Option<u64> {
+        self.id
+    }
+
+    /// The table as `txn` has it, if it is still the one (and has the indexes) the rows were
+    /// staged for.
+    fn current(&self, txn: &WriteTransaction) -> Result<TableRecord> {
+        let record = get(
+            &txn.open_table(TABLES)?,
+            self.tenant,
+            &self.project,
+            &self.name,
+        )?;
+        record
+            .filter(|r| r.id == self.table && entry_ids(r) == self.ids)
+            .ok_or_else(|| changed_while_written(&self.name, &self.project))
+    }
+
+    /// Writes one staged chunk's rows, taking its chunk id (and recording the landing at the
+    /// first chunk). Returns the landing's id when this step recorded it, and the chunk id.
+    fn land_chunk(
+        &self,
+        txn: &WriteTransaction,
+        rows: u64,
+        bytes: &[u8],
+    ) -> Result<(Option<u64>, u64)> {
+        let mut record = self.current(txn)?;
+        let (id, begun) = match self.id {
+            Some(id) => (id, None),
+            None => {
+                let what = Landed::Rows {
+                    tenant: self.tenant.0,
+                    table: self.table,
+                    indexes: self.ids.clone(),
+                };
+                let id = landing::begin(txn, &what)?;
+                (id, Some(id))
+            }
+        };
+        let chunk = record.next_chunk;
+        txn.open_table(CHUNKS)?.insert((self.table, chunk), bytes)?;
+        storage::charge(txn, self.tenant, Change::added(bytes.len() as u64))?;
+        landing::add_chunk(txn, id, chunk, rows)?;
+        // The chunk id is taken: nothing else writes a chunk under it.
+        record.next_chunk += 1;
+        save(txn, self.tenant, &record)?;
+        Ok((begun, chunk))
+    }
+
+    /// Writes the entries numbered `part` of a landed chunk (every unique key looked up: the
+    /// file may hold keys no snapshot saw). Returns their bytes and how many the chunk has.
+    fn land_entries(
+        &self,
+        txn: &WriteTransaction,
+        indexed: &Indexed,
+        chunk: u64,
+        entries: &[u8],
+        part: std::ops::Range<usize>,
+    ) -> Result<(u64, usize)> {
+        self.current(txn)?;
+        indexed.write_part(txn, chunk, entries, Lookups::All, part)
+    }
+
+    /// Publishes the landed chunks in `txn`: appends them to the table's chunk order (after a
+    /// small last chunk merged with nothing, as an append keeps row order), then the rows
+    /// that make no full chunk. Returns the rows inserted.
+    pub(crate) fn publish(&mut self, txn: &WriteTransaction) -> Result<u64> {
+        let record = self.current(txn)?;
+        let mut writer = TableWriter::append(txn, self.tenant, record)?;
+        if let Some(all) = writer.pending.rest()? {
+            writer.write_chunk(&all)?;
+        }
+        if let Some(id) = self.id {
+            while let Some((chunk, rows)) = landing::first_chunk(txn, id)? {
+                txn.open_table(CHUNK_ORDER)?
+                    .insert((self.table, writer.record.next_position), chunk)?;
+                writer.record.next_position += 1;
+                writer.record.row_count += rows;
+                landing::remove_chunk(txn, id, chunk)?;
+            }
+            landing::end(txn, id)?;
+        }
+        if let Some(rest) = self
+            .pending
+            .take()
+            .map(|mut p| p.rest())
+            .transpose()?
+            .flatten()
+        {
+            writer.push(rest)?;
+        }
+        writer.finish()?;
+        Ok(self.rows)
+    }
+}
+
+/// The table of `tenant` whose id is `id`, if it still exists.
+fn by_id(txn: &WriteTransaction, tenant: TenantId, id: u64) -> Result<Option<TableRecord>> {
+    let tables = txn.open_table(TABLES)?;
+    for entry in tables.range((tenant.0, "", "")..)? {
+        let (key, value) = entry?;
+        if key.value().0 != tenant.0 {
+            break;
+        }
+        let record: TableRecord = serde_json::from_str(value.value())?;
+        if record.id == id {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
+}
+
+/// One step of discarding the landing `id` (a statement that failed after some of its data
+/// landed, or one a stopped process left): one chunk and its entries, or a sweep's share of
+/// an unfinished index's entries. Returns true once nothing of it is left. A table dropped
+/// meanwhile took the landed chunks and entries with it.
+pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<bool> {
+    let Some(what) = landing::get(txn, id)? else {
+        return Ok(true);
+    };
+    let tenant = what.tenant();
+    let (freed, done) = match what {
+        Landed::Rows {
+            table,
+            indexes: ids,
+            ..
+        } => match landing::first_chunk(txn, id)? {
+            None => (0, true),
+            Some((chunk, _)) => {
+                let bytes = txn
+                    .open_table(CHUNKS)?
+                    .remove((table, chunk))?
+                    .map(|bytes| bytes.value().to_vec());
+                let mut freed = 0;
+                if let (Some(bytes), Some(record)) = (bytes, by_id(txn, tenant, table)?) {
+                    freed += bytes.len() as u64;
+                    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, table)?;
+                    let landed: Vec<Index> = record
+                        .constraints
+                        .indexes
+                        .into_iter()
+                        .filter(|index| index.entries.is_some_and(|e| ids.contains(&e)))
+                        .collect();
+                    if let Some(indexed) = Indexed::of(&landed, &schema, &record.name)? {
+                        freed += indexed.remove(txn, chunk, &decode_chunk(&bytes, None)?)?;
+                    }
+                }
+                landing::remove_chunk(txn, id, chunk)?;
+                (freed, false)
+            }
+        },
+        Landed::Entries { index, .. } => {
+            // Every entry examined goes, so each step starts again from the first.
+            let (freed, next) = indexes::sweep(txn, index, None, &|_| true)?;
+            (freed, next.is_none())
+        }
+    };
+    storage::charge(txn, tenant, Change::removed(freed))?;
+    if done {
+        landing::end(txn, id)?;
+    }
+    Ok(done)
+}
+
+/// Discards every landing in the file, when it is opened: what a stopped process left.
+pub(crate) fn discard_all_landed(txn: &WriteTransaction) -> Result<()> {
+    for id in landing::all(txn)? {
+        while !discard_landed_step(txn, id)? {}
+    }
+    Ok(())
 }
 
 /// Appends `staged` to `record`'s table inside `txn`, resolving rows whose unique key a stored
@@ -1247,9 +1548,11 @@ fn verify_keys(txn: &WriteTransaction, record: &TableRecord) -> Result<()> {
     Ok(())
 }
 
-/// An index being made (`CREATE INDEX`), its entries encoded from a read snapshot before the
-/// writer lock is taken: under the lock, [`IndexBuild::finish`] checks that its name is still
-/// free and writes the entries, encoding only chunks written since the snapshot.
+/// An index being made (`CREATE INDEX`). Its entries are encoded from a read snapshot without
+/// the writer lock, then land in the file under an id no record names yet, a chunk per step
+/// (see `landing`); [`IndexBuild::publish`] then adds the index to the table's record in one
+/// short transaction. Chunks the table gained meanwhile are encoded from a newer snapshot and
+/// land too; entries of chunks it lost meanwhile are swept away.
 pub(crate) struct IndexBuild {
     project: String,
     table: String,
@@ -1259,10 +1562,15 @@ pub(crate) struct IndexBuild {
     indexed: Indexed,
     /// Where the key columns are in the table.
     columns: Vec<usize>,
-    /// Encoded entries, numbered by chunk id, in chunk order; one spool per snapshot read.
+    /// Encoded entries not landed yet, numbered by chunk id, in chunk order; one spool per
+    /// snapshot read.
     staged: Vec<Spool>,
     /// The chunks staged so far.
     done: HashSet<u64>,
+    /// The chunks whose entries are in the file.
+    landed: HashSet<u64>,
+    /// The landing's record, once the first step committed it.
+    landing: Option<u64>,
     seen: UniqueSeen,
 }
 
@@ -1272,6 +1580,17 @@ pub(crate) enum IndexStart {
     Exists,
     /// The index to build.
     Build(Box<IndexBuild>),
+}
+
+/// What [`IndexBuild::publish`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// The index is the table's.
+    Done,
+    /// An index of that name was made meanwhile, and `IF NOT EXISTS` was given: nothing was.
+    Exists,
+    /// The table changed since the last snapshot: land what changed and try again.
+    Again,
 }
 
 impl IndexBuild {
@@ -1322,6 +1641,8 @@ impl IndexBuild {
             columns,
             staged: Vec::new(),
             done: HashSet::new(),
+            landed: HashSet::new(),
+            landing: None,
         })))
     }
 
@@ -1361,74 +1682,186 @@ impl IndexBuild {
         Ok(true)
     }
 
-    /// The chunks of the table in `txn` whose entries are not staged: what finishing under
-    /// the lock would encode.
-    pub(crate) fn missing(&self, txn: &impl ReadTables) -> Result<usize> {
-        Ok(txn
-            .chunk_order_of(self.table_id)?
-            .iter()
-            .filter(|(_, chunk)| !self.done.contains(chunk))
-            .count())
+    /// The landing's record, once one was committed: what to discard when the build fails.
+    pub(crate) fn landing(&self) -> Option<u64> {
+        self.landing
     }
 
-    /// Adds the index inside the write transaction: fails if its name was taken meanwhile
-    /// (a no-op with `if_not_exists`) or the table went; writes the staged entries of the
-    /// chunks still there, then encodes those written since (a unique index fails on a
-    /// duplicate, exactly: staged keys seen twice are looked up, the others were unique
-    /// among themselves, and the chunks encoded here look up every key).
-    pub(crate) fn finish(
-        self,
-        txn: &WriteTransaction,
-        tenant: TenantId,
-        if_not_exists: bool,
-    ) -> Result<()> {
-        let IndexBuild {
-            project,
-            table,
-            table_id,
-            index,
-            indexed,
-            columns,
-            staged,
-            done,
-            seen,
-        } = self;
-        if find_index(&txn.open_table(TABLES)?, tenant, &project, &index.name)?.is_some() {
-            if if_not_exists {
-                return Ok(());
-            }
-            return Err(index_exists(&index.name, &project));
-        }
-        let mut record = get(&txn.open_table(TABLES)?, tenant, &project, &table)?
-            .filter(|r| r.id == table_id)
+    /// The table as `txn` has it, if it is still the one the index is built for.
+    fn current(&self, txn: &WriteTransaction, tenant: TenantId) -> Result<TableRecord> {
+        get(&txn.open_table(TABLES)?, tenant, &self.project, &self.table)?
+            .filter(|r| r.id == self.table_id)
             .ok_or_else(|| {
                 Error::conflict(format!(
-                    "Table '{table}' in database {project} was dropped or replaced while its index was built; nothing was written"
+                    "Table '{}' in database {} was dropped or replaced while its index was built; nothing was written",
+                    self.table, self.project
                 ))
+            })
+    }
+
+    /// Lands the staged entries, a chunk per `step`; the first step takes the index's id. The
+    /// entries of a chunk the table no longer has are left out.
+    pub(crate) fn land(
+        &mut self,
+        tenant: TenantId,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        if self.landing.is_none() {
+            let mut ids = None;
+            step(&mut |txn| {
+                self.current(txn, tenant)?;
+                let entries = store::next_id(txn, "index")?;
+                let what = Landed::Entries {
+                    tenant: tenant.0,
+                    table: self.table_id,
+                    index: entries,
+                };
+                ids = Some((landing::begin(txn, &what)?, entries));
+                Ok(())
             })?;
-        let id = store::next_id(txn, "index")?;
-        let indexed = indexed.with_id(id);
-        let order = chunk_order(&txn.open_table(CHUNK_ORDER)?, table_id)?;
-        let present: HashSet<u64> = order.iter().map(|(_, chunk)| *chunk).collect();
-        let mut added = 0;
-        for spool in staged {
+            let (id, entries) = ids.ok_or_else(|| Error::internal("an index landing has no id"))?;
+            self.landing = Some(id);
+            self.indexed.set_id(entries);
+        }
+        for spool in std::mem::take(&mut self.staged) {
             spool.drain(|chunk, entries| {
-                if present.contains(&chunk) {
-                    added += indexed.write(txn, chunk, &entries, Lookups::Suspects(&seen))?;
+                // A share of the chunk's entries per step; none when the chunk went meanwhile.
+                let mut from = 0;
+                loop {
+                    keep_going()?;
+                    let (mut written, mut total) = (false, 0);
+                    step(&mut |txn| {
+                        let record = self.current(txn, tenant)?;
+                        let live = chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)?
+                            .iter()
+                            .any(|(_, c)| *c == chunk);
+                        if live {
+                            let lookups = Lookups::Suspects(&self.seen);
+                            let part = from..from + indexes::STEP_ENTRIES;
+                            let (added, count) = self
+                                .indexed
+                                .write_part(txn, chunk, &entries, lookups, part)?;
+                            storage::charge(txn, tenant, Change::added(added))?;
+                            total = count;
+                        }
+                        written = live;
+                        Ok(())
+                    })?;
+                    if written {
+                        self.landed.insert(chunk);
+                    }
+                    from += indexes::STEP_ENTRIES;
+                    if !written || from >= total {
+                        break;
+                    }
                 }
                 Ok(())
             })?;
         }
-        for (_, chunk) in order.iter().filter(|(_, chunk)| !done.contains(chunk)) {
-            let batch = txn.chunk_columns(table_id, *chunk, columns.clone())?;
-            added += indexed.add(txn, *chunk, &batch)?;
+        Ok(())
+    }
+
+    /// Removes, through `step`s, the landed entries of chunks the table in `txn` (a snapshot)
+    /// no longer has (rewritten or deleted meanwhile).
+    pub(crate) fn sweep_gone(
+        &mut self,
+        txn: &impl ReadTables,
+        tenant: TenantId,
+        step: Step<'_>,
+    ) -> Result<()> {
+        let live: HashSet<u64> = txn
+            .chunk_order_of(self.table_id)?
+            .into_iter()
+            .map(|(_, chunk)| chunk)
+            .collect();
+        let gone: HashSet<u64> = self.landed.difference(&live).copied().collect();
+        if gone.is_empty() {
+            return Ok(());
         }
+        let id = self.indexed.ids()[0];
+        let mut cursor = None;
+        loop {
+            let mut next = None;
+            step(&mut |txn| {
+                let (freed, at) = indexes::sweep(txn, id, cursor.as_ref(), &|c| gone.contains(&c))?;
+                storage::charge(txn, tenant, Change::removed(freed))?;
+                next = at;
+                Ok(())
+            })?;
+            match next {
+                Some(at) => cursor = Some(at),
+                None => break,
+            }
+        }
+        self.landed.retain(|chunk| !gone.contains(chunk));
+        Ok(())
+    }
+
+    /// Adds the index to the table's record inside `txn`: fails if its name was taken
+    /// meanwhile (nothing with `if_not_exists`) or the table went. When the table changed
+    /// since the entries landed, [`Publish::Again`], unless `last`: then the chunks written
+    /// since are encoded here and the entries of chunks gone swept here (a unique index fails
+    /// on a duplicate, exactly).
+    pub(crate) fn publish(
+        &mut self,
+        txn: &WriteTransaction,
+        tenant: TenantId,
+        if_not_exists: bool,
+        last: bool,
+    ) -> Result<Publish> {
+        if find_index(
+            &txn.open_table(TABLES)?,
+            tenant,
+            &self.project,
+            &self.index.name,
+        )?
+        .is_some()
+        {
+            if if_not_exists {
+                return Ok(Publish::Exists);
+            }
+            return Err(index_exists(&self.index.name, &self.project));
+        }
+        let mut record = self.current(txn, tenant)?;
+        let landing = self
+            .landing
+            .ok_or_else(|| Error::internal("an index is published before it landed"))?;
+        let order = chunk_order(&txn.open_table(CHUNK_ORDER)?, self.table_id)?;
+        let live: HashSet<u64> = order.iter().map(|(_, chunk)| *chunk).collect();
+        let missing: Vec<u64> = order
+            .iter()
+            .map(|(_, chunk)| *chunk)
+            .filter(|chunk| !self.landed.contains(chunk))
+            .collect();
+        let gone: HashSet<u64> = self.landed.difference(&live).copied().collect();
+        if !last && (!missing.is_empty() || !gone.is_empty()) {
+            return Ok(Publish::Again);
+        }
+        let id = self.indexed.ids()[0];
+        let (mut freed, mut added) = (0, 0);
+        let mut cursor = None;
+        while !gone.is_empty() {
+            let (bytes, at) = indexes::sweep(txn, id, cursor.as_ref(), &|c| gone.contains(&c))?;
+            freed += bytes;
+            match at {
+                Some(at) => cursor = Some(at),
+                None => break,
+            }
+        }
+        for chunk in missing {
+            let batch = txn.chunk_columns(self.table_id, chunk, self.columns.clone())?;
+            added += self.indexed.add(txn, chunk, &batch)?;
+        }
+        storage::charge(txn, tenant, Change::removed(freed))?;
         storage::charge(txn, tenant, Change::added(added))?;
         record.constraints.indexes.push(Index {
             entries: Some(id),
-            ..index
+            ..self.index.clone()
         });
-        save(txn, tenant, &record)
+        save(txn, tenant, &record)?;
+        landing::end(txn, landing)?;
+        Ok(Publish::Done)
     }
 }
 

@@ -170,6 +170,8 @@ impl Engine {
         let guard = store.begin_write(store.try_lock_writes()?)?;
         let uncounted = crate::catalog::storage::init(&guard.txn)?;
         tables::init(&guard.txn)?;
+        // What statements of a stopped process had written ahead of their commit.
+        tables::discard_all_landed(&guard.txn)?;
         crate::catalog::views::init(&guard.txn)?;
         crate::catalog::knowledge_bases::init(&guard.txn)?;
         agents::init(&guard.txn)?;

@@ -34,6 +34,13 @@ pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
 pub(crate) const INDEX_ENTRIES: TableDefinition<(u64, &[u8], u64, u32), ()> =
     TableDefinition::new("index_entries");
 
+/// `landings` (landing): landing id → what a statement writing ahead of its commit writes
+/// into (JSON), until it is published or discarded.
+pub(crate) const LANDINGS: TableDefinition<u64, &str> = TableDefinition::new("landings");
+/// `landed_chunks` (landing): (landing id, chunk id) → its rows: the chunks a landing wrote.
+pub(crate) const LANDED_CHUNKS: TableDefinition<(u64, u64), u64> =
+    TableDefinition::new("landed_chunks");
+
 /// `views` (views): (tenant, project, name) → view record (its query as SQL text).
 pub(crate) const VIEWS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("views");
 /// `knowledge_bases` (knowledge_bases): (tenant, project, lower-cased name) → knowledge base

@@ -304,6 +304,10 @@ pub(crate) fn run_dml(
             let staged = job
                 .stage(handle, &dml.input, staging, &checks)
                 .map_err(|e| named_not_null(&dml.table_name, e))?;
+            let plain = matches!(op, InsertOp::Append) && !resolved && conflict.update.is_none();
+            if plain && staged.lands() {
+                return land_rows(job, handle, &project, &read, staged).map(Staged::Done);
+            }
             let guard = job.lock(handle)?;
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
                 return Ok(Staged::TargetChanged);
@@ -687,9 +691,9 @@ pub(crate) fn create_table(
 }
 
 /// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] name ON project.table (columns)`: the entries are
-/// encoded from the snapshot before the writer lock is taken (a unique index's duplicates
-/// found there), and again from a newer snapshot for chunks written meanwhile; under the
-/// lock only the entries are written, and the chunks still written since encoded.
+/// encoded from the snapshot without the writer lock (a unique index's duplicates found
+/// there), land a chunk per transaction under an id nothing names yet, and the index is
+/// published in one short transaction; when that fails, nothing of it is left.
 pub(crate) fn create_index(
     job: &WriteJob,
     handle: &Handle,
@@ -715,35 +719,131 @@ pub(crate) fn create_index(
             "Table '{table}' in database {project} was dropped or replaced while its index was built; nothing was written"
         ))
     };
+    let published = build_index(job, handle, &mut build, if_not_exists, &keep_going, &gone);
+    if !matches!(published, Ok(tables::Publish::Done)) {
+        discard_landing(&job.store, handle, build.landing());
+    }
+    published.map(drop)
+}
+
+/// Lands `build`'s entries and publishes the index (see [`tables::IndexBuild`]): chunks
+/// written meanwhile are encoded from newer snapshots, entries of chunks gone are swept,
+/// until the table holds still long enough; after [`OPTIMISTIC_ATTEMPTS`] what changed last
+/// is done under the lock.
+fn build_index(
+    job: &WriteJob,
+    handle: &Handle,
+    build: &mut tables::IndexBuild,
+    if_not_exists: bool,
+    keep_going: &dyn Fn() -> Result<()>,
+    gone: &dyn Fn() -> Error,
+) -> Result<tables::Publish> {
+    let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
+        landing_step(job, handle, work)
+    };
     let snapshot = &job.snapshot.txn;
     if !build.stage(
         snapshot,
         &snapshot.open_table(TABLES)?,
         job.tenant,
         job.spool(),
-        &keep_going,
+        keep_going,
     )? {
         return Err(gone());
     }
     let mut attempt = 1;
     loop {
-        let guard = job.lock(handle)?;
-        if build.missing(&guard.txn)? == 0 || attempt >= OPTIMISTIC_ATTEMPTS {
-            build.finish(&guard.txn, job.tenant, if_not_exists)?;
-            return guard.commit();
-        }
-        // Chunks were written since the snapshot: their entries too are encoded unlocked.
-        drop(guard);
-        attempt += 1;
+        build.land(job.tenant, &mut step, keep_going)?;
+        // Chunks written since the last snapshot: their entries too are encoded unlocked.
         let fresh = job.store.read()?;
         if !build.stage(
             &fresh,
             &fresh.open_table(TABLES)?,
             job.tenant,
             job.spool(),
-            &keep_going,
+            keep_going,
         )? {
             return Err(gone());
+        }
+        build.land(job.tenant, &mut step, keep_going)?;
+        build.sweep_gone(&fresh, job.tenant, &mut step)?;
+        let guard = job.lock(handle)?;
+        let last = attempt >= OPTIMISTIC_ATTEMPTS;
+        match build.publish(&guard.txn, job.tenant, if_not_exists, last)? {
+            tables::Publish::Done => {
+                guard.commit()?;
+                return Ok(tables::Publish::Done);
+            }
+            tables::Publish::Exists => return Ok(tables::Publish::Exists),
+            tables::Publish::Again => attempt += 1,
+        }
+    }
+}
+
+/// Runs `work` as one step of a landing (see `catalog::landing`): a write transaction of
+/// its own, committed as any statement's. A crash after some steps leaves a landing that the
+/// next open of the file discards.
+fn landing_step(
+    job: &WriteJob,
+    handle: &Handle,
+    work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>,
+) -> Result<()> {
+    let guard = job.lock(handle)?;
+    work(&guard.txn)?;
+    guard.commit()
+}
+
+/// Appends `staged` (rows for `read`'s table of `project`) by landing its full chunks and
+/// their index entries a chunk per transaction, then publishing them in one short one, so
+/// the writer lock is never held for more than a chunk's worth of entries. Returns the rows
+/// inserted; on an error nothing of them is left.
+pub(crate) fn land_rows(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    read: &TableRecord,
+    staged: StagedRows,
+) -> Result<u64> {
+    let keep_going = || job.check_cancelled();
+    let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
+        landing_step(job, handle, work)
+    };
+    let (mut landing, landed) =
+        tables::RowLanding::land(job.tenant, project, read, staged, &mut step, &keep_going);
+    let published = landed.and_then(|()| {
+        let guard = job.lock(handle)?;
+        let rows = landing.publish(&guard.txn)?;
+        guard.commit()?;
+        Ok(rows)
+    });
+    if published.is_err() {
+        discard_landing(&job.store, handle, landing.id());
+    }
+    published
+}
+
+/// Discards what a failed statement landed (see `catalog::landing`), a step per transaction.
+/// This is no longer the statement's work: it runs outside its memory account and deadline,
+/// so that a stopped statement leaves nothing behind. Inside an explicit transaction nothing
+/// is done: the failed statement aborted it, and the ROLLBACK that must follow takes the
+/// landing away with the rest. A failure here (of the disk) leaves the landing to the next
+/// open of the file.
+pub(crate) fn discard_landing(store: &Arc<Store>, handle: &Handle, id: Option<u64>) {
+    let Some(id) = id else { return };
+    if store.in_transaction() {
+        return;
+    }
+    let _outside = crate::memory::enter(crate::memory::Tag::NONE);
+    loop {
+        let lock = handle.block_on(store.lock_writes_detached());
+        let Ok(guard) = store.begin_write(lock) else {
+            return;
+        };
+        let Ok(done) = tables::discard_landed_step(&guard.txn, id) else {
+            return;
+        };
+        if guard.commit().is_err() || done {
+            return;
         }
     }
 }
@@ -884,6 +984,146 @@ mod tests {
             )
             .unwrap();
         assert_eq!(value(&engine, "SELECT count(*) FROM raced_keys"), "150002");
+    }
+
+    /// What the file holds beside table records: index entries, chunks, landings and landed
+    /// chunks (counts), and the local tenant's stored bytes.
+    fn footprint(engine: &Engine) -> [u64; 5] {
+        use crate::store::schema::{CHUNKS, INDEX_ENTRIES, LANDED_CHUNKS, LANDINGS, STORAGE_BYTES};
+        use redb::ReadableTableMetadata;
+        let txn = engine.store().read().unwrap();
+        let stored = txn
+            .open_table(STORAGE_BYTES)
+            .unwrap()
+            .get(TenantId::LOCAL.0)
+            .unwrap()
+            .map_or(0, |v| v.value());
+        [
+            txn.open_table(INDEX_ENTRIES).unwrap().len().unwrap(),
+            txn.open_table(CHUNKS).unwrap().len().unwrap(),
+            txn.open_table(LANDINGS).unwrap().len().unwrap(),
+            txn.open_table(LANDED_CHUNKS).unwrap().len().unwrap(),
+            stored,
+        ]
+    }
+
+    #[test]
+    fn a_big_insert_lands_a_chunk_at_a_time_and_others_write_between() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE landed_keys (id BIGINT PRIMARY KEY, v VARCHAR)");
+        sql("CREATE TABLE other (x BIGINT)");
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&steps));
+        observe::on_landed("landed_keys", move || {
+            let step = count.fetch_add(1, Ordering::SeqCst);
+            // Between two steps the writer lock is free: another statement commits.
+            racer.sql_blocking("INSERT INTO other VALUES (1)").unwrap();
+            if step == 0 {
+                // Nothing landed is visible before the statement commits...
+                assert_eq!(value(&racer, "SELECT count(*) FROM landed_keys"), "0");
+                // ...but its keys are taken: the second to write a key fails.
+                let e = racer
+                    .sql_blocking("INSERT INTO landed_keys VALUES (5, 'racer')")
+                    .unwrap_err();
+                assert!(e.message().contains("Duplicate key (5)"), "{e}");
+                racer
+                    .sql_blocking("INSERT INTO landed_keys VALUES (-5, 'racer')")
+                    .unwrap();
+            }
+        });
+        sql("INSERT INTO landed_keys SELECT value, 'v' FROM generate_series(1, 200000)");
+        assert_eq!(
+            steps.load(Ordering::SeqCst),
+            12,
+            "three full chunks, each in four steps of 16,384 entries"
+        );
+        assert_eq!(value(&engine, "SELECT count(*) FROM other"), "12");
+        assert_eq!(value(&engine, "SELECT count(*) FROM landed_keys"), "200001");
+        assert_eq!(
+            value(&engine, "SELECT v FROM landed_keys WHERE id = 5"),
+            "v"
+        );
+        assert_eq!(
+            value(&engine, "SELECT v FROM landed_keys WHERE id = 199999"),
+            "v"
+        );
+        assert_eq!(footprint(&engine)[2..4], [0, 0], "no landing is left");
+    }
+
+    #[test]
+    fn a_failed_or_stopped_landing_leaves_nothing_behind() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE failed_keys (id BIGINT PRIMARY KEY, w VARCHAR)");
+        sql("CREATE INDEX failed_keys_w ON failed_keys (w)");
+        sql("INSERT INTO failed_keys VALUES (1, 'a')");
+        let before = footprint(&engine);
+        // Key 17 comes again in the third chunk: two chunks have landed when it is found.
+        let e = engine
+            .sql_blocking(
+                "INSERT INTO failed_keys SELECT CASE WHEN value = 150000 THEN 17 ELSE value + 10 END, 'w' \
+                 FROM generate_series(1, 200000)",
+            )
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (17)"), "{e}");
+        assert_eq!(footprint(&engine), before);
+        // Stopped after its first step: nothing of it either.
+        let stopper = engine.clone();
+        observe::on_landed("failed_keys", move || stopper.interrupt());
+        let e = engine
+            .sql_blocking(
+                "INSERT INTO failed_keys SELECT value + 10, 'w' FROM generate_series(1, 200000)",
+            )
+            .unwrap_err();
+        observe::on_landed("failed_keys", || {});
+        assert!(e.message().contains("interrupted"), "{e}");
+        // The caller hears of the stop at once; the statement's thread discards what landed
+        // right after.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while footprint(&engine) != before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(footprint(&engine), before);
+        // No entry of either is left to refuse the same keys.
+        sql("INSERT INTO failed_keys SELECT value + 10, 'w' FROM generate_series(1, 200000)");
+        assert_eq!(value(&engine, "SELECT count(*) FROM failed_keys"), "200001");
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM failed_keys WHERE w = 'w'"),
+            "200000"
+        );
+    }
+
+    #[test]
+    fn a_landing_left_by_a_stopped_process_is_discarded_when_the_file_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("landed.redb");
+        let engine = Engine::open(&path, Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE left_keys (id BIGINT PRIMARY KEY)");
+        sql("INSERT INTO left_keys VALUES (1)");
+        let before = footprint(&engine);
+        // The process "stops" after two steps: the file is copied as it is once they
+        // committed, with the landing half done.
+        let copy = dir.path().join("copy.redb");
+        let (file, target) = (path.clone(), copy.clone());
+        let steps = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&steps);
+        observe::on_landed("left_keys", move || {
+            if count.fetch_add(1, Ordering::SeqCst) == 1 {
+                std::fs::copy(&file, &target).unwrap();
+            }
+        });
+        sql("INSERT INTO left_keys SELECT value + 1 FROM generate_series(1, 200000)");
+        observe::on_landed("left_keys", || {});
+        drop(engine);
+        let reopened = Engine::open(&copy, Config::default()).unwrap();
+        assert_eq!(footprint(&reopened), before);
+        assert_eq!(value(&reopened, "SELECT count(*) FROM left_keys"), "1");
+        reopened
+            .sql_blocking("INSERT INTO left_keys SELECT value + 1 FROM generate_series(1, 200000)")
+            .unwrap();
+        assert_eq!(value(&reopened, "SELECT count(*) FROM left_keys"), "200001");
     }
 
     /// Chunk ids of `mindsdb.t`, in row order.

@@ -228,6 +228,9 @@ impl SqlRunner {
                     }
                 })?;
                 let rows = staged.rows();
+                if let (Some(record), LoadMode::Append, true) = (&read, mode, staged.lands()) {
+                    return super::dml::land_rows(job, handle, &project, record, staged);
+                }
                 let guard = job.lock(handle)?;
                 let current =
                     tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &table)?;

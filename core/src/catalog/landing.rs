@@ -1,0 +1,130 @@
+//! Writes that land ahead of their statement's commit. A statement that adds a lot to a table
+//! (an INSERT of many rows into a table with indexes, a CREATE INDEX over a big table) would
+//! otherwise hold the single writer lock while it puts every index entry into the B-tree:
+//! seconds during which no other tenant can write. Instead it writes its chunks and their
+//! entries in steps of one chunk, each its own short transaction, and then publishes them in
+//! one transaction whose work is bounded by the number of chunks, not rows (a table's chunk
+//! order and record, or an index's record).
+//!
+//! What has landed but is not published is invisible: readers find a table's chunks through
+//! its chunk order and an index through the table's record, and neither names landed data
+//! before the publishing transaction. Unique keys are checked as each step writes them,
+//! against every entry in the file then, including other landings' (two statements inserting
+//! one key: the second to write it fails, as it would had the first committed).
+//!
+//! This module keeps the record of each landing: what it belongs to and which chunks it wrote,
+//! so that a statement that fails after some steps (its deadline, a duplicate key, a crash)
+//! can be discarded, again in steps: by the statement itself, or when the file is next
+//! opened. `tables` does the landing and the discarding.
+
+use redb::{ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::store;
+use crate::store::schema::{LANDED_CHUNKS, LANDINGS};
+use crate::tenant::TenantId;
+
+/// What a landing writes into.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Landed {
+    /// Chunks of rows appended to a table, with the entries of its indexes `indexes`.
+    Rows {
+        /// The table's owner, whose stored bytes the landed data counts to.
+        tenant: u64,
+        /// The table's id (tables are found by id when discarding).
+        table: u64,
+        /// The ids of the indexes whose entries were written with the chunks.
+        indexes: Vec<u64>,
+    },
+    /// Entries of an index being made (not yet in the table's record) under id `index`.
+    Entries {
+        /// The table's owner.
+        tenant: u64,
+        /// The table's id.
+        table: u64,
+        /// The index's entry id.
+        index: u64,
+    },
+}
+
+impl Landed {
+    /// Whose bytes the landed data is.
+    pub(crate) fn tenant(&self) -> TenantId {
+        match self {
+            Landed::Rows { tenant, .. } | Landed::Entries { tenant, .. } => TenantId(*tenant),
+        }
+    }
+}
+
+/// Creates this module's redb tables in a new file.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(LANDINGS)?;
+    txn.open_table(LANDED_CHUNKS)?;
+    Ok(())
+}
+
+/// Records a new landing of `what`; returns its id.
+pub(crate) fn begin(txn: &WriteTransaction, what: &Landed) -> Result<u64> {
+    let id = store::next_id(txn, "landing")?;
+    txn.open_table(LANDINGS)?
+        .insert(id, serde_json::to_string(what)?.as_str())?;
+    Ok(id)
+}
+
+/// What the landing `id` writes into; `None` once it is published or discarded.
+pub(crate) fn get(txn: &WriteTransaction, id: u64) -> Result<Option<Landed>> {
+    match txn.open_table(LANDINGS)?.get(id)? {
+        Some(value) => Ok(Some(serde_json::from_str(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Notes that the landing `id` wrote chunk `chunk` of `rows` rows.
+pub(crate) fn add_chunk(txn: &WriteTransaction, id: u64, chunk: u64, rows: u64) -> Result<()> {
+    txn.open_table(LANDED_CHUNKS)?.insert((id, chunk), rows)?;
+    Ok(())
+}
+
+/// The first chunk the landing `id` still holds (lowest chunk id), with its rows.
+pub(crate) fn first_chunk(txn: &WriteTransaction, id: u64) -> Result<Option<(u64, u64)>> {
+    let table = txn.open_table(LANDED_CHUNKS)?;
+    let first = table.range((id, 0)..=(id, u64::MAX))?.next().transpose()?;
+    Ok(first.map(|(key, rows)| (key.value().1, rows.value())))
+}
+
+/// Forgets that the landing `id` holds chunk `chunk` (published or discarded).
+pub(crate) fn remove_chunk(txn: &WriteTransaction, id: u64, chunk: u64) -> Result<()> {
+    txn.open_table(LANDED_CHUNKS)?.remove((id, chunk))?;
+    Ok(())
+}
+
+/// Forgets the landing `id` itself, once nothing of it is left to publish or discard.
+pub(crate) fn end(txn: &WriteTransaction, id: u64) -> Result<()> {
+    txn.open_table(LANDINGS)?.remove(id)?;
+    Ok(())
+}
+
+/// The landings in the file: at open, those a stopped process left behind.
+pub(crate) fn all(txn: &WriteTransaction) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for entry in txn.open_table(LANDINGS)?.iter()? {
+        ids.push(entry?.0.value());
+    }
+    Ok(ids)
+}
+
+/// Whether a landing of rows into the table `table` is in progress (or being discarded): its
+/// unique keys are then in the file without being in any snapshot's chunk order, so a writer
+/// of that table must look up every unique key it writes.
+pub(crate) fn touches(txn: &WriteTransaction, table: u64) -> Result<bool> {
+    for entry in txn.open_table(LANDINGS)?.iter()? {
+        let (_, value) = entry?;
+        if let Landed::Rows { table: t, .. } = serde_json::from_str(value.value())? {
+            if t == table {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
