@@ -37,6 +37,17 @@ pub(crate) enum Landed {
         /// The ids of the indexes whose entries were written with the chunks.
         indexes: Vec<u64>,
     },
+    /// What a DROP left to remove: the entries of `indexes`, then (for a dropped table) the
+    /// chunks of `table`. Nothing names them any more; the engine's sweeper removes them in
+    /// steps after the DROP commits, counting the bytes freed as it goes.
+    Dropped {
+        /// The owner, whose stored bytes go down as they are removed.
+        tenant: u64,
+        /// The dropped table's id, whose chunks go; `None` for a dropped index.
+        table: Option<u64>,
+        /// The entry ids of the dropped indexes still holding entries.
+        indexes: Vec<u64>,
+    },
     /// Entries of an index being made (not yet in the table's record) under id `index`.
     Entries {
         /// The table's owner.
@@ -52,7 +63,9 @@ impl Landed {
     /// Whose bytes the landed data is.
     pub(crate) fn tenant(&self) -> TenantId {
         match self {
-            Landed::Rows { tenant, .. } | Landed::Entries { tenant, .. } => TenantId(*tenant),
+            Landed::Rows { tenant, .. }
+            | Landed::Dropped { tenant, .. }
+            | Landed::Entries { tenant, .. } => TenantId(*tenant),
         }
     }
 }
@@ -70,6 +83,13 @@ pub(crate) fn begin(txn: &WriteTransaction, what: &Landed) -> Result<u64> {
     txn.open_table(LANDINGS)?
         .insert(id, serde_json::to_string(what)?.as_str())?;
     Ok(id)
+}
+
+/// Records what is left of the landing `id` (a dropped object's sweep going on).
+pub(crate) fn set(txn: &WriteTransaction, id: u64, what: &Landed) -> Result<()> {
+    txn.open_table(LANDINGS)?
+        .insert(id, serde_json::to_string(what)?.as_str())?;
+    Ok(())
 }
 
 /// What the landing `id` writes into; `None` once it is published or discarded.
@@ -110,6 +130,18 @@ pub(crate) fn all(txn: &WriteTransaction) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
     for entry in txn.open_table(LANDINGS)?.iter()? {
         ids.push(entry?.0.value());
+    }
+    Ok(ids)
+}
+
+/// The landings that are what DROPs left, in `txn` (a snapshot): the sweeper's work.
+pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for entry in txn.open_table(LANDINGS)?.iter()? {
+        let (id, value) = entry?;
+        if let Landed::Dropped { .. } = serde_json::from_str(value.value())? {
+            ids.push(id.value());
+        }
     }
     Ok(ids)
 }

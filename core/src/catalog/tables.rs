@@ -253,8 +253,18 @@ pub(crate) fn drop_table(
         .open_table(TABLE_SCHEMAS)?
         .remove(record.id)?
         .map_or(0, |bytes| bytes.value().len() as u64);
-    let chunks = remove_chunks(txn, &record)?;
-    storage::charge(txn, tenant, Change::removed(schema + chunks))?;
+    // One small entry per chunk: the chunks themselves and their index entries, as many as
+    // the rows, are the sweeper's (see `landing`), so the DROP is as short as any write.
+    let id = record.id;
+    txn.open_table(CHUNK_ORDER)?
+        .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+    let dropped = Landed::Dropped {
+        tenant: tenant.0,
+        table: Some(id),
+        indexes: entry_ids(&record),
+    };
+    landing::begin(txn, &dropped)?;
+    storage::charge(txn, tenant, Change::removed(schema))?;
     Ok(true)
 }
 
@@ -1129,9 +1139,9 @@ fn by_id(txn: &WriteTransaction, tenant: TenantId, id: u64) -> Result<Option<Tab
 }
 
 /// One step of discarding the landing `id` (a statement that failed after some of its data
-/// landed, or one a stopped process left): one chunk and its entries, or a sweep's share of
-/// an unfinished index's entries. Returns true once nothing of it is left. A table dropped
-/// meanwhile took the landed chunks and entries with it.
+/// landed, one a stopped process left, or what a DROP left): one landed chunk and its
+/// entries, a sweep's share of an index's entries, or a few chunks of a dropped table; each
+/// step counts the bytes it frees. Returns true once nothing of it is left.
 pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<bool> {
     let Some(what) = landing::get(txn, id)? else {
         return Ok(true);
@@ -1149,9 +1159,9 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
                     .open_table(CHUNKS)?
                     .remove((table, chunk))?
                     .map(|bytes| bytes.value().to_vec());
-                let mut freed = 0;
+                let mut freed = bytes.as_ref().map_or(0, |b| b.len() as u64);
+                // A table dropped meanwhile left its entries to the sweeper of the drop.
                 if let (Some(bytes), Some(record)) = (bytes, by_id(txn, tenant, table)?) {
-                    freed += bytes.len() as u64;
                     let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, table)?;
                     let landed: Vec<Index> = record
                         .constraints
@@ -1167,6 +1177,42 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
                 (freed, false)
             }
         },
+        Landed::Dropped {
+            table, mut indexes, ..
+        } => match indexes.first().copied() {
+            Some(index) => {
+                let (freed, next) = indexes::sweep(txn, index, None, &|_| true)?;
+                if next.is_none() {
+                    indexes.remove(0);
+                }
+                let left = Landed::Dropped {
+                    tenant: tenant.0,
+                    table,
+                    indexes,
+                };
+                landing::set(txn, id, &left)?;
+                (freed, false)
+            }
+            None => match table {
+                Some(table) => {
+                    let mut chunks = txn.open_table(CHUNKS)?;
+                    // A few chunks a step: each is up to a few MiB.
+                    let some = chunks
+                        .range((table, 0)..=(table, u64::MAX))?
+                        .take(DROPPED_CHUNKS_A_STEP)
+                        .map(|entry| entry.map(|(key, _)| key.value().1))
+                        .collect::<std::result::Result<Vec<u64>, _>>()?;
+                    let mut freed = 0;
+                    for chunk in &some {
+                        if let Some(bytes) = chunks.remove((table, *chunk))? {
+                            freed += bytes.value().len() as u64;
+                        }
+                    }
+                    (freed, some.is_empty())
+                }
+                None => (0, true),
+            },
+        },
         Landed::Entries { index, .. } => {
             // Every entry examined goes, so each step starts again from the first.
             let (freed, next) = indexes::sweep(txn, index, None, &|_| true)?;
@@ -1179,6 +1225,18 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
     }
     Ok(done)
 }
+
+/// [`discard_landed_step`] for the landing `id` only while it is what a DROP left: an id seen
+/// in an earlier snapshot may since name another landing (a ROLLBACK hands ids out again).
+pub(crate) fn sweep_dropped_step(txn: &WriteTransaction, id: u64) -> Result<bool> {
+    match landing::get(txn, id)? {
+        Some(Landed::Dropped { .. }) => discard_landed_step(txn, id),
+        _ => Ok(true),
+    }
+}
+
+/// Chunks of a dropped table removed in one step of its sweep.
+const DROPPED_CHUNKS_A_STEP: usize = 4;
 
 /// Discards every landing in the file, when it is opened: what a stopped process left.
 pub(crate) fn discard_all_landed(txn: &WriteTransaction) -> Result<()> {
@@ -1903,9 +1961,18 @@ pub(crate) fn drop_index(
         .into_iter()
         .partition(|index| index.name.eq_ignore_ascii_case(name));
     record.constraints.indexes = kept;
-    for entries in dropped.into_iter().filter_map(|index: Index| index.entries) {
-        let freed = indexes::drop_entries(txn, entries)?;
-        storage::charge(txn, tenant, Change::removed(freed))?;
+    let entries: Vec<u64> = dropped
+        .into_iter()
+        .filter_map(|index: Index| index.entries)
+        .collect();
+    if !entries.is_empty() {
+        // The entries are the sweeper's (see `landing`): as many as the rows.
+        let dropped = Landed::Dropped {
+            tenant: tenant.0,
+            table: None,
+            indexes: entries,
+        };
+        landing::begin(txn, &dropped)?;
     }
     save(txn, tenant, &record)
 }

@@ -6,6 +6,7 @@ pub(crate) mod hosted;
 mod knowledge_bases;
 pub(crate) mod reader;
 pub(crate) mod status;
+mod sweeper;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -213,6 +214,7 @@ impl Engine {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
+        sweeper::start(Arc::clone(&store), &handle);
         // Callbacks are the hosted edition's: a local engine has no deliveries to make, and
         // its commits wake nothing.
         if config.edition == crate::config::Edition::Hosted {

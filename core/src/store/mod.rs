@@ -53,6 +53,9 @@ pub(crate) struct Store {
     /// Woken after every commit (a permit is kept when nobody waits), so the callback worker
     /// looks at its outbox as soon as a status change has landed.
     committed: Arc<tokio::sync::Notify>,
+    /// Notified after each commit too, for the sweeper of what DROPs left (see
+    /// `catalog::landing`): its own signal, so it never takes a wake-up meant for another.
+    swept: Arc<tokio::sync::Notify>,
     /// The explicit transaction open on this store, if any.
     transaction: Mutex<Option<transaction::Transaction>>,
 }
@@ -71,6 +74,9 @@ pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
     commits: Arc<AtomicU64>,
     committed: Arc<tokio::sync::Notify>,
+    /// Notified after each commit too, for the sweeper of what DROPs left (see
+    /// `catalog::landing`): its own signal, so it never takes a wake-up meant for another.
+    swept: Arc<tokio::sync::Notify>,
     /// Cancelled when whoever waited for this write gave up (a cancelled query): the write must
     /// not commit behind their back.
     pub(crate) cancelled: CancellationToken,
@@ -89,6 +95,7 @@ impl WriteGuard {
         self.txn.commit()?;
         self.commits.fetch_add(1, Ordering::SeqCst);
         self.committed.notify_one();
+        self.swept.notify_one();
         Ok(())
     }
 }
@@ -132,6 +139,7 @@ impl Store {
             running: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
+            swept: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
         };
         store.check_format()?;
@@ -157,6 +165,7 @@ impl Store {
             running: Arc::default(),
             commits: Arc::new(AtomicU64::new(0)),
             committed: Arc::new(tokio::sync::Notify::new()),
+            swept: Arc::new(tokio::sync::Notify::new()),
             transaction: Mutex::new(None),
         };
         store.check_format()?;
@@ -271,6 +280,7 @@ impl Store {
             txn,
             commits: Arc::clone(&self.commits),
             committed: Arc::clone(&self.committed),
+            swept: Arc::clone(&self.swept),
             cancelled: CancellationToken::new(),
             _lock: lock.guard,
         })
@@ -312,6 +322,11 @@ impl Store {
     /// Notified after each commit.
     pub(crate) fn committed(&self) -> Arc<tokio::sync::Notify> {
         Arc::clone(&self.committed)
+    }
+
+    /// Notified after each commit, for the sweeper alone.
+    pub(crate) fn swept(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.swept)
     }
 }
 

@@ -1126,6 +1126,53 @@ mod tests {
         assert_eq!(value(&reopened, "SELECT count(*) FROM left_keys"), "200001");
     }
 
+    /// Waits (30 s at most) until `done` holds for the engine's footprint.
+    fn wait_for(engine: &Engine, done: impl Fn(&[u64; 5]) -> bool) -> [u64; 5] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let now = footprint(engine);
+            if done(&now) || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn what_drops_leave_is_swept_in_steps_and_a_rolled_back_drop_keeps_it() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let empty = footprint(&engine);
+        sql("CREATE TABLE swept (id BIGINT PRIMARY KEY, w VARCHAR)");
+        sql("INSERT INTO swept SELECT value, 'w' || (value % 10) FROM generate_series(1, 200000)");
+        sql("CREATE INDEX swept_w ON swept (w)");
+        assert_eq!(footprint(&engine)[0], 400_000, "two indexes' entries");
+        sql("DROP INDEX swept_w");
+        let after = wait_for(&engine, |f| f[0] == 200_000 && f[2] == 0);
+        assert_eq!(after[0], 200_000, "the dropped index's entries are swept");
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM swept WHERE w = 'w3'"),
+            "20000"
+        );
+        // A DROP rolled back leaves everything in place, sweeper or not.
+        sql("BEGIN");
+        sql("DROP TABLE swept");
+        sql("ROLLBACK");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(footprint(&engine), after);
+        assert_eq!(value(&engine, "SELECT w FROM swept WHERE id = 7"), "w7");
+        sql("DROP TABLE swept");
+        assert_eq!(
+            wait_for(&engine, |f| *f == empty),
+            empty,
+            "the table's chunks, entries and bytes are gone"
+        );
+        // The name is free again, and its keys with it.
+        sql("CREATE TABLE swept (id BIGINT PRIMARY KEY)");
+        sql("INSERT INTO swept SELECT value FROM generate_series(1, 200000)");
+        assert_eq!(value(&engine, "SELECT count(*) FROM swept"), "200000");
+    }
+
     /// Chunk ids of `mindsdb.t`, in row order.
     fn chunk_ids(engine: &Engine) -> Vec<u64> {
         let txn = engine.store().read().unwrap();
