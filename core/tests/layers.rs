@@ -89,6 +89,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine::knowledge_bases",
             "engine::reader",
             "engine::status",
+            "engine::sweeper",
         ],
     ),
 ];
