@@ -83,10 +83,13 @@ pub(crate) struct Inner {
     /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
     runtime: Option<Runtime>,
     pub(crate) handle: Handle,
+    /// Removes what DROPs leave, in steps; stopped first when the engine closes.
+    sweeper: sweeper::Sweeper,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.sweeper.stop();
         self.sql.compute.close();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -214,7 +217,7 @@ impl Engine {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the engine's runtime: {e}")))?;
         let handle = runtime.handle().clone();
-        sweeper::start(Arc::clone(&store), &handle);
+        let sweeper = sweeper::Sweeper::start(&store, &handle);
         // Callbacks are the hosted edition's: a local engine has no deliveries to make, and
         // its commits wake nothing.
         if config.edition == crate::config::Edition::Hosted {
@@ -227,6 +230,7 @@ impl Engine {
                 sql,
                 runtime: Some(runtime),
                 handle,
+                sweeper,
             }),
             tenant: TenantId::LOCAL,
             interrupts: Interrupts::new(),

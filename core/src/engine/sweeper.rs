@@ -5,46 +5,100 @@
 //! write between its steps. It wakes after every commit and looks for such work (one read of
 //! the small `landings` table); what a stopped process left is swept when the file is next
 //! opened.
+//!
+//! It holds the store only while it works (a weak reference otherwise), and a closing engine
+//! waits for the step in progress and stops the next ones ([`Sweeper::stop`]), so the file is
+//! closed when the engine is dropped and can be opened again at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use crate::catalog::{landing, tables};
 use crate::error::Result;
 use crate::store::Store;
 
-/// Starts the sweeper on the runtime behind `handle`, for as long as the runtime lives.
-pub(crate) fn start(store: Arc<Store>, handle: &tokio::runtime::Handle) {
-    let wake = store.swept();
-    crate::memory::spawn_detached(handle, async move {
-        loop {
-            wake.notified().await;
-            sweep(&store).await;
-        }
-    });
+/// The running sweeper, to stop it when the engine closes.
+pub(crate) struct Sweeper {
+    /// Held while the sweeper uses the store; true once the engine is closing.
+    closing: Arc<Mutex<bool>>,
 }
 
-/// Sweeps every dropped object the file holds; an error (of the disk) leaves the rest to the
-/// next wake-up, or the next open.
-async fn sweep(store: &Arc<Store>) {
-    let Ok(ids) = store.read().and_then(|txn| landing::dropped(&txn)) else {
-        return;
+impl Sweeper {
+    /// Starts the sweeper on the runtime behind `handle`.
+    pub(crate) fn start(store: &Arc<Store>, handle: &tokio::runtime::Handle) -> Sweeper {
+        let wake = store.swept();
+        let closing = Arc::new(Mutex::new(false));
+        let (weak, shared) = (Arc::downgrade(store), Arc::clone(&closing));
+        crate::memory::spawn_detached(handle, async move {
+            loop {
+                wake.notified().await;
+                if !sweep(&weak, &shared).await {
+                    return;
+                }
+            }
+        });
+        Sweeper { closing }
+    }
+
+    /// Waits for the step in progress, if any, and lets no other begin.
+    pub(crate) fn stop(&self) {
+        *self.closing.lock() = true;
+    }
+}
+
+/// Runs `work` with the store, unless the engine is closing (then `None`).
+fn with_store<T>(
+    weak: &Weak<Store>,
+    closing: &Mutex<bool>,
+    work: impl FnOnce(&Arc<Store>) -> T,
+) -> Option<T> {
+    let closed = closing.lock();
+    if *closed {
+        return None;
+    }
+    let store = weak.upgrade()?;
+    let out = work(&store);
+    // The store goes before the lock: once a closing engine holds the lock, no step holds it.
+    drop(store);
+    drop(closed);
+    Some(out)
+}
+
+/// Sweeps every dropped object the file holds; false once the engine is closing. An error (of
+/// the disk) leaves the rest to the next wake-up, or the next open.
+async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
+    let Some(found) = with_store(weak, closing, |store| {
+        store.read().and_then(|txn| landing::dropped(&txn))
+    }) else {
+        return false;
+    };
+    let Ok(ids) = found else {
+        return true;
     };
     for id in ids {
         loop {
             // Waits for an explicit transaction to end: a DROP inside one may be rolled back,
             // and then the step finds nothing left to do.
-            let lock = store.lock_writes_detached().await;
-            let stepping = Arc::clone(store);
-            let step = crate::memory::spawn_blocking(move || -> Result<bool> {
-                let guard = stepping.begin_write(lock)?;
-                let done = tables::sweep_dropped_step(&guard.txn, id)?;
-                guard.commit()?;
-                Ok(done)
+            let Some(waiting) = weak.upgrade().map(|store| store.lock_writes_later()) else {
+                return false;
+            };
+            let lock = waiting.await;
+            let (weak, closing) = (Weak::clone(weak), Arc::clone(closing));
+            let step = crate::memory::spawn_blocking(move || {
+                with_store(&weak, &closing, |store| -> Result<bool> {
+                    let guard = store.begin_write(lock)?;
+                    let done = tables::sweep_dropped_step(&guard.txn, id)?;
+                    guard.commit()?;
+                    Ok(done)
+                })
             });
             match step.await {
-                Ok(Ok(false)) => continue,
+                Ok(Some(Ok(false))) => continue,
+                Ok(None) => return false,
                 _ => break,
             }
         }
     }
+    true
 }

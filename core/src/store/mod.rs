@@ -255,6 +255,20 @@ impl Store {
         }
     }
 
+    /// [`Store::lock_writes_detached`] as a future that does not hold the store while it
+    /// waits, for a background task that must not keep the file open (the sweeper).
+    pub(crate) fn lock_writes_later(
+        &self,
+    ) -> impl std::future::Future<Output = WriteLock> + Send + 'static {
+        let lock = Arc::clone(&self.write_lock);
+        async move {
+            WriteLock {
+                guard: lock.lock_owned().await,
+                durable: true,
+            }
+        }
+    }
+
     /// Takes the writer lock if it is free, without waiting.
     pub(crate) fn try_lock_writes(&self) -> Result<WriteLock> {
         self.write_lock
