@@ -356,7 +356,7 @@ fn events_pending_when_the_process_is_killed_are_delivered_after_reopening() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "callbacks_child",
+            "callbacks::callbacks_child",
             "--nocapture",
             "--test-threads=1",
         ])

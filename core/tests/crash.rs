@@ -62,7 +62,7 @@ fn killed_writers_never_lose_acknowledged_rows_or_leave_partial_statements() {
         let mut child = Command::new(&me)
             .args([
                 "--exact",
-                "crash_writer_child",
+                "crash::crash_writer_child",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -168,7 +168,7 @@ fn a_file_open_in_another_process_is_refused_with_its_name() {
     let output = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "second_opener_child",
+            "crash::second_opener_child",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -187,7 +187,7 @@ fn a_file_open_in_another_process_is_refused_with_its_name() {
     let output = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "second_opener_child",
+            "crash::second_opener_child",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -245,7 +245,7 @@ fn killed_keyed_writers_leave_no_landed_rows_or_keys_behind() {
         let mut child = Command::new(&me)
             .args([
                 "--exact",
-                "crash_keyed_writer_child",
+                "crash::crash_keyed_writer_child",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -826,7 +826,7 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
         let mut child = Command::new(&me)
             .args([
                 "--exact",
-                "kb_crash_writer_child",
+                "knowledge_bases::kb_crash_writer_child",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -274,7 +274,7 @@ fn a_killed_process_keeps_what_it_committed_and_nothing_of_its_open_transaction(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("killed.redb");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "transaction_child", "--nocapture"])
+        .args(["--exact", "transactions::transaction_child", "--nocapture"])
         .env(CHILD_ENV, &path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

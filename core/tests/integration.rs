@@ -1,0 +1,21 @@
+//! The engine's integration tests, one module per file, built as one test binary (each binary
+//! links all of DataFusion; one per file cost gigabytes of disk and minutes of linking). Tests
+//! that re-run this binary as a child process name their child test by its module path.
+
+mod agents;
+mod auth;
+mod callbacks;
+mod crash;
+mod directory;
+mod hosted;
+mod indexes;
+mod knowledge_bases;
+mod layers;
+mod limits;
+mod models;
+mod postgres;
+mod sql;
+mod sqllogictest;
+mod storage_quota;
+mod transactions;
+mod wire;
