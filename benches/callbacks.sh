@@ -4,5 +4,5 @@
 # Usage: benches/callbacks.sh [EVENTS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p mindlite-benches --bin callbacks
-target/release/callbacks --events "${1:-1000}"
+cargo build --release -p mindlite-benches --bin mindlite-bench
+target/release/mindlite-bench callbacks --events "${1:-1000}"

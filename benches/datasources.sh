@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${1:-1000000}
-cargo build --release -p mindlite-benches --bin datasources
+cargo build --release -p mindlite-benches --bin mindlite-bench
 dir=$(mktemp -d)
 trap 'bash scripts/postgres.sh stop "$dir/pg"; rm -rf "$dir"' EXIT
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -17,4 +17,4 @@ psql "$PGTEST_URL" -q -v ON_ERROR_STOP=1 -c "
     SELECT i AS id, i % 100 AS category, ((i::int8 * 7919) % 1000)::float8 AS amount, 'name ' || i AS name
     FROM generate_series(1, $rows) i;
   ANALYZE bench_rows;"
-target/release/datasources --rows "$rows" --runs "${2:-5}"
+target/release/mindlite-bench datasources --rows "$rows" --runs "${2:-5}"

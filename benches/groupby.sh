@@ -13,7 +13,7 @@ fi
 mkdir -p benches/data
 cargo build --release -p mindlite-benches
 csv=benches/data/groupby-$rows.csv
-target/release/groupby --rows "$rows" --runs "$runs" --csv "$csv" | tee benches/data/mindlite.json
+target/release/mindlite-bench groupby --rows "$rows" --runs "$runs" --csv "$csv" | tee benches/data/mindlite.json
 "$venv/bin/python" benches/groupby_peers.py "$csv" "$runs" | tee benches/data/peers.json
 "$venv/bin/python" - <<'PY'
 import json

@@ -14,7 +14,7 @@ fi
 "$venv/bin/pip" install -q pyarrow numpy duckdb
 cargo build --release -p mindlite-benches
 mkdir -p benches/data
-target/release/index --rows "$rows" --lookups "$lookups" | tee benches/data/index-mindlite.json
+target/release/mindlite-bench index --rows "$rows" --lookups "$lookups" | tee benches/data/index-mindlite.json
 # The peers, and the table of all three (the mindlite line read from the file above).
 "$venv/bin/python" benches/index_bench.py "$rows" "$lookups" --engines duckdb,sqlite \
   --with benches/data/index-mindlite.json

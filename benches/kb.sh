@@ -16,9 +16,9 @@ fi
 "$venv/bin/pip" install -q numpy faiss-cpu sqlite-vec pysqlite3-binary
 cargo build --release -p mindlite-benches
 mkdir -p benches/data/kb
-target/release/kb --dir benches/data/kb --n "$n" --queries "$queries" | tee benches/data/kb-mindlite.jsonl
+target/release/mindlite-bench kb --dir benches/data/kb --n "$n" --queries "$queries" | tee benches/data/kb-mindlite.jsonl
 "$venv/bin/python" benches/kb_peers.py benches/data/kb --with benches/data/kb-mindlite.jsonl \
   | tee benches/data/kb-peers.txt
 # The local embedding provider on all-MiniLM-L6-v2 (benches/src/minilm.rs).
 model=$(bash scripts/minilm.sh "${CARGO_TARGET_DIR:-target}/minilm")
-target/release/minilm --model "$model" | tee benches/data/kb-minilm.jsonl
+target/release/mindlite-bench minilm --model "$model" | tee benches/data/kb-minilm.jsonl

@@ -4,5 +4,5 @@
 # CI. Usage: benches/models.sh [ROWS] [PREDICT_ROWS] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p mindlite-benches --bin models
-target/release/models --rows "${1:-100000}" --predict-rows "${2:-1000000}" --runs "${3:-3}"
+cargo build --release -p mindlite-benches --bin mindlite-bench
+target/release/mindlite-bench models --rows "${1:-100000}" --predict-rows "${2:-1000000}" --runs "${3:-3}"

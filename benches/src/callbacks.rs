@@ -77,7 +77,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn main() {
+pub fn main() {
     let events = arg("--events", 1000) as usize;
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config {

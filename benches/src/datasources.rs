@@ -73,7 +73,7 @@ fn rows_transferred(engine: &Engine, sql: &str) -> u64 {
     panic!("no PostgresScan in the plan of {sql}");
 }
 
-fn main() {
+pub fn main() {
     let rows = arg("--rows", 1_000_000);
     let runs = arg("--runs", 5) as usize;
     let url = std::env::var("PGTEST_URL").expect("PGTEST_URL (benches/datasources.sh sets it)");

@@ -99,11 +99,11 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-fn main() {
+pub fn main() {
     let mut rows: u64 = 5_000_000;
     let mut runs = 5;
     let mut csv = None;
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(2);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
         match arg.as_str() {

@@ -58,7 +58,7 @@ fn percentile(times: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn main() {
+pub fn main() {
     let rows = arg("--rows", 10_000_000);
     let lookups = arg("--lookups", 1000);
     let runs = arg("--runs", 20);

@@ -207,7 +207,7 @@ fn run_queries(
     )
 }
 
-fn main() {
+pub fn main() {
     let n = arg("--n", 1_000_000) as usize;
     let d = arg("--d", 384) as usize;
     let q = arg("--queries", 1000) as usize;

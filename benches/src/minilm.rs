@@ -69,7 +69,7 @@ fn texts(vocab: &str, count: usize, chars: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
-fn main() {
+pub fn main() {
     let dir = PathBuf::from(arg("--model").expect("--model DIR (a sentence-transformers folder)"));
     let dir = std::fs::canonicalize(&dir).expect("the model folder");
     let count = number("--texts", 1000);

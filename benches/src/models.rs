@@ -92,7 +92,7 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn main() {
+pub fn main() {
     let rows = arg("--rows", 100_000);
     let predict_rows = arg("--predict-rows", 1_000_000);
     let runs = arg("--runs", 3) as usize;
