@@ -396,8 +396,17 @@ impl ChunkBuffer {
 
     fn add(&mut self, batch: RecordBatch) {
         self.rows += batch.num_rows();
-        self.bytes += batch.get_array_memory_size();
+        self.bytes += rows_bytes(&batch);
         self.batches.push(batch);
+    }
+
+    /// The buffered rows as one batch: the one batch itself when there is only one (a big
+    /// loaded batch is cut into chunks by slicing it, not copied again for every chunk).
+    fn all(&self) -> Result<RecordBatch> {
+        Ok(match self.batches.as_slice() {
+            [one] => one.clone(),
+            many => concat_batches(&self.schema, many)?,
+        })
     }
 
     /// The next full chunk (`CHUNK_ROWS` rows, or fewer once they reach `CHUNK_BYTES`), taken
@@ -406,7 +415,7 @@ impl ChunkBuffer {
         if self.rows < CHUNK_ROWS && self.bytes < CHUNK_BYTES {
             return Ok(None);
         }
-        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        let all = self.all()?;
         let take = if self.rows >= CHUNK_ROWS {
             CHUNK_ROWS
         } else {
@@ -419,8 +428,9 @@ impl ChunkBuffer {
         (self.rows, self.bytes) = (0, 0);
         let rest = all.num_rows() - take;
         if rest > 0 {
-            // Copied, so the remainder does not keep the whole concatenated chunk alive
-            // (and, through it, into the next chunk's buffers).
+            // String views copied, so the remainder does not keep the whole concatenated
+            // chunk alive (and, through it, into the next chunk's buffers); other columns are
+            // cut from their buffers when the chunk is encoded.
             self.add(compact(&all.slice(take, rest))?);
         }
         Ok(Some(chunk))
@@ -431,11 +441,40 @@ impl ChunkBuffer {
         if self.rows == 0 {
             return Ok(None);
         }
-        let all = concat_batches(&self.schema, self.batches.as_slice())?;
+        let all = self.all()?;
         self.batches.clear();
         (self.rows, self.bytes) = (0, 0);
         Ok(Some(all))
     }
+}
+
+/// The bytes `batch`'s rows take, counting of each buffer only the part they use.
+/// `get_array_memory_size` counts whole buffers, so a slice of a big batch (a loaded Arrow
+/// table, or the rows left after a chunk was cut) would count as all of it and close chunks
+/// after a few thousand rows.
+fn rows_bytes(batch: &RecordBatch) -> usize {
+    // A view is 16 bytes; strings longer than 12 bytes live in a data buffer besides.
+    let views = |views: &[u128]| -> usize {
+        views
+            .iter()
+            .map(|view| {
+                let len = *view as u32 as usize;
+                16 + if len > 12 { len } else { 0 }
+            })
+            .sum()
+    };
+    batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Utf8View => views(column.as_string_view().views()),
+            DataType::BinaryView => views(column.as_binary_view().views()),
+            _ => column
+                .to_data()
+                .get_slice_memory_size()
+                .unwrap_or_else(|_| column.get_array_memory_size()),
+        })
+        .sum()
 }
 
 /// Chunks are LZ4-compressed Arrow IPC: decompression is cheaper than reading the extra bytes
@@ -2064,5 +2103,81 @@ pub fn sql_type_name(data_type: &DataType) -> String {
         DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray, StringViewArray};
+    use datafusion::arrow::datatypes::Field;
+
+    /// The row counts of the chunks a buffer cuts from `batches`, the rest last.
+    fn chunk_rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Vec<usize> {
+        let mut buffer = ChunkBuffer::new(schema);
+        let mut rows = Vec::new();
+        for batch in batches {
+            buffer.add(batch);
+            while let Some(chunk) = buffer.full_chunk().unwrap() {
+                rows.push(chunk.num_rows());
+            }
+        }
+        rows.extend(buffer.rest().unwrap().map(|rest| rest.num_rows()));
+        rows
+    }
+
+    fn big(rows: usize, view: bool) -> RecordBatch {
+        let text = |n: usize| format!("category_{:02}", n % 100);
+        let strings: ArrayRef = if view {
+            Arc::new(
+                (0..rows)
+                    .map(|n| Some(text(n)))
+                    .collect::<StringViewArray>(),
+            )
+        } else {
+            Arc::new((0..rows).map(|n| Some(text(n))).collect::<StringArray>())
+        };
+        let kind = strings.data_type().clone();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("category", kind, false),
+        ]));
+        let ids = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+        RecordBatch::try_new(schema, vec![ids, strings]).unwrap()
+    }
+
+    #[test]
+    fn a_big_batch_and_its_slices_make_full_chunks() {
+        let rows = 300_000;
+        for view in [false, true] {
+            let batch = big(rows, view);
+            let schema = batch.schema();
+            // Whole: chunks of CHUNK_ROWS, the rest last.
+            let whole = chunk_rows(Arc::clone(&schema), vec![batch.clone()]);
+            assert_eq!(
+                whole,
+                [65_536, 65_536, 65_536, 65_536, 37_856],
+                "view {view}"
+            );
+            // Slices of it, as a loaded table cut into batches: the same chunks, although each
+            // slice's buffers are the whole batch's.
+            let slices = (0..rows)
+                .step_by(8_192)
+                .map(|at| batch.slice(at, 8_192.min(rows - at)))
+                .collect();
+            assert_eq!(chunk_rows(schema, slices), whole, "view {view}");
+        }
+    }
+
+    #[test]
+    fn wide_rows_close_a_chunk_by_its_bytes() {
+        let text = "x".repeat(1_000);
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![text.as_str(); 40_000]));
+        let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![strings]).unwrap();
+        let rows = chunk_rows(schema, vec![batch]);
+        assert_eq!(rows.iter().sum::<usize>(), 40_000);
+        // About 1,004 bytes a row: 16 MiB hold some 16,700 of them.
+        assert!(rows[0] > 16_000 && rows[0] < 17_000, "{rows:?}");
     }
 }
