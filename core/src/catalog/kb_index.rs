@@ -23,6 +23,7 @@ use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::bm25;
+use crate::catalog::landing::{self, Landed};
 use crate::catalog::storage::{self, Change};
 use crate::catalog::tables::ReadTables;
 use crate::error::{Error, Result};
@@ -200,25 +201,88 @@ pub(crate) fn publish(store: &Store, table: u64, index: &Arc<KbIndex>) {
         .insert((table, index.record.stamp), Arc::clone(index), bytes);
 }
 
-/// Removes the indexes of the chunk table `table` (dropped with it), a table of `tenant`.
+/// Unlinks the indexes of the chunk table `table` (dropped with it), a table of `tenant`: their
+/// record goes now, so no reader finds them, and their pages and postings, as many as the
+/// knowledge base's chunks, are left to the sweeper ([`sweep_step`]), so that a DROP holds the
+/// writer lock no longer than any small write.
 pub(crate) fn drop_index(txn: &WriteTransaction, tenant: TenantId, table: u64) -> Result<()> {
-    let mut freed = txn
+    let removed = txn
         .open_table(KB_INDEXES)?
         .remove(table)?
-        .map_or(0, |record| record.value().len() as u64);
-    let mut count = |bytes: &[u8]| {
-        freed += bytes.len() as u64;
-        false
+        .map(|record| record.value().len() as u64);
+    let Some(freed) = removed else {
+        return Ok(());
     };
-    txn.open_table(KB_LINKS)?
-        .retain_in((table, 0)..=(table, u32::MAX), |_, v| count(v))?;
-    txn.open_table(KB_VECTORS)?
-        .retain_in((table, 0, 0)..=(table, u32::MAX, u32::MAX), |_, v| count(v))?;
-    txn.open_table(KB_POSTINGS)?
-        .retain_in((table, "", 0)..(table, "\u{10FFFF}", u32::MAX), |_, v| {
-            count(v)
-        })?;
+    landing::begin(
+        txn,
+        &Landed::Search {
+            tenant: tenant.0,
+            table,
+        },
+    )?;
     storage::charge(txn, tenant, Change::removed(freed))
+}
+
+/// Stored values a step of [`sweep_step`] removes from each of the index's tables: vector
+/// parts are up to 1 MiB each, so a step frees a few MiB at most.
+const SWEPT_A_STEP: [usize; 3] = [8, 256, 1024];
+
+/// Removes some of the pages and postings that the dropped indexes of the chunk table `table`,
+/// a table of `tenant`, left (see [`drop_index`]), counting the bytes freed; true once none
+/// is left.
+pub(crate) fn sweep_step(txn: &WriteTransaction, tenant: TenantId, table: u64) -> Result<bool> {
+    let [vector_parts, link_pages, posting_blocks] = SWEPT_A_STEP;
+    let mut freed = 0u64;
+    let mut found = 0usize;
+    {
+        let mut vectors = txn.open_table(KB_VECTORS)?;
+        let keys = vectors
+            .range((table, 0, 0)..=(table, u32::MAX, u32::MAX))?
+            .take(vector_parts)
+            .map(|entry| entry.map(|(key, _)| key.value()))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        found += keys.len();
+        for key in keys {
+            if let Some(old) = vectors.remove(key)? {
+                freed += old.value().len() as u64;
+            }
+        }
+    }
+    {
+        let mut links = txn.open_table(KB_LINKS)?;
+        let keys = links
+            .range((table, 0)..=(table, u32::MAX))?
+            .take(link_pages)
+            .map(|entry| entry.map(|(key, _)| key.value()))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        found += keys.len();
+        for key in keys {
+            if let Some(old) = links.remove(key)? {
+                freed += old.value().len() as u64;
+            }
+        }
+    }
+    {
+        let mut postings = txn.open_table(KB_POSTINGS)?;
+        let keys = postings
+            .range((table, "", 0)..(table, "\u{10FFFF}", u32::MAX))?
+            .take(posting_blocks)
+            .map(|entry| {
+                entry.map(|(key, _)| {
+                    let (_, word, block) = key.value();
+                    (word.to_string(), block)
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        found += keys.len();
+        for (word, block) in keys {
+            if let Some(old) = postings.remove((table, word.as_str(), block))? {
+                freed += old.value().len() as u64;
+            }
+        }
+    }
+    storage::charge(txn, tenant, Change::removed(freed))?;
+    Ok(found == 0)
 }
 
 /// The bytes of every chunk table's indexes, by table id (a file's first count, see

@@ -48,6 +48,15 @@ pub(crate) enum Landed {
         /// The entry ids of the dropped indexes still holding entries.
         indexes: Vec<u64>,
     },
+    /// The search indexes of a dropped knowledge base's chunk table `table` (the vector
+    /// graph's pages and the keyword postings, as many as its chunks): their record is gone,
+    /// so nothing names them, and the sweeper removes them in steps like a DROP's leftovers.
+    Search {
+        /// The owner, whose stored bytes go down as they are removed.
+        tenant: u64,
+        /// The chunk table's id, the key of its indexes' pages and postings.
+        table: u64,
+    },
     /// Entries of an index being made (not yet in the table's record) under id `index`.
     Entries {
         /// The table's owner.
@@ -65,6 +74,7 @@ impl Landed {
         match self {
             Landed::Rows { tenant, .. }
             | Landed::Dropped { tenant, .. }
+            | Landed::Search { tenant, .. }
             | Landed::Entries { tenant, .. } => TenantId(*tenant),
         }
     }
@@ -139,7 +149,8 @@ pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
     for entry in txn.open_table(LANDINGS)?.iter()? {
         let (id, value) = entry?;
-        if let Landed::Dropped { .. } = serde_json::from_str(value.value())? {
+        if let Landed::Dropped { .. } | Landed::Search { .. } = serde_json::from_str(value.value())?
+        {
             ids.push(id.value());
         }
     }

@@ -6,6 +6,7 @@
 use redb::WriteTransaction;
 
 use crate::catalog::datasources::{self, Change, Datasource};
+use crate::catalog::landing::{self, Landed};
 use crate::catalog::{
     agents, kb_index, knowledge_bases, minds, models, projects, storage, tables, views,
 };
@@ -177,4 +178,178 @@ pub(crate) fn count_storage(txn: &WriteTransaction) -> Result<()> {
         }
     }
     storage::set_all(txn, &bytes)
+}
+
+/// One step of removing what the landing `id` left (see `landing`): a statement's data that
+/// never committed, or what a DROP unlinked. Returns true once nothing of it is left.
+fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<bool> {
+    match landing::get(txn, id)? {
+        Some(Landed::Search { tenant, table }) => {
+            let done = kb_index::sweep_step(txn, TenantId(tenant), table)?;
+            if done {
+                landing::end(txn, id)?;
+            }
+            Ok(done)
+        }
+        _ => tables::discard_landed_step(txn, id),
+    }
+}
+
+/// One step of the sweeper's work on the landing `id`, only while it is what a DROP left: an id
+/// seen in an earlier snapshot may since name another landing (a ROLLBACK hands ids out
+/// again). Returns true once nothing of it is left.
+pub(crate) fn sweep_dropped_step(txn: &WriteTransaction, id: u64) -> Result<bool> {
+    match landing::get(txn, id)? {
+        Some(Landed::Dropped { .. } | Landed::Search { .. }) => discard_landed_step(txn, id),
+        _ => Ok(true),
+    }
+}
+
+/// Discards every landing in the file, when it is opened: what a stopped process left.
+pub(crate) fn discard_all_landed(txn: &WriteTransaction) -> Result<()> {
+    for id in landing::all(txn)? {
+        while !discard_landed_step(txn, id)? {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::kb_index::IndexWriter;
+    use crate::store::schema::{KB_INDEXES, KB_LINKS, KB_POSTINGS, KB_VECTORS, LANDINGS};
+    use crate::store::Store;
+    use mindlite_vectors::hnsw::Params;
+    use redb::ReadableTableMetadata;
+
+    /// What the file holds of chunk table `table`'s search indexes: its record, link pages,
+    /// vector parts, posting blocks; then the landings and the tenant's stored bytes.
+    fn held(store: &Store, table: u64) -> [u64; 6] {
+        let txn = store.read().unwrap();
+        let count = |n: usize| n as u64;
+        [
+            u64::from(
+                txn.open_table(KB_INDEXES)
+                    .unwrap()
+                    .get(table)
+                    .unwrap()
+                    .is_some(),
+            ),
+            count(
+                txn.open_table(KB_LINKS)
+                    .unwrap()
+                    .range((table, 0)..=(table, u32::MAX))
+                    .unwrap()
+                    .count(),
+            ),
+            count(
+                txn.open_table(KB_VECTORS)
+                    .unwrap()
+                    .range((table, 0, 0)..=(table, u32::MAX, u32::MAX))
+                    .unwrap()
+                    .count(),
+            ),
+            count(
+                txn.open_table(KB_POSTINGS)
+                    .unwrap()
+                    .range((table, "", 0)..(table, "\u{10FFFF}", u32::MAX))
+                    .unwrap()
+                    .count(),
+            ),
+            txn.open_table(LANDINGS).unwrap().len().unwrap(),
+            storage::used(&txn, TenantId::LOCAL).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn a_dropped_knowledge_bases_search_indexes_are_unlinked_then_swept_in_steps() {
+        let store = Store::open_in_memory(0, 0).unwrap();
+        let table = 7;
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        storage::init(&guard.txn).unwrap();
+        kb_index::init(&guard.txn).unwrap();
+        landing::init(&guard.txn).unwrap();
+        let nodes = 3_000u32;
+        let vectors: Vec<Vec<f32>> = (0..nodes)
+            .map(|n| {
+                let x = n as f32;
+                vec![x.sin(), x.cos(), (x * 0.37).sin(), 1.0]
+            })
+            .collect();
+        // A word of its own per chunk: thousands of posting blocks, more than a step takes.
+        let texts: Vec<String> = (0..nodes)
+            .map(|n| format!("only{n} shared group{}", n % 40))
+            .collect();
+        let mut writer = IndexWriter::new(
+            None,
+            Params {
+                dimensions: 4,
+                m: 4,
+                ef_construction: 16,
+            },
+        );
+        writer.add(0, &vectors, &texts).unwrap();
+        writer.save(&guard.txn, TenantId::LOCAL, table).unwrap();
+        guard.commit().unwrap();
+        let [record, links, parts, blocks, landings, stored] = held(&store, table);
+        assert_eq!((record, landings), (1, 0));
+        assert!(
+            links > 0 && parts > 0 && blocks > 3_000,
+            "{links} {parts} {blocks}"
+        );
+        assert!(stored > 0);
+
+        // The drop removes the record alone and leaves the rest to the sweeper.
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        kb_index::drop_index(&guard.txn, TenantId::LOCAL, table).unwrap();
+        guard.commit().unwrap();
+        let after_drop = held(&store, table);
+        assert_eq!(after_drop[..5], [0, links, parts, blocks, 1]);
+        assert!(after_drop[5] < stored);
+
+        let id = landing::dropped(&store.read().unwrap()).unwrap();
+        assert_eq!(id.len(), 1);
+        let mut steps = 0;
+        let mut last = after_drop[5];
+        loop {
+            let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+            let done = sweep_dropped_step(&guard.txn, id[0]).unwrap();
+            guard.commit().unwrap();
+            steps += 1;
+            let now = held(&store, table)[5];
+            assert!(now <= last, "a step gives bytes back, never takes them");
+            last = now;
+            if done {
+                break;
+            }
+            assert!(steps < 1_000, "the sweep ends");
+        }
+        assert!(steps > 3, "swept in steps, not at once: {steps}");
+        assert_eq!(held(&store, table), [0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn what_a_stopped_process_left_of_a_dropped_index_goes_when_the_file_opens() {
+        let store = Store::open_in_memory(0, 0).unwrap();
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        storage::init(&guard.txn).unwrap();
+        kb_index::init(&guard.txn).unwrap();
+        landing::init(&guard.txn).unwrap();
+        let mut writer = IndexWriter::new(
+            None,
+            Params {
+                dimensions: 2,
+                m: 4,
+                ef_construction: 8,
+            },
+        );
+        let texts: Vec<String> = (0..2_000).map(|n| format!("word{n}")).collect();
+        let vectors: Vec<Vec<f32>> = (0..2_000).map(|n| vec![n as f32, 1.0]).collect();
+        writer.add(0, &vectors, &texts).unwrap();
+        writer.save(&guard.txn, TenantId::LOCAL, 3).unwrap();
+        kb_index::drop_index(&guard.txn, TenantId::LOCAL, 3).unwrap();
+        discard_all_landed(&guard.txn).unwrap();
+        guard.commit().unwrap();
+        assert_eq!(held(&store, 3), [0, 0, 0, 0, 0, 0]);
+    }
 }

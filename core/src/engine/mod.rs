@@ -175,7 +175,7 @@ impl Engine {
         let uncounted = crate::catalog::storage::init(&guard.txn)?;
         tables::init(&guard.txn)?;
         // What statements of a stopped process had written ahead of their commit.
-        tables::discard_all_landed(&guard.txn)?;
+        crate::catalog::rules::discard_all_landed(&guard.txn)?;
         crate::catalog::views::init(&guard.txn)?;
         crate::catalog::knowledge_bases::init(&guard.txn)?;
         agents::init(&guard.txn)?;

@@ -1,5 +1,6 @@
 //! The sweeper: removes what DROPs leave in the file (see `catalog::landing`), the chunks of a
-//! dropped table and the entries of its indexes or of a dropped index. A DROP only unlinks
+//! dropped table and the entries of its indexes or of a dropped index, and a dropped knowledge
+//! base's search indexes (graph pages and keyword postings). A DROP only unlinks
 //! them, in a transaction as short as any write's; removing them is as much work as their rows,
 //! so the sweeper does it in steps, each its own transaction under the writer lock, and others
 //! write between its steps. It wakes after every commit and looks for such work (one read of
@@ -14,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::catalog::{landing, tables};
+use crate::catalog::{landing, rules};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -88,7 +89,7 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
             let step = crate::memory::spawn_blocking(move || {
                 with_store(&weak, &closing, |store| -> Result<bool> {
                     let guard = store.begin_write(lock)?;
-                    let done = tables::sweep_dropped_step(&guard.txn, id)?;
+                    let done = rules::sweep_dropped_step(&guard.txn, id)?;
                     guard.commit()?;
                     Ok(done)
                 })
