@@ -88,7 +88,8 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
             let (weak, closing) = (Weak::clone(weak), Arc::clone(closing));
             let step = crate::memory::spawn_blocking(move || {
                 with_store(&weak, &closing, |store| -> Result<bool> {
-                    let guard = store.begin_write(lock)?;
+                    let mut guard = store.begin_write(lock)?;
+                    guard.need_not_persist()?;
                     let done = rules::sweep_dropped_step(&guard.txn, id)?;
                     guard.commit()?;
                     Ok(done)

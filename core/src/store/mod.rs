@@ -98,6 +98,18 @@ impl WriteGuard {
         self.swept.notify_one();
         Ok(())
     }
+
+    /// Lets this transaction commit without waiting for the disk: for a step of work that a
+    /// later durable commit completes, and whose loss in a crash leaves nothing to repair (a
+    /// landing's steps, which a crash discards anyway, and the sweeper's, which start again at
+    /// the next open). A durable commit makes every earlier one durable too, so the steps
+    /// reach the disk with the next statement's commit, and others writing between the steps
+    /// wait for B-tree work only, not for the disk.
+    pub(crate) fn need_not_persist(&mut self) -> Result<()> {
+        self.txn
+            .set_durability(redb::Durability::None)
+            .map_err(|e| Error::internal(format!("cannot commit a step without the disk: {e}")))
+    }
 }
 
 pub(crate) use crate::cancel::cancelled;

@@ -781,14 +781,16 @@ fn build_index(
 }
 
 /// Runs `work` as one step of a landing (see `catalog::landing`): a write transaction of
-/// its own, committed as any statement's. A crash after some steps leaves a landing that the
-/// next open of the file discards.
+/// its own, committed without waiting for the disk (the publishing commit is durable, and
+/// makes the steps so). A crash after some steps leaves a landing that the next open of the
+/// file discards, or nothing of it.
 fn landing_step(
     job: &WriteJob,
     handle: &Handle,
     work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>,
 ) -> Result<()> {
-    let guard = job.lock(handle)?;
+    let mut guard = job.lock(handle)?;
+    guard.need_not_persist()?;
     work(&guard.txn)?;
     guard.commit()
 }
@@ -836,9 +838,12 @@ pub(crate) fn discard_landing(store: &Arc<Store>, handle: &Handle, id: Option<u6
     let _outside = crate::memory::enter(crate::memory::Tag::NONE);
     loop {
         let lock = handle.block_on(store.lock_writes_detached());
-        let Ok(guard) = store.begin_write(lock) else {
+        let Ok(mut guard) = store.begin_write(lock) else {
             return;
         };
+        if guard.need_not_persist().is_err() {
+            return;
+        }
         let Ok(done) = tables::discard_landed_step(&guard.txn, id) else {
             return;
         };
