@@ -39,11 +39,17 @@ for name in "${tests[@]}"; do
 done
 
 if command -v valgrind >/dev/null 2>&1; then
+  checked=0
   for name in "${tests[@]}"; do
+    # test_interrupt times one thread stopping another's endless statement; valgrind runs
+    # threads one at a time and some 50 times slower, and there it ran for minutes, once
+    # without end. It runs natively above, as C and as C++.
+    if [ "$name" = test_interrupt ]; then continue; fi
     run "$name" "$name" valgrind --quiet --error-exitcode=99 --leak-check=full \
       --show-leak-kinds=definite --errors-for-leak-kinds=definite
+    checked=$((checked + 1))
   done
-  echo "valgrind memcheck: 0 errors, 0 definitely lost in ${#tests[@]} tests"
+  echo "valgrind memcheck: 0 errors, 0 definitely lost in $checked tests"
 else
   echo "SKIPPED valgrind: not installed (apt-get install valgrind)"
   if [ "${CI:-}" = "true" ]; then exit 1; fi
@@ -57,7 +63,5 @@ grep -q '^Lisbon ' "$out/hello.txt" && grep -q '"Porto"' "$out/hello.txt" || {
   echo "examples/c/hello printed:"; cat "$out/hello.txt"; exit 1
 }
 echo "examples/c/hello: ok"
-# Each test ran as C, as C++ and under valgrind (when present); the example counts once.
-runs=2
-command -v valgrind >/dev/null 2>&1 && runs=3
-echo "C tests: $((${#tests[@]} * runs + 1)) passed"
+# Each test ran as C and as C++, those under valgrind once more; the example counts once.
+echo "C tests: $((${#tests[@]} * 2 + ${checked:-0} + 1)) passed"
