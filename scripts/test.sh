@@ -74,7 +74,22 @@ MINILM_TEST_DIR=$(bash scripts/minilm.sh "$minilm")
 export MINILM_TEST_DIR
 
 step "Rust tests"
-cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"
+# A test binary killed by a signal leaves only "signal: 11" in cargo's output, with nothing to say
+# which thread or test. Core dumps (where the machine allows them) let gdb print where it died.
+ulimit -c unlimited 2>/dev/null || true
+find . -maxdepth 2 -name 'core' -type f -delete 2>/dev/null || true
+if ! cargo test --workspace 2>&1 | tee "$tmp/cargo-test.log"; then
+  crashed=$(sed -n 's/^.*process didn.t exit successfully: `\([^` ]*\)[` ].*(signal: .*$/\1/p' "$tmp/cargo-test.log" | head -1)
+  for core in $(find . -maxdepth 2 -name 'core' -type f 2>/dev/null); do
+    echo "core dump $core of ${crashed:-an unknown binary}; where each thread was:"
+    if command -v gdb >/dev/null 2>&1 && [ -n "$crashed" ]; then
+      gdb -q -batch -ex 'bt 40' -ex 'info threads' -ex 'thread apply all bt 12' "$crashed" "$core" 2>&1 | head -600
+    else
+      echo "(gdb is not installed or the binary is unknown)"
+    fi
+  done
+  exit 1
+fi
 rust_passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i == "passed;") n += $(i - 1) } END { print n + 0 }' "$tmp/cargo-test.log")
 
 step "C tests (C11 and C++17, valgrind memcheck) and examples/c"
