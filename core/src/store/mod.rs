@@ -42,8 +42,8 @@ pub(crate) struct Store {
     pub(crate) chunk_cache: ChunkCache,
     /// What is derived from the file and costly to build (knowledge bases' indexes in memory).
     pub(crate) derived: DerivedCache,
-    /// Locks a writer of one object holds across a whole statement, by the object's key.
-    object_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Locks writers of one object hold across a whole statement, by the object's key.
+    object_locks: Mutex<HashMap<String, Weak<tokio::sync::RwLock<()>>>>,
     /// Long writes' progress while they run.
     pub(crate) progress: Arc<crate::progress::ProgressBoard>,
     /// Work running for objects (trainings, knowledge-base inserts), which dropping them stops.
@@ -320,16 +320,19 @@ impl Store {
             .map(|open| Arc::clone(&open.statements))
     }
 
-    /// The lock of the object `key` (a knowledge base), which its writers hold from before
-    /// they compute a change until it commits, so two of them never build on one version.
-    /// Taken before the writer lock, never while holding it (see [`Store::in_transaction`]).
-    pub(crate) fn object_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    /// The lock of the object `key` (a knowledge base, a table), which its writers hold from
+    /// before they compute a change until it commits: exclusively when two of them must never
+    /// build on one version (a knowledge base's writers, a statement that lost its table to
+    /// other writes too often), shared otherwise. Taken before the writer lock, never while
+    /// holding it (see [`Store::in_transaction`]), and at most one per statement, so that
+    /// holders never wait for each other round a circle.
+    pub(crate) fn object_lock(&self, key: &str) -> Arc<tokio::sync::RwLock<()>> {
         let mut locks = self.object_locks.lock();
         if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
             return lock;
         }
         locks.retain(|_, lock| lock.strong_count() > 0);
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let lock = Arc::new(tokio::sync::RwLock::new(()));
         locks.insert(key.to_string(), Arc::downgrade(&lock));
         lock
     }

@@ -29,6 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::constraints::{self, Checks, Conflict, Declared};
@@ -57,8 +58,33 @@ pub(crate) struct WriteJob {
     /// The writer lock, when it was taken before the snapshot (a write that must not
     /// conflict); otherwise [`WriteJob::lock`] takes it when the write is ready to commit.
     pub(crate) held: Mutex<Option<WriteLock>>,
+    /// The statement's claim on the table it writes: sole when taken before the snapshot,
+    /// otherwise shared, taken by [`WriteJob::claim`] once the target is known.
+    pub(crate) claim: Mutex<Option<Claim>>,
+    /// Whether no other statement can change the target while this one computes its change:
+    /// it held the writer lock or was its table's sole writer from before its snapshot.
+    pub(crate) owns_target: bool,
     /// Bytes of staged rows kept in memory before a temporary file is used.
     pub(crate) staging_memory: usize,
+}
+
+/// A statement's claim on the table it writes (one of the store's object locks), held until
+/// the statement ends. Writers of a table share it while they compute and commit their
+/// changes; a statement that lost its table to other writes too often runs again as its sole
+/// writer: it then computes from a snapshot that no other write of the table can change, so it
+/// commits at once, and meanwhile every other table can be written (it does not hold the
+/// writer lock while it computes, which would stop every tenant's writes for as long).
+/// Correctness never rests on claims: a write still checks that its target is as it was read.
+pub(crate) enum Claim {
+    /// With the table's other writers (the guard is held for its drop).
+    Shared { _guard: OwnedRwLockReadGuard<()> },
+    /// The table's only writer.
+    Sole { _guard: OwnedRwLockWriteGuard<()> },
+}
+
+/// The key of the table `project.name`'s claims among the store's object locks.
+pub(crate) fn table_key(tenant: TenantId, project: &str, name: &str) -> String {
+    format!("table {} {project}.{name}", tenant.0)
 }
 
 /// What a staged write came to: done, or to be run again under the lock because another
@@ -108,6 +134,24 @@ impl WriteJob {
         let mut guard = self.store.begin_write(lock)?;
         guard.cancelled = self.cancelled.clone();
         Ok(guard)
+    }
+
+    /// Claims the table `project.name` for this statement, shared with its other writers,
+    /// unless the statement has a claim already (a sole one, or its first target's: one claim
+    /// a statement, so claimants never wait for each other round a circle) or cannot conflict
+    /// (it holds the writer lock, or an explicit transaction is open).
+    pub(crate) fn claim(&self, handle: &Handle, project: &str, name: &str) -> Result<()> {
+        if self.owns_target || self.claim.lock().is_some() || self.store.in_transaction() {
+            return Ok(());
+        }
+        let lock = self
+            .store
+            .object_lock(&table_key(self.tenant, project, name));
+        let shared = handle
+            .block_on(self.unless_cancelled(lock.read_owned()))
+            .ok_or_else(crate::store::cancelled)?;
+        *self.claim.lock() = Some(Claim::Shared { _guard: shared });
+        Ok(())
     }
 
     /// Fails once the statement was cancelled or must stop (its deadline, an interrupt, a
@@ -285,6 +329,7 @@ pub(crate) fn run_dml(
 ) -> Result<Staged<u64>> {
     // Refuses writes outside projects with a message naming the database.
     let (project, name) = job.resolve(&dml.table_name)?;
+    job.claim(handle, &project, &name)?;
     let read = stored_target(&dml)?;
     let schema = job.snapshot.table_schema(read.id)?;
     let checks = Checks::of(&job.state, &read, &schema)?;
@@ -444,14 +489,14 @@ pub(crate) fn run_dml(
 }
 
 /// How many times a rewrite is computed from a fresh snapshot when other writes keep changing
-/// its table between its reading and its commit; after that it is computed once more inside
-/// the write transaction, which cannot conflict but holds the writer lock meanwhile.
+/// its table between its reading and its commit; after that the statement runs again as the
+/// table's sole writer (see [`Claim`]).
 const OPTIMISTIC_ATTEMPTS: usize = 3;
 
 /// Rewrites the chunks of `read` that `change` changes (returning their new rows and how many
 /// rows it affected), computed from the snapshot and applied if the table is unchanged; if it
-/// changed, computed again from a new snapshot (and, after [`OPTIMISTIC_ATTEMPTS`], inside the
-/// write transaction, which sees the latest rows).
+/// changed, computed again from a new snapshot (and, after [`OPTIMISTIC_ATTEMPTS`], the
+/// statement is to run again as the table's sole writer).
 fn rewrite(
     job: &WriteJob,
     handle: &Handle,
@@ -475,6 +520,8 @@ fn rewrite(
         affected.set(0);
         let source = fresh.as_ref().unwrap_or(&job.snapshot.txn);
         let planned = tables::plan_rewrite(source, &read, job.spool(), job.spool(), &mut counted)?;
+        #[cfg(test)]
+        watch::planned(&read.name);
         let guard = job.lock(handle)?;
         let Some(record) = job.still(&guard, project, name, &read)? else {
             return Ok(Staged::TargetChanged);
@@ -494,7 +541,13 @@ fn rewrite(
         }
         affected.set(0);
         if attempt >= OPTIMISTIC_ATTEMPTS {
-            // Still changing under it: computed from what is there now, inside the transaction.
+            if !job.owns_target {
+                // Other writes of the table keep committing in between: the statement runs
+                // again as the table's sole writer (see `Claim`).
+                return Ok(Staged::TargetChanged);
+            }
+            // Only a write that takes no claim can have changed it (none of a statement's):
+            // computed from what is there now, inside the transaction.
             let again =
                 tables::plan_rewrite(&guard.txn, &record, job.spool(), job.spool(), &mut counted)?;
             let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
@@ -602,6 +655,7 @@ pub(crate) fn create_table(
     if create.temporary {
         return Err(Error::invalid("TEMPORARY tables are not supported"));
     }
+    job.claim(handle, &project, &name)?;
     let from_query =
         !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
     let input_schema = create.input.schema().as_arrow().clone();
@@ -860,6 +914,7 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
         Some(Namespace::Files) => (FILES_DB.to_string(), table),
         _ => job.resolve(&drop.name)?,
     };
+    job.claim(handle, &project, &name)?;
     let guard = job.lock(handle)?;
     if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
         return Err(Error::not_found(format!(
@@ -869,10 +924,39 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
     guard.commit()
 }
 
+/// What tests watch of rewrites: a hook per table, run each time a rewrite's change has been
+/// computed, before the writer lock is taken to apply it.
+#[cfg(test)]
+pub(crate) mod watch {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock};
+
+    use parking_lot::Mutex;
+
+    type Hook = Arc<dyn Fn() + Send + Sync>;
+
+    static PLANNED: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
+
+    /// Runs `hook` each time a rewrite of `table` has computed its change.
+    pub(crate) fn on_planned(table: &str, hook: impl Fn() + Send + Sync + 'static) {
+        PLANNED.lock().insert(table.to_string(), Arc::new(hook));
+    }
+
+    pub(crate) fn planned(table: &str) {
+        // Cloned out, so the hook may itself write (and plan) without holding the registry.
+        let hook = PLANNED.lock().get(table).cloned();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
+
+    use parking_lot::Mutex;
 
     use crate::catalog::indexes::observe;
     use crate::catalog::tables;
@@ -989,6 +1073,61 @@ mod tests {
             )
             .unwrap();
         assert_eq!(value(&engine, "SELECT count(*) FROM raced_keys"), "150002");
+    }
+
+    #[test]
+    fn a_rewrite_overtaken_by_writes_of_its_table_runs_again_as_its_sole_writer() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE overtaken AS SELECT value AS id, 0 AS v FROM generate_series(1, 1000)");
+        sql("CREATE TABLE elsewhere (x BIGINT)");
+        let plans = Arc::new(AtomicUsize::new(0));
+        let (racer, count, store) = (
+            engine.clone(),
+            Arc::clone(&plans),
+            Arc::clone(engine.store()),
+        );
+        let late = Arc::new(Mutex::new(None));
+        let late_insert = Arc::clone(&late);
+        super::watch::on_planned("overtaken", move || {
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            if n <= super::OPTIMISTIC_ATTEMPTS {
+                // Each time the UPDATE has computed its change, another write of its table
+                // commits first.
+                racer
+                    .sql_blocking(&format!("INSERT INTO overtaken VALUES ({}, 0)", 2000 + n))
+                    .unwrap();
+                return;
+            }
+            // Running again as the table's sole writer: the writer lock is free for every
+            // other table meanwhile, and a write of this table waits for the UPDATE to end.
+            assert!(store.try_lock_writes().is_ok(), "the writer lock is free");
+            racer
+                .sql_blocking("INSERT INTO elsewhere VALUES (1)")
+                .unwrap();
+            let waiting = racer.clone();
+            *late_insert.lock() = Some(std::thread::spawn(move || {
+                waiting
+                    .sql_blocking("INSERT INTO overtaken VALUES (-1, 0)")
+                    .unwrap();
+            }));
+        });
+        sql("UPDATE overtaken SET v = 1");
+        super::watch::on_planned("overtaken", || {});
+        let waited = late
+            .lock()
+            .take()
+            .expect("the UPDATE ran again as sole writer");
+        waited.join().unwrap();
+        assert_eq!(plans.load(Ordering::SeqCst), super::OPTIMISTIC_ATTEMPTS + 1);
+        // Every row committed before the UPDATE's last run was updated; the write that
+        // waited for it committed after it.
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM overtaken WHERE v = 1"),
+            "1003"
+        );
+        assert_eq!(value(&engine, "SELECT v FROM overtaken WHERE id = -1"), "0");
+        assert_eq!(value(&engine, "SELECT count(*) FROM elsewhere"), "1");
     }
 
     /// What the file holds beside table records: index entries, chunks, landings and landed

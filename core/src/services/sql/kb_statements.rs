@@ -303,7 +303,7 @@ impl SqlRunner {
             let connector = Arc::new(self.connector());
             let progress = Arc::clone(tracker);
             let staged = self
-                .job(tenant, &context.db, snapshot, state, None)
+                .job(tenant, &context.db, snapshot, state, None, None)
                 .run(move |job, handle| {
                     kb_write::insert(job, handle, kb, plan, connector, progress)
                 })

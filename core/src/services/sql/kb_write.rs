@@ -21,7 +21,7 @@ use datafusion::logical_expr::LogicalPlan;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::OwnedRwLockWriteGuard;
 
 use super::dml::{Staged, WriteJob};
 use super::knowledge_base::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVED};
@@ -176,7 +176,7 @@ fn lock_knowledge_base(
     job: &WriteJob,
     handle: &Handle,
     kb: &KnowledgeBase,
-) -> Result<OwnedMutexGuard<()>> {
+) -> Result<OwnedRwLockWriteGuard<()>> {
     let key = format!(
         "knowledge base {} {}.{}",
         job.tenant.0,
@@ -185,7 +185,7 @@ fn lock_knowledge_base(
     );
     let lock = job.store.object_lock(&key);
     if job.store.in_transaction() || job.held.lock().is_some() {
-        return lock.try_lock_owned().map_err(|_| {
+        return lock.try_write_owned().map_err(|_| {
             Error::conflict(format!(
                 "Another write into knowledge base '{}' is running; try again when it has finished",
                 kb.name
@@ -193,7 +193,7 @@ fn lock_knowledge_base(
         });
     }
     handle
-        .block_on(job.unless_cancelled(lock.lock_owned()))
+        .block_on(job.unless_cancelled(lock.write_owned()))
         .ok_or_else(crate::store::cancelled)
 }
 

@@ -167,7 +167,7 @@ impl SqlRunner {
         let db = db.to_ascii_lowercase();
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
         let state = self.session(Arc::clone(&snapshot), &db, 1)?;
-        let job = self.job(tenant, &db, snapshot, state, None);
+        let job = self.job(tenant, &db, snapshot, state, None, None);
         let project = match job.snapshot.namespace(&db)? {
             Some(Namespace::Project(p)) if !files => p.name,
             Some(Namespace::Files) if files => FILES_DB.to_string(),

@@ -72,6 +72,16 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
+/// How a write statement runs (see `dml`): first computing its change from a snapshot with
+/// no lock held; when other writes changed its target meanwhile, again as its table's sole
+/// writer; should even that be overtaken, holding the writer lock from before its snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Optimistic,
+    SoleWriter,
+    WriterLock,
+}
+
 /// Runs SQL for the engine.
 pub(crate) struct SqlRunner {
     pub(crate) store: Arc<Store>,
@@ -681,7 +691,7 @@ impl SqlRunner {
                 .try_with_sql(&sql)
                 .and_then(|mut p| p.parse_statement())
                 .map_err(|e| Error::invalid(e.to_string()))?;
-                self.execute_sql(tenant, context, statement, None, false)
+                self.execute_sql(tenant, context, statement, None, Turn::Optimistic)
                     .await
             }
             Command::Sql(mut statement) => {
@@ -691,10 +701,10 @@ impl SqlRunner {
                 {
                     // The answer is spliced into the statement: never reuse its plan.
                     return self
-                        .execute_sql(tenant, context, *statement, None, false)
+                        .execute_sql(tenant, context, *statement, None, Turn::Optimistic)
                         .await;
                 }
-                self.execute_sql(tenant, context, *statement, cache, false)
+                self.execute_sql(tenant, context, *statement, cache, Turn::Optimistic)
                     .await
             }
         }
@@ -709,6 +719,7 @@ impl SqlRunner {
         snapshot: Arc<Snapshot>,
         state: Session,
         held: Option<crate::store::WriteLock>,
+        claim: Option<dml::Claim>,
     ) -> dml::WriteJob {
         dml::WriteJob {
             store: Arc::clone(&self.store),
@@ -717,7 +728,9 @@ impl SqlRunner {
             tenant,
             db: db.to_string(),
             cancelled: tokio_util::sync::CancellationToken::new(),
+            owns_target: held.is_some() || matches!(claim, Some(dml::Claim::Sole { .. })),
             held: parking_lot::Mutex::new(held),
+            claim: parking_lot::Mutex::new(claim),
             staging_memory: usize::try_from(
                 self.config
                     .query
@@ -729,15 +742,15 @@ impl SqlRunner {
     }
 
     /// Plans and runs one SQL statement. A write into the store computes its rows before it
-    /// takes the writer lock (see `dml`); `pessimistic` takes the lock first instead, which is
-    /// how a write runs again when another write changed its target in between.
+    /// takes the writer lock (see `dml`); `turn` says how it runs when another write changed
+    /// its target in between.
     async fn execute_sql(
         &self,
         tenant: TenantId,
         context: &mut ResultContext,
         mut statement: Statement,
         cache: Option<(PlanKey, u64)>,
-        pessimistic: bool,
+        turn: Turn,
     ) -> Result<Outcome> {
         match &statement {
             Statement::CreateIndex(create) => {
@@ -747,7 +760,7 @@ impl SqlRunner {
                 // Its entries are encoded before the writer lock is taken, like a write's rows.
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
                 let state = self.session(Arc::clone(&snapshot), &context.db, 1)?;
-                self.job(tenant, &context.db, snapshot, state, None)
+                self.job(tenant, &context.db, snapshot, state, None, None)
                     .run(move |job, handle| {
                         dml::create_index(job, handle, &project, &table, index, if_not_exists)
                     })
@@ -817,10 +830,32 @@ impl SqlRunner {
             self.outside_transaction("A write into a datasource")?;
         }
         let local_write = writes && remote.is_none();
-        let again = (local_write && !pessimistic).then(|| statement.clone());
+        // The table a write that runs again owns from before its snapshot, when it names one.
+        let target = match turn {
+            Turn::SoleWriter if local_write && !self.store.in_transaction() => {
+                self.write_target(tenant, context, &statement)
+            }
+            _ => None,
+        };
+        let turn = match turn {
+            Turn::SoleWriter if target.is_none() => Turn::WriterLock,
+            turn => turn,
+        };
+        let again = (local_write && turn != Turn::WriterLock).then(|| statement.clone());
         let declared = constraints::take_declared(&mut statement);
         let conflict = constraints::take_conflict(&mut statement)?;
-        let held = if local_write && pessimistic {
+        let claim = match target {
+            Some((project, name)) => {
+                let lock = self
+                    .store
+                    .object_lock(&dml::table_key(tenant, &project, &name));
+                Some(dml::Claim::Sole {
+                    _guard: lock.write_owned().await,
+                })
+            }
+            None => None,
+        };
+        let held = if local_write && turn == Turn::WriterLock {
             Some(self.store.lock_writes().await)
         } else {
             None
@@ -858,7 +893,7 @@ impl SqlRunner {
             return self.write_remote(state, plan, target).await;
         }
         let db = context.db.clone();
-        let job = |state| self.job(tenant, &db, snapshot, state, held);
+        let job = |state| self.job(tenant, &db, snapshot, state, held, claim);
         let staged = match plan {
             LogicalPlan::Dml(statement)
                 if local_write && knowledge_base::target(&statement).is_some() =>
@@ -888,9 +923,15 @@ impl SqlRunner {
         };
         match (staged, again) {
             (dml::Staged::Done(affected_rows), _) => Ok(Outcome::Ok { affected_rows }),
-            // Its target changed while its rows were computed: again, holding the lock.
+            // Its target changed while its rows were computed: again, as the table's sole
+            // writer, and should even that be overtaken (by a write that takes no claim, such
+            // as dropping the project), holding the writer lock.
             (dml::Staged::TargetChanged, Some(statement)) => {
-                Box::pin(self.execute_sql(tenant, context, statement, None, true)).await
+                let next = match turn {
+                    Turn::Optimistic => Turn::SoleWriter,
+                    _ => Turn::WriterLock,
+                };
+                Box::pin(self.execute_sql(tenant, context, statement, None, next)).await
             }
             (dml::Staged::TargetChanged, None) => Err(Error::internal(
                 "a write's target changed while the writer lock was held",
@@ -985,6 +1026,40 @@ impl SqlRunner {
 
     /// The project and object a name like `[project.]name` refers to (the current database
     /// when it names none), checking that the database is a project.
+    /// The stored table a write statement changes, as `(project, name)`, when it names one
+    /// table of a project (`None` otherwise, and for names that do not resolve: the statement
+    /// then reports them itself).
+    fn write_target(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        statement: &Statement,
+    ) -> Option<(String, String)> {
+        use datafusion::sql::sqlparser::ast::{FromTable, TableFactor, TableObject};
+        let relation = |factor: &TableFactor| match factor {
+            TableFactor::Table { name, .. } => Some(name.clone()),
+            _ => None,
+        };
+        let name = match statement {
+            Statement::Insert(insert) => match &insert.table {
+                TableObject::TableName(name) => Some(name.clone()),
+                _ => None,
+            },
+            Statement::Update(update) => relation(&update.table.relation),
+            Statement::Delete(delete) => match &delete.from {
+                FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => {
+                    match tables.as_slice() {
+                        [table] => relation(&table.relation),
+                        _ => None,
+                    }
+                }
+            },
+            Statement::CreateTable(create) => Some(create.name.clone()),
+            _ => None,
+        }?;
+        self.project_and_name(tenant, context, &name).ok()
+    }
+
     fn project_and_name(
         &self,
         tenant: TenantId,
