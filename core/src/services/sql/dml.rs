@@ -6,8 +6,9 @@
 //! AS, including slow datasource reads, and the chunks an UPDATE or DELETE rewrites) is
 //! computed from a read snapshot before the writer lock is taken, and staged (encoded chunks,
 //! in memory then in a temporary file); the lock is held only to check that the target is
-//! still the one read and to commit. If another write changed the target meanwhile, the
-//! statement runs again with the lock held from the start, which cannot conflict.
+//! still the one read and to commit. If other writes keep changing the target meanwhile, the
+//! statement runs again as the table's sole writer (see [`Claim`]), which cannot conflict and
+//! leaves every other table free to be written.
 //!
 //! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it
 //! matches, in place; a WHERE with a subquery (which DataFusion runs only inside a plan)
