@@ -1178,12 +1178,16 @@ mod tests {
             }
         });
         sql("INSERT INTO landed_keys SELECT value, 'v' FROM generate_series(1, 200000)");
+        let per_chunk = 65_536 / crate::catalog::indexes::STEP_ENTRIES;
         assert_eq!(
             steps.load(Ordering::SeqCst),
-            12,
-            "three full chunks, each in four steps of 16,384 entries"
+            3 * per_chunk,
+            "three full chunks, each in steps of STEP_ENTRIES entries"
         );
-        assert_eq!(value(&engine, "SELECT count(*) FROM other"), "12");
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM other"),
+            (3 * per_chunk).to_string()
+        );
         assert_eq!(value(&engine, "SELECT count(*) FROM landed_keys"), "200001");
         assert_eq!(
             value(&engine, "SELECT v FROM landed_keys WHERE id = 5"),
