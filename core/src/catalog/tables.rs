@@ -1274,33 +1274,56 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
 /// Chunks of a dropped table removed in one step of its sweep.
 const DROPPED_CHUNKS_A_STEP: usize = 4;
 
-/// Appends `staged` to `record`'s table inside `txn`, resolving rows whose unique key a stored
-/// row has by `on_conflict` ([`OnConflict::Fail`] is a plain append, checked when it
-/// finishes). Rows that resolve conflicts are held in memory; `spool` gives spools for what
-/// `Replace` rewrites. Returns the rows inserted.
-pub(crate) fn insert_resolving(
+/// Appends `staged` to `record`'s table inside `txn`: rows whose unique keys nobody resolves
+/// ([`OnConflict::Fail`], or a table without unique keys), checked when the writer finishes.
+/// Rows that may conflict are resolved before the writer lock ([`resolve_conflicts`]).
+pub(crate) fn append_staged(
     txn: &WriteTransaction,
     tenant: TenantId,
     record: TableRecord,
     staged: StagedRows,
+) -> Result<u64> {
+    let rows = staged.rows();
+    let mut writer = TableWriter::append(txn, tenant, record)?;
+    writer.push_staged(staged)?;
+    writer.finish()?;
+    Ok(rows)
+}
+
+/// New rows resolved against the stored rows their unique keys conflict with, computed from a
+/// read of the table before the writer lock is taken ([`resolve_conflicts`]) and applied by
+/// [`Resolved::apply`] if the table is still as read.
+pub(crate) struct Resolved {
+    /// The table's (position, chunk id) pairs as read.
+    base: Vec<(u64, u64)>,
+    /// The stored rows that go (`Replace`), their chunks rewritten.
+    rewrite: Option<Rewrite>,
+    /// The rows to append.
+    rows: Vec<RecordBatch>,
+}
+
+/// Resolves `staged` (rows for `record`'s table) by `on_conflict` against the stored rows as
+/// `source` has them: `Replace` removes the stored rows holding a new row's key, `Nothing`
+/// drops the new rows whose key is taken (by a stored row or an earlier new one). Reads the
+/// table's key columns from `source`, which needs no writer lock; `spool` gives spools for
+/// what `Replace` rewrites. Rows that resolve conflicts are held in memory.
+pub(crate) fn resolve_conflicts(
+    source: &impl ReadTables,
+    record: &TableRecord,
+    staged: StagedRows,
     on_conflict: OnConflict,
     spool: impl Fn() -> Spool,
-) -> Result<u64> {
-    let keys = record.constraints.unique_keys();
-    if on_conflict == OnConflict::Fail || keys.is_empty() {
-        let rows = staged.rows();
-        let mut writer = TableWriter::append(txn, tenant, record)?;
-        writer.push_staged(staged)?;
-        writer.finish()?;
-        return Ok(rows);
-    }
-    let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
-    let mut sets = keys
+) -> Result<Resolved> {
+    let base = source.chunk_order_of(record.id)?;
+    let schema = source.schema_of(record.id)?;
+    let mut sets = record
+        .constraints
+        .unique_keys()
         .iter()
         .map(|key| KeySet::new(key, &schema, &record.name))
         .collect::<Result<Vec<_>>>()?;
     let batches = staged.into_batches()?;
-    let record = match on_conflict {
+    let rewrite = match on_conflict {
         OnConflict::Replace => {
             // The new rows' keys (two new rows with one key fail), then the stored rows
             // holding any of them go.
@@ -1309,7 +1332,7 @@ pub(crate) fn insert_resolving(
                     set.add(batch, &record.name)?;
                 }
             }
-            let rewrite = plan_rewrite(txn, &record, spool(), spool(), |batch| {
+            Some(plan_rewrite(source, record, spool(), spool(), |batch| {
                 // bounded: one flag per row of a chunk in memory
                 let mut keep = vec![true; batch.num_rows()];
                 for set in &sets {
@@ -1321,28 +1344,23 @@ pub(crate) fn insert_resolving(
                     return Ok(None);
                 }
                 Ok(Some(filter_rows(&batch, keep)?))
-            })?;
-            let (project, name) = (record.project.clone(), record.name.clone());
-            apply_rewrite(txn, tenant, record, rewrite)?;
-            get(&txn.open_table(TABLES)?, tenant, &project, &name)?
-                .ok_or_else(|| Error::internal("a table went away during its own write"))?
+            })?)
         }
         OnConflict::Nothing | OnConflict::Fail => {
-            for (_, chunk) in chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? {
-                let stored = txn.chunk(record.id, chunk)?;
+            for &(_, chunk) in &base {
+                let stored = source.chunk(record.id, chunk)?;
                 for set in &mut sets {
                     for key in set.keys(&stored)? {
                         set.insert(key);
                     }
                 }
             }
-            record
+            None
         }
     };
-    let mut inserted = 0;
-    let mut writer = TableWriter::append(txn, tenant, record)?;
+    let mut rows = Vec::with_capacity(batches.len());
     for batch in batches {
-        let batch = match on_conflict {
+        rows.push(match on_conflict {
             OnConflict::Nothing => {
                 // Row by row: a row is kept when no key of it is taken, and then takes them.
                 let keys = sets
@@ -1366,12 +1384,48 @@ pub(crate) fn insert_resolving(
                 filter_rows(&batch, keep)?
             }
             OnConflict::Replace | OnConflict::Fail => batch,
-        };
-        inserted += batch.num_rows() as u64;
-        writer.push(batch)?;
+        });
     }
-    writer.finish()?;
-    Ok(inserted)
+    Ok(Resolved {
+        base,
+        rewrite,
+        rows,
+    })
+}
+
+impl Resolved {
+    /// Applies the resolution to `record`'s table inside `txn`: the rewrite of the stored rows
+    /// that go, then the new rows. Returns the rows inserted, or `None` (writing nothing) when
+    /// the table is no longer as it was read.
+    pub(crate) fn apply(
+        self,
+        txn: &WriteTransaction,
+        tenant: TenantId,
+        record: TableRecord,
+    ) -> Result<Option<u64>> {
+        if chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? != self.base {
+            return Ok(None);
+        }
+        let record = match self.rewrite {
+            Some(rewrite) => {
+                let (project, name) = (record.project.clone(), record.name.clone());
+                if !apply_rewrite(txn, tenant, record, rewrite)? {
+                    return Ok(None);
+                }
+                get(&txn.open_table(TABLES)?, tenant, &project, &name)?
+                    .ok_or_else(|| Error::internal("a table went away during its own write"))?
+            }
+            None => record,
+        };
+        let mut inserted = 0;
+        let mut writer = TableWriter::append(txn, tenant, record)?;
+        for batch in self.rows {
+            inserted += batch.num_rows() as u64;
+            writer.push(batch)?;
+        }
+        writer.finish()?;
+        Ok(Some(inserted))
+    }
 }
 
 /// The rows of `batch` whose `keep` is true.

@@ -69,6 +69,18 @@ pub(crate) struct WriteJob {
     pub(crate) staging_memory: usize,
 }
 
+/// What an INSERT writes, as computed before the writer lock.
+enum Insert {
+    /// Rows that replace the table's (INSERT OVERWRITE).
+    Overwrite(StagedRows),
+    /// Rows appended, whose keys nothing resolves (checked as they are written).
+    Plain(StagedRows),
+    /// Rows resolved against the stored rows they conflict with (OR REPLACE, DO NOTHING).
+    Resolved(tables::Resolved),
+    /// ON CONFLICT DO UPDATE, resolved likewise.
+    Updated(super::upsert::Prepared),
+}
+
 /// A statement's claim on the table it writes (one of the store's object locks), held until
 /// the statement ends. Writers of a table share it while they compute and commit their
 /// changes; a statement that lost its table to other writes too often runs again as its sole
@@ -337,7 +349,8 @@ pub(crate) fn run_dml(
     let affected = match &dml.op {
         WriteOp::Insert(op) => {
             // Rows that may replace stored ones or update them are resolved against the
-            // stored rows inside the transaction, and their entries made there.
+            // stored rows as the snapshot has them, before the writer lock (applied if the
+            // table is still as read), and their entries made inside the transaction.
             let resolved = !read.constraints.unique_keys().is_empty()
                 && (matches!(op, InsertOp::Replace)
                     || conflict.on != OnConflict::Fail
@@ -354,37 +367,57 @@ pub(crate) fn run_dml(
             if plain && staged.lands() {
                 return land_rows(job, handle, &project, &read, staged).map(Staged::Done);
             }
+            let keyed = !read.constraints.unique_keys().is_empty();
+            let source = &job.snapshot.txn;
+            let insert = match (op, &conflict.update) {
+                (InsertOp::Overwrite, _) => Insert::Overwrite(staged),
+                (InsertOp::Append, Some(upsert)) => {
+                    Insert::Updated(upsert.prepare(job, source, &read, staged, &checks)?)
+                }
+                (InsertOp::Replace, _) if keyed => Insert::Resolved(tables::resolve_conflicts(
+                    source,
+                    &read,
+                    staged,
+                    OnConflict::Replace,
+                    || job.spool(),
+                )?),
+                (InsertOp::Append, None) if keyed && conflict.on != OnConflict::Fail => {
+                    Insert::Resolved(tables::resolve_conflicts(
+                        source,
+                        &read,
+                        staged,
+                        conflict.on,
+                        || job.spool(),
+                    )?)
+                }
+                _ => Insert::Plain(staged),
+            };
+            #[cfg(test)]
+            if matches!(insert, Insert::Resolved(_) | Insert::Updated(_)) {
+                watch::planned(&read.name);
+            }
             let guard = job.lock(handle)?;
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
                 return Ok(Staged::TargetChanged);
             };
-            let rows = match op {
-                InsertOp::Overwrite => {
+            let rows = match insert {
+                Insert::Overwrite(staged) => {
                     let rows = staged.rows();
                     let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
-                    rows
+                    Some(rows)
                 }
-                InsertOp::Replace => tables::insert_resolving(
-                    &guard.txn,
-                    job.tenant,
-                    record,
-                    staged,
-                    OnConflict::Replace,
-                    || job.spool(),
-                )?,
-                InsertOp::Append => match &conflict.update {
-                    Some(upsert) => upsert.apply(job, &guard, record, staged, &checks)?,
-                    None => tables::insert_resolving(
-                        &guard.txn,
-                        job.tenant,
-                        record,
-                        staged,
-                        conflict.on,
-                        || job.spool(),
-                    )?,
-                },
+                Insert::Plain(staged) => Some(tables::append_staged(
+                    &guard.txn, job.tenant, record, staged,
+                )?),
+                Insert::Resolved(resolved) => resolved.apply(&guard.txn, job.tenant, record)?,
+                Insert::Updated(prepared) => prepared.apply(&guard.txn, job.tenant, record)?,
+            };
+            // Resolved against rows another write has changed since: again, as the table's
+            // sole writer.
+            let Some(rows) = rows else {
+                return Ok(Staged::TargetChanged);
             };
             guard.commit()?;
             return Ok(Staged::Done(rows));
@@ -925,8 +958,9 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
     guard.commit()
 }
 
-/// What tests watch of rewrites: a hook per table, run each time a rewrite's change has been
-/// computed, before the writer lock is taken to apply it.
+/// What tests watch of rewrites: a hook per table, run each time a rewrite's change (or an
+/// INSERT's resolution of its conflicts) has been computed, before the writer lock is taken to
+/// apply it.
 #[cfg(test)]
 pub(crate) mod watch {
     use std::collections::HashMap;
@@ -938,7 +972,7 @@ pub(crate) mod watch {
 
     static PLANNED: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
 
-    /// Runs `hook` each time a rewrite of `table` has computed its change.
+    /// Runs `hook` each time a rewrite of `table` (or a resolution) has computed its change.
     pub(crate) fn on_planned(table: &str, hook: impl Fn() + Send + Sync + 'static) {
         PLANNED.lock().insert(table.to_string(), Arc::new(hook));
     }
@@ -1129,6 +1163,63 @@ mod tests {
         );
         assert_eq!(value(&engine, "SELECT v FROM overtaken WHERE id = -1"), "0");
         assert_eq!(value(&engine, "SELECT count(*) FROM elsewhere"), "1");
+    }
+
+    #[test]
+    fn conflicting_inserts_resolve_before_the_writer_lock_against_the_rows_that_won() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE resolved (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("INSERT INTO resolved SELECT value, 0 FROM generate_series(1, 1000)");
+        // Each time a statement has resolved its rows against the stored ones, the writer lock
+        // is free; the first time, another write of the table takes the key before it.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let racing: Arc<Mutex<Option<&'static str>>> = Arc::new(Mutex::new(None));
+        let (racer, count, store, race) = (
+            engine.clone(),
+            Arc::clone(&calls),
+            Arc::clone(engine.store()),
+            Arc::clone(&racing),
+        );
+        super::watch::on_planned("resolved", move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            assert!(store.try_lock_writes().is_ok(), "the writer lock is free");
+            let first = race.lock().take();
+            if let Some(statement) = first {
+                racer.sql_blocking(statement).unwrap();
+            }
+        });
+        let cases = [
+            (
+                "INSERT INTO resolved VALUES (5000, 7)",
+                "INSERT INTO resolved VALUES (5000, 1), (6000, 1) ON CONFLICT (id) DO UPDATE SET v = resolved.v + excluded.v",
+                "SELECT sum(v) FROM resolved WHERE id IN (5000, 6000)",
+                "9",
+            ),
+            (
+                "INSERT INTO resolved VALUES (7000, 9)",
+                "INSERT OR REPLACE INTO resolved VALUES (7000, 1)",
+                "SELECT v FROM resolved WHERE id = 7000",
+                "1",
+            ),
+            (
+                "INSERT INTO resolved VALUES (8000, 9)",
+                "INSERT INTO resolved VALUES (8000, 1) ON CONFLICT DO NOTHING",
+                "SELECT v FROM resolved WHERE id = 8000",
+                "9",
+            ),
+        ];
+        for (first, statement, check, expected) in cases {
+            calls.store(0, Ordering::SeqCst);
+            *racing.lock() = Some(first);
+            sql(statement);
+            // Resolved against the rows as read, then again, as the table's sole writer,
+            // against the row that won the race.
+            assert_eq!(calls.load(Ordering::SeqCst), 2, "{statement}");
+            assert_eq!(value(&engine, check), expected, "{statement}");
+        }
+        super::watch::on_planned("resolved", || {});
+        assert_eq!(value(&engine, "SELECT count(*) FROM resolved"), "1004");
     }
 
     /// What the file holds beside table records: index entries, chunks, landings and landed

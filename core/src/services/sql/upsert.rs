@@ -1,8 +1,10 @@
 //! `INSERT … ON CONFLICT [(columns)] DO UPDATE SET col = expr, … [WHERE condition]`, as DuckDB,
 //! PostgreSQL and SQLite run it: a new row whose key a stored row has updates that row instead
 //! (its assignments see the stored row by the table's name and the new one as `excluded`); the
-//! others are inserted. Runs inside the write transaction: the stored rows that conflict are
-//! rewritten chunk by chunk, then the rest appended, then the keys verified.
+//! others are inserted. The stored rows that conflict are found and rewritten chunk by chunk
+//! from a read of the table before the writer lock is taken; inside the write transaction the
+//! rewritten chunks replace theirs (if the table is still as read), the rest are appended, and
+//! the keys verified.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -23,10 +25,10 @@ use datafusion::sql::sqlparser::ast::{
 use super::constraints::Checks;
 use super::dml::WriteJob;
 use crate::catalog::constraints::KeySet;
-use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
+use crate::catalog::tables::{self, ReadTables, Rewrite, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::schema::{TABLES, TABLE_SCHEMAS};
-use crate::store::WriteGuard;
+use crate::store::schema::TABLES;
+use crate::tenant::TenantId;
 
 /// The name the new row goes by in the assignments.
 const EXCLUDED: &str = "excluded";
@@ -79,19 +81,20 @@ impl Upsert {
         })
     }
 
-    /// Inserts `staged` into `record`'s table inside `guard`'s transaction, updating the stored
-    /// rows new ones conflict with; returns the rows inserted or updated.
-    pub(crate) fn apply(
+    /// Resolves `staged` (rows for `record`'s table) against the stored rows as `source` has
+    /// them: the stored rows new ones conflict with are rewritten by the assignments, the other
+    /// new rows are to be inserted. Reads the table from `source`, which needs no writer lock;
+    /// [`Prepared::apply`] writes the result.
+    pub(crate) fn prepare(
         &self,
         job: &WriteJob,
-        guard: &WriteGuard,
-        record: TableRecord,
+        source: &impl ReadTables,
+        record: &TableRecord,
         staged: StagedRows,
         checks: &Checks,
-    ) -> Result<u64> {
-        let txn = &guard.txn;
-        let schema: SchemaRef = tables::schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
-        let key = self.key(&record)?;
+    ) -> Result<Prepared> {
+        let schema: SchemaRef = source.schema_of(record.id)?;
+        let key = self.key(record)?;
         let keys = KeySet::new(&key_of(&key), &schema, &record.name)?;
         let self_key = &key;
         let new = concat_batches(&schema, &staged.into_batches()?)?;
@@ -115,7 +118,7 @@ impl Upsert {
         // bounded: one flag per row of a batch in memory
         let mut consumed = vec![false; new.num_rows()];
         let mut updated = 0u64;
-        let rewrite = tables::plan_rewrite(txn, &record, job.spool(), job.spool(), |stored| {
+        let rewrite = tables::plan_rewrite(source, record, job.spool(), job.spool(), |stored| {
             let matches: UInt32Array = keys
                 .keys(&stored)?
                 .iter()
@@ -155,18 +158,12 @@ impl Upsert {
             checks.verify(&changed)?;
             Ok(Some(changed))
         })?;
-        let (project, name) = (record.project.clone(), record.name.clone());
-        if !tables::apply_rewrite(txn, job.tenant, record, rewrite)? {
-            return Err(Error::internal("a table changed under its own write lock"));
-        }
-        let record = tables::get(&txn.open_table(TABLES)?, job.tenant, &project, &name)?
-            .ok_or_else(|| Error::internal("a table went away during its own write"))?;
         let fresh = filter_record_batch(&new, &not(&BooleanArray::from(consumed))?)?;
-        let inserted = fresh.num_rows() as u64;
-        let mut writer = TableWriter::append(txn, job.tenant, record)?;
-        writer.push(fresh)?;
-        writer.finish()?;
-        Ok(inserted + updated)
+        Ok(Prepared {
+            rewrite,
+            fresh,
+            updated,
+        })
     }
 
     /// The unique key conflicts are looked for on: the target's, or the primary key (or the
@@ -242,6 +239,40 @@ impl Upsert {
             assignments,
             selection,
         })
+    }
+}
+
+/// A DO UPDATE resolved against a read of the table ([`Upsert::prepare`]).
+pub(crate) struct Prepared {
+    /// The chunks holding stored rows that new ones update, rewritten.
+    rewrite: Rewrite,
+    /// The new rows no stored row conflicts with.
+    fresh: RecordBatch,
+    /// How many stored rows the rewrite updates.
+    updated: u64,
+}
+
+impl Prepared {
+    /// Writes the updated rows and inserts the others in `record`'s table inside `txn`.
+    /// Returns the rows inserted or updated, or `None` (writing nothing) when the table is no
+    /// longer as it was read.
+    pub(crate) fn apply(
+        self,
+        txn: &redb::WriteTransaction,
+        tenant: TenantId,
+        record: TableRecord,
+    ) -> Result<Option<u64>> {
+        let (project, name) = (record.project.clone(), record.name.clone());
+        if !tables::apply_rewrite(txn, tenant, record, self.rewrite)? {
+            return Ok(None);
+        }
+        let record = tables::get(&txn.open_table(TABLES)?, tenant, &project, &name)?
+            .ok_or_else(|| Error::internal("a table went away during its own write"))?;
+        let inserted = self.fresh.num_rows() as u64;
+        let mut writer = TableWriter::append(txn, tenant, record)?;
+        writer.push(self.fresh)?;
+        writer.finish()?;
+        Ok(Some(inserted + self.updated))
     }
 }
 
