@@ -42,6 +42,9 @@ to 127.0.0.1.
       that leaves and by a 1 s request timeout [abandoned]; a REST KB insert whose query
       computes for hours, a REST prediction of the 8 s provider and a training dropped while
       it runs [deadlines]; a flood of GET /api/status with wrong credentials [status-flood].
+    and one-row ON CONFLICT DO UPDATE, OR REPLACE and DO NOTHING inserts into a 2M-row
+      PRIMARY KEY table, which resolve against the whole table [upsert] (the engine's test:
+      services::sql::dml, conflicting_inserts_resolve_before_the_writer_lock_…).
 
 The server's VmRSS and VmHWM are sampled from /proc throughout (VmHWM is reset through
 /proc/<pid>/clear_refs when the attack starts, so it is the attack's own peak). Prints a Markdown
@@ -136,6 +139,7 @@ CHUNKS_SQL = "INSERT INTO mindsdb.tiny (id, content) VALUES ({id}, repeat('abcd 
 CHUNKS_DOCUMENT = "abcd " * 4_000_000  # 20 MB
 KEYED_ROWS = 2_000_000
 INDEXED_ROWS = 2_000_000
+UPSERT_ROWS = 2_000_000
 INDEXED_STEP = 200_000  # rows per setup statement (each within the 5 s deadline on a debug build)
 COSTLY_FILTER = r"\w{1,20}"  # near the 1 MiB compiled-size limit of a callback filter
 COSTLY_CALLBACKS = 100
@@ -994,6 +998,21 @@ class Attacks:
                          "CREATE INDEX indexed_s ON mindsdb.indexed (s)")
                 self.quiet_sql(s, "DROP INDEX indexed_s")
 
+    def upsert(self):
+        """One-row inserts whose key may be taken: each reads every chunk of the 2M-row table
+        to find the rows it conflicts with."""
+        attack = f"one-row upserts into a {UPSERT_ROWS // 1_000_000}M-row keyed table"
+        forms = [
+            "INSERT INTO mindsdb.upserted VALUES ({k}, 1) ON CONFLICT (id) DO UPDATE SET v = upserted.v + 1",
+            "INSERT OR REPLACE INTO mindsdb.upserted VALUES ({k}, 2)",
+            "INSERT INTO mindsdb.upserted VALUES ({k}, 3) ON CONFLICT DO NOTHING",
+        ]
+        with requests.Session() as s:
+            i = 0
+            while not self.over():
+                i += 1
+                self.sql(attack, s, forms[i % len(forms)].format(k=i % 1000))
+
     def costly_callbacks(self):
         attack = f"model completions, {COSTLY_CALLBACKS} callbacks of costly filters"
         with requests.Session() as s:
@@ -1148,6 +1167,7 @@ ATTACKS = {
     "chunks": lambda a: [a.chunks],
     "keyed-insert": lambda a: [a.keyed_insert],
     "create-index": lambda a: [a.create_index],
+    "upsert": lambda a: [a.upsert],
     "costly-callbacks": lambda a: [a.costly_callbacks],
     "wide": lambda a: [a.wide] * WIDE_AT_ONCE,
     "silent": lambda a: [a.silent_sockets],
@@ -1348,6 +1368,11 @@ def setup_requests(server, keys, chosen, llm):
         for offset in range(0, INDEXED_ROWS, INDEXED_STEP):
             sql(mallory_auth, f"INSERT INTO mindsdb.indexed SELECT value + {offset}, "
                               f"'row ' || ((value + {offset}) % 100000) FROM generate_series(1, {INDEXED_STEP})")
+    if "upsert" in chosen:
+        sql(mallory_auth, "CREATE TABLE mindsdb.upserted (id BIGINT PRIMARY KEY, v BIGINT)")
+        for offset in range(0, UPSERT_ROWS, INDEXED_STEP):
+            sql(mallory_auth, f"INSERT INTO mindsdb.upserted SELECT value + {offset}, 0 "
+                              f"FROM generate_series(1, {INDEXED_STEP})")
     if "costly-callbacks" in chosen:
         # Under the configured provider's path: only that prefix of its host is reachable.
         hook = f"http://127.0.0.1:{llm.port}/v1/hook"
