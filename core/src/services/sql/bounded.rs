@@ -8,7 +8,8 @@
 //! A literal too large to copy into every row of a batch is wrapped the same way where it
 //! would be copied (a projection, a function's argument): `SELECT '<10 MB>' FROM big` would
 //! otherwise make a 64k-row chunk's worth of copies in one allocation. See
-//! [`BroadcastLiterals`].
+//! [`BroadcastLiterals`]. The `||` operator, which is no function, is made one for the same
+//! check ([`ConcatOperator`]): `s || s || s` of a 400 MB `s` made a 1.2 GB value unchecked.
 //!
 //! Every scalar function DataFusion registers is either checked here or listed as bounded by
 //! its input (`tests::every_function_is_sized_or_bounded_by_its_input`), so a function added
@@ -26,7 +27,7 @@ use datafusion::logical_expr::interval_arithmetic::Interval;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::sort_properties::{ExprProperties, SortProperties};
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, Expr, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
+    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
@@ -138,9 +139,17 @@ pub(crate) fn checked_functions(
         .collect()
 }
 
-/// The optimizer rule that checks long literals (see [`BroadcastLiterals`]).
-pub(crate) fn broadcast_literals() -> BroadcastLiterals {
-    BroadcastLiterals(Arc::new(ScalarUDF::new_from_impl(Broadcast::new())))
+/// The optimizer rule that checks long literals and `||` (see [`BroadcastLiterals`]); one
+/// value `||` makes may take at most `max_value` bytes.
+pub(crate) fn broadcast_literals(max_value: u64) -> BroadcastLiterals {
+    BroadcastLiterals {
+        broadcast: Arc::new(ScalarUDF::new_from_impl(Broadcast::new())),
+        concat: Arc::new(ScalarUDF::new_from_impl(Checked {
+            inner: Arc::new(ConcatOperator::new()),
+            estimate: Estimate::Concat,
+            max_value,
+        })),
+    }
 }
 
 /// The rule, run after every optimizer pass and physical optimization, that ends planning
@@ -208,6 +217,16 @@ impl Hash for Checked {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.inner.name().hash(state);
         self.estimate.hash(state);
+    }
+}
+
+impl Checked {
+    /// How messages name the function: `repeat()`, or the operator it stands for.
+    fn label(&self) -> String {
+        match self.inner.name() {
+            CONCAT_OPERATOR => "||".to_string(),
+            name => format!("{name}()"),
+        }
     }
 }
 
@@ -486,9 +505,16 @@ impl Checked {
                 // At most one group per byte of the pattern, each as long as the text.
                 (len + 8).saturating_mul(pattern + 1)
             }),
-            Estimate::Concat => (0..args.args.len())
-                .map(|i| sum(lengths(args, i)))
-                .fold(0, u64::saturating_add),
+            Estimate::Concat => {
+                // Row by row, so that one value over the limit is refused as such.
+                let mut each = per_row(0u64, rows);
+                for i in 0..args.args.len() {
+                    for (total, len) in each.iter_mut().zip(lengths(args, i)) {
+                        *total = total.saturating_add(len);
+                    }
+                }
+                zip(&each, &[], &|bytes, _| bytes)
+            }
             Estimate::ConcatWs => {
                 let separators = sum(lengths(args, 0)).saturating_mul(args.args.len() as u64);
                 (1..args.args.len())
@@ -571,8 +597,8 @@ impl ScalarUDFImpl for Checked {
             // would be copied whole by every step that handles it (constant folding copies
             // it several times while planning), each copy outside any check.
             return Err(Error::invalid(format!(
-                "{}() would make a value of {} MiB, over the limit on one value (query.max_value_mb = {})",
-                self.inner.name(),
+                "{} would make a value of {} MiB, over the limit on one value (query.max_value_mb = {})",
+                self.label(),
                 largest.div_ceil(1 << 20),
                 self.max_value >> 20
             ))
@@ -588,7 +614,7 @@ impl ScalarUDFImpl for Checked {
             return self.inner.invoke_with_args(args);
         }
         // Held while the function makes its result, which takes from it.
-        let _held = crate::capacity::hold(estimate, &format!("{}()", self.inner.name()))?;
+        let _held = crate::capacity::hold(estimate, &self.label())?;
         self.inner.invoke_with_args(args)
     }
 
@@ -679,6 +705,96 @@ impl ScalarUDFImpl for Checked {
     }
 }
 
+/// The name of [`ConcatOperator`], which no statement can call by name (it is not a word).
+const CONCAT_OPERATOR: &str = "mindlite:concat_operator";
+
+/// `a || b` as a function, evaluated by DataFusion's own operator, so that [`Checked`] can
+/// size its output first (as it does `concat`'s). [`BroadcastLiterals`] puts it in place of
+/// the operator; it is named and typed as the operator is, so plans and results read the same.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ConcatOperator {
+    signature: Signature,
+}
+
+impl ConcatOperator {
+    fn new() -> ConcatOperator {
+        ConcatOperator {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ConcatOperator {
+    fn name(&self) -> &str {
+        CONCAT_OPERATOR
+    }
+
+    fn display_name(&self, args: &[Expr]) -> DfResult<String> {
+        match args {
+            [left, right] => Ok(format!("{left} || {right}")),
+            _ => Ok(CONCAT_OPERATOR.to_string()),
+        }
+    }
+
+    fn schema_name(&self, args: &[Expr]) -> DfResult<String> {
+        match args {
+            [left, right] => Ok(format!("{} || {}", left.schema_name(), right.schema_name())),
+            _ => Ok(CONCAT_OPERATOR.to_string()),
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
+        match arg_types {
+            [left, right] => {
+                BinaryTypeCoercer::new(left, &Operator::StringConcat, right).get_result_type()
+            }
+            _ => Err(Error::internal("|| takes two operands").into()),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        use datafusion::arrow::record_batch::RecordBatch;
+        use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+        use datafusion::physical_expr::PhysicalExpr;
+        // Two constants make a constant: one row, not one per row.
+        let constant = args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let rows = if constant { 1 } else { args.number_rows };
+        let columns = args
+            .args
+            .iter()
+            .map(|arg| arg.to_array(rows))
+            .collect::<DfResult<Vec<ArrayRef>>>()?;
+        let fields: Vec<Field> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, column)| Field::new(format!("c{i}"), column.data_type().clone(), true))
+            .collect();
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        let operator = BinaryExpr::new(
+            Arc::new(Column::new("c0", 0)),
+            Operator::StringConcat,
+            Arc::new(Column::new("c1", 1)),
+        );
+        let value = operator.evaluate(&batch)?;
+        if constant {
+            let array = value.into_array(1)?;
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &array, 0,
+            )?));
+        }
+        Ok(value)
+    }
+}
+
 /// The name of [`Broadcast`], which no statement can call by name (it is not a word).
 const BROADCAST: &str = "mindlite:checked_literal";
 
@@ -725,13 +841,33 @@ impl ScalarUDFImpl for Broadcast {
 
 /// The optimizer rule, run last, that wraps long literals in [`Broadcast`] wherever
 /// DataFusion would copy them into each row; not where a kernel takes them as one value
-/// (the right side of a comparison, a LIKE pattern, an IN list).
+/// (the right side of a comparison, a LIKE pattern, an IN list). It also puts the checked
+/// [`ConcatOperator`] in place of every `||`, except in the filters a table scan hands to its
+/// source (a datasource gets them as SQL; they are applied again above the scan).
 #[derive(Debug)]
-pub(crate) struct BroadcastLiterals(pub(crate) Arc<ScalarUDF>);
+pub(crate) struct BroadcastLiterals {
+    broadcast: Arc<ScalarUDF>,
+    concat: Arc<ScalarUDF>,
+}
 
 impl BroadcastLiterals {
+    /// Every `a || b` in `expr` as the checked [`ConcatOperator`].
+    fn size_concatenations(&self, expr: Expr) -> DfResult<Transformed<Expr>> {
+        use datafusion::logical_expr::BinaryExpr;
+        expr.transform_up(|e| match e {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::StringConcat,
+                right,
+            }) => Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::clone(&self.concat), vec![*left, *right]),
+            ))),
+            other => Ok(Transformed::no(other)),
+        })
+    }
+
     fn wrap(&self, expr: Expr) -> DfResult<Transformed<Expr>> {
-        use datafusion::logical_expr::{BinaryExpr, Like, Operator};
+        use datafusion::logical_expr::{BinaryExpr, Like};
         expr.transform_down(|e| match e {
             // Compared as one value: left alone, and so are the literals beneath.
             Expr::BinaryExpr(BinaryExpr {
@@ -769,7 +905,10 @@ impl BroadcastLiterals {
             }
             Expr::Literal(ref value, _) if scalar_bytes(value) as usize > SMALL_LITERAL => {
                 Ok(Transformed::new(
-                    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&self.0), vec![e])),
+                    Expr::ScalarFunction(ScalarFunction::new_udf(
+                        Arc::clone(&self.broadcast),
+                        vec![e],
+                    )),
                     true,
                     datafusion::common::tree_node::TreeNodeRecursion::Jump,
                 ))
@@ -801,7 +940,14 @@ impl OptimizerRule for BroadcastLiterals {
             if matches!(node, LogicalPlan::Values(_)) {
                 return Ok(Transformed::no(node));
             }
-            node.map_expressions(|e| self.wrap(e))
+            // A scan's filters go to its source as they are.
+            if matches!(node, LogicalPlan::TableScan(_)) {
+                return node.map_expressions(|e| self.wrap(e));
+            }
+            node.map_expressions(|e| {
+                self.size_concatenations(e)?
+                    .transform_data(|e| self.wrap(e))
+            })
         })
     }
 }
@@ -867,6 +1013,53 @@ mod tests {
     }
 
     #[test]
+    fn the_concatenation_operator_is_sized_and_keeps_its_meaning() {
+        let mut config = Config::default();
+        config.query.max_value_mb = Some(1);
+        let small = Engine::open_in_memory(config).unwrap();
+        // Each operand is under the limit on one value; what `||` would make is not.
+        for sql in [
+            "SELECT length(s || s || s) FROM (SELECT repeat('x', 400000) AS s)",
+            "SELECT length(s || s || s) FROM (SELECT repeat('x', 400000) AS s FROM generate_series(1, 3))",
+            "SELECT count(*) FROM (SELECT repeat('x', 400000) AS s FROM generate_series(1, 3)) WHERE s || s || s = 'x'",
+            "SELECT max(s || s || s) FROM (SELECT repeat('x', 400000) AS s FROM generate_series(1, 3))",
+        ] {
+            let message = error_of(&small, sql);
+            assert!(
+                message.contains("||") && message.contains("query.max_value_mb = 1"),
+                "{sql}: {message}"
+            );
+        }
+        // Within the limit it is the operator as before: NULL makes NULL, lists concatenate,
+        // and the result keeps the operator's name.
+        let rows = small
+            .sql_blocking(
+                "SELECT s || s AS twice, s || NULL IS NULL AS null_stays, \
+                 cardinality(make_array(1, 2) || make_array(3)) AS n, 'a' || 1 \
+                 FROM (SELECT repeat('x', 200000) AS s FROM generate_series(1, 2))",
+            )
+            .unwrap();
+        assert_eq!(rows.num_rows(), 2);
+        let schema = rows.batches[0].schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            ["twice", "null_stays", "n", "Utf8(\"a\") || Int64(1)"]
+        );
+        let text = |column: usize| {
+            datafusion::arrow::util::display::array_value_to_string(
+                rows.batches[0].column(column),
+                0,
+            )
+            .unwrap()
+        };
+        assert_eq!(text(0).len(), 400_000);
+        assert_eq!(text(1), "true");
+        assert_eq!(text(2), "3");
+        assert_eq!(text(3), "a1");
+    }
+
+    #[test]
     fn a_type_too_wide_for_every_row_is_refused_when_planned() {
         let engine = engine();
         let message = error_of(
@@ -895,7 +1088,7 @@ mod tests {
     #[test]
     fn long_literals_are_checked_where_they_are_copied_into_rows_only() {
         let long = "x".repeat(SMALL_LITERAL + 1);
-        let rule = broadcast_literals();
+        let rule = broadcast_literals(1 << 30);
         let projected = rule
             .wrap(datafusion::prelude::lit(long.clone()))
             .unwrap()

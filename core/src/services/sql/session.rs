@@ -69,7 +69,7 @@ impl Sessions {
             .with_analyzer_rule(Arc::new(super::predict_join::PredictJoinRule))
             .with_query_planner(Arc::new(super::predict_join::Planner))
             .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
-            .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals()))
+            .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals(max_value)))
             .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
