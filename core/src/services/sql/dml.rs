@@ -59,9 +59,10 @@ pub(crate) struct WriteJob {
     /// The writer lock, when it was taken before the snapshot (a write that must not
     /// conflict); otherwise [`WriteJob::lock`] takes it when the write is ready to commit.
     pub(crate) held: Mutex<Option<WriteLock>>,
-    /// The statement's claim on the table it writes: sole when taken before the snapshot,
-    /// otherwise shared, taken by [`WriteJob::claim`] once the target is known.
-    pub(crate) claim: Mutex<Option<Claim>>,
+    /// The statement's claim on the table it writes, taken before its snapshot and held for
+    /// as long as the write runs: shared, or sole when it runs again (`None` for a write whose
+    /// target its text does not name).
+    pub(crate) _claim: Option<Claim>,
     /// Whether no other statement can change the target while this one computes its change:
     /// it held the writer lock or was its table's sole writer from before its snapshot.
     pub(crate) owns_target: bool,
@@ -88,6 +89,9 @@ enum Insert {
 /// commits at once, and meanwhile every other table can be written (it does not hold the
 /// writer lock while it computes, which would stop every tenant's writes for as long).
 /// Correctness never rests on claims: a write still checks that its target is as it was read.
+/// One claim a statement, taken before its snapshot and before the writer lock, so claimants
+/// never wait for each other round a circle; a write whose target its text does not name takes
+/// none (a sole writer can then be overtaken by it, and runs once more holding the writer lock).
 pub(crate) enum Claim {
     /// With the table's other writers (the guard is held for its drop).
     Shared { _guard: OwnedRwLockReadGuard<()> },
@@ -147,24 +151,6 @@ impl WriteJob {
         let mut guard = self.store.begin_write(lock)?;
         guard.cancelled = self.cancelled.clone();
         Ok(guard)
-    }
-
-    /// Claims the table `project.name` for this statement, shared with its other writers,
-    /// unless the statement has a claim already (a sole one, or its first target's: one claim
-    /// a statement, so claimants never wait for each other round a circle) or cannot conflict
-    /// (it holds the writer lock, or an explicit transaction is open).
-    pub(crate) fn claim(&self, handle: &Handle, project: &str, name: &str) -> Result<()> {
-        if self.owns_target || self.claim.lock().is_some() || self.store.in_transaction() {
-            return Ok(());
-        }
-        let lock = self
-            .store
-            .object_lock(&table_key(self.tenant, project, name));
-        let shared = handle
-            .block_on(self.unless_cancelled(lock.read_owned()))
-            .ok_or_else(crate::store::cancelled)?;
-        *self.claim.lock() = Some(Claim::Shared { _guard: shared });
-        Ok(())
     }
 
     /// Fails once the statement was cancelled or must stop (its deadline, an interrupt, a
@@ -342,7 +328,6 @@ pub(crate) fn run_dml(
 ) -> Result<Staged<u64>> {
     // Refuses writes outside projects with a message naming the database.
     let (project, name) = job.resolve(&dml.table_name)?;
-    job.claim(handle, &project, &name)?;
     let read = stored_target(&dml)?;
     let schema = job.snapshot.table_schema(read.id)?;
     let checks = Checks::of(&job.state, &read, &schema)?;
@@ -400,6 +385,14 @@ pub(crate) fn run_dml(
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
                 return Ok(Staged::TargetChanged);
             };
+            // Resolved by the keys the table had as read: a unique index made or dropped
+            // since would resolve differently.
+            let resolving = matches!(op, InsertOp::Replace)
+                || conflict.on != OnConflict::Fail
+                || conflict.update.is_some();
+            if resolving && record.constraints != read.constraints {
+                return Ok(Staged::TargetChanged);
+            }
             let rows = match insert {
                 Insert::Overwrite(staged) => {
                     let rows = staged.rows();
@@ -689,7 +682,6 @@ pub(crate) fn create_table(
     if create.temporary {
         return Err(Error::invalid("TEMPORARY tables are not supported"));
     }
-    job.claim(handle, &project, &name)?;
     let from_query =
         !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row);
     let input_schema = create.input.schema().as_arrow().clone();
@@ -948,7 +940,6 @@ pub(crate) fn drop_table(job: &WriteJob, handle: &Handle, drop: DropTable) -> Re
         Some(Namespace::Files) => (FILES_DB.to_string(), table),
         _ => job.resolve(&drop.name)?,
     };
-    job.claim(handle, &project, &name)?;
     let guard = job.lock(handle)?;
     if !tables::drop_table(&guard.txn, job.tenant, &project, &name)? && !drop.if_exists {
         return Err(Error::not_found(format!(

@@ -730,7 +730,7 @@ impl SqlRunner {
             cancelled: tokio_util::sync::CancellationToken::new(),
             owns_target: held.is_some() || matches!(claim, Some(dml::Claim::Sole { .. })),
             held: parking_lot::Mutex::new(held),
-            claim: parking_lot::Mutex::new(claim),
+            _claim: claim,
             staging_memory: usize::try_from(
                 self.config
                     .query
@@ -830,9 +830,10 @@ impl SqlRunner {
             self.outside_transaction("A write into a datasource")?;
         }
         let local_write = writes && remote.is_none();
-        // The table a write that runs again owns from before its snapshot, when it names one.
+        // The table the write claims from before its snapshot (see `dml::Claim`), when it
+        // names one: shared, or alone when it runs again.
         let target = match turn {
-            Turn::SoleWriter if local_write && !self.store.in_transaction() => {
+            Turn::Optimistic | Turn::SoleWriter if local_write && !self.store.in_transaction() => {
                 self.write_target(tenant, context, &statement)
             }
             _ => None,
@@ -844,13 +845,20 @@ impl SqlRunner {
         let again = (local_write && turn != Turn::WriterLock).then(|| statement.clone());
         let declared = constraints::take_declared(&mut statement);
         let conflict = constraints::take_conflict(&mut statement)?;
+        // Awaited here, not on the write's blocking thread: writers queued behind a sole one
+        // never fill the blocking pool that the sole one needs to run.
         let claim = match target {
             Some((project, name)) => {
                 let lock = self
                     .store
                     .object_lock(&dml::table_key(tenant, &project, &name));
-                Some(dml::Claim::Sole {
-                    _guard: lock.write_owned().await,
+                Some(match turn {
+                    Turn::SoleWriter => dml::Claim::Sole {
+                        _guard: lock.write_owned().await,
+                    },
+                    _ => dml::Claim::Shared {
+                        _guard: lock.read_owned().await,
+                    },
                 })
             }
             None => None,
