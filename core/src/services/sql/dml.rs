@@ -336,10 +336,11 @@ pub(crate) fn run_dml(
             // Rows that may replace stored ones or update them are resolved against the
             // stored rows as the snapshot has them, before the writer lock (applied if the
             // table is still as read), and their entries made inside the transaction.
-            let resolved = !read.constraints.unique_keys().is_empty()
-                && (matches!(op, InsertOp::Replace)
-                    || conflict.on != OnConflict::Fail
-                    || conflict.update.is_some());
+            let resolving = matches!(op, InsertOp::Replace)
+                || conflict.on != OnConflict::Fail
+                || conflict.update.is_some();
+            let keyed = !read.constraints.unique_keys().is_empty();
+            let resolved = keyed && resolving;
             let staging = match op {
                 InsertOp::Overwrite => job.replacing(&read, schema)?,
                 _ if resolved => job.staged(&read.name, schema),
@@ -352,7 +353,6 @@ pub(crate) fn run_dml(
             if plain && staged.lands() {
                 return land_rows(job, handle, &project, &read, staged).map(Staged::Done);
             }
-            let keyed = !read.constraints.unique_keys().is_empty();
             let source = &job.snapshot.txn;
             let insert = match (op, &conflict.update) {
                 (InsertOp::Overwrite, _) => Insert::Overwrite(staged),
@@ -387,9 +387,6 @@ pub(crate) fn run_dml(
             };
             // Resolved by the keys the table had as read: a unique index made or dropped
             // since would resolve differently.
-            let resolving = matches!(op, InsertOp::Replace)
-                || conflict.on != OnConflict::Fail
-                || conflict.update.is_some();
             if resolving && record.constraints != read.constraints {
                 return Ok(Staged::TargetChanged);
             }
