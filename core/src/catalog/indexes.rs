@@ -4,11 +4,15 @@
 //! are concatenated, so one column's encoding is a prefix of every composite key that starts
 //! with it: a lookup on the first column is one key range.
 //!
-//! The `tables` module keeps entries in step with the chunks inside the transaction that
-//! writes them (a chunk's entries go when the chunk goes and come with its successor), so an
-//! index is never behind its table. A unique index is checked as its entries go in: a second
-//! entry with the same key (no NULL in it) is a violation. Rows whose first indexed value is
-//! NULL get no entry: no lookup ever finds them (`=`, `IN` and ranges never match NULL).
+//! The `tables` module keeps entries in step with the chunks: a chunk's entries are in the
+//! file before the chunk is in its table's chunk order, so an index is never behind its table.
+//! Readers find rows through the chunk order, so entries of chunks not (or no longer) in it are
+//! never read. A unique index is checked as its entries go in: a second entry with the same key
+//! (no NULL in it) is a violation, unless its chunk is *retired*: a rewrite replaced the chunk
+//! and marked it in `retired_chunks`, so that its entries are removed in steps after the
+//! rewrite commits (see `tables::Retired`) rather than all of them under the writer lock.
+//! Rows whose first indexed value is NULL get no entry: no lookup ever finds them (`=`, `IN`
+//! and ranges never match NULL).
 //!
 //! Arrow's row format may change between arrow majors; an upgrade that changes it must rebuild
 //! the entries (they are derived data: drop and create the index).
@@ -24,14 +28,48 @@ use redb::{ReadableTable, WriteTransaction};
 
 use crate::catalog::constraints::{column_index, Index};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::schema::INDEX_ENTRIES;
+use crate::store::schema::{INDEX_ENTRIES, RETIRED_CHUNKS};
 
-/// The entries of a read snapshot, as staged keys are checked against them.
-pub(crate) type SnapshotEntries = redb::ReadOnlyTable<(u64, &'static [u8], u64, u32), ()>;
+/// The entries of a read snapshot and its retired chunks, as staged keys are checked against
+/// them.
+pub(crate) struct SnapshotEntries {
+    entries: redb::ReadOnlyTable<(u64, &'static [u8], u64, u32), ()>,
+    retired: redb::ReadOnlyTable<(u64, u64), ()>,
+}
 
-/// Creates this module's redb table in a new file.
+impl SnapshotEntries {
+    /// The entries as `snapshot` has them.
+    pub(crate) fn open(snapshot: &redb::ReadTransaction) -> Result<SnapshotEntries> {
+        Ok(SnapshotEntries {
+            entries: snapshot.open_table(INDEX_ENTRIES)?,
+            retired: snapshot.open_table(RETIRED_CHUNKS)?,
+        })
+    }
+}
+
+/// Creates this module's redb tables (in a new file, or one written before a table existed).
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(INDEX_ENTRIES)?;
+    txn.open_table(RETIRED_CHUNKS)?;
+    Ok(())
+}
+
+/// Marks chunk `chunk` retired in the indexes `ids`: its entries no longer count as taking
+/// their keys, and wait to be removed ([`Indexed::remove_part`]).
+pub(crate) fn retire(txn: &WriteTransaction, ids: &[u64], chunk: u64) -> Result<()> {
+    let mut retired = txn.open_table(RETIRED_CHUNKS)?;
+    for &id in ids {
+        retired.insert((id, chunk), ())?;
+    }
+    Ok(())
+}
+
+/// Forgets that chunk `chunk` is retired in the indexes `ids`, once its entries are gone.
+pub(crate) fn forget_retired(txn: &WriteTransaction, ids: &[u64], chunk: u64) -> Result<()> {
+    let mut retired = txn.open_table(RETIRED_CHUNKS)?;
+    for &id in ids {
+        retired.remove((id, chunk))?;
+    }
     Ok(())
 }
 
@@ -246,7 +284,7 @@ impl Indexed {
     pub(crate) fn check_staged(
         &self,
         encoded: &[u8],
-        snapshot: Option<&impl ReadableTable<(u64, &'static [u8], u64, u32), ()>>,
+        snapshot: Option<&SnapshotEntries>,
         seen: &mut UniqueSeen,
     ) -> Result<()> {
         let mut entries = Entries { bytes: encoded };
@@ -258,7 +296,7 @@ impl Indexed {
                     continue;
                 }
                 if let Some(snapshot) = snapshot {
-                    if first_entry(snapshot, def.id, entry.key)?.is_some() {
+                    if taken(&snapshot.entries, &snapshot.retired, def.id, entry.key, &[])? {
                         return Err(self.duplicate_key(def, entry.key));
                     }
                 }
@@ -282,22 +320,25 @@ impl Indexed {
         lookups: Lookups<'_>,
     ) -> Result<u64> {
         Ok(self
-            .write_part(txn, chunk, encoded, lookups, 0..usize::MAX)?
+            .write_part(txn, chunk, encoded, lookups, &[], 0..usize::MAX)?
             .0)
     }
 
     /// [`Indexed::write`] for the entries numbered `part` among all of `encoded` (every
     /// index's, in order), so that a chunk's entries can be written over several
-    /// transactions. Returns the bytes written and how many entries `encoded` holds.
+    /// transactions; the entries of the chunks `replaced` (which the write replaces) take no
+    /// key. Returns the bytes written and how many entries `encoded` holds.
     pub(crate) fn write_part(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         encoded: &[u8],
         lookups: Lookups<'_>,
+        replaced: &[u64],
         part: std::ops::Range<usize>,
     ) -> Result<(u64, usize)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
+        let retired = txn.open_table(RETIRED_CHUNKS)?;
         let mut entries = Entries { bytes: encoded };
         let (mut bytes, mut number) = (0, 0);
         for (at, def) in self.defs.iter().enumerate() {
@@ -314,7 +355,7 @@ impl Indexed {
                         Lookups::All => true,
                         Lookups::Suspects(seen) => seen.is_suspect(at, entry.key),
                     };
-                if look && first_entry(&table, def.id, entry.key)?.is_some() {
+                if look && taken(&table, &retired, def.id, entry.key, replaced)? {
                     return Err(self.duplicate_key(def, entry.key));
                 }
                 table.insert((def.id, entry.key, chunk, entry.row), ())?;
@@ -332,13 +373,30 @@ impl Indexed {
         chunk: u64,
         encoded: &[u8],
     ) -> Result<u64> {
+        Ok(self.remove_part(txn, chunk, encoded, 0..usize::MAX)?.0)
+    }
+
+    /// [`Indexed::remove_encoded`] for the entries numbered `part` among all of `encoded`, so
+    /// that a chunk's entries can be removed over several transactions. Returns the bytes
+    /// they took and how many entries `encoded` holds.
+    pub(crate) fn remove_part(
+        &self,
+        txn: &WriteTransaction,
+        chunk: u64,
+        encoded: &[u8],
+        part: std::ops::Range<usize>,
+    ) -> Result<(u64, usize)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let mut entries = Entries { bytes: encoded };
-        let mut bytes = 0;
+        let (mut bytes, mut number) = (0, 0);
         for def in &self.defs {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
+                number += 1;
+                if !part.contains(&(number - 1)) {
+                    continue;
+                }
                 if table
                     .remove((def.id, entry.key, chunk, entry.row))?
                     .is_some()
@@ -347,7 +405,7 @@ impl Indexed {
                 }
             }
         }
-        Ok(bytes)
+        Ok((bytes, number))
     }
 
     /// [`Indexed::encode`] for rows already stored, whose entries are about to go: no key
@@ -392,17 +450,24 @@ impl Indexed {
     }
 }
 
-/// The first entry of index `id` with key `key`, if any.
-fn first_entry(
+/// Whether index `id` holds an entry with key `key` that takes it: one of a chunk neither
+/// retired nor among `replaced`. A key's retired entries are few (those of rewrites not yet
+/// swept), and most keys looked up have no entry at all.
+fn taken(
     table: &impl ReadableTable<(u64, &'static [u8], u64, u32), ()>,
+    retired: &impl ReadableTable<(u64, u64), ()>,
     id: u64,
     key: &[u8],
-) -> Result<Option<()>> {
-    Ok(table
-        .range((id, key, 0u64, 0u32)..=(id, key, u64::MAX, u32::MAX))?
-        .next()
-        .transpose()?
-        .map(drop))
+    replaced: &[u64],
+) -> Result<bool> {
+    for entry in table.range((id, key, 0u64, 0u32)..=(id, key, u64::MAX, u32::MAX))? {
+        let (found, _) = entry?;
+        let chunk = found.value().2;
+        if !replaced.contains(&chunk) && retired.get((id, chunk))?.is_none() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The bytes an entry whose key is `key_len` bytes long is counted as (see `storage`): its
@@ -724,6 +789,19 @@ pub(crate) mod observe {
 
     pub(crate) fn landed(table: &str) {
         if let Some(hook) = LANDED.lock().get(table) {
+            hook();
+        }
+    }
+
+    static SWEPT: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
+
+    /// Runs `hook` after each step of a sweep of `table`'s retired chunks has committed.
+    pub(crate) fn on_swept(table: &str, hook: impl Fn() + Send + Sync + 'static) {
+        SWEPT.lock().insert(table.to_string(), Box::new(hook));
+    }
+
+    pub(crate) fn swept(table: &str) {
+        if let Some(hook) = SWEPT.lock().get(table) {
             hook();
         }
     }

@@ -57,6 +57,17 @@ pub(crate) enum Landed {
         /// The chunk table's id, the key of its indexes' pages and postings.
         table: u64,
     },
+    /// Chunks a rewrite replaced, retired (see `indexes`), with their entries in the indexes
+    /// `indexes`: the rewrite removes them in steps after its commit; a stopped process
+    /// leaves them to the next open of the file.
+    Retired {
+        /// The table's owner, whose stored bytes go down as they are removed.
+        tenant: u64,
+        /// The table's id.
+        table: u64,
+        /// The entry ids of the table's indexes when the chunks were retired.
+        indexes: Vec<u64>,
+    },
     /// Entries of an index being made (not yet in the table's record) under id `index`.
     Entries {
         /// The table's owner.
@@ -75,6 +86,7 @@ impl Landed {
             Landed::Rows { tenant, .. }
             | Landed::Dropped { tenant, .. }
             | Landed::Search { tenant, .. }
+            | Landed::Retired { tenant, .. }
             | Landed::Entries { tenant, .. } => TenantId(*tenant),
         }
     }
@@ -155,6 +167,23 @@ pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
         }
     }
     Ok(ids)
+}
+
+/// Whether a landing of rows into the table `table` other than `own` (the caller's) is in
+/// progress: a rewrite whose key is taken may then have met that landing's unpublished row.
+pub(crate) fn touches_other(txn: &WriteTransaction, table: u64, own: Option<u64>) -> Result<bool> {
+    for entry in txn.open_table(LANDINGS)?.iter()? {
+        let (id, value) = entry?;
+        if Some(id.value()) == own {
+            continue;
+        }
+        if let Landed::Rows { table: t, .. } = serde_json::from_str(value.value())? {
+            if t == table {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Whether a landing of rows into the table `table` is in progress (or being discarded): its

@@ -30,7 +30,7 @@ use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::store;
-use crate::store::schema::{CHUNKS, CHUNK_ORDER, INDEX_ENTRIES, TABLES, TABLE_SCHEMAS};
+use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 /// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
@@ -855,7 +855,7 @@ impl StagedRows {
             signature: indexed.signature(),
             seen: indexed.unique_seen(),
             snapshot: match checked {
-                Some(_) => Some(snapshot.open_table(INDEX_ENTRIES)?),
+                Some(_) => Some(indexes::SnapshotEntries::open(snapshot)?),
                 None => None,
             },
             checked,
@@ -1030,38 +1030,68 @@ impl RowLanding {
         };
         let landed = chunks.drain(|chunk_rows, staged| {
             let (bytes, entries) = split_staged(&staged)?;
-            // The chunk with its first entries, then the rest of its entries, a share per step.
-            let (mut chunk, mut from) = (None, 0);
-            loop {
-                keep_going()?;
-                let mut done = (None, 0, 0);
-                step(&mut |txn| {
-                    let (begun, id) = match chunk {
-                        Some(id) => (None, id),
-                        None => landing.land_chunk(txn, chunk_rows, bytes)?,
-                    };
-                    let part = from..from + indexes::STEP_ENTRIES;
-                    let (added, total) =
-                        landing.land_entries(txn, &keys.indexed, id, entries, part)?;
-                    storage::charge(txn, landing.tenant, Change::added(added))?;
-                    done = (begun, id, total);
-                    Ok(())
-                })?;
-                let (begun, id, total) = done;
-                if begun.is_some() {
-                    landing.id = begun;
-                }
-                chunk = Some(id);
-                #[cfg(test)]
-                indexes::observe::landed(&landing.name);
-                from += indexes::STEP_ENTRIES;
-                if from >= total {
-                    break;
-                }
-            }
+            let chunk = (chunk_rows, bytes, entries);
+            landing.land_one(&keys.indexed, chunk, &[], &mut *step, keep_going)?;
             Ok(())
         });
         (landing, landed)
+    }
+
+    /// Lands one staged chunk (its rows, its encoded rows and its encoded entries): the chunk
+    /// with its first entries, then the rest of its entries, a share per step. The entries of
+    /// the chunks `replaced` (those a rewrite replaces) take no key. Returns the chunk's id, or
+    /// `None` when a rewrite's key is taken while another statement lands rows in the table:
+    /// the key may be that statement's, unpublished, so the rewrite is overtaken, not refused.
+    fn land_one(
+        &mut self,
+        indexed: &Indexed,
+        (rows, bytes, entries): (u64, &[u8], &[u8]),
+        replaced: &[u64],
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> Result<Option<u64>> {
+        let (mut chunk, mut from) = (None, 0);
+        loop {
+            keep_going()?;
+            let (mut done, mut overtaken) = ((None, 0, 0), false);
+            let stepped = step(&mut |txn| {
+                let (begun, id) = match chunk {
+                    Some(id) => (None, id),
+                    None => self.land_chunk(txn, rows, bytes)?,
+                };
+                let part = from..from + indexes::STEP_ENTRIES;
+                let written = self.land_entries(txn, indexed, id, entries, replaced, part);
+                let (added, total) = match written {
+                    Err(e)
+                        if !replaced.is_empty()
+                            && e.kind() == crate::ErrorKind::ConstraintViolation
+                            && landing::touches_other(txn, self.table, begun.or(self.id))? =>
+                    {
+                        overtaken = true;
+                        return Err(e);
+                    }
+                    written => written?,
+                };
+                storage::charge(txn, self.tenant, Change::added(added))?;
+                done = (begun, id, total);
+                Ok(())
+            });
+            if overtaken {
+                return Ok(None);
+            }
+            stepped?;
+            let (begun, id, total) = done;
+            if begun.is_some() {
+                self.id = begun;
+            }
+            chunk = Some(id);
+            #[cfg(test)]
+            indexes::observe::landed(&self.name);
+            from += indexes::STEP_ENTRIES;
+            if from >= total {
+                return Ok(Some(id));
+            }
+        }
     }
 
     /// The landing's record, once one was committed: what to discard when the statement fails.
@@ -1115,17 +1145,19 @@ impl RowLanding {
     }
 
     /// Writes the entries numbered `part` of a landed chunk (every unique key looked up: the
-    /// file may hold keys no snapshot saw). Returns their bytes and how many the chunk has.
+    /// file may hold keys no snapshot saw; those of the chunks `replaced` do not count).
+    /// Returns their bytes and how many the chunk has.
     fn land_entries(
         &self,
         txn: &WriteTransaction,
         indexed: &Indexed,
         chunk: u64,
         entries: &[u8],
+        replaced: &[u64],
         part: std::ops::Range<usize>,
     ) -> Result<(u64, usize)> {
         self.current(txn)?;
-        indexed.write_part(txn, chunk, entries, Lookups::All, part)
+        indexed.write_part(txn, chunk, entries, Lookups::All, replaced, part)
     }
 
     /// Publishes the landed chunks in `txn`: appends them to the table's chunk order (after a
@@ -1192,6 +1224,11 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
             table,
             indexes: ids,
             ..
+        }
+        | Landed::Retired {
+            table,
+            indexes: ids,
+            ..
         } => match landing::first_chunk(txn, id)? {
             None => (0, true),
             Some((chunk, _)) => {
@@ -1213,6 +1250,7 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
                         freed += indexed.remove(txn, chunk, &decode_chunk(&bytes, None)?)?;
                     }
                 }
+                indexes::forget_retired(txn, &ids, chunk)?;
                 landing::remove_chunk(txn, id, chunk)?;
                 (freed, false)
             }
@@ -1402,20 +1440,21 @@ impl Resolved {
         txn: &WriteTransaction,
         tenant: TenantId,
         record: TableRecord,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<(u64, Retired)>> {
         if chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? != self.base {
             return Ok(None);
         }
-        let record = match self.rewrite {
+        let (record, retired) = match self.rewrite {
             Some(rewrite) => {
                 let (project, name) = (record.project.clone(), record.name.clone());
-                if !apply_rewrite(txn, tenant, record, rewrite)? {
+                let Some(retired) = apply_rewrite(txn, tenant, record, rewrite)? else {
                     return Ok(None);
-                }
-                get(&txn.open_table(TABLES)?, tenant, &project, &name)?
-                    .ok_or_else(|| Error::internal("a table went away during its own write"))?
+                };
+                let record = get(&txn.open_table(TABLES)?, tenant, &project, &name)?
+                    .ok_or_else(|| Error::internal("a table went away during its own write"))?;
+                (record, retired)
             }
-            None => record,
+            None => (record, Retired::nothing()),
         };
         let mut inserted = 0;
         let mut writer = TableWriter::append(txn, tenant, record)?;
@@ -1424,7 +1463,12 @@ impl Resolved {
             writer.push(batch)?;
         }
         writer.finish()?;
-        Ok(Some(inserted))
+        Ok(Some((inserted, retired)))
+    }
+
+    /// The rewrite of the stored rows that go, to land ahead of the commit.
+    pub(crate) fn rewrite_mut(&mut self) -> Option<&mut Rewrite> {
+        self.rewrite.as_mut()
     }
 }
 
@@ -1447,19 +1491,175 @@ pub(crate) struct Rewrite {
     table_id: u64,
     /// Per changed chunk: its position in the spool's numbers, its new rows as bytes (empty
     /// when every row went), followed by their index entries when the table has indexes
-    /// (see [`split_staged`]); the chunk ids and row counts alongside.
-    changes: Spool,
+    /// (see [`split_staged`]); the chunk ids and row counts alongside. Taken when the new
+    /// chunks land ([`Rewrite::land`]).
+    changes: Option<Spool>,
     /// (position, old chunk id, old rows, new rows) per change, in order.
     index: Vec<(u64, u64, u64, u64)>,
     /// The indexes the entries were encoded for, and the encoded entries of the changed
     /// chunks as they were (numbered by old chunk id), when the table has indexes.
     entries: Option<(Signature, Spool)>,
+    /// Those indexes, ready to write and remove entries.
+    indexed: Option<Indexed>,
+    /// The new chunks, once they landed.
+    landed: Option<LandedRewrite>,
+}
+
+/// The new chunks of a rewrite that landed ahead of its commit (see [`Rewrite::land`]).
+struct LandedRewrite {
+    /// The landing's record, once a step committed one (a rewrite that only removes rows
+    /// lands no chunk).
+    id: Option<u64>,
+    /// The entry ids of the table's indexes the chunks landed with.
+    ids: Vec<u64>,
+    /// Per change, in order: the new chunk's id, `None` when every row went.
+    chunks: Vec<Option<u64>>,
 }
 
 impl Rewrite {
     /// Whether nothing changed.
     pub(crate) fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// Whether the rewrite should land ahead of its commit ([`Rewrite::land`]): its table has
+    /// indexes, and the entries it adds and retires are more than a step writes (a one-row
+    /// change to a full chunk: 65,536 out and in). Applied inside one transaction instead,
+    /// they would all be written under the writer lock.
+    pub(crate) fn lands(&self) -> bool {
+        let Some((signature, _)) = &self.entries else {
+            return false;
+        };
+        let rows: u64 = self.index.iter().map(|&(_, _, old, new)| old + new).sum();
+        rows.saturating_mul(signature.len() as u64) > indexes::STEP_ENTRIES as u64
+    }
+
+    /// Lands the new chunks with their index entries through `step`s, as appended rows land
+    /// (see `landing`): for `record`'s table of `project`, as read. Keys held by the chunks
+    /// the rewrite replaces do not count as taken. [`apply_rewrite`] then publishes them and
+    /// retires the old chunks, in a transaction bounded by the number of changed chunks.
+    /// Returns false when another statement's landing may hold a key the rewrite writes
+    /// (the statement then runs again, see `landing`). On an error or false, what landed is
+    /// the caller's to discard ([`Rewrite::landing`]).
+    pub(crate) fn land(
+        &mut self,
+        tenant: TenantId,
+        project: &str,
+        record: &TableRecord,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> Result<bool> {
+        let (Some(indexed), Some(changes)) = (self.indexed.as_ref(), self.changes.take()) else {
+            return Err(Error::internal("a rewrite to land has no index entries"));
+        };
+        let replaced: Vec<u64> = self.index.iter().map(|&(_, old, ..)| old).collect();
+        let mut landing = RowLanding {
+            tenant,
+            project: project.to_ascii_lowercase(),
+            name: record.name.clone(),
+            table: record.id,
+            ids: entry_ids(record),
+            id: None,
+            rows: 0,
+            pending: None,
+        };
+        let mut index = self.index.iter();
+        let mut chunks = Vec::with_capacity(self.index.len());
+        let mut overtaken = false;
+        let landed = changes.drain(|position, bytes| {
+            let &(_, _, _, rows) = index
+                .next()
+                .filter(|(at, ..)| *at == position)
+                .ok_or_else(|| Error::internal("a staged rewrite lost its order"))?;
+            if rows == 0 || overtaken {
+                chunks.push(None);
+                return Ok(());
+            }
+            let (bytes, entries) = split_staged(&bytes)?;
+            let chunk = (rows, bytes, entries);
+            let id = landing.land_one(indexed, chunk, &replaced, &mut *step, keep_going)?;
+            overtaken = id.is_none();
+            chunks.push(id);
+            Ok(())
+        });
+        self.landed = Some(LandedRewrite {
+            id: landing.id,
+            ids: landing.ids,
+            chunks,
+        });
+        landed.map(|()| !overtaken)
+    }
+
+    /// The record of what [`Rewrite::land`] landed, if anything: what to discard when the
+    /// rewrite is not applied.
+    pub(crate) fn landing(&self) -> Option<u64> {
+        self.landed.as_ref().and_then(|landed| landed.id)
+    }
+}
+
+/// The chunks a landed rewrite replaced, retired (see `indexes`): their entries and bytes are
+/// removed in steps after the rewrite commits ([`Retired::sweep`]), each step short, instead
+/// of under the writer lock of the rewrite's commit. What a stopped process left of them is
+/// removed when the file is next opened (the landing's record says what).
+pub(crate) struct Retired {
+    work: Option<RetiredWork>,
+}
+
+struct RetiredWork {
+    /// The landing's record (a [`Landed::Retired`]).
+    landing: u64,
+    tenant: TenantId,
+    table: u64,
+    /// The table's name, for what tests watch.
+    #[cfg_attr(not(test), allow(dead_code))]
+    name: String,
+    /// The indexes' entry ids.
+    ids: Vec<u64>,
+    indexed: Indexed,
+    /// The retired chunks' encoded entries, numbered by chunk id.
+    entries: Spool,
+}
+
+impl Retired {
+    /// Nothing to sweep: a rewrite applied in one transaction.
+    pub(crate) fn nothing() -> Retired {
+        Retired { work: None }
+    }
+
+    /// Removes the retired chunks' entries, a share per `step`, then each chunk's bytes and
+    /// mark, counting the bytes freed.
+    pub(crate) fn sweep(self, step: Step<'_>) -> Result<()> {
+        let Some(work) = self.work else {
+            return Ok(());
+        };
+        work.entries.drain(|chunk, entries| {
+            let mut from = 0;
+            loop {
+                let mut total = 0;
+                step(&mut |txn| {
+                    let part = from..from + indexes::STEP_ENTRIES;
+                    let (mut freed, count) =
+                        work.indexed.remove_part(txn, chunk, &entries, part)?;
+                    if from + indexes::STEP_ENTRIES >= count {
+                        if let Some(bytes) = txn.open_table(CHUNKS)?.remove((work.table, chunk))? {
+                            freed += bytes.value().len() as u64;
+                        }
+                        indexes::forget_retired(txn, &work.ids, chunk)?;
+                        landing::remove_chunk(txn, work.landing, chunk)?;
+                    }
+                    storage::charge(txn, work.tenant, Change::removed(freed))?;
+                    total = count;
+                    Ok(())
+                })?;
+                #[cfg(test)]
+                indexes::observe::swept(&work.name);
+                from += indexes::STEP_ENTRIES;
+                if from >= total {
+                    return Ok(());
+                }
+            }
+        })?;
+        step(&mut |txn| landing::end(txn, work.landing))
     }
 }
 
@@ -1495,12 +1695,15 @@ pub(crate) fn plan_rewrite_probing(
     let schema = txn.schema_of(record.id)?;
     let base = txn.chunk_order_of(record.id)?;
     let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
+    let mut changes = changes;
     let mut rewrite = Rewrite {
         base: base.clone(),
         table_id: record.id,
-        changes,
+        changes: None,
         index: Vec::new(),
         entries: indexed.as_ref().map(|i| (i.signature(), old)),
+        indexed: None,
+        landed: None,
     };
     for (position, chunk) in base {
         if let Some((columns, touches)) = probe.as_mut() {
@@ -1538,25 +1741,36 @@ pub(crate) fn plan_rewrite_probing(
         if let (Some((_, old)), Some(gone)) = (rewrite.entries.as_mut(), gone) {
             old.push(chunk, gone)?;
         }
-        rewrite.changes.push(position, bytes)?;
+        changes.push(position, bytes)?;
         rewrite.index.push((position, chunk, old_rows, new_rows));
     }
+    rewrite.changes = Some(changes);
+    rewrite.indexed = indexed;
     Ok(rewrite)
 }
 
-/// Applies `rewrite` to the table `record` names inside `txn`. Returns `false` (writing
-/// nothing) when the table is no longer as it was read: another write changed it since.
+/// Applies `rewrite` to the table `record` names inside `txn`: publishes the chunks it landed
+/// ([`Rewrite::land`]), or writes them here. Returns `None` (writing nothing) when the table
+/// is no longer as it was read: another write changed it since (or, for a landed rewrite,
+/// its indexes); otherwise what is left to sweep.
 pub(crate) fn apply_rewrite(
     txn: &WriteTransaction,
     tenant: TenantId,
     mut record: TableRecord,
-    rewrite: Rewrite,
-) -> Result<bool> {
+    mut rewrite: Rewrite,
+) -> Result<Option<Retired>> {
     if record.id != rewrite.table_id
         || chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)? != rewrite.base
     {
-        return Ok(false);
+        return Ok(None);
     }
+    if let Some(landed) = rewrite.landed.take() {
+        return publish_rewrite(txn, tenant, record, rewrite, landed);
+    }
+    let changes = rewrite
+        .changes
+        .take()
+        .ok_or_else(|| Error::internal("a rewrite lost its changes"))?;
     let schema = schema(&txn.open_table(TABLE_SCHEMAS)?, record.id)?;
     let indexed = Indexed::of(&record.constraints.indexes, &schema, &record.name)?;
     // Entries encoded for the indexes the table has now (none made or dropped meanwhile);
@@ -1597,7 +1811,7 @@ pub(crate) fn apply_rewrite(
     }
     let mut order = txn.open_table(CHUNK_ORDER)?;
     let mut index = rewrite.index.into_iter();
-    rewrite.changes.drain(|position, bytes| {
+    changes.drain(|position, bytes| {
         let (at, old_chunk, old_rows, new_rows) =
             index
                 .next()
@@ -1642,7 +1856,74 @@ pub(crate) fn apply_rewrite(
     storage::charge(txn, tenant, change)?;
     save(txn, tenant, &record)?;
     verify_keys(txn, &record)?;
-    Ok(true)
+    Ok(Some(Retired::nothing()))
+}
+
+/// Publishes a rewrite whose new chunks `landed`: each takes its old chunk's position, and the
+/// old chunks are retired, to be swept after the commit. The work is a few keys per changed
+/// chunk. `None` when the table's indexes are no longer those the chunks landed with.
+fn publish_rewrite(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    mut record: TableRecord,
+    rewrite: Rewrite,
+    landed: LandedRewrite,
+) -> Result<Option<Retired>> {
+    if entry_ids(&record) != landed.ids {
+        return Ok(None);
+    }
+    let (Some(indexed), Some((_, entries))) = (rewrite.indexed, rewrite.entries) else {
+        return Err(Error::internal("a landed rewrite has no index entries"));
+    };
+    if landed.chunks.len() != rewrite.index.len() {
+        return Err(Error::internal("a landed rewrite lost some of its chunks"));
+    }
+    let retired = landing::begin(
+        txn,
+        &Landed::Retired {
+            tenant: tenant.0,
+            table: record.id,
+            indexes: landed.ids.clone(),
+        },
+    )?;
+    let mut order = txn.open_table(CHUNK_ORDER)?;
+    for (&(at, old, old_rows, new_rows), new) in rewrite.index.iter().zip(&landed.chunks) {
+        indexes::retire(txn, &landed.ids, old)?;
+        landing::add_chunk(txn, retired, old, old_rows)?;
+        record.row_count = record.row_count - old_rows + new_rows;
+        if record.tail.is_some_and(|t| t.position == at) {
+            record.tail = None;
+        }
+        match (new, landed.id) {
+            (Some(chunk), Some(id)) => {
+                order.insert((record.id, at), *chunk)?;
+                landing::remove_chunk(txn, id, *chunk)?;
+            }
+            (Some(_), None) => {
+                return Err(Error::internal("a landed chunk has no landing"));
+            }
+            (None, _) => {
+                order.remove((record.id, at))?;
+            }
+        }
+    }
+    drop(order);
+    if let Some(id) = landed.id {
+        landing::end(txn, id)?;
+    }
+    save(txn, tenant, &record)?;
+    verify_keys(txn, &record)?;
+    Ok(Some(Retired {
+        work: Some(RetiredWork {
+            landing: retired,
+            tenant,
+            table: record.id,
+            name: record.name.clone(),
+            ids: landed.ids,
+            indexed,
+            entries,
+        }),
+    }))
 }
 
 /// Fails when two rows of the table share the values of one of its unique keys. Run inside
@@ -1808,11 +2089,7 @@ impl IndexBuild {
             keep_going()?;
             let batch = txn.chunk_columns(self.table_id, chunk, self.columns.clone())?;
             let entries = self.indexed.encode(&batch)?;
-            self.indexed.check_staged(
-                &entries,
-                None::<&indexes::SnapshotEntries>,
-                &mut self.seen,
-            )?;
+            self.indexed.check_staged(&entries, None, &mut self.seen)?;
             staged.push(chunk, entries)?;
             self.done.insert(chunk);
             #[cfg(test)]
@@ -1879,9 +2156,14 @@ impl IndexBuild {
                         if live {
                             let lookups = Lookups::Suspects(&self.seen);
                             let part = from..from + indexes::STEP_ENTRIES;
-                            let (added, count) = self
-                                .indexed
-                                .write_part(txn, chunk, &entries, lookups, part)?;
+                            let (added, count) = self.indexed.write_part(
+                                txn,
+                                chunk,
+                                &entries,
+                                lookups,
+                                &[],
+                                part,
+                            )?;
                             storage::charge(txn, tenant, Change::added(added))?;
                             total = count;
                         }

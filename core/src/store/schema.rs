@@ -33,6 +33,10 @@ pub(crate) const CHUNK_ORDER: TableDefinition<(u64, u64), u64> =
 /// id, row in the chunk) → nothing; one per indexed row.
 pub(crate) const INDEX_ENTRIES: TableDefinition<(u64, &[u8], u64, u32), ()> =
     TableDefinition::new("index_entries");
+/// `retired_chunks` (indexes): (index id, chunk id) → nothing: a chunk a rewrite replaced,
+/// whose entries in that index take no key and are being removed.
+pub(crate) const RETIRED_CHUNKS: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("retired_chunks");
 
 /// `landings` (landing): landing id → what a statement writing ahead of its commit writes
 /// into (JSON), until it is published or discarded.

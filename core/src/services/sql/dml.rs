@@ -39,7 +39,7 @@ use super::session::Session;
 use super::snapshot::{Namespace, Snapshot, StoredTable};
 use crate::catalog::constraints::OnConflict;
 use crate::catalog::namespace::{FILES_DB, SYSTEM_DB};
-use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
+use crate::catalog::tables::{self, Retired, Rewrite, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::store::schema::{CHUNK_ORDER, PROJECTS, TABLES};
@@ -66,6 +66,9 @@ pub(crate) struct WriteJob {
     /// Whether no other statement can change the target while this one computes its change:
     /// it held the writer lock or was its table's sole writer from before its snapshot.
     pub(crate) owns_target: bool,
+    /// Whether a rewrite may land ahead of its commit (see `land_rewrite`): not when the
+    /// statement holds the writer lock from its start, nor inside an explicit transaction.
+    pub(crate) may_land: bool,
     /// Bytes of staged rows kept in memory before a temporary file is used.
     pub(crate) staging_memory: usize,
 }
@@ -354,7 +357,7 @@ pub(crate) fn run_dml(
                 return land_rows(job, handle, &project, &read, staged).map(Staged::Done);
             }
             let source = &job.snapshot.txn;
-            let insert = match (op, &conflict.update) {
+            let mut insert = match (op, &conflict.update) {
                 (InsertOp::Overwrite, _) => Insert::Overwrite(staged),
                 (InsertOp::Append, Some(upsert)) => {
                     Insert::Updated(upsert.prepare(job, source, &read, staged, &checks)?)
@@ -381,6 +384,18 @@ pub(crate) fn run_dml(
             if matches!(insert, Insert::Resolved(_) | Insert::Updated(_)) {
                 watch::planned(&read.name);
             }
+            let rewrite = match &mut insert {
+                Insert::Resolved(resolved) => resolved.rewrite_mut(),
+                Insert::Updated(prepared) => Some(prepared.rewrite_mut()),
+                _ => None,
+            };
+            let landing = match rewrite {
+                Some(rewrite) => match land_rewrite(job, handle, &project, &read, rewrite)? {
+                    Some(landing) => landing,
+                    None => return Ok(Staged::TargetChanged),
+                },
+                None => Landing::none(job, handle),
+            };
             let guard = job.lock(handle)?;
             let Some(record) = job.still(&guard, &project, &name, &read)? else {
                 return Ok(Staged::TargetChanged);
@@ -396,20 +411,22 @@ pub(crate) fn run_dml(
                     let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
-                    Some(rows)
+                    Some((rows, Retired::nothing()))
                 }
-                Insert::Plain(staged) => Some(tables::append_staged(
-                    &guard.txn, job.tenant, record, staged,
-                )?),
+                Insert::Plain(staged) => Some((
+                    tables::append_staged(&guard.txn, job.tenant, record, staged)?,
+                    Retired::nothing(),
+                )),
                 Insert::Resolved(resolved) => resolved.apply(&guard.txn, job.tenant, record)?,
                 Insert::Updated(prepared) => prepared.apply(&guard.txn, job.tenant, record)?,
             };
             // Resolved against rows another write has changed since: again, as the table's
             // sole writer.
-            let Some(rows) = rows else {
+            let Some((rows, retired)) = rows else {
                 return Ok(Staged::TargetChanged);
             };
             guard.commit()?;
+            landing.published(retired);
             return Ok(Staged::Done(rows));
         }
         WriteOp::Delete => {
@@ -543,9 +560,13 @@ fn rewrite(
         attempt += 1;
         affected.set(0);
         let source = fresh.as_ref().unwrap_or(&job.snapshot.txn);
-        let planned = tables::plan_rewrite(source, &read, job.spool(), job.spool(), &mut counted)?;
+        let mut planned =
+            tables::plan_rewrite(source, &read, job.spool(), job.spool(), &mut counted)?;
         #[cfg(test)]
         watch::planned(&read.name);
+        let Some(landing) = land_rewrite(job, handle, project, &read, &mut planned)? else {
+            return Ok(Staged::TargetChanged);
+        };
         let guard = job.lock(handle)?;
         let Some(record) = job.still(&guard, project, name, &read)? else {
             return Ok(Staged::TargetChanged);
@@ -559,8 +580,11 @@ fn rewrite(
                 return Ok(Staged::Done(0));
             }
         }
-        if tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)? {
+        if let Some(retired) =
+            tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)?
+        {
             guard.commit()?;
+            landing.published(retired);
             return Ok(Staged::Done(affected.get()));
         }
         affected.set(0);
@@ -575,12 +599,16 @@ fn rewrite(
             let again =
                 tables::plan_rewrite(&guard.txn, &record, job.spool(), job.spool(), &mut counted)?;
             let applied = tables::apply_rewrite(&guard.txn, job.tenant, record, again)?;
-            debug_assert!(applied, "a rewrite planned inside the transaction applies");
+            debug_assert!(
+                applied.is_some(),
+                "a rewrite planned inside the transaction applies"
+            );
             guard.commit()?;
             return Ok(Staged::Done(affected.get()));
         }
         // Another write landed in between: computed again from a snapshot taken after it.
         drop(guard);
+        drop(landing);
         job.check_cancelled()?;
         let snapshot = job.store.read()?;
         match tables::get(&snapshot.open_table(TABLES)?, job.tenant, project, name)? {
@@ -901,6 +929,75 @@ pub(crate) fn land_rows(
     published
 }
 
+/// What a rewrite landed ahead of its commit (see `tables::Rewrite::land`), discarded when
+/// dropped unless [`Landing::published`]: a rewrite not applied (its table changed, an error)
+/// leaves nothing. Declared before the statement's write guard, so that the guard (and the
+/// writer lock) goes first.
+struct Landing<'a> {
+    job: &'a WriteJob,
+    handle: &'a Handle,
+    id: Option<u64>,
+}
+
+impl<'a> Landing<'a> {
+    /// Nothing landed.
+    fn none(job: &'a WriteJob, handle: &'a Handle) -> Landing<'a> {
+        Landing {
+            job,
+            handle,
+            id: None,
+        }
+    }
+
+    /// The rewrite committed: its landing is published; what it retired is swept now, a
+    /// step per transaction. Outside the statement's memory account and deadline, like a
+    /// discard (its result is committed); a failure (of the disk) leaves the rest to the next
+    /// open of the file.
+    fn published(mut self, retired: Retired) {
+        self.id = None;
+        let (store, handle) = (&self.job.store, self.handle);
+        let _outside = crate::memory::enter(crate::memory::Tag::NONE);
+        let _ = retired.sweep(&mut |work| {
+            let lock = handle.block_on(store.lock_writes_detached());
+            let mut guard = store.begin_write(lock)?;
+            guard.need_not_persist()?;
+            work(&guard.txn)?;
+            guard.commit()
+        });
+    }
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        discard_landing(&self.job.store, self.handle, self.id.take());
+    }
+}
+
+/// Lands `rewrite` (of `read`'s table in `project`) ahead of its commit when it writes more
+/// index entries than a step (see `tables::Rewrite::land`), so that its commit holds the
+/// writer lock for a few keys per changed chunk. Not inside an explicit transaction (its
+/// steps are the transaction's), nor for a statement that holds the writer lock from its
+/// start (it must not be overtaken). `None` when another statement's landing overtook it.
+fn land_rewrite<'a>(
+    job: &'a WriteJob,
+    handle: &'a Handle,
+    project: &str,
+    read: &TableRecord,
+    rewrite: &mut Rewrite,
+) -> Result<Option<Landing<'a>>> {
+    let mut landing = Landing::none(job, handle);
+    if !rewrite.lands() || !job.may_land {
+        return Ok(Some(landing));
+    }
+    let keep_going = || job.check_cancelled();
+    let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
+        landing_step(job, handle, work)
+    };
+    let landed = rewrite.land(job.tenant, project, read, &mut step, &keep_going);
+    landing.id = rewrite.landing();
+    Ok(landed?.then_some(landing))
+}
+
 /// Discards what a failed statement landed (see `catalog::landing`), a step per transaction.
 /// This is no longer the statement's work: it runs outside its memory account and deadline,
 /// so that a stopped statement leaves nothing behind. Inside an explicit transaction nothing
@@ -1208,6 +1305,102 @@ mod tests {
         }
         super::watch::on_planned("resolved", || {});
         assert_eq!(value(&engine, "SELECT count(*) FROM resolved"), "1004");
+    }
+
+    /// Checks that nothing of a rewrite's landing and retired chunks is left: the table's one
+    /// index holds `entries` entries, no chunk is marked retired, no landing is left, and the
+    /// bytes counted are those a recount finds.
+    fn nothing_retired_left(engine: &Engine, entries: u64) {
+        use crate::store::schema::RETIRED_CHUNKS;
+        use redb::ReadableTableMetadata;
+        let [stored_entries, _, landings, landed, stored] = footprint(engine);
+        assert_eq!(stored_entries, entries);
+        assert_eq!([landings, landed], [0, 0], "no landing is left");
+        let txn = engine.store().read().unwrap();
+        assert_eq!(txn.open_table(RETIRED_CHUNKS).unwrap().len().unwrap(), 0);
+        drop(txn);
+        let lock = engine.store().try_lock_writes().unwrap();
+        let guard = engine.store().begin_write(lock).unwrap();
+        let counted = tables::stored_bytes(&guard.txn).unwrap();
+        assert_eq!(stored, counted[&TenantId::LOCAL], "bytes counted as stored");
+    }
+
+    #[test]
+    fn a_rewrite_of_an_indexed_chunk_lands_then_sweeps_the_old_one_in_steps() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let steps_of = |entries: usize| entries.div_ceil(crate::catalog::indexes::STEP_ENTRIES);
+        sql("CREATE TABLE retiring (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("CREATE TABLE beside (x BIGINT)");
+        // One chunk: a change to one of its rows rewrites all of its entries.
+        sql("INSERT INTO retiring SELECT value, 0 FROM generate_series(1, 20000)");
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&steps));
+        observe::on_landed("retiring", move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            // Between two steps the writer lock is free: another statement commits.
+            racer.sql_blocking("INSERT INTO beside VALUES (1)").unwrap();
+            // Nothing is published before the statement commits, and every key stays taken.
+            assert_eq!(value(&racer, "SELECT v FROM retiring WHERE id = 5"), "0");
+            let e = racer
+                .sql_blocking("INSERT INTO retiring VALUES (7, 1)")
+                .unwrap_err();
+            assert!(e.message().contains("Duplicate key (7)"), "{e}");
+        });
+        sql("UPDATE retiring SET v = 1 WHERE id = 5");
+        observe::on_landed("retiring", || {});
+        assert_eq!(steps.load(Ordering::SeqCst), steps_of(20_000));
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM beside"),
+            steps_of(20_000).to_string()
+        );
+        assert_eq!(value(&engine, "SELECT v FROM retiring WHERE id = 5"), "1");
+        assert_eq!(value(&engine, "SELECT count(*) FROM retiring"), "20000");
+        nothing_retired_left(&engine, 20_000);
+
+        // While a DELETE's old chunk is swept, its entries are still in the file: the key it
+        // deleted is free, the others are taken.
+        let sweeps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&sweeps));
+        observe::on_swept("retiring", move || {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                racer
+                    .sql_blocking("INSERT INTO retiring VALUES (6, 2)")
+                    .unwrap();
+                let e = racer
+                    .sql_blocking("INSERT INTO retiring VALUES (7, 2)")
+                    .unwrap_err();
+                assert!(e.message().contains("Duplicate key (7)"), "{e}");
+                assert_eq!(value(&racer, "SELECT count(*) FROM retiring"), "20000");
+            }
+        });
+        sql("DELETE FROM retiring WHERE id = 6");
+        observe::on_swept("retiring", || {});
+        assert_eq!(sweeps.load(Ordering::SeqCst), steps_of(20_000));
+        assert_eq!(value(&engine, "SELECT v FROM retiring WHERE id = 6"), "2");
+        assert_eq!(value(&engine, "SELECT count(*) FROM retiring"), "20000");
+        nothing_retired_left(&engine, 20_000);
+
+        // A key the rewrite takes from a row it does not replace is refused, and what it landed
+        // goes.
+        let e = engine
+            .sql_blocking("UPDATE retiring SET id = 6 WHERE id = 9")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (6)"), "{e}");
+        nothing_retired_left(&engine, 20_000);
+        assert_eq!(
+            value(&engine, "SELECT count(*) FROM retiring WHERE id = 9"),
+            "1"
+        );
+        // Upserts and replacements of one row of the full chunk land the same way.
+        sql("INSERT INTO retiring VALUES (10, 5) ON CONFLICT (id) DO UPDATE SET v = excluded.v");
+        sql("INSERT OR REPLACE INTO retiring VALUES (11, 6)");
+        assert_eq!(
+            value(&engine, "SELECT sum(v) FROM retiring WHERE id IN (10, 11)"),
+            "11"
+        );
+        assert_eq!(value(&engine, "SELECT count(*) FROM retiring"), "20000");
+        nothing_retired_left(&engine, 20_000);
     }
 
     /// What the file holds beside table records: index entries, chunks, landings and landed

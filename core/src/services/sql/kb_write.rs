@@ -315,7 +315,8 @@ fn remove_documents(
             Ok(Some(filter_record_batch(&batch, &keep)?))
         },
     )?;
-    if !tables::apply_rewrite(txn, job.tenant, record.clone(), rewrite)? {
+    // Planned inside the transaction, never landed: nothing is retired.
+    if tables::apply_rewrite(txn, job.tenant, record.clone(), rewrite)?.is_none() {
         return Err(Error::internal(
             "a rewrite planned inside its transaction did not apply",
         ));

@@ -729,6 +729,7 @@ impl SqlRunner {
             db: db.to_string(),
             cancelled: tokio_util::sync::CancellationToken::new(),
             owns_target: held.is_some() || matches!(claim, Some(dml::Claim::Sole { .. })),
+            may_land: held.is_none() && !self.store.in_transaction(),
             held: parking_lot::Mutex::new(held),
             _claim: claim,
             staging_memory: usize::try_from(

@@ -254,25 +254,30 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Writes the updated rows and inserts the others in `record`'s table inside `txn`.
-    /// Returns the rows inserted or updated, or `None` (writing nothing) when the table is no
-    /// longer as it was read.
+    /// Returns the rows inserted or updated and what the rewrite retired, or `None` (writing
+    /// nothing) when the table is no longer as it was read.
     pub(crate) fn apply(
         self,
         txn: &redb::WriteTransaction,
         tenant: TenantId,
         record: TableRecord,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<(u64, tables::Retired)>> {
         let (project, name) = (record.project.clone(), record.name.clone());
-        if !tables::apply_rewrite(txn, tenant, record, self.rewrite)? {
+        let Some(retired) = tables::apply_rewrite(txn, tenant, record, self.rewrite)? else {
             return Ok(None);
-        }
+        };
         let record = tables::get(&txn.open_table(TABLES)?, tenant, &project, &name)?
             .ok_or_else(|| Error::internal("a table went away during its own write"))?;
         let inserted = self.fresh.num_rows() as u64;
         let mut writer = TableWriter::append(txn, tenant, record)?;
         writer.push(self.fresh)?;
         writer.finish()?;
-        Ok(Some(inserted + self.updated))
+        Ok(Some((inserted + self.updated, retired)))
+    }
+
+    /// The rewrite of the stored rows it updates, to land ahead of the commit.
+    pub(crate) fn rewrite_mut(&mut self) -> &mut Rewrite {
+        &mut self.rewrite
     }
 }
 
