@@ -64,6 +64,11 @@ pub(crate) fn retire(txn: &WriteTransaction, ids: &[u64], chunk: u64) -> Result<
     Ok(())
 }
 
+/// Whether chunk `chunk` is retired in the index `id`.
+pub(crate) fn is_retired(txn: &WriteTransaction, id: u64, chunk: u64) -> Result<bool> {
+    Ok(txn.open_table(RETIRED_CHUNKS)?.get((id, chunk))?.is_some())
+}
+
 /// Forgets that chunk `chunk` is retired in the indexes `ids`, once its entries are gone.
 pub(crate) fn forget_retired(txn: &WriteTransaction, ids: &[u64], chunk: u64) -> Result<()> {
     let mut retired = txn.open_table(RETIRED_CHUNKS)?;
@@ -406,6 +411,18 @@ impl Indexed {
             }
         }
         Ok((bytes, number))
+    }
+
+    /// The bytes the entries `encoded` take once written (see `storage`).
+    pub(crate) fn entries_bytes(&self, encoded: &[u8]) -> Result<u64> {
+        let mut entries = Entries { bytes: encoded };
+        let mut bytes = 0;
+        for _ in &self.defs {
+            for _ in 0..entries.u32()? {
+                bytes += entry_bytes(entries.entry()?.key.len());
+            }
+        }
+        Ok(bytes)
     }
 
     /// [`Indexed::encode`] for rows already stored, whose entries are about to go: no key

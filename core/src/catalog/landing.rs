@@ -10,7 +10,10 @@
 //! its chunk order and an index through the table's record, and neither names landed data
 //! before the publishing transaction. Unique keys are checked as each step writes them,
 //! against every entry in the file then, including other landings' (two statements inserting
-//! one key: the second to write it fails, as it would had the first committed).
+//! one key: the second to write it fails, as it would had the first committed). A rewrite
+//! lands its chunks' unchanged keys again beside the chunks it replaces, so a write that
+//! meets a taken key while a rewrite of its table is landing may have met such
+//! a copy: it runs again as the table's sole writer, after the rewrite, instead of failing.
 //!
 //! This module keeps the record of each landing: what it belongs to and which chunks it wrote,
 //! so that a statement that fails after some steps (its deadline, a duplicate key, a crash)
@@ -28,7 +31,8 @@ use crate::tenant::TenantId;
 /// What a landing writes into.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum Landed {
-    /// Chunks of rows appended to a table, with the entries of its indexes `indexes`.
+    /// Chunks of rows appended to a table, or of a rewrite's chunks replacing others, with
+    /// the entries of its indexes `indexes`.
     Rows {
         /// The table's owner, whose stored bytes the landed data counts to.
         tenant: u64,
@@ -36,6 +40,10 @@ pub(crate) enum Landed {
         table: u64,
         /// The ids of the indexes whose entries were written with the chunks.
         indexes: Vec<u64>,
+        /// Whether the chunks are a rewrite's: they hold again the keys of the rows they keep
+        /// from the chunks they replace.
+        #[serde(default)]
+        rewrite: bool,
     },
     /// What a DROP left to remove: the entries of `indexes`, then (for a dropped table) the
     /// chunks of `table`. Nothing names them any more; the engine's sweeper removes them in
@@ -170,15 +178,24 @@ pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
 }
 
 /// Whether a landing of rows into the table `table` other than `own` (the caller's) is in
-/// progress: a rewrite whose key is taken may then have met that landing's unpublished row.
-pub(crate) fn touches_other(txn: &WriteTransaction, table: u64, own: Option<u64>) -> Result<bool> {
+/// progress, only a rewrite's when `rewrites` is set: a write whose key is taken may then
+/// have met that landing's unpublished row.
+pub(crate) fn touches_other(
+    txn: &WriteTransaction,
+    table: u64,
+    own: Option<u64>,
+    rewrites: bool,
+) -> Result<bool> {
     for entry in txn.open_table(LANDINGS)?.iter()? {
         let (id, value) = entry?;
         if Some(id.value()) == own {
             continue;
         }
-        if let Landed::Rows { table: t, .. } = serde_json::from_str(value.value())? {
-            if t == table {
+        if let Landed::Rows {
+            table: t, rewrite, ..
+        } = serde_json::from_str(value.value())?
+        {
+            if t == table && (rewrite || !rewrites) {
                 return Ok(true);
             }
         }

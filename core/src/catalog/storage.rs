@@ -118,6 +118,24 @@ pub(crate) fn charge(txn: &WriteTransaction, tenant: TenantId, change: Change) -
     Ok(())
 }
 
+/// Counts `bytes` added to `tenant`'s stored bytes without checking its limit: a rewrite's
+/// chunks landed ahead of its commit, which frees the chunks they replace; the commit checks
+/// the net change ([`check_net`]).
+pub(crate) fn charge_ahead(txn: &WriteTransaction, tenant: TenantId, bytes: u64) -> Result<()> {
+    let mut table = txn.open_table(STORAGE_BYTES)?;
+    let used = table.get(tenant.0)?.map_or(0, |v| v.value());
+    table.insert(tenant.0, used.saturating_add(bytes))?;
+    Ok(())
+}
+
+/// Fails with QuotaExceeded when `tenant`'s stored bytes, less the `freed` bytes about to be
+/// removed, exceed its limit: a change counted ahead ([`charge_ahead`]) that grows the tenant.
+pub(crate) fn check_net(txn: &WriteTransaction, tenant: TenantId, freed: u64) -> Result<()> {
+    let used = used(txn, tenant)?;
+    let before = used.saturating_sub(freed);
+    check(txn, tenant, before, before)
+}
+
 /// Fails when `now` bytes exceed `tenant`'s limit (it had `used`).
 fn check(txn: &WriteTransaction, tenant: TenantId, used: u64, now: u64) -> Result<()> {
     let Some(plan) = users::plan_of(txn, tenant)? else {

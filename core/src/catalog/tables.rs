@@ -30,7 +30,7 @@ use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::store;
-use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
+use crate::store::schema::{CHUNKS, CHUNK_ORDER, LANDED_CHUNKS, TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 /// Rows per stored chunk: big enough that per-chunk overhead vanishes, small enough that a scan
@@ -968,6 +968,16 @@ pub(crate) struct RowLanding {
     rows: u64,
     /// The staged rows that make no full chunk, written when publishing.
     pending: Option<ChunkBuffer>,
+    /// The bytes landed so far (chunks and entries).
+    landed_bytes: u64,
+}
+
+/// What landing a rewrite's chunk needs beside the chunk: the table's chunk order as the
+/// rewrite read it (a step finding it changed stops the landing) and the chunks it replaces
+/// (whose keys it may take again).
+struct Rewriting<'a> {
+    base: &'a [(u64, u64)],
+    replaced: &'a [u64],
 }
 
 impl StagedRows {
@@ -1021,6 +1031,7 @@ impl RowLanding {
             id: None,
             rows,
             pending: Some(pending),
+            landed_bytes: 0,
         };
         let Some(keys) = keys else {
             return (
@@ -1031,7 +1042,7 @@ impl RowLanding {
         let landed = chunks.drain(|chunk_rows, staged| {
             let (bytes, entries) = split_staged(&staged)?;
             let chunk = (chunk_rows, bytes, entries);
-            landing.land_one(&keys.indexed, chunk, &[], &mut *step, keep_going)?;
+            landing.land_one(&keys.indexed, chunk, None, &mut *step, keep_going)?;
             Ok(())
         });
         (landing, landed)
@@ -1046,44 +1057,68 @@ impl RowLanding {
         &mut self,
         indexed: &Indexed,
         (rows, bytes, entries): (u64, &[u8], &[u8]),
-        replaced: &[u64],
+        rewriting: Option<&Rewriting<'_>>,
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
     ) -> Result<Option<u64>> {
+        let replaced = rewriting.map_or(&[][..], |r| r.replaced);
         let (mut chunk, mut from) = (None, 0);
         loop {
             keep_going()?;
-            let (mut done, mut overtaken) = ((None, 0, 0), false);
+            let (mut done, mut overtaken) = ((None, 0, 0, 0), false);
             let stepped = step(&mut |txn| {
-                let (begun, id) = match chunk {
-                    Some(id) => (None, id),
-                    None => self.land_chunk(txn, rows, bytes)?,
+                // A rewrite whose table changed since it was read (or whose indexes did) will
+                // not apply: it stops landing and runs again.
+                if let Some(rewriting) = rewriting {
+                    let current = self.current(txn).ok();
+                    let order = txn.open_table(CHUNK_ORDER)?;
+                    if current.is_none() || chunk_order(&order, self.table)? != rewriting.base {
+                        overtaken = true;
+                        return Err(Error::conflict("the rewrite was overtaken"));
+                    }
+                }
+                let (begun, id, mut added) = match chunk {
+                    Some(id) => (None, id, 0),
+                    None => {
+                        let (begun, id) = self.land_chunk(txn, rows, bytes, rewriting.is_none())?;
+                        (begun, id, bytes.len() as u64)
+                    }
                 };
                 let part = from..from + indexes::STEP_ENTRIES;
                 let written = self.land_entries(txn, indexed, id, entries, replaced, part);
-                let (added, total) = match written {
+                let (entries_added, total) = match written {
                     Err(e)
-                        if !replaced.is_empty()
+                        if rewriting.is_some()
                             && e.kind() == crate::ErrorKind::ConstraintViolation
-                            && landing::touches_other(txn, self.table, begun.or(self.id))? =>
+                            && landing::touches_other(
+                                txn,
+                                self.table,
+                                begun.or(self.id),
+                                false,
+                            )? =>
                     {
                         overtaken = true;
                         return Err(e);
                     }
                     written => written?,
                 };
-                storage::charge(txn, self.tenant, Change::added(added))?;
-                done = (begun, id, total);
+                match rewriting {
+                    Some(_) => storage::charge_ahead(txn, self.tenant, entries_added)?,
+                    None => storage::charge(txn, self.tenant, Change::added(entries_added))?,
+                }
+                added += entries_added;
+                done = (begun, id, total, added);
                 Ok(())
             });
             if overtaken {
                 return Ok(None);
             }
             stepped?;
-            let (begun, id, total) = done;
+            let (begun, id, total, added) = done;
             if begun.is_some() {
                 self.id = begun;
             }
+            self.landed_bytes += added;
             chunk = Some(id);
             #[cfg(test)]
             indexes::observe::landed(&self.name);
@@ -1120,6 +1155,7 @@ impl RowLanding {
         txn: &WriteTransaction,
         rows: u64,
         bytes: &[u8],
+        checked: bool,
     ) -> Result<(Option<u64>, u64)> {
         let mut record = self.current(txn)?;
         let (id, begun) = match self.id {
@@ -1129,6 +1165,7 @@ impl RowLanding {
                     tenant: self.tenant.0,
                     table: self.table,
                     indexes: self.ids.clone(),
+                    rewrite: !checked,
                 };
                 let id = landing::begin(txn, &what)?;
                 (id, Some(id))
@@ -1136,7 +1173,10 @@ impl RowLanding {
         };
         let chunk = record.next_chunk;
         txn.open_table(CHUNKS)?.insert((self.table, chunk), bytes)?;
-        storage::charge(txn, self.tenant, Change::added(bytes.len() as u64))?;
+        match checked {
+            true => storage::charge(txn, self.tenant, Change::added(bytes.len() as u64))?,
+            false => storage::charge_ahead(txn, self.tenant, bytes.len() as u64)?,
+        }
         landing::add_chunk(txn, id, chunk, rows)?;
         // The chunk id is taken: nothing else writes a chunk under it.
         record.next_chunk += 1;
@@ -1501,6 +1541,8 @@ pub(crate) struct Rewrite {
     entries: Option<(Signature, Spool)>,
     /// Those indexes, ready to write and remove entries.
     indexed: Option<Indexed>,
+    /// The bytes the changed chunks' entries take.
+    old_entry_bytes: u64,
     /// The new chunks, once they landed.
     landed: Option<LandedRewrite>,
 }
@@ -1514,6 +1556,9 @@ struct LandedRewrite {
     ids: Vec<u64>,
     /// Per change, in order: the new chunk's id, `None` when every row went.
     chunks: Vec<Option<u64>>,
+    /// The bytes the landed chunks and entries take, counted ahead (see
+    /// `storage::charge_ahead`).
+    bytes: u64,
 }
 
 impl Rewrite {
@@ -1562,6 +1607,11 @@ impl Rewrite {
             id: None,
             rows: 0,
             pending: None,
+            landed_bytes: 0,
+        };
+        let rewriting = Rewriting {
+            base: &self.base,
+            replaced: &replaced,
         };
         let mut index = self.index.iter();
         let mut chunks = Vec::with_capacity(self.index.len());
@@ -1577,7 +1627,7 @@ impl Rewrite {
             }
             let (bytes, entries) = split_staged(&bytes)?;
             let chunk = (rows, bytes, entries);
-            let id = landing.land_one(indexed, chunk, &replaced, &mut *step, keep_going)?;
+            let id = landing.land_one(indexed, chunk, Some(&rewriting), &mut *step, keep_going)?;
             overtaken = id.is_none();
             chunks.push(id);
             Ok(())
@@ -1586,6 +1636,7 @@ impl Rewrite {
             id: landing.id,
             ids: landing.ids,
             chunks,
+            bytes: landing.landed_bytes,
         });
         landed.map(|()| !overtaken)
     }
@@ -1637,6 +1688,15 @@ impl Retired {
             loop {
                 let mut total = 0;
                 step(&mut |txn| {
+                    // Not retired (any more): an explicit transaction that the rewrite's
+                    // commit joined was rolled back; the chunk is live.
+                    let retired = match work.ids.first() {
+                        Some(&id) => indexes::is_retired(txn, id, chunk)?,
+                        None => false,
+                    };
+                    if !retired {
+                        return Ok(());
+                    }
                     let part = from..from + indexes::STEP_ENTRIES;
                     let (mut freed, count) =
                         work.indexed.remove_part(txn, chunk, &entries, part)?;
@@ -1659,7 +1719,14 @@ impl Retired {
                 }
             }
         })?;
-        step(&mut |txn| landing::end(txn, work.landing))
+        step(&mut |txn| match landing::get(txn, work.landing)? {
+            Some(Landed::Retired { table, .. })
+                if table == work.table && landing::first_chunk(txn, work.landing)?.is_none() =>
+            {
+                landing::end(txn, work.landing)
+            }
+            _ => Ok(()),
+        })
     }
 }
 
@@ -1667,7 +1734,7 @@ impl Retired {
 /// without writing them. `change` gets each chunk's rows and returns `None` to leave the chunk
 /// untouched, or its new rows (possibly none). Changed chunks get new ids at their old
 /// positions (see [`apply_rewrite`]), so row order holds and untouched chunks are never copied.
-/// `changes` stages the new rows; `old` the index entries of the rows that go.
+/// `changes` stages the new rows; `old` the index entries of the changed chunks as they were.
 pub(crate) fn plan_rewrite(
     txn: &impl ReadTables,
     record: &TableRecord,
@@ -1703,6 +1770,7 @@ pub(crate) fn plan_rewrite_probing(
         index: Vec::new(),
         entries: indexed.as_ref().map(|i| (i.signature(), old)),
         indexed: None,
+        old_entry_bytes: 0,
         landed: None,
     };
     for (position, chunk) in base {
@@ -1738,7 +1806,10 @@ pub(crate) fn plan_rewrite_probing(
             }
             _ => bytes,
         };
-        if let (Some((_, old)), Some(gone)) = (rewrite.entries.as_mut(), gone) {
+        if let (Some((_, old)), Some(gone), Some(indexed)) =
+            (rewrite.entries.as_mut(), gone, &indexed)
+        {
+            rewrite.old_entry_bytes += indexed.entries_bytes(&gone)?;
             old.push(chunk, gone)?;
         }
         changes.push(position, bytes)?;
@@ -1877,6 +1948,29 @@ fn publish_rewrite(
     };
     if landed.chunks.len() != rewrite.index.len() {
         return Err(Error::internal("a landed rewrite lost some of its chunks"));
+    }
+    // What landed must still be in the file: steps that joined an explicit transaction begun
+    // meanwhile are gone if it rolled back.
+    if let Some(id) = landed.id {
+        let rows = txn.open_table(LANDED_CHUNKS)?;
+        for chunk in landed.chunks.iter().flatten() {
+            if rows.get((id, *chunk))?.is_none() {
+                return Ok(None);
+            }
+        }
+    }
+    // Counted as one change, as a rewrite applied at once is: one that shrinks the table
+    // passes even over the limit.
+    let mut freed = rewrite.old_entry_bytes;
+    let chunks = txn.open_table(CHUNKS)?;
+    for &(_, old, ..) in &rewrite.index {
+        freed += chunks
+            .get((record.id, old))?
+            .map_or(0, |b| b.value().len() as u64);
+    }
+    drop(chunks);
+    if landed.bytes > freed {
+        storage::check_net(txn, tenant, freed)?;
     }
     let retired = landing::begin(
         txn,

@@ -354,7 +354,7 @@ pub(crate) fn run_dml(
                 .map_err(|e| named_not_null(&dml.table_name, e))?;
             let plain = matches!(op, InsertOp::Append) && !resolved && conflict.update.is_none();
             if plain && staged.lands() {
-                return land_rows(job, handle, &project, &read, staged).map(Staged::Done);
+                return land_rows(job, handle, &project, &read, staged);
             }
             let source = &job.snapshot.txn;
             let mut insert = match (op, &conflict.update) {
@@ -405,20 +405,24 @@ pub(crate) fn run_dml(
             if resolving && record.constraints != read.constraints {
                 return Ok(Staged::TargetChanged);
             }
+            let table = record.id;
             let rows = match insert {
-                Insert::Overwrite(staged) => {
+                Insert::Overwrite(staged) => (|| {
                     let rows = staged.rows();
                     let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
-                    Some((rows, Retired::nothing()))
+                    Ok(Some((rows, Retired::nothing())))
+                })(),
+                Insert::Plain(staged) => {
+                    tables::append_staged(&guard.txn, job.tenant, record, staged)
+                        .map(|rows| Some((rows, Retired::nothing())))
                 }
-                Insert::Plain(staged) => Some((
-                    tables::append_staged(&guard.txn, job.tenant, record, staged)?,
-                    Retired::nothing(),
-                )),
-                Insert::Resolved(resolved) => resolved.apply(&guard.txn, job.tenant, record)?,
-                Insert::Updated(prepared) => prepared.apply(&guard.txn, job.tenant, record)?,
+                Insert::Resolved(resolved) => resolved.apply(&guard.txn, job.tenant, record),
+                Insert::Updated(prepared) => prepared.apply(&guard.txn, job.tenant, record),
+            };
+            let Staged::Done(rows) = landed_over(job, &guard.txn, table, rows)? else {
+                return Ok(Staged::TargetChanged);
             };
             // Resolved against rows another write has changed since: again, as the table's
             // sole writer.
@@ -580,9 +584,11 @@ fn rewrite(
                 return Ok(Staged::Done(0));
             }
         }
-        if let Some(retired) =
-            tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned)?
-        {
+        let applied = tables::apply_rewrite(&guard.txn, job.tenant, record.clone(), planned);
+        let Staged::Done(applied) = landed_over(job, &guard.txn, record.id, applied)? else {
+            return Ok(Staged::TargetChanged);
+        };
+        if let Some(retired) = applied {
             guard.commit()?;
             landing.published(retired);
             return Ok(Staged::Done(affected.get()));
@@ -903,14 +909,15 @@ fn landing_step(
 /// Appends `staged` (rows for `read`'s table of `project`) by landing its full chunks and
 /// their index entries a chunk per transaction, then publishing them in one short one, so
 /// the writer lock is never held for more than a chunk's worth of entries. Returns the rows
-/// inserted; on an error nothing of them is left.
+/// inserted, or that the statement must run again (see [`landed_over`]); on an error or a
+/// rerun nothing of them is left.
 pub(crate) fn land_rows(
     job: &WriteJob,
     handle: &Handle,
     project: &str,
     read: &TableRecord,
     staged: StagedRows,
-) -> Result<u64> {
+) -> Result<Staged<u64>> {
     let keep_going = || job.check_cancelled();
     let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
         landing_step(job, handle, work)
@@ -919,14 +926,41 @@ pub(crate) fn land_rows(
         tables::RowLanding::land(job.tenant, project, read, staged, &mut step, &keep_going);
     let published = landed.and_then(|()| {
         let guard = job.lock(handle)?;
-        let rows = landing.publish(&guard.txn)?;
-        guard.commit()?;
-        Ok(rows)
+        let published = landing.publish(&guard.txn);
+        let published = landed_over(job, &guard.txn, read.id, published)?;
+        if let Staged::Done(_) = published {
+            guard.commit()?;
+        }
+        Ok(published)
     });
-    if published.is_err() {
+    if !matches!(published, Ok(Staged::Done(_))) {
         discard_landing(&job.store, handle, landing.id());
     }
     published
+}
+
+/// `result` of a write of the table `table` inside `txn`, unless it failed on a key that is
+/// taken while a rewrite lands chunks of the table: the key may be one of the rows it keeps,
+/// landed again beside the chunk it replaces, so the write runs again as the table's sole
+/// writer, after the rewrite, rather than fail. (A key taken by an append's landing is taken:
+/// the first to write a key wins.) A statement that holds the writer lock from its start (the
+/// last turn) or runs in an explicit transaction has no next turn: it reports the key.
+fn landed_over<T>(
+    job: &WriteJob,
+    txn: &redb::WriteTransaction,
+    table: u64,
+    result: Result<T>,
+) -> Result<Staged<T>> {
+    match result {
+        Err(e)
+            if e.kind() == crate::ErrorKind::ConstraintViolation
+                && job.may_land
+                && crate::catalog::landing::touches_other(txn, table, None, true)? =>
+        {
+            Ok(Staged::TargetChanged)
+        }
+        result => result.map(Staged::Done),
+    }
 }
 
 /// What a rewrite landed ahead of its commit (see `tables::Rewrite::land`), discarded when
@@ -1335,20 +1369,28 @@ mod tests {
         // One chunk: a change to one of its rows rewrites all of its entries.
         sql("INSERT INTO retiring SELECT value, 0 FROM generate_series(1, 20000)");
         let steps = Arc::new(AtomicUsize::new(0));
-        let (racer, count) = (engine.clone(), Arc::clone(&steps));
+        let taking = Arc::new(Mutex::new(None));
+        let (racer, count, thread) = (engine.clone(), Arc::clone(&steps), Arc::clone(&taking));
         observe::on_landed("retiring", move || {
-            count.fetch_add(1, Ordering::SeqCst);
+            let step = count.fetch_add(1, Ordering::SeqCst);
             // Between two steps the writer lock is free: another statement commits.
             racer.sql_blocking("INSERT INTO beside VALUES (1)").unwrap();
-            // Nothing is published before the statement commits, and every key stays taken.
+            // Nothing is published before the statement commits.
             assert_eq!(value(&racer, "SELECT v FROM retiring WHERE id = 5"), "0");
-            let e = racer
-                .sql_blocking("INSERT INTO retiring VALUES (7, 1)")
-                .unwrap_err();
-            assert!(e.message().contains("Duplicate key (7)"), "{e}");
+            if step == 0 {
+                // A key the rewrite lands again: the insert waits for the rewrite (the key may
+                // have been the rewrite's to drop), then finds it taken.
+                let racer = racer.clone();
+                *thread.lock() = Some(std::thread::spawn(move || {
+                    racer.sql_blocking("INSERT INTO retiring VALUES (7, 1)")
+                }));
+            }
         });
         sql("UPDATE retiring SET v = 1 WHERE id = 5");
         observe::on_landed("retiring", || {});
+        let taken = taking.lock().take().expect("the rewrite landed");
+        let e = taken.join().unwrap().unwrap_err();
+        assert!(e.message().contains("Duplicate key (7)"), "{e}");
         assert_eq!(steps.load(Ordering::SeqCst), steps_of(20_000));
         assert_eq!(
             value(&engine, "SELECT count(*) FROM beside"),
@@ -1401,6 +1443,60 @@ mod tests {
         );
         assert_eq!(value(&engine, "SELECT count(*) FROM retiring"), "20000");
         nothing_retired_left(&engine, 20_000);
+    }
+
+    #[test]
+    fn a_landing_rewrite_and_the_writes_it_meets_run_again_rather_than_fail() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let steps_of = |entries: usize| entries.div_ceil(crate::catalog::indexes::STEP_ENTRIES);
+        // A full chunk and a small last one.
+        sql("CREATE TABLE met (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("INSERT INTO met SELECT value, 0 FROM generate_series(1, 70000)");
+        // After the rewrite's first step another write changes the table (a row merged into
+        // its last chunk): the rewrite stops landing at its next step and runs again.
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&steps));
+        observe::on_landed("met", move || {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                racer
+                    .sql_blocking("INSERT INTO met VALUES (100000, 1)")
+                    .unwrap();
+            }
+        });
+        sql("UPDATE met SET v = 2 WHERE id = 5");
+        observe::on_landed("met", || {});
+        assert_eq!(steps.load(Ordering::SeqCst), 1 + steps_of(65_536));
+        assert_eq!(
+            value(&engine, "SELECT sum(v) FROM met WHERE id IN (5, 100000)"),
+            "3"
+        );
+        nothing_retired_left(&engine, 70_001);
+
+        // A write that meets the keys a landing rewrite lands again (the last chunk, merged
+        // with a new row, takes its keys anew) waits for the rewrite and runs again.
+        sql("CREATE TABLE small (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("INSERT INTO small SELECT value, 0 FROM generate_series(1, 3000)");
+        let waiting = Arc::new(Mutex::new(None));
+        let (racer, thread) = (engine.clone(), Arc::clone(&waiting));
+        observe::on_landed("small", move || {
+            let racer = racer.clone();
+            let inserted = std::thread::spawn(move || {
+                racer.sql_blocking("INSERT INTO small VALUES (100000, 1)")
+            });
+            // Time for it to meet the landed keys (it then waits for the rewrite's claim).
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            *thread.lock() = Some(inserted);
+        });
+        sql("UPDATE small SET v = 2 WHERE id = 5");
+        observe::on_landed("small", || {});
+        let inserted = waiting.lock().take().expect("the rewrite landed");
+        inserted.join().unwrap().unwrap();
+        assert_eq!(
+            value(&engine, "SELECT sum(v) FROM small WHERE id IN (5, 100000)"),
+            "3"
+        );
+        assert_eq!(value(&engine, "SELECT count(*) FROM small"), "3001");
     }
 
     /// What the file holds beside table records: index entries, chunks, landings and landed

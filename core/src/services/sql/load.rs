@@ -229,7 +229,14 @@ impl SqlRunner {
                 })?;
                 let rows = staged.rows();
                 if let (Some(record), LoadMode::Append, true) = (&read, mode, staged.lands()) {
-                    return super::dml::land_rows(job, handle, &project, record, staged);
+                    // An upload has no next turn: a key it met in another statement's
+                    // unpublished rows (see `dml::land_rows`) fails it as a change.
+                    return match super::dml::land_rows(job, handle, &project, record, staged)? {
+                        super::dml::Staged::Done(rows) => Ok(rows),
+                        super::dml::Staged::TargetChanged => Err(Error::conflict(format!(
+                            "Table '{table}' in database {project} was being written by another statement while the rows were written; nothing was written, try again"
+                        ))),
+                    };
                 }
                 let guard = job.lock(handle)?;
                 let current =
