@@ -174,6 +174,19 @@ fn writes_past_max_storage_mb_fail_whole_and_other_tenants_write_on() {
         .block_on(engine.update_user("bob", Some("tiny"), None))
         .unwrap();
     over_quota(&error(&bob, "INSERT INTO big VALUES (0, 'x')"));
+    // A change to one row of a full indexed chunk lands a new chunk before the old one goes:
+    // it is judged by what it adds less what it frees.
+    ok(&bob, "DELETE FROM big WHERE id = 5");
+    let before = stored(&bob);
+    over_quota(&error(&bob, "UPDATE big SET h = h || h WHERE id = 6"));
+    assert_eq!(stored(&bob), before);
+    assert_eq!(
+        number(
+            &bob,
+            "SELECT CAST(length(h) AS BIGINT) FROM big WHERE id = 6"
+        ),
+        32
+    );
     ok(&bob, "DELETE FROM big WHERE id > 10");
     ok(&bob, "DROP INDEX by_h");
     engine.block_on(bob.delete_file("f")).unwrap();

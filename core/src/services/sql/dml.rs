@@ -69,6 +69,10 @@ pub(crate) struct WriteJob {
     /// Whether a rewrite may land ahead of its commit (see `land_rewrite`): not when the
     /// statement holds the writer lock from its start, nor inside an explicit transaction.
     pub(crate) may_land: bool,
+    /// Whether the statement runs inside an explicit transaction: its writes join it. One begun
+    /// outside never joins a transaction begun meanwhile (whose ROLLBACK would undo a part of
+    /// it): each of its writes waits for the transaction to end.
+    pub(crate) in_transaction: bool,
     /// Bytes of staged rows kept in memory before a temporary file is used.
     pub(crate) staging_memory: usize,
 }
@@ -146,8 +150,11 @@ impl WriteJob {
     pub(crate) fn lock(&self, handle: &Handle) -> Result<WriteGuard> {
         let lock = match self.held.lock().take() {
             Some(lock) => lock,
-            None => handle
+            None if self.in_transaction => handle
                 .block_on(self.unless_cancelled(self.store.lock_writes()))
+                .ok_or_else(crate::store::cancelled)?,
+            None => handle
+                .block_on(self.unless_cancelled(self.store.lock_writes_detached()))
                 .ok_or_else(crate::store::cancelled)?,
         };
         self.check_cancelled()?;
@@ -600,6 +607,11 @@ fn rewrite(
                 // again as the table's sole writer (see `Claim`).
                 return Ok(Staged::TargetChanged);
             }
+            // What this attempt landed holds copies of the keys it keeps, which a rewrite
+            // applied here would meet: again, holding the writer lock (it then lands nothing).
+            if landing.id.is_some() {
+                return Ok(Staged::TargetChanged);
+            }
             // Only a write that takes no claim can have changed it (none of a statement's):
             // computed from what is there now, inside the transaction.
             let again =
@@ -832,7 +844,7 @@ pub(crate) fn create_index(
     };
     let published = build_index(job, handle, &mut build, if_not_exists, &keep_going, &gone);
     if !matches!(published, Ok(tables::Publish::Done)) {
-        discard_landing(&job.store, handle, build.landing());
+        discard_landing(handle, job, build.landing());
     }
     published.map(drop)
 }
@@ -934,7 +946,7 @@ pub(crate) fn land_rows(
         Ok(published)
     });
     if !matches!(published, Ok(Staged::Done(_))) {
-        discard_landing(&job.store, handle, landing.id());
+        discard_landing(handle, job, landing.id());
     }
     published
 }
@@ -1003,7 +1015,7 @@ impl<'a> Landing<'a> {
 
 impl Drop for Landing<'_> {
     fn drop(&mut self) {
-        discard_landing(&self.job.store, self.handle, self.id.take());
+        discard_landing(self.handle, self.job, self.id.take());
     }
 }
 
@@ -1034,13 +1046,14 @@ fn land_rewrite<'a>(
 
 /// Discards what a failed statement landed (see `catalog::landing`), a step per transaction.
 /// This is no longer the statement's work: it runs outside its memory account and deadline,
-/// so that a stopped statement leaves nothing behind. Inside an explicit transaction nothing
-/// is done: the failed statement aborted it, and the ROLLBACK that must follow takes the
-/// landing away with the rest. A failure here (of the disk) leaves the landing to the next
+/// so that a stopped statement leaves nothing behind. For a statement inside an explicit
+/// transaction nothing is done: the failed statement aborted it, and the ROLLBACK that must
+/// follow takes the landing away with the rest. A failure here (of the disk) leaves the landing to the next
 /// open of the file.
-pub(crate) fn discard_landing(store: &Arc<Store>, handle: &Handle, id: Option<u64>) {
+pub(crate) fn discard_landing(handle: &Handle, job: &WriteJob, id: Option<u64>) {
     let Some(id) = id else { return };
-    if store.in_transaction() {
+    let store = &job.store;
+    if job.in_transaction {
         return;
     }
     let _outside = crate::memory::enter(crate::memory::Tag::NONE);
@@ -1497,6 +1510,49 @@ mod tests {
             "3"
         );
         assert_eq!(value(&engine, "SELECT count(*) FROM small"), "3001");
+    }
+
+    #[test]
+    fn a_landing_begun_outside_a_transaction_never_joins_one_begun_meanwhile() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        sql("CREATE TABLE joined (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("INSERT INTO joined SELECT value, 0 FROM generate_series(1, 20000)");
+        // After the rewrite's first step another session begins a transaction and rolls it
+        // back 300 ms later. Had the next steps joined it, the rollback would have taken the
+        // entries they wrote while the rewrite went on to publish its chunk.
+        let ended = Arc::new(Mutex::new(None));
+        let (racer, thread) = (engine.clone(), Arc::clone(&ended));
+        observe::on_landed("joined", move || {
+            let mut thread = thread.lock();
+            if thread.is_none() {
+                racer.sql_blocking("BEGIN").unwrap();
+                racer
+                    .sql_blocking("INSERT INTO joined VALUES (-1, 0)")
+                    .unwrap();
+                let racer = racer.clone();
+                *thread = Some(std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    racer.sql_blocking("ROLLBACK").unwrap();
+                }));
+            }
+        });
+        sql("UPDATE joined SET v = 1 WHERE id = 5");
+        observe::on_landed("joined", || {});
+        ended
+            .lock()
+            .take()
+            .expect("a transaction began")
+            .join()
+            .unwrap();
+        assert_eq!(value(&engine, "SELECT count(*) FROM joined"), "20000");
+        // Found through the index: every entry of the new chunk is there.
+        for id in [5, 5000, 10000, 19999] {
+            let expected = if id == 5 { "1" } else { "0" };
+            let found = value(&engine, &format!("SELECT v FROM joined WHERE id = {id}"));
+            assert_eq!(found, expected, "id {id}");
+        }
+        nothing_retired_left(&engine, 20_000);
     }
 
     /// What the file holds beside table records: index entries, chunks, landings and landed

@@ -730,6 +730,7 @@ impl SqlRunner {
             cancelled: tokio_util::sync::CancellationToken::new(),
             owns_target: held.is_some() || matches!(claim, Some(dml::Claim::Sole { .. })),
             may_land: held.is_none() && !self.store.in_transaction(),
+            in_transaction: self.store.in_transaction(),
             held: parking_lot::Mutex::new(held),
             _claim: claim,
             staging_memory: usize::try_from(
