@@ -129,11 +129,21 @@ pub(crate) fn charge_ahead(txn: &WriteTransaction, tenant: TenantId, bytes: u64)
 }
 
 /// Fails with QuotaExceeded when `tenant`'s stored bytes, less the `freed` bytes about to be
-/// removed, exceed its limit: a change counted ahead ([`charge_ahead`]) that grows the tenant.
-pub(crate) fn check_net(txn: &WriteTransaction, tenant: TenantId, freed: u64) -> Result<()> {
+/// removed, exceed its limit: a change whose `added` bytes were counted ahead
+/// ([`charge_ahead`]) and that grows the tenant.
+pub(crate) fn check_net(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    added: u64,
+    freed: u64,
+) -> Result<()> {
     let used = used(txn, tenant)?;
-    let before = used.saturating_sub(freed);
-    check(txn, tenant, before, before)
+    check(
+        txn,
+        tenant,
+        used.saturating_sub(added),
+        used.saturating_sub(freed),
+    )
 }
 
 /// Fails when `now` bytes exceed `tenant`'s limit (it had `used`).

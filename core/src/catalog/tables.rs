@@ -1970,7 +1970,7 @@ fn publish_rewrite(
     }
     drop(chunks);
     if landed.bytes > freed {
-        storage::check_net(txn, tenant, freed)?;
+        storage::check_net(txn, tenant, landed.bytes, freed)?;
     }
     let retired = landing::begin(
         txn,
