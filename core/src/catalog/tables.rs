@@ -1005,6 +1005,28 @@ fn entry_ids(record: &TableRecord) -> Vec<u64> {
 }
 
 impl RowLanding {
+    /// A landing, not yet recorded, into `record`'s table of `project` (as read) of `rows`
+    /// rows, with `pending` rows to write when publishing.
+    fn new(
+        tenant: TenantId,
+        project: &str,
+        record: &TableRecord,
+        rows: u64,
+        pending: Option<ChunkBuffer>,
+    ) -> RowLanding {
+        RowLanding {
+            tenant,
+            project: project.to_ascii_lowercase(),
+            name: record.name.clone(),
+            table: record.id,
+            ids: entry_ids(record),
+            id: None,
+            rows,
+            pending,
+            landed_bytes: 0,
+        }
+    }
+
     /// Lands `staged`, rows appended to `record`'s table (of `project`, as read), through
     /// `step`. On an error, what landed is the caller's to discard ([`RowLanding::id`]).
     pub(crate) fn land(
@@ -1022,17 +1044,7 @@ impl RowLanding {
             keys,
             ..
         } = staged;
-        let mut landing = RowLanding {
-            tenant,
-            project: project.to_ascii_lowercase(),
-            name: record.name.clone(),
-            table: record.id,
-            ids: entry_ids(record),
-            id: None,
-            rows,
-            pending: Some(pending),
-            landed_bytes: 0,
-        };
+        let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
         let Some(keys) = keys else {
             return (
                 landing,
@@ -1259,6 +1271,7 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
         return Ok(true);
     };
     let tenant = what.tenant();
+    let retiring = matches!(what, Landed::Retired { .. });
     let (freed, done) = match what {
         Landed::Rows {
             table,
@@ -1271,6 +1284,17 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
             ..
         } => match landing::first_chunk(txn, id)? {
             None => (0, true),
+            // A retired chunk no longer marked is live again (never expected: a rewrite's
+            // commit joins no transaction that could roll it back): it stays.
+            Some((chunk, _))
+                if retiring
+                    && !ids
+                        .first()
+                        .map_or(Ok(false), |&i| indexes::is_retired(txn, i, chunk))? =>
+            {
+                landing::remove_chunk(txn, id, chunk)?;
+                (0, false)
+            }
             Some((chunk, _)) => {
                 let bytes = txn
                     .open_table(CHUNKS)?
@@ -1598,17 +1622,7 @@ impl Rewrite {
             return Err(Error::internal("a rewrite to land has no index entries"));
         };
         let replaced: Vec<u64> = self.index.iter().map(|&(_, old, ..)| old).collect();
-        let mut landing = RowLanding {
-            tenant,
-            project: project.to_ascii_lowercase(),
-            name: record.name.clone(),
-            table: record.id,
-            ids: entry_ids(record),
-            id: None,
-            rows: 0,
-            pending: None,
-            landed_bytes: 0,
-        };
+        let mut landing = RowLanding::new(tenant, project, record, 0, None);
         let rewriting = Rewriting {
             base: &self.base,
             replaced: &replaced,
