@@ -212,12 +212,10 @@ fn dropping_gives_the_bytes_back() {
     );
     ok(&ann, "DROP INDEX by_h");
     assert_eq!(stored_once(&ann, |bytes| bytes == table), table);
+    // A table of 20,000 rows is renewed: the sweeper removes its old chunks after the commit.
     ok(&ann, "TRUNCATE TABLE t");
-    assert!(
-        stored(&ann) < 1_000,
-        "only the schema is left: {}",
-        stored(&ann)
-    );
+    let left = stored_once(&ann, |bytes| bytes < 1_000);
+    assert!(left < 1_000, "only the schema is left: {left}");
     ok(&ann, "DROP TABLE t");
     assert_eq!(stored_once(&ann, |bytes| bytes == 0), 0);
 

@@ -44,7 +44,8 @@ const SMALL_TAIL_ROWS: u64 = 8_192;
 /// A stored table's catalog record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableRecord {
-    /// Stable id, never reused; keys the schema and the chunks.
+    /// Never reused; keys the schema and the chunks. A write that replaces every row of a
+    /// large table (TRUNCATE, INSERT OVERWRITE) gives it a new one.
     pub id: u64,
     /// The table name as created.
     pub name: String,
@@ -249,23 +250,71 @@ pub(crate) fn drop_table(
         Some(value) => serde_json::from_str(value.value())?,
         None => return Ok(false),
     };
+    let schema = unlink_content(txn, tenant, &record)?;
+    storage::charge(txn, tenant, Change::removed(schema.len() as u64))?;
+    Ok(true)
+}
+
+/// Unlinks `record`'s table from its content: removes its schema (returned, encoded) and
+/// chunk order, and hands its chunks and index entries to the sweeper (see `landing`). One
+/// small entry per chunk: the chunks themselves and their entries, as many as the rows, are
+/// removed in steps after the commit, so the transaction is as short as any write.
+fn unlink_content(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    record: &TableRecord,
+) -> Result<Vec<u8>> {
+    let id = record.id;
     let schema = txn
         .open_table(TABLE_SCHEMAS)?
-        .remove(record.id)?
-        .map_or(0, |bytes| bytes.value().len() as u64);
-    // One small entry per chunk: the chunks themselves and their index entries, as many as
-    // the rows, are the sweeper's (see `landing`), so the DROP is as short as any write.
-    let id = record.id;
+        .remove(id)?
+        .map(|bytes| bytes.value().to_vec())
+        .unwrap_or_default();
     txn.open_table(CHUNK_ORDER)?
         .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
     let dropped = Landed::Dropped {
         tenant: tenant.0,
         table: Some(id),
-        indexes: entry_ids(&record),
+        indexes: entry_ids(record),
     };
     landing::begin(txn, &dropped)?;
-    storage::charge(txn, tenant, Change::removed(schema))?;
-    Ok(true)
+    Ok(schema)
+}
+
+/// Whether removing `record`'s rows and their index entries is more than a landing step's
+/// work (see `indexes::STEP_ENTRIES`): then a write that replaces all of them renews the
+/// table ([`renew`]) rather than remove them under the writer lock.
+fn outgrows_a_step(record: &TableRecord) -> bool {
+    let per_row = 1 + entry_ids(record).len() as u64;
+    record.row_count.saturating_mul(per_row) > indexes::STEP_ENTRIES as u64
+}
+
+/// Gives `record`'s table a new id and new index entry ids, with no rows, and hands its
+/// content under the old ones to the sweeper, as a DROP does ([`unlink_content`]): what
+/// TRUNCATE, INSERT OVERWRITE and the writes that replace every row do to a table too large
+/// to empty in one short transaction. The name, schema and constraints stay; readers of
+/// snapshots taken before still see the old rows under the old id. Returns the new record,
+/// saved.
+fn renew(txn: &WriteTransaction, tenant: TenantId, record: TableRecord) -> Result<TableRecord> {
+    let schema = unlink_content(txn, tenant, &record)?;
+    let mut record = TableRecord {
+        id: store::next_id(txn, "table")?,
+        row_count: 0,
+        next_chunk: 0,
+        next_position: 0,
+        tail: None,
+        ..record
+    };
+    for index in &mut record.constraints.indexes {
+        if index.entries.is_some() {
+            index.entries = Some(store::next_id(txn, "index")?);
+        }
+    }
+    // The same bytes under the new id: nothing to charge.
+    txn.open_table(TABLE_SCHEMAS)?
+        .insert(record.id, schema.as_slice())?;
+    save(txn, tenant, &record)?;
+    Ok(record)
 }
 
 /// Drops every table of a project (when the project itself is dropped).
@@ -584,13 +633,19 @@ impl<'t> TableWriter<'t> {
         Ok(writer)
     }
 
-    /// Starts rewriting `record`'s table from scratch: its chunks are removed now, in the same
-    /// transaction, and the rows pushed afterwards become its whole content.
+    /// Starts rewriting `record`'s table from scratch: the rows pushed afterwards become its
+    /// whole content. Its chunks are removed now, in the same transaction, when that is a
+    /// step's work; a larger table is renewed ([`renew`]) and its old content swept after the
+    /// commit. Inside an explicit transaction alike: a ROLLBACK undoes the renewal.
     pub(crate) fn replace(
         txn: &'t WriteTransaction,
         tenant: TenantId,
         mut record: TableRecord,
     ) -> Result<Self> {
+        if outgrows_a_step(&record) {
+            let record = renew(txn, tenant, record)?;
+            return Self::append(txn, tenant, record);
+        }
         let freed = remove_chunks(txn, &record)?;
         storage::charge(txn, tenant, Change::removed(freed))?;
         record.row_count = 0;

@@ -1746,6 +1746,93 @@ mod tests {
         assert_eq!(value(&engine, "SELECT count(*) FROM swept"), "200000");
     }
 
+    /// The id of the table `mindsdb.name`.
+    fn table_id(engine: &Engine, name: &str) -> u64 {
+        let txn = engine.store().read().unwrap();
+        let tables_table = txn.open_table(TABLES).unwrap();
+        tables::get(&tables_table, TenantId::LOCAL, "mindsdb", name)
+            .unwrap()
+            .unwrap()
+            .id
+    }
+
+    #[test]
+    fn replacing_every_row_of_a_large_table_renews_it_and_the_sweeper_removes_the_old_rows() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let settled = |entries: u64| {
+            wait_for(&engine, |f| f[2] == 0);
+            nothing_retired_left(&engine, entries);
+        };
+        // A table whose rows and entries make a step's work is emptied in the statement's own
+        // transaction: it keeps its id.
+        sql("CREATE TABLE kept (id BIGINT PRIMARY KEY)");
+        sql("INSERT INTO kept VALUES (1), (2)");
+        let id = table_id(&engine, "kept");
+        sql("TRUNCATE TABLE kept");
+        assert_eq!(table_id(&engine, "kept"), id);
+        assert_eq!(footprint(&engine)[2], 0, "nothing for the sweeper");
+
+        sql("CREATE TABLE renewed (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("INSERT INTO renewed SELECT value, 0 FROM generate_series(1, 20000)");
+        // TRUNCATE unlinks the 20,000 rows and their entries (the sweeper's) and the keys are
+        // free at once.
+        let id = table_id(&engine, "renewed");
+        sql("TRUNCATE TABLE renewed");
+        assert_ne!(table_id(&engine, "renewed"), id, "renewed");
+        assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "0");
+        sql("INSERT INTO renewed SELECT value, 1 FROM generate_series(1, 20000)");
+        settled(20_000);
+
+        // Rows that repeat a key replace nothing.
+        let id = table_id(&engine, "renewed");
+        let e = engine
+            .sql_blocking(
+                "INSERT OVERWRITE renewed SELECT value % 10, 2 FROM generate_series(1, 20000)",
+            )
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key"), "{e}");
+        assert_eq!(table_id(&engine, "renewed"), id);
+        assert_eq!(value(&engine, "SELECT sum(v) FROM renewed"), "20000");
+        sql("INSERT OVERWRITE renewed SELECT value, 2 FROM generate_series(1, 30000)");
+        assert_ne!(table_id(&engine, "renewed"), id, "renewed");
+        assert_eq!(value(&engine, "SELECT sum(v) FROM renewed"), "60000");
+        assert_eq!(
+            value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
+            "2"
+        );
+        settled(30_000);
+
+        // A DELETE with a subquery writes the rows it keeps into the renewed table.
+        sql("DELETE FROM renewed WHERE id IN (SELECT value FROM generate_series(1, 20000))");
+        assert_eq!(value(&engine, "SELECT min(id) FROM renewed"), "20001");
+        assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "10000");
+        settled(10_000);
+
+        // Inside a transaction, a ROLLBACK undoes the renewal, and the old rows stay.
+        let id = table_id(&engine, "renewed");
+        sql("BEGIN");
+        sql("TRUNCATE TABLE renewed");
+        assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "0");
+        sql("ROLLBACK");
+        assert_eq!(table_id(&engine, "renewed"), id);
+        assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "10000");
+        assert_eq!(
+            value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
+            "2"
+        );
+        settled(10_000);
+        sql("BEGIN");
+        sql("TRUNCATE TABLE renewed");
+        sql("INSERT INTO renewed VALUES (25000, 3)");
+        sql("COMMIT");
+        assert_eq!(
+            value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
+            "3"
+        );
+        settled(1);
+    }
+
     /// Chunk ids of `mindsdb.t`, in row order.
     fn chunk_ids(engine: &Engine) -> Vec<u64> {
         let txn = engine.store().read().unwrap();
