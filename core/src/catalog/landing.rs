@@ -203,6 +203,23 @@ pub(crate) fn touches_other(
     Ok(false)
 }
 
+/// Whether a landing of rows into the table `table` is in progress, or the chunks a rewrite
+/// of it retired are being swept: either has chunks or index entries of the table in the
+/// file that its chunk order does not name.
+pub(crate) fn lands_into(txn: &WriteTransaction, table: u64) -> Result<bool> {
+    for entry in txn.open_table(LANDINGS)?.iter()? {
+        let (_, value) = entry?;
+        if let Landed::Rows { table: t, .. } | Landed::Retired { table: t, .. } =
+            serde_json::from_str(value.value())?
+        {
+            if t == table {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// Whether a landing of rows into the table `table` is in progress (or being discarded): its
 /// unique keys are then in the file without being in any snapshot's chunk order, so a writer
 /// of that table must look up every unique key it writes.

@@ -642,7 +642,11 @@ impl<'t> TableWriter<'t> {
         tenant: TenantId,
         mut record: TableRecord,
     ) -> Result<Self> {
-        if outgrows_a_step(&record) {
+        // Another statement's landing has chunks and entries in the file under the table's
+        // ids that its chunk order does not show yet; removing every chunk of the table would
+        // take them too. Renewed, the table is no longer the one the landing publishes into:
+        // it stops and runs again, and what it landed goes with the old content.
+        if outgrows_a_step(&record) || landing::lands_into(txn, record.id)? {
             let record = renew(txn, tenant, record)?;
             return Self::append(txn, tenant, record);
         }

@@ -948,7 +948,22 @@ pub(crate) fn land_rows(
     if !matches!(published, Ok(Staged::Done(_))) {
         discard_landing(handle, job, landing.id());
     }
-    published
+    match published {
+        // A table renewed meanwhile (TRUNCATE, INSERT OVERWRITE: see `tables::renew`) is the
+        // same table under a new id, and the rows go into it, by running again.
+        Err(e) if e.kind() == crate::ErrorKind::Conflict && given_new_id(job, project, read)? => {
+            Ok(Staged::TargetChanged)
+        }
+        published => published,
+    }
+}
+
+/// Whether `read`'s table of `project` now has another id (it was renewed, or dropped and
+/// created again).
+fn given_new_id(job: &WriteJob, project: &str, read: &TableRecord) -> Result<bool> {
+    let txn = job.store.read()?;
+    let now = tables::get(&txn.open_table(TABLES)?, job.tenant, project, &read.name)?;
+    Ok(now.is_some_and(|now| now.id != read.id))
 }
 
 /// `result` of a write of the table `table` inside `txn`, unless it failed on a key that is
@@ -1831,6 +1846,24 @@ mod tests {
             "3"
         );
         settled(1);
+
+        // An insert landing its rows when the table is emptied runs again, into the renewed
+        // table, rather than fail. The table holds one row: it is renewed because of the
+        // landing, whose chunks are in the file under its id (emptied in place, they went too,
+        // and the insert then published a chunk that was no longer there).
+        let truncated = Arc::new(AtomicBool::new(false));
+        let (racer, once) = (engine.clone(), Arc::clone(&truncated));
+        observe::on_landed("renewed", move || {
+            if !once.swap(true, Ordering::SeqCst) {
+                racer.sql_blocking("TRUNCATE TABLE renewed").unwrap();
+            }
+        });
+        sql("INSERT INTO renewed SELECT value, 4 FROM generate_series(100001, 240000)");
+        observe::on_landed("renewed", || {});
+        assert!(truncated.load(Ordering::SeqCst), "the insert landed");
+        assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "140000");
+        assert_eq!(value(&engine, "SELECT min(id) FROM renewed"), "100001");
+        settled(140_000);
     }
 
     /// Chunk ids of `mindsdb.t`, in row order.
