@@ -76,6 +76,17 @@ pub(crate) enum Landed {
         /// The entry ids of the table's indexes when the chunks were retired.
         indexes: Vec<u64>,
     },
+    /// Chunks of rows that are to become the whole content of a table, landed under a table
+    /// id (`table`) and index entry ids (`indexes`) nothing names yet, with the schema under
+    /// that id (see `tables::RowLanding::renewing`). Discarded, it is a dropped table's.
+    Renewal {
+        /// The table's owner, whose stored bytes the landed data counts to.
+        tenant: u64,
+        /// The id the table gets when the rows are published.
+        table: u64,
+        /// The entry ids its indexes get.
+        indexes: Vec<u64>,
+    },
     /// Entries of an index being made (not yet in the table's record) under id `index`.
     Entries {
         /// The table's owner.
@@ -95,6 +106,7 @@ impl Landed {
             | Landed::Dropped { tenant, .. }
             | Landed::Search { tenant, .. }
             | Landed::Retired { tenant, .. }
+            | Landed::Renewal { tenant, .. }
             | Landed::Entries { tenant, .. } => TenantId(*tenant),
         }
     }

@@ -296,25 +296,44 @@ fn outgrows_a_step(record: &TableRecord) -> bool {
 /// snapshots taken before still see the old rows under the old id. Returns the new record,
 /// saved.
 fn renew(txn: &WriteTransaction, tenant: TenantId, record: TableRecord) -> Result<TableRecord> {
+    let (table, ids) = new_ids(txn, &record)?;
     let schema = unlink_content(txn, tenant, &record)?;
+    let record = emptied(record, table, &ids);
+    // The same bytes under the new id: nothing to charge.
+    txn.open_table(TABLE_SCHEMAS)?
+        .insert(record.id, schema.as_slice())?;
+    save(txn, tenant, &record)?;
+    Ok(record)
+}
+
+/// A new table id, and a new entry id for each index of `record` that has entries (in order).
+fn new_ids(txn: &WriteTransaction, record: &TableRecord) -> Result<(u64, Vec<u64>)> {
+    let table = store::next_id(txn, "table")?;
+    let ids = entry_ids(record)
+        .iter()
+        .map(|_| store::next_id(txn, "index"))
+        .collect::<Result<Vec<u64>>>()?;
+    Ok((table, ids))
+}
+
+/// `record` with no rows under the table id `table`, its indexes' entry ids `ids` (one per
+/// index that has entries, in order).
+fn emptied(record: TableRecord, table: u64, ids: &[u64]) -> TableRecord {
     let mut record = TableRecord {
-        id: store::next_id(txn, "table")?,
+        id: table,
         row_count: 0,
         next_chunk: 0,
         next_position: 0,
         tail: None,
         ..record
     };
+    let mut ids = ids.iter();
     for index in &mut record.constraints.indexes {
         if index.entries.is_some() {
-            index.entries = Some(store::next_id(txn, "index")?);
+            index.entries = ids.next().copied();
         }
     }
-    // The same bytes under the new id: nothing to charge.
-    txn.open_table(TABLE_SCHEMAS)?
-        .insert(record.id, schema.as_slice())?;
-    save(txn, tenant, &record)?;
-    Ok(record)
+    record
 }
 
 /// Drops every table of a project (when the project itself is dropped).
@@ -1029,6 +1048,20 @@ pub(crate) struct RowLanding {
     pending: Option<ChunkBuffer>,
     /// The bytes landed so far (chunks and entries).
     landed_bytes: u64,
+    /// Set when the rows are to become the table's whole content (see
+    /// [`RowLanding::renewing`]).
+    renewing: Option<Renewing>,
+}
+
+/// What a landing of rows that renew a table (see [`RowLanding::renewing`]) keeps beside
+/// the new ids it lands under.
+struct Renewing {
+    /// The table's id as read, and its indexes' entry ids: the table the rows replace the
+    /// rows of, as long as it has them.
+    read: u64,
+    read_ids: Vec<u64>,
+    /// The id of the next chunk landed (the renewed table's chunk ids start at 0).
+    next_chunk: u64,
 }
 
 /// What landing a rewrite's chunk needs beside the chunk: the table's chunk order as the
@@ -1083,7 +1116,74 @@ impl RowLanding {
             rows,
             pending,
             landed_bytes: 0,
+            renewing: None,
         }
+    }
+
+    /// Lands `staged`, rows that become the whole content of `record`'s table (of
+    /// `project`, as read), through `step`: under a table id and index entry ids of their
+    /// own, taken with the schema by a first step (a [`Landed::Renewal`]), so that nothing
+    /// reads them and their unique keys meet only each other. [`RowLanding::publish_renewal`]
+    /// then renews the table with them. On an error, what landed is the caller's to discard
+    /// ([`RowLanding::id`]).
+    pub(crate) fn renewing(
+        tenant: TenantId,
+        project: &str,
+        record: &TableRecord,
+        staged: StagedRows,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> (RowLanding, Result<()>) {
+        let StagedRows {
+            chunks,
+            pending,
+            rows,
+            keys,
+            schema,
+            ..
+        } = staged;
+        let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
+        landing.renewing = Some(Renewing {
+            read: record.id,
+            read_ids: entry_ids(record),
+            next_chunk: 0,
+        });
+        if keys.is_none() {
+            return (
+                landing,
+                Err(Error::internal("rows to land have no index entries")),
+            );
+        }
+        let mut begun = None;
+        let first = step(&mut |txn| {
+            landing.current(txn)?;
+            let (table, ids) = new_ids(txn, record)?;
+            let encoded = encode_batches(&schema, &[])?;
+            txn.open_table(TABLE_SCHEMAS)?
+                .insert(table, encoded.as_slice())?;
+            storage::charge(txn, tenant, Change::added(encoded.len() as u64))?;
+            let what = Landed::Renewal {
+                tenant: tenant.0,
+                table,
+                indexes: ids.clone(),
+            };
+            begun = Some((table, ids, landing::begin(txn, &what)?));
+            Ok(())
+        });
+        let landed = first.and_then(|()| {
+            let (table, ids, id) = begun.ok_or_else(|| Error::internal("no landing begun"))?;
+            (landing.table, landing.ids, landing.id) = (table, ids, Some(id));
+            let indexed = emptied(record.clone(), table, &landing.ids);
+            let indexed = Indexed::of(&indexed.constraints.indexes, &schema, &record.name)?
+                .ok_or_else(|| Error::internal("rows to land have no index entries"))?;
+            chunks.drain(|chunk_rows, staged| {
+                let (bytes, entries) = split_staged(&staged)?;
+                let chunk = (chunk_rows, bytes, entries);
+                landing.land_one(&indexed, chunk, None, &mut *step, keep_going)?;
+                Ok(())
+            })
+        });
+        (landing, landed)
     }
 
     /// Lands `staged`, rows appended to `record`'s table (of `project`, as read), through
@@ -1189,6 +1289,9 @@ impl RowLanding {
             if begun.is_some() {
                 self.id = begun;
             }
+            if let Some(renewing) = &mut self.renewing {
+                renewing.next_chunk = renewing.next_chunk.max(id + 1);
+            }
             self.landed_bytes += added;
             chunk = Some(id);
             #[cfg(test)]
@@ -1214,8 +1317,12 @@ impl RowLanding {
             &self.project,
             &self.name,
         )?;
+        let (table, ids) = match &self.renewing {
+            Some(renewing) => (renewing.read, &renewing.read_ids),
+            None => (self.table, &self.ids),
+        };
         record
-            .filter(|r| r.id == self.table && entry_ids(r) == self.ids)
+            .filter(|r| r.id == table && entry_ids(r) == *ids)
             .ok_or_else(|| changed_while_written(&self.name, &self.project))
     }
 
@@ -1242,16 +1349,22 @@ impl RowLanding {
                 (id, Some(id))
             }
         };
-        let chunk = record.next_chunk;
+        let chunk = match &self.renewing {
+            // The renewed table's chunk ids are the landing's own.
+            Some(renewing) => renewing.next_chunk,
+            None => {
+                // The chunk id is taken: nothing else writes a chunk under it.
+                record.next_chunk += 1;
+                save(txn, self.tenant, &record)?;
+                record.next_chunk - 1
+            }
+        };
         txn.open_table(CHUNKS)?.insert((self.table, chunk), bytes)?;
         match checked {
             true => storage::charge(txn, self.tenant, Change::added(bytes.len() as u64))?,
             false => storage::charge_ahead(txn, self.tenant, bytes.len() as u64)?,
         }
         landing::add_chunk(txn, id, chunk, rows)?;
-        // The chunk id is taken: nothing else writes a chunk under it.
-        record.next_chunk += 1;
-        save(txn, self.tenant, &record)?;
         Ok((begun, chunk))
     }
 
@@ -1290,6 +1403,47 @@ impl RowLanding {
             }
             landing::end(txn, id)?;
         }
+        if let Some(rest) = self
+            .pending
+            .take()
+            .map(|mut p| p.rest())
+            .transpose()?
+            .flatten()
+        {
+            writer.push(rest)?;
+        }
+        writer.finish()?;
+        Ok(self.rows)
+    }
+}
+
+impl RowLanding {
+    /// Publishes the rows landed by [`RowLanding::renewing`] in `txn`: the table, still as
+    /// read, gets the landing's table id and entry ids, the landed chunks in order, then the
+    /// rows that make no full chunk; its old content is the sweeper's, as a DROP's. The work
+    /// grows with the chunks, not the rows. Returns the rows written.
+    pub(crate) fn publish_renewal(&mut self, txn: &WriteTransaction) -> Result<u64> {
+        let current = self.current(txn)?;
+        let next_chunk = match &self.renewing {
+            Some(renewing) => renewing.next_chunk,
+            None => return Err(Error::internal("rows appended are not a renewal")),
+        };
+        let schema = unlink_content(txn, self.tenant, &current)?;
+        storage::charge(txn, self.tenant, Change::removed(schema.len() as u64))?;
+        let mut record = emptied(current, self.table, &self.ids);
+        record.next_chunk = next_chunk;
+        if let Some(id) = self.id {
+            let mut order = txn.open_table(CHUNK_ORDER)?;
+            while let Some((chunk, rows)) = landing::first_chunk(txn, id)? {
+                order.insert((self.table, record.next_position), chunk)?;
+                record.next_position += 1;
+                record.row_count += rows;
+                landing::remove_chunk(txn, id, chunk)?;
+            }
+            landing::end(txn, id)?;
+        }
+        save(txn, self.tenant, &record)?;
+        let mut writer = TableWriter::append(txn, self.tenant, record)?;
         if let Some(rest) = self
             .pending
             .take()
@@ -1414,6 +1568,27 @@ pub(crate) fn discard_landed_step(txn: &WriteTransaction, id: u64) -> Result<boo
                 None => (0, true),
             },
         },
+        Landed::Renewal {
+            table,
+            indexes: ids,
+            ..
+        } => {
+            // Nothing names the landed rows: from now on they are a dropped table's, whose
+            // chunks are found by id (the list of them goes in this step, a row per chunk).
+            let schema = txn
+                .open_table(TABLE_SCHEMAS)?
+                .remove(table)?
+                .map_or(0, |bytes| bytes.value().len() as u64);
+            txn.open_table(LANDED_CHUNKS)?
+                .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
+            let dropped = Landed::Dropped {
+                tenant: tenant.0,
+                table: Some(table),
+                indexes: ids,
+            };
+            landing::set(txn, id, &dropped)?;
+            (schema, false)
+        }
         Landed::Search { .. } => {
             return Err(Error::internal(
                 "a knowledge base's search indexes are swept with their own module",

@@ -363,6 +363,9 @@ pub(crate) fn run_dml(
             if plain && staged.lands() {
                 return land_rows(job, handle, &project, &read, staged);
             }
+            if matches!(op, InsertOp::Overwrite) && staged.lands() && job.may_land {
+                return land_renewal(job, handle, &project, &name, &read, staged, false);
+            }
             let source = &job.snapshot.txn;
             let mut insert = match (op, &conflict.update) {
                 (InsertOp::Overwrite, _) => Insert::Overwrite(staged),
@@ -647,6 +650,9 @@ fn replace_if_unchanged(
     read: &TableRecord,
     staged: StagedRows,
 ) -> Result<Staged<()>> {
+    if staged.lands() && job.may_land {
+        return land_renewal(job, handle, project, name, read, staged, true).map(|s| s.map(drop));
+    }
     let guard = job.lock(handle)?;
     let Some(record) = job.still(&guard, project, name, read)? else {
         return Ok(Staged::TargetChanged);
@@ -956,6 +962,49 @@ pub(crate) fn land_rows(
         }
         published => published,
     }
+}
+
+/// Lands `staged`, rows that become the whole content of `read`'s table `project.name`,
+/// under a table id and index entry ids of their own (see `tables::RowLanding::renewing`),
+/// a chunk per transaction, then renews the table with them in one short one; with
+/// `unchanged` (the rows were computed from the table's), only if its chunk order is still
+/// the one read. Returns the rows written, or that the statement must run again; on an
+/// error or a rerun nothing of them is left.
+fn land_renewal(
+    job: &WriteJob,
+    handle: &Handle,
+    project: &str,
+    name: &str,
+    read: &TableRecord,
+    staged: StagedRows,
+    unchanged: bool,
+) -> Result<Staged<u64>> {
+    let keep_going = || job.check_cancelled();
+    let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
+        landing_step(job, handle, work)
+    };
+    let (mut landing, landed) =
+        tables::RowLanding::renewing(job.tenant, project, read, staged, &mut step, &keep_going);
+    let published = landed.and_then(|()| {
+        let guard = job.lock(handle)?;
+        let Some(record) = job.still(&guard, project, name, read)? else {
+            return Ok(Staged::TargetChanged);
+        };
+        let moved = || -> Result<bool> {
+            let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
+            Ok(tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before)
+        };
+        if record.constraints != read.constraints || (unchanged && moved()?) {
+            return Ok(Staged::TargetChanged);
+        }
+        let rows = landing.publish_renewal(&guard.txn)?;
+        guard.commit()?;
+        Ok(Staged::Done(rows))
+    });
+    if !matches!(published, Ok(Staged::Done(_))) {
+        discard_landing(handle, job, landing.id());
+    }
+    published
 }
 
 /// Whether `read`'s table of `project` now has another id (it was renewed, or dropped and
@@ -1864,6 +1913,166 @@ mod tests {
         assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "140000");
         assert_eq!(value(&engine, "SELECT min(id) FROM renewed"), "100001");
         settled(140_000);
+    }
+
+    #[test]
+    fn rows_that_replace_a_table_land_in_steps_under_new_ids() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let settled = |entries: u64| {
+            wait_for(&engine, |f| f[2] == 0);
+            nothing_retired_left(&engine, entries);
+        };
+        let steps_of = |entries: usize| entries.div_ceil(crate::catalog::indexes::STEP_ENTRIES);
+        sql("CREATE TABLE relanded (id BIGINT PRIMARY KEY, v BIGINT)");
+        sql("CREATE TABLE aside (x BIGINT)");
+        sql("INSERT INTO relanded SELECT value, 0 FROM generate_series(1, 140000)");
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&steps));
+        observe::on_landed("relanded", move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            // Between two steps the writer lock is free: another statement commits.
+            racer.sql_blocking("INSERT INTO aside VALUES (1)").unwrap();
+            // The old rows are the table's until the commit, and so are their keys.
+            assert_eq!(value(&racer, "SELECT sum(v) FROM relanded"), "0");
+            let e = racer
+                .sql_blocking("INSERT INTO relanded VALUES (1, 9)")
+                .unwrap_err();
+            assert!(e.message().contains("Duplicate key (1)"), "{e}");
+        });
+        let id = table_id(&engine, "relanded");
+        sql("INSERT OVERWRITE relanded SELECT value, 1 FROM generate_series(1, 140000)");
+        observe::on_landed("relanded", || {});
+        // Two full chunks, each in steps of entries; the 8,928 rows left over are written
+        // by the commit.
+        assert_eq!(steps.load(Ordering::SeqCst), 2 * steps_of(65_536));
+        assert_ne!(table_id(&engine, "relanded"), id, "renewed");
+        assert_eq!(value(&engine, "SELECT sum(v) FROM relanded"), "140000");
+        assert_eq!(
+            value(&engine, "SELECT v FROM relanded WHERE id = 139999"),
+            "1"
+        );
+        settled(140_000);
+
+        // Rows that repeat a key are refused where they land, and nothing of them is left.
+        let id = table_id(&engine, "relanded");
+        let e = engine
+            .sql_blocking(
+                "INSERT OVERWRITE relanded SELECT value % 70000, 2 FROM generate_series(1, 140000)",
+            )
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key"), "{e}");
+        assert_eq!(table_id(&engine, "relanded"), id);
+        assert_eq!(value(&engine, "SELECT sum(v) FROM relanded"), "140000");
+        settled(140_000);
+
+        // A DELETE with a subquery lands the rows it keeps. A write to the table between its
+        // steps changes the rows it computed from: it runs again, and keeps that row too.
+        let once = Arc::new(AtomicBool::new(false));
+        let (racer, first) = (engine.clone(), Arc::clone(&once));
+        observe::on_landed("relanded", move || {
+            if !first.swap(true, Ordering::SeqCst) {
+                racer
+                    .sql_blocking("INSERT INTO relanded VALUES (200000, 5)")
+                    .unwrap();
+            }
+        });
+        sql("DELETE FROM relanded WHERE id IN (SELECT value FROM generate_series(1, 10))");
+        observe::on_landed("relanded", || {});
+        assert_eq!(value(&engine, "SELECT count(*) FROM relanded"), "139991");
+        assert_eq!(value(&engine, "SELECT min(id) FROM relanded"), "11");
+        assert_eq!(
+            value(&engine, "SELECT v FROM relanded WHERE id = 200000"),
+            "5"
+        );
+        settled(139_991);
+    }
+
+    #[test]
+    fn a_renewal_a_stopped_process_left_is_discarded_when_the_file_opens() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::execution::disk_manager::DiskManagerBuilder;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("renewal.redb");
+        let engine = Engine::open(&path, Config::default()).unwrap();
+        engine
+            .sql_blocking("CREATE TABLE left_over (id BIGINT PRIMARY KEY, v BIGINT)")
+            .unwrap();
+        engine
+            .sql_blocking("INSERT INTO left_over SELECT value, 0 FROM generate_series(1, 1000)")
+            .unwrap();
+        let before = footprint(&engine);
+        let store = Arc::clone(engine.store());
+        let (record, schema) = {
+            let txn = store.read().unwrap();
+            let record = tables::get(
+                &txn.open_table(TABLES).unwrap(),
+                TenantId::LOCAL,
+                "mindsdb",
+                "left_over",
+            )
+            .unwrap()
+            .unwrap();
+            let schema = tables::schema(
+                &txn.open_table(crate::store::schema::TABLE_SCHEMAS).unwrap(),
+                record.id,
+            )
+            .unwrap();
+            (record, schema)
+        };
+        // Rows that would replace the table's: two full chunks, landed and never published,
+        // as a process stopped before its commit leaves them.
+        let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
+        let mut staged = tables::StagedRows::replacing(
+            &record.name,
+            &record.constraints.indexes,
+            Arc::clone(&schema),
+            crate::spool::Spool::new(disk, 0),
+        )
+        .unwrap();
+        let ids = Int64Array::from_iter_values(1..=140_000);
+        let zeros = Int64Array::from_iter_values(std::iter::repeat_n(0, 140_000));
+        staged
+            .push(
+                super::RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(zeros)]).unwrap(),
+            )
+            .unwrap();
+        let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> crate::Result<()>| {
+            let lock = loop {
+                // The sweeper may hold the lock a moment; it leaves a renewal alone.
+                match store.try_lock_writes() {
+                    Ok(lock) => break lock,
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            };
+            let guard = store.begin_write(lock)?;
+            work(&guard.txn)?;
+            guard.commit()
+        };
+        let (landing, landed) = tables::RowLanding::renewing(
+            TenantId::LOCAL,
+            "mindsdb",
+            &record,
+            staged,
+            &mut step,
+            &|| Ok(()),
+        );
+        landed.unwrap();
+        drop(landing);
+        let during = footprint(&engine);
+        assert_eq!(during[2], 1, "one landing");
+        assert_eq!(during[0], before[0] + 131_072, "two chunks' entries landed");
+        drop(store);
+        drop(engine);
+        let engine = Engine::open(&path, Config::default()).unwrap();
+        assert_eq!(footprint(&engine), before, "nothing of the landing is left");
+        assert_eq!(value(&engine, "SELECT count(*) FROM left_over"), "1000");
+        engine
+            .sql_blocking(
+                "INSERT OVERWRITE left_over SELECT value, 1 FROM generate_series(1, 140000)",
+            )
+            .unwrap();
+        assert_eq!(value(&engine, "SELECT sum(v) FROM left_over"), "140000");
     }
 
     /// Chunk ids of `mindsdb.t`, in row order.
