@@ -134,6 +134,20 @@ pub(crate) fn create(
     schema: &Schema,
     constraints: Constraints,
 ) -> Result<TableRecord> {
+    create_with(txn, tenant, project, name, schema, constraints, None)
+}
+
+/// [`create`], under the table id and key indexes' entry ids of `landed` when rows landed
+/// for it (see [`RowLanding::creating`]), whose schema is then in the file already.
+fn create_with(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    schema: &Schema,
+    constraints: Constraints,
+    landed: Option<(u64, &[u64])>,
+) -> Result<TableRecord> {
     validate_name("table", name)?;
     let project = project.to_ascii_lowercase();
     let key = name.to_ascii_lowercase();
@@ -152,7 +166,10 @@ pub(crate) fn create(
         )));
     }
     let record = TableRecord {
-        id: store::next_id(txn, "table")?,
+        id: match landed {
+            Some((table, _)) => table,
+            None => store::next_id(txn, "table")?,
+        },
         name: name.to_string(),
         project: project.clone(),
         created_at: crate::time::now_text(),
@@ -167,11 +184,14 @@ pub(crate) fn create(
             column_index(schema, column, name)?;
         }
     }
-    let record = with_key_indexes(txn, tenant, record)?;
+    let record = with_key_indexes(txn, tenant, record, landed.map(|(_, ids)| ids))?;
     txn.open_table(TABLES)?.insert(
         (tenant.0, project.as_str(), key.as_str()),
         serde_json::to_string(&record)?.as_str(),
     )?;
+    if landed.is_some() {
+        return Ok(record);
+    }
     let encoded = encode_batches(schema, &[])?;
     txn.open_table(TABLE_SCHEMAS)?
         .insert(record.id, encoded.as_slice())?;
@@ -181,13 +201,21 @@ pub(crate) fn create(
 
 /// `record` with an index for its primary key and each UNIQUE set (named as PostgreSQL names
 /// them, `t_pkey` and `t_a_b_key`, with a number added when the project has the name), so
-/// keys are checked through index entries and lookups on them use the index.
+/// keys are checked through index entries and lookups on them use the index. Their entries
+/// get the ids `landed`, in order, when rows landed under them; new ones otherwise.
 fn with_key_indexes(
     txn: &WriteTransaction,
     tenant: TenantId,
     mut record: TableRecord,
+    landed: Option<&[u64]>,
 ) -> Result<TableRecord> {
-    for index in key_indexes(&record.name, &record.constraints) {
+    let keys = key_indexes(&record.name, &record.constraints);
+    if landed.is_some_and(|ids| ids.len() != keys.len()) {
+        return Err(Error::internal(
+            "landed rows have entries for other indexes",
+        ));
+    }
+    for (at, index) in keys.into_iter().enumerate() {
         let name = index.name.clone();
         let mut chosen = name.clone();
         let mut n = 1;
@@ -201,9 +229,13 @@ fn with_key_indexes(
             chosen = format!("{name}{n}");
             n += 1;
         }
+        let entries = match landed {
+            Some(ids) => ids[at],
+            None => store::next_id(txn, "index")?,
+        };
         record.constraints.indexes.push(Index {
             name: chosen,
-            entries: Some(store::next_id(txn, "index")?),
+            entries: Some(entries),
             ..index
         });
     }
@@ -1057,9 +1089,8 @@ pub(crate) struct RowLanding {
 /// the new ids it lands under.
 struct Renewing {
     /// The table's id as read, and its indexes' entry ids: the table the rows replace the
-    /// rows of, as long as it has them.
-    read: u64,
-    read_ids: Vec<u64>,
+    /// rows of, as long as it has them; `None` for a table the statement creates.
+    read: Option<(u64, Vec<u64>)>,
     /// The id of the next chunk landed (the renewed table's chunk ids start at 0).
     next_chunk: u64,
 }
@@ -1144,11 +1175,69 @@ impl RowLanding {
         } = staged;
         let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
         landing.renewing = Some(Renewing {
-            read: record.id,
-            read_ids: entry_ids(record),
+            read: Some((record.id, entry_ids(record))),
             next_chunk: 0,
         });
-        if keys.is_none() {
+        landing.land_fresh(record, chunks, keys.is_some(), &schema, step, keep_going)
+    }
+
+    /// Lands `staged`, the rows of the table `name` of `project` that the statement creates
+    /// with `constraints` (and their key indexes), as [`RowLanding::renewing`] does;
+    /// [`RowLanding::publish_created`] then creates the table with them.
+    pub(crate) fn creating(
+        tenant: TenantId,
+        project: &str,
+        name: &str,
+        constraints: &Constraints,
+        staged: StagedRows,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> (RowLanding, Result<()>) {
+        let StagedRows {
+            chunks,
+            pending,
+            rows,
+            keys,
+            schema,
+            ..
+        } = staged;
+        // What the record will be, but for its id, index names and entry ids.
+        let record = TableRecord {
+            id: 0,
+            name: name.to_string(),
+            project: project.to_ascii_lowercase(),
+            created_at: String::new(),
+            row_count: 0,
+            next_chunk: 0,
+            next_position: 0,
+            tail: None,
+            constraints: Constraints {
+                indexes: key_indexes(name, constraints),
+                ..constraints.clone()
+            },
+        };
+        let mut landing = RowLanding::new(tenant, project, &record, rows, Some(pending));
+        landing.renewing = Some(Renewing {
+            read: None,
+            next_chunk: 0,
+        });
+        landing.land_fresh(&record, chunks, keys.is_some(), &schema, step, keep_going)
+    }
+
+    /// Lands `chunks` (staged with entries, when `keyed`, for `record`'s indexes) under a new
+    /// table id and entry ids, taken with `schema` by a first step.
+    fn land_fresh(
+        self,
+        record: &TableRecord,
+        chunks: Spool,
+        keyed: bool,
+        schema: &SchemaRef,
+        step: Step<'_>,
+        keep_going: &dyn Fn() -> Result<()>,
+    ) -> (RowLanding, Result<()>) {
+        let tenant = self.tenant;
+        let mut landing = self;
+        if !keyed {
             return (
                 landing,
                 Err(Error::internal("rows to land have no index entries")),
@@ -1156,9 +1245,9 @@ impl RowLanding {
         }
         let mut begun = None;
         let first = step(&mut |txn| {
-            landing.current(txn)?;
+            landing.check_target(txn)?;
             let (table, ids) = new_ids(txn, record)?;
-            let encoded = encode_batches(&schema, &[])?;
+            let encoded = encode_batches(schema, &[])?;
             txn.open_table(TABLE_SCHEMAS)?
                 .insert(table, encoded.as_slice())?;
             storage::charge(txn, tenant, Change::added(encoded.len() as u64))?;
@@ -1174,7 +1263,7 @@ impl RowLanding {
             let (table, ids, id) = begun.ok_or_else(|| Error::internal("no landing begun"))?;
             (landing.table, landing.ids, landing.id) = (table, ids, Some(id));
             let indexed = emptied(record.clone(), table, &landing.ids);
-            let indexed = Indexed::of(&indexed.constraints.indexes, &schema, &record.name)?
+            let indexed = Indexed::of(&indexed.constraints.indexes, schema, &record.name)?
                 .ok_or_else(|| Error::internal("rows to land have no index entries"))?;
             chunks.drain(|chunk_rows, staged| {
                 let (bytes, entries) = split_staged(&staged)?;
@@ -1318,12 +1407,27 @@ impl RowLanding {
             &self.name,
         )?;
         let (table, ids) = match &self.renewing {
-            Some(renewing) => (renewing.read, &renewing.read_ids),
+            Some(Renewing {
+                read: Some((table, ids)),
+                ..
+            }) => (*table, ids),
+            Some(Renewing { read: None, .. }) => {
+                return Err(Error::internal("a table being created has no record yet"))
+            }
             None => (self.table, &self.ids),
         };
         record
             .filter(|r| r.id == table && entry_ids(r) == *ids)
             .ok_or_else(|| changed_while_written(&self.name, &self.project))
+    }
+
+    /// Fails when the table the rows go into is no longer the one they were staged for (see
+    /// [`RowLanding::current`]); a table the statement creates is checked as it is created.
+    fn check_target(&self, txn: &WriteTransaction) -> Result<()> {
+        match &self.renewing {
+            Some(Renewing { read: None, .. }) => Ok(()),
+            _ => self.current(txn).map(drop),
+        }
     }
 
     /// Writes one staged chunk's rows, taking its chunk id (and recording the landing at the
@@ -1335,7 +1439,20 @@ impl RowLanding {
         bytes: &[u8],
         checked: bool,
     ) -> Result<(Option<u64>, u64)> {
-        let mut record = self.current(txn)?;
+        let chunk = match &self.renewing {
+            // The renewed table's chunk ids are the landing's own.
+            Some(renewing) => {
+                self.check_target(txn)?;
+                renewing.next_chunk
+            }
+            None => {
+                let mut record = self.current(txn)?;
+                // The chunk id is taken: nothing else writes a chunk under it.
+                record.next_chunk += 1;
+                save(txn, self.tenant, &record)?;
+                record.next_chunk - 1
+            }
+        };
         let (id, begun) = match self.id {
             Some(id) => (id, None),
             None => {
@@ -1347,16 +1464,6 @@ impl RowLanding {
                 };
                 let id = landing::begin(txn, &what)?;
                 (id, Some(id))
-            }
-        };
-        let chunk = match &self.renewing {
-            // The renewed table's chunk ids are the landing's own.
-            Some(renewing) => renewing.next_chunk,
-            None => {
-                // The chunk id is taken: nothing else writes a chunk under it.
-                record.next_chunk += 1;
-                save(txn, self.tenant, &record)?;
-                record.next_chunk - 1
             }
         };
         txn.open_table(CHUNKS)?.insert((self.table, chunk), bytes)?;
@@ -1380,7 +1487,7 @@ impl RowLanding {
         replaced: &[u64],
         part: std::ops::Range<usize>,
     ) -> Result<(u64, usize)> {
-        self.current(txn)?;
+        self.check_target(txn)?;
         indexed.write_part(txn, chunk, entries, Lookups::All, replaced, part)
     }
 
@@ -1430,7 +1537,49 @@ impl RowLanding {
         };
         let schema = unlink_content(txn, self.tenant, &current)?;
         storage::charge(txn, self.tenant, Change::removed(schema.len() as u64))?;
-        let mut record = emptied(current, self.table, &self.ids);
+        let record = emptied(current, self.table, &self.ids);
+        self.adopt(txn, record, next_chunk)
+    }
+
+    /// Publishes the rows landed by [`RowLanding::creating`] in `txn`: creates the table
+    /// (its name must be free, its project there) with `constraints`, the landing's table id
+    /// and entry ids, the landed chunks in order, then the rows that make no full chunk.
+    /// Returns the rows written.
+    pub(crate) fn publish_created(
+        &mut self,
+        txn: &WriteTransaction,
+        schema: &Schema,
+        constraints: Constraints,
+    ) -> Result<u64> {
+        let next_chunk = match &self.renewing {
+            Some(Renewing {
+                read: None,
+                next_chunk,
+            }) => *next_chunk,
+            _ => return Err(Error::internal("the rows landed are not a new table's")),
+        };
+        let landed = Some((self.table, self.ids.as_slice()));
+        let (project, name) = (self.project.clone(), self.name.clone());
+        let record = create_with(
+            txn,
+            self.tenant,
+            &project,
+            &name,
+            schema,
+            constraints,
+            landed,
+        )?;
+        self.adopt(txn, record, next_chunk)
+    }
+
+    /// Makes `record` (empty, under the landing's ids) hold the landed chunks, in order, then
+    /// the rows that make no full chunk; `next_chunk` is the first chunk id not landed.
+    fn adopt(
+        &mut self,
+        txn: &WriteTransaction,
+        mut record: TableRecord,
+        next_chunk: u64,
+    ) -> Result<u64> {
         record.next_chunk = next_chunk;
         if let Some(id) = self.id {
             let mut order = txn.open_table(CHUNK_ORDER)?;

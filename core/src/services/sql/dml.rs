@@ -771,7 +771,7 @@ pub(crate) fn create_table(
     if job.snapshot.table(&project, &name)?.is_some() && create.if_not_exists {
         return Ok(Staged::Done(None));
     }
-    let staged = if from_query {
+    let mut staged = if from_query {
         // The query's batches carry its own field names: give them the table's.
         let target = Arc::clone(&schema);
         let indexes = tables::key_indexes(&name, &declared);
@@ -785,6 +785,29 @@ pub(crate) fn create_table(
     } else {
         None
     };
+    // Rows of a keyed table that fill more than a chunk land ahead, as an append's do, under
+    // the new table's ids (see `tables::RowLanding::creating`); the commit creates the table
+    // with them. Declared before the write guard, so that the guard goes first.
+    let mut landed = Landing::none(job, handle);
+    let mut landing = None;
+    if let Some(staged) = staged.take_if(|s| s.lands() && job.may_land) {
+        let keep_going = || job.check_cancelled();
+        let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
+            landing_step(job, handle, work)
+        };
+        let (rows, result) = tables::RowLanding::creating(
+            job.tenant,
+            &project,
+            &name,
+            &declared,
+            staged,
+            &mut step,
+            &keep_going,
+        );
+        landed.id = rows.id();
+        result?;
+        landing = Some(rows);
+    }
     let guard = job.lock(handle)?;
     // The project may have gone, or the name been taken, while the rows were computed
     // (`files` is always there).
@@ -806,6 +829,12 @@ pub(crate) fn create_table(
             )));
         }
         tables::drop_table(&guard.txn, job.tenant, &project, &name)?;
+    }
+    if let Some(mut rows) = landing {
+        let affected = rows.publish_created(&guard.txn, &schema, declared)?;
+        guard.commit()?;
+        landed.published(Retired::nothing());
+        return Ok(Staged::Done(Some(affected)));
     }
     let record = tables::create(&guard.txn, job.tenant, &project, &name, &schema, declared)?;
     let mut affected = None;
@@ -1986,6 +2015,46 @@ mod tests {
             "5"
         );
         settled(139_991);
+
+        // A keyed table made from a query lands its rows in steps too, and appears with them
+        // at its commit; OR REPLACE hands the old table to the sweeper.
+        let steps = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new((
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'made'",
+            "0",
+        )));
+        let (racer, count, check) = (engine.clone(), Arc::clone(&steps), Arc::clone(&seen));
+        observe::on_landed("made", move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            racer.sql_blocking("INSERT INTO aside VALUES (2)").unwrap();
+            let (query, expected) = *check.lock();
+            assert_eq!(
+                value(&racer, query),
+                expected,
+                "nothing is published before the commit"
+            );
+        });
+        sql("CREATE TABLE made (id BIGINT PRIMARY KEY, v BIGINT) AS SELECT value AS id, 1 AS v FROM generate_series(1, 140000)");
+        assert_eq!(steps.load(Ordering::SeqCst), 2 * steps_of(65_536));
+        assert_eq!(value(&engine, "SELECT sum(v) FROM made"), "140000");
+        let e = engine
+            .sql_blocking("INSERT INTO made VALUES (139999, 2)")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (139999)"), "{e}");
+        settled(139_991 + 140_000);
+        *seen.lock() = ("SELECT sum(v) FROM made", "140000");
+        let id = table_id(&engine, "made");
+        let e = engine
+            .sql_blocking("CREATE OR REPLACE TABLE made (id BIGINT PRIMARY KEY, v BIGINT) AS SELECT value % 100000 AS id, 2 AS v FROM generate_series(1, 140000)")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key"), "{e}");
+        assert_eq!(table_id(&engine, "made"), id);
+        sql("CREATE OR REPLACE TABLE made (id BIGINT PRIMARY KEY, v BIGINT) AS SELECT value AS id, 2 AS v FROM generate_series(1, 140000)");
+        observe::on_landed("made", || {});
+        assert_ne!(table_id(&engine, "made"), id);
+        assert_eq!(value(&engine, "SELECT sum(v) FROM made"), "280000");
+        assert_eq!(value(&engine, "SELECT v FROM made WHERE id = 139999"), "2");
+        settled(139_991 + 140_000);
     }
 
     #[test]
