@@ -419,3 +419,49 @@ fn a_tenants_spills_stop_at_its_share_while_another_tenants_sort_still_spills() 
     ok(&ann, &format!("CREATE TABLE small AS {}", hashes(1_000)));
     assert_eq!(number(&ann, "SELECT count(*) FROM small"), 1_000);
 }
+
+#[test]
+fn rows_that_replace_a_whole_table_are_judged_by_what_they_add_less_what_they_replace() {
+    let mut config = hosted_config();
+    config.hosted.plans.insert("snug".into(), plan(16, 64));
+    let engine = Engine::open_in_memory(config).unwrap();
+    let bob = user(&engine, "bob", "snug");
+    // A keyed table of more than two chunks, so that rows replacing it land in steps, and
+    // the old rows stay counted until the sweeper removes them after the commit.
+    ok(&bob, "CREATE TABLE t (id BIGINT PRIMARY KEY, h VARCHAR)");
+    ok(&bob, &format!("INSERT INTO t {}", hashes(150_000)));
+    let held = stored(&bob);
+    assert!(
+        held > 8 * 1024 * 1024 && held < 16 * 1024 * 1024,
+        "the table takes more than half the limit: {held}"
+    );
+    // The same rows again, then all but ten of them: neither grows the tenant.
+    ok(&bob, &format!("INSERT OVERWRITE t {}", hashes(150_000)));
+    assert_eq!(number(&bob, "SELECT count(*) FROM t"), 150_000);
+    let after = stored_settled(&bob);
+    assert!(after.abs_diff(held) < held / 100, "{after} against {held}");
+    ok(
+        &bob,
+        "DELETE FROM t WHERE id IN (SELECT value FROM generate_series(1, 10))",
+    );
+    assert_eq!(number(&bob, "SELECT count(*) FROM t"), 149_990);
+    stored_settled(&bob);
+
+    // Over its limit (a smaller plan), the tenant can still replace the rows with fewer,
+    // and not with more.
+    engine
+        .block_on(engine.update_user("bob", Some("tiny"), None))
+        .unwrap();
+    ok(
+        &bob,
+        "DELETE FROM t WHERE id IN (SELECT value FROM generate_series(1, 1000))",
+    );
+    assert_eq!(number(&bob, "SELECT count(*) FROM t"), 149_000);
+    let before = stored_settled(&bob);
+    over_quota(&error(
+        &bob,
+        &format!("INSERT OVERWRITE t {}", hashes(300_000)),
+    ));
+    assert_eq!(number(&bob, "SELECT count(*) FROM t"), 149_000);
+    assert_eq!(stored_settled(&bob), before);
+}

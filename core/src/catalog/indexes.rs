@@ -621,6 +621,19 @@ pub(crate) fn sweep(
 }
 
 /// The bytes of every index's entries, by index id (a file's first count, see `storage`).
+/// The bytes the entries of the index `id` take, in `entries` (a snapshot's table).
+pub(crate) fn bytes_of(
+    entries: &impl ReadableTable<(u64, &'static [u8], u64, u32), ()>,
+    id: u64,
+) -> Result<u64> {
+    let empty: &[u8] = &[];
+    let mut bytes = 0;
+    for entry in entries.range((id, empty, 0u64, 0u32)..(id + 1, empty, 0u64, 0u32))? {
+        bytes += entry_bytes(entry?.0.value().1.len());
+    }
+    Ok(bytes)
+}
+
 pub(crate) fn stored_bytes(txn: &WriteTransaction) -> Result<BTreeMap<u64, u64>> {
     let mut bytes = BTreeMap::new();
     for entry in txn.open_table(INDEX_ENTRIES)?.iter()? {

@@ -128,6 +128,64 @@ pub(crate) fn charge_ahead(txn: &WriteTransaction, tenant: TenantId, bytes: u64)
     Ok(())
 }
 
+/// What rows that replace a table's whole content (see `tables::renew`) write, against the
+/// bytes of the content they replace: those stay counted until the sweeper removes them after
+/// the commit, so the limit is checked as if they were gone already, and only once the
+/// replacement outgrows them. A replacement that shrinks the table is never refused, as no
+/// shrinking is.
+#[derive(Debug)]
+pub(crate) struct Replacement {
+    replaced: u64,
+    written: std::cell::Cell<u64>,
+}
+
+impl Replacement {
+    /// A replacement of content that counts `replaced` bytes.
+    pub(crate) fn new(replaced: u64) -> Replacement {
+        Replacement {
+            replaced,
+            written: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Counts `added` bytes the replacement wrote to `tenant`'s stored bytes in `txn`.
+    pub(crate) fn charge(
+        &self,
+        txn: &WriteTransaction,
+        tenant: TenantId,
+        added: u64,
+    ) -> Result<()> {
+        if added == 0 {
+            return Ok(());
+        }
+        self.written.set(self.written.get().saturating_add(added));
+        let mut table = txn.open_table(STORAGE_BYTES)?;
+        let used = table.get(tenant.0)?.map_or(0, |v| v.value());
+        let now = used.saturating_add(added);
+        if self.written.get() > self.replaced {
+            check(
+                txn,
+                tenant,
+                used.saturating_sub(self.replaced),
+                now.saturating_sub(self.replaced),
+            )?;
+        }
+        table.insert(tenant.0, now)?;
+        Ok(())
+    }
+}
+
+/// Whether `tenant` has a storage limit, as the snapshot `txn` has the limits.
+pub(crate) fn limited(txn: &redb::ReadTransaction, tenant: TenantId) -> Result<bool> {
+    let Some(plan) = users::plan_in(txn, tenant)? else {
+        return Ok(false);
+    };
+    Ok(txn
+        .open_table(STORAGE_LIMITS)?
+        .get(plan.as_str())?
+        .is_some())
+}
+
 /// Fails with QuotaExceeded when `tenant`'s stored bytes, less the `freed` bytes about to be
 /// removed, exceed its limit: a change whose `added` bytes were counted ahead
 /// ([`charge_ahead`]) and that grows the tenant.

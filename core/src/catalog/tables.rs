@@ -317,8 +317,36 @@ fn unlink_content(
 /// work (see `indexes::STEP_ENTRIES`): then a write that replaces all of them renews the
 /// table ([`renew`]) rather than remove them under the writer lock.
 fn outgrows_a_step(record: &TableRecord) -> bool {
-    let per_row = 1 + entry_ids(record).len() as u64;
-    record.row_count.saturating_mul(per_row) > indexes::STEP_ENTRIES as u64
+    let entries = record
+        .row_count
+        .saturating_mul(entry_ids(record).len() as u64);
+    // Without entries, removing a chunk is one redb removal, whatever its rows.
+    entries > indexes::STEP_ENTRIES as u64 || record.row_count > RENEWED_CHUNKS * CHUNK_ROWS as u64
+}
+
+/// Chunks of a table without indexes beyond which a write that replaces all its rows
+/// renews the table rather than remove them in its transaction.
+const RENEWED_CHUNKS: u64 = 16;
+
+/// The bytes `record`'s table takes in the snapshot `snapshot` (its schema, chunks and index
+/// entries): what a write that replaces all its rows frees once the sweeper is done (see
+/// `storage::Replacement`). As much reading as the table holds, done before the writer lock.
+pub(crate) fn content_bytes(snapshot: &redb::ReadTransaction, record: &TableRecord) -> Result<u64> {
+    let mut bytes = snapshot
+        .open_table(TABLE_SCHEMAS)?
+        .get(record.id)?
+        .map_or(0, |schema| schema.value().len() as u64);
+    let chunks = snapshot.open_table(CHUNKS)?;
+    for (_, chunk) in chunk_order(&snapshot.open_table(CHUNK_ORDER)?, record.id)? {
+        bytes += chunks
+            .get((record.id, chunk))?
+            .map_or(0, |stored| stored.value().len() as u64);
+    }
+    let entries = snapshot.open_table(crate::store::schema::INDEX_ENTRIES)?;
+    for id in entry_ids(record) {
+        bytes += indexes::bytes_of(&entries, id)?;
+    }
+    Ok(bytes)
 }
 
 /// Gives `record`'s table a new id and new index entry ids, with no rows, and hands its
@@ -608,11 +636,27 @@ fn compact(batch: &RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
+/// Counts `added` bytes a write wrote to `tenant`'s stored bytes: against the content it
+/// replaces when `replacing` (see `storage::Replacement`).
+fn charge_written(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    replacing: Option<&storage::Replacement>,
+    added: u64,
+) -> Result<()> {
+    match replacing {
+        Some(replacing) => replacing.charge(txn, tenant, added),
+        None => storage::charge(txn, tenant, Change::added(added)),
+    }
+}
+
 /// Appends rows to a table inside a write transaction: buffers batches into chunks of
 /// [`CHUNK_ROWS`] rows and updates the record when finished. Memory stays bounded by one chunk.
 pub(crate) struct TableWriter<'t> {
     txn: &'t WriteTransaction,
     tenant: TenantId,
+    /// Set when the rows replace content still counted (see [`TableWriter::replace`]).
+    replacing: Option<storage::Replacement>,
     record: TableRecord,
     schema: SchemaRef,
     pending: ChunkBuffer,
@@ -656,6 +700,7 @@ impl<'t> TableWriter<'t> {
         let mut writer = TableWriter {
             txn,
             tenant,
+            replacing: None,
             record: record.clone(),
             pending: ChunkBuffer::new(Arc::clone(&schema)),
             indexed,
@@ -688,10 +733,14 @@ impl<'t> TableWriter<'t> {
     /// whole content. Its chunks are removed now, in the same transaction, when that is a
     /// step's work; a larger table is renewed ([`renew`]) and its old content swept after the
     /// commit. Inside an explicit transaction alike: a ROLLBACK undoes the renewal.
+    /// `replaced` is what the table's content counts as stored, as read (see
+    /// [`content_bytes`]; 0 for a tenant without a storage limit): a renewed table's stays
+    /// counted until swept, and the new rows are checked against the limit as if it were gone.
     pub(crate) fn replace(
         txn: &'t WriteTransaction,
         tenant: TenantId,
         mut record: TableRecord,
+        replaced: u64,
     ) -> Result<Self> {
         // Another statement's landing has chunks and entries in the file under the table's
         // ids that its chunk order does not show yet; removing every chunk of the table would
@@ -699,7 +748,9 @@ impl<'t> TableWriter<'t> {
         // it stops and runs again, and what it landed goes with the old content.
         if outgrows_a_step(&record) || landing::lands_into(txn, record.id)? {
             let record = renew(txn, tenant, record)?;
-            return Self::append(txn, tenant, record);
+            let mut writer = Self::append(txn, tenant, record)?;
+            writer.replacing = Some(storage::Replacement::new(replaced));
+            return Ok(writer);
         }
         let freed = remove_chunks(txn, &record)?;
         storage::charge(txn, tenant, Change::removed(freed))?;
@@ -754,7 +805,7 @@ impl<'t> TableWriter<'t> {
         if let Some(indexed) = &self.indexed {
             added += indexed.add(self.txn, chunk, batch)?;
         }
-        storage::charge(self.txn, self.tenant, Change::added(added))?;
+        charge_written(self.txn, self.tenant, self.replacing.as_ref(), added)?;
         self.record.next_chunk += 1;
         self.record.next_position += 1;
         self.record.row_count += batch.num_rows() as u64;
@@ -823,7 +874,7 @@ impl<'t> TableWriter<'t> {
                     }
                     None => {}
                 }
-                storage::charge(txn, tenant, Change::added(added))?;
+                charge_written(txn, tenant, self.replacing.as_ref(), added)?;
                 order.insert((id, self.record.next_position), self.record.next_chunk)?;
                 self.record.next_chunk += 1;
                 self.record.next_position += 1;
@@ -1083,6 +1134,8 @@ pub(crate) struct RowLanding {
     /// Set when the rows are to become the table's whole content (see
     /// [`RowLanding::renewing`]).
     renewing: Option<Renewing>,
+    /// Set when they replace content still counted (see `storage::Replacement`).
+    replacing: Option<storage::Replacement>,
 }
 
 /// What a landing of rows that renew a table (see [`RowLanding::renewing`]) keeps beside
@@ -1148,6 +1201,7 @@ impl RowLanding {
             pending,
             landed_bytes: 0,
             renewing: None,
+            replacing: None,
         }
     }
 
@@ -1161,6 +1215,7 @@ impl RowLanding {
         tenant: TenantId,
         project: &str,
         record: &TableRecord,
+        replaced: u64,
         staged: StagedRows,
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
@@ -1178,6 +1233,7 @@ impl RowLanding {
             read: Some((record.id, entry_ids(record))),
             next_chunk: 0,
         });
+        landing.replacing = Some(storage::Replacement::new(replaced));
         landing.land_fresh(record, chunks, keys.is_some(), &schema, step, keep_going)
     }
 
@@ -1250,7 +1306,8 @@ impl RowLanding {
             let encoded = encode_batches(schema, &[])?;
             txn.open_table(TABLE_SCHEMAS)?
                 .insert(table, encoded.as_slice())?;
-            storage::charge(txn, tenant, Change::added(encoded.len() as u64))?;
+            let replacing = landing.replacing.as_ref();
+            charge_written(txn, tenant, replacing, encoded.len() as u64)?;
             let what = Landed::Renewal {
                 tenant: tenant.0,
                 table,
@@ -1364,7 +1421,9 @@ impl RowLanding {
                 };
                 match rewriting {
                     Some(_) => storage::charge_ahead(txn, self.tenant, entries_added)?,
-                    None => storage::charge(txn, self.tenant, Change::added(entries_added))?,
+                    None => {
+                        charge_written(txn, self.tenant, self.replacing.as_ref(), entries_added)?
+                    }
                 }
                 added += entries_added;
                 done = (begun, id, total, added);
@@ -1468,7 +1527,12 @@ impl RowLanding {
         };
         txn.open_table(CHUNKS)?.insert((self.table, chunk), bytes)?;
         match checked {
-            true => storage::charge(txn, self.tenant, Change::added(bytes.len() as u64))?,
+            true => charge_written(
+                txn,
+                self.tenant,
+                self.replacing.as_ref(),
+                bytes.len() as u64,
+            )?,
             false => storage::charge_ahead(txn, self.tenant, bytes.len() as u64)?,
         }
         landing::add_chunk(txn, id, chunk, rows)?;
@@ -1593,6 +1657,7 @@ impl RowLanding {
         }
         save(txn, self.tenant, &record)?;
         let mut writer = TableWriter::append(txn, self.tenant, record)?;
+        writer.replacing = self.replacing.take();
         if let Some(rest) = self
             .pending
             .take()

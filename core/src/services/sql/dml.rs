@@ -269,6 +269,17 @@ impl WriteJob {
         }
     }
 
+    /// What `read`'s table's content counts as stored, as the snapshot has it, when the
+    /// tenant has a storage limit (0 otherwise): what rows that replace all of it may write
+    /// before the limit applies (see `storage::Replacement`). Read before the writer lock.
+    fn replaced_bytes(&self, read: &TableRecord) -> Result<u64> {
+        let snapshot = &self.snapshot.txn;
+        match crate::catalog::storage::limited(snapshot, self.tenant)? {
+            true => tables::content_bytes(snapshot, read),
+            false => Ok(0),
+        }
+    }
+
     /// Staging for rows of the table `table` of `schema`, which has no indexes.
     pub(crate) fn staged(&self, table: &str, schema: SchemaRef) -> StagedRows {
         StagedRows::new(table, schema, self.spool())
@@ -394,6 +405,10 @@ pub(crate) fn run_dml(
             if matches!(insert, Insert::Resolved(_) | Insert::Updated(_)) {
                 watch::planned(&read.name);
             }
+            let replaced = match insert {
+                Insert::Overwrite(_) => job.replaced_bytes(&read)?,
+                _ => 0,
+            };
             let rewrite = match &mut insert {
                 Insert::Resolved(resolved) => resolved.rewrite_mut(),
                 Insert::Updated(prepared) => Some(prepared.rewrite_mut()),
@@ -419,7 +434,8 @@ pub(crate) fn run_dml(
             let rows = match insert {
                 Insert::Overwrite(staged) => (|| {
                     let rows = staged.rows();
-                    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+                    let mut writer =
+                        TableWriter::replace(&guard.txn, job.tenant, record, replaced)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
                     Ok(Some((rows, Retired::nothing())))
@@ -534,7 +550,8 @@ pub(crate) fn run_dml(
                 return Ok(Staged::TargetChanged);
             };
             let n = record.row_count;
-            TableWriter::replace(&guard.txn, job.tenant, record)?.finish()?;
+            // Writes no row: nothing to check against the limit.
+            TableWriter::replace(&guard.txn, job.tenant, record, 0)?.finish()?;
             guard.commit()?;
             return Ok(Staged::Done(n));
         }
@@ -653,6 +670,7 @@ fn replace_if_unchanged(
     if staged.lands() && job.may_land {
         return land_renewal(job, handle, project, name, read, staged, true).map(|s| s.map(drop));
     }
+    let replaced = job.replaced_bytes(read)?;
     let guard = job.lock(handle)?;
     let Some(record) = job.still(&guard, project, name, read)? else {
         return Ok(Staged::TargetChanged);
@@ -661,7 +679,7 @@ fn replace_if_unchanged(
     if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before {
         return Ok(Staged::TargetChanged);
     }
-    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record)?;
+    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record, replaced)?;
     writer.push_staged(staged)?;
     writer.finish()?;
     guard.commit()?;
@@ -983,14 +1001,7 @@ pub(crate) fn land_rows(
     if !matches!(published, Ok(Staged::Done(_))) {
         discard_landing(handle, job, landing.id());
     }
-    match published {
-        // A table renewed meanwhile (TRUNCATE, INSERT OVERWRITE: see `tables::renew`) is the
-        // same table under a new id, and the rows go into it, by running again.
-        Err(e) if e.kind() == crate::ErrorKind::Conflict && given_new_id(job, project, read)? => {
-            Ok(Staged::TargetChanged)
-        }
-        published => published,
-    }
+    again_if_renewed(job, project, read, published)
 }
 
 /// Lands `staged`, rows that become the whole content of `read`'s table `project.name`,
@@ -1012,8 +1023,16 @@ fn land_renewal(
     let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
         landing_step(job, handle, work)
     };
-    let (mut landing, landed) =
-        tables::RowLanding::renewing(job.tenant, project, read, staged, &mut step, &keep_going);
+    let replaced = job.replaced_bytes(read)?;
+    let (mut landing, landed) = tables::RowLanding::renewing(
+        job.tenant,
+        project,
+        read,
+        replaced,
+        staged,
+        &mut step,
+        &keep_going,
+    );
     let published = landed.and_then(|()| {
         let guard = job.lock(handle)?;
         let Some(record) = job.still(&guard, project, name, read)? else {
@@ -1033,7 +1052,29 @@ fn land_renewal(
     if !matches!(published, Ok(Staged::Done(_))) {
         discard_landing(handle, job, landing.id());
     }
-    published
+    again_if_renewed(job, project, read, published)
+}
+
+/// `result` of a write that landed rows for `read`'s table of `project`, unless it failed
+/// because the table was renewed meanwhile (TRUNCATE, INSERT OVERWRITE: see `tables::renew`):
+/// that is the same table under a new id, and the write runs again, into it. Not on a
+/// statement's last turn, nor inside an explicit transaction: it reports the change.
+fn again_if_renewed<T>(
+    job: &WriteJob,
+    project: &str,
+    read: &TableRecord,
+    result: Result<Staged<T>>,
+) -> Result<Staged<T>> {
+    match result {
+        Err(e)
+            if e.kind() == crate::ErrorKind::Conflict
+                && job.may_land
+                && given_new_id(job, project, read)? =>
+        {
+            Ok(Staged::TargetChanged)
+        }
+        result => result,
+    }
 }
 
 /// Whether `read`'s table of `project` now has another id (it was renewed, or dropped and
@@ -2016,6 +2057,21 @@ mod tests {
         );
         settled(139_991);
 
+        // Rows landing for a table that another statement renews meanwhile land again, for
+        // the renewed table.
+        let once = Arc::new(AtomicBool::new(false));
+        let (racer, first) = (engine.clone(), Arc::clone(&once));
+        observe::on_landed("relanded", move || {
+            if !first.swap(true, Ordering::SeqCst) {
+                racer.sql_blocking("TRUNCATE TABLE relanded").unwrap();
+            }
+        });
+        sql("INSERT OVERWRITE relanded SELECT value, 3 FROM generate_series(1, 140000)");
+        observe::on_landed("relanded", || {});
+        assert!(once.load(Ordering::SeqCst));
+        assert_eq!(value(&engine, "SELECT sum(v) FROM relanded"), "420000");
+        settled(140_000);
+
         // A keyed table made from a query lands its rows in steps too, and appears with them
         // at its commit; OR REPLACE hands the old table to the sweeper.
         let steps = Arc::new(AtomicUsize::new(0));
@@ -2041,7 +2097,7 @@ mod tests {
             .sql_blocking("INSERT INTO made VALUES (139999, 2)")
             .unwrap_err();
         assert!(e.message().contains("Duplicate key (139999)"), "{e}");
-        settled(139_991 + 140_000);
+        settled(280_000);
         *seen.lock() = ("SELECT sum(v) FROM made", "140000");
         let id = table_id(&engine, "made");
         let e = engine
@@ -2054,7 +2110,7 @@ mod tests {
         assert_ne!(table_id(&engine, "made"), id);
         assert_eq!(value(&engine, "SELECT sum(v) FROM made"), "280000");
         assert_eq!(value(&engine, "SELECT v FROM made WHERE id = 139999"), "2");
-        settled(139_991 + 140_000);
+        settled(280_000);
     }
 
     #[test]
@@ -2122,6 +2178,7 @@ mod tests {
             TenantId::LOCAL,
             "mindsdb",
             &record,
+            0,
             staged,
             &mut step,
             &|| Ok(()),

@@ -1065,6 +1065,12 @@ impl SqlRunner {
                 }
             },
             Statement::CreateTable(create) => Some(create.name.clone()),
+            // It renews a large table (see `tables::renew`), which sends writers landing rows
+            // into it round again: its claim keeps it from overtaking their last turn.
+            Statement::Truncate(truncate) => match truncate.table_names.as_slice() {
+                [target] => Some(target.name.clone()),
+                _ => None,
+            },
             _ => None,
         }?;
         self.project_and_name(tenant, context, &name).ok()
