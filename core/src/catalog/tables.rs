@@ -1144,6 +1144,9 @@ struct Renewing {
     /// The table's id as read, and its indexes' entry ids: the table the rows replace the
     /// rows of, as long as it has them; `None` for a table the statement creates.
     read: Option<(u64, Vec<u64>)>,
+    /// The table's chunk order as read, when the rows were computed from its rows (a DELETE
+    /// or UPDATE with a subquery): a step finding it changed stops the landing.
+    base: Option<Vec<(u64, u64)>>,
     /// The id of the next chunk landed (the renewed table's chunk ids start at 0).
     next_chunk: u64,
 }
@@ -1215,7 +1218,7 @@ impl RowLanding {
         tenant: TenantId,
         project: &str,
         record: &TableRecord,
-        replaced: u64,
+        (replaced, base): (u64, Option<Vec<(u64, u64)>>),
         staged: StagedRows,
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
@@ -1231,6 +1234,7 @@ impl RowLanding {
         let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
         landing.renewing = Some(Renewing {
             read: Some((record.id, entry_ids(record))),
+            base,
             next_chunk: 0,
         });
         landing.replacing = Some(storage::Replacement::new(replaced));
@@ -1275,6 +1279,7 @@ impl RowLanding {
         let mut landing = RowLanding::new(tenant, project, &record, rows, Some(pending));
         landing.renewing = Some(Renewing {
             read: None,
+            base: None,
             next_chunk: 0,
         });
         landing.land_fresh(&record, chunks, keys.is_some(), &schema, step, keep_going)
@@ -1485,6 +1490,20 @@ impl RowLanding {
     fn check_target(&self, txn: &WriteTransaction) -> Result<()> {
         match &self.renewing {
             Some(Renewing { read: None, .. }) => Ok(()),
+            Some(Renewing {
+                read: Some((table, _)),
+                base: Some(base),
+                ..
+            }) => {
+                self.current(txn)?;
+                if chunk_order(&txn.open_table(CHUNK_ORDER)?, *table)? != *base {
+                    return Err(Error::conflict(format!(
+                        "Table '{}' in database {} changed while the rows that replace its rows were computed from it; nothing was written",
+                        self.name, self.project
+                    )));
+                }
+                Ok(())
+            }
             _ => self.current(txn).map(drop),
         }
     }
@@ -1619,6 +1638,7 @@ impl RowLanding {
             Some(Renewing {
                 read: None,
                 next_chunk,
+                ..
             }) => *next_chunk,
             _ => return Err(Error::internal("the rows landed are not a new table's")),
         };

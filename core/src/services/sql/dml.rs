@@ -1024,11 +1024,16 @@ fn land_renewal(
         landing_step(job, handle, work)
     };
     let replaced = job.replaced_bytes(read)?;
+    let as_read = || tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id);
+    let base = match unchanged {
+        true => Some(as_read()?),
+        false => None,
+    };
     let (mut landing, landed) = tables::RowLanding::renewing(
         job.tenant,
         project,
         read,
-        replaced,
+        (replaced, base),
         staged,
         &mut step,
         &keep_going,
@@ -1052,6 +1057,17 @@ fn land_renewal(
     if !matches!(published, Ok(Staged::Done(_))) {
         discard_landing(handle, job, landing.id());
     }
+    // Rows computed from rows another write changed meanwhile are computed again.
+    let published = match published {
+        Err(e) if unchanged && e.kind() == crate::ErrorKind::Conflict && job.may_land => {
+            let now = job.store.read()?;
+            match tables::chunk_order(&now.open_table(CHUNK_ORDER)?, read.id)? != as_read()? {
+                true => Ok(Staged::TargetChanged),
+                false => Err(e),
+            }
+        }
+        published => published,
+    };
     again_if_renewed(job, project, read, published)
 }
 
@@ -2037,11 +2053,12 @@ mod tests {
         settled(140_000);
 
         // A DELETE with a subquery lands the rows it keeps. A write to the table between its
-        // steps changes the rows it computed from: it runs again, and keeps that row too.
-        let once = Arc::new(AtomicBool::new(false));
-        let (racer, first) = (engine.clone(), Arc::clone(&once));
+        // steps changes the rows it computed from: it stops at its next step, runs again,
+        // and keeps that row too.
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (racer, count) = (engine.clone(), Arc::clone(&steps));
         observe::on_landed("relanded", move || {
-            if !first.swap(true, Ordering::SeqCst) {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
                 racer
                     .sql_blocking("INSERT INTO relanded VALUES (200000, 5)")
                     .unwrap();
@@ -2049,6 +2066,7 @@ mod tests {
         });
         sql("DELETE FROM relanded WHERE id IN (SELECT value FROM generate_series(1, 10))");
         observe::on_landed("relanded", || {});
+        assert_eq!(steps.load(Ordering::SeqCst), 1 + 2 * steps_of(65_536));
         assert_eq!(value(&engine, "SELECT count(*) FROM relanded"), "139991");
         assert_eq!(value(&engine, "SELECT min(id) FROM relanded"), "11");
         assert_eq!(
@@ -2178,7 +2196,7 @@ mod tests {
             TenantId::LOCAL,
             "mindsdb",
             &record,
-            0,
+            (0, None),
             staged,
             &mut step,
             &|| Ok(()),
