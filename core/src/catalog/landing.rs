@@ -14,11 +14,16 @@
 //! lands its chunks' unchanged keys again beside the chunks it replaces, so a write that
 //! meets a taken key while a rewrite of its table is landing may have met such
 //! a copy: it runs again as the table's sole writer, after the rewrite, instead of failing.
+//! Rows that replace a whole table (INSERT OVERWRITE, CREATE TABLE … AS, a DELETE or UPDATE
+//! with a subquery) land under a table id and index entry ids nothing names yet, so that
+//! their keys meet only each other's; their commit gives the table those ids and hands the
+//! old content to the sweeper, as a DROP does.
 //!
 //! This module keeps the record of each landing: what it belongs to and which chunks it wrote,
 //! so that a statement that fails after some steps (its deadline, a duplicate key, a crash)
 //! can be discarded, again in steps: by the statement itself, or when the file is next
-//! opened. `tables` does the landing and the discarding.
+//! opened (what DROPs left, by the sweeper once the engine starts). `tables` does the landing
+//! and the discarding.
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};

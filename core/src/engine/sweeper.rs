@@ -4,8 +4,8 @@
 //! them, in a transaction as short as any write's; removing them is as much work as their rows,
 //! so the sweeper does it in steps, each its own transaction under the writer lock, and others
 //! write between its steps. It wakes after every commit and looks for such work (one read of
-//! the small `landings` table); what a stopped process left is swept when the file is next
-//! opened.
+//! the small `landings` table); what a stopped process left is swept when the engine next
+//! starts, in the same steps.
 //!
 //! It holds the store only while it works (a weak reference otherwise), and a closing engine
 //! waits for the step in progress and stops the next ones ([`Sweeper::stop`]), so the file is
@@ -31,12 +31,14 @@ impl Sweeper {
         let wake = store.swept();
         let closing = Arc::new(Mutex::new(false));
         let (weak, shared) = (Arc::downgrade(store), Arc::clone(&closing));
+        // First what the file held when it opened (opening leaves it here), then after
+        // every commit.
         crate::memory::spawn_detached(handle, async move {
             loop {
-                wake.notified().await;
                 if !sweep(&weak, &shared).await {
                     return;
                 }
+                wake.notified().await;
             }
         });
         Sweeper { closing }
