@@ -44,7 +44,9 @@ to 127.0.0.1.
       it runs [deadlines]; a flood of GET /api/status with wrong credentials [status-flood].
     and one-row ON CONFLICT DO UPDATE, OR REPLACE and DO NOTHING inserts into a 2M-row
       PRIMARY KEY table, which resolve against the whole table [upsert] (the engine's test:
-      services::sql::dml, conflicting_inserts_resolve_before_the_writer_lock_…).
+      services::sql::dml, conflicting_inserts_resolve_before_the_writer_lock_…);
+    and INSERT OVERWRITE, a DELETE with a subquery and TRUNCATE, in turn, of a 2M-row
+      PRIMARY KEY table [replace] (services::sql::dml, rows_that_replace_a_table_land_…).
 
 The server's VmRSS and VmHWM are sampled from /proc throughout (VmHWM is reset through
 /proc/<pid>/clear_refs when the attack starts, so it is the attack's own peak). Prints a Markdown
@@ -140,6 +142,7 @@ CHUNKS_DOCUMENT = "abcd " * 4_000_000  # 20 MB
 KEYED_ROWS = 2_000_000
 INDEXED_ROWS = 2_000_000
 UPSERT_ROWS = 2_000_000
+REPLACED_ROWS = 2_000_000
 INDEXED_STEP = 200_000  # rows per setup statement (each within the 5 s deadline on a debug build)
 COSTLY_FILTER = r"\w{1,20}"  # near the 1 MiB compiled-size limit of a callback filter
 COSTLY_CALLBACKS = 100
@@ -1013,6 +1016,21 @@ class Attacks:
                 i += 1
                 self.sql(attack, s, forms[i % len(forms)].format(k=i % 1000))
 
+    def replace(self):
+        """Writes that replace every row of a 2M-row keyed table: each used to remove the old
+        rows' entries and write the new ones while holding the writer lock."""
+        attack = f"whole-table replacements of a {REPLACED_ROWS // 1_000_000}M-row keyed table"
+        forms = [
+            f"INSERT OVERWRITE mindsdb.replaced SELECT value, value % 7 FROM generate_series(1, {REPLACED_ROWS})",
+            "DELETE FROM mindsdb.replaced WHERE id IN (SELECT value FROM generate_series(1, 10))",
+            "TRUNCATE TABLE mindsdb.replaced",
+        ]
+        with requests.Session() as s:
+            i = 0
+            while not self.over():
+                self.sql(attack, s, forms[i % len(forms)])
+                i += 1
+
     def costly_callbacks(self):
         attack = f"model completions, {COSTLY_CALLBACKS} callbacks of costly filters"
         with requests.Session() as s:
@@ -1168,6 +1186,7 @@ ATTACKS = {
     "keyed-insert": lambda a: [a.keyed_insert],
     "create-index": lambda a: [a.create_index],
     "upsert": lambda a: [a.upsert],
+    "replace": lambda a: [a.replace],
     "costly-callbacks": lambda a: [a.costly_callbacks],
     "wide": lambda a: [a.wide] * WIDE_AT_ONCE,
     "silent": lambda a: [a.silent_sockets],
@@ -1372,6 +1391,11 @@ def setup_requests(server, keys, chosen, llm):
         sql(mallory_auth, "CREATE TABLE mindsdb.upserted (id BIGINT PRIMARY KEY, v BIGINT)")
         for offset in range(0, UPSERT_ROWS, INDEXED_STEP):
             sql(mallory_auth, f"INSERT INTO mindsdb.upserted SELECT value + {offset}, 0 "
+                              f"FROM generate_series(1, {INDEXED_STEP})")
+    if "replace" in chosen:
+        sql(mallory_auth, "CREATE TABLE mindsdb.replaced (id BIGINT PRIMARY KEY, v BIGINT)")
+        for offset in range(0, REPLACED_ROWS, INDEXED_STEP):
+            sql(mallory_auth, f"INSERT INTO mindsdb.replaced SELECT value + {offset}, 0 "
                               f"FROM generate_series(1, {INDEXED_STEP})")
     if "costly-callbacks" in chosen:
         # Under the configured provider's path: only that prefix of its host is reachable.
