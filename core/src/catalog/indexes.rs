@@ -621,25 +621,31 @@ pub(crate) fn sweep(
 }
 
 /// The bytes of every index's entries, by index id (a file's first count, see `storage`).
-/// The bytes the entries of the index `id` take, in `entries` (a snapshot's table).
-pub(crate) fn bytes_of(
-    entries: &impl ReadableTable<(u64, &'static [u8], u64, u32), ()>,
-    id: u64,
-) -> Result<u64> {
-    let empty: &[u8] = &[];
-    let mut bytes = 0;
-    for entry in entries.range((id, empty, 0u64, 0u32)..(id + 1, empty, 0u64, 0u32))? {
-        bytes += entry_bytes(entry?.0.value().1.len());
-    }
-    Ok(bytes)
-}
-
 pub(crate) fn stored_bytes(txn: &WriteTransaction) -> Result<BTreeMap<u64, u64>> {
     let mut bytes = BTreeMap::new();
     for entry in txn.open_table(INDEX_ENTRIES)?.iter()? {
         let (key, _) = entry?;
         let (index, key, _, _) = key.value();
         *bytes.entry(index).or_insert(0) += entry_bytes(key.len());
+    }
+    Ok(bytes)
+}
+
+/// The bytes the entries of the index `id` for the chunks `chunks` take, in `entries` (a
+/// snapshot's table).
+pub(crate) fn bytes_of(
+    entries: &impl ReadableTable<(u64, &'static [u8], u64, u32), ()>,
+    id: u64,
+    chunks: &HashSet<u64>,
+) -> Result<u64> {
+    let empty: &[u8] = &[];
+    let mut bytes = 0;
+    for entry in entries.range((id, empty, 0u64, 0u32)..(id + 1, empty, 0u64, 0u32))? {
+        let (key, _) = entry?;
+        let (_, key, chunk, _) = key.value();
+        if chunks.contains(&chunk) {
+            bytes += entry_bytes(key.len());
+        }
     }
     Ok(bytes)
 }
@@ -793,7 +799,8 @@ pub(crate) mod observe {
 
     use parking_lot::Mutex;
 
-    type Hook = Box<dyn Fn() + Send + Sync>;
+    /// Run with no lock held: a hook may run statements that reach the same hook.
+    type Hook = std::sync::Arc<dyn Fn() + Send + Sync>;
 
     static STAGED: LazyLock<Mutex<HashMap<String, Hook>>> = LazyLock::new(Default::default);
     static ENCODED_LOCKED: LazyLock<Mutex<HashMap<String, usize>>> =
@@ -801,11 +808,14 @@ pub(crate) mod observe {
 
     /// Runs `hook` each time a chunk of `table`'s entries has been staged.
     pub(crate) fn on_staged(table: &str, hook: impl Fn() + Send + Sync + 'static) {
-        STAGED.lock().insert(table.to_string(), Box::new(hook));
+        STAGED
+            .lock()
+            .insert(table.to_string(), std::sync::Arc::new(hook));
     }
 
     pub(crate) fn staged(table: &str) {
-        if let Some(hook) = STAGED.lock().get(table) {
+        let hook = STAGED.lock().get(table).cloned();
+        if let Some(hook) = hook {
             hook();
         }
     }
@@ -814,11 +824,14 @@ pub(crate) mod observe {
 
     /// Runs `hook` after each step of a landing into `table` has committed.
     pub(crate) fn on_landed(table: &str, hook: impl Fn() + Send + Sync + 'static) {
-        LANDED.lock().insert(table.to_string(), Box::new(hook));
+        LANDED
+            .lock()
+            .insert(table.to_string(), std::sync::Arc::new(hook));
     }
 
     pub(crate) fn landed(table: &str) {
-        if let Some(hook) = LANDED.lock().get(table) {
+        let hook = LANDED.lock().get(table).cloned();
+        if let Some(hook) = hook {
             hook();
         }
     }
@@ -827,11 +840,14 @@ pub(crate) mod observe {
 
     /// Runs `hook` after each step of a sweep of `table`'s retired chunks has committed.
     pub(crate) fn on_swept(table: &str, hook: impl Fn() + Send + Sync + 'static) {
-        SWEPT.lock().insert(table.to_string(), Box::new(hook));
+        SWEPT
+            .lock()
+            .insert(table.to_string(), std::sync::Arc::new(hook));
     }
 
     pub(crate) fn swept(table: &str) {
-        if let Some(hook) = SWEPT.lock().get(table) {
+        let hook = SWEPT.lock().get(table).cloned();
+        if let Some(hook) = hook {
             hook();
         }
     }

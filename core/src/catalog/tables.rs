@@ -316,35 +316,37 @@ fn unlink_content(
 /// Whether removing `record`'s rows and their index entries is more than a landing step's
 /// work (see `indexes::STEP_ENTRIES`): then a write that replaces all of them renews the
 /// table ([`renew`]) rather than remove them under the writer lock.
-fn outgrows_a_step(record: &TableRecord) -> bool {
+pub(crate) fn outgrows_a_step(record: &TableRecord) -> bool {
     let entries = record
         .row_count
         .saturating_mul(entry_ids(record).len() as u64);
-    // Without entries, removing a chunk is one redb removal, whatever its rows.
-    entries > indexes::STEP_ENTRIES as u64 || record.row_count > RENEWED_CHUNKS * CHUNK_ROWS as u64
+    // Without entries, removing a chunk is one redb removal, whatever its rows; chunks are
+    // closed by bytes too, so wide rows make more chunks than the rows alone say.
+    entries > indexes::STEP_ENTRIES as u64 || record.row_count > RENEWED_ROWS
 }
 
-/// Chunks of a table without indexes beyond which a write that replaces all its rows
-/// renews the table rather than remove them in its transaction.
-const RENEWED_CHUNKS: u64 = 16;
+/// Rows of a table without indexes (16 chunks of narrow rows) beyond which a write that
+/// replaces all of them renews the table rather than remove its chunks in its transaction.
+const RENEWED_ROWS: u64 = 16 * CHUNK_ROWS as u64;
 
-/// The bytes `record`'s table takes in the snapshot `snapshot` (its schema, chunks and index
-/// entries): what a write that replaces all its rows frees once the sweeper is done (see
-/// `storage::Replacement`). As much reading as the table holds, done before the writer lock.
+/// The bytes `record`'s table's rows take in the snapshot `snapshot`: its published chunks
+/// and their index entries (not those of other statements' landings, nor of retired chunks,
+/// which their own statements free), and not its schema, which a renewal keeps. What a write
+/// that replaces all its rows frees once the sweeper is done (see `storage::Replacement`).
+/// As much reading as the table holds, done before the writer lock.
 pub(crate) fn content_bytes(snapshot: &redb::ReadTransaction, record: &TableRecord) -> Result<u64> {
-    let mut bytes = snapshot
-        .open_table(TABLE_SCHEMAS)?
-        .get(record.id)?
-        .map_or(0, |schema| schema.value().len() as u64);
+    let mut bytes = 0;
     let chunks = snapshot.open_table(CHUNKS)?;
-    for (_, chunk) in chunk_order(&snapshot.open_table(CHUNK_ORDER)?, record.id)? {
+    let order = chunk_order(&snapshot.open_table(CHUNK_ORDER)?, record.id)?;
+    for (_, chunk) in &order {
         bytes += chunks
-            .get((record.id, chunk))?
+            .get((record.id, *chunk))?
             .map_or(0, |stored| stored.value().len() as u64);
     }
+    let published: HashSet<u64> = order.into_iter().map(|(_, chunk)| chunk).collect();
     let entries = snapshot.open_table(crate::store::schema::INDEX_ENTRIES)?;
     for id in entry_ids(record) {
-        bytes += indexes::bytes_of(&entries, id)?;
+        bytes += indexes::bytes_of(&entries, id, &published)?;
     }
     Ok(bytes)
 }

@@ -269,15 +269,36 @@ impl WriteJob {
         }
     }
 
-    /// What `read`'s table's content counts as stored, as the snapshot has it, when the
-    /// tenant has a storage limit (0 otherwise): what rows that replace all of it may write
-    /// before the limit applies (see `storage::Replacement`). Read before the writer lock.
-    fn replaced_bytes(&self, read: &TableRecord) -> Result<u64> {
+    /// What rows that replace every row of `read`'s table may write before the tenant's
+    /// storage limit applies (see `storage::Replacement`): nothing for a tenant without one,
+    /// a table small enough to be emptied in place, or while another write replacing the
+    /// same table holds the credit (each would count the same bytes).
+    fn credit(&self, read: &TableRecord) -> Result<Credit> {
         let snapshot = &self.snapshot.txn;
-        match crate::catalog::storage::limited(snapshot, self.tenant)? {
-            true => tables::content_bytes(snapshot, read),
-            false => Ok(0),
+        let none = Credit {
+            bytes: 0,
+            base: None,
+            _held: None,
+        };
+        if !tables::outgrows_a_step(read)
+            || !crate::catalog::storage::limited(snapshot, self.tenant)?
+        {
+            return Ok(none);
         }
+        let lock = self
+            .store
+            .object_lock(&format!("credit of table {}", read.id));
+        let Ok(held) = lock.try_write_owned() else {
+            return Ok(none);
+        };
+        Ok(Credit {
+            bytes: tables::content_bytes(snapshot, read)?,
+            base: Some(tables::chunk_order(
+                &snapshot.open_table(CHUNK_ORDER)?,
+                read.id,
+            )?),
+            _held: Some(held),
+        })
     }
 
     /// Staging for rows of the table `table` of `schema`, which has no indexes.
@@ -337,6 +358,16 @@ fn named_not_null(table: &TableReference, e: Error) -> Error {
     } else {
         e
     }
+}
+
+/// What a write that replaces every row of a table may write before its tenant's storage
+/// limit applies (see [`WriteJob::credit`]): the bytes of the content it replaces, as read,
+/// valid only while the table's chunk order is still `base` (a table that lost rows
+/// meanwhile frees less: the write then runs again, against what it holds then).
+struct Credit {
+    bytes: u64,
+    base: Option<Vec<(u64, u64)>>,
+    _held: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
 }
 
 /// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count. An INSERT's rows whose
@@ -405,9 +436,9 @@ pub(crate) fn run_dml(
             if matches!(insert, Insert::Resolved(_) | Insert::Updated(_)) {
                 watch::planned(&read.name);
             }
-            let replaced = match insert {
-                Insert::Overwrite(_) => job.replaced_bytes(&read)?,
-                _ => 0,
+            let credit = match insert {
+                Insert::Overwrite(_) => Some(job.credit(&read)?),
+                _ => None,
             };
             let rewrite = match &mut insert {
                 Insert::Resolved(resolved) => resolved.rewrite_mut(),
@@ -433,9 +464,16 @@ pub(crate) fn run_dml(
             let table = record.id;
             let rows = match insert {
                 Insert::Overwrite(staged) => (|| {
+                    let credit = credit.as_ref().expect("an overwrite's credit");
+                    if let Some(base) = &credit.base {
+                        let order = guard.txn.open_table(CHUNK_ORDER)?;
+                        if tables::chunk_order(&order, record.id)? != *base {
+                            return Ok(None);
+                        }
+                    }
                     let rows = staged.rows();
                     let mut writer =
-                        TableWriter::replace(&guard.txn, job.tenant, record, replaced)?;
+                        TableWriter::replace(&guard.txn, job.tenant, record, credit.bytes)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
                     Ok(Some((rows, Retired::nothing())))
@@ -670,7 +708,7 @@ fn replace_if_unchanged(
     if staged.lands() && job.may_land {
         return land_renewal(job, handle, project, name, read, staged, true).map(|s| s.map(drop));
     }
-    let replaced = job.replaced_bytes(read)?;
+    let credit = job.credit(read)?;
     let guard = job.lock(handle)?;
     let Some(record) = job.still(&guard, project, name, read)? else {
         return Ok(Staged::TargetChanged);
@@ -679,7 +717,7 @@ fn replace_if_unchanged(
     if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before {
         return Ok(Staged::TargetChanged);
     }
-    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record, replaced)?;
+    let mut writer = TableWriter::replace(&guard.txn, job.tenant, record, credit.bytes)?;
     writer.push_staged(staged)?;
     writer.finish()?;
     guard.commit()?;
@@ -1023,17 +1061,20 @@ fn land_renewal(
     let mut step = |work: &mut dyn FnMut(&redb::WriteTransaction) -> Result<()>| {
         landing_step(job, handle, work)
     };
-    let replaced = job.replaced_bytes(read)?;
+    let credit = job.credit(read)?;
     let as_read = || tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id);
-    let base = match unchanged {
+    // Rows computed from the table's rows, or written against the credit of its content,
+    // are for the table as read.
+    let base = match unchanged || credit.base.is_some() {
         true => Some(as_read()?),
         false => None,
     };
+    let checks_base = base.is_some();
     let (mut landing, landed) = tables::RowLanding::renewing(
         job.tenant,
         project,
         read,
-        (replaced, base),
+        (credit.bytes, base),
         staged,
         &mut step,
         &keep_going,
@@ -1047,7 +1088,7 @@ fn land_renewal(
             let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
             Ok(tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before)
         };
-        if record.constraints != read.constraints || (unchanged && moved()?) {
+        if record.constraints != read.constraints || (checks_base && moved()?) {
             return Ok(Staged::TargetChanged);
         }
         let rows = landing.publish_renewal(&guard.txn)?;
@@ -1059,7 +1100,7 @@ fn land_renewal(
     }
     // Rows computed from rows another write changed meanwhile are computed again.
     let published = match published {
-        Err(e) if unchanged && e.kind() == crate::ErrorKind::Conflict && job.may_land => {
+        Err(e) if checks_base && e.kind() == crate::ErrorKind::Conflict && job.may_land => {
             let now = job.store.read()?;
             match tables::chunk_order(&now.open_table(CHUNK_ORDER)?, read.id)? != as_read()? {
                 true => Ok(Staged::TargetChanged),
@@ -2222,6 +2263,83 @@ mod tests {
             )
             .unwrap();
         assert_eq!(value(&engine, "SELECT sum(v) FROM left_over"), "140000");
+    }
+
+    #[test]
+    fn a_replacement_counts_the_bytes_it_replaces_only_while_they_are_there_and_only_once() {
+        let mut config = Config {
+            edition: crate::Edition::Hosted,
+            ..Config::default()
+        };
+        let plan = crate::PlanConfig {
+            max_storage_mb: 16,
+            ..crate::PlanConfig::default()
+        };
+        config.hosted.plans.insert("snug".into(), plan);
+        config.hosted.default_plan = "snug".into();
+        let engine = Engine::open_in_memory(config).unwrap();
+        engine
+            .block_on(engine.create_user("bob", Some("snug")))
+            .unwrap();
+        let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
+        let bob = engine.as_user(&key).unwrap();
+        let sql = |q: &str| bob.sql_blocking(q).unwrap();
+        let hashes = |rows: u64| {
+            format!("SELECT value AS id, md5(CAST(value AS VARCHAR)) AS h FROM generate_series(1, {rows})")
+        };
+        let over_quota = |e: crate::Error| {
+            assert_eq!(e.kind(), crate::ErrorKind::QuotaExceeded, "{e}");
+        };
+        sql("CREATE TABLE credited (id BIGINT PRIMARY KEY, h VARCHAR)");
+        sql(&format!("INSERT INTO credited {}", hashes(150_000)));
+        let held = bob.limits().unwrap().storage_bytes.used;
+        assert!(held > 8 << 20 && held < 16 << 20, "{held}");
+
+        // Another overwrite of the table while one lands gets no credit of its own: both
+        // would count the same bytes as freed.
+        let once = Arc::new(AtomicBool::new(false));
+        let (racer, first, rows) = (bob.clone(), Arc::clone(&once), hashes(150_000));
+        observe::on_landed("credited", move || {
+            if !first.swap(true, Ordering::SeqCst) {
+                let e = racer
+                    .sql_blocking(&format!("INSERT OVERWRITE credited {rows}"))
+                    .unwrap_err();
+                assert_eq!(e.kind(), crate::ErrorKind::QuotaExceeded, "{e}");
+            }
+        });
+        sql(&format!("INSERT OVERWRITE credited {}", hashes(150_000)));
+        assert!(once.load(Ordering::SeqCst));
+        assert_eq!(value(&bob, "SELECT count(*) FROM credited"), "150000");
+
+        // The table loses its rows while an overwrite lands against their bytes: the
+        // overwrite runs again, against what the table holds then, and no longer fits.
+        let once = Arc::new(AtomicBool::new(false));
+        let (racer, first, rows) = (bob.clone(), Arc::clone(&once), hashes(150_000));
+        observe::on_landed("credited", move || {
+            if !first.swap(true, Ordering::SeqCst) {
+                racer
+                    .sql_blocking("DELETE FROM credited WHERE id > 10")
+                    .unwrap();
+                racer
+                    .sql_blocking(&format!("CREATE TABLE elsewhere AS {rows}"))
+                    .unwrap();
+            }
+        });
+        let e = bob
+            .sql_blocking(&format!("INSERT OVERWRITE credited {}", hashes(150_000)))
+            .unwrap_err();
+        observe::on_landed("credited", || {});
+        over_quota(e);
+        assert_eq!(value(&bob, "SELECT count(*) FROM credited"), "10");
+        assert_eq!(value(&bob, "SELECT count(*) FROM elsewhere"), "150000");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while bob.limits().unwrap().storage_bytes.used > 16 << 20 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "over the limit for good"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Chunk ids of `mindsdb.t`, in row order.
