@@ -211,11 +211,23 @@ pub(crate) fn sweep_dropped_step(txn: &WriteTransaction, id: u64) -> Result<bool
 /// it would take as long, and hold as many changed pages in memory, as its rows.
 pub(crate) fn discard_all_landed(txn: &WriteTransaction) -> Result<()> {
     for id in landing::all(txn)? {
-        while !matches!(
-            landing::get(txn, id)?,
-            None | Some(Landed::Dropped { .. } | Landed::Search { .. })
-        ) {
-            discard_landed_step(txn, id)?;
+        loop {
+            match landing::get(txn, id)? {
+                None | Some(Landed::Dropped { .. } | Landed::Search { .. }) => break,
+                // An index that was being made: nothing names its entries, so they are a
+                // dropped index's.
+                Some(Landed::Entries { tenant, index, .. }) => {
+                    let dropped = Landed::Dropped {
+                        tenant,
+                        table: None,
+                        indexes: vec![index],
+                    };
+                    landing::set(txn, id, &dropped)?;
+                }
+                Some(_) => {
+                    discard_landed_step(txn, id)?;
+                }
+            }
         }
     }
     Ok(())
@@ -334,6 +346,46 @@ mod tests {
         }
         assert!(steps > 3, "swept in steps, not at once: {steps}");
         assert_eq!(held(&store, table), [0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_index_a_stopped_process_was_making_is_a_dropped_ones_when_the_file_opens() {
+        use crate::store::schema::INDEX_ENTRIES;
+        let store = Store::open_in_memory(0, 0).unwrap();
+        let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
+        storage::init(&guard.txn).unwrap();
+        landing::init(&guard.txn).unwrap();
+        let making = Landed::Entries {
+            tenant: 0,
+            table: 1,
+            index: 9,
+        };
+        let id = landing::begin(&guard.txn, &making).unwrap();
+        {
+            let mut entries = guard.txn.open_table(INDEX_ENTRIES).unwrap();
+            for row in 0..10_000u32 {
+                let key = row.to_be_bytes();
+                entries.insert((9, &key[..], 0, row), ()).unwrap();
+            }
+        }
+        // The open only relabels it, whatever its size; the sweeper removes it in steps.
+        discard_all_landed(&guard.txn).unwrap();
+        let dropped = Landed::Dropped {
+            tenant: 0,
+            table: None,
+            indexes: vec![9],
+        };
+        assert_eq!(landing::get(&guard.txn, id).unwrap(), Some(dropped));
+        let mut steps = 0;
+        while !sweep_dropped_step(&guard.txn, id).unwrap() {
+            steps += 1;
+        }
+        assert!(steps > 1, "{steps}");
+        assert_eq!(
+            guard.txn.open_table(INDEX_ENTRIES).unwrap().len().unwrap(),
+            0
+        );
+        assert_eq!(landing::get(&guard.txn, id).unwrap(), None);
     }
 
     #[test]
