@@ -1147,7 +1147,8 @@ struct Renewing {
     /// rows of, as long as it has them; `None` for a table the statement creates.
     read: Option<(u64, Vec<u64>)>,
     /// The table's chunk order as read, when the rows were computed from its rows (a DELETE
-    /// or UPDATE with a subquery): a step finding it changed stops the landing.
+    /// or UPDATE with a subquery) or are charged against its content's bytes (see
+    /// `storage::Replacement`): a step finding it changed stops the landing.
     base: Option<Vec<(u64, u64)>>,
     /// The id of the next chunk landed (the renewed table's chunk ids start at 0).
     next_chunk: u64,
