@@ -1140,6 +1140,16 @@ pub(crate) struct RowLanding {
     replacing: Option<storage::Replacement>,
 }
 
+/// Where [`RowLanding::land_fresh`] lands: the tenant, project and (provisional) record of
+/// the table, how it renews it, and the content the rows replace.
+type Fresh<'a> = (
+    TenantId,
+    &'a str,
+    &'a TableRecord,
+    Renewing,
+    Option<storage::Replacement>,
+);
+
 /// What a landing of rows that renew a table (see [`RowLanding::renewing`]) keeps beside
 /// the new ids it lands under.
 struct Renewing {
@@ -1226,22 +1236,14 @@ impl RowLanding {
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
     ) -> (RowLanding, Result<()>) {
-        let StagedRows {
-            chunks,
-            pending,
-            rows,
-            keys,
-            schema,
-            ..
-        } = staged;
-        let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
-        landing.renewing = Some(Renewing {
+        let renewing = Renewing {
             read: Some((record.id, entry_ids(record))),
             base,
             next_chunk: 0,
-        });
-        landing.replacing = Some(storage::Replacement::new(replaced));
-        landing.land_fresh(record, chunks, keys.is_some(), &schema, step, keep_going)
+        };
+        let replacing = Some(storage::Replacement::new(replaced));
+        let fresh = (tenant, project, record, renewing, replacing);
+        RowLanding::land_fresh(fresh, staged, step, keep_going)
     }
 
     /// Lands `staged`, the rows of the table `name` of `project` that the statement creates
@@ -1256,14 +1258,6 @@ impl RowLanding {
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
     ) -> (RowLanding, Result<()>) {
-        let StagedRows {
-            chunks,
-            pending,
-            rows,
-            keys,
-            schema,
-            ..
-        } = staged;
         // What the record will be, but for its id, index names and entry ids.
         let record = TableRecord {
             id: 0,
@@ -1279,29 +1273,36 @@ impl RowLanding {
                 ..constraints.clone()
             },
         };
-        let mut landing = RowLanding::new(tenant, project, &record, rows, Some(pending));
-        landing.renewing = Some(Renewing {
+        let renewing = Renewing {
             read: None,
             base: None,
             next_chunk: 0,
-        });
-        landing.land_fresh(&record, chunks, keys.is_some(), &schema, step, keep_going)
+        };
+        let fresh = (tenant, project, &record, renewing, None);
+        RowLanding::land_fresh(fresh, staged, step, keep_going)
     }
 
-    /// Lands `chunks` (staged with entries, when `keyed`, for `record`'s indexes) under a new
-    /// table id and entry ids, taken with `schema` by a first step.
+    /// Lands `staged` (rows of `record`'s table of `project`, for `tenant`) under a new table
+    /// id and entry ids, taken with the schema by a first step, as `renewing` says; the rows
+    /// are charged against `replacing` when set.
     fn land_fresh(
-        self,
-        record: &TableRecord,
-        chunks: Spool,
-        keyed: bool,
-        schema: &SchemaRef,
+        (tenant, project, record, renewing, replacing): Fresh<'_>,
+        staged: StagedRows,
         step: Step<'_>,
         keep_going: &dyn Fn() -> Result<()>,
     ) -> (RowLanding, Result<()>) {
-        let tenant = self.tenant;
-        let mut landing = self;
-        if !keyed {
+        let StagedRows {
+            chunks,
+            pending,
+            rows,
+            keys,
+            schema,
+            ..
+        } = staged;
+        let schema = &schema;
+        let mut landing = RowLanding::new(tenant, project, record, rows, Some(pending));
+        (landing.renewing, landing.replacing) = (Some(renewing), replacing);
+        if keys.is_none() {
             return (
                 landing,
                 Err(Error::internal("rows to land have no index entries")),

@@ -464,16 +464,16 @@ pub(crate) fn run_dml(
             let table = record.id;
             let rows = match insert {
                 Insert::Overwrite(staged) => (|| {
-                    let credit = credit.as_ref().expect("an overwrite's credit");
-                    if let Some(base) = &credit.base {
+                    if let Some(base) = credit.as_ref().and_then(|c| c.base.as_ref()) {
                         let order = guard.txn.open_table(CHUNK_ORDER)?;
                         if tables::chunk_order(&order, record.id)? != *base {
                             return Ok(None);
                         }
                     }
                     let rows = staged.rows();
+                    let replaced = credit.as_ref().map_or(0, |c| c.bytes);
                     let mut writer =
-                        TableWriter::replace(&guard.txn, job.tenant, record, credit.bytes)?;
+                        TableWriter::replace(&guard.txn, job.tenant, record, replaced)?;
                     writer.push_staged(staged)?;
                     writer.finish()?;
                     Ok(Some((rows, Retired::nothing())))
@@ -1937,6 +1937,26 @@ mod tests {
         assert_eq!(value(&engine, "SELECT count(*) FROM swept"), "200000");
     }
 
+    /// Waits for the sweeper to have nothing left, then checks what [`nothing_retired_left`]
+    /// checks.
+    fn settled(engine: &Engine, entries: u64) {
+        wait_for(engine, |f| f[2] == 0);
+        nothing_retired_left(engine, entries);
+    }
+
+    /// Runs `statement` (which must succeed) after the first landing step into `table`;
+    /// returns whether it ran.
+    fn once_landed(engine: &Engine, table: &str, statement: &'static str) -> Arc<AtomicBool> {
+        let ran = Arc::new(AtomicBool::new(false));
+        let (racer, once) = (engine.clone(), Arc::clone(&ran));
+        observe::on_landed(table, move || {
+            if !once.swap(true, Ordering::SeqCst) {
+                racer.sql_blocking(statement).unwrap();
+            }
+        });
+        ran
+    }
+
     /// The id of the table `mindsdb.name`.
     fn table_id(engine: &Engine, name: &str) -> u64 {
         let txn = engine.store().read().unwrap();
@@ -1951,10 +1971,6 @@ mod tests {
     fn replacing_every_row_of_a_large_table_renews_it_and_the_sweeper_removes_the_old_rows() {
         let engine = Engine::open_in_memory(Config::default()).unwrap();
         let sql = |q: &str| engine.sql_blocking(q).unwrap();
-        let settled = |entries: u64| {
-            wait_for(&engine, |f| f[2] == 0);
-            nothing_retired_left(&engine, entries);
-        };
         // A table whose rows and entries make a step's work is emptied in the statement's own
         // transaction: it keeps its id.
         sql("CREATE TABLE kept (id BIGINT PRIMARY KEY)");
@@ -1973,7 +1989,7 @@ mod tests {
         assert_ne!(table_id(&engine, "renewed"), id, "renewed");
         assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "0");
         sql("INSERT INTO renewed SELECT value, 1 FROM generate_series(1, 20000)");
-        settled(20_000);
+        settled(&engine, 20_000);
 
         // Rows that repeat a key replace nothing.
         let id = table_id(&engine, "renewed");
@@ -1992,13 +2008,13 @@ mod tests {
             value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
             "2"
         );
-        settled(30_000);
+        settled(&engine, 30_000);
 
         // A DELETE with a subquery writes the rows it keeps into the renewed table.
         sql("DELETE FROM renewed WHERE id IN (SELECT value FROM generate_series(1, 20000))");
         assert_eq!(value(&engine, "SELECT min(id) FROM renewed"), "20001");
         assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "10000");
-        settled(10_000);
+        settled(&engine, 10_000);
 
         // Inside a transaction, a ROLLBACK undoes the renewal, and the old rows stay.
         let id = table_id(&engine, "renewed");
@@ -2012,7 +2028,7 @@ mod tests {
             value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
             "2"
         );
-        settled(10_000);
+        settled(&engine, 10_000);
         sql("BEGIN");
         sql("TRUNCATE TABLE renewed");
         sql("INSERT INTO renewed VALUES (25000, 3)");
@@ -2021,35 +2037,25 @@ mod tests {
             value(&engine, "SELECT v FROM renewed WHERE id = 25000"),
             "3"
         );
-        settled(1);
+        settled(&engine, 1);
 
         // An insert landing its rows when the table is emptied runs again, into the renewed
         // table, rather than fail. The table holds one row: it is renewed because of the
         // landing, whose chunks are in the file under its id (emptied in place, they went too,
         // and the insert then published a chunk that was no longer there).
-        let truncated = Arc::new(AtomicBool::new(false));
-        let (racer, once) = (engine.clone(), Arc::clone(&truncated));
-        observe::on_landed("renewed", move || {
-            if !once.swap(true, Ordering::SeqCst) {
-                racer.sql_blocking("TRUNCATE TABLE renewed").unwrap();
-            }
-        });
+        let truncated = once_landed(&engine, "renewed", "TRUNCATE TABLE renewed");
         sql("INSERT INTO renewed SELECT value, 4 FROM generate_series(100001, 240000)");
         observe::on_landed("renewed", || {});
         assert!(truncated.load(Ordering::SeqCst), "the insert landed");
         assert_eq!(value(&engine, "SELECT count(*) FROM renewed"), "140000");
         assert_eq!(value(&engine, "SELECT min(id) FROM renewed"), "100001");
-        settled(140_000);
+        settled(&engine, 140_000);
     }
 
     #[test]
     fn rows_that_replace_a_table_land_in_steps_under_new_ids() {
         let engine = Engine::open_in_memory(Config::default()).unwrap();
         let sql = |q: &str| engine.sql_blocking(q).unwrap();
-        let settled = |entries: u64| {
-            wait_for(&engine, |f| f[2] == 0);
-            nothing_retired_left(&engine, entries);
-        };
         let steps_of = |entries: usize| entries.div_ceil(crate::catalog::indexes::STEP_ENTRIES);
         sql("CREATE TABLE relanded (id BIGINT PRIMARY KEY, v BIGINT)");
         sql("CREATE TABLE aside (x BIGINT)");
@@ -2079,7 +2085,7 @@ mod tests {
             value(&engine, "SELECT v FROM relanded WHERE id = 139999"),
             "1"
         );
-        settled(140_000);
+        settled(&engine, 140_000);
 
         // Rows that repeat a key are refused where they land, and nothing of them is left.
         let id = table_id(&engine, "relanded");
@@ -2091,7 +2097,7 @@ mod tests {
         assert!(e.message().contains("Duplicate key"), "{e}");
         assert_eq!(table_id(&engine, "relanded"), id);
         assert_eq!(value(&engine, "SELECT sum(v) FROM relanded"), "140000");
-        settled(140_000);
+        settled(&engine, 140_000);
 
         // A DELETE with a subquery lands the rows it keeps. A write to the table between its
         // steps changes the rows it computed from: it stops at its next step, runs again,
@@ -2114,22 +2120,16 @@ mod tests {
             value(&engine, "SELECT v FROM relanded WHERE id = 200000"),
             "5"
         );
-        settled(139_991);
+        settled(&engine, 139_991);
 
         // Rows landing for a table that another statement renews meanwhile land again, for
         // the renewed table.
-        let once = Arc::new(AtomicBool::new(false));
-        let (racer, first) = (engine.clone(), Arc::clone(&once));
-        observe::on_landed("relanded", move || {
-            if !first.swap(true, Ordering::SeqCst) {
-                racer.sql_blocking("TRUNCATE TABLE relanded").unwrap();
-            }
-        });
+        let once = once_landed(&engine, "relanded", "TRUNCATE TABLE relanded");
         sql("INSERT OVERWRITE relanded SELECT value, 3 FROM generate_series(1, 140000)");
         observe::on_landed("relanded", || {});
         assert!(once.load(Ordering::SeqCst));
         assert_eq!(value(&engine, "SELECT sum(v) FROM relanded"), "420000");
-        settled(140_000);
+        settled(&engine, 140_000);
 
         // A keyed table made from a query lands its rows in steps too, and appears with them
         // at its commit; OR REPLACE hands the old table to the sweeper.
@@ -2156,7 +2156,7 @@ mod tests {
             .sql_blocking("INSERT INTO made VALUES (139999, 2)")
             .unwrap_err();
         assert!(e.message().contains("Duplicate key (139999)"), "{e}");
-        settled(280_000);
+        settled(&engine, 280_000);
         *seen.lock() = ("SELECT sum(v) FROM made", "140000");
         let id = table_id(&engine, "made");
         let e = engine
@@ -2169,7 +2169,7 @@ mod tests {
         assert_ne!(table_id(&engine, "made"), id);
         assert_eq!(value(&engine, "SELECT sum(v) FROM made"), "280000");
         assert_eq!(value(&engine, "SELECT v FROM made WHERE id = 139999"), "2");
-        settled(280_000);
+        settled(&engine, 280_000);
     }
 
     #[test]
