@@ -37,6 +37,7 @@ mod spill_shares;
 mod transaction;
 mod unnest;
 mod upsert;
+mod view_groups;
 
 pub(crate) use self::ask::AskAgent;
 pub(crate) use self::kb_statements::DocumentSource;
