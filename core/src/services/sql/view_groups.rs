@@ -13,7 +13,10 @@
 //! map beside the fast one. The groups held are bounded ([`MAX_GROUPS`], [`MAX_LONG_KEY_BYTES`]):
 //! past either, the state so far is emitted and the stage starts again, as a partial stage may
 //! (the final stage merges groups that arrive more than once), so a key of many distinct values
-//! costs memory in proportion to the bound, not to the input.
+//! costs memory in proportion to the bound, not to the input. What the groups and the
+//! accumulators hold is reserved in the memory pool, as DataFusion's partial stage reserves it,
+//! and when the pool refuses more the groups are handed on in the same way. The hash is keyed
+//! with a random secret, so no one can choose keys that fall into one slot of the table.
 //!
 //! (What could go upstream: DataFusion's string-view group values could compare and hash an
 //! inline view as one integer.)
@@ -29,6 +32,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -200,6 +204,9 @@ impl ExecutionPlan for ViewGroupsExec {
             state: None,
             pending: Vec::new(),
             batch_size: context.session_config().batch_size().max(1),
+            reservation: MemoryConsumer::new(format!("ViewGroupsExec[{partition}]"))
+                .with_can_spill(true)
+                .register(context.memory_pool()),
             metrics: BaselineMetrics::new(&self.metrics, partition),
         }))
     }
@@ -233,6 +240,13 @@ impl State {
         self.groups.keys.len() >= MAX_GROUPS || self.groups.long_bytes >= MAX_LONG_KEY_BYTES
     }
 
+    /// Bytes held: the groups, the accumulators' states and the row indices.
+    fn size(&self) -> usize {
+        self.groups.size()
+            + self.indices.capacity() * size_of::<usize>()
+            + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
+
     /// Every group and its aggregates' states, as the partial aggregation's output.
     fn emit(mut self, schema: &SchemaRef) -> Result<RecordBatch> {
         let mut columns = vec![self.groups.column()?];
@@ -254,6 +268,8 @@ struct ViewGroupsStream {
     /// Output not yet handed on, in batches of at most `batch_size` rows, last first.
     pending: Vec<RecordBatch>,
     batch_size: usize,
+    /// What the state holds, in the memory pool, as DataFusion's partial stage reserves it.
+    reservation: MemoryReservation,
     metrics: BaselineMetrics,
 }
 
@@ -278,6 +294,11 @@ impl ViewGroupsStream {
                 .collect::<Result<Vec<ArrayRef>>>()?;
             accumulator.update_batch(&values, &state.indices, None, total)?;
         }
+        // As DataFusion's partial stage does when the pool refuses more: hand the groups on.
+        let size = state.size();
+        if self.reservation.try_resize(size).is_err() {
+            self.emit()?;
+        }
         Ok(())
     }
 
@@ -287,6 +308,7 @@ impl ViewGroupsStream {
             return Ok(());
         };
         let batch = state.emit(&self.schema)?;
+        self.reservation.free();
         let rows = batch.num_rows();
         let mut start = 0;
         let mut slices = Vec::new();
@@ -360,6 +382,14 @@ enum Key {
     Null,
 }
 
+/// A random number of this process's std hasher (seeded from the OS), told apart by `n`.
+fn secret(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(n);
+    hasher.finish()
+}
+
 /// No inline view is this (its length would be 2^32 - 1), so it marks a free slot.
 const FREE: u128 = u128::MAX;
 
@@ -374,6 +404,8 @@ struct Groups {
     long: Vec<Arc<str>>,
     long_bytes: usize,
     null: Option<usize>,
+    /// The hash's secrets.
+    seed: (u64, u64),
 }
 
 impl Groups {
@@ -386,7 +418,17 @@ impl Groups {
             long: Vec::new(),
             long_bytes: 0,
             null: None,
+            seed: (secret(1), secret(2)),
         }
+    }
+
+    /// What this stage's keys and accumulators take, roughly, beside the accumulators.
+    fn size(&self) -> usize {
+        self.keys.capacity() * size_of::<Key>()
+            + self.slots.capacity() * size_of::<(u128, usize)>()
+            + self.long.capacity() * size_of::<Arc<str>>()
+            + self.long_groups.capacity() * (size_of::<(Arc<str>, usize)>() + 1)
+            + self.long_bytes
     }
 
     /// Appends each row's group of `keys` to `indices`, adding groups for keys not seen.
@@ -412,7 +454,7 @@ impl Groups {
 
     fn inline_group(&mut self, view: u128) -> usize {
         let mask = self.slots.len() - 1;
-        let mut slot = Self::hash(view) & mask;
+        let mut slot = self.hash(view) & mask;
         loop {
             let (key, group) = self.slots[slot];
             if key == view {
@@ -431,11 +473,14 @@ impl Groups {
         }
     }
 
-    /// A view's slot before probing: its two halves folded and mixed by one multiply, the
-    /// high bits taken (the low bits of a product mix less).
-    fn hash(view: u128) -> usize {
-        let folded = (view as u64) ^ ((view >> 64) as u64).rotate_left(29);
-        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+    /// A view's slot before probing: its two halves, each XORed with a secret of this stage,
+    /// multiplied as 64-bit numbers into 128 bits, and the product's halves XORed (wyhash's
+    /// mix), so every bit of the key moves the low bits taken for the slot. The secrets are
+    /// random, so no one can choose keys that fall into one slot.
+    fn hash(&self, view: u128) -> usize {
+        let product = ((view as u64 ^ self.seed.0) as u128)
+            .wrapping_mul(((view >> 64) as u64 ^ self.seed.1) as u128);
+        (product as u64 ^ (product >> 64) as u64) as usize
     }
 
     fn grow(&mut self) {
@@ -443,7 +488,7 @@ impl Groups {
         // bounded: twice the groups held, at most 2 * MAX_GROUPS plus a batch's rows
         let mut slots = vec![(FREE, 0); size];
         for &(view, group) in self.slots.iter().filter(|(view, _)| *view != FREE) {
-            let mut slot = Self::hash(view) & (size - 1);
+            let mut slot = self.hash(view) & (size - 1);
             while slots[slot].0 != FREE {
                 slot = (slot + 1) & (size - 1);
             }
@@ -667,6 +712,128 @@ mod tests {
         let column = column.as_string_view();
         let got: Vec<Option<&str>> = column.iter().collect();
         assert_eq!(got, order);
+    }
+
+    #[test]
+    fn keys_chosen_to_share_their_low_bits_do_not_pile_up_in_one_run_of_slots() {
+        // "zz", then a byte whose low two bits are 0, then any printable byte: every bit that
+        // differs sits where an unkeyed multiply-and-take-the-high-bits hash never looks.
+        let keys: Vec<String> = (0x20u8..0x7f)
+            .filter(|x| x % 4 == 0)
+            .flat_map(|x| (0x20u8..0x7f).map(move |y| format!("zz{}{}", x as char, y as char)))
+            .collect();
+        let array: StringViewArray = keys.iter().map(|k| Some(k.as_str())).collect();
+        let mut groups = Groups::new();
+        groups.assign(&array, &mut Vec::new());
+        assert_eq!(groups.keys.len(), keys.len());
+        let mut longest = 0;
+        let mut run = 0;
+        for (view, _) in &groups.slots {
+            run = if *view == FREE { 0 } else { run + 1 };
+            longest = longest.max(run);
+        }
+        // At most half full, a random hash makes runs of a few dozen at worst.
+        assert!(
+            longest < 100,
+            "{} keys, a run of {longest} slots",
+            keys.len()
+        );
+    }
+
+    /// A pool that lets this stage hold at most `limit` bytes, and notes the most it held.
+    #[derive(Debug)]
+    struct Capped {
+        limit: usize,
+        held: std::sync::Mutex<(usize, usize)>,
+    }
+
+    impl fmt::Display for Capped {
+        fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "capped at {} bytes", self.limit)
+        }
+    }
+
+    impl datafusion::execution::memory_pool::MemoryPool for Capped {
+        fn name(&self) -> &str {
+            "capped"
+        }
+
+        fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+            let _ = self.try_grow(reservation, additional);
+        }
+
+        fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+            if reservation.consumer().name().starts_with("ViewGroupsExec") {
+                self.held.lock().unwrap().0 -= shrink;
+            }
+        }
+
+        fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+            if !reservation.consumer().name().starts_with("ViewGroupsExec") {
+                return Ok(());
+            }
+            let mut held = self.held.lock().unwrap();
+            if held.0 + additional > self.limit {
+                return Err(DataFusionError::ResourcesExhausted("capped".into()));
+            }
+            held.0 += additional;
+            held.1 = held.1.max(held.0);
+            Ok(())
+        }
+
+        fn reserved(&self) -> usize {
+            self.held.lock().unwrap().0
+        }
+    }
+
+    #[tokio::test]
+    async fn the_groups_are_handed_on_when_the_memory_pool_refuses_more() {
+        let key = |i: usize| Some(format!("k{}", i % 40_000));
+        let sql = "SELECT k, count(*), sum(n) FROM t GROUP BY k ORDER BY k";
+        let (expected, _) = run(&context(false, table(160_000, key)), sql).await;
+
+        let pool = Arc::new(Capped {
+            limit: 2 << 20,
+            held: std::sync::Mutex::new((0, 0)),
+        });
+        let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool) as _)
+            .build_arc()
+            .unwrap();
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(SessionConfig::new().with_target_partitions(2))
+            .with_runtime_env(runtime)
+            .with_physical_optimizer_rule(Arc::new(ViewGroups))
+            .build();
+        let context = SessionContext::new_with_state(state);
+        context
+            .register_table("t", Arc::new(table(160_000, key)))
+            .unwrap();
+        let frame = context.sql(sql).await.unwrap();
+        let plan = frame.clone().create_physical_plan().await.unwrap();
+        let batches = datafusion::physical_plan::collect(Arc::clone(&plan), context.task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(
+            pretty_format_batches(&batches).unwrap().to_string(),
+            expected
+        );
+
+        let (now, peak) = *pool.held.lock().unwrap();
+        assert_eq!(now, 0, "everything reserved is given back");
+        assert!(peak > 512 << 10 && peak <= 2 << 20, "peak {peak}");
+        // 40,000 groups per partition fit the group bound but not the pool: the stage handed
+        // its groups on more than once, so it emitted more rows than there are groups.
+        let mut emitted = 0;
+        plan.apply(|node| {
+            if node.name() == "ViewGroupsExec" {
+                emitted += node.metrics().unwrap().output_rows().unwrap();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        assert!(emitted > 2 * 40_000, "emitted {emitted}");
     }
 
     fn sorted(text: &str) -> Vec<&str> {
