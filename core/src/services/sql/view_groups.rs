@@ -283,7 +283,18 @@ impl ViewGroupsStream {
             Some(state) => state,
             None => self.state.insert(State::new(&self.aggregates)?),
         };
-        let keys = batch.column(self.key).as_string_view();
+        // The rule checked the input's schema; a child whose batches contradict it fails the
+        // statement rather than the process.
+        let keys = batch
+            .columns()
+            .get(self.key)
+            .and_then(|c| c.as_string_view_opt());
+        let keys = keys.ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "ViewGroupsExec: column {} of its input is not text",
+                self.key
+            ))
+        })?;
         state.indices.clear();
         state.groups.assign(keys, &mut state.indices);
         let total = state.groups.keys.len();
@@ -422,7 +433,7 @@ impl Groups {
         }
     }
 
-    /// What this stage's keys and accumulators take, roughly, beside the accumulators.
+    /// What the keys and the table take, roughly.
     fn size(&self) -> usize {
         self.keys.capacity() * size_of::<Key>()
             + self.slots.capacity() * size_of::<(u128, usize)>()
