@@ -20,6 +20,7 @@ use crate::services::llm::{self, Connector};
 use crate::tenant::TenantId;
 use train::Predictor;
 
+mod linear;
 pub(crate) mod train;
 pub(crate) mod worker;
 

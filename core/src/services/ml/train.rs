@@ -24,12 +24,13 @@ use smartcore::ensemble::random_forest_regressor::{
 };
 use smartcore::error::Failed;
 use smartcore::linalg::basic::matrix::DenseMatrix;
-use smartcore::linear::logistic_regression::{LogisticRegression, LogisticRegressionParameters};
-use smartcore::linear::ridge_regression::{RidgeRegression, RidgeRegressionParameters};
+use smartcore::linear::logistic_regression::LogisticRegression;
+use smartcore::linear::ridge_regression::RidgeRegression;
 
+use super::linear;
 use crate::catalog::models::Description;
 
-/// Why [`train`] ended early: its `on_phase` said stop.
+/// Why [`train`] ended early: its `on_phase` or `stopped` said stop.
 pub(crate) const STOPPED: &str = "training stopped";
 
 const SEED: u64 = 1;
@@ -50,6 +51,10 @@ const LOGISTIC_MAX_CLASSES: usize = 50;
 const SECONDS_PER_DAY: i64 = 86_400;
 
 type Matrix = DenseMatrix<f64>;
+/// One tree of a forest fitted a tree at a time: a one-tree smartcore forest.
+type RegressionTree = RandomForestRegressor<f64, f64, Matrix, Vec<f64>>;
+/// As [`RegressionTree`], for classes.
+type ClassificationTree = RandomForestClassifier<f64, u32, Matrix, Vec<u32>>;
 
 /// The result of [`train`]: the predictor to store and a description to show the user.
 pub(crate) struct Trained {
@@ -134,17 +139,28 @@ impl Predictor {
 /// Trains a predictor for `target` from rows given as Arrow record batches (all with the same schema).
 ///
 /// `on_phase` hears `(phase, name)` for phases 1..=[`TRAINING_PHASES`](crate::catalog::models::TRAINING_PHASES) as they start; when it answers
-/// false (the version was dropped) training stops there with [`STOPPED`].
+/// false (the version was dropped) training stops there with [`STOPPED`]. Within a phase,
+/// `stopped` is asked between steps of bounded work (a tree, a few milliseconds of a linear
+/// fit's pass over the rows, a column's importance); when it answers true training stops there,
+/// with [`STOPPED`] too, so that a drop or a memory stop ends a long fit within milliseconds.
 pub(crate) fn train(
     batches: &[RecordBatch],
     target: &str,
     on_phase: &mut dyn FnMut(u32, &str) -> bool,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<Trained, String> {
     let mut phase = |number: u32, name: &str| {
         if on_phase(number, name) {
             Ok(())
         } else {
             Err(STOPPED.to_string())
+        }
+    };
+    let check = || {
+        if stopped() {
+            Err(STOPPED.to_string())
+        } else {
+            Ok(())
         }
     };
     phase(1, "Analyzing data")?;
@@ -231,12 +247,14 @@ pub(crate) fn train(
         &forest_features,
         &y_train,
         &y_forest,
+        &check,
     )?;
 
     phase(4, "Evaluating")?;
     let mut best: Option<(Candidate, f64)> = None;
     let mut failures = Vec::new();
     for candidate in candidates {
+        check()?;
         match candidate.mixer.predict(&valid_features) {
             Ok(predicted) => {
                 let score = task.score(predicted, &y_valid);
@@ -257,8 +275,14 @@ pub(crate) fn train(
         )
     })?;
     let score = if task.is_single_class() { 1.0 } else { score };
-    let importances =
-        permutation_importances(&task, &winner.mixer, &columns, &valid_features, &y_valid)?;
+    let importances = permutation_importances(
+        &task,
+        &winner.mixer,
+        &columns,
+        &valid_features,
+        &y_valid,
+        &check,
+    )?;
 
     let inputs: Vec<String> = columns.iter().map(|column| column.name.clone()).collect();
     let description = Description {
@@ -953,6 +977,18 @@ enum Mixer {
     Logistic(#[serde(with = "shared")] Arc<LogisticRegression<f64, u32, Matrix, Vec<u32>>>),
     /// The same value (or class index) for every row.
     Constant(f64),
+    // The variants above are read from predictors stored before fits could be stopped; new
+    // fits make the ones below.
+    /// A random forest fitted a tree at a time, each tree a one-tree smartcore forest (its own
+    /// bootstrap sample and seed, as within smartcore's forest), so that a stop is seen
+    /// between trees; the prediction is the trees' mean.
+    RegressionTrees(#[serde(with = "shared")] Arc<Vec<RegressionTree>>),
+    /// As `RegressionTrees`; the prediction is the trees' vote, a tie going to the lowest class.
+    ClassificationTrees(#[serde(with = "shared")] Arc<Vec<ClassificationTree>>),
+    /// Ridge regression with an intercept (`linear`).
+    LinearRegression(linear::Ridge),
+    /// Logistic regression (`linear`).
+    LinearClassifier(linear::Logistic),
 }
 
 impl Mixer {
@@ -961,8 +997,11 @@ impl Mixer {
             Mixer::ForestRegressor(_) => "random forest regressor",
             Mixer::Ridge(_) => "ridge regression",
             Mixer::ForestClassifier(_) => "random forest classifier",
-            Mixer::Logistic(_) => "logistic regression",
+            Mixer::Logistic(_) | Mixer::LinearClassifier(_) => "logistic regression",
             Mixer::Constant(_) => "constant",
+            Mixer::RegressionTrees(_) => "random forest regressor",
+            Mixer::ClassificationTrees(_) => "random forest classifier",
+            Mixer::LinearRegression(_) => "ridge regression",
         }
     }
 
@@ -988,6 +1027,46 @@ impl Mixer {
                 let x = features.matrix()?;
                 guarded(&what(), || model.predict(&x)).map(as_numbers)
             }
+            Mixer::RegressionTrees(trees) => {
+                let x = features.matrix()?;
+                let mut sums = vec![0.0; features.rows]; // bounded: one per row held
+                for tree in trees.iter() {
+                    let predicted = guarded(&what(), || tree.predict(&x))?;
+                    sums.iter_mut()
+                        .zip(predicted)
+                        .for_each(|(sum, p)| *sum += p);
+                }
+                let count = trees.len().max(1) as f64;
+                Ok(sums.into_iter().map(|sum| sum / count).collect())
+            }
+            Mixer::ClassificationTrees(trees) => {
+                let x = features.matrix()?;
+                let mut votes: Vec<Vec<u32>> = Vec::new();
+                for tree in trees.iter() {
+                    let predicted = guarded(&what(), || tree.predict(&x))?;
+                    for (row, class) in predicted.into_iter().enumerate() {
+                        let class = class as usize;
+                        if votes.len() <= class {
+                            // bounded: class indices come from the task's classes
+                            votes.resize_with(class + 1, || vec![0; features.rows]);
+                        }
+                        votes[class][row] += 1;
+                    }
+                }
+                Ok((0..features.rows)
+                    .map(|row| {
+                        let (mut best, mut most) = (0, 0);
+                        for (class, counts) in votes.iter().enumerate() {
+                            if counts[row] > most {
+                                (best, most) = (class, counts[row]);
+                            }
+                        }
+                        best as f64
+                    })
+                    .collect())
+            }
+            Mixer::LinearRegression(model) => Ok(model.predict(&features.values)),
+            Mixer::LinearClassifier(model) => Ok(as_numbers(model.predict(&features.values))),
         }
     }
 }
@@ -1014,6 +1093,7 @@ fn fit_candidates(
     forest: &Features,
     y_train: &[f64],
     y_forest: &[f64],
+    check: &dyn Fn() -> Result<(), String>,
 ) -> Result<Vec<Candidate>, String> {
     let constant = |value: f64, stage: &str| {
         Ok(vec![Candidate {
@@ -1029,36 +1109,32 @@ fn fit_candidates(
                 let mean = y_train.iter().sum::<f64>() / y_train.len() as f64;
                 return constant(mean, "Constant (mean of the target)");
             }
-            let params = RandomForestRegressorParameters::default()
-                .with_n_trees(usize::from(FOREST_TREES))
-                .with_max_depth(FOREST_MAX_DEPTH)
-                .with_seed(SEED);
             let x = forest.matrix()?;
             let y = y_forest.to_vec();
             fits.push(
-                guarded("fitting the random forest regressor", || {
+                fit_trees(check, "fitting the random forest regressor", |seed| {
+                    let params = RandomForestRegressorParameters::default()
+                        .with_n_trees(1)
+                        .with_max_depth(FOREST_MAX_DEPTH)
+                        .with_seed(seed);
                     RandomForestRegressor::fit(&x, &y, params)
                 })
-                .map(|model| Candidate {
-                    mixer: Mixer::ForestRegressor(Arc::new(model)),
+                .map(|trees| Candidate {
+                    mixer: Mixer::RegressionTrees(Arc::new(trees)),
                     family: "random forest",
                     stage: format!("Random forest regressor ({FOREST_TREES} trees)"),
                 }),
             );
-            let params = RidgeRegressionParameters::default()
-                .with_alpha(RIDGE_ALPHA)
-                .with_normalize(false);
-            let x = train.matrix()?;
-            let y = y_train.to_vec();
+            drop(x);
+            check()?;
             fits.push(
-                guarded("fitting the ridge regression", || {
-                    RidgeRegression::fit(&x, &y, params)
-                })
-                .map(|model| Candidate {
-                    mixer: Mixer::Ridge(Arc::new(model)),
-                    family: "linear",
-                    stage: "Ridge regression".to_owned(),
-                }),
+                linear::Ridge::fit(&train.values, train.width, y_train, RIDGE_ALPHA, check)
+                    .map(|model| Candidate {
+                        mixer: Mixer::LinearRegression(model),
+                        family: "linear",
+                        stage: "Ridge regression".to_owned(),
+                    })
+                    .map_err(|e| format!("fitting the ridge regression failed: {e}")),
             );
         }
         Task::Classification { classes } => {
@@ -1076,32 +1152,32 @@ fn fit_candidates(
                     .unwrap_or(0);
                 return constant(majority as f64, "Constant (most frequent class)");
             }
-            let params = RandomForestClassifierParameters::default()
-                .with_n_trees(FOREST_TREES)
-                .with_max_depth(FOREST_MAX_DEPTH)
-                .with_seed(SEED);
             let x = forest.matrix()?;
             let y: Vec<u32> = y_forest.iter().map(|&class| class as u32).collect();
             fits.push(
-                guarded("fitting the random forest classifier", || {
+                fit_trees(check, "fitting the random forest classifier", |seed| {
+                    let params = RandomForestClassifierParameters::default()
+                        .with_n_trees(1)
+                        .with_max_depth(FOREST_MAX_DEPTH)
+                        .with_seed(seed);
                     RandomForestClassifier::fit(&x, &y, params)
                 })
-                .map(|model| Candidate {
-                    mixer: Mixer::ForestClassifier(Arc::new(model)),
+                .map(|trees| Candidate {
+                    mixer: Mixer::ClassificationTrees(Arc::new(trees)),
                     family: "random forest",
                     stage: format!("Random forest classifier ({FOREST_TREES} trees)"),
                 }),
             );
+            drop(x);
+            check()?;
             if seen <= LOGISTIC_MAX_CLASSES {
-                let params = LogisticRegressionParameters::default().with_alpha(LOGISTIC_ALPHA);
-                let x = train.matrix()?;
                 let y: Vec<u32> = y_train.iter().map(|&class| class as u32).collect();
                 fits.push(
-                    guarded("fitting the logistic regression", || {
-                        LogisticRegression::fit(&x, &y, params)
+                    guarded_fit("fitting the logistic regression", || {
+                        linear::Logistic::fit(&train.values, train.width, &y, LOGISTIC_ALPHA, check)
                     })
                     .map(|model| Candidate {
-                        mixer: Mixer::Logistic(Arc::new(model)),
+                        mixer: Mixer::LinearClassifier(model),
                         family: "linear",
                         stage: "Logistic regression".to_owned(),
                     }),
@@ -1109,12 +1185,40 @@ fn fit_candidates(
             }
         }
     }
+    // A fit that failed because it was stopped is a stop, not a failed candidate.
+    check()?;
     let (fitted, failed): (Vec<_>, Vec<_>) = fits.into_iter().partition(Result::is_ok);
     if fitted.is_empty() {
         let reasons: Vec<String> = failed.into_iter().filter_map(Result::err).collect();
         return Err(format!("could not fit any model: {}", reasons.join("; ")));
     }
     Ok(fitted.into_iter().filter_map(Result::ok).collect())
+}
+
+/// Fits the forest's [`FOREST_TREES`] trees one at a time (tree `n` with seed `SEED + n`),
+/// asking `check` before each: a tree on at most [`FOREST_MAX_ROWS`] rows is the longest
+/// step a stop waits for.
+fn fit_trees<M>(
+    check: &dyn Fn() -> Result<(), String>,
+    what: &str,
+    fit_one: impl Fn(u64) -> Result<M, Failed>,
+) -> Result<Vec<M>, String> {
+    let mut trees = Vec::with_capacity(usize::from(FOREST_TREES)); // bounded: a constant
+    for tree in 0..u64::from(FOREST_TREES) {
+        check()?;
+        trees.push(guarded(what, || fit_one(SEED + tree))?);
+    }
+    Ok(trees)
+}
+
+/// [`guarded`] for a fit that reports its own errors as text (the line search of smartcore's
+/// L-BFGS panics when it cannot converge).
+fn guarded_fit<T>(what: &str, run: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match panic::catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
+        Err(_) => Err(format!("{what} failed on this data")),
+    }
 }
 
 /// How much the validation score drops when a column's values are shuffled, scaled so the top is 1.0.
@@ -1124,6 +1228,7 @@ fn permutation_importances(
     columns: &[InputColumn],
     valid: &Features,
     y_valid: &[f64],
+    check: &dyn Fn() -> Result<(), String>,
 ) -> Result<Vec<f64>, String> {
     if matches!(mixer, Mixer::Constant(_)) {
         return Ok(vec![0.0; columns.len()]);
@@ -1133,6 +1238,7 @@ fn permutation_importances(
     let base = task.score(mixer.predict(&sample)?, y);
     let mut drops = Vec::with_capacity(columns.len());
     for (index, (column, offset)) in columns.iter().zip(block_offsets(columns)).enumerate() {
+        check()?;
         let width = column.encoder.width();
         if width == 0 {
             drops.push(0.0);
@@ -1369,7 +1475,7 @@ mod tests {
     }
 
     fn train_quietly(data: &RecordBatch, target: &str) -> Result<Trained, String> {
-        train(std::slice::from_ref(data), target, &mut quiet)
+        train(std::slice::from_ref(data), target, &mut quiet, &|| false)
     }
 
     #[test]
@@ -1803,17 +1909,22 @@ mod tests {
     fn rows_from_several_batches_are_combined() {
         let first = regression_batch(100);
         let second = regression_batch(100);
-        let trained = train(&[first, second], "y", &mut quiet).expect("trains");
+        let trained = train(&[first, second], "y", &mut quiet, &|| false).expect("trains");
         assert!(trained.description.accuracies["r2_score"] > 0.9);
     }
 
     #[test]
     fn phases_are_reported_in_order() {
         let mut seen = Vec::new();
-        train(&[regression_batch(60)], "y", &mut |phase, name| {
-            seen.push((phase, name.to_owned()));
-            true
-        })
+        train(
+            &[regression_batch(60)],
+            "y",
+            &mut |phase, name| {
+                seen.push((phase, name.to_owned()));
+                true
+            },
+            &|| false,
+        )
         .expect("trains");
         let phases: Vec<u32> = seen.iter().map(|(phase, _)| *phase).collect();
         assert_eq!(
@@ -1826,12 +1937,98 @@ mod tests {
     #[test]
     fn training_stops_at_the_phase_told_to_stop() {
         let mut seen = Vec::new();
-        let stopped = train(&[regression_batch(60)], "y", &mut |phase, _| {
-            seen.push(phase);
-            phase < 3
-        });
+        let stopped = train(
+            &[regression_batch(60)],
+            "y",
+            &mut |phase, _| {
+                seen.push(phase);
+                phase < 3
+            },
+            &|| false,
+        );
         assert_eq!(stopped.err().as_deref(), Some(STOPPED));
         assert_eq!(seen, [1, 2, 3], "nothing is fitted after the stop");
+    }
+
+    #[test]
+    fn training_stops_between_the_steps_of_a_fit() {
+        // `stopped` says stop on its fifth look, inside the forest: training ends with STOPPED
+        // without looking again, and no phase after fitting starts.
+        let looks = std::cell::Cell::new(0);
+        let mut phases = Vec::new();
+        let stopped = train(
+            &[regression_batch(300)],
+            "y",
+            &mut |phase, _| {
+                phases.push(phase);
+                true
+            },
+            &|| {
+                looks.set(looks.get() + 1);
+                looks.get() >= 5
+            },
+        );
+        assert_eq!(stopped.err().as_deref(), Some(STOPPED));
+        // The stopping look, and the one that tells a stop from a failed candidate: a fit
+        // that went on would look again before each of its remaining 46 trees.
+        assert!(
+            looks.get() <= 6,
+            "a fit went on after the stop: {} looks",
+            looks.get()
+        );
+        assert_eq!(phases, [1, 2, 3], "a phase started after the stop");
+    }
+
+    #[test]
+    fn predictors_stored_with_smartcore_mixers_still_predict() {
+        // Predictors stored before fits could be stopped hold smartcore's own forest, ridge
+        // and logistic models: they must read back and predict as they did.
+        let trained = train_quietly(&regression_batch(200), "y").expect("trains");
+        let mut predictor = trained.predictor;
+        let features = Features {
+            rows: 8,
+            width: 3,
+            values: (0..24).map(|v| f64::from((v * 37) % 11) - 5.0).collect(),
+        };
+        let x = features.matrix().unwrap();
+        let y: Vec<f64> = (0..8).map(f64::from).collect();
+        let labels: Vec<u32> = (0..8).map(|row| row % 2).collect();
+        let old = [
+            Mixer::ForestRegressor(Arc::new(
+                RandomForestRegressor::fit(
+                    &x,
+                    &y,
+                    RandomForestRegressorParameters::default().with_n_trees(3),
+                )
+                .unwrap(),
+            )),
+            Mixer::Ridge(Arc::new(
+                RidgeRegression::fit(&x, &y, Default::default()).unwrap(),
+            )),
+            Mixer::ForestClassifier(Arc::new(
+                RandomForestClassifier::fit(
+                    &x,
+                    &labels,
+                    RandomForestClassifierParameters::default().with_n_trees(3),
+                )
+                .unwrap(),
+            )),
+            Mixer::Logistic(Arc::new(
+                LogisticRegression::fit(&x, &labels, Default::default()).unwrap(),
+            )),
+        ];
+        for mixer in old {
+            let direct = mixer.predict(&features).unwrap();
+            predictor.mixer = mixer;
+            let stored = serde_json::to_vec(&predictor).unwrap();
+            let read: Predictor = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(
+                read.mixer.predict(&features).unwrap(),
+                direct,
+                "{}",
+                read.mixer.name()
+            );
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub(crate) struct Stops {
 /// place among its trainings) until it ends. The caller has already recorded the version as
 /// `generating`. Dropping the model stops it at once: the ticket is given back by the drop
 /// itself, the training query is dropped, and nothing more is written (a fit in progress on
-/// its blocking thread runs to the end of its phase, and its result is thrown away).
+/// its blocking thread stops at its next step, milliseconds away).
 pub(crate) fn spawn(
     store: Arc<Store>,
     tenant: TenantId,
@@ -175,7 +175,10 @@ async fn run(
                 ))
                 .unwrap_or(false)
         };
-        train::train(&batches, &target, &mut on_phase)
+        // Between a fit's steps (a tree, a few milliseconds of a pass over the rows), the
+        // same stops without a write: a drop ends a long fit there, not at its next phase.
+        let stopped = || stop.is_cancelled() || crate::cancel::check().is_err();
+        train::train(&batches, &target, &mut on_phase, &stopped)
     })
     .await
     .map_err(|e| Error::internal(format!("training stopped: {e}")));
