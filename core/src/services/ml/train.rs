@@ -1041,27 +1041,25 @@ impl Mixer {
             }
             Mixer::ClassificationTrees(trees) => {
                 let x = features.matrix()?;
-                let mut votes: Vec<Vec<u32>> = Vec::new();
+                let mut votes = Vec::with_capacity(trees.len()); // bounded: the forest's trees
                 for tree in trees.iter() {
-                    let predicted = guarded(&what(), || tree.predict(&x))?;
-                    for (row, class) in predicted.into_iter().enumerate() {
-                        let class = class as usize;
-                        if votes.len() <= class {
-                            // bounded: class indices come from the task's classes
-                            votes.resize_with(class + 1, || vec![0; features.rows]);
-                        }
-                        votes[class][row] += 1;
-                    }
+                    votes.push(guarded(&what(), || tree.predict(&x))?);
                 }
+                // Each row's class is the one most trees voted for, the lowest on a tie (as
+                // smartcore's forest, whose classes are ascending, picks the first maximum).
+                let mut row_votes = Vec::with_capacity(votes.len()); // bounded: one per tree
                 Ok((0..features.rows)
                     .map(|row| {
+                        row_votes.clear();
+                        row_votes.extend(votes.iter().map(|tree| tree[row]));
+                        row_votes.sort_unstable();
                         let (mut best, mut most) = (0, 0);
-                        for (class, counts) in votes.iter().enumerate() {
-                            if counts[row] > most {
-                                (best, most) = (class, counts[row]);
+                        for run in row_votes.chunk_by(|a, b| a == b) {
+                            if run.len() > most {
+                                (best, most) = (run[0], run.len());
                             }
                         }
-                        best as f64
+                        f64::from(best)
                     })
                     .collect())
             }
