@@ -45,11 +45,9 @@ impl Ridge {
         check: &dyn Fn() -> Result<(), String>,
     ) -> Result<Ridge, String> {
         let rows = y.len();
-        if rows == 0 || width == 0 || x.len() != rows * width {
-            return Err("ridge regression needs rows and features".to_owned());
-        }
-        if !all_finite(x) || !all_finite(y) {
-            return Err("ridge regression needs finite features and targets".to_owned());
+        shaped(x, width, rows, "ridge regression")?;
+        if !all_finite(y) {
+            return Err("ridge regression needs finite targets".to_owned());
         }
         let mut means = vec![0.0; width]; // bounded: one per feature, as each row holds
         for row in x.chunks_exact(width) {
@@ -159,6 +157,19 @@ fn cholesky_solve(
     Ok(w)
 }
 
+/// Fails unless `x` holds `rows` rows of `width` finite features (at least one of each).
+/// A non-finite feature would make every sum NaN: ridge would store weights no stored
+/// predictor can be read back with, and L-BFGS would run all its iterations for nothing.
+fn shaped(x: &[f64], width: usize, rows: usize, what: &str) -> Result<(), String> {
+    if rows == 0 || width == 0 || rows.checked_mul(width) != Some(x.len()) {
+        return Err(format!("{what} needs rows and features"));
+    }
+    if !all_finite(x) {
+        return Err(format!("{what} needs finite features"));
+    }
+    Ok(())
+}
+
 fn all_finite(values: &[f64]) -> bool {
     values.iter().all(|value| value.is_finite())
 }
@@ -190,15 +201,7 @@ impl Logistic {
         alpha: f64,
         check: &dyn Fn() -> Result<(), String>,
     ) -> Result<Logistic, String> {
-        let rows = y.len();
-        if rows == 0 || width == 0 || x.len() != rows * width {
-            return Err("logistic regression needs rows and features".to_owned());
-        }
-        // Every evaluation over a non-finite feature is NaN, and L-BFGS would run all its
-        // iterations for nothing.
-        if !all_finite(x) {
-            return Err("logistic regression needs finite features".to_owned());
-        }
+        shaped(x, width, y.len(), "logistic regression")?;
         let mut labels = y.to_vec();
         labels.sort_unstable();
         labels.dedup();
@@ -476,6 +479,21 @@ mod tests {
             .filter(|(a, b)| a == b)
             .count();
         assert!(right >= 370, "{right} of 400");
+    }
+
+    #[test]
+    fn bad_shapes_and_non_finite_values_are_errors_that_say_so() {
+        let nan = [1.0, f64::NAN, 2.0, 3.0];
+        let err = Ridge::fit(&nan, 2, &[1.0, 2.0], 1.0, &never).unwrap_err();
+        assert_eq!(err, "ridge regression needs finite features");
+        let err = Ridge::fit(&[1.0, 2.0], 1, &[1.0, f64::INFINITY], 1.0, &never).unwrap_err();
+        assert_eq!(err, "ridge regression needs finite targets");
+        let err = Logistic::fit(&nan, 2, &[0, 1], 0.01, &never).unwrap_err();
+        assert_eq!(err, "logistic regression needs finite features");
+        let err = Logistic::fit(&[1.0, 2.0, 3.0], 2, &[0, 1], 0.01, &never).unwrap_err();
+        assert_eq!(err, "logistic regression needs rows and features");
+        let err = Ridge::fit(&[], 0, &[1.0], 1.0, &never).unwrap_err();
+        assert_eq!(err, "ridge regression needs rows and features");
     }
 
     #[test]

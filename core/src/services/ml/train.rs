@@ -142,7 +142,8 @@ impl Predictor {
 /// false (the version was dropped) training stops there with [`STOPPED`]. Within a phase,
 /// `stopped` is asked between steps of bounded work (a tree, a few milliseconds of a linear
 /// fit's pass over the rows, a column's importance); when it answers true training stops there,
-/// with [`STOPPED`] too, so that a drop or a memory stop ends a long fit within milliseconds.
+/// with [`STOPPED`] too, so that a drop or a memory stop ends a long fit within one step (a
+/// tree on at most [`FOREST_MAX_ROWS`] rows is the longest, well under a second).
 pub(crate) fn train(
     batches: &[RecordBatch],
     target: &str,
@@ -1070,7 +1071,12 @@ impl Mixer {
 }
 
 /// smartcore asserts on some inputs instead of returning `Err`; user data must never panic the engine.
-fn guarded<T>(what: &str, run: impl FnOnce() -> Result<T, Failed>) -> Result<T, String> {
+/// (Our own linear fits do not panic, but the line search of smartcore's L-BFGS they use does
+/// when it cannot converge.)
+fn guarded<T, E: std::fmt::Display>(
+    what: &str,
+    run: impl FnOnce() -> Result<T, E>,
+) -> Result<T, String> {
     match panic::catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(format!("{what} failed: {e}")),
@@ -1171,7 +1177,7 @@ fn fit_candidates(
             if seen <= LOGISTIC_MAX_CLASSES {
                 let y: Vec<u32> = y_train.iter().map(|&class| class as u32).collect();
                 fits.push(
-                    guarded_fit("fitting the logistic regression", || {
+                    guarded("fitting the logistic regression", || {
                         linear::Logistic::fit(&train.values, train.width, &y, LOGISTIC_ALPHA, check)
                     })
                     .map(|model| Candidate {
@@ -1207,16 +1213,6 @@ fn fit_trees<M>(
         trees.push(guarded(what, || fit_one(SEED + tree))?);
     }
     Ok(trees)
-}
-
-/// [`guarded`] for a fit that reports its own errors as text (the line search of smartcore's
-/// L-BFGS panics when it cannot converge).
-fn guarded_fit<T>(what: &str, run: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-    match panic::catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
-        Err(_) => Err(format!("{what} failed on this data")),
-    }
 }
 
 /// How much the validation score drops when a column's values are shuffled, scaled so the top is 1.0.

@@ -50,7 +50,7 @@ pub(crate) struct Stops {
 /// place among its trainings) until it ends. The caller has already recorded the version as
 /// `generating`. Dropping the model stops it at once: the ticket is given back by the drop
 /// itself, the training query is dropped, and nothing more is written (a fit in progress on
-/// its blocking thread stops at its next step, milliseconds away).
+/// its blocking thread stops at its next step: a tree, or milliseconds of a linear fit).
 pub(crate) fn spawn(
     store: Arc<Store>,
     tenant: TenantId,
