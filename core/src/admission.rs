@@ -113,23 +113,22 @@ impl Admission {
         })
     }
 
-    /// The memory account `tenant`'s statements share, limited by its plan's `max_memory_mb`;
-    /// `None` without a plan (the local tenant) or a cap.
+    /// The account `tenant`'s statements share, limited by its plan's `max_memory_mb` (0: no
+    /// limit); `None` without a plan (the local tenant). It is also the unit of the threads'
+    /// sharing (`memory::set_share`), so every user with a plan has one, capped or not.
     pub(crate) fn tenant_memory(
         &self,
         tenant: TenantId,
         plan: Option<&str>,
     ) -> Option<Arc<Account>> {
         let limit = self.hosted.plans.get(plan?)?.max_memory_mb;
-        if limit == 0 {
-            return None;
-        }
         let mut accounts = self.memory.lock();
         if let Some(account) = accounts.get(&tenant.0).and_then(Weak::upgrade) {
             return Some(account);
         }
         accounts.retain(|_, account| account.strong_count() > 0);
-        let account = Arc::new(Account::open(Some(limit.saturating_mul(1 << 20)), None)?);
+        let limit = (limit > 0).then(|| limit.saturating_mul(1 << 20));
+        let account = Arc::new(Account::open(limit, None)?);
         accounts.insert(tenant.0, Arc::downgrade(&account));
         Some(account)
     }

@@ -13,7 +13,9 @@
 //! so such sizes are checked before allocating (`capacity`).
 //!
 //! The current account follows the work: [`InScope`] sets it around every poll of a statement's
-//! future or stream, and the engine carries it into the tasks and threads it starts.
+//! future or stream, and the engine carries it into the tasks and threads it starts. The same
+//! wrapper keeps a user's work within its share of the threads (`share`): the parent account
+//! is the unit of fairness for CPU as it is for memory.
 //!
 //! This crate holds the allocator and the accounts only (no engine types), so it is built
 //! optimised in every profile: the allocator runs on every allocation of the process.
@@ -33,6 +35,10 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use parking_lot::Mutex;
+
+mod share;
+
+pub use share::{set_share, share, urgent, Urgent};
 
 /// Accounts that can be open at once (statements and tenants together); slot 0 is unused so a
 /// zero tag means "no account".
@@ -156,6 +162,12 @@ impl Tag {
     /// Whether this is an account at all.
     pub fn is_some(self) -> bool {
         self.0 != 0
+    }
+
+    /// Who the parent account is, as a number (0: none): what work is grouped by when it is
+    /// shared out between users.
+    pub fn parent_key(self) -> u64 {
+        self.parent()
     }
 }
 
@@ -624,6 +636,11 @@ impl Account {
         own.min(parent)
     }
 
+    /// Polls of its children's work running now (see [`set_share`]).
+    pub fn polling(&self) -> u32 {
+        share::polling(split(self.tag.own()).0)
+    }
+
     /// Why it must stop, if it must.
     pub fn stopped(&self) -> Option<Stop> {
         stop_of(self.tag)
@@ -758,7 +775,8 @@ impl Drop for Entered {
     }
 }
 
-/// A future or stream that works for an account: the account is current around each poll.
+/// A future or stream that works for an account: the account is current around each poll, and
+/// each poll waits for a place in the parent account's share of the threads (see `share`).
 pub struct InScope<F> {
     tag: Tag,
     inner: F,
@@ -776,7 +794,8 @@ impl<F: Future + Unpin> Future for InScope<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let _entered = enter(self.tag);
-        Pin::new(&mut self.inner).poll(cx)
+        let (own, parent) = (split(self.tag.own()).0, split(self.tag.parent()).0);
+        share::poll(own, parent, cx, |cx| Pin::new(&mut self.inner).poll(cx))
     }
 }
 
@@ -785,7 +804,10 @@ impl<S: Stream + Unpin> Stream for InScope<S> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         let _entered = enter(self.tag);
-        Pin::new(&mut self.inner).poll_next(cx)
+        let (own, parent) = (split(self.tag.own()).0, split(self.tag.parent()).0);
+        share::poll(own, parent, cx, |cx| {
+            Pin::new(&mut self.inner).poll_next(cx)
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -200,6 +200,12 @@ impl Engine {
             &sql.net.egress,
         )?;
         crate::memory::set_ceiling(Some(config.process_memory_bytes()));
+        if config.edition == crate::config::Edition::Hosted {
+            // Each user's work polls on at most half the workers at once, so the other half
+            // is always there for other users and for every connection's reads and writes.
+            let half = u32::try_from(config.worker_threads().div_ceil(2)).unwrap_or(u32::MAX);
+            crate::memory::set_share(half.max(1));
+        }
         crate::memory::propagate_into_datafusion();
         // Built last: a runtime dropped on an error path inside async code would panic.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
