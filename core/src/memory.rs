@@ -9,7 +9,8 @@ use std::future::Future;
 
 pub(crate) use mindlite_memory::{
     begin_commit, ceiling, current, current_stop, end_commit, enter, installed, live_bytes,
-    remaining, reserve, set_ceiling, set_share, Account, InScope, Reservation, Stop, Tag,
+    remaining, reserve, set_ceiling, set_share, urgent, Account, InScope, Reservation, Stop, Tag,
+    Urgent,
 };
 
 /// `tokio::spawn` for the current thread's account: the task works for it too. Every task

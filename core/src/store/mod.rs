@@ -24,6 +24,7 @@ use schema::{META, SEQUENCES};
 
 pub(crate) mod schema;
 mod transaction;
+mod turns;
 
 pub(crate) use transaction::Step;
 
@@ -35,7 +36,7 @@ pub(crate) struct Store {
     db: Database,
     /// Serialises writers inside this process without blocking tokio workers: redb's own
     /// `begin_write` would park a worker thread while another write transaction runs.
-    write_lock: Arc<tokio::sync::Mutex<()>>,
+    write_lock: Arc<turns::TurnLock>,
     /// Where the file is, for error messages; `None` in memory.
     path: Option<PathBuf>,
     /// Decoded chunks, shared by all queries.
@@ -65,8 +66,60 @@ pub(crate) struct Store {
 /// explicit transaction it is the transaction's turn for statements, and writes commit
 /// non-durably.
 pub(crate) struct WriteLock {
-    guard: tokio::sync::OwnedMutexGuard<()>,
+    guard: Held,
     durable: bool,
+    /// Every writer waits for the holder, so the holder's work is not held back behind its
+    /// own user's other work (the user's share of the threads, see `memory`).
+    _urgent: crate::memory::Urgent,
+}
+
+/// What a [`WriteLock`] holds: the writer lock, or inside an explicit transaction (which holds
+/// that) the transaction's turn for statements.
+#[derive(Debug)]
+enum Held {
+    Writer {
+        _guard: turns::TurnGuard,
+    },
+    Statements {
+        _guard: tokio::sync::OwnedMutexGuard<()>,
+    },
+}
+
+impl WriteLock {
+    /// Waits for the writer lock as the current account's user's turn, urgent from the start:
+    /// the lock is handed to the next in turn when it is let go, and every writer then waits
+    /// for that one to be polled.
+    async fn take(lock: Arc<turns::TurnLock>) -> WriteLock {
+        let current = crate::memory::current();
+        let urgent = crate::memory::urgent(current);
+        WriteLock {
+            guard: Held::Writer {
+                _guard: lock.lock(current.parent_key()).await,
+            },
+            durable: true,
+            _urgent: urgent,
+        }
+    }
+
+    /// The open transaction's turn for statements, as [`WriteLock::take`] waits for it.
+    async fn take_turn(turn: Arc<tokio::sync::Mutex<()>>) -> WriteLock {
+        let urgent = crate::memory::urgent(crate::memory::current());
+        WriteLock {
+            guard: Held::Statements {
+                _guard: turn.lock_owned().await,
+            },
+            durable: false,
+            _urgent: urgent,
+        }
+    }
+
+    fn new(guard: Held, durable: bool) -> WriteLock {
+        WriteLock {
+            guard,
+            durable,
+            _urgent: crate::memory::urgent(crate::memory::current()),
+        }
+    }
 }
 
 /// A write transaction that also holds the in-process writer lock until it commits or drops.
@@ -80,7 +133,7 @@ pub(crate) struct WriteGuard {
     /// Cancelled when whoever waited for this write gave up (a cancelled query): the write must
     /// not commit behind their back.
     pub(crate) cancelled: CancellationToken,
-    _lock: tokio::sync::OwnedMutexGuard<()>,
+    _lock: Held,
 }
 
 impl WriteGuard {
@@ -142,7 +195,7 @@ impl Store {
         let db = builder.create(path).map_err(|e| open_error(path, e))?;
         let store = Store {
             db,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            write_lock: Arc::new(turns::TurnLock::default()),
             path: Some(path.to_path_buf()),
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             derived: DerivedCache::new(derived_cache_bytes),
@@ -168,7 +221,7 @@ impl Store {
             .map_err(|e| Error::internal(format!("cannot create in-memory database: {e}")))?;
         let store = Store {
             db,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            write_lock: Arc::new(turns::TurnLock::default()),
             path: None,
             chunk_cache: ChunkCache::new(chunk_cache_bytes),
             derived: DerivedCache::new(derived_cache_bytes),
@@ -244,16 +297,13 @@ impl Store {
             let Some(statements) = self.statements_turn() else {
                 return self.lock_writes_detached().await;
             };
-            let guard = Arc::clone(&statements).lock_owned().await;
+            let lock = WriteLock::take_turn(Arc::clone(&statements)).await;
             // The transaction may have ended while this waited: then wait for the writer lock.
             if self
                 .statements_turn()
                 .is_some_and(|now| Arc::ptr_eq(&now, &statements))
             {
-                return WriteLock {
-                    guard,
-                    durable: false,
-                };
+                return lock;
             }
         }
     }
@@ -261,10 +311,7 @@ impl Store {
     /// [`Store::lock_writes`] for work that is no statement of the connection (training,
     /// deliveries): it never joins an open transaction, it waits for it to end.
     pub(crate) async fn lock_writes_detached(&self) -> WriteLock {
-        WriteLock {
-            guard: self.write_lock.clone().lock_owned().await,
-            durable: true,
-        }
+        WriteLock::take(self.write_lock.clone()).await
     }
 
     /// [`Store::lock_writes_detached`] as a future that does not hold the store while it
@@ -273,24 +320,15 @@ impl Store {
         &self,
     ) -> impl std::future::Future<Output = WriteLock> + Send + 'static {
         let lock = Arc::clone(&self.write_lock);
-        async move {
-            WriteLock {
-                guard: lock.lock_owned().await,
-                durable: true,
-            }
-        }
+        WriteLock::take(lock)
     }
 
     /// Takes the writer lock if it is free, without waiting.
     pub(crate) fn try_lock_writes(&self) -> Result<WriteLock> {
         self.write_lock
-            .clone()
-            .try_lock_owned()
-            .map(|guard| WriteLock {
-                guard,
-                durable: true,
-            })
-            .map_err(|_| Error::new(ErrorKind::Unavailable, "another write is in progress"))
+            .try_lock()
+            .map(|guard| WriteLock::new(Held::Writer { _guard: guard }, true))
+            .ok_or_else(|| Error::new(ErrorKind::Unavailable, "another write is in progress"))
     }
 
     /// Begins the write transaction that `lock` entitles the caller to. Never waits: the lock

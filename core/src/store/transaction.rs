@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 /// The open transaction's state, kept by the [`Store`].
 pub(super) struct Transaction {
     /// The writer lock, from BEGIN until the transaction ends.
-    _lock: tokio::sync::OwnedMutexGuard<()>,
+    _lock: super::turns::TurnGuard,
     /// The database as it was at BEGIN.
     begin: Savepoint,
     /// `SAVEPOINT name`s, oldest first: the database as it was when each was taken.
@@ -71,7 +71,8 @@ impl Store {
                     "cannot start a transaction within a transaction",
                 ));
             }
-            let lock = self.write_lock.clone().lock_owned().await;
+            let user = crate::memory::current().parent_key();
+            let lock = Arc::clone(&self.write_lock).lock(user).await;
             let store = Arc::clone(self);
             return blocking(move || {
                 // Taken in a write transaction that changes nothing: a savepoint must come
