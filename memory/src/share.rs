@@ -1,7 +1,7 @@
 //! A user's share of the threads: the work of every account under one parent (a hosted user's
 //! statements, its trainings, the tasks they spawn) is polled on at most [`set_share`] threads
-//! at once, whatever runs it (the runtime's workers, blocking threads driving a stream, the
-//! planning pool). A poll past the share waits — as `Pending`, holding no thread — until one of
+//! at once, whatever runs it (the runtime's workers, blocking threads driving a stream; the
+//! planning pool has its own share per user, see core's `compute`). A poll past the share waits — as `Pending`, holding no thread — until one of
 //! that user's polls ends; other users' polls never wait for it. So one user with thirty
 //! statements computing at once holds as many threads as one with two, and a second user's
 //! short statement, and every connection the server reads and writes on those threads, finds a
@@ -95,9 +95,10 @@ pub fn polling(parent: usize) -> u32 {
     GATES.get(parent).map_or(0, |g| g.polling.load(SeqCst))
 }
 
-/// While it lives, the work of the account it was made for is polled without waiting for its
-/// parent's share: that work holds something every user may be waiting for (the store's writer
-/// lock), and holding it back behind its own user's other work would make them all wait.
+/// While it lives, the work of the account it was made for has one place more than its
+/// parent's share, which the parent's other work cannot take: that work holds something every
+/// user may be waiting for (the store's writer lock), and holding it back behind its own
+/// user's other work would make them all wait.
 pub struct Urgent(usize);
 
 impl Drop for Urgent {
@@ -130,8 +131,8 @@ impl Drop for Held {
 }
 
 /// Runs one poll of the work of the account in slot `own`, whose parent is in slot `parent`
-/// (0: none), within that parent's share: at once if a place is free (or the account is
-/// [`Urgent`]), else `Pending`, with `cx`'s waker woken when a place frees.
+/// (0: none), within that parent's share (one place more if the account is [`Urgent`]): at
+/// once if a place is free, else `Pending`, with `cx`'s waker woken when a place frees.
 pub(crate) fn poll<T>(
     own: usize,
     parent: usize,
@@ -139,9 +140,17 @@ pub(crate) fn poll<T>(
     inner: impl FnOnce(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
     let share = SHARE.load(SeqCst);
-    if parent == 0 || share == 0 || INSIDE.with(Cell::get) || GATES[own].urgent.load(SeqCst) > 0 {
+    if parent == 0 || share == 0 || INSIDE.with(Cell::get) {
         return inner(cx);
     }
+    // Urgent work has one place more than the share, which the rest cannot take: never held
+    // back behind its user's other work, and never more than one thread beyond the share
+    // (a statement that holds the writer lock while it runs a whole plan stays within it).
+    let share = if GATES[own].urgent.load(SeqCst) > 0 {
+        share + 1
+    } else {
+        share
+    };
     let gate = &GATES[parent];
     if !gate.take(share) {
         let mut wakers = gate.wakers.lock();
@@ -213,6 +222,20 @@ mod tests {
         assert_eq!(entered.recv().unwrap(), 7);
         assert_eq!(user.polling(), 1);
 
+        // Marked urgent (it holds the writer lock), the same user's statement has one place
+        // more than the share; unmarked, it waits again.
+        let urgent_one = Account::open(None, Some(Arc::clone(&user))).unwrap();
+        let urgent_woken = Arc::new(Count::default());
+        let mark = urgent(urgent_one.tag());
+        let mut pressing = InScope::new(urgent_one.tag(), Box::pin(async { 4 }));
+        assert_eq!(poll_once(&mut pressing, &urgent_woken), Poll::Ready(4));
+        drop(mark);
+        let mut later = InScope::new(urgent_one.tag(), Box::pin(async { 5 }));
+        assert!(
+            poll_once(&mut later, &urgent_woken).is_pending(),
+            "no longer urgent"
+        );
+
         // The same user's other statement waits, holding no thread; another user's work and
         // work with no user run.
         let woken = Arc::new(Count::default());
@@ -225,17 +248,6 @@ mod tests {
         assert_eq!(poll_once(&mut alone, &woken), Poll::Ready(3));
         assert_eq!(woken.0.load(SeqCst), 0);
         assert_eq!(other_user.polling(), 0, "its place was given back");
-        // Marked urgent (it holds the writer lock), the same user's statement runs too.
-        let urgent_one = Account::open(None, Some(Arc::clone(&user))).unwrap();
-        let mark = urgent(urgent_one.tag());
-        let mut pressing = InScope::new(urgent_one.tag(), Box::pin(async { 4 }));
-        assert_eq!(poll_once(&mut pressing, &woken), Poll::Ready(4));
-        drop(mark);
-        let mut later = InScope::new(urgent_one.tag(), Box::pin(async { 5 }));
-        assert!(
-            poll_once(&mut later, &woken).is_pending(),
-            "no longer urgent"
-        );
 
         // The holding poll ends: the waiter is woken (once, though it registered twice) and
         // runs.
@@ -247,8 +259,9 @@ mod tests {
             1,
             "one wake-up for the task both waited in"
         );
+        assert_eq!(urgent_woken.0.load(SeqCst), 1);
         assert_eq!(poll_once(&mut waiting, &woken), Poll::Ready(1));
-        assert_eq!(poll_once(&mut later, &woken), Poll::Ready(5));
+        assert_eq!(poll_once(&mut later, &urgent_woken), Poll::Ready(5));
         set_share(0);
     }
 }

@@ -70,7 +70,7 @@ pub(crate) struct WriteLock {
     durable: bool,
     /// Every writer waits for the holder, so the holder's work is not held back behind its
     /// own user's other work (the user's share of the threads, see `memory`).
-    _urgent: crate::memory::Urgent,
+    urgent: crate::memory::Urgent,
 }
 
 /// What a [`WriteLock`] holds: the writer lock, or inside an explicit transaction (which holds
@@ -97,7 +97,7 @@ impl WriteLock {
                 _guard: lock.lock(current.parent_key()).await,
             },
             durable: true,
-            _urgent: urgent,
+            urgent,
         }
     }
 
@@ -109,7 +109,7 @@ impl WriteLock {
                 _guard: turn.lock_owned().await,
             },
             durable: false,
-            _urgent: urgent,
+            urgent,
         }
     }
 
@@ -117,7 +117,7 @@ impl WriteLock {
         WriteLock {
             guard,
             durable,
-            _urgent: crate::memory::urgent(crate::memory::current()),
+            urgent: crate::memory::urgent(crate::memory::current()),
         }
     }
 }
@@ -134,6 +134,8 @@ pub(crate) struct WriteGuard {
     /// not commit behind their back.
     pub(crate) cancelled: CancellationToken,
     _lock: Held,
+    /// The lock's urgent mark, held as long as the lock.
+    _urgent: crate::memory::Urgent,
 }
 
 impl WriteGuard {
@@ -347,6 +349,7 @@ impl Store {
             swept: Arc::clone(&self.swept),
             cancelled: CancellationToken::new(),
             _lock: lock.guard,
+            _urgent: lock.urgent,
         })
     }
 
