@@ -34,8 +34,9 @@ pub(crate) const FORMAT_VERSION: u64 = 1;
 /// The opened redb database plus what every writer must share.
 pub(crate) struct Store {
     db: Database,
-    /// Serialises writers inside this process without blocking tokio workers: redb's own
-    /// `begin_write` would park a worker thread while another write transaction runs.
+    /// Serialises writers inside this process without blocking tokio workers (redb's own
+    /// `begin_write` would park a worker thread while another write transaction runs), handing
+    /// the lock to users in turn (`turns`).
     write_lock: Arc<turns::TurnLock>,
     /// Where the file is, for error messages; `None` in memory.
     path: Option<PathBuf>,
