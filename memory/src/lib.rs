@@ -638,7 +638,7 @@ impl Account {
 
     /// Polls of its children's work running now (see [`set_share`]).
     pub fn polling(&self) -> u32 {
-        share::polling(split(self.tag.own()).0)
+        share::polling(self.tag.own())
     }
 
     /// Why it must stop, if it must.
@@ -667,6 +667,11 @@ impl Drop for Account {
         slot.stop.store(0, Relaxed);
         FREE.lock().1.push(index as u16);
     }
+}
+
+/// The generation of the account in slot `index` now (or of the next one, while it is free).
+fn live_generation(index: usize) -> u64 {
+    TABLE[index].state.load(Relaxed) >> USED_BITS
 }
 
 /// The stop reason of the account `tag` names. An account that is closed (its statement's
@@ -794,7 +799,7 @@ impl<F: Future + Unpin> Future for InScope<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let _entered = enter(self.tag);
-        let (own, parent) = (split(self.tag.own()).0, split(self.tag.parent()).0);
+        let (own, parent) = (self.tag.own(), self.tag.parent());
         share::poll(own, parent, cx, |cx| Pin::new(&mut self.inner).poll(cx))
     }
 }
@@ -804,7 +809,7 @@ impl<S: Stream + Unpin> Stream for InScope<S> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         let _entered = enter(self.tag);
-        let (own, parent) = (split(self.tag.own()).0, split(self.tag.parent()).0);
+        let (own, parent) = (self.tag.own(), self.tag.parent());
         share::poll(own, parent, cx, |cx| {
             Pin::new(&mut self.inner).poll_next(cx)
         })

@@ -1,11 +1,11 @@
 //! A user's share of the threads: the work of every account under one parent (a hosted user's
 //! statements, its trainings, the tasks they spawn) is polled on at most [`set_share`] threads
 //! at once, whatever runs it (the runtime's workers, blocking threads driving a stream; the
-//! planning pool has its own share per user, see core's `compute`). A poll past the share waits — as `Pending`, holding no thread — until one of
-//! that user's polls ends; other users' polls never wait for it. So one user with thirty
-//! statements computing at once holds as many threads as one with two, and a second user's
-//! short statement, and every connection the server reads and writes on those threads, finds a
-//! thread free.
+//! planning pool has its own share per user, see core's `compute`). A poll past the share
+//! waits — as `Pending`, holding no thread — until one of that user's polls ends; other users'
+//! polls never wait for it. So one user with thirty statements computing at once holds as many
+//! threads as one with two, and a second user's short statement, and every connection the
+//! server reads and writes on those threads, finds a thread free.
 //!
 //! The share is taken around each poll, not for a statement's life: a poll computes at most a
 //! bounded amount (DataFusion's operators give way every few batches), so a statement that
@@ -17,9 +17,15 @@
 //! one load per poll. Waiters are woken all at once when a poll ends (each tries again), so a
 //! waiter whose future was dropped, or that was woken for another reason first, can never
 //! leave the others waiting with a thread free.
+//!
+//! Gates live in a table beside the accounts' slots, and a slot is reused as soon as its
+//! account closes, even while that account's abandoned work finishes its last poll. Counts
+//! therefore carry the account's generation: a user whose account lands in the slot of another
+//! user's closed one never waits for that user's leftovers (it did, for seconds, when a
+//! statement stopped at its deadline in the middle of a long join).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
@@ -29,36 +35,86 @@ use crate::SLOTS;
 /// Threads one parent's work may be polled on at once (0: no limit).
 static SHARE: AtomicU32 = AtomicU32::new(0);
 
-/// One parent account's gate, in a static table beside the accounts' slots.
+/// One parent account's gate, in a static table beside the accounts' slots. A slot is
+/// reused once its account closes, while work of the closed account may still be running (a
+/// statement abandoned at its deadline stops at its next check, which can be a long poll
+/// away). So the counts carry the generation they are for: the slot's next account never
+/// waits for its predecessor's leftovers, and they never give back a place it took.
 struct Gate {
-    /// Polls of its work running now.
-    polling: AtomicU32,
-    /// [`Urgent`] marks on the account in this slot (as a child, not as a parent).
-    urgent: AtomicU32,
+    /// Polls of its work running now: the parent's generation (high half) and their count.
+    polling: AtomicU64,
+    /// [`Urgent`] marks on the account in this slot (as a child, not as a parent): its
+    /// generation (high half) and their count.
+    urgent: AtomicU64,
     /// Whether anything may be waiting in `wakers` (set before trying to take a place, so a
     /// poll that ends at the same moment sees it).
     waiting: AtomicBool,
     wakers: Mutex<Vec<Waker>>,
 }
 
+/// A generation and a count in one word.
+fn pack(generation: u64, count: u32) -> u64 {
+    (generation << 32) | u64::from(count)
+}
+
+fn unpack(word: u64) -> (u64, u32) {
+    (word >> 32, word as u32)
+}
+
+/// What a poll got from its parent's gate.
+enum Place {
+    /// A place, given back when the poll ends.
+    Taken,
+    /// None free: wait.
+    Full,
+    /// The poll is a closed account's leftover and the slot has a new account: it runs
+    /// outside the gate (it is orphaned, and stops at its next check).
+    Outside,
+}
+
 impl Gate {
     const fn new() -> Gate {
         Gate {
-            polling: AtomicU32::new(0),
-            urgent: AtomicU32::new(0),
+            polling: AtomicU64::new(0),
+            urgent: AtomicU64::new(0),
             waiting: AtomicBool::new(false),
             wakers: parking_lot::const_mutex(Vec::new()),
         }
     }
 
-    fn take(&self, share: u32) -> bool {
-        self.polling
-            .fetch_update(SeqCst, SeqCst, |n| (n < share).then_some(n + 1))
-            .is_ok()
+    /// Takes a place for a poll of the work of the parent of `generation` in this slot;
+    /// `live` tells the generation of the slot's account now.
+    fn take(&self, generation: u64, live: impl Fn() -> u64, share: u32) -> Place {
+        let mut word = self.polling.load(SeqCst);
+        loop {
+            let (counted, polling) = unpack(word);
+            let next = if counted == generation {
+                if polling >= share {
+                    return Place::Full;
+                }
+                pack(generation, polling + 1)
+            } else if live() == generation {
+                // The slot's account now: what is counted is its predecessor's leftovers.
+                pack(generation, 1)
+            } else {
+                return Place::Outside;
+            };
+            match self
+                .polling
+                .compare_exchange_weak(word, next, SeqCst, SeqCst)
+            {
+                Ok(_) => return Place::Taken,
+                Err(now) => word = now,
+            }
+        }
     }
 
-    fn give_back(&self) {
-        self.polling.fetch_sub(1, SeqCst);
+    fn give_back(&self, generation: u64) {
+        // A no-op when the count has passed to the slot's next account.
+        let _ = self.polling.fetch_update(SeqCst, SeqCst, |word| {
+            let (counted, polling) = unpack(word);
+            (counted == generation && polling > 0).then(|| pack(generation, polling - 1))
+        });
         if self.waiting.load(SeqCst) {
             let woken = {
                 let mut wakers = self.wakers.lock();
@@ -69,6 +125,31 @@ impl Gate {
                 waker.wake();
             }
         }
+    }
+
+    /// Marks the account of `generation` in this slot urgent once more; marks of a closed
+    /// account in the slot no longer count.
+    fn mark(&self, generation: u64) {
+        let _ = self
+            .urgent
+            .fetch_update(SeqCst, SeqCst, |word| match unpack(word) {
+                (marked, marks) if marked == generation => Some(pack(generation, marks + 1)),
+                _ => Some(pack(generation, 1)),
+            });
+    }
+
+    /// Takes one mark off; a no-op when the slot's next account has marks of its own.
+    fn unmark(&self, generation: u64) {
+        let _ = self.urgent.fetch_update(SeqCst, SeqCst, |word| {
+            let (marked, marks) = unpack(word);
+            (marked == generation && marks > 0).then(|| pack(generation, marks - 1))
+        });
+    }
+
+    /// Whether the account of `generation` in this slot is marked urgent.
+    fn is_urgent(&self, generation: u64) -> bool {
+        let (marked, marks) = unpack(self.urgent.load(SeqCst));
+        marked == generation && marks > 0
     }
 }
 
@@ -90,80 +171,109 @@ pub fn share() -> u32 {
     SHARE.load(SeqCst)
 }
 
-/// Polls of the work of the parent account in slot `parent` running now (a test's view).
-pub fn polling(parent: usize) -> u32 {
-    GATES.get(parent).map_or(0, |g| g.polling.load(SeqCst))
+/// Polls of the work of the parent account `part` (its slot and generation) running now.
+pub(crate) fn polling(part: u64) -> u32 {
+    let (index, generation) = crate::split(part);
+    GATES.get(index).map_or(0, |gate| {
+        let (counted, polling) = unpack(gate.polling.load(SeqCst));
+        if counted == generation {
+            polling
+        } else {
+            0
+        }
+    })
 }
 
 /// While it lives, the work of the account it was made for has one place more than its
 /// parent's share, which the parent's other work cannot take: that work holds something every
 /// user may be waiting for (the store's writer lock), and holding it back behind its own
 /// user's other work would make them all wait.
-pub struct Urgent(usize);
+pub struct Urgent {
+    /// The account's slot (0: none) and generation.
+    index: usize,
+    generation: u64,
+}
 
 impl Drop for Urgent {
     fn drop(&mut self) {
-        if self.0 != 0 {
-            GATES[self.0].urgent.fetch_sub(1, SeqCst);
+        if self.index != 0 {
+            GATES[self.index].unmark(self.generation);
         }
     }
 }
 
 /// Marks the account `tag` names urgent until the mark is dropped (nothing without an account).
-/// Meant for a short hold: were the account closed and its slot reused meanwhile, the new
-/// account would be urgent too until then.
+/// A mark outliving its account marks nothing: the slot's next account starts unmarked.
 pub fn urgent(tag: crate::Tag) -> Urgent {
-    let own = crate::split(tag.own()).0;
-    if own != 0 {
-        GATES[own].urgent.fetch_add(1, SeqCst);
+    let (index, generation) = crate::split(tag.own());
+    if index != 0 {
+        GATES[index].mark(generation);
     }
-    Urgent(own)
+    Urgent { index, generation }
 }
 
 /// Gives a place back when the poll ends, however it ends.
-struct Held(&'static Gate);
+struct Held {
+    gate: &'static Gate,
+    generation: u64,
+}
 
 impl Drop for Held {
     fn drop(&mut self) {
         INSIDE.with(|inside| inside.set(false));
-        self.0.give_back();
+        self.gate.give_back(self.generation);
     }
 }
 
-/// Runs one poll of the work of the account in slot `own`, whose parent is in slot `parent`
-/// (0: none), within that parent's share (one place more if the account is [`Urgent`]): at
-/// once if a place is free, else `Pending`, with `cx`'s waker woken when a place frees.
+/// Runs one poll of the work of the account `own` (a tag's slot-and-generation part), whose
+/// parent is `parent` (0: none), within that parent's share (one place more if the account is
+/// [`Urgent`]): at once if a place is free, else `Pending`, with `cx`'s waker woken when a
+/// place frees.
 pub(crate) fn poll<T>(
-    own: usize,
-    parent: usize,
+    own: u64,
+    parent: u64,
     cx: &mut Context<'_>,
     inner: impl FnOnce(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
     let share = SHARE.load(SeqCst);
-    if parent == 0 || share == 0 || INSIDE.with(Cell::get) {
+    let (parent_index, generation) = crate::split(parent);
+    if parent_index == 0 || share == 0 || INSIDE.with(Cell::get) {
         return inner(cx);
     }
     // Urgent work has one place more than the share, which the rest cannot take: never held
     // back behind its user's other work, and never more than one thread beyond the share
     // (a statement that holds the writer lock while it runs a whole plan stays within it).
-    let share = if GATES[own].urgent.load(SeqCst) > 0 {
+    let (own_index, own_generation) = crate::split(own);
+    let share = if GATES[own_index].is_urgent(own_generation) {
         share + 1
     } else {
         share
     };
-    let gate = &GATES[parent];
-    if !gate.take(share) {
-        let mut wakers = gate.wakers.lock();
-        gate.waiting.store(true, SeqCst);
-        if !gate.take(share) {
-            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                wakers.push(cx.waker().clone());
+    let gate = &GATES[parent_index];
+    let live = || crate::live_generation(parent_index);
+    match gate.take(generation, live, share) {
+        Place::Taken => {}
+        Place::Outside => return inner(cx),
+        Place::Full => {
+            let mut wakers = gate.wakers.lock();
+            gate.waiting.store(true, SeqCst);
+            match gate.take(generation, live, share) {
+                Place::Taken => gate.waiting.store(!wakers.is_empty(), SeqCst),
+                Place::Outside => {
+                    gate.waiting.store(!wakers.is_empty(), SeqCst);
+                    drop(wakers);
+                    return inner(cx);
+                }
+                Place::Full => {
+                    if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                        wakers.push(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
             }
-            return Poll::Pending;
         }
-        gate.waiting.store(!wakers.is_empty(), SeqCst);
     }
-    let _held = Held(gate);
+    let _held = Held { gate, generation };
     INSIDE.with(|inside| inside.set(true));
     inner(cx)
 }
@@ -263,5 +373,36 @@ mod tests {
         assert_eq!(poll_once(&mut waiting, &woken), Poll::Ready(1));
         assert_eq!(poll_once(&mut later, &urgent_woken), Poll::Ready(5));
         set_share(0);
+    }
+
+    #[test]
+    fn a_closed_parents_leftover_polls_never_hold_back_the_next_account_in_its_slot() {
+        let gate = Gate::new();
+        // The parent of generation 5 holds its one place.
+        assert!(matches!(gate.take(5, || 5, 1), Place::Taken));
+        assert!(matches!(gate.take(5, || 5, 1), Place::Full));
+        // It closes while that poll runs (abandoned at its deadline, say); the slot's next
+        // account, generation 6, takes a place at once.
+        assert!(matches!(gate.take(6, || 6, 1), Place::Taken));
+        assert!(matches!(gate.take(6, || 6, 1), Place::Full));
+        // The leftover poll ends: it gives back nothing of the new account's.
+        gate.give_back(5);
+        assert_eq!(unpack(gate.polling.load(SeqCst)), (6, 1));
+        // Another leftover poll runs outside the gate, counted nowhere.
+        assert!(matches!(gate.take(5, || 6, 1), Place::Outside));
+        assert_eq!(unpack(gate.polling.load(SeqCst)), (6, 1));
+        gate.give_back(6);
+        assert_eq!(unpack(gate.polling.load(SeqCst)), (6, 0));
+
+        // An urgent mark that outlives its account marks nothing of the next one's, and its
+        // end takes nothing off the next one's marks.
+        gate.mark(5);
+        assert!(gate.is_urgent(5));
+        assert!(!gate.is_urgent(6), "the next account starts unmarked");
+        gate.mark(6);
+        gate.unmark(5);
+        assert!(gate.is_urgent(6));
+        gate.unmark(6);
+        assert!(!gate.is_urgent(6));
     }
 }
