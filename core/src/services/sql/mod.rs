@@ -15,6 +15,7 @@ mod constraints;
 mod dml;
 pub mod encode;
 mod index_scan;
+mod join_stop;
 mod kb_search;
 mod kb_statements;
 mod kb_write;

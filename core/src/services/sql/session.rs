@@ -73,6 +73,7 @@ impl Sessions {
             .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .with_physical_optimizer_rule(Arc::new(super::view_groups::ViewGroups))
+            .with_physical_optimizer_rule(Arc::new(super::join_stop::JoinStopCheck))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
         for checked in super::bounded::checked_functions(base.scalar_functions(), max_value) {
