@@ -40,6 +40,9 @@ static SHARE: AtomicU32 = AtomicU32::new(0);
 /// statement abandoned at its deadline stops at its next check, which can be a long poll
 /// away). So the counts carry the generation they are for: the slot's next account never
 /// waits for its predecessor's leftovers, and they never give back a place it took.
+/// Generations are 16 bits, as in allocation tags: a leftover still polling after its slot
+/// went through 65,536 accounts would count as the live one's for that poll, which corrects
+/// itself when the poll ends.
 struct Gate {
     /// Polls of its work running now: the parent's generation (high half) and their count.
     polling: AtomicU64,
@@ -127,14 +130,18 @@ impl Gate {
         }
     }
 
-    /// Marks the account of `generation` in this slot urgent once more; marks of a closed
-    /// account in the slot no longer count.
-    fn mark(&self, generation: u64) {
+    /// Marks the account of `generation` in this slot urgent once more (`live`: the
+    /// generation of the slot's account now). The live account's mark replaces a closed
+    /// one's; a closed account's mark never replaces the live one's (it marks nothing then,
+    /// and its end takes nothing off).
+    fn mark(&self, generation: u64, live: impl Fn() -> u64) {
         let _ = self
             .urgent
             .fetch_update(SeqCst, SeqCst, |word| match unpack(word) {
                 (marked, marks) if marked == generation => Some(pack(generation, marks + 1)),
-                _ => Some(pack(generation, 1)),
+                (_, 0) => Some(pack(generation, 1)),
+                _ if live() == generation => Some(pack(generation, 1)),
+                _ => None,
             });
     }
 
@@ -207,21 +214,30 @@ impl Drop for Urgent {
 pub fn urgent(tag: crate::Tag) -> Urgent {
     let (index, generation) = crate::split(tag.own());
     if index != 0 {
-        GATES[index].mark(generation);
+        GATES[index].mark(generation, || crate::live_generation(index));
     }
     Urgent { index, generation }
 }
 
-/// Gives a place back when the poll ends, however it ends.
+/// Marks the thread as inside a poll, and gives its place back (if it took one) when the poll
+/// ends, however it ends.
 struct Held {
-    gate: &'static Gate,
-    generation: u64,
+    place: Option<(&'static Gate, u64)>,
+}
+
+impl Held {
+    fn enter(place: Option<(&'static Gate, u64)>) -> Held {
+        INSIDE.with(|inside| inside.set(true));
+        Held { place }
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         INSIDE.with(|inside| inside.set(false));
-        self.gate.give_back(self.generation);
+        if let Some((gate, generation)) = self.place {
+            gate.give_back(generation);
+        }
     }
 }
 
@@ -251,18 +267,20 @@ pub(crate) fn poll<T>(
     };
     let gate = &GATES[parent_index];
     let live = || crate::live_generation(parent_index);
-    match gate.take(generation, live, share) {
-        Place::Taken => {}
-        Place::Outside => return inner(cx),
+    let place = match gate.take(generation, live, share) {
+        Place::Taken => Some((gate, generation)),
+        Place::Outside => None,
         Place::Full => {
             let mut wakers = gate.wakers.lock();
             gate.waiting.store(true, SeqCst);
             match gate.take(generation, live, share) {
-                Place::Taken => gate.waiting.store(!wakers.is_empty(), SeqCst),
+                Place::Taken => {
+                    gate.waiting.store(!wakers.is_empty(), SeqCst);
+                    Some((gate, generation))
+                }
                 Place::Outside => {
                     gate.waiting.store(!wakers.is_empty(), SeqCst);
-                    drop(wakers);
-                    return inner(cx);
+                    None
                 }
                 Place::Full => {
                     if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
@@ -272,9 +290,9 @@ pub(crate) fn poll<T>(
                 }
             }
         }
-    }
-    let _held = Held { gate, generation };
-    INSIDE.with(|inside| inside.set(true));
+    };
+    // A leftover outside the gate is still a poll: the polls nested in it take nothing.
+    let _held = Held::enter(place);
     inner(cx)
 }
 
@@ -396,13 +414,22 @@ mod tests {
 
         // An urgent mark that outlives its account marks nothing of the next one's, and its
         // end takes nothing off the next one's marks.
-        gate.mark(5);
+        gate.mark(5, || 5);
         assert!(gate.is_urgent(5));
         assert!(!gate.is_urgent(6), "the next account starts unmarked");
-        gate.mark(6);
+        gate.mark(6, || 6);
+        gate.unmark(5);
+        assert!(gate.is_urgent(6));
+        // A closed account's work marking itself late replaces nothing of the live one's.
+        gate.mark(5, || 6);
+        assert!(gate.is_urgent(6) && !gate.is_urgent(5));
         gate.unmark(5);
         assert!(gate.is_urgent(6));
         gate.unmark(6);
         assert!(!gate.is_urgent(6));
+        // Unmarked, the slot takes anyone's mark.
+        gate.mark(5, || 6);
+        assert!(gate.is_urgent(5));
+        gate.unmark(5);
     }
 }
