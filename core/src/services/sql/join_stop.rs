@@ -19,12 +19,13 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
+use datafusion::logical_expr::interval_arithmetic::Interval;
 use datafusion::logical_expr::sort_properties::ExprProperties;
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::joins::utils::JoinFilter;
-use datafusion::physical_plan::joins::NestedLoopJoinExec;
+use datafusion::physical_plan::joins::{NestedLoopJoinExec, NestedLoopJoinExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 
 /// Wraps the filter of every nested-loop join in [`Stoppable`].
@@ -54,14 +55,10 @@ impl PhysicalOptimizerRule for JoinStopCheck {
                 filter.column_indices().to_vec(),
                 Arc::clone(filter.schema()),
             );
-            let projection = join.projection().as_ref().map(|p| p.to_vec());
-            let rebuilt = NestedLoopJoinExec::try_new(
-                Arc::clone(join.left()),
-                Arc::clone(join.right()),
-                Some(stoppable),
-                join.join_type(),
-                projection,
-            )?;
+            // Everything else as it was (the builder carries every field the join is made of).
+            let rebuilt = NestedLoopJoinExecBuilder::from(join)
+                .with_filter(Some(stoppable))
+                .build()?;
             Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
         })
         .map(|transformed| transformed.data)
@@ -128,6 +125,13 @@ impl PhysicalExpr for Stoppable {
         }
     }
 
+    fn evaluate_bounds(&self, children: &[&Interval]) -> Result<Interval> {
+        match children {
+            [inner] => Ok((*inner).clone()),
+            _ => self.inner.evaluate_bounds(children),
+        }
+    }
+
     fn get_properties(&self, children: &[ExprProperties]) -> Result<ExprProperties> {
         match children {
             [inner] => Ok(inner.clone()),
@@ -185,6 +189,15 @@ mod tests {
             .await
             .unwrap();
         let filter = join_filter(&checked).expect("the plan joins in a nested loop");
+        let plan_again = || async {
+            checked_context
+                .sql(sql)
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap()
+        };
         assert!(filter.downcast_ref::<Stoppable>().is_some(), "{filter:?}");
         // The plan reads as it did.
         assert_eq!(
@@ -194,9 +207,7 @@ mod tests {
 
         // Nothing stops it: the same answer (the pairs of 1..=300 that add up to 7).
         let task = checked_context.task_ctx();
-        let batches = collect(Arc::clone(&checked), Arc::clone(&task))
-            .await
-            .unwrap();
+        let batches = collect(checked, Arc::clone(&task)).await.unwrap();
         let counted = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
             .unwrap()
             .to_string();
@@ -204,11 +215,12 @@ mod tests {
 
         // Its statement is stopped (its deadline passed): the join ends with that, not with
         // its rows. The join runs in this task, for the account current here.
+        let fresh = plan_again().await;
         let statement = Account::open(None, None).unwrap();
         assert!(statement.stop(Stop::Deadline));
         let stopped = {
             let _entered = memory::enter(statement.tag());
-            collect(checked, task).await
+            collect(fresh, task).await
         };
         let message = stopped.unwrap_err().to_string();
         assert!(
