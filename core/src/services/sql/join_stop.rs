@@ -160,6 +160,11 @@ mod tests {
         plan.children().into_iter().find_map(join_filter)
     }
 
+    async fn plan(context: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let frame = context.sql(sql).await.unwrap();
+        frame.create_physical_plan().await.unwrap()
+    }
+
     #[tokio::test]
     async fn a_nested_loop_join_ends_with_its_statements_stop_at_the_next_row() {
         let context = |rule: bool| {
@@ -173,31 +178,10 @@ mod tests {
         };
         let sql = "SELECT count(*) FROM generate_series(1, 300) AS a \
                    CROSS JOIN generate_series(1, 300) AS b WHERE a.value + b.value = 7";
-        let plain = context(false)
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plain = plan(&context(false), sql).await;
         let checked_context = context(true);
-        let checked = checked_context
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let checked = plan(&checked_context, sql).await;
         let filter = join_filter(&checked).expect("the plan joins in a nested loop");
-        let plan_again = || async {
-            checked_context
-                .sql(sql)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap()
-        };
         assert!(filter.downcast_ref::<Stoppable>().is_some(), "{filter:?}");
         // The plan reads as it did.
         assert_eq!(
@@ -215,7 +199,7 @@ mod tests {
 
         // Its statement is stopped (its deadline passed): the join ends with that, not with
         // its rows. The join runs in this task, for the account current here.
-        let fresh = plan_again().await;
+        let fresh = plan(&checked_context, sql).await;
         let statement = Account::open(None, None).unwrap();
         assert!(statement.stop(Stop::Deadline));
         let stopped = {
