@@ -8,9 +8,9 @@
 use std::future::Future;
 
 pub(crate) use mindlite_memory::{
-    begin_commit, ceiling, current, current_stop, end_commit, enter, installed, live_bytes,
-    remaining, reserve, set_ceiling, set_share, urgent, Account, InScope, Reservation, Stop, Tag,
-    Urgent,
+    begin_commit, blocking_place, ceiling, current, current_stop, end_commit, enter, installed,
+    live_bytes, remaining, reserve, set_ceiling, set_share, urgent, Account, InScope, Reservation,
+    Stop, Tag, Urgent,
 };
 
 /// `tokio::spawn` for the current thread's account: the task works for it too. Every task
@@ -48,8 +48,31 @@ where
     handle.spawn(InScope::new(Tag::NONE, Box::pin(future)))
 }
 
-/// `tokio::task::spawn_blocking` for the current thread's account.
-pub(crate) fn spawn_blocking<F, T>(work: F) -> tokio::task::JoinHandle<T>
+/// `tokio::task::spawn_blocking` for the current thread's account, within its user's share
+/// of the blocking threads (`mindlite_memory::blocking_place`: a hosted user's statements run
+/// blocking work on at most as many threads at once as they may poll on; a statement past it
+/// waits, holding no thread). Starts when awaited; once started, the work runs to its end
+/// (checking its statement's stop) even if the caller stops waiting.
+pub(crate) async fn spawn_blocking<F, T>(work: F) -> Result<T, tokio::task::JoinError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let tag = current();
+    let place = blocking_place(tag).await;
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        let _entered = enter(tag);
+        work()
+    })
+    .await
+}
+
+/// [`spawn_blocking`] outside the user's share of the blocking threads, for work whose
+/// concurrency has a cap of its own and that runs for minutes: a training's fit (the plan's
+/// `max_running_trainings`). Inside the share, a user's fits would hold every place it has and
+/// its one-row INSERTs would wait for them to end.
+pub(crate) async fn spawn_blocking_capped<F, T>(work: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -59,6 +82,7 @@ where
         let _entered = enter(tag);
         work()
     })
+    .await
 }
 
 /// Carries the current account into the tasks DataFusion spawns for a plan (repartitions,

@@ -14,8 +14,9 @@
 //!
 //! The current account follows the work: [`InScope`] sets it around every poll of a statement's
 //! future or stream, and the engine carries it into the tasks and threads it starts. The same
-//! wrapper keeps a user's work within its share of the threads (`share`): the parent account
-//! is the unit of fairness for CPU as it is for memory.
+//! wrapper keeps a user's work within its share of the threads (`share`), and
+//! [`blocking_place`] its blocking work (`blocking`): the parent account is the unit of
+//! fairness for CPU as it is for memory.
 //!
 //! This crate holds the allocator and the accounts only (no engine types), so it is built
 //! optimised in every profile: the allocator runs on every allocation of the process.
@@ -36,8 +37,10 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use parking_lot::Mutex;
 
+mod blocking;
 mod share;
 
+pub use blocking::{blocking_place, BlockingPlace};
 pub use share::{set_share, share, urgent, Urgent};
 
 /// Accounts that can be open at once (statements and tenants together); slot 0 is unused so a

@@ -1,7 +1,8 @@
 //! A user's share of the threads: the work of every account under one parent (a hosted user's
 //! statements, its trainings, the tasks they spawn) is polled on at most [`set_share`] threads
 //! at once, whatever runs it (the runtime's workers, blocking threads driving a stream; the
-//! planning pool has its own share per user, see core's `compute`). A poll past the share
+//! planning pool has its own share per user, see core's `compute`, and so do the blocking
+//! threads, see `blocking`). A poll past the share
 //! waits — as `Pending`, holding no thread — until one of that user's polls ends; other users'
 //! polls never wait for it. So one user with thirty statements computing at once holds as many
 //! threads as one with two, and a second user's short statement, and every connection the
@@ -162,6 +163,10 @@ impl Gate {
 
 static GATES: [Gate; SLOTS] = [const { Gate::new() }; SLOTS];
 
+/// Tests that set the process-wide share take turns.
+#[cfg(test)]
+pub(crate) static TESTS: Mutex<()> = parking_lot::const_mutex(());
+
 thread_local! {
     /// Whether this thread is inside a poll that holds a place.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
@@ -176,6 +181,12 @@ pub fn set_share(threads: u32) {
 /// The share [`set_share`] set.
 pub fn share() -> u32 {
     SHARE.load(SeqCst)
+}
+
+/// Whether the account `own` (a tag's slot-and-generation part) is marked [`Urgent`] now.
+pub(crate) fn is_urgent(own: u64) -> bool {
+    let (index, generation) = crate::split(own);
+    index != 0 && GATES[index].is_urgent(generation)
 }
 
 /// Polls of the work of the parent account `part` (its slot and generation) running now.
@@ -322,6 +333,7 @@ mod tests {
 
     #[test]
     fn a_users_work_is_polled_on_at_most_its_share_of_threads() {
+        let _serial = TESTS.lock();
         set_share(1);
         let user = Arc::new(Account::open(None, None).unwrap());
         let first = Account::open(None, Some(Arc::clone(&user))).unwrap();
