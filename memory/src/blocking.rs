@@ -7,13 +7,15 @@
 //! and uploads had up to six threads computing at once on the hostile benchmark's two cores,
 //! and the operating system gave a second user's one-row INSERT a share of the cores as small.
 //!
-//! Places are per statement (per account), not per job: a statement that already has blocking
-//! work running starts more at once. That is what keeps work that waits for its own
-//! statement's nested blocking work (a write that commits through the store) from waiting for
-//! itself. Across statements of one user the only wait inside blocking work is for the store's
-//! writer lock, and whoever holds it or waits for it is [`crate::urgent`]: urgent work has one
-//! place beyond the share, as it has for polls, so the lock's holder never waits behind the
-//! user's statements that wait for it.
+//! Places are per statement (per account), not per job: a statement with blocking work
+//! running may start more jobs without another place, up to the share (at least two) at once.
+//! Its parallel parts (a UNION ALL of knowledge-base searches) take turns within that, and the
+//! second job keeps a write, whose job waits for nested blocking work of its own statement (a
+//! search its rows come from, its commit through the store), from waiting for itself. Across
+//! statements of one user the only wait inside blocking work is for the store's writer lock,
+//! and whoever holds it or waits for it is [`crate::urgent`]: urgent work has one place beyond
+//! the share and one job beyond its statement's, as it has a poll beyond the share, so the
+//! lock's holder never waits behind work that waits for it, nor with the lock idle.
 //!
 //! Work without a parent account (the local edition's, background work) takes no place, nor
 //! does work whose concurrency has a cap of its own (core runs trainings' fits, capped by the
@@ -67,19 +69,35 @@ impl Drop for BlockingPlace {
     }
 }
 
-/// Places one user's statements may hold at once: the share, one more for urgent work.
-fn limit(own: u64, share: u32) -> usize {
-    let share = share as usize;
-    if crate::share::is_urgent(own) {
-        share + 1
-    } else {
-        share
+/// Jobs one statement may run at once: its parallel parts (a UNION ALL of knowledge-base
+/// searches runs a search per branch) take turns within this. At least two, so that a write's
+/// job always leaves room for the nested work it waits for (a search its rows come from, its
+/// commit); nested work is at most one level deep, and only a write's job waits for it.
+fn jobs_per_statement(share: u32) -> usize {
+    (share as usize).max(2)
+}
+
+impl User {
+    /// Whether a job of the statement `own` may start now. Urgent work (holding or waiting
+    /// for the writer lock) has one place beyond the user's share and one job beyond the
+    /// statement's, so that it never waits with the writer lock idle.
+    fn admits(&self, own: u64, share: u32) -> bool {
+        let extra = usize::from(crate::share::is_urgent(own));
+        match self.running.get(&own) {
+            Some(&jobs) => jobs < jobs_per_statement(share) + extra,
+            None => self.running.len() < share as usize + extra,
+        }
+    }
+
+    /// Counts a job of `own` as running.
+    fn start(&mut self, own: u64) {
+        *self.running.entry(own).or_insert(0) += 1;
     }
 }
 
 /// Waits for a place for the blocking work of the account `tag` names; hold it while the work
-/// runs. At once when no place is needed (no parent account, no share set) or the statement
-/// already has blocking work running.
+/// runs. At once when no place is needed (no parent account, no share set), or when the user
+/// is within its share and the statement within its jobs.
 pub async fn blocking_place(tag: Tag) -> BlockingPlace {
     let share = crate::share::share();
     let (parent, own) = (tag.parent(), tag.own());
@@ -90,12 +108,8 @@ pub async fn blocking_place(tag: Tag) -> BlockingPlace {
         let receiver = {
             let mut users = USERS.lock();
             let user = users.entry(parent).or_default();
-            if let Some(jobs) = user.running.get_mut(&own) {
-                *jobs += 1;
-                return BlockingPlace { parent, own };
-            }
-            if user.running.len() < limit(own, share) {
-                user.running.insert(own, 1);
+            if user.admits(own, share) {
+                user.start(own);
                 return BlockingPlace { parent, own };
             }
             // Waiters that gave up are dropped here too, so they never pile up while the
@@ -114,7 +128,7 @@ pub async fn blocking_place(tag: Tag) -> BlockingPlace {
     }
 }
 
-/// Gives back one job's hold on its statement's place and hands freed places to waiters.
+/// Gives back one job's hold on its statement's place and hands what that frees to waiters.
 fn give_back(parent: u64, own: u64) {
     let share = crate::share::share();
     let handed = {
@@ -131,23 +145,17 @@ fn give_back(parent: u64, own: u64) {
         // Waiters that gave up go first.
         user.waiting.retain(|(_, sender)| !sender.is_canceled());
         let mut handed = Vec::new();
-        loop {
-            // First come first served within the share; an urgent waiter may also take the
-            // place beyond it.
-            let running = user.running.len();
-            let next = if running < share as usize {
-                (!user.waiting.is_empty()).then_some(0)
-            } else if running == share as usize {
-                user.waiting
-                    .iter()
-                    .position(|(waiter, _)| crate::share::is_urgent(*waiter))
-            } else {
-                None
-            };
-            let Some((waiter, sender)) = next.and_then(|next| user.waiting.remove(next)) else {
+        // The first waiter that may start, again and again: first come first served among
+        // those the share and their statement's jobs admit.
+        while let Some(next) = user
+            .waiting
+            .iter()
+            .position(|&(waiter, _)| user.admits(waiter, share))
+        {
+            let Some((waiter, sender)) = user.waiting.remove(next) else {
                 break;
             };
-            *user.running.entry(waiter).or_insert(0) += 1;
+            user.start(waiter);
             handed.push((
                 sender,
                 BlockingPlace {
@@ -204,6 +212,9 @@ mod tests {
             Poll::Ready(place) => place,
             Poll::Pending => panic!("a statement's second job needs no second place"),
         };
+        // Its third (a third branch of a UNION ALL) waits for one of its two to end.
+        let mut sibling = Box::pin(blocking_place(first.tag()));
+        assert!(poll(&mut sibling).is_pending());
         // The user's next statements wait, in order; another user and work with no user
         // never do.
         let mut second_waits = Box::pin(blocking_place(second.tag()));
@@ -222,11 +233,21 @@ mod tests {
         drop(mark);
 
         // The first statement's jobs end while the urgent work runs, which leaves the user at
-        // its share: nothing is handed on until the urgent work ends too.
+        // its share: its waiting job takes the freed job, and nothing else is handed on until
+        // the urgent work ends too.
         drop(nested);
-        assert!(poll(&mut second_waits).is_pending(), "one job still runs");
+        let sibling = match poll(&mut sibling) {
+            Poll::Ready(place) => place,
+            Poll::Pending => panic!("the statement's freed job goes to its waiting part"),
+        };
+        assert!(poll(&mut second_waits).is_pending(), "two jobs still run");
         drop(held);
-        assert!(poll(&mut second_waits).is_pending());
+        assert!(poll(&mut second_waits).is_pending(), "one job still runs");
+        drop(sibling);
+        assert!(
+            poll(&mut second_waits).is_pending(),
+            "the urgent work holds the place"
+        );
         // Then the place goes to the second statement, first in line, not to the third.
         drop(beyond);
         let second_place = match poll(&mut second_waits) {
