@@ -50,9 +50,12 @@ where
 
 /// `tokio::task::spawn_blocking` for the current thread's account, within its user's share
 /// of the blocking threads (`mindlite_memory::blocking_place`: a hosted user's statements run
-/// blocking work on at most as many threads at once as they may poll on; a statement past it
-/// waits, holding no thread). Starts when awaited; once started, the work runs to its end
-/// (checking its statement's stop) even if the caller stops waiting.
+/// blocking work on at most as many threads at once as they may poll on; past it, work waits
+/// holding no thread). Only for work that computes and waits for nothing another job of its
+/// user could hold (searches, decoding, local embeddings): every place it takes then comes
+/// back. Work that waits goes through [`spawn_blocking_unshared`]. Starts when awaited; once
+/// started, the work runs to its end (checking its statement's stop) even if the caller stops
+/// waiting.
 pub(crate) async fn spawn_blocking<F, T>(work: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -68,11 +71,13 @@ where
     .await
 }
 
-/// [`spawn_blocking`] outside the user's share of the blocking threads, for work whose
-/// concurrency has a cap of its own and that runs for minutes: a training's fit (the plan's
-/// `max_running_trainings`). Inside the share, a user's fits would hold every place it has and
-/// its one-row INSERTs would wait for them to end.
-pub(crate) async fn spawn_blocking_capped<F, T>(work: F) -> Result<T, tokio::task::JoinError>
+/// [`spawn_blocking`] outside the user's share of the blocking threads, for work that may
+/// wait inside for what other work of its user holds, or that has a cap of its own: writes
+/// (they wait for the store's writer lock, and a write waiting for it while holding a place
+/// could keep the lock's next holder, of the same user, from getting one) and trainings' fits
+/// (the plan's `max_running_trainings`; inside the share, a user's fits would hold its places
+/// for minutes). What goes through [`spawn_blocking`] only computes.
+pub(crate) async fn spawn_blocking_unshared<F, T>(work: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,

@@ -1,26 +1,18 @@
-//! A user's share of the blocking threads: the synchronous work of a hosted user's statements
-//! (writes' row loops and commits, uploads being decoded, knowledge-base searches, local
-//! embeddings) runs for at most [`crate::share`] of them at once, the same number as its
-//! share of the runtime's workers. Past it, a statement waits for a place (as `Pending`,
-//! holding no thread), first come first served, and the place is handed straight to it when
-//! one of the user's statements finishes its blocking work. Without this, one user's writes
-//! and uploads had up to six threads computing at once on the hostile benchmark's two cores,
-//! and the operating system gave a second user's one-row INSERT a share of the cores as small.
+//! A user's share of the blocking threads: the synchronous computing of a hosted user's
+//! statements (knowledge-base searches, uploads being decoded, local embeddings) runs for at
+//! most [`crate::share`] of them at once, the same number as its share of the runtime's
+//! workers, and each statement's parallel parts (a UNION ALL of searches runs one per branch)
+//! on at most as many jobs. Past either, the work waits for a place (as `Pending`, holding no
+//! thread), first come first served among the waiters the share admits, and a freed place is
+//! handed straight to the next. Without a share, one user's thirty uploads and searches had as
+//! many threads computing on the cores, and the operating system gave a second user's request
+//! as small a part of them.
 //!
-//! Places are per statement (per account), not per job: a statement with blocking work
-//! running may start more jobs without another place, up to the share (at least two) at once.
-//! Its parallel parts (a UNION ALL of knowledge-base searches) take turns within that, and the
-//! second job keeps a write, whose job waits for nested blocking work of its own statement (a
-//! search its rows come from, its commit through the store), from waiting for itself. Across
-//! statements of one user the only wait inside blocking work is for the store's writer lock,
-//! and whoever holds it or waits for it is [`crate::urgent`]: urgent work has one place beyond
-//! the share and one job beyond its statement's, as it has a poll beyond the share, so the
-//! lock's holder never waits behind work that waits for it, nor with the lock idle.
-//!
-//! Work without a parent account (the local edition's, background work) takes no place, nor
-//! does work whose concurrency has a cap of its own (core runs trainings' fits, capped by the
-//! plan's `max_running_trainings`, outside the share, so that a user's fits never hold every
-//! place while its one-row INSERTs wait for them). The cost is one lock of a small table per
+//! Only work that computes and waits for nothing takes a place, so every place comes back:
+//! work waiting while it holds a place could wait for a user's other work that needs one.
+//! Core runs writes (they wait for the store's writer lock) and trainings' fits (capped by the
+//! plan's `max_running_trainings`) outside the share. Work without a parent account (the local
+//! edition's, background work) takes no place. The cost is one lock of a small table per
 //! blocking job of a hosted user, none otherwise.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -69,23 +61,13 @@ impl Drop for BlockingPlace {
     }
 }
 
-/// Jobs one statement may run at once: its parallel parts (a UNION ALL of knowledge-base
-/// searches runs a search per branch) take turns within this. At least two, so that a write's
-/// job always leaves room for the nested work it waits for (a search its rows come from, its
-/// commit); nested work is at most one level deep, and only a write's job waits for it.
-fn jobs_per_statement(share: u32) -> usize {
-    (share as usize).max(2)
-}
-
 impl User {
-    /// Whether a job of the statement `own` may start now. Urgent work (holding or waiting
-    /// for the writer lock) has one place beyond the user's share and one job beyond the
-    /// statement's, so that it never waits with the writer lock idle.
+    /// Whether a job of the statement `own` may start now: within the user's share of
+    /// statements, and within the statement's share of jobs.
     fn admits(&self, own: u64, share: u32) -> bool {
-        let extra = usize::from(crate::share::is_urgent(own));
         match self.running.get(&own) {
-            Some(&jobs) => jobs < jobs_per_statement(share) + extra,
-            None => self.running.len() < share as usize + extra,
+            Some(&jobs) => jobs < share as usize,
+            None => self.running.len() < share as usize,
         }
     }
 
@@ -97,7 +79,8 @@ impl User {
 
 /// Waits for a place for the blocking work of the account `tag` names; hold it while the work
 /// runs. At once when no place is needed (no parent account, no share set), or when the user
-/// is within its share and the statement within its jobs.
+/// is within its share and the statement within its jobs. Only for work that waits for
+/// nothing while it holds the place (see the module's comment).
 pub async fn blocking_place(tag: Tag) -> BlockingPlace {
     let share = crate::share::share();
     let (parent, own) = (tag.parent(), tag.own());
@@ -179,7 +162,7 @@ fn give_back(parent: u64, own: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{urgent, Account};
+    use crate::Account;
     use futures::task::noop_waker;
     use std::future::Future;
     use std::pin::Pin;
@@ -190,79 +173,65 @@ mod tests {
         Pin::new(future).poll(&mut Context::from_waker(&noop_waker()))
     }
 
+    fn taken<F: Future<Output = BlockingPlace> + Unpin>(
+        future: &mut F,
+        why: &str,
+    ) -> BlockingPlace {
+        match poll(future) {
+            Poll::Ready(place) => place,
+            Poll::Pending => panic!("{why}"),
+        }
+    }
+
     #[test]
-    fn a_users_statements_take_turns_for_blocking_threads_and_the_urgent_one_passes() {
+    fn a_users_statements_and_their_parts_take_turns_for_blocking_threads() {
         let _serial = crate::share::TESTS.lock();
-        crate::set_share(1);
+        crate::set_share(2);
         let user = Arc::new(Account::open(None, None).unwrap());
-        let first = Account::open(None, Some(Arc::clone(&user))).unwrap();
-        let second = Account::open(None, Some(Arc::clone(&user))).unwrap();
-        let third = Account::open(None, Some(Arc::clone(&user))).unwrap();
-        let writer = Account::open(None, Some(Arc::clone(&user))).unwrap();
+        let [first, second, third, fourth] =
+            std::array::from_fn(|_| Account::open(None, Some(Arc::clone(&user))).unwrap());
         let other_user = Arc::new(Account::open(None, None).unwrap());
         let others = Account::open(None, Some(Arc::clone(&other_user))).unwrap();
         let no_user = Account::open(None, None).unwrap();
 
-        // The first statement takes the user's one place, and its nested job rides on it.
-        let held = match poll(&mut Box::pin(blocking_place(first.tag()))) {
-            Poll::Ready(place) => place,
-            Poll::Pending => panic!("a free place is taken at once"),
-        };
-        let nested = match poll(&mut Box::pin(blocking_place(first.tag()))) {
-            Poll::Ready(place) => place,
-            Poll::Pending => panic!("a statement's second job needs no second place"),
-        };
-        // Its third (a third branch of a UNION ALL) waits for one of its two to end.
-        let mut sibling = Box::pin(blocking_place(first.tag()));
-        assert!(poll(&mut sibling).is_pending());
-        // The user's next statements wait, in order; another user and work with no user
-        // never do.
-        let mut second_waits = Box::pin(blocking_place(second.tag()));
+        // The first statement runs two parts (the share); its third waits for one of them.
+        let part_one = taken(&mut Box::pin(blocking_place(first.tag())), "a free place");
+        let part_two = taken(
+            &mut Box::pin(blocking_place(first.tag())),
+            "its second part",
+        );
+        let mut part_three = Box::pin(blocking_place(first.tag()));
+        assert!(poll(&mut part_three).is_pending());
+        // A second statement takes the user's second place; the third and fourth wait, in
+        // order. Another user and work with no user never wait.
+        let second_place = taken(&mut Box::pin(blocking_place(second.tag())), "a free place");
         let mut third_waits = Box::pin(blocking_place(third.tag()));
-        assert!(poll(&mut second_waits).is_pending());
+        let mut fourth_waits = Box::pin(blocking_place(fourth.tag()));
         assert!(poll(&mut third_waits).is_pending());
+        assert!(poll(&mut fourth_waits).is_pending());
         assert!(poll(&mut Box::pin(blocking_place(others.tag()))).is_ready());
         assert!(poll(&mut Box::pin(blocking_place(no_user.tag()))).is_ready());
 
-        // Work that holds or waits for the writer lock has one place beyond the share.
-        let mark = urgent(writer.tag());
-        let beyond = match poll(&mut Box::pin(blocking_place(writer.tag()))) {
-            Poll::Ready(place) => place,
-            Poll::Pending => panic!("urgent work takes the place beyond the share"),
-        };
-        drop(mark);
-
-        // The first statement's jobs end while the urgent work runs, which leaves the user at
-        // its share: its waiting job takes the freed job, and nothing else is handed on until
-        // the urgent work ends too.
-        drop(nested);
-        let sibling = match poll(&mut sibling) {
-            Poll::Ready(place) => place,
-            Poll::Pending => panic!("the statement's freed job goes to its waiting part"),
-        };
-        assert!(poll(&mut second_waits).is_pending(), "two jobs still run");
-        drop(held);
-        assert!(poll(&mut second_waits).is_pending(), "one job still runs");
-        drop(sibling);
-        assert!(
-            poll(&mut second_waits).is_pending(),
-            "the urgent work holds the place"
-        );
-        // Then the place goes to the second statement, first in line, not to the third.
-        drop(beyond);
-        let second_place = match poll(&mut second_waits) {
-            Poll::Ready(place) => place,
-            Poll::Pending => panic!("the freed place was handed to the first in line"),
-        };
+        // A part of the first statement ends: its waiting part takes the job, not another
+        // statement (the user still runs two).
+        drop(part_one);
+        let part_three = taken(&mut part_three, "the freed job goes to the waiting part");
         assert!(poll(&mut third_waits).is_pending());
+        // The first statement ends: its place goes to the third, first in line.
+        drop(part_two);
+        assert!(poll(&mut third_waits).is_pending(), "one part still runs");
+        drop(part_three);
+        let third_place = taken(&mut third_waits, "the first in line");
+        assert!(poll(&mut fourth_waits).is_pending());
 
         // A waiter that gives up is passed over: the place goes on to the one behind it.
-        let fourth = Account::open(None, Some(Arc::clone(&user))).unwrap();
-        let mut fourth_waits = Box::pin(blocking_place(fourth.tag()));
-        assert!(poll(&mut fourth_waits).is_pending());
-        drop(third_waits);
+        let fifth = Account::open(None, Some(Arc::clone(&user))).unwrap();
+        let mut fifth_waits = Box::pin(blocking_place(fifth.tag()));
+        assert!(poll(&mut fifth_waits).is_pending());
+        drop(fourth_waits);
         drop(second_place);
-        assert!(poll(&mut fourth_waits).is_ready());
+        assert!(poll(&mut fifth_waits).is_ready());
+        drop(third_place);
         assert!(
             USERS.lock().get(&user.tag().own()).is_none(),
             "nothing kept"

@@ -15,7 +15,7 @@
 //! The current account follows the work: [`InScope`] sets it around every poll of a statement's
 //! future or stream, and the engine carries it into the tasks and threads it starts. The same
 //! wrapper keeps a user's work within its share of the threads (`share`), and
-//! [`blocking_place`] its blocking work (`blocking`): the parent account is the unit of
+//! [`blocking_place`] its blocking computing (`blocking`): the parent account is the unit of
 //! fairness for CPU as it is for memory.
 //!
 //! This crate holds the allocator and the accounts only (no engine types), so it is built

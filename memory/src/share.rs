@@ -183,12 +183,6 @@ pub fn share() -> u32 {
     SHARE.load(SeqCst)
 }
 
-/// Whether the account `own` (a tag's slot-and-generation part) is marked [`Urgent`] now.
-pub(crate) fn is_urgent(own: u64) -> bool {
-    let (index, generation) = crate::split(own);
-    index != 0 && GATES[index].is_urgent(generation)
-}
-
 /// Polls of the work of the parent account `part` (its slot and generation) running now.
 pub(crate) fn polling(part: u64) -> u32 {
     let (index, generation) = crate::split(part);

@@ -88,7 +88,7 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
             };
             let lock = waiting.await;
             let (weak, closing) = (Weak::clone(weak), Arc::clone(closing));
-            let step = crate::memory::spawn_blocking(move || {
+            let step = crate::memory::spawn_blocking_unshared(move || {
                 with_store(&weak, &closing, |store| -> Result<bool> {
                     let mut guard = store.begin_write(lock)?;
                     guard.need_not_persist()?;

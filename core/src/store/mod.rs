@@ -451,7 +451,7 @@ impl Store {
         f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let store = Arc::clone(self);
-        crate::memory::spawn_blocking(move || {
+        crate::memory::spawn_blocking_unshared(move || {
             crate::cancel::check()?;
             let guard = store.begin_write(lock)?;
             let out = f(&guard.txn)?;

@@ -206,7 +206,7 @@ impl Drop for Store {
 
 /// Runs `f` on a blocking thread (commits wait for the disk).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    crate::memory::spawn_blocking(f)
+    crate::memory::spawn_blocking_unshared(f)
         .await
         .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
 }

@@ -157,7 +157,7 @@ async fn run(
     let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
     let stop = stop.clone();
     // Fits are capped by the plan's `max_running_trainings`, not the blocking share.
-    let trained = crate::memory::spawn_blocking_capped(move || {
+    let trained = crate::memory::spawn_blocking_unshared(move || {
         let mut on_phase = |number: u32, name: &str| {
             // A version that is gone (dropped) stops training at the next phase; so does a
             // store that cannot record progress (the engine is closing), since it could not

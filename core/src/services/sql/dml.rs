@@ -137,7 +137,7 @@ impl WriteJob {
         }
         let handle = Handle::current();
         let mut cancel = CancelOnDrop(Some(self.cancelled.clone()));
-        let result = crate::memory::spawn_blocking(move || f(&self, &handle))
+        let result = crate::memory::spawn_blocking_unshared(move || f(&self, &handle))
             .await
             .map_err(|e| Error::internal(format!("write task failed: {e}")));
         // Finished: nothing left to cancel.
