@@ -1557,7 +1557,9 @@ mod tests {
         let txn = engine.store().read().unwrap();
         assert_eq!(txn.open_table(RETIRED_CHUNKS).unwrap().len().unwrap(), 0);
         drop(txn);
-        let lock = engine.store().try_lock_writes().unwrap();
+        // The sweeper may still hold the writer lock for a moment after its last step's
+        // commit made the counts above visible: wait for it rather than try.
+        let lock = engine.block_on(engine.store().lock_writes_detached());
         let guard = engine.store().begin_write(lock).unwrap();
         let counted = tables::stored_bytes(&guard.txn).unwrap();
         assert_eq!(stored, counted[&TenantId::LOCAL], "bytes counted as stored");
