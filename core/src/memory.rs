@@ -63,9 +63,8 @@ where
 {
     let tag = current();
     let place = blocking_place(tag).await;
-    tokio::task::spawn_blocking(move || {
+    blocking_as(tag, move || {
         let _place = place;
-        let _entered = enter(tag);
         work()
     })
     .await
@@ -82,7 +81,15 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let tag = current();
+    blocking_as(current(), work).await
+}
+
+/// `work` on a blocking thread for the account `tag` names.
+async fn blocking_as<F, T>(tag: Tag, work: F) -> Result<T, tokio::task::JoinError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     tokio::task::spawn_blocking(move || {
         let _entered = enter(tag);
         work()

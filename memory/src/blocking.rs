@@ -27,7 +27,7 @@ use crate::Tag;
 struct User {
     /// Statements (their own part of a tag) with blocking work running, and how many jobs each.
     running: BTreeMap<u64, usize>,
-    /// Statements waiting for a place, first come first.
+    /// Jobs waiting for a place (each by its statement's part of a tag), first come first.
     waiting: VecDeque<(u64, oneshot::Sender<BlockingPlace>)>,
 }
 

@@ -130,7 +130,7 @@ fn main() -> ExitCode {
 /// stay there once freed: after the hostile benchmark's attack the server held 540–620 MiB
 /// with 11–34 MiB allocated, and its peak was that much above what was allocated. A fixed
 /// threshold (glibc's starting value, 128 KiB) hands every large block back when it is
-/// freed: 278 MiB after the attack, and a peak about 100 MiB above what was allocated.
+/// freed: 278–337 MiB after the attack, and a peak 80–160 MiB above what was allocated.
 /// `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` in the environment still decide if set.
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
