@@ -7,7 +7,9 @@ beside benches/hostile_bench.py; not in CI):
 - its VmRSS and the tracking allocator's live bytes (`mindlite_memory::LIVE`, read from
   /proc/PID/mem at the symbol's address, so the binary must keep its symbol table, as a
   `cargo build --release` one does): how far the process's memory is above what is allocated
-  (code, stacks, and what the C library keeps of freed blocks).
+  (code, stacks, and what the C library keeps of freed blocks);
+- of the live bytes, those no open account counts (`UNTAGGED`: made for no account;
+  `ORPHANED`: made for an account closed since): memory outside every budget.
 
 Usage: server_sampler.py BINARY SECONDS
   BINARY   the server binary the benchmark runs (the process is found by its name)
@@ -22,13 +24,21 @@ import sys
 import time
 
 
-def live_offset(binary):
-    """The LIVE symbol's offset in the binary (its address minus the load address)."""
+COUNTERS = ("LIVE", "UNTAGGED", "ORPHANED")
+
+
+def counter_offsets(binary):
+    """The counters' offsets in the binary (their addresses minus the load address)."""
     listing = subprocess.run(["nm", "-C", binary], capture_output=True, text=True, check=True).stdout
+    found = {}
     for line in listing.splitlines():
-        if line.endswith(" mindlite_memory::LIVE"):
-            return int(line.split()[0], 16)
-    raise SystemExit(f"{binary} has no symbol mindlite_memory::LIVE (stripped?)")
+        for name in COUNTERS:
+            if line.endswith(f" mindlite_memory::{name}"):
+                found[name] = int(line.split()[0], 16)
+    missing = [name for name in COUNTERS if name not in found]
+    if missing:
+        raise SystemExit(f"{binary} has no symbol mindlite_memory::{missing[0]} (stripped?)")
+    return [found[name] for name in COUNTERS]
 
 
 def load_address(pid, binary):
@@ -39,8 +49,8 @@ def load_address(pid, binary):
     return None
 
 
-def sample(pid, binary, address):
-    """(runnable threads by kind, VmRSS bytes, live bytes)."""
+def sample(pid, addresses):
+    """(runnable threads by kind, VmRSS bytes, (live, untagged, orphaned) bytes)."""
     runnable = collections.Counter()
     named = 0
     for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
@@ -57,10 +67,12 @@ def sample(pid, binary, address):
         if stat[stat.rindex(")") + 2] == "R":
             runnable[name] += 1
     rss = next(int(l.split()[1]) * 1024 for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS"))
+    counts = []
     with open(f"/proc/{pid}/mem", "rb") as memory:
-        memory.seek(address)
-        live = struct.unpack("<q", memory.read(8))[0]
-    return runnable, rss, live
+        for address in addresses:
+            memory.seek(address)
+            counts.append(struct.unpack("<q", memory.read(8))[0])
+    return runnable, rss, tuple(counts)
 
 
 def main():
@@ -68,10 +80,11 @@ def main():
         raise SystemExit(__doc__)
     binary = os.path.realpath(sys.argv[1])
     end = time.time() + float(sys.argv[2])
-    offset = live_offset(binary)
+    offsets = counter_offsets(binary)
     pid = address = second = None
     rows = []
-    peak = [0, 0]
+    # The highest RSS, and the counters when live bytes were highest.
+    peak = [0, (0, 0, 0)]
 
     def flush():
         if not rows:
@@ -81,9 +94,10 @@ def main():
             kinds.update(runnable)
         mean = {kind: round(count / len(rows), 1) for kind, count in kinds.most_common()}
         rss = max(r for _, r, _ in rows) >> 20
-        live = max(l for _, _, l in rows) >> 20
+        live, untagged, orphaned = max(c for _, _, c in rows)
         print(f"{time.strftime('%H:%M:%S', time.localtime(second))} runnable "
-              f"{sum(kinds.values()) / len(rows):.1f} {mean} rss {rss} MiB live {live} MiB", flush=True)
+              f"{sum(kinds.values()) / len(rows):.1f} {mean} rss {rss} MiB live {live >> 20} MiB "
+              f"(untagged {untagged >> 20}, orphaned {orphaned >> 20})", flush=True)
 
     while time.time() < end:
         if pid is None or not os.path.exists(f"/proc/{pid}"):
@@ -96,7 +110,7 @@ def main():
                 time.sleep(0.2)
                 continue
         try:
-            runnable, rss, live = sample(pid, binary, address + offset)
+            runnable, rss, counts = sample(pid, [address + offset for offset in offsets])
         except (OSError, StopIteration):
             pid = None
             continue
@@ -104,11 +118,13 @@ def main():
         if now != second:
             flush()
             second, rows = now, []
-        rows.append((runnable, rss, live))
-        peak = [max(peak[0], rss), max(peak[1], live)]
+        rows.append((runnable, rss, counts))
+        peak = [max(peak[0], rss), max(peak[1], counts)]
         time.sleep(0.02)
     flush()
-    print(f"peak rss {peak[0] >> 20} MiB, peak live {peak[1] >> 20} MiB")
+    live, untagged, orphaned = peak[1]
+    print(f"peak rss {peak[0] >> 20} MiB, peak live {live >> 20} MiB "
+          f"(then untagged {untagged >> 20} MiB, orphaned {orphaned >> 20} MiB)")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,14 @@ static FREE: Mutex<(bool, Vec<u16>)> = parking_lot::const_mutex((false, Vec::new
 /// Bytes allocated through [`TrackingAllocator`] and not freed, over the whole process
 /// (each thread's last few KiB may not have reached it yet).
 static LIVE: AtomicI64 = AtomicI64::new(0);
+/// Of [`LIVE`], the bytes in blocks no account counts: made while no account was current (a
+/// request's body before its statement opens, background work) or for an account already
+/// closed. A budget cannot stop what it does not see, so this is where memory outside the
+/// budgets shows.
+static UNTAGGED: AtomicI64 = AtomicI64::new(0);
+/// Of [`LIVE`], the bytes in blocks tagged for an account that has since closed (a cache entry
+/// a statement filled, a result held after its statement ended): counted by no one either.
+static ORPHANED: AtomicI64 = AtomicI64::new(0);
 /// The ceiling on [`LIVE`] (`i64::MAX`: none).
 static CEILING: AtomicI64 = AtomicI64::new(i64::MAX);
 /// Whether [`TrackingAllocator`] is the global allocator (it has allocated something).
@@ -139,6 +147,8 @@ thread_local! {
     static CURRENT: Cell<u64> = const { Cell::new(0) };
     /// This thread's change to [`LIVE`] not yet added to it.
     static PENDING: Cell<i64> = const { Cell::new(0) };
+    /// This thread's change to [`UNTAGGED`] not yet added to it.
+    static PENDING_UNTAGGED: Cell<i64> = const { Cell::new(0) };
     /// Bytes reserved on this thread ([`reserve`]) and not yet allocated: the tag they were
     /// charged to, and how many. The next allocations of that tag take them instead of
     /// charging again.
@@ -214,17 +224,18 @@ fn charge(part: u64, bytes: u64, over: Stop, mark: usize) -> bool {
     }
 }
 
-/// Takes `bytes` back from the account `part` if its generation still matches.
-fn credit(part: u64, bytes: u64) {
+/// Takes `bytes` back from the account `part` if its generation still matches; returns whether
+/// it did (true for no account).
+fn credit(part: u64, bytes: u64) -> bool {
     let (index, generation) = split(part);
     if index == 0 {
-        return;
+        return true;
     }
     let slot = &TABLE[index];
     let mut state = slot.state.load(Relaxed);
     loop {
         if state >> USED_BITS != generation {
-            return;
+            return false;
         }
         let used = (state & USED_MASK).saturating_sub(bytes);
         let next = (generation << USED_BITS) | used;
@@ -232,7 +243,7 @@ fn credit(part: u64, bytes: u64) {
             .state
             .compare_exchange_weak(state, next, Relaxed, Relaxed)
         {
-            Ok(_) => return,
+            Ok(_) => return true,
             Err(now) => state = now,
         }
     }
@@ -250,7 +261,9 @@ fn charge_tag(tag: Tag, bytes: u64) -> bool {
 }
 
 fn credit_tag(tag: Tag, bytes: u64) {
-    credit(tag.own(), bytes);
+    if !credit(tag.own(), bytes) {
+        ORPHANED.fetch_sub(bytes as i64, Relaxed);
+    }
     credit(tag.parent(), bytes);
 }
 
@@ -399,6 +412,19 @@ fn count_live(delta: i64, tag: Tag) {
     }
 }
 
+/// Counts `delta` bytes toward [`UNTAGGED`], in steps like [`count_live`].
+fn count_untagged(delta: i64) {
+    let pending = PENDING_UNTAGGED.with(|p| {
+        let value = p.get() + delta;
+        p.set(value);
+        value
+    });
+    if pending.abs() >= FLUSH_BYTES {
+        PENDING_UNTAGGED.with(|p| p.set(0));
+        UNTAGGED.fetch_add(pending, Relaxed);
+    }
+}
+
 /// The global allocator that gives statements their memory budgets: install it in a binary
 /// that embeds mindlite and wants them (`mindlite-server`, the C library and the Python module
 /// do). Without it, statements are bounded only by DataFusion's memory pool and the engine's
@@ -451,6 +477,9 @@ impl TrackingAllocator {
                 libc::malloc(size)
             } as *mut u8;
             debug_assert_eq!(block as usize % MALLOC_ALIGN, 0);
+            if !block.is_null() {
+                count_untagged(size as i64);
+            }
             return block;
         }
         // Aligned blocks always carry a header of their alignment.
@@ -467,6 +496,9 @@ impl TrackingAllocator {
             std::ptr::write_bytes(base.add(align), 0, size);
         }
         let tagged = tag.is_some() && charge_tag(tag, fresh);
+        if !tagged {
+            count_untagged(size as i64);
+        }
         let block = base.add(align);
         (block.sub(8) as *mut u64).write(if tagged { tag.0 } else { 0 });
         block
@@ -491,6 +523,7 @@ unsafe impl GlobalAlloc for TrackingAllocator {
                 credit_tag(Tag((base as *const u64).read()), size as u64);
                 libc::free(base as *mut libc::c_void);
             } else {
+                count_untagged(-(size as i64));
                 libc::free(ptr as *mut libc::c_void);
             }
             return;
@@ -498,6 +531,8 @@ unsafe impl GlobalAlloc for TrackingAllocator {
         let tag = Tag((ptr.sub(8) as *const u64).read());
         if tag.is_some() {
             credit_tag(tag, size as u64);
+        } else {
+            count_untagged(-(size as i64));
         }
         libc::free(ptr.sub(layout.align()) as *mut libc::c_void);
     }
@@ -519,7 +554,11 @@ unsafe impl GlobalAlloc for TrackingAllocator {
                     return moved;
                 }
                 if new_size > old_size {
-                    charge_tag(tag, (new_size - old_size) as u64);
+                    let growth = (new_size - old_size) as u64;
+                    if !charge_tag(tag, growth) {
+                        // Its account closed: the growth is no one's either.
+                        ORPHANED.fetch_add(growth as i64, Relaxed);
+                    }
                 } else {
                     credit_tag(tag, (old_size - new_size) as u64);
                 }
@@ -528,6 +567,8 @@ unsafe impl GlobalAlloc for TrackingAllocator {
             let moved = libc::realloc(ptr as *mut libc::c_void, new_size) as *mut u8;
             if moved.is_null() {
                 count_live(old_size as i64 - new_size as i64, Tag::NONE);
+            } else {
+                count_untagged(new_size as i64 - old_size as i64);
             }
             return moved;
         }
@@ -552,6 +593,25 @@ pub fn installed() -> bool {
 /// 0 without [`TrackingAllocator`].
 pub fn live_bytes() -> u64 {
     u64::try_from(LIVE.load(Relaxed)).unwrap_or(0)
+}
+
+/// Of [`live_bytes`], the bytes no open account counts: in blocks made while no account was
+/// current (`untagged`), or for an account that has closed since (`orphaned`). What a budget
+/// cannot stop; the figures that show where memory escapes the budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Uncounted {
+    /// Bytes in blocks made for no account.
+    pub untagged: u64,
+    /// Bytes in blocks made for an account that is closed now.
+    pub orphaned: u64,
+}
+
+/// What [`Uncounted`] holds now (to within a few KiB per thread for `untagged`).
+pub fn uncounted() -> Uncounted {
+    Uncounted {
+        untagged: u64::try_from(UNTAGGED.load(Relaxed)).unwrap_or(0),
+        orphaned: u64::try_from(ORPHANED.load(Relaxed)).unwrap_or(0),
+    }
 }
 
 /// Sets the process ceiling: an account allocating while the process is over it is stopped.
@@ -667,6 +727,7 @@ impl Drop for Account {
         let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
         let held = slot.state.swap(next, Relaxed) & USED_MASK;
         credit(self.tag.parent(), held);
+        ORPHANED.fetch_add(held as i64, Relaxed);
         slot.stop.store(0, Relaxed);
         FREE.lock().1.push(index as u16);
     }
@@ -896,6 +957,44 @@ mod tests {
             unsafe { A.dealloc(block, layout(100, 4)) };
         }
         assert_eq!(account.used(), 0);
+    }
+
+    #[test]
+    fn blocks_of_no_account_or_of_a_closed_one_show_as_uncounted() {
+        // Other tests allocate at the same time: sizes far above their blocks and the
+        // per-thread steps, compared within a MiB.
+        const BIG: usize = 64 << 20;
+        let near = |a: u64, b: u64| a.abs_diff(b) < 1 << 20;
+        let before = uncounted();
+        let untagged = unsafe { A.alloc(layout(BIG, 8)) };
+        let aligned = unsafe { A.alloc(layout(BIG, 64)) };
+        assert!(near(uncounted().untagged, before.untagged + 2 * BIG as u64));
+        let grown = unsafe { A.realloc(untagged, layout(BIG, 8), 2 * BIG) };
+        assert!(near(uncounted().untagged, before.untagged + 3 * BIG as u64));
+        unsafe {
+            A.dealloc(grown, layout(2 * BIG, 8));
+            A.dealloc(aligned, layout(BIG, 64));
+        }
+        assert!(near(uncounted().untagged, before.untagged));
+
+        let tenant = Arc::new(Account::open(None, None).unwrap());
+        let statement = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let (small, big) = {
+            let _in = enter(statement.tag());
+            unsafe { (A.alloc(layout(BIG, 8)), A.alloc(layout(BIG, 128))) }
+        };
+        assert!(near(uncounted().untagged, before.untagged), "counted blocks are not");
+        assert!(near(uncounted().orphaned, before.orphaned));
+        drop(statement);
+        assert!(near(uncounted().orphaned, before.orphaned + 2 * BIG as u64));
+        let small = unsafe { A.realloc(small, layout(BIG, 8), 2 * BIG) };
+        assert!(near(uncounted().orphaned, before.orphaned + 3 * BIG as u64));
+        unsafe {
+            A.dealloc(small, layout(2 * BIG, 8));
+            A.dealloc(big, layout(BIG, 128));
+        }
+        assert!(near(uncounted().orphaned, before.orphaned));
+        assert_eq!(tenant.used(), 0);
     }
 
     #[test]
