@@ -8,9 +8,9 @@
 use std::future::Future;
 
 pub(crate) use mindlite_memory::{
-    begin_commit, blocking_place, ceiling, current, current_stop, end_commit, enter, installed,
-    live_bytes, remaining, reserve, set_ceiling, set_share, urgent, Account, InScope, Reservation,
-    Stop, Tag, Urgent,
+    begin_commit, blocking_place, ceiling, current, current_stop, end_commit, enter, give_up_place,
+    hold, installed, live_bytes, remaining, reserve, set_ceiling, set_share, urgent, without_place,
+    Account, InScope, Reservation, Stop, Tag, Urgent,
 };
 
 /// `tokio::spawn` for the current thread's account: the task works for it too. Every task
@@ -49,13 +49,14 @@ where
 }
 
 /// `tokio::task::spawn_blocking` for the current thread's account, within its user's share
-/// of the blocking threads (`mindlite_memory::blocking_place`: a hosted user's statements run
-/// blocking work on at most as many threads at once as they may poll on; past it, work waits
-/// holding no thread). Only for work that computes and waits for nothing another job of its
-/// user could hold (searches, decoding, local embeddings): every place it takes then comes
-/// back. Work that waits goes through [`spawn_blocking_unshared`]. Starts when awaited; once
-/// started, the work runs to its end (checking its statement's stop) even if the caller stops
-/// waiting.
+/// of the blocking threads (`mindlite_memory::blocking_place`: a hosted user's statements
+/// compute on at most as many blocking threads at once as they may poll on; past it, work
+/// waits holding no thread). The place is the job's while it computes: every wait inside for
+/// what other work of its user could need a place for (a stream of its plan, a lock, its
+/// embedding model) goes through [`wait`], and the store's writer lock gives the place up
+/// before waiting (`WriteLock::take`). Work that waits for more than that, or that has a cap
+/// of its own, goes through [`spawn_blocking_unshared`]. Starts when awaited; once started,
+/// the work runs to its end (checking its statement's stop) even if the caller stops waiting.
 pub(crate) async fn spawn_blocking<F, T>(work: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -64,24 +65,29 @@ where
     let tag = current();
     let place = blocking_place(tag).await;
     blocking_as(tag, move || {
-        let _place = place;
+        let _holding = hold(place);
         work()
     })
     .await
 }
 
-/// [`spawn_blocking`] outside the user's share of the blocking threads, for work that may
-/// wait inside for what other work of its user holds, or that has a cap of its own: writes
-/// (they wait for the store's writer lock, and a write waiting for it while holding a place
-/// could keep the lock's next holder, of the same user, from getting one) and trainings' fits
-/// (the plan's `max_running_trainings`; inside the share, a user's fits would hold its places
-/// for minutes). What goes through [`spawn_blocking`] only computes.
+/// [`spawn_blocking`] outside the user's share of the blocking threads, for work that has a
+/// cap of its own or that holds the store's writer lock already: trainings' fits (the plan's
+/// `max_running_trainings`; inside the share, a user's fits would hold its places for
+/// minutes), commits under the lock, and writes that hold it from their start (every other
+/// writer waits for them, so they must not also wait for their user's places).
 pub(crate) async fn spawn_blocking_unshared<F, T>(work: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     blocking_as(current(), work).await
+}
+
+/// `future`'s output, waited for on this blocking thread without the thread's place in its
+/// user's share (see [`spawn_blocking`]): what it waits for may need one.
+pub(crate) fn wait<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Output {
+    without_place(|| handle.block_on(future))
 }
 
 /// `work` on a blocking thread for the account `tag` names.

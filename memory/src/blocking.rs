@@ -8,13 +8,19 @@
 //! many threads computing on the cores, and the operating system gave a second user's request
 //! as small a part of them.
 //!
-//! Only work that computes and waits for nothing takes a place, so every place comes back:
-//! work waiting while it holds a place could wait for a user's other work that needs one.
-//! Core runs writes (they wait for the store's writer lock) and trainings' fits (capped by the
-//! plan's `max_running_trainings`) outside the share. Work without a parent account (the local
+//! A place is held only while its job computes, so every place comes back: a job waiting
+//! while it holds one could wait for a user's other work that needs one. The job's place is
+//! kept on its thread ([`hold`]); a job that must wait (a write, for a stream of its plan, for
+//! its embedding model, for a lock) waits through [`without_place`], which gives the place
+//! back for the wait and takes one again after, and before it waits for the store's writer
+//! lock it gives its place up for good ([`give_up_place`]): from then on it holds the lock
+//! every other writer waits for, and must not also wait for its user's places. Core runs
+//! trainings' fits (capped by the plan's `max_running_trainings`) and work that holds the
+//! writer lock from its start outside the share. Work without a parent account (the local
 //! edition's, background work) takes no place. The cost is one lock of a small table per
-//! blocking job of a hosted user, none otherwise.
+//! blocking job of a hosted user, and per wait of one, none otherwise.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
 use futures::channel::oneshot;
@@ -82,8 +88,12 @@ impl User {
 /// is within its share and the statement within its jobs. Only for work that waits for
 /// nothing while it holds the place (see the module's comment).
 pub async fn blocking_place(tag: Tag) -> BlockingPlace {
+    take(tag.parent(), tag.own()).await
+}
+
+/// [`blocking_place`] for the user `parent` and the statement `own` (parts of a tag).
+async fn take(parent: u64, own: u64) -> BlockingPlace {
     let share = crate::share::share();
-    let (parent, own) = (tag.parent(), tag.own());
     if parent == 0 || share == 0 {
         return BlockingPlace { parent: 0, own: 0 };
     }
@@ -109,6 +119,72 @@ pub async fn blocking_place(tag: Tag) -> BlockingPlace {
         }
         // The sender was dropped unsent (it is not, while waiters are kept): ask again.
     }
+}
+
+thread_local! {
+    /// The place the blocking job on this thread holds while it computes (see [`hold`]).
+    static HELD: RefCell<Option<BlockingPlace>> = const { RefCell::new(None) };
+    /// Whom the job on this thread takes a place for again after a wait: its user's and its
+    /// statement's parts of a tag, until it gives its place up for good.
+    static JOB: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// A blocking job's hold on its place while it runs on this thread; ends it when dropped.
+#[must_use = "the place is given back when this is dropped"]
+pub struct Holding {
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Holding")
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        JOB.with(|job| job.set(None));
+        let place = HELD.with(|held| held.borrow_mut().take());
+        drop(place);
+    }
+}
+
+/// Keeps `place` as the place of the blocking job now running on this thread, for
+/// [`without_place`] and [`give_up_place`], until the returned guard is dropped.
+pub fn hold(place: BlockingPlace) -> Holding {
+    JOB.with(|job| job.set((place.parent != 0).then_some((place.parent, place.own))));
+    let before = HELD.with(|held| held.borrow_mut().replace(place));
+    drop(before);
+    Holding {
+        _thread: std::marker::PhantomData,
+    }
+}
+
+/// Runs `wait`, a wait for something other work of the user may need a place to finish (a
+/// stream of the job's plan, a lock, another job), without this thread's place, and takes a
+/// place again after (blocking the thread until one is free) unless the wait gave it up for
+/// good. Without a place held it only runs `wait`.
+pub fn without_place<T>(wait: impl FnOnce() -> T) -> T {
+    let place = HELD.with(|held| held.borrow_mut().take());
+    if place.is_none() {
+        return wait();
+    }
+    drop(place);
+    let out = wait();
+    if let Some((parent, own)) = JOB.with(Cell::get) {
+        let again = futures::executor::block_on(take(parent, own));
+        let before = HELD.with(|held| held.borrow_mut().replace(again));
+        drop(before);
+    }
+    out
+}
+
+/// Gives this thread's place back for the rest of its job: before a wait after which the job
+/// must not wait for a place (it will hold the store's writer lock).
+pub fn give_up_place() {
+    JOB.with(|job| job.set(None));
+    let place = HELD.with(|held| held.borrow_mut().take());
+    drop(place);
 }
 
 /// Gives back one job's hold on its statement's place and hands what that frees to waiters.
@@ -231,6 +307,59 @@ mod tests {
         drop(fourth_waits);
         drop(second_place);
         assert!(poll(&mut fifth_waits).is_ready());
+        drop(third_place);
+        assert!(
+            USERS.lock().get(&user.tag().own()).is_none(),
+            "nothing kept"
+        );
+        crate::set_share(0);
+    }
+
+    #[test]
+    fn a_job_waits_without_its_place_and_gives_it_up_before_the_writer_lock() {
+        let _serial = crate::share::TESTS.lock();
+        crate::set_share(1);
+        let user = Arc::new(Account::open(None, None).unwrap());
+        let [writer, other, third] =
+            std::array::from_fn(|_| Account::open(None, Some(Arc::clone(&user))).unwrap());
+        let running = |own: &Account| {
+            USERS
+                .lock()
+                .get(&user.tag().own())
+                .is_some_and(|u| u.running.contains_key(&own.tag().own()))
+        };
+        let holding = hold(taken(
+            &mut Box::pin(blocking_place(writer.tag())),
+            "a free place",
+        ));
+        let mut other_waits = Box::pin(blocking_place(other.tag()));
+        assert!(poll(&mut other_waits).is_pending(), "the writer computes");
+
+        // While the writer waits (for its plan's stream, say), the other statement computes;
+        // the writer takes a place again only once that one is given back.
+        let given_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let computed = without_place(|| {
+            assert!(!running(&writer), "no place held while waiting");
+            let place = taken(&mut other_waits, "the writer's place while it waits");
+            let given_back = Arc::clone(&given_back);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                given_back.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(place);
+            });
+            7
+        });
+        assert_eq!(computed, 7);
+        assert!(given_back.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(running(&writer), "a place again after the wait");
+
+        // Before the writer lock: given up for good, and not taken again after the wait.
+        without_place(give_up_place);
+        assert!(!running(&writer));
+        without_place(|| ());
+        assert!(!running(&writer));
+        let third_place = taken(&mut Box::pin(blocking_place(third.tag())), "a free place");
+        drop(holding);
         drop(third_place);
         assert!(
             USERS.lock().get(&user.tag().own()).is_none(),

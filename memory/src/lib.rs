@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 mod blocking;
 mod share;
 
-pub use blocking::{blocking_place, BlockingPlace};
+pub use blocking::{blocking_place, give_up_place, hold, without_place, BlockingPlace, Holding};
 pub use share::{set_share, share, urgent, Urgent};
 
 /// Accounts that can be open at once (statements and tenants together); slot 0 is unused so a
@@ -983,7 +983,10 @@ mod tests {
             let _in = enter(statement.tag());
             unsafe { (A.alloc(layout(BIG, 8)), A.alloc(layout(BIG, 128))) }
         };
-        assert!(near(uncounted().untagged, before.untagged), "counted blocks are not");
+        assert!(
+            near(uncounted().untagged, before.untagged),
+            "counted blocks are not"
+        );
         assert!(near(uncounted().orphaned, before.orphaned));
         drop(statement);
         assert!(near(uncounted().orphaned, before.orphaned + 2 * BIG as u64));

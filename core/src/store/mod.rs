@@ -91,6 +91,10 @@ impl WriteLock {
     /// the lock is handed to the next in turn when it is let go, and every writer then waits
     /// for that one to be polled.
     async fn take(lock: Arc<turns::TurnLock>) -> WriteLock {
+        // A blocking job waiting here gives its place among its user's blocking threads up
+        // for good: the lock's holder, perhaps of the same user, may need it, and once it
+        // holds the lock every writer waits for it.
+        crate::memory::give_up_place();
         let current = crate::memory::current();
         let urgent = crate::memory::urgent(current);
         WriteLock {
@@ -104,6 +108,7 @@ impl WriteLock {
 
     /// The open transaction's turn for statements, as [`WriteLock::take`] waits for it.
     async fn take_turn(turn: Arc<tokio::sync::Mutex<()>>) -> WriteLock {
+        crate::memory::give_up_place();
         let urgent = crate::memory::urgent(crate::memory::current());
         WriteLock {
             guard: Held::Statements {

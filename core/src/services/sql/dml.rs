@@ -137,9 +137,16 @@ impl WriteJob {
         }
         let handle = Handle::current();
         let mut cancel = CancelOnDrop(Some(self.cancelled.clone()));
-        let result = crate::memory::spawn_blocking_unshared(move || f(&self, &handle))
-            .await
-            .map_err(|e| Error::internal(format!("write task failed: {e}")));
+        // A write computes in its user's share of the blocking threads, and waits outside it
+        // (`memory::wait`, and the writer lock gives its place up); one that holds the writer
+        // lock from its start cannot wait for a place.
+        let holds_lock = self.held.lock().is_some();
+        let work = move || f(&self, &handle);
+        let result = match holds_lock {
+            true => crate::memory::spawn_blocking_unshared(work).await,
+            false => crate::memory::spawn_blocking(work).await,
+        }
+        .map_err(|e| Error::internal(format!("write task failed: {e}")));
         // Finished: nothing left to cancel.
         cancel.0 = None;
         result?
@@ -253,14 +260,16 @@ impl WriteJob {
         plan: &LogicalPlan,
         mut sink: impl FnMut(datafusion::arrow::record_batch::RecordBatch) -> Result<()>,
     ) -> Result<()> {
-        let physical = handle
-            .block_on(self.unless_cancelled(self.state.create_physical_plan(plan)))
-            .ok_or_else(crate::store::cancelled)??;
-        let mut stream =
-            handle.block_on(async { super::order::execute(physical, self.state.task_ctx()) })?;
+        let physical = crate::memory::wait(
+            handle,
+            self.unless_cancelled(self.state.create_physical_plan(plan)),
+        )
+        .ok_or_else(crate::store::cancelled)??;
+        let mut stream = crate::memory::wait(handle, async {
+            super::order::execute(physical, self.state.task_ctx())
+        })?;
         loop {
-            let next = handle
-                .block_on(self.unless_cancelled(stream.next()))
+            let next = crate::memory::wait(handle, self.unless_cancelled(stream.next()))
                 .ok_or_else(crate::store::cancelled)?;
             match next {
                 Some(batch) => sink(batch?)?,

@@ -192,8 +192,7 @@ fn lock_knowledge_base(
             ))
         });
     }
-    handle
-        .block_on(job.unless_cancelled(lock.write_owned()))
+    crate::memory::wait(handle, job.unless_cancelled(lock.write_owned()))
         .ok_or_else(crate::store::cancelled)
 }
 
@@ -528,10 +527,9 @@ impl Ingest<'_> {
         // bounded: one per chunk text already in memory
         let mut vectors = Vec::with_capacity(texts.len());
         for part in texts.chunks(self.endpoint.batch_size.max(1)) {
-            handle.block_on(self.connector.meter.take(job.tenant, 1))?;
+            crate::memory::wait(handle, self.connector.meter.take(job.tenant, 1))?;
             let embedding = embeddings::embed(self.connector, &self.endpoint, part);
-            let got = handle
-                .block_on(job.unless_cancelled(embedding))
+            let got = crate::memory::wait(handle, job.unless_cancelled(embedding))
                 .ok_or_else(crate::store::cancelled)??;
             if let (Some(first), Some(new)) = (vectors.first().map(Vec::len), got.first()) {
                 if new.len() != first {
