@@ -69,6 +69,7 @@ pub use engine::reader::BlockingReader;
 pub use engine::status::{AuthStatus, Status};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
+pub use memory::RequestMemory;
 pub use mindlite_memory::TrackingAllocator;
 pub use progress::{InsertProgress, ProgressCallback};
 pub use services::agent_loop::{AgentEvent, AgentStream, Answer};

@@ -6,6 +6,7 @@
 //! escapes its statement's account.
 
 use std::future::Future;
+use std::sync::Arc;
 
 pub(crate) use mindlite_memory::{
     begin_commit, blocking_place, ceiling, current, current_stop, end_commit, enter, give_up_place,
@@ -103,6 +104,63 @@ where
     .await
 }
 
+/// What a front allocates for one request of a user, from its body to its response: the
+/// body's bytes, what is parsed and decoded from it before a statement starts (a knowledge
+/// base's rows, a model's input), the encoded answer. It counts toward the user's plan
+/// (`max_memory_mb`) with its statements, within `query.statement_memory_mb` of its own, so
+/// that what a request makes outside its statements is inside a budget too: without it, a
+/// 20 MB document sent to a knowledge base was copied five times over before its statement
+/// opened, counted by no one. Get one from [`crate::Engine::request_memory`].
+#[derive(Debug)]
+pub struct RequestMemory {
+    account: Option<Arc<Account>>,
+}
+
+impl RequestMemory {
+    /// An account of at most `limit` bytes under `parent`; none when neither limits it.
+    pub(crate) fn open(limit: Option<u64>, parent: Option<Arc<Account>>) -> RequestMemory {
+        let account = match (limit, &parent) {
+            (None, None) => None,
+            _ => Account::open(limit, parent).map(Arc::new),
+        };
+        RequestMemory { account }
+    }
+
+    /// `future`, with what it allocates counted for the request (statements it starts count
+    /// for themselves, under the same user).
+    pub fn run<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        Counted {
+            tag: self.account.as_ref().map_or(Tag::NONE, |a| a.tag()),
+            inner: Box::pin(future),
+        }
+    }
+
+    /// Bytes the request holds now (0 without an account).
+    pub fn used(&self) -> u64 {
+        self.account.as_ref().map_or(0, |a| a.used())
+    }
+}
+
+/// A future whose polls allocate for an account. Unlike [`InScope`] it takes no place in the
+/// user's share of the threads: the statements inside take theirs, and one that holds the
+/// writer lock must not wait behind its own request's place.
+struct Counted<F> {
+    tag: Tag,
+    inner: std::pin::Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _entered = enter(self.tag);
+        self.inner.as_mut().poll(cx)
+    }
+}
+
 /// Carries the current account into the tasks DataFusion spawns for a plan (repartitions,
 /// spills, parallel file reads), through its `JoinSetTracer` hook. Idempotent; if another
 /// tracer was installed first, DataFusion's tasks run without accounts.
@@ -161,5 +219,34 @@ mod tests {
         ));
         assert_eq!(seen, (tag, tag));
         assert_eq!(current(), Tag::NONE, "the scope ends with the poll");
+    }
+
+    #[test]
+    fn what_a_request_makes_outside_its_statements_counts_toward_its_users_plan() {
+        let mut config = crate::Config {
+            edition: crate::Edition::Hosted,
+            ..crate::Config::default()
+        };
+        config.hosted.default_plan = "free".into();
+        let engine = crate::Engine::open_in_memory(config).unwrap();
+        engine.block_on(engine.create_user("bob", None)).unwrap();
+        let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
+        let bob = engine.as_user(&key).unwrap();
+        let memory = bob.request_memory();
+        let user = bob.inner.sql.tenant_memory(bob.tenant).unwrap().unwrap();
+        let before = user.used();
+        let body = bob.block_on(memory.run(async { vec![7u8; 8 << 20] }));
+        assert!(memory.used() >= 8 << 20, "the request holds its body");
+        assert!(user.used() >= before + (8 << 20), "and so does its user");
+        drop(body);
+        assert!(memory.used() < 1 << 20);
+        assert_eq!(current(), Tag::NONE, "the scope ends with the poll");
+
+        // The local user has no plan: a request counts only under a statement limit.
+        let local = crate::Engine::open_in_memory(crate::Config::default()).unwrap();
+        let unlimited = local.request_memory();
+        let body = local.block_on(unlimited.run(async { vec![7u8; 8 << 20] }));
+        assert_eq!(unlimited.used(), 0);
+        drop(body);
     }
 }

@@ -479,15 +479,18 @@ async fn serve_connection(
                 continue;
             }
         };
+        // The body, what the handler makes of it and the answer count toward the user's
+        // memory budget, like the statements the request starts.
+        let memory = engine.request_memory();
         let body = tokio::select! {
-            body = connection.read_body(&mut request, &client.budget) => body,
+            body = memory.run(connection.read_body(&mut request, &client.budget)) => body,
             _ = stop.changed() => return,
         };
         if let Err(error) = body {
             return reject(connection, error).await;
         }
         // Boxed, so the select below does not copy the handler's large future.
-        let handling = Box::pin(routes::handle(&engine, &request));
+        let handling = Box::pin(memory.run(routes::handle(&engine, &request)));
         // Watched only once a request has run for a moment: most answer sooner, and watching
         // costs a read of the socket per request.
         let gone = async {
@@ -507,7 +510,9 @@ async fn serve_connection(
         // An HTTP/1.0 client learns where a streamed body ends only from the close.
         let keep_alive =
             request.keep_alive && !*stop.borrow() && !(request.http10 && response.is_stream());
-        let sent = connection.send(response, keep_alive, request.http10).await;
+        let sent = memory
+            .run(connection.send(response, keep_alive, request.http10))
+            .await;
         log(&request, status, started, sent.is_err());
         if sent.is_err() || !keep_alive {
             return;

@@ -248,6 +248,18 @@ impl Engine {
         &self.inner.config
     }
 
+    /// The memory account of one request of this handle's user (see [`RequestMemory`]): a
+    /// front runs the reading of a request's body, its handling and its answer in it. Under
+    /// the user's plan and `query.statement_memory_mb`; the local user, without a plan, has
+    /// one only when `query.statement_memory_mb` is set. A catalog that cannot be read counts
+    /// the request toward no plan (the statements it starts fail on the same read).
+    ///
+    /// [`RequestMemory`]: crate::RequestMemory
+    pub fn request_memory(&self) -> crate::memory::RequestMemory {
+        let parent = self.inner.sql.tenant_memory(self.tenant).unwrap_or(None);
+        crate::memory::RequestMemory::open(self.inner.config.statement_memory_bytes(), parent)
+    }
+
     /// Runs a request. Work happens on the engine's runtime, so this can be awaited from any
     /// executor; a table result's stream also runs its tasks there.
     pub async fn query(&self, request: QueryRequest) -> QueryResult {
