@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 pub(crate) use mindlite_memory::{
     begin_commit, blocking_place, ceiling, current, current_stop, end_commit, enter, give_up_place,
-    hold, installed, live_bytes, remaining, reserve, set_ceiling, set_share, urgent, without_place,
-    Account, InScope, Reservation, Stop, Tag, Urgent,
+    hold, installed, live_bytes, remaining, reserve, retain, set_ceiling, set_share, urgent,
+    without_place, Account, InScope, Reservation, Stop, Tag, Urgent,
 };
 
 /// `tokio::spawn` for the current thread's account: the task works for it too. Every task
@@ -97,7 +97,12 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    // The statement may end before its job (stopped, or its caller gone, while the job runs
+    // on to its next check): the job keeps the account open, so what it holds and makes still
+    // counts toward the statement's user rather than toward no one.
+    let retained = retain(tag);
     tokio::task::spawn_blocking(move || {
+        let _retained = retained;
         let _entered = enter(tag);
         work()
     })

@@ -30,7 +30,10 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{AcqRel, Relaxed},
+};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -108,7 +111,15 @@ struct Slot {
     peak: AtomicU64,
     /// A [`Stop`] as a byte, 0 while running, [`COMMITTING`] during a commit.
     stop: AtomicU8,
+    /// Jobs that keep the account open past its [`Account`]'s drop ([`retain`]), and
+    /// [`CLOSING`] once that was dropped: the last job out closes it.
+    refs: AtomicU32,
+    /// The parent's part of the account's tag, for a close that a job finishes.
+    parent: AtomicU64,
 }
+
+/// The bit of [`Slot::refs`] that says the account's owner dropped it.
+const CLOSING: u32 = 1 << 31;
 
 impl Slot {
     const fn new() -> Slot {
@@ -117,6 +128,8 @@ impl Slot {
             limit: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             stop: AtomicU8::new(0),
+            refs: AtomicU32::new(0),
+            parent: AtomicU64::new(0),
         }
     }
 }
@@ -657,6 +670,7 @@ impl Account {
         let generation = slot.state.load(Relaxed) >> USED_BITS;
         let own = (generation << INDEX_BITS) | u64::from(index);
         let parent_part = parent.as_ref().map_or(0, |p| p.tag.own());
+        slot.parent.store(parent_part, Relaxed);
         Some(Account {
             tag: Tag(own | (parent_part << (INDEX_BITS + GEN_BITS))),
             _parent: parent,
@@ -721,16 +735,82 @@ impl Account {
 
 impl Drop for Account {
     fn drop(&mut self) {
-        let (index, generation) = split(self.tag.own());
+        let (index, _) = split(self.tag.own());
         let slot = &TABLE[index];
-        // A new generation: blocks still tagged with this one no longer count anywhere.
-        let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
-        let held = slot.state.swap(next, Relaxed) & USED_MASK;
-        credit(self.tag.parent(), held);
-        ORPHANED.fetch_add(held as i64, Relaxed);
-        slot.stop.store(0, Relaxed);
-        FREE.lock().1.push(index as u16);
+        // Its work must stop (unless it is committing, which ends first).
+        let _ = slot
+            .stop
+            .compare_exchange(0, Stop::Cancelled as u8, Relaxed, Relaxed);
+        // Closed now, or by the last job still running for it.
+        if slot.refs.fetch_or(CLOSING, AcqRel) & !CLOSING == 0 {
+            close(index);
+        }
     }
+}
+
+/// Closes the account in slot `index`: a new generation, so blocks still tagged with this one
+/// no longer count anywhere (their bytes are given back to the parent), and the slot is free.
+fn close(index: usize) {
+    let slot = &TABLE[index];
+    let generation = slot.state.load(Relaxed) >> USED_BITS;
+    let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
+    let held = slot.state.swap(next, Relaxed) & USED_MASK;
+    credit(slot.parent.load(Relaxed), held);
+    ORPHANED.fetch_add(held as i64, Relaxed);
+    slot.stop.store(0, Relaxed);
+    // Not a store of 0: a job that read the tag before the close may be adding and taking
+    // back its reference right now (see `retain`).
+    slot.refs.fetch_and(!CLOSING, AcqRel);
+    FREE.lock().1.push(index as u16);
+}
+
+/// Keeps the account a job works for open until the job ends, though its [`Account`] is
+/// dropped meanwhile (the statement ended, stopped or was abandoned while its blocking work
+/// runs on to its next check): what the job holds and allocates then still counts toward the
+/// account and its parent, rather than toward no one. Not `Clone`: one per job.
+#[derive(Debug)]
+pub struct Retained {
+    index: usize,
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        if TABLE[self.index].refs.fetch_sub(1, AcqRel) == CLOSING | 1 {
+            close(self.index);
+        }
+    }
+}
+
+/// Keeps the account `tag` names open while the returned guard lives; `None` without an
+/// account or once it is closed or closing (its work is to stop anyway).
+pub fn retain(tag: Tag) -> Option<Retained> {
+    let (index, generation) = split(tag.own());
+    if index == 0 {
+        return None;
+    }
+    let slot = &TABLE[index];
+    let mut refs = slot.refs.load(Relaxed);
+    loop {
+        if refs & CLOSING != 0 {
+            return None;
+        }
+        match slot
+            .refs
+            .compare_exchange_weak(refs, refs + 1, AcqRel, Relaxed)
+        {
+            Ok(_) => break,
+            Err(now) => refs = now,
+        }
+    }
+    let retained = Retained { index };
+    // The slot may have been closed and opened for another account since `tag` was read:
+    // then this reference is that account's, and is given back at once (closing it if it
+    // was dropped meanwhile and waited for this).
+    if slot.state.load(Relaxed) >> USED_BITS != generation {
+        drop(retained);
+        return None;
+    }
+    Some(retained)
 }
 
 /// The generation of the account in slot `index` now (or of the next one, while it is free).
@@ -750,7 +830,12 @@ fn stop_of(tag: Tag) -> Option<Stop> {
     if slot.state.load(Relaxed) >> USED_BITS != generation {
         return Some(Stop::Cancelled);
     }
-    Stop::from_u8(slot.stop.load(Relaxed))
+    let stop = slot.stop.load(Relaxed);
+    // Dropped, kept open by its jobs only until they stop (a commit under way ends first).
+    if stop == 0 && slot.refs.load(Relaxed) & CLOSING != 0 {
+        return Some(Stop::Cancelled);
+    }
+    Stop::from_u8(stop)
 }
 
 /// Bytes the account `tag` names may still take before its limit or its parent's (the
@@ -796,7 +881,8 @@ pub fn begin_commit(tag: Tag) -> std::result::Result<(), Stop> {
         return Ok(());
     }
     let slot = &TABLE[index];
-    if slot.state.load(Relaxed) >> USED_BITS != generation {
+    if slot.state.load(Relaxed) >> USED_BITS != generation || slot.refs.load(Relaxed) & CLOSING != 0
+    {
         return Err(Stop::Cancelled);
     }
     match slot.stop.compare_exchange(0, COMMITTING, Relaxed, Relaxed) {
@@ -1069,6 +1155,49 @@ mod tests {
             "orphaned work must stop"
         );
         assert_eq!(begin_commit(tag), Err(Stop::Cancelled));
+    }
+
+    #[test]
+    fn a_job_keeps_its_dropped_account_counting_until_it_ends() {
+        let tenant = Arc::new(Account::open(None, None).unwrap());
+        let statement = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let tag = statement.tag();
+        let job = retain(tag).unwrap();
+        let before = uncounted().orphaned;
+        let held = {
+            let _in = enter(tag);
+            unsafe { A.alloc(layout(3_000, 8)) }
+        };
+        drop(statement);
+        // The job runs on: told to stop, but what it holds and makes still counts.
+        assert_eq!(stop_of(tag), Some(Stop::Cancelled));
+        assert_eq!(begin_commit(tag), Err(Stop::Cancelled));
+        assert!(retain(tag).is_none(), "no new job for a dropped account");
+        let more = {
+            let _in = enter(tag);
+            unsafe { A.alloc(layout(2_000, 64)) }
+        };
+        assert_eq!(tenant.used(), 5_000);
+        unsafe { A.dealloc(more, layout(2_000, 64)) };
+        assert_eq!(tenant.used(), 3_000);
+        // The job ends: the account closes, and what is left is no one's.
+        drop(job);
+        assert_eq!(tenant.used(), 0);
+        assert_eq!(stop_of(tag), Some(Stop::Cancelled));
+        assert!(retain(tag).is_none(), "closed");
+        assert!(uncounted().orphaned >= before + 3_000);
+        unsafe { A.dealloc(held, layout(3_000, 8)) };
+
+        // Without a job left, the drop closes at once; a slot's next account starts with no
+        // references of the last one's.
+        let again = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let index = split(again.tag().own()).0;
+        assert!(
+            retain(tag).is_none(),
+            "the old tag is not the slot's next account"
+        );
+        drop(again);
+        assert_eq!(TABLE[index].refs.load(Relaxed), 0);
     }
 
     #[test]
