@@ -30,11 +30,9 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8,
-    Ordering::{AcqRel, Relaxed},
-};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::Weak;
 use std::task::{Context, Poll};
 
 use futures::Stream;
@@ -111,15 +109,11 @@ struct Slot {
     peak: AtomicU64,
     /// A [`Stop`] as a byte, 0 while running, [`COMMITTING`] during a commit.
     stop: AtomicU8,
-    /// Jobs that keep the account open past its [`Account`]'s drop ([`retain`]), and
-    /// [`CLOSING`] once that was dropped: the last job out closes it.
-    refs: AtomicU32,
-    /// The parent's part of the account's tag, for a close that a job finishes.
+    /// Whether the account's [`Account`] was dropped while jobs keep it open ([`retain`]).
+    dropped: AtomicBool,
+    /// The parent's part of the account's tag, for its close.
     parent: AtomicU64,
 }
-
-/// The bit of [`Slot::refs`] that says the account's owner dropped it.
-const CLOSING: u32 = 1 << 31;
 
 impl Slot {
     const fn new() -> Slot {
@@ -128,7 +122,7 @@ impl Slot {
             limit: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             stop: AtomicU8::new(0),
-            refs: AtomicU32::new(0),
+            dropped: AtomicBool::new(false),
             parent: AtomicU64::new(0),
         }
     }
@@ -642,14 +636,26 @@ pub fn ceiling() -> Option<u64> {
     }
 }
 
-/// An open account: its slot is its own until this is dropped, when the bytes still tagged
-/// with it stop counting (and stop counting toward its parent).
+/// An open account: its slot is its own until this is dropped and every job that works for
+/// it ([`retain`]) has ended, when the bytes still tagged with it stop counting (and stop
+/// counting toward its parent). Dropping it tells those jobs to stop.
 #[derive(Debug)]
 pub struct Account {
-    tag: Tag,
-    /// Keeps the parent's slot open while this account can still charge it.
-    _parent: Option<Arc<Account>>,
+    inner: Arc<Open>,
 }
+
+/// What keeps an account's slot open: its [`Account`], and the jobs still working for it.
+#[derive(Debug)]
+struct Open {
+    tag: Tag,
+    /// Keeps the parent open while this account can still charge it: a user's account lives
+    /// as long as any of its statements or their jobs, so a job that outlives its statement
+    /// still counts within its user's budget, not beside a new account of the same user.
+    parent: Option<Arc<Account>>,
+}
+
+/// Each slot's open account, for [`retain`] to find from a tag.
+static OPEN: Mutex<Vec<Weak<Open>>> = parking_lot::const_mutex(Vec::new());
 
 impl Account {
     /// Opens an account of at most `limit` bytes (`None`: no limit of its own) under `parent`.
@@ -669,21 +675,30 @@ impl Account {
         slot.stop.store(0, Relaxed);
         let generation = slot.state.load(Relaxed) >> USED_BITS;
         let own = (generation << INDEX_BITS) | u64::from(index);
-        let parent_part = parent.as_ref().map_or(0, |p| p.tag.own());
+        let parent_part = parent.as_ref().map_or(0, |p| p.tag().own());
         slot.parent.store(parent_part, Relaxed);
-        Some(Account {
+        slot.dropped.store(false, Relaxed);
+        let inner = Arc::new(Open {
             tag: Tag(own | (parent_part << (INDEX_BITS + GEN_BITS))),
-            _parent: parent,
-        })
+            parent,
+        });
+        let mut open = OPEN.lock();
+        if open.is_empty() {
+            // The table is the process's, not the first statement's.
+            let _none = enter(Tag::NONE);
+            open.resize_with(SLOTS, Weak::new);
+        }
+        open[usize::from(index)] = Arc::downgrade(&inner);
+        Some(Account { inner })
     }
 
     fn slot(&self) -> &'static Slot {
-        &TABLE[split(self.tag.own()).0]
+        &TABLE[split(self.tag().own()).0]
     }
 
     /// What allocations for this account carry.
     pub fn tag(&self) -> Tag {
-        self.tag
+        self.inner.tag
     }
 
     /// Bytes this account holds now.
@@ -709,18 +724,22 @@ impl Account {
         let own = self
             .limit()
             .map_or(u64::MAX, |l| l.saturating_sub(self.used()));
-        let parent = self._parent.as_ref().map_or(u64::MAX, |p| p.remaining());
+        let parent = self
+            .inner
+            .parent
+            .as_ref()
+            .map_or(u64::MAX, |p| p.remaining());
         own.min(parent)
     }
 
     /// Polls of its children's work running now (see [`set_share`]).
     pub fn polling(&self) -> u32 {
-        share::polling(self.tag.own())
+        share::polling(self.tag().own())
     }
 
     /// Why it must stop, if it must.
     pub fn stopped(&self) -> Option<Stop> {
-        stop_of(self.tag)
+        stop_of(self.tag())
     }
 
     /// Marks it stopped for `reason` unless it is already stopped or committing; returns
@@ -735,82 +754,53 @@ impl Account {
 
 impl Drop for Account {
     fn drop(&mut self) {
-        let (index, _) = split(self.tag.own());
-        let slot = &TABLE[index];
-        // Its work must stop (unless it is committing, which ends first).
+        let slot = self.slot();
+        // Its work must stop (unless it is committing, which ends first); the slot closes
+        // when the last job still working for it ends, or now.
+        slot.dropped.store(true, Relaxed);
         let _ = slot
             .stop
             .compare_exchange(0, Stop::Cancelled as u8, Relaxed, Relaxed);
-        // Closed now, or by the last job still running for it.
-        if slot.refs.fetch_or(CLOSING, AcqRel) & !CLOSING == 0 {
-            close(index);
-        }
     }
 }
 
-/// Closes the account in slot `index`: a new generation, so blocks still tagged with this one
-/// no longer count anywhere (their bytes are given back to the parent), and the slot is free.
-fn close(index: usize) {
-    let slot = &TABLE[index];
-    let generation = slot.state.load(Relaxed) >> USED_BITS;
-    let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
-    let held = slot.state.swap(next, Relaxed) & USED_MASK;
-    credit(slot.parent.load(Relaxed), held);
-    ORPHANED.fetch_add(held as i64, Relaxed);
-    slot.stop.store(0, Relaxed);
-    // Not a store of 0: a job that read the tag before the close may be adding and taking
-    // back its reference right now (see `retain`).
-    slot.refs.fetch_and(!CLOSING, AcqRel);
-    FREE.lock().1.push(index as u16);
+impl Drop for Open {
+    /// Closes the account: a new generation, so blocks still tagged with this one no longer
+    /// count anywhere (their bytes are given back to the parent), and the slot is free.
+    fn drop(&mut self) {
+        let (index, generation) = split(self.tag.own());
+        let slot = &TABLE[index];
+        let next = ((generation + 1) & ((1 << GEN_BITS) - 1)) << USED_BITS;
+        let held = slot.state.swap(next, Relaxed) & USED_MASK;
+        credit(self.tag.parent(), held);
+        ORPHANED.fetch_add(held as i64, Relaxed);
+        slot.stop.store(0, Relaxed);
+        slot.dropped.store(false, Relaxed);
+        FREE.lock().1.push(index as u16);
+    }
 }
 
 /// Keeps the account a job works for open until the job ends, though its [`Account`] is
 /// dropped meanwhile (the statement ended, stopped or was abandoned while its blocking work
 /// runs on to its next check): what the job holds and allocates then still counts toward the
-/// account and its parent, rather than toward no one. Not `Clone`: one per job.
+/// account and its parent, rather than toward no one.
 #[derive(Debug)]
 pub struct Retained {
-    index: usize,
-}
-
-impl Drop for Retained {
-    fn drop(&mut self) {
-        if TABLE[self.index].refs.fetch_sub(1, AcqRel) == CLOSING | 1 {
-            close(self.index);
-        }
-    }
+    _open: Arc<Open>,
 }
 
 /// Keeps the account `tag` names open while the returned guard lives; `None` without an
-/// account or once it is closed or closing (its work is to stop anyway).
+/// account, or once its [`Account`] is dropped (no new job starts working for it).
 pub fn retain(tag: Tag) -> Option<Retained> {
-    let (index, generation) = split(tag.own());
-    if index == 0 {
+    let (index, _) = split(tag.own());
+    if index == 0 || TABLE[index].dropped.load(Relaxed) {
         return None;
     }
-    let slot = &TABLE[index];
-    let mut refs = slot.refs.load(Relaxed);
-    loop {
-        if refs & CLOSING != 0 {
-            return None;
-        }
-        match slot
-            .refs
-            .compare_exchange_weak(refs, refs + 1, AcqRel, Relaxed)
-        {
-            Ok(_) => break,
-            Err(now) => refs = now,
-        }
-    }
-    let retained = Retained { index };
-    // The slot may have been closed and opened for another account since `tag` was read:
-    // then this reference is that account's, and is given back at once (closing it if it
-    // was dropped meanwhile and waited for this).
-    if slot.state.load(Relaxed) >> USED_BITS != generation {
-        drop(retained);
-        return None;
-    }
-    Some(retained)
+    let open = OPEN.lock().get(index).and_then(Weak::upgrade)?;
+    // The slot may have been closed and opened for another account since `tag` was read;
+    // that one is not retained (it is dropped outside the table's lock, closing it if it was
+    // the last holder).
+    (open.tag.own() == tag.own()).then_some(Retained { _open: open })
 }
 
 /// The generation of the account in slot `index` now (or of the next one, while it is free).
@@ -832,7 +822,7 @@ fn stop_of(tag: Tag) -> Option<Stop> {
     }
     let stop = slot.stop.load(Relaxed);
     // Dropped, kept open by its jobs only until they stop (a commit under way ends first).
-    if stop == 0 && slot.refs.load(Relaxed) & CLOSING != 0 {
+    if stop == 0 && slot.dropped.load(Relaxed) {
         return Some(Stop::Cancelled);
     }
     Stop::from_u8(stop)
@@ -881,8 +871,7 @@ pub fn begin_commit(tag: Tag) -> std::result::Result<(), Stop> {
         return Ok(());
     }
     let slot = &TABLE[index];
-    if slot.state.load(Relaxed) >> USED_BITS != generation || slot.refs.load(Relaxed) & CLOSING != 0
-    {
+    if slot.state.load(Relaxed) >> USED_BITS != generation || slot.dropped.load(Relaxed) {
         return Err(Stop::Cancelled);
     }
     match slot.stop.compare_exchange(0, COMMITTING, Relaxed, Relaxed) {
@@ -1197,7 +1186,26 @@ mod tests {
             "the old tag is not the slot's next account"
         );
         drop(again);
-        assert_eq!(TABLE[index].refs.load(Relaxed), 0);
+        assert!(
+            !TABLE[index].dropped.load(Relaxed),
+            "closed, not only dropped"
+        );
+    }
+
+    #[test]
+    fn a_job_keeps_its_users_account_open_too() {
+        // The user's account is held only by its statements (as the engine's admission does):
+        // a job that outlives its statement keeps it, so the user's next statement shares its
+        // budget with the job rather than opening a fresh one beside it.
+        let user = Arc::new(Account::open(Some(1 << 20), None).unwrap());
+        let users_handle = Arc::downgrade(&user);
+        let statement = Account::open(None, Some(user)).unwrap();
+        let job = retain(statement.tag()).unwrap();
+        drop(statement);
+        let user = users_handle.upgrade().expect("open while the job runs");
+        drop(user);
+        drop(job);
+        assert!(users_handle.upgrade().is_none(), "closed with its last job");
     }
 
     #[test]
