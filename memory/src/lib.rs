@@ -268,10 +268,13 @@ fn charge_tag(tag: Tag, bytes: u64) -> bool {
 }
 
 fn credit_tag(tag: Tag, bytes: u64) {
-    if !credit(tag.own(), bytes) {
+    if credit(tag.own(), bytes) {
+        credit(tag.parent(), bytes);
+    } else {
+        // Its account closed, and gave its parent back then what it held, this included:
+        // giving it back again would let the parent's other accounts use it twice.
         ORPHANED.fetch_sub(bytes as i64, Relaxed);
     }
-    credit(tag.parent(), bytes);
 }
 
 /// Takes up to `size` bytes of this thread's reservation for `tag`; returns how many.
@@ -1130,13 +1133,21 @@ mod tests {
             let _in = enter(tag);
             unsafe { A.alloc(layout(4_096, 8)) }
         };
-        assert_eq!(tenant.used(), 4_096);
+        let sibling = Account::open(None, Some(Arc::clone(&tenant))).unwrap();
+        let siblings = {
+            let _in = enter(sibling.tag());
+            unsafe { A.alloc(layout(1_000, 8)) }
+        };
+        assert_eq!(tenant.used(), 5_096);
         drop(statement);
-        assert_eq!(tenant.used(), 0);
-        // The slot may be someone else's now: the late free must not touch it.
+        assert_eq!(tenant.used(), 1_000);
+        // The slot may be someone else's now: the late free must not touch it, nor give the
+        // parent back again what the close gave back.
         let next = Account::open(None, None).unwrap();
         unsafe { A.dealloc(block, layout(4_096, 8)) };
         assert_eq!(next.used(), 0);
+        assert_eq!(tenant.used(), 1_000, "the sibling's bytes still count");
+        unsafe { A.dealloc(siblings, layout(1_000, 8)) };
         assert_eq!(tenant.used(), 0);
         assert_eq!(
             stop_of(tag),
