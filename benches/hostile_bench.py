@@ -57,11 +57,15 @@ INSERT p99 under attack < 100 ms, server peak RSS < 512 MiB, no crash. Exits 0 w
 SIGTERM, or the setup failed.
 
 Usage: hostile_bench.py [BINARY] [--seconds N] [--attacks a,b,…] [--settle N] [--keep]
+                        [--plan-memory-mb N] [--query TOML]
   BINARY     default target/release/mindlite-server
   --seconds  length of each phase (default 30)
   --attacks  only these of mallory's attacks (to find which one hurts); default all
   --settle   seconds watched after the attack for work still running (default 5)
   --keep     keep the work directory (data file, server log)
+  --plan-memory-mb  the plan's max_memory_mb (default 512): the server's peak follows it,
+             since what each user's requests and statements hold counts toward it
+  --query    more [query] settings, as TOML lines
 """
 
 from __future__ import annotations
@@ -332,7 +336,8 @@ def server_environment(workdir):
     return env
 
 
-def config_text(llm, extra=""):
+def config_text(llm, extra="", plan_memory_mb=None):
+    plan_memory = "" if plan_memory_mb is None else f"max_memory_mb = {plan_memory_mb}\n"
     return f"""\
 edition = "hosted"
 
@@ -372,7 +377,7 @@ max_running_statements = 32
 max_running_trainings = 4
 max_callbacks = 200
 max_pending_deliveries = 1000
-"""
+{plan_memory}"""
 
 
 class Server:
@@ -1482,6 +1487,8 @@ def main():
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds watched after the attack for work left running (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server log, data)")
+    parser.add_argument("--plan-memory-mb", type=int, default=None,
+                        help="the users' plan's max_memory_mb (default: the plan default, 512)")
     parser.add_argument("--query", default="",
                         help="more [query] settings, as TOML lines (e.g. 'worker_threads = 4')")
     options = parser.parse_args()
@@ -1496,7 +1503,7 @@ def main():
     ctx = multiprocessing.get_context("spawn")
     workdir = tempfile.mkdtemp(prefix="mindlite-hostile-")
     llm = HostileLLM()
-    server = Server(binary, workdir, config_text(llm, options.query))
+    server = Server(binary, workdir, config_text(llm, options.query, options.plan_memory_mb))
     sampler = None
     crashed = False
     try:
@@ -1575,8 +1582,9 @@ def main():
             ("crashes", "0", "0" if not crashed else "1"),
         ]
         print(f"Hostile-tenant benchmark: {options.seconds:g} s per phase, {binary}, "
-              f"statement_timeout_secs = 5, exact_below = {EXACT_BELOW}, allowed_hosts the local names, "
-              f"other limits default"
+              f"statement_timeout_secs = 5, exact_below = {EXACT_BELOW}, allowed_hosts the local names"
+              + ("" if options.plan_memory_mb is None else f", plan max_memory_mb = {options.plan_memory_mb}")
+              + ", other limits default"
               + ("" if len(chosen) == len(ATTACKS) else f"; attacks: {', '.join(chosen)}") + "\n")
         print("| measure | idle | under attack |\n|---|---|---|")
         for name, a, b in rows:
