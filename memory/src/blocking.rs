@@ -12,9 +12,13 @@
 //! while it holds one could wait for a user's other work that needs one. The job's place is
 //! kept on its thread ([`hold`]); a job that must wait (a write, for a stream of its plan, for
 //! its embedding model, for a lock) waits through [`without_place`], which gives the place
-//! back for the wait and takes one again after, and before it waits for the store's writer
-//! lock it gives its place up for good ([`give_up_place`]): from then on it holds the lock
-//! every other writer waits for, and must not also wait for its user's places. Core runs
+//! back for the wait and takes it back after at once, over the share if it must: a job on a
+//! thread never waits for a place, only one that has not started (holding no thread). Were
+//! it to, jobs waiting on their threads for places that went to jobs waiting for a thread
+//! could fill the runtime's blocking pool, every user's. So the share bounds how many of a
+//! user's jobs start computing, and a user's jobs past it are those that went on computing
+//! after a wait. Before it waits for the store's writer lock a job gives its place up for good
+//! ([`give_up_place`]): from then on it holds the lock every other writer waits for. Core runs
 //! trainings' fits (capped by the plan's `max_running_trainings`) and work that holds the
 //! writer lock from its start outside the share. Work without a parent account (the local
 //! edition's, background work) takes no place. The cost is one lock of a small table per
@@ -161,9 +165,9 @@ pub fn hold(place: BlockingPlace) -> Holding {
 }
 
 /// Runs `wait`, a wait for something other work of the user may need a place to finish (a
-/// stream of the job's plan, a lock, another job), without this thread's place, and takes a
-/// place again after (blocking the thread until one is free) unless the wait gave it up for
-/// good. Without a place held it only runs `wait`.
+/// stream of the job's plan, a lock, another job), without this thread's place, and takes it
+/// back after, at once and over the share if the share is full (see the module's comment),
+/// unless the wait gave it up for good. Without a place held it only runs `wait`.
 pub fn without_place<T>(wait: impl FnOnce() -> T) -> T {
     let place = HELD.with(|held| held.borrow_mut().take());
     if place.is_none() {
@@ -172,7 +176,8 @@ pub fn without_place<T>(wait: impl FnOnce() -> T) -> T {
     drop(place);
     let out = wait();
     if let Some((parent, own)) = JOB.with(Cell::get) {
-        let again = futures::executor::block_on(take(parent, own));
+        USERS.lock().entry(parent).or_default().start(own);
+        let again = BlockingPlace { parent, own };
         let before = HELD.with(|held| held.borrow_mut().replace(again));
         drop(before);
     }
@@ -335,30 +340,34 @@ mod tests {
         let mut other_waits = Box::pin(blocking_place(other.tag()));
         assert!(poll(&mut other_waits).is_pending(), "the writer computes");
 
-        // While the writer waits (for its plan's stream, say), the other statement computes;
-        // the writer takes a place again only once that one is given back.
-        let given_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // While the writer waits (for its plan's stream, say), the other statement computes.
+        // The writer, on its thread, takes its place back at once, over the share: a job that
+        // has not started waits instead.
+        let mut other_place = None;
         let computed = without_place(|| {
             assert!(!running(&writer), "no place held while waiting");
-            let place = taken(&mut other_waits, "the writer's place while it waits");
-            let given_back = Arc::clone(&given_back);
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                given_back.store(true, std::sync::atomic::Ordering::SeqCst);
-                drop(place);
-            });
+            other_place = Some(taken(&mut other_waits, "the writer's place while it waits"));
             7
         });
         assert_eq!(computed, 7);
-        assert!(given_back.load(std::sync::atomic::Ordering::SeqCst));
-        assert!(running(&writer), "a place again after the wait");
+        assert!(
+            running(&writer) && running(&other),
+            "both compute, one over the share"
+        );
+        let mut third_waits = Box::pin(blocking_place(third.tag()));
+        assert!(poll(&mut third_waits).is_pending(), "a new job waits");
+        drop(other_place);
+        assert!(
+            poll(&mut third_waits).is_pending(),
+            "still the share's one running"
+        );
 
         // Before the writer lock: given up for good, and not taken again after the wait.
         without_place(give_up_place);
         assert!(!running(&writer));
+        let third_place = taken(&mut third_waits, "the writer's place");
         without_place(|| ());
         assert!(!running(&writer));
-        let third_place = taken(&mut Box::pin(blocking_place(third.tag())), "a free place");
         drop(holding);
         drop(third_place);
         assert!(
