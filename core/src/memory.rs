@@ -5,6 +5,7 @@
 //! ([`propagate_into_datafusion`]). Every task the engine spawns goes through here, so no work
 //! escapes its statement's account.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    tokio::spawn(InScope::new(current(), Box::pin(future)))
+    spawn_on(&tokio::runtime::Handle::current(), future)
 }
 
 /// [`spawn`] on the runtime behind `handle`.
@@ -33,7 +34,18 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    handle.spawn(InScope::new(current(), Box::pin(future)))
+    let tag = current();
+    // Work a request starts outside its statements (an agent's answer, a model's creation)
+    // counts for the request but takes no place in its user's share of the threads, as the
+    // request's own polls do not: a statement inside it that holds the writer lock must not
+    // wait behind a place taken for the request.
+    if tag.is_some() && REQUEST.with(Cell::get) == tag {
+        return handle.spawn(Counted {
+            tag,
+            inner: Box::pin(future),
+        });
+    }
+    handle.spawn(InScope::new(tag, Box::pin(future)))
 }
 
 /// A task that works for no statement (background work with a life of its own: deliveries,
@@ -154,6 +166,12 @@ struct Counted<F> {
     inner: std::pin::Pin<Box<F>>,
 }
 
+thread_local! {
+    /// The request account whose work a [`Counted`] is polling on this thread (`Tag::NONE`:
+    /// none), so that tasks it spawns are counted the same way.
+    static REQUEST: Cell<Tag> = const { Cell::new(Tag::NONE) };
+}
+
 impl<F: Future> Future for Counted<F> {
     type Output = F::Output;
 
@@ -161,7 +179,15 @@ impl<F: Future> Future for Counted<F> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
+        /// Restores the request polled around this one, however the poll ends.
+        struct Restore(Tag);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                REQUEST.with(|request| request.set(self.0));
+            }
+        }
         let _entered = enter(self.tag);
+        let _restore = Restore(REQUEST.with(|request| request.replace(self.tag)));
         self.inner.as_mut().poll(cx)
     }
 }
@@ -246,6 +272,10 @@ mod tests {
         drop(body);
         assert!(memory.used() < 1 << 20);
         assert_eq!(current(), Tag::NONE, "the scope ends with the poll");
+        // A task the request starts outside a statement counts for it too.
+        let seen = bob.block_on(memory.run(async { spawn(async { current() }).await.unwrap() }));
+        assert_eq!(seen, bob.block_on(memory.run(async { current() })));
+        assert!(seen.is_some());
 
         // The local user has no plan: a request counts only under a statement limit.
         let local = crate::Engine::open_in_memory(crate::Config::default()).unwrap();
