@@ -12,13 +12,12 @@
 //! while it holds one could wait for a user's other work that needs one. The job's place is
 //! kept on its thread ([`hold`]); a job that must wait (a write, for a stream of its plan, for
 //! its embedding model, for a lock) waits through [`without_place`], which gives the place
-//! back for the wait and takes it back after at once, over the share if it must: a job on a
-//! thread never waits for a place, only one that has not started (holding no thread). Were
-//! it to, jobs waiting on their threads for places that went to jobs waiting for a thread
-//! could fill the runtime's blocking pool, every user's. So the share bounds how many of a
-//! user's jobs start computing, and a user's jobs past it are those that went on computing
-//! after a wait. Before it waits for the store's writer lock a job gives its place up for good
-//! ([`give_up_place`]): from then on it holds the lock every other writer waits for. Core runs
+//! back for the wait and takes one again after, in turn, but for at most 50 ms (`RETAKE_WAIT`):
+//! then it goes on over the share. A job on a thread must not wait for a place without end:
+//! jobs waiting on their threads for places that went to jobs waiting for a thread could fill
+//! the runtime's blocking pool, every user's. Before it waits for the store's writer lock a
+//! job gives its place up for good ([`give_up_place`]): from then on it holds the lock every
+//! other writer waits for. Core runs
 //! trainings' fits (capped by the plan's `max_running_trainings`) and work that holds the
 //! writer lock from its start outside the share. Work without a parent account (the local
 //! edition's, background work) takes no place. The cost is one lock of a small table per
@@ -26,6 +25,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 
 use futures::channel::oneshot;
 use parking_lot::Mutex;
@@ -164,10 +164,17 @@ pub fn hold(place: BlockingPlace) -> Holding {
     }
 }
 
+/// How long a job on a thread waits for its turn to compute again after a wait, before it
+/// goes on over its user's share (see the module's comment). Long enough for the user's other
+/// jobs to take their turns (their steps between checks last milliseconds), short enough
+/// that a pool filling with such waiters frees itself.
+const RETAKE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Runs `wait`, a wait for something other work of the user may need a place to finish (a
-/// stream of the job's plan, a lock, another job), without this thread's place, and takes it
-/// back after, at once and over the share if the share is full (see the module's comment),
-/// unless the wait gave it up for good. Without a place held it only runs `wait`.
+/// stream of the job's plan, a lock, another job), without this thread's place, and takes a
+/// place again after, waiting for its turn at most 50 ms (`RETAKE_WAIT`) and then going on over the
+/// share, unless the wait gave the place up for good. Without a place held it only runs
+/// `wait`.
 pub fn without_place<T>(wait: impl FnOnce() -> T) -> T {
     let place = HELD.with(|held| held.borrow_mut().take());
     if place.is_none() {
@@ -176,12 +183,40 @@ pub fn without_place<T>(wait: impl FnOnce() -> T) -> T {
     drop(place);
     let out = wait();
     if let Some((parent, own)) = JOB.with(Cell::get) {
-        USERS.lock().entry(parent).or_default().start(own);
-        let again = BlockingPlace { parent, own };
+        let again = take_within(parent, own, RETAKE_WAIT).unwrap_or_else(|| {
+            USERS.lock().entry(parent).or_default().start(own);
+            BlockingPlace { parent, own }
+        });
         let before = HELD.with(|held| held.borrow_mut().replace(again));
         drop(before);
     }
     out
+}
+
+/// [`take`] on this thread, waiting at most `limit`; `None` when the time ran out (the waiter
+/// is dropped: a place handed to it meanwhile goes on to the next).
+fn take_within(parent: u64, own: u64, limit: std::time::Duration) -> Option<BlockingPlace> {
+    use std::task::{Context, Poll, Wake};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut taking = Box::pin(take(parent, own));
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Poll::Ready(place) = taking.as_mut().poll(&mut cx) {
+            return Some(place);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
 }
 
 /// Gives this thread's place back for the rest of its job: before a wait after which the job
@@ -340,16 +375,33 @@ mod tests {
         let mut other_waits = Box::pin(blocking_place(other.tag()));
         assert!(poll(&mut other_waits).is_pending(), "the writer computes");
 
-        // While the writer waits (for its plan's stream, say), the other statement computes.
-        // The writer, on its thread, takes its place back at once, over the share: a job that
-        // has not started waits instead.
-        let mut other_place = None;
+        // While the writer waits (for its plan's stream, say), the other statement computes;
+        // the writer takes its turn again when that one gives its place back.
+        let given_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let computed = without_place(|| {
             assert!(!running(&writer), "no place held while waiting");
-            other_place = Some(taken(&mut other_waits, "the writer's place while it waits"));
+            let place = taken(&mut other_waits, "the writer's place while it waits");
+            let given_back = Arc::clone(&given_back);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                given_back.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(place);
+            });
             7
         });
         assert_eq!(computed, 7);
+        assert!(given_back.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(running(&writer), "its turn again after the wait");
+
+        // A place that does not come back within RETAKE_WAIT: the writer goes on over the
+        // share rather than hold its thread waiting; a job that has not started still waits.
+        let mut other_place = None;
+        without_place(|| {
+            other_place = Some(taken(
+                &mut Box::pin(blocking_place(other.tag())),
+                "the writer's place while it waits",
+            ));
+        });
         assert!(
             running(&writer) && running(&other),
             "both compute, one over the share"
