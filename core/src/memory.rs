@@ -125,9 +125,10 @@ where
 /// body's bytes, what is parsed and decoded from it before a statement starts (a knowledge
 /// base's rows, a model's input), the encoded answer. It counts toward the user's plan
 /// (`max_memory_mb`) with its statements, within `query.statement_memory_mb` of its own, so
-/// that what a request makes outside its statements is inside a budget too: without it, a
-/// 20 MB document sent to a knowledge base was copied five times over before its statement
-/// opened, counted by no one. Get one from [`crate::Engine::request_memory`].
+/// that what a request makes outside its statements is inside a budget too (a document sent
+/// to a knowledge base is copied several times over before its statement opens). The account
+/// is counted, not enforced: a request over it makes its user's statements stop, and runs on.
+/// Get one from [`crate::Engine::request_memory`].
 #[derive(Debug)]
 pub struct RequestMemory {
     account: Option<Arc<Account>>,

@@ -111,8 +111,6 @@ struct Slot {
     stop: AtomicU8,
     /// Whether the account's [`Account`] was dropped while jobs keep it open ([`retain`]).
     dropped: AtomicBool,
-    /// The parent's part of the account's tag, for its close.
-    parent: AtomicU64,
 }
 
 impl Slot {
@@ -123,7 +121,6 @@ impl Slot {
             peak: AtomicU64::new(0),
             stop: AtomicU8::new(0),
             dropped: AtomicBool::new(false),
-            parent: AtomicU64::new(0),
         }
     }
 }
@@ -679,7 +676,6 @@ impl Account {
         let generation = slot.state.load(Relaxed) >> USED_BITS;
         let own = (generation << INDEX_BITS) | u64::from(index);
         let parent_part = parent.as_ref().map_or(0, |p| p.tag().own());
-        slot.parent.store(parent_part, Relaxed);
         slot.dropped.store(false, Relaxed);
         let inner = Arc::new(Open {
             tag: Tag(own | (parent_part << (INDEX_BITS + GEN_BITS))),
