@@ -12,6 +12,9 @@
 //! test reads the engine's sources and fails on a capacity that comes neither from here nor
 //! with a `// bounded: <why>` note (`tests::every_input_sized_allocation_is_checked`).
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash};
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory;
 
@@ -82,6 +85,35 @@ pub(crate) fn vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
     Ok(Vec::with_capacity(n))
 }
 
+/// Makes room in `set` for `n` more values, counting the larger table it grows into before it
+/// is allocated, or fails naming the limit. A set that collects a table's keys grows by
+/// doubling, and its last doubling is one allocation of up to hundreds of MiB: the budget's
+/// next check would see it only once made. Call it before each batch of inserts.
+pub(crate) fn grow_set<T: Eq + Hash, S: BuildHasher>(
+    set: &mut HashSet<T, S>,
+    n: usize,
+    what: &str,
+) -> Result<()> {
+    let wanted = set.len().saturating_add(n);
+    if wanted <= set.capacity() {
+        return Ok(());
+    }
+    let _held = hold(table_bytes::<T>(wanted), what)?;
+    set.try_reserve(n)
+        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
+}
+
+/// Bytes of a hash table (std's, a swiss table) that holds `entries`: a power of two of
+/// buckets, at least 8/7 of the entries, each one value and one control byte.
+fn table_bytes<T>(entries: usize) -> u64 {
+    let buckets = (entries as u64)
+        .saturating_mul(8)
+        .div_ceil(7)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX);
+    buckets.saturating_mul(std::mem::size_of::<T>() as u64 + 1)
+}
+
 /// What a loop builds, checked as it grows (a list parameter expanded at each use, a
 /// document's chunks): each step's bytes against what the statement may still hold, and the
 /// statement's stop (a budget its allocations went over, its deadline) after each.
@@ -127,6 +159,29 @@ mod tests {
         assert!(err.message().contains("query.statement_memory_mb"), "{err}");
         // A count that would overflow when multiplied is refused, not wrapped.
         assert!(vec::<u64>(usize::MAX, "a vector").is_err());
+    }
+
+    #[test]
+    fn a_set_grows_only_into_a_table_that_fits() {
+        let account = Account::open(Some(4 << 20), None).unwrap();
+        let _in = enter(account.tag());
+        let mut set = HashSet::<u64>::new();
+        grow_set(&mut set, 1000, "the keys").unwrap();
+        assert!(set.capacity() >= 1000);
+        set.extend(0..1000);
+        // Room already made costs no check.
+        grow_set(&mut set, 0, "the keys").unwrap();
+        // 1M more keys need a table of 2M buckets (18 MiB): refused before it is made, the
+        // set unchanged.
+        let before = set.capacity();
+        let err = grow_set(&mut set, 1 << 20, "the table's keys").unwrap_err();
+        assert!(
+            err.message().contains("the table's keys needs 18 MiB"),
+            "{err}"
+        );
+        assert!(err.message().contains("query.statement_memory_mb"), "{err}");
+        assert_eq!(set.capacity(), before);
+        assert!(account.used() < 1 << 20, "{}", account.used());
     }
 
     #[test]

@@ -225,3 +225,37 @@ fn a_users_statements_share_the_plans_memory() {
         json!(1000)
     );
 }
+
+#[test]
+fn an_upsert_refuses_a_key_set_larger_than_its_budget_before_making_it() {
+    // The keys of the stored rows are gathered into a set before an upsert's rows are checked
+    // against them: 300,000 keys grow it into a table of 512K buckets (about 21 MiB) in one
+    // allocation, which must be refused before it is made, not seen after.
+    let mut config = Config::default();
+    config.query.statement_memory_mb = Some(24);
+    let engine = Engine::open_in_memory(config).unwrap();
+    engine
+        .sql_blocking("CREATE TABLE k (id BIGINT PRIMARY KEY)")
+        .unwrap();
+    for start in (1..300_000).step_by(50_000) {
+        engine
+            .sql_blocking(&format!(
+                "INSERT INTO k SELECT value FROM generate_series({start}, {})",
+                start + 49_999
+            ))
+            .unwrap();
+    }
+    let message = error_of(
+        &engine,
+        QueryRequest::new("INSERT INTO k VALUES (1) ON CONFLICT DO NOTHING"),
+    );
+    assert!(
+        message.contains("the keys of the PRIMARY KEY (id) needs"),
+        "{message}"
+    );
+    assert!(message.contains("query.statement_memory_mb"), "{message}");
+    // Nothing was lost, and a plain insert (checked by the key's index) still goes in.
+    assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(300_000));
+    engine.sql_blocking("INSERT INTO k VALUES (300001)").unwrap();
+    assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(300_001));
+}

@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use serde::{Deserialize, Serialize};
 
+use crate::capacity;
 use crate::error::{Error, ErrorKind, Result};
 
 /// A table's declared constraints and indexes; empty for a table without any.
@@ -180,6 +181,22 @@ impl KeySet {
         key.as_ref().is_some_and(|key| self.seen.contains(key))
     }
 
+    /// Makes room for `n` more keys, or fails naming the memory limit they would pass (see
+    /// `capacity::grow_set`): call it before inserting a batch's keys.
+    pub(crate) fn make_room(&mut self, n: usize) -> Result<()> {
+        let what = self.what();
+        capacity::grow_set(&mut self.seen, n, &what)
+    }
+
+    /// The set as an error names it.
+    fn what(&self) -> String {
+        format!(
+            "the keys of the {} ({})",
+            self.declared,
+            self.names.join(", ")
+        )
+    }
+
     /// Notes `key` as taken.
     pub(crate) fn insert(&mut self, key: Option<OwnedRow>) {
         if let Some(key) = key {
@@ -197,6 +214,7 @@ impl KeySet {
     /// Adds the keys of `batch` (rows of the table's schema); fails on the first key already
     /// seen, naming the constraint and the value.
     pub(crate) fn add(&mut self, batch: &RecordBatch, table: &str) -> Result<()> {
+        self.make_room(batch.num_rows())?;
         for (row, key) in self.keys(batch)?.into_iter().enumerate() {
             if !self.contains(&key) {
                 self.insert(key);

@@ -26,6 +26,7 @@ use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::capacity;
 use crate::catalog::constraints::{column_index, Index};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::{INDEX_ENTRIES, RETIRED_CHUNKS};
@@ -295,6 +296,17 @@ impl Indexed {
         let mut entries = Entries { bytes: encoded };
         for (at, def) in self.defs.iter().enumerate() {
             let count = entries.u32()?;
+            if def.unique {
+                capacity::grow_set(
+                    &mut seen.seen[at],
+                    count as usize,
+                    &format!(
+                        "the keys of the {} ({})",
+                        def.declared,
+                        def.names.join(", ")
+                    ),
+                )?;
+            }
             for _ in 0..count {
                 let entry = entries.entry()?;
                 if !def.unique || entry.has_null {

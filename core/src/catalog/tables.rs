@@ -1922,8 +1922,10 @@ pub(crate) fn resolve_conflicts(
         }
         OnConflict::Nothing | OnConflict::Fail => {
             for &(_, chunk) in &base {
+                crate::cancel::check()?;
                 let stored = source.chunk(record.id, chunk)?;
                 for set in &mut sets {
+                    set.make_room(stored.num_rows())?;
                     for key in set.keys(&stored)? {
                         set.insert(key);
                     }
@@ -1937,6 +1939,9 @@ pub(crate) fn resolve_conflicts(
         rows.push(match on_conflict {
             OnConflict::Nothing => {
                 // Row by row: a row is kept when no key of it is taken, and then takes them.
+                for set in &mut sets {
+                    set.make_room(batch.num_rows())?;
+                }
                 let keys = sets
                     .iter()
                     .map(|set| set.keys(&batch))
