@@ -63,7 +63,7 @@ Usage: hostile_bench.py [BINARY] [--seconds N] [--attacks a,b,…] [--settle N] 
   --attacks  only these of mallory's attacks (to find which one hurts); default all
   --settle   seconds watched after the attack for work still running (default 5)
   --keep     keep the work directory (data file, server log)
-  --plan-memory-mb  the plan's max_memory_mb (default 512): the server's peak follows it,
+  --plan-memory-mb  the plan's max_memory_mb (default 256): the server's peak follows it,
              since what each user's requests and statements hold counts toward it
   --query    more [query] settings, as TOML lines
 """
@@ -1488,7 +1488,7 @@ def main():
                         help="seconds watched after the attack for work left running (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server log, data)")
     parser.add_argument("--plan-memory-mb", type=int, default=None,
-                        help="the users' plan's max_memory_mb (default: the plan default, 512)")
+                        help="the users' plan's max_memory_mb (default: the plan default, 256)")
     parser.add_argument("--query", default="",
                         help="more [query] settings, as TOML lines (e.g. 'worker_threads = 4')")
     options = parser.parse_args()

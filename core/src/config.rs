@@ -391,7 +391,9 @@ impl Default for PlanConfig {
             max_running_trainings: 1,
             max_callbacks: 10,
             max_pending_deliveries: 100,
-            max_memory_mb: 512,
+            // With the server's own ~160 MiB (code, caches), one free user at its limit keeps
+            // a small server under 512 MiB (see the hostile benchmark in the README).
+            max_memory_mb: 256,
             max_storage_mb: 1024,
             max_spill_mb: 1024,
         }
@@ -406,7 +408,7 @@ pub struct HostedConfig {
     pub default_plan: String,
     /// The tiers by name. A config that sets any replaces all of the defaults, which are
     /// `free` (3 minds, 3 datasources, 100 questions and 1,000 model calls a day, 4 statements
-    /// and 1 training at once, no callbacks, 512 MiB of memory, 1 GiB stored, 1 GiB of temporary files) and `pro`
+    /// and 1 training at once, no callbacks, 256 MiB of memory, 1 GiB stored, 1 GiB of temporary files) and `pro`
     /// (50, 50, 10,000 and 100,000 a day, 16 and 4 at once, 100 callbacks with up to 1,000
     /// deliveries pending, 4 GiB of memory, 100 GiB stored, 4 GiB of temporary files).
     pub plans: BTreeMap<String, PlanConfig>,
