@@ -153,6 +153,41 @@ impl RequestMemory {
         }
     }
 
+    /// Fails when the request may not take `bytes` more (its body, before it is read): its
+    /// user's work is over the plan's limit already, or less is left than that under it or
+    /// under the request's own limit. The error (a 429) names the limit; without an account
+    /// nothing is refused. The statements a request starts are stopped at their own checks;
+    /// this refuses, before anything is made of it, a body the user has no room for.
+    pub fn admit(&self, bytes: u64) -> crate::error::Result<()> {
+        let Some(account) = &self.account else {
+            return Ok(());
+        };
+        let remaining = account.remaining();
+        // Nothing left is refused too: the user is at or over its plan already.
+        if account.stopped().is_none() && remaining > 0 && bytes <= remaining {
+            return Ok(());
+        }
+        let own_left = account
+            .limit()
+            .map_or(u64::MAX, |limit| limit.saturating_sub(account.used()));
+        let own = own_left <= remaining && account.stopped() != Some(Stop::ParentOverLimit);
+        let limit = match own {
+            true => "query.statement_memory_mb",
+            false => "the plan's max_memory_mb",
+        };
+        let needs = match bytes {
+            0 => "The request's body took more memory".to_string(),
+            _ => format!("The request's body needs {} MiB,", bytes.div_ceil(1 << 20)),
+        };
+        Err(crate::error::Error::quota_exceeded(
+            format!(
+                "{needs} more than its user may hold now ({} MiB left under the limit {limit}); it was refused before it was handled, try again when the user's other work has ended",
+                remaining >> 20
+            ),
+            Some(1),
+        ))
+    }
+
     /// Bytes the request holds now (0 without an account).
     pub fn used(&self) -> u64 {
         self.account.as_ref().map_or(0, |a| a.used())
@@ -284,5 +319,42 @@ mod tests {
         let body = local.block_on(unlimited.run(async { vec![7u8; 8 << 20] }));
         assert_eq!(unlimited.used(), 0);
         drop(body);
+    }
+
+    #[test]
+    fn a_body_its_user_has_no_room_for_is_refused_before_it_is_read() {
+        let config = crate::Config {
+            edition: crate::Edition::Hosted,
+            ..crate::Config::default()
+        };
+        let engine = crate::Engine::open_in_memory(config).unwrap();
+        engine.block_on(engine.create_user("bob", None)).unwrap();
+        let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
+        let bob = engine.as_user(&key).unwrap();
+        // The free plan holds 256 MiB.
+        let memory = bob.request_memory();
+        memory.admit(8 << 20).unwrap();
+        let error = memory.admit(300 << 20).unwrap_err();
+        assert_eq!(error.kind(), crate::error::ErrorKind::QuotaExceeded);
+        assert!(error.message().contains("needs 300 MiB"), "{error}");
+        assert!(
+            error.message().contains("the plan's max_memory_mb"),
+            "{error}"
+        );
+        // Another request of the user's holds 200 MiB: less is left for this one.
+        let other = bob.request_memory();
+        let held = bob.block_on(other.run(async { vec![7u8; 200 << 20] }));
+        memory.admit(40 << 20).unwrap();
+        let error = memory.admit(100 << 20).unwrap_err();
+        assert!(error.message().contains("MiB left"), "{error}");
+        // And once the user's work is over the plan, even a request without a body is refused.
+        let more = bob.block_on(other.run(async { vec![7u8; 100 << 20] }));
+        let error = memory.admit(0).unwrap_err();
+        assert!(
+            error.message().contains("the plan's max_memory_mb"),
+            "{error}"
+        );
+        drop((held, more));
+        memory.admit(0).unwrap();
     }
 }

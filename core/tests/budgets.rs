@@ -256,6 +256,8 @@ fn an_upsert_refuses_a_key_set_larger_than_its_budget_before_making_it() {
     assert!(message.contains("query.statement_memory_mb"), "{message}");
     // Nothing was lost, and a plain insert (checked by the key's index) still goes in.
     assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(300_000));
-    engine.sql_blocking("INSERT INTO k VALUES (300001)").unwrap();
+    engine
+        .sql_blocking("INSERT INTO k VALUES (300001)")
+        .unwrap();
     assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(300_001));
 }

@@ -152,6 +152,15 @@ impl Request {
             .and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 
+    /// The body's length as its head declares it; 0 for a chunked one, whose length is known
+    /// only once read.
+    pub fn declared_body_bytes(&self) -> u64 {
+        match self.framing {
+            Framing::Length(length) => length,
+            Framing::Chunked => 0,
+        }
+    }
+
     /// Whether a body follows the head.
     pub fn has_body(&self) -> bool {
         self.framing != Framing::Length(0)

@@ -456,12 +456,21 @@ async fn serve_connection(
         let started = Instant::now();
         let decided = match client.origins.check(&request) {
             Ok(cors) => match routes::admit(&client.engine, &request, &client.address) {
-                Ok(engine) => Ok((engine, cors)),
+                Ok(engine) => {
+                    // The body, what the handler makes of it and the answer count toward the
+                    // user's memory budget, like the statements the request starts; a body
+                    // the user has no room for is refused unread.
+                    let memory = engine.request_memory();
+                    match memory.admit(request.declared_body_bytes()) {
+                        Ok(()) => Ok((engine, memory, cors)),
+                        Err(error) => Err(allow_origin(routes::error_response(&error), &cors)),
+                    }
+                }
                 Err(response) => Err(allow_origin(response, &cors)),
             },
             Err(response) => Err(response),
         };
-        let (engine, cors) = match decided {
+        let (engine, memory, cors) = match decided {
             Ok(admitted) => admitted,
             Err(response) => {
                 // Refused on its head: the body is never read, so the connection cannot
@@ -479,9 +488,6 @@ async fn serve_connection(
                 continue;
             }
         };
-        // The body, what the handler makes of it and the answer count toward the user's
-        // memory budget, like the statements the request starts.
-        let memory = engine.request_memory();
         let body = tokio::select! {
             body = memory.run(connection.read_body(&mut request, &client.budget)) => body,
             _ = stop.changed() => return,
@@ -489,20 +495,27 @@ async fn serve_connection(
         if let Err(error) = body {
             return reject(connection, error).await;
         }
-        // Boxed, so the select below does not copy the handler's large future.
-        let handling = Box::pin(memory.run(routes::handle(&engine, &request)));
-        // Watched only once a request has run for a moment: most answer sooner, and watching
-        // costs a read of the socket per request.
-        let gone = async {
-            tokio::time::sleep(WATCH_AFTER).await;
-            connection.closed().await
-        };
-        let response = tokio::select! {
-            response = handling => response,
-            // The client left: dropping the handler stops its statement.
-            () = gone => {
-                log(&request, 499, started, true);
-                return;
+        let response = match memory.admit(0) {
+            // Its user ran out of room while the body was read: refused before anything is
+            // made of it.
+            Err(error) => routes::error_response(&error),
+            Ok(()) => {
+                // Boxed, so the select below does not copy the handler's large future.
+                let handling = Box::pin(memory.run(routes::handle(&engine, &request)));
+                // Watched only once a request has run for a moment: most answer sooner, and
+                // watching costs a read of the socket per request.
+                let gone = async {
+                    tokio::time::sleep(WATCH_AFTER).await;
+                    connection.closed().await
+                };
+                tokio::select! {
+                    response = handling => response,
+                    // The client left: dropping the handler stops its statement.
+                    () = gone => {
+                        log(&request, 499, started, true);
+                        return;
+                    }
+                }
             }
         };
         let response = allow_origin(response, &cors);

@@ -948,3 +948,35 @@ max_storage_mb = 5
     storage = limits.get("storage") or limits["storage_bytes"]
     assert storage["limit"] == 5 * 1024 * 1024 or storage["limit"] == 5, storage
     attack.survived()
+
+
+def test_a_body_its_user_has_no_room_for_is_refused_before_it_is_read(start_limited_server, llm):
+    """What a request holds outside its statements (its body, what the handler decodes from
+    it) counts toward its user's plan; a body larger than what the plan has left is refused
+    on its head with a 429 naming max_memory_mb, before a byte of it is read, and the user's
+    next request that fits is served. The victim (on another plan) is unaffected."""
+    plans = """
+[hosted]
+default_plan = "free"
+
+[hosted.plans.free]
+
+[hosted.plans.small]
+max_memory_mb = 16
+"""
+    attack = attack_server(start_limited_server, llm, extra_config=plans,
+                           users=(("mallory", "small"), "victim"))
+    with attack.victim:
+        with RawConnection(attack.server.port) as conn:
+            head = (f"POST /api/sql/query HTTP/1.1\r\nHost: 127.0.0.1:{attack.server.port}\r\n"
+                    f"Authorization: Bearer {attack.mallory}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 20000000\r\n\r\n")
+            conn.send(head.encode())
+            # Answered with no byte of the body sent.
+            answer = conn.read_response()
+        assert answer.status == 429, (answer.status, answer.body[:300])
+        detail = answer.json()["detail"]
+        names_a_limit(detail, "max_memory_mb")
+        assert "needs 20 MiB" in detail, detail
+        assert attack.column("SELECT count(*) FROM mindsdb.kept") == [3]
+    attack.survived()
