@@ -12,7 +12,7 @@
 //! test reads the engine's sources and fails on a capacity that comes neither from here nor
 //! with a `// bounded: <why>` note (`tests::every_input_sized_allocation_is_checked`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -88,18 +88,36 @@ pub(crate) fn vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
 /// Makes room in `set` for `n` more values, counting the larger table it grows into before it
 /// is allocated, or fails naming the limit. A set that collects a table's keys grows by
 /// doubling, and its last doubling is one allocation of up to hundreds of MiB: the budget's
-/// next check would see it only once made. Call it before each batch of inserts.
+/// next check would see it only once made. Call it before each batch of inserts; `what`
+/// names the set, and is made only when the set must grow.
 pub(crate) fn grow_set<T: Eq + Hash, S: BuildHasher>(
     set: &mut HashSet<T, S>,
     n: usize,
-    what: &str,
+    what: impl FnOnce() -> String,
 ) -> Result<()> {
     let wanted = set.len().saturating_add(n);
     if wanted <= set.capacity() {
         return Ok(());
     }
-    let _held = hold(table_bytes::<T>(wanted), what)?;
+    let what = what();
+    let _held = hold(table_bytes::<T>(wanted), &what)?;
     set.try_reserve(n)
+        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
+}
+
+/// [`grow_set`] for a map: its table holds a key and a value per bucket.
+pub(crate) fn grow_map<K: Eq + Hash, V, S: BuildHasher>(
+    map: &mut HashMap<K, V, S>,
+    n: usize,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    let wanted = map.len().saturating_add(n);
+    if wanted <= map.capacity() {
+        return Ok(());
+    }
+    let what = what();
+    let _held = hold(table_bytes::<(K, V)>(wanted), &what)?;
+    map.try_reserve(n)
         .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
 }
 
@@ -166,15 +184,15 @@ mod tests {
         let account = Account::open(Some(4 << 20), None).unwrap();
         let _in = enter(account.tag());
         let mut set = HashSet::<u64>::new();
-        grow_set(&mut set, 1000, "the keys").unwrap();
+        grow_set(&mut set, 1000, || "the keys".into()).unwrap();
         assert!(set.capacity() >= 1000);
         set.extend(0..1000);
         // Room already made costs no check.
-        grow_set(&mut set, 0, "the keys").unwrap();
+        grow_set(&mut set, 0, || unreachable!("no room to make")).unwrap();
         // 1M more keys need a table of 2M buckets (18 MiB): refused before it is made, the
         // set unchanged.
         let before = set.capacity();
-        let err = grow_set(&mut set, 1 << 20, "the table's keys").unwrap_err();
+        let err = grow_set(&mut set, 1 << 20, || "the table's keys".into()).unwrap_err();
         assert!(
             err.message().contains("the table's keys needs 18 MiB"),
             "{err}"

@@ -261,3 +261,34 @@ fn an_upsert_refuses_a_key_set_larger_than_its_budget_before_making_it() {
         .unwrap();
     assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(300_001));
 }
+
+#[test]
+fn an_upsert_of_many_rows_refuses_its_key_map_before_making_it() {
+    // ON CONFLICT DO UPDATE maps each new row's key to the row: a million new rows need a
+    // table of 2M buckets (about 98 MiB), refused before it is made.
+    let mut config = Config::default();
+    config.query.statement_memory_mb = Some(48);
+    let engine = Engine::open_in_memory(config).unwrap();
+    engine
+        .sql_blocking("CREATE TABLE k (id BIGINT PRIMARY KEY, v INT)")
+        .unwrap();
+    engine.sql_blocking("INSERT INTO k VALUES (1, 0)").unwrap();
+    let message = error_of(
+        &engine,
+        QueryRequest::new(
+            "INSERT INTO k SELECT value, 0 FROM generate_series(1, 1000000) \
+             ON CONFLICT (id) DO UPDATE SET v = 1",
+        ),
+    );
+    assert!(
+        message.contains("the keys of the statement's rows (id) needs"),
+        "{message}"
+    );
+    assert!(message.contains("query.statement_memory_mb"), "{message}");
+    assert_eq!(one(&engine, "SELECT count(*) FROM k"), json!(1));
+    // A small one goes through.
+    engine
+        .sql_blocking("INSERT INTO k VALUES (1, 0), (2, 0) ON CONFLICT (id) DO UPDATE SET v = 1")
+        .unwrap();
+    assert_eq!(one(&engine, "SELECT sum(v) FROM k"), json!(1));
+}

@@ -184,17 +184,8 @@ impl KeySet {
     /// Makes room for `n` more keys, or fails naming the memory limit they would pass (see
     /// `capacity::grow_set`): call it before inserting a batch's keys.
     pub(crate) fn make_room(&mut self, n: usize) -> Result<()> {
-        let what = self.what();
-        capacity::grow_set(&mut self.seen, n, &what)
-    }
-
-    /// The set as an error names it.
-    fn what(&self) -> String {
-        format!(
-            "the keys of the {} ({})",
-            self.declared,
-            self.names.join(", ")
-        )
+        let (declared, names) = (&self.declared, &self.names);
+        capacity::grow_set(&mut self.seen, n, || key_set_name(declared, names))
     }
 
     /// Notes `key` as taken.
@@ -240,6 +231,11 @@ impl KeySet {
         }
         Ok(())
     }
+}
+
+/// How a refusal names the set of a key's values: `the keys of the PRIMARY KEY (id)`.
+pub(crate) fn key_set_name(declared: &str, columns: &[String]) -> String {
+    format!("the keys of the {declared} ({})", columns.join(", "))
 }
 
 /// The position of the column `name` in `schema` (names compare case-insensitively).

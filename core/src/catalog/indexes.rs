@@ -27,7 +27,7 @@ use datafusion::common::ScalarValue;
 use redb::{ReadableTable, WriteTransaction};
 
 use crate::capacity;
-use crate::catalog::constraints::{column_index, Index};
+use crate::catalog::constraints::{column_index, key_set_name, Index};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::{INDEX_ENTRIES, RETIRED_CHUNKS};
 
@@ -297,15 +297,9 @@ impl Indexed {
         for (at, def) in self.defs.iter().enumerate() {
             let count = entries.u32()?;
             if def.unique {
-                capacity::grow_set(
-                    &mut seen.seen[at],
-                    count as usize,
-                    &format!(
-                        "the keys of the {} ({})",
-                        def.declared,
-                        def.names.join(", ")
-                    ),
-                )?;
+                capacity::grow_set(&mut seen.seen[at], count as usize, || {
+                    key_set_name(&def.declared, &def.names)
+                })?;
             }
             for _ in 0..count {
                 let entry = entries.entry()?;
@@ -319,6 +313,10 @@ impl Indexed {
                 }
                 let hash = seen.hash(entry.key);
                 if !seen.seen[at].insert(hash) {
+                    // As many as the entries when keys repeat: grown like the seen set.
+                    capacity::grow_set(&mut seen.suspects[at], 1, || {
+                        format!("the repeated {}", key_set_name(&def.declared, &def.names))
+                    })?;
                     seen.suspects[at].insert(hash);
                 }
             }

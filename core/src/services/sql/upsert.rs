@@ -100,6 +100,9 @@ impl Upsert {
         let new = concat_batches(&schema, &staged.into_batches()?)?;
         // Each key of the new rows, once: a statement cannot update a row twice.
         let mut by_key = HashMap::new();
+        crate::capacity::grow_map(&mut by_key, new.num_rows(), || {
+            format!("the keys of the statement's rows ({})", self_key.join(", "))
+        })?;
         for (row, key) in keys.keys(&new)?.into_iter().enumerate() {
             if let Some(key) = key {
                 if by_key.insert(key, row as u32).is_some() {
