@@ -126,22 +126,33 @@ where
 /// base's rows, a model's input), the encoded answer. It counts toward the user's plan
 /// (`max_memory_mb`) with its statements, within `query.statement_memory_mb` of its own, so
 /// that what a request makes outside its statements is inside a budget too (a document sent
-/// to a knowledge base is copied several times over before its statement opens). The account
-/// is counted, not enforced: a request over it makes its user's statements stop, and runs on.
+/// to a knowledge base is copied several times over before its statement opens). A front
+/// asks [`RequestMemory::admit`] before it reads a body and before it handles the request;
+/// past that, a request over its account makes its user's statements stop, and runs on.
 /// Get one from [`crate::Engine::request_memory`].
 #[derive(Debug)]
 pub struct RequestMemory {
     account: Option<Arc<Account>>,
+    /// The smallest limit over the request, in bytes, and its name: more than this it can
+    /// never hold, however little its user's other work holds.
+    most: (u64, &'static str),
 }
 
 impl RequestMemory {
     /// An account of at most `limit` bytes under `parent`; none when neither limits it.
     pub(crate) fn open(limit: Option<u64>, parent: Option<Arc<Account>>) -> RequestMemory {
+        let plan = parent.as_ref().and_then(|p| p.limit()).unwrap_or(u64::MAX);
+        let own = limit.unwrap_or(u64::MAX);
+        let most = if own < plan {
+            (own, "query.statement_memory_mb")
+        } else {
+            (plan, "the plan's max_memory_mb")
+        };
         let account = match (limit, &parent) {
             (None, None) => None,
             _ => Account::open(limit, parent).map(Arc::new),
         };
-        RequestMemory { account }
+        RequestMemory { account, most }
     }
 
     /// `future`, with what it allocates counted for the request (statements it starts count
@@ -153,39 +164,57 @@ impl RequestMemory {
         }
     }
 
-    /// Fails when the request may not take `bytes` more (its body, before it is read): its
-    /// user's work is over the plan's limit already, or less is left than that under it or
-    /// under the request's own limit. The error (a 429) names the limit; without an account
-    /// nothing is refused. The statements a request starts are stopped at their own checks;
-    /// this refuses, before anything is made of it, a body the user has no room for.
+    /// Whether the request may take `bytes` more (its body, before it is read; 0 before it
+    /// is handled), or the error to answer with, naming the limit: a body larger than the
+    /// request may ever hold is invalid (400); one larger than what its user's plan, or its
+    /// own limit, has left now, or any request once its user's work holds all of the plan
+    /// or its own account was stopped while the body was read, is over a quota for now (429);
+    /// the process over its ceiling is unavailable for now (503). Without an account nothing
+    /// is refused. The statements a request starts are stopped at their own checks; this
+    /// refuses, before anything is made of it, what the user has no room for.
     pub fn admit(&self, bytes: u64) -> crate::error::Result<()> {
+        use crate::error::{Error, ErrorKind};
         let Some(account) = &self.account else {
             return Ok(());
         };
+        let (most, most_key) = self.most;
+        if bytes > most {
+            return Err(Error::invalid(format!(
+                "The request's body of {} MiB is larger than its user may ever hold (the limit {most_key} = {} MiB); it was refused unread",
+                bytes.div_ceil(1 << 20),
+                most >> 20
+            )));
+        }
+        let stop = account.stopped();
+        if stop == Some(Stop::ProcessCeiling) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "The server is low on memory (the limit query.process_memory_mb); the request was refused before it was handled, try again shortly",
+            ));
+        }
         let remaining = account.remaining();
-        // Nothing left is refused too: the user is at or over its plan already.
-        if account.stopped().is_none() && remaining > 0 && bytes <= remaining {
+        // Nothing left is refused too: the user's work holds all it may.
+        if stop.is_none() && remaining > 0 && bytes <= remaining {
             return Ok(());
         }
         let own_left = account
             .limit()
             .map_or(u64::MAX, |limit| limit.saturating_sub(account.used()));
-        let own = own_left <= remaining && account.stopped() != Some(Stop::ParentOverLimit);
-        let limit = match own {
-            true => "query.statement_memory_mb",
-            false => "the plan's max_memory_mb",
+        let key = if own_left <= remaining && stop != Some(Stop::ParentOverLimit) {
+            "query.statement_memory_mb"
+        } else {
+            "the plan's max_memory_mb"
         };
-        let needs = match bytes {
-            0 => "The request's body took more memory".to_string(),
-            _ => format!("The request's body needs {} MiB,", bytes.div_ceil(1 << 20)),
-        };
-        Err(crate::error::Error::quota_exceeded(
+        let message = if bytes == 0 {
+            format!("The user's work holds all the memory it may (the limit {key}); the request was refused before it was handled, try again when that work has ended")
+        } else {
             format!(
-                "{needs} more than its user may hold now ({} MiB left under the limit {limit}); it was refused before it was handled, try again when the user's other work has ended",
+                "The request's body needs {} MiB, more than its user may hold now ({} MiB left under the limit {key}); it was refused unread, try again when the user's other work has ended",
+                bytes.div_ceil(1 << 20),
                 remaining >> 20
-            ),
-            Some(1),
-        ))
+            )
+        };
+        Err(Error::quota_exceeded(message, Some(1)))
     }
 
     /// Bytes the request holds now (0 without an account).
@@ -331,25 +360,31 @@ mod tests {
         engine.block_on(engine.create_user("bob", None)).unwrap();
         let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
         let bob = engine.as_user(&key).unwrap();
-        // The free plan holds 256 MiB.
+        // The free plan holds 256 MiB: a larger body can never fit.
         let memory = bob.request_memory();
         memory.admit(8 << 20).unwrap();
         let error = memory.admit(300 << 20).unwrap_err();
-        assert_eq!(error.kind(), crate::error::ErrorKind::QuotaExceeded);
-        assert!(error.message().contains("needs 300 MiB"), "{error}");
+        assert_eq!(error.kind(), crate::error::ErrorKind::InvalidInput);
+        assert!(error.message().contains("body of 300 MiB"), "{error}");
         assert!(
-            error.message().contains("the plan's max_memory_mb"),
+            error
+                .message()
+                .contains("the plan's max_memory_mb = 256 MiB"),
             "{error}"
         );
-        // Another request of the user's holds 200 MiB: less is left for this one.
+        // Another request of the user's holds 200 MiB: less is left for this one, for now.
         let other = bob.request_memory();
         let held = bob.block_on(other.run(async { vec![7u8; 200 << 20] }));
         memory.admit(40 << 20).unwrap();
         let error = memory.admit(100 << 20).unwrap_err();
+        assert_eq!(error.kind(), crate::error::ErrorKind::QuotaExceeded);
+        assert!(error.message().contains("needs 100 MiB"), "{error}");
         assert!(error.message().contains("MiB left"), "{error}");
         // And once the user's work is over the plan, even a request without a body is refused.
         let more = bob.block_on(other.run(async { vec![7u8; 100 << 20] }));
         let error = memory.admit(0).unwrap_err();
+        assert_eq!(error.kind(), crate::error::ErrorKind::QuotaExceeded);
+        assert!(error.message().contains("holds all the memory"), "{error}");
         assert!(
             error.message().contains("the plan's max_memory_mb"),
             "{error}"

@@ -459,7 +459,8 @@ async fn serve_connection(
                 Ok(engine) => {
                     // The body, what the handler makes of it and the answer count toward the
                     // user's memory budget, like the statements the request starts; a body
-                    // the user has no room for is refused unread.
+                    // whose declared length the user has no room for is refused unread (a
+                    // chunked one is judged once read, below).
                     let memory = engine.request_memory();
                     match memory.admit(request.declared_body_bytes()) {
                         Ok(()) => Ok((engine, memory, cors)),

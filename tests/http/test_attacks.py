@@ -952,9 +952,10 @@ max_storage_mb = 5
 
 def test_a_body_its_user_has_no_room_for_is_refused_before_it_is_read(start_limited_server, llm):
     """What a request holds outside its statements (its body, what the handler decodes from
-    it) counts toward its user's plan; a body larger than what the plan has left is refused
-    on its head with a 429 naming max_memory_mb, before a byte of it is read, and the user's
-    next request that fits is served. The victim (on another plan) is unaffected."""
+    it) counts toward its user's plan; a body larger than the plan is refused on its head with
+    a 400 naming max_memory_mb, before a byte of it is read (one larger than what is left now
+    gets a 429: the engine's unit test), and the user's next request is served. The victim
+    (on another plan) is unaffected."""
     plans = """
 [hosted]
 default_plan = "free"
@@ -972,11 +973,13 @@ max_memory_mb = 16
                     f"Authorization: Bearer {attack.mallory}\r\n"
                     "Content-Type: application/json\r\nContent-Length: 20000000\r\n\r\n")
             conn.send(head.encode())
-            # Answered with no byte of the body sent.
+            # Answered with no byte of the body sent, and the connection closed: the body's
+            # bytes must not be read as a next request.
             answer = conn.read_response()
-        assert answer.status == 429, (answer.status, answer.body[:300])
+            assert conn.read_to_eof() == b""
+        assert answer.status == 400, (answer.status, answer.body[:300])
         detail = answer.json()["detail"]
         names_a_limit(detail, "max_memory_mb")
-        assert "needs 20 MiB" in detail, detail
+        assert "body of 20 MiB" in detail and "refused unread" in detail, detail
         assert attack.column("SELECT count(*) FROM mindsdb.kept") == [3]
     attack.survived()
