@@ -59,7 +59,9 @@ impl SqlRunner {
                     "The built-in engine learns from data: CREATE MODEL m FROM db (SELECT …) PREDICT col",
                 ));
             };
-            let rows = self.training_rows(tenant, &data_db, &query, target).await?;
+            let rows = self
+                .training_rows(tenant, &data_db, &query, target, memory.tag())
+                .await?;
             (Job::Train(rows.stream), (data_db, query))
         };
         let spec = ModelSpec {
@@ -186,7 +188,7 @@ impl SqlRunner {
                 .clone()
                 .unwrap_or_else(|| (latest.data_db.clone(), latest.select_data_query.clone()));
             let rows = self
-                .training_rows(tenant, &db, &query, &latest.predict)
+                .training_rows(tenant, &db, &query, &latest.predict, memory.tag())
                 .await?;
             Job::Train(rows.stream)
         };
@@ -232,13 +234,15 @@ impl SqlRunner {
         Ok(())
     }
 
-    /// Plans the training query (read-only, in `db`) and checks that it has the target column.
+    /// Plans the training query (read-only, in `db`) under the training's account `training`
+    /// and checks that it has the target column.
     async fn training_rows(
         &self,
         tenant: TenantId,
         db: &str,
         query: &str,
         target: &str,
+        training: crate::memory::Tag,
     ) -> Result<ReadOnlyQuery> {
         // `FROM pg (SELECT …)` names a PostgreSQL datasource: its query is PostgreSQL's, run
         // there. Over a directory (`files` engine) the query is ours, naming its tables.
@@ -253,14 +257,17 @@ impl SqlRunner {
         } else {
             query.to_string()
         };
-        let rows = self
-            .read_only_query(tenant, db, &query, |reference, resolved| match resolved {
+        // Planned and started under the training's account, not the statement's: tasks the plan
+        // starts now (one per partition, feeding a coalesce) outlive the statement, whose end
+        // stops the work of its own account.
+        let planning =
+            self.read_only_query(tenant, db, &query, |reference, resolved| match resolved {
                 Some(_) => Ok(()),
                 None => Err(Error::invalid(format!(
                     "The training query names '{reference}', which is not in this catalog"
                 ))),
-            })
-            .await?;
+            });
+        let rows = crate::memory::InScope::new(training, Box::pin(planning)).await?;
         let mut seen = std::collections::HashSet::new();
         if let Some(twice) = rows
             .column_names
