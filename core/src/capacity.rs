@@ -95,14 +95,8 @@ pub(crate) fn grow_set<T: Eq + Hash, S: BuildHasher>(
     n: usize,
     what: impl FnOnce() -> String,
 ) -> Result<()> {
-    let wanted = set.len().saturating_add(n);
-    if wanted <= set.capacity() {
-        return Ok(());
-    }
-    let what = what();
-    let _held = hold(table_bytes::<T>(wanted), &what)?;
-    set.try_reserve(n)
-        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
+    let (len, capacity) = (set.len(), set.capacity());
+    grow::<T>(len, capacity, n, what, || set.try_reserve(n))
 }
 
 /// [`grow_set`] for a map: its table holds a key and a value per bucket.
@@ -111,14 +105,26 @@ pub(crate) fn grow_map<K: Eq + Hash, V, S: BuildHasher>(
     n: usize,
     what: impl FnOnce() -> String,
 ) -> Result<()> {
-    let wanted = map.len().saturating_add(n);
-    if wanted <= map.capacity() {
+    let (len, capacity) = (map.len(), map.capacity());
+    grow::<(K, V)>(len, capacity, n, what, || map.try_reserve(n))
+}
+
+/// Room for `n` more entries of `T` in a table of `len` entries and room for `capacity`:
+/// `reserve` is called while the larger table's bytes are held.
+fn grow<T>(
+    len: usize,
+    capacity: usize,
+    n: usize,
+    what: impl FnOnce() -> String,
+    reserve: impl FnOnce() -> std::result::Result<(), std::collections::TryReserveError>,
+) -> Result<()> {
+    let wanted = len.saturating_add(n);
+    if wanted <= capacity {
         return Ok(());
     }
     let what = what();
-    let _held = hold(table_bytes::<(K, V)>(wanted), &what)?;
-    map.try_reserve(n)
-        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
+    let _held = hold(table_bytes::<T>(wanted), &what)?;
+    reserve().map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what}: {e}")))
 }
 
 /// Bytes of a hash table (std's, a swiss table) that holds `entries`: a power of two of

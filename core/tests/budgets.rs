@@ -226,17 +226,21 @@ fn a_users_statements_share_the_plans_memory() {
     );
 }
 
+/// A local engine whose statements may hold `statement_mb`, with the table `create` makes.
+fn local_with_table(statement_mb: u64, create: &str) -> Engine {
+    let mut config = Config::default();
+    config.query.statement_memory_mb = Some(statement_mb);
+    let engine = Engine::open_in_memory(config).unwrap();
+    engine.sql_blocking(create).unwrap();
+    engine
+}
+
 #[test]
 fn an_upsert_refuses_a_key_set_larger_than_its_budget_before_making_it() {
     // The keys of the stored rows are gathered into a set before an upsert's rows are checked
     // against them: 300,000 keys grow it into a table of 512K buckets (about 21 MiB) in one
     // allocation, which must be refused before it is made, not seen after.
-    let mut config = Config::default();
-    config.query.statement_memory_mb = Some(24);
-    let engine = Engine::open_in_memory(config).unwrap();
-    engine
-        .sql_blocking("CREATE TABLE k (id BIGINT PRIMARY KEY)")
-        .unwrap();
+    let engine = local_with_table(24, "CREATE TABLE k (id BIGINT PRIMARY KEY)");
     for start in (1..300_000).step_by(50_000) {
         engine
             .sql_blocking(&format!(
@@ -266,12 +270,7 @@ fn an_upsert_refuses_a_key_set_larger_than_its_budget_before_making_it() {
 fn an_upsert_of_many_rows_refuses_its_key_map_before_making_it() {
     // ON CONFLICT DO UPDATE maps each new row's key to the row: a million new rows need a
     // table of 2M buckets (about 98 MiB), refused before it is made.
-    let mut config = Config::default();
-    config.query.statement_memory_mb = Some(48);
-    let engine = Engine::open_in_memory(config).unwrap();
-    engine
-        .sql_blocking("CREATE TABLE k (id BIGINT PRIMARY KEY, v INT)")
-        .unwrap();
+    let engine = local_with_table(48, "CREATE TABLE k (id BIGINT PRIMARY KEY, v INT)");
     engine.sql_blocking("INSERT INTO k VALUES (1, 0)").unwrap();
     let message = error_of(
         &engine,
