@@ -82,13 +82,17 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
     for id in ids {
         loop {
             // Waits for an explicit transaction to end: a DROP inside one may be rolled back,
-            // and then the step finds nothing left to do.
-            let Some(waiting) = weak.upgrade().map(|store| store.lock_writes_later()) else {
+            // and then the step finds nothing left to do. It waits in the sweeper's turn,
+            // which yields to every other writer, and on the thread that does the step: the
+            // lock is never held across a move between threads, which on a busy machine can
+            // take as long as the step.
+            let Some(waiting) = weak.upgrade().map(|store| store.lock_writes_for_sweeper()) else {
                 return false;
             };
-            let lock = waiting.await;
             let (weak, closing) = (Weak::clone(weak), Arc::clone(closing));
+            let handle = tokio::runtime::Handle::current();
             let step = crate::memory::spawn_blocking_unshared(move || {
+                let lock = handle.block_on(waiting);
                 with_store(&weak, &closing, |store| -> Result<bool> {
                     let mut guard = store.begin_write(lock)?;
                     guard.need_not_persist()?;

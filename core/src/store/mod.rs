@@ -87,10 +87,10 @@ enum Held {
 }
 
 impl WriteLock {
-    /// Waits for the writer lock as the current account's user's turn, urgent from the start:
-    /// the lock is handed to the next in turn when it is let go, and every writer then waits
-    /// for that one to be polled.
-    async fn take(lock: Arc<turns::TurnLock>) -> WriteLock {
+    /// Waits for the writer lock in `user`'s turn (see `turns`; by default the current
+    /// account's user's), urgent from the start: the lock is handed to the next in turn when
+    /// it is let go, and every writer then waits for that one to be polled.
+    async fn take(lock: Arc<turns::TurnLock>, user: Option<u64>) -> WriteLock {
         // A blocking job waiting here gives its place among its user's blocking threads up
         // for good: the lock's holder, perhaps of the same user, may need it, and once it
         // holds the lock every writer waits for it.
@@ -99,7 +99,7 @@ impl WriteLock {
         let urgent = crate::memory::urgent(current);
         WriteLock {
             guard: Held::Writer {
-                _guard: lock.lock(current.parent_key()).await,
+                _guard: lock.lock(user.unwrap_or(current.parent_key())).await,
             },
             durable: true,
             urgent,
@@ -319,16 +319,25 @@ impl Store {
     /// [`Store::lock_writes`] for work that is no statement of the connection (training,
     /// deliveries): it never joins an open transaction, it waits for it to end.
     pub(crate) async fn lock_writes_detached(&self) -> WriteLock {
-        WriteLock::take(self.write_lock.clone()).await
+        WriteLock::take(self.write_lock.clone(), None).await
     }
 
-    /// [`Store::lock_writes_detached`] as a future that does not hold the store while it
-    /// waits, for a background task that must not keep the file open (the sweeper).
-    pub(crate) fn lock_writes_later(
+    /// [`Store::lock_writes_detached`] in the turn of `user` (a parent account's key, see
+    /// `memory::Tag::parent_key`), for what a statement leaves to do after it, outside its
+    /// account: the discard of a failed landing, the sweep of what a rewrite retired. Work
+    /// that its user caused takes its user's turns, not those of background work.
+    pub(crate) async fn lock_writes_as(&self, user: u64) -> WriteLock {
+        WriteLock::take(self.write_lock.clone(), Some(user)).await
+    }
+
+    /// [`Store::lock_writes_detached`] in the sweeper's turn, which yields to every other
+    /// writer (see `turns::SWEEPER`), as a future that does not hold the store while it waits,
+    /// for a background task that must not keep the file open.
+    pub(crate) fn lock_writes_for_sweeper(
         &self,
     ) -> impl std::future::Future<Output = WriteLock> + Send + 'static {
         let lock = Arc::clone(&self.write_lock);
-        WriteLock::take(lock)
+        WriteLock::take(lock, Some(turns::SWEEPER))
     }
 
     /// Takes the writer lock if it is free, without waiting.

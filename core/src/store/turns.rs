@@ -4,6 +4,12 @@
 //! many a user has queued. Within a user it is first come, first served. A user is the parent
 //! memory account of the work that asks (a hosted user's account, see `memory`); work with no
 //! parent (the local edition's, background work) is one more user.
+//!
+//! One user yields: [`SWEEPER`], the removal of what DROPs left (`engine/sweeper.rs`), nobody's
+//! request and whose steps are as long as anyone's. It gets the lock only while nobody else
+//! waits, or once it has waited [`SWEEPER_PATIENCE`]: under a stream of writes it holds the
+//! lock for one step in that time at most, and it is never starved. Without this, every write
+//! of another user waited for one sweeping step besides the step of each user ahead of it.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -11,8 +17,16 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+/// The user that yields to every other (see the module's comment); no parent account has this
+/// key (they have 30 bits).
+pub(crate) const SWEEPER: u64 = u64::MAX;
+
+/// How long [`SWEEPER`] waits for the others before it takes its turn anyway.
+pub(crate) const SWEEPER_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The lock (shared through an `Arc`).
 #[derive(Debug, Default)]
@@ -29,6 +43,8 @@ struct State {
     queues: HashMap<u64, VecDeque<Arc<Place>>>,
     /// Users with someone waiting, in the order of their next turn.
     turns: VecDeque<u64>,
+    /// Since when [`SWEEPER`] waits for its next turn, if it does.
+    sweeper_waits: Option<Instant>,
 }
 
 /// One caller's place in line.
@@ -52,9 +68,17 @@ impl Drop for TurnGuard {
 }
 
 impl State {
-    /// The next place in turn, taken out of line.
+    /// The next place in turn, taken out of line: the first user's, passing over
+    /// [`SWEEPER`] while others wait and its patience lasts.
     fn next(&mut self) -> Option<Arc<Place>> {
-        let user = self.turns.pop_front()?;
+        let patient = self
+            .sweeper_waits
+            .is_some_and(|since| since.elapsed() < SWEEPER_PATIENCE);
+        let at = match self.turns.iter().position(|user| *user != SWEEPER) {
+            Some(other) if patient => other,
+            _ => 0,
+        };
+        let user = self.turns.remove(at)?;
         let queue = self.queues.get_mut(&user)?;
         let place = queue.pop_front();
         if queue.is_empty() {
@@ -62,7 +86,22 @@ impl State {
         } else {
             self.turns.push_back(user);
         }
+        if user == SWEEPER {
+            self.sweeper_waits = self.queues.contains_key(&SWEEPER).then(Instant::now);
+        }
         place
+    }
+
+    /// Puts `place` in `user`'s line.
+    fn queue(&mut self, user: u64, place: Arc<Place>) {
+        let queue = self.queues.entry(user).or_default();
+        queue.push_back(place);
+        if queue.len() == 1 {
+            self.turns.push_back(user);
+            if user == SWEEPER {
+                self.sweeper_waits = Some(Instant::now());
+            }
+        }
     }
 }
 
@@ -73,11 +112,7 @@ impl TurnLock {
             let mut state = self.state.lock();
             if state.held {
                 let place = Arc::new(Place::default());
-                let queue = state.queues.entry(user).or_default();
-                queue.push_back(Arc::clone(&place));
-                if queue.len() == 1 {
-                    state.turns.push_back(user);
-                }
+                state.queue(user, Arc::clone(&place));
                 Some(place)
             } else {
                 state.held = true;
@@ -168,6 +203,9 @@ impl Drop for Waiting {
             if queue.is_empty() {
                 state.queues.remove(&self.user);
                 state.turns.retain(|user| *user != self.user);
+                if self.user == SWEEPER {
+                    state.sweeper_waits = None;
+                }
             }
         }
     }
@@ -209,6 +247,41 @@ mod tests {
         drop(guard);
         assert_eq!(order, ["1a", "2a", "1b", "1c"]);
         assert!(lock.try_lock().is_some(), "free again");
+    }
+
+    #[test]
+    fn the_sweeper_waits_while_others_do_until_its_patience_ends() {
+        let lock = Arc::new(TurnLock::default());
+        let held = lock.try_lock().unwrap();
+        let mut sweeper = Box::pin(Arc::clone(&lock).lock(SWEEPER));
+        let mut first = Box::pin(Arc::clone(&lock).lock(1));
+        let mut second = Box::pin(Arc::clone(&lock).lock(2));
+        assert!(sweeper.as_mut().now_or_never().is_none());
+        // Others wait: they go first, in turn, though the sweeper asked before them.
+        drop(held);
+        assert!(sweeper.as_mut().now_or_never().is_none());
+        let guard = first
+            .as_mut()
+            .now_or_never()
+            .expect("user 1 goes before the sweeper");
+        let mut third = Box::pin(Arc::clone(&lock).lock(3));
+        drop(guard);
+        assert!(sweeper.as_mut().now_or_never().is_none());
+        let guard = second.as_mut().now_or_never().expect("user 2 goes next");
+        // Its patience spent, the sweeper goes before user 3, who asked later.
+        std::thread::sleep(SWEEPER_PATIENCE + Duration::from_millis(10));
+        drop(guard);
+        assert!(third.as_mut().now_or_never().is_none());
+        let guard = sweeper
+            .as_mut()
+            .now_or_never()
+            .expect("the sweeper's turn came");
+        drop(guard);
+        drop(third.as_mut().now_or_never().expect("then user 3's"));
+        // Alone, it never waits for its patience.
+        let mut alone = Box::pin(Arc::clone(&lock).lock(SWEEPER));
+        drop(alone.as_mut().now_or_never().expect("free: taken at once"));
+        assert!(lock.try_lock().is_some());
     }
 
     #[test]

@@ -1202,9 +1202,10 @@ impl<'a> Landing<'a> {
     fn published(mut self, retired: Retired) {
         self.id = None;
         let (store, handle) = (&self.job.store, self.handle);
+        let user = crate::memory::current().parent_key();
         let _outside = crate::memory::enter(crate::memory::Tag::NONE);
         let _ = retired.sweep(&mut |work| {
-            let lock = handle.block_on(store.lock_writes_detached());
+            let lock = handle.block_on(store.lock_writes_as(user));
             let mut guard = store.begin_write(lock)?;
             guard.need_not_persist()?;
             work(&guard.txn)?;
@@ -1256,9 +1257,10 @@ pub(crate) fn discard_landing(handle: &Handle, job: &WriteJob, id: Option<u64>) 
     if job.in_transaction {
         return;
     }
+    let user = crate::memory::current().parent_key();
     let _outside = crate::memory::enter(crate::memory::Tag::NONE);
     loop {
-        let lock = handle.block_on(store.lock_writes_detached());
+        let lock = handle.block_on(store.lock_writes_as(user));
         let Ok(mut guard) = store.begin_write(lock) else {
             return;
         };
