@@ -335,14 +335,15 @@ impl Indexed {
         lookups: Lookups<'_>,
     ) -> Result<u64> {
         Ok(self
-            .write_part(txn, chunk, encoded, lookups, &[], 0..usize::MAX)?
+            .write_part(txn, chunk, encoded, lookups, &[], Part::all())?
             .0)
     }
 
-    /// [`Indexed::write`] for the entries numbered `part` among all of `encoded` (every
-    /// index's, in order), so that a chunk's entries can be written over several
-    /// transactions; the entries of the chunks `replaced` (which the write replaces) take no
-    /// key. Returns the bytes written and how many entries `encoded` holds.
+    /// [`Indexed::write`] for the entries of `part` among all of `encoded` (every index's, in
+    /// order), so that a chunk's entries can be written over several transactions; the
+    /// entries of the chunks `replaced` (which the write replaces) take no key. Returns the
+    /// bytes written, how many entries `encoded` holds, and the number of the first entry
+    /// not written (where the next step goes on).
     pub(crate) fn write_part(
         &self,
         txn: &WriteTransaction,
@@ -350,18 +351,19 @@ impl Indexed {
         encoded: &[u8],
         lookups: Lookups<'_>,
         replaced: &[u64],
-        part: std::ops::Range<usize>,
-    ) -> Result<(u64, usize)> {
+        part: Part,
+    ) -> Result<(u64, usize, usize)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let retired = txn.open_table(RETIRED_CHUNKS)?;
         let mut entries = Entries { bytes: encoded };
         let (mut bytes, mut number) = (0, 0);
+        let mut taking = part.taking();
         for (at, def) in self.defs.iter().enumerate() {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
                 number += 1;
-                if !part.contains(&(number - 1)) {
+                if !taking.takes(number - 1) {
                     continue;
                 }
                 let look = def.unique
@@ -377,7 +379,7 @@ impl Indexed {
                 bytes += entry_bytes(entry.key.len());
             }
         }
-        Ok((bytes, number))
+        Ok((bytes, number, taking.end(number)))
     }
 
     /// Removes the entries `encoded` (from [`Indexed::encode_unchecked`]) of chunk `chunk`.
@@ -388,28 +390,29 @@ impl Indexed {
         chunk: u64,
         encoded: &[u8],
     ) -> Result<u64> {
-        Ok(self.remove_part(txn, chunk, encoded, 0..usize::MAX)?.0)
+        Ok(self.remove_part(txn, chunk, encoded, Part::all())?.0)
     }
 
-    /// [`Indexed::remove_encoded`] for the entries numbered `part` among all of `encoded`, so
-    /// that a chunk's entries can be removed over several transactions. Returns the bytes
-    /// they took and how many entries `encoded` holds.
+    /// [`Indexed::remove_encoded`] for the entries of `part` among all of `encoded`, so that a
+    /// chunk's entries can be removed over several transactions. Returns the bytes they took,
+    /// how many entries `encoded` holds, and the number of the first entry not removed.
     pub(crate) fn remove_part(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         encoded: &[u8],
-        part: std::ops::Range<usize>,
-    ) -> Result<(u64, usize)> {
+        part: Part,
+    ) -> Result<(u64, usize, usize)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let mut entries = Entries { bytes: encoded };
         let (mut bytes, mut number) = (0, 0);
+        let mut taking = part.taking();
         for def in &self.defs {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
                 number += 1;
-                if !part.contains(&(number - 1)) {
+                if !taking.takes(number - 1) {
                     continue;
                 }
                 if table
@@ -420,7 +423,7 @@ impl Indexed {
                 }
             }
         }
-        Ok((bytes, number))
+        Ok((bytes, number, taking.end(number)))
     }
 
     /// The bytes the entries `encoded` take once written (see `storage`).
@@ -578,14 +581,92 @@ pub(crate) fn drop_entries(txn: &WriteTransaction, id: u64) -> Result<u64> {
 /// Where a [`sweep`] of an index's entries goes on: the last entry it examined.
 pub(crate) type SweepCursor = (Vec<u8>, u64, u32);
 
-/// Entries a step of a landing writes, or of a [`sweep`] examines, in one transaction: what
-/// keeps the writer lock they hold short. Another tenant's one-row INSERT waits for the step
-/// in progress: behind a CREATE INDEX over 2M rows (release build, 2 cores) it took p50 29 ms,
-/// p99 112 ms with 16,384 entries a step, and 12 ms, 50 ms with 4,096.
+/// Entries a step of a landing writes, or of a [`sweep`] examines, in one transaction, at
+/// most (fewer while another user waits, see [`ends_early`]): what keeps the writer lock
+/// they hold short. Another tenant's one-row INSERT behind a CREATE INDEX over 2M rows
+/// (release build, 2 cores) took p50 29 ms, p99 112 ms with 16,384 entries a step, and
+/// 12 ms, 50 ms with 4,096, before steps ended early.
 pub(crate) const STEP_ENTRIES: usize = 4_096;
 
+/// Entries a step handles at least before it ends early for another user (see [`Part`]).
+const STEP_ENTRIES_AT_LEAST: usize = 256;
+
+/// Whether a step that has handled `handled` entries ends here for another user: once it has
+/// done [`STEP_ENTRIES_AT_LEAST`], it looks (every 64 entries) whether a user other than its
+/// own waits for the writer lock (`store::others_wait`). So one user's steps are as long as
+/// [`STEP_ENTRIES`] make them while nobody else writes, and short while someone does; the
+/// local edition's writes never end their steps early for each other (one user), only the
+/// sweeper's for them.
+fn ends_early(handled: usize) -> bool {
+    handled >= STEP_ENTRIES_AT_LEAST && handled.is_multiple_of(64) && crate::store::others_wait()
+}
+
+/// Which of a chunk's entries a step handles: from the entry numbered `from`, at most
+/// [`STEP_ENTRIES`] of them, fewer when another user waits ([`ends_early`]); or all of them in
+/// one go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Part {
+    from: usize,
+    stepped: bool,
+}
+
+impl Part {
+    /// A step's share, from the entry numbered `from`.
+    pub(crate) fn step(from: usize) -> Part {
+        Part {
+            from,
+            stepped: true,
+        }
+    }
+
+    /// Every entry, in one go.
+    pub(crate) fn all() -> Part {
+        Part {
+            from: 0,
+            stepped: false,
+        }
+    }
+
+    fn taking(self) -> Taking {
+        Taking {
+            part: self,
+            handled: 0,
+            end: None,
+        }
+    }
+}
+
+/// A [`Part`] being taken, entry by entry.
+struct Taking {
+    part: Part,
+    handled: usize,
+    /// The first entry left for the next step, once the step ended.
+    end: Option<usize>,
+}
+
+impl Taking {
+    /// Whether the entry numbered `number` is this step's.
+    fn takes(&mut self, number: usize) -> bool {
+        if number < self.part.from || self.end.is_some() {
+            return false;
+        }
+        if self.part.stepped && (self.handled == STEP_ENTRIES || ends_early(self.handled)) {
+            self.end = Some(number);
+            return false;
+        }
+        self.handled += 1;
+        true
+    }
+
+    /// The first entry left for the next step, of `count`.
+    fn end(&self, count: usize) -> usize {
+        self.end.unwrap_or(count)
+    }
+}
+
 /// Removes, among the next [`STEP_ENTRIES`] entries of the index `id` after `after` (from
-/// its first when `None`), those of the chunks `gone` names. Returns the bytes freed and
+/// its first when `None`; fewer while another user waits, see [`ends_early`]), those of the
+/// chunks `gone` names. Returns the bytes freed and
 /// where to go on, `None` once the index's last entry was examined. In steps, so that removing
 /// many entries never holds the writer lock for long.
 pub(crate) fn sweep(
@@ -615,7 +696,7 @@ pub(crate) fn sweep(
                 doomed.push((key.to_vec(), chunk, row));
             }
             examined += 1;
-            if examined == STEP_ENTRIES {
+            if examined == STEP_ENTRIES || ends_early(examined) {
                 last = Some((key.to_vec(), chunk, row));
                 break;
             }

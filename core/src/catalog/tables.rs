@@ -1391,7 +1391,7 @@ impl RowLanding {
         let (mut chunk, mut from) = (None, 0);
         loop {
             keep_going()?;
-            let (mut done, mut overtaken) = ((None, 0, 0, 0), false);
+            let (mut done, mut overtaken) = ((None, 0, 0, 0, 0), false);
             let stepped = step(&mut |txn| {
                 // A rewrite whose table changed since it was read (or whose indexes did) will
                 // not apply: it stops landing and runs again.
@@ -1410,9 +1410,9 @@ impl RowLanding {
                         (begun, id, bytes.len() as u64)
                     }
                 };
-                let part = from..from + indexes::STEP_ENTRIES;
+                let part = indexes::Part::step(from);
                 let written = self.land_entries(txn, indexed, id, entries, replaced, part);
-                let (entries_added, total) = match written {
+                let (entries_added, total, end) = match written {
                     Err(e)
                         if rewriting.is_some()
                             && e.kind() == crate::ErrorKind::ConstraintViolation
@@ -1435,14 +1435,14 @@ impl RowLanding {
                     }
                 }
                 added += entries_added;
-                done = (begun, id, total, added);
+                done = (begun, id, total, added, end);
                 Ok(())
             });
             if overtaken {
                 return Ok(None);
             }
             stepped?;
-            let (begun, id, total, added) = done;
+            let (begun, id, total, added, end) = done;
             if begun.is_some() {
                 self.id = begun;
             }
@@ -1453,7 +1453,7 @@ impl RowLanding {
             chunk = Some(id);
             #[cfg(test)]
             indexes::observe::landed(&self.name);
-            from += indexes::STEP_ENTRIES;
+            from = end;
             if from >= total {
                 return Ok(Some(id));
             }
@@ -1572,8 +1572,8 @@ impl RowLanding {
         chunk: u64,
         entries: &[u8],
         replaced: &[u64],
-        part: std::ops::Range<usize>,
-    ) -> Result<(u64, usize)> {
+        part: indexes::Part,
+    ) -> Result<(u64, usize, usize)> {
         self.check_target(txn)?;
         indexed.write_part(txn, chunk, entries, Lookups::All, replaced, part)
     }
@@ -2177,7 +2177,7 @@ impl Retired {
         work.entries.drain(|chunk, entries| {
             let mut from = 0;
             loop {
-                let mut total = 0;
+                let (mut total, mut end) = (0, from);
                 step(&mut |txn| {
                     // Not retired (any more): an explicit transaction that the rewrite's
                     // commit joined was rolled back; the chunk is live.
@@ -2188,10 +2188,11 @@ impl Retired {
                     if !retired {
                         return Ok(());
                     }
-                    let part = from..from + indexes::STEP_ENTRIES;
-                    let (mut freed, count) =
+                    let part = indexes::Part::step(from);
+                    let (mut freed, count, next) =
                         work.indexed.remove_part(txn, chunk, &entries, part)?;
-                    if from + indexes::STEP_ENTRIES >= count {
+                    end = next;
+                    if next >= count {
                         if let Some(bytes) = txn.open_table(CHUNKS)?.remove((work.table, chunk))? {
                             freed += bytes.value().len() as u64;
                         }
@@ -2204,7 +2205,7 @@ impl Retired {
                 })?;
                 #[cfg(test)]
                 indexes::observe::swept(&work.name);
-                from += indexes::STEP_ENTRIES;
+                from = end;
                 if from >= total {
                     return Ok(());
                 }
@@ -2732,7 +2733,7 @@ impl IndexBuild {
                 let mut from = 0;
                 loop {
                     keep_going()?;
-                    let (mut written, mut total) = (false, 0);
+                    let (mut written, mut total, mut end) = (false, 0, from);
                     step(&mut |txn| {
                         let record = self.current(txn, tenant)?;
                         let live = chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)?
@@ -2740,8 +2741,8 @@ impl IndexBuild {
                             .any(|(_, c)| *c == chunk);
                         if live {
                             let lookups = Lookups::Suspects(&self.seen);
-                            let part = from..from + indexes::STEP_ENTRIES;
-                            let (added, count) = self.indexed.write_part(
+                            let part = indexes::Part::step(from);
+                            let (added, count, next) = self.indexed.write_part(
                                 txn,
                                 chunk,
                                 &entries,
@@ -2750,7 +2751,7 @@ impl IndexBuild {
                                 part,
                             )?;
                             storage::charge(txn, tenant, Change::added(added))?;
-                            total = count;
+                            (total, end) = (count, next);
                         }
                         written = live;
                         Ok(())
@@ -2758,7 +2759,7 @@ impl IndexBuild {
                     if written {
                         self.landed.insert(chunk);
                     }
-                    from += indexes::STEP_ENTRIES;
+                    from = end;
                     if !written || from >= total {
                         break;
                     }

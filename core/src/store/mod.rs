@@ -5,6 +5,7 @@
 //! modules named there (`projects`, `tables`, …), and this module owns none of them.
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,6 +129,45 @@ impl WriteLock {
     }
 }
 
+thread_local! {
+    /// The writer lock's turn this thread holds for a write transaction, if it does.
+    static HOLDING: RefCell<Option<turns::Watch>> = const { RefCell::new(None) };
+}
+
+/// Whether a user other than the one whose write transaction this thread runs waits for the
+/// writer lock (see `turns`): a step of many index entries then ends early (see
+/// `indexes::Part`), so that another user's one-row INSERT waits for a few hundred entries
+/// of each user ahead of it rather than for thousands. False outside a write transaction, and
+/// inside an explicit one (its statements' turns are not the writer lock's).
+pub(crate) fn others_wait() -> bool {
+    HOLDING.with(|holding| {
+        holding
+            .borrow()
+            .as_ref()
+            .is_some_and(turns::Watch::others_wait)
+    })
+}
+
+/// Marks this thread as holding a turn of the writer lock until dropped.
+struct Holding {
+    previous: Option<turns::Watch>,
+}
+
+impl Holding {
+    fn enter(watch: Option<turns::Watch>) -> Holding {
+        Holding {
+            previous: HOLDING.with(|holding| holding.replace(watch)),
+        }
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        HOLDING.with(|holding| *holding.borrow_mut() = previous);
+    }
+}
+
 /// A write transaction that also holds the in-process writer lock until it commits or drops.
 pub(crate) struct WriteGuard {
     pub(crate) txn: WriteTransaction,
@@ -142,6 +182,8 @@ pub(crate) struct WriteGuard {
     _lock: Held,
     /// The lock's urgent mark, held as long as the lock.
     _urgent: crate::memory::Urgent,
+    /// This thread's mark that it holds the lock.
+    _holding: Holding,
 }
 
 impl WriteGuard {
@@ -351,6 +393,10 @@ impl Store {
     /// Begins the write transaction that `lock` entitles the caller to. Never waits: the lock
     /// already excludes every other writer of this process, and redb's file lock all others.
     pub(crate) fn begin_write(&self, lock: WriteLock) -> Result<WriteGuard> {
+        let holding = Holding::enter(match &lock.guard {
+            Held::Writer { _guard } => Some(_guard.watch()),
+            Held::Statements { .. } => None,
+        });
         let mut txn = self.db.begin_write()?;
         if !lock.durable {
             txn.set_durability(redb::Durability::None).map_err(|e| {
@@ -365,6 +411,7 @@ impl Store {
             cancelled: CancellationToken::new(),
             _lock: lock.guard,
             _urgent: lock.urgent,
+            _holding: holding,
         })
     }
 

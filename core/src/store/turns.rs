@@ -5,8 +5,8 @@
 //! memory account of the work that asks (a hosted user's account, see `memory`); work with no
 //! parent (the local edition's, background work) is one more user.
 //!
-//! One user yields: [`SWEEPER`], the removal of what DROPs left (`engine/sweeper.rs`), nobody's
-//! request and whose steps are as long as anyone's. It gets the lock only while nobody else
+//! One user yields: [`SWEEPER`], the removal of what DROPs left (`engine/sweeper.rs`): nobody's
+//! request, in steps as long as anyone's. It gets the lock only while nobody else
 //! waits, or once it has waited [`SWEEPER_PATIENCE`]: under a stream of writes it holds the
 //! lock for one step in that time at most, and it is never starved. Without this, every write
 //! of another user waited for one sweeping step besides the step of each user ahead of it.
@@ -59,6 +59,36 @@ struct Place {
 #[derive(Debug)]
 pub(crate) struct TurnGuard {
     lock: Arc<TurnLock>,
+    /// Whose turn it is.
+    user: u64,
+}
+
+impl TurnGuard {
+    /// What tells, while this guard is held, whether others wait.
+    pub(crate) fn watch(&self) -> Watch {
+        Watch {
+            lock: Arc::clone(&self.lock),
+            user: self.user,
+        }
+    }
+}
+
+/// Whether users other than a holder wait for the lock (see [`TurnGuard::watch`]).
+#[derive(Debug)]
+pub(crate) struct Watch {
+    lock: Arc<TurnLock>,
+    user: u64,
+}
+
+impl Watch {
+    /// Whether a user other than the holder's, and other than the sweeper, waits for the lock.
+    pub(crate) fn others_wait(&self) -> bool {
+        let state = self.lock.state.lock();
+        state
+            .turns
+            .iter()
+            .any(|user| *user != self.user && *user != SWEEPER)
+    }
 }
 
 impl Drop for TurnGuard {
@@ -135,6 +165,7 @@ impl TurnLock {
         state.held = true;
         Some(TurnGuard {
             lock: Arc::clone(self),
+            user: 0,
         })
     }
 
@@ -178,7 +209,10 @@ impl Future for Waiting {
             }
         }
         let lock = self.lock.take().expect("polled after completion");
-        Poll::Ready(TurnGuard { lock })
+        Poll::Ready(TurnGuard {
+            lock,
+            user: self.user,
+        })
     }
 }
 

@@ -1577,6 +1577,63 @@ mod tests {
     }
 
     #[test]
+    fn a_landing_step_ends_early_while_another_user_waits_for_the_writer_lock() {
+        let engine = Engine::open_in_memory(Config::default()).unwrap();
+        let sql = |q: &str| engine.sql_blocking(q).unwrap();
+        let steps_of = |entries: usize| entries.div_ceil(crate::catalog::indexes::STEP_ENTRIES);
+        sql("CREATE TABLE yielding (id BIGINT PRIMARY KEY)");
+        let steps = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let other = Arc::new(Mutex::new(None));
+        let (count, racer, (stopping, thread)) = (
+            Arc::clone(&steps),
+            engine.clone(),
+            (Arc::clone(&stop), Arc::clone(&other)),
+        );
+        observe::on_landed("yielding", move || {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                // From the first step on, another user writes without pause: it waits for
+                // the writer lock while each of the landing's steps holds it.
+                let (racer, stopping) = (racer.clone(), Arc::clone(&stopping));
+                *thread.lock() = Some(std::thread::spawn(move || {
+                    while !stopping.load(Ordering::SeqCst) {
+                        drop(racer.block_on(racer.store().lock_writes_as(77)));
+                    }
+                }));
+            }
+        });
+        // Two full chunks land, each with its entries in steps (the rest of the rows goes in
+        // with the publishing commit).
+        sql("INSERT INTO yielding SELECT value FROM generate_series(1, 140000)");
+        observe::on_landed("yielding", || {});
+        stop.store(true, Ordering::SeqCst);
+        other
+            .lock()
+            .take()
+            .expect("the other user wrote")
+            .join()
+            .unwrap();
+        let taken = steps.load(Ordering::SeqCst);
+        assert!(
+            taken > 2 * steps_of(tables::CHUNK_ROWS),
+            "{taken} steps, as many as with nobody waiting: none ended early for the other user"
+        );
+        assert_eq!(value(&engine, "SELECT count(*) FROM yielding"), "140000");
+        assert_eq!(
+            value(
+                &engine,
+                "SELECT count(DISTINCT id) FROM yielding WHERE id > 139000"
+            ),
+            "1000"
+        );
+        let e = engine
+            .sql_blocking("INSERT INTO yielding VALUES (139999)")
+            .unwrap_err();
+        assert!(e.message().contains("Duplicate key (139999)"), "{e}");
+        nothing_retired_left(&engine, 140_000);
+    }
+
+    #[test]
     fn a_rewrite_of_an_indexed_chunk_lands_then_sweeps_the_old_one_in_steps() {
         let engine = Engine::open_in_memory(Config::default()).unwrap();
         let sql = |q: &str| engine.sql_blocking(q).unwrap();
