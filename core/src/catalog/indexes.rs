@@ -342,8 +342,8 @@ impl Indexed {
     /// [`Indexed::write`] for the entries of `part` among all of `encoded` (every index's, in
     /// order), so that a chunk's entries can be written over several transactions; the
     /// entries of the chunks `replaced` (which the write replaces) take no key. Returns the
-    /// bytes written, how many entries `encoded` holds, and the number of the first entry
-    /// not written (where the next step goes on).
+    /// bytes written and where the next step goes on: the number of the first entry left,
+    /// `None` when none is.
     pub(crate) fn write_part(
         &self,
         txn: &WriteTransaction,
@@ -352,18 +352,21 @@ impl Indexed {
         lookups: Lookups<'_>,
         replaced: &[u64],
         part: Part,
-    ) -> Result<(u64, usize, usize)> {
+    ) -> Result<(u64, Option<usize>)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let retired = txn.open_table(RETIRED_CHUNKS)?;
         let mut entries = Entries { bytes: encoded };
         let (mut bytes, mut number) = (0, 0);
         let mut taking = part.taking();
-        for (at, def) in self.defs.iter().enumerate() {
+        'entries: for (at, def) in self.defs.iter().enumerate() {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
                 number += 1;
                 if !taking.takes(number - 1) {
+                    if taking.next().is_some() {
+                        break 'entries;
+                    }
                     continue;
                 }
                 let look = def.unique
@@ -379,7 +382,7 @@ impl Indexed {
                 bytes += entry_bytes(entry.key.len());
             }
         }
-        Ok((bytes, number, taking.end(number)))
+        Ok((bytes, taking.next()))
     }
 
     /// Removes the entries `encoded` (from [`Indexed::encode_unchecked`]) of chunk `chunk`.
@@ -394,25 +397,28 @@ impl Indexed {
     }
 
     /// [`Indexed::remove_encoded`] for the entries of `part` among all of `encoded`, so that a
-    /// chunk's entries can be removed over several transactions. Returns the bytes they took,
-    /// how many entries `encoded` holds, and the number of the first entry not removed.
+    /// chunk's entries can be removed over several transactions. Returns the bytes they took
+    /// and where the next step goes on (as [`Indexed::write_part`]).
     pub(crate) fn remove_part(
         &self,
         txn: &WriteTransaction,
         chunk: u64,
         encoded: &[u8],
         part: Part,
-    ) -> Result<(u64, usize, usize)> {
+    ) -> Result<(u64, Option<usize>)> {
         let mut table = txn.open_table(INDEX_ENTRIES)?;
         let mut entries = Entries { bytes: encoded };
         let (mut bytes, mut number) = (0, 0);
         let mut taking = part.taking();
-        for def in &self.defs {
+        'entries: for def in &self.defs {
             let count = entries.u32()?;
             for _ in 0..count {
                 let entry = entries.entry()?;
                 number += 1;
                 if !taking.takes(number - 1) {
+                    if taking.next().is_some() {
+                        break 'entries;
+                    }
                     continue;
                 }
                 if table
@@ -423,7 +429,7 @@ impl Indexed {
                 }
             }
         }
-        Ok((bytes, number, taking.end(number)))
+        Ok((bytes, taking.next()))
     }
 
     /// The bytes the entries `encoded` take once written (see `storage`).
@@ -658,9 +664,9 @@ impl Taking {
         true
     }
 
-    /// The first entry left for the next step, of `count`.
-    fn end(&self, count: usize) -> usize {
-        self.end.unwrap_or(count)
+    /// The first entry left for the next step, once the step ended before the last.
+    fn next(&self) -> Option<usize> {
+        self.end
     }
 }
 

@@ -1391,7 +1391,7 @@ impl RowLanding {
         let (mut chunk, mut from) = (None, 0);
         loop {
             keep_going()?;
-            let (mut done, mut overtaken) = ((None, 0, 0, 0, 0), false);
+            let (mut done, mut overtaken) = ((None, 0, 0, None), false);
             let stepped = step(&mut |txn| {
                 // A rewrite whose table changed since it was read (or whose indexes did) will
                 // not apply: it stops landing and runs again.
@@ -1412,7 +1412,7 @@ impl RowLanding {
                 };
                 let part = indexes::Part::step(from);
                 let written = self.land_entries(txn, indexed, id, entries, replaced, part);
-                let (entries_added, total, end) = match written {
+                let (entries_added, next) = match written {
                     Err(e)
                         if rewriting.is_some()
                             && e.kind() == crate::ErrorKind::ConstraintViolation
@@ -1435,14 +1435,14 @@ impl RowLanding {
                     }
                 }
                 added += entries_added;
-                done = (begun, id, total, added, end);
+                done = (begun, id, added, next);
                 Ok(())
             });
             if overtaken {
                 return Ok(None);
             }
             stepped?;
-            let (begun, id, total, added, end) = done;
+            let (begun, id, added, next) = done;
             if begun.is_some() {
                 self.id = begun;
             }
@@ -1453,9 +1453,9 @@ impl RowLanding {
             chunk = Some(id);
             #[cfg(test)]
             indexes::observe::landed(&self.name);
-            from = end;
-            if from >= total {
-                return Ok(Some(id));
+            match next {
+                Some(next) => from = next,
+                None => return Ok(Some(id)),
             }
         }
     }
@@ -1573,7 +1573,7 @@ impl RowLanding {
         entries: &[u8],
         replaced: &[u64],
         part: indexes::Part,
-    ) -> Result<(u64, usize, usize)> {
+    ) -> Result<(u64, Option<usize>)> {
         self.check_target(txn)?;
         indexed.write_part(txn, chunk, entries, Lookups::All, replaced, part)
     }
@@ -2177,7 +2177,7 @@ impl Retired {
         work.entries.drain(|chunk, entries| {
             let mut from = 0;
             loop {
-                let (mut total, mut end) = (0, from);
+                let mut left = None;
                 step(&mut |txn| {
                     // Not retired (any more): an explicit transaction that the rewrite's
                     // commit joined was rolled back; the chunk is live.
@@ -2189,10 +2189,9 @@ impl Retired {
                         return Ok(());
                     }
                     let part = indexes::Part::step(from);
-                    let (mut freed, count, next) =
-                        work.indexed.remove_part(txn, chunk, &entries, part)?;
-                    end = next;
-                    if next >= count {
+                    let (mut freed, next) = work.indexed.remove_part(txn, chunk, &entries, part)?;
+                    left = next;
+                    if next.is_none() {
                         if let Some(bytes) = txn.open_table(CHUNKS)?.remove((work.table, chunk))? {
                             freed += bytes.value().len() as u64;
                         }
@@ -2200,14 +2199,13 @@ impl Retired {
                         landing::remove_chunk(txn, work.landing, chunk)?;
                     }
                     storage::charge(txn, work.tenant, Change::removed(freed))?;
-                    total = count;
                     Ok(())
                 })?;
                 #[cfg(test)]
                 indexes::observe::swept(&work.name);
-                from = end;
-                if from >= total {
-                    return Ok(());
+                match left {
+                    Some(next) => from = next,
+                    None => return Ok(()),
                 }
             }
         })?;
@@ -2733,7 +2731,7 @@ impl IndexBuild {
                 let mut from = 0;
                 loop {
                     keep_going()?;
-                    let (mut written, mut total, mut end) = (false, 0, from);
+                    let (mut written, mut left) = (false, None);
                     step(&mut |txn| {
                         let record = self.current(txn, tenant)?;
                         let live = chunk_order(&txn.open_table(CHUNK_ORDER)?, record.id)?
@@ -2742,7 +2740,7 @@ impl IndexBuild {
                         if live {
                             let lookups = Lookups::Suspects(&self.seen);
                             let part = indexes::Part::step(from);
-                            let (added, count, next) = self.indexed.write_part(
+                            let (added, next) = self.indexed.write_part(
                                 txn,
                                 chunk,
                                 &entries,
@@ -2751,7 +2749,7 @@ impl IndexBuild {
                                 part,
                             )?;
                             storage::charge(txn, tenant, Change::added(added))?;
-                            (total, end) = (count, next);
+                            left = next;
                         }
                         written = live;
                         Ok(())
@@ -2759,9 +2757,9 @@ impl IndexBuild {
                     if written {
                         self.landed.insert(chunk);
                     }
-                    from = end;
-                    if !written || from >= total {
-                        break;
+                    match left {
+                        Some(next) if written => from = next,
+                        _ => break,
                     }
                 }
                 Ok(())
