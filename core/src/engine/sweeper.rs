@@ -83,16 +83,15 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
         loop {
             // Waits for an explicit transaction to end: a DROP inside one may be rolled back,
             // and then the step finds nothing left to do. It waits in the sweeper's turn,
-            // which yields to every other writer, and on the thread that does the step: the
-            // lock is never held across a move between threads, which on a busy machine can
-            // take as long as the step.
+            // which yields to every other writer. (Here, not on the thread of the step: a
+            // closing engine stops its runtime, waiting for blocking threads, before the
+            // store rolls back an open transaction.)
             let Some(waiting) = weak.upgrade().map(|store| store.lock_writes_for_sweeper()) else {
                 return false;
             };
+            let lock = waiting.await;
             let (weak, closing) = (Weak::clone(weak), Arc::clone(closing));
-            let handle = tokio::runtime::Handle::current();
             let step = crate::memory::spawn_blocking_unshared(move || {
-                let lock = handle.block_on(waiting);
                 with_store(&weak, &closing, |store| -> Result<bool> {
                     let mut guard = store.begin_write(lock)?;
                     guard.need_not_persist()?;

@@ -134,8 +134,9 @@ thread_local! {
     static HOLDING: RefCell<Option<turns::Watch>> = const { RefCell::new(None) };
 }
 
-/// Whether a user other than the one whose write transaction this thread runs waits for the
-/// writer lock (see `turns`): a step of many index entries then ends early (see
+/// Whether a user other than the one whose write transaction this thread runs (and other than
+/// the sweeper, whose own steps never end early) waits for the writer lock (see `turns`):
+/// a step of many index entries then ends early (see
 /// `indexes::Part`), so that another user's one-row INSERT waits for a few hundred entries
 /// of each user ahead of it rather than for thousands. False outside a write transaction, and
 /// inside an explicit one (its statements' turns are not the writer lock's).

@@ -1,7 +1,7 @@
 //! The store's writer lock, handed out in turns between users: when it is let go it goes to the
 //! next user in line, not to the next caller, so a user's writes queue behind its own and
-//! another user's one-row INSERT waits for at most one write of each user ahead of it, however
-//! many a user has queued. Within a user it is first come, first served. A user is the parent
+//! another user's one-row INSERT waits for at most one write of each user ahead of it (and,
+//! once its patience is spent, one step of the sweeper's), however many a user has queued. Within a user it is first come, first served. A user is the parent
 //! memory account of the work that asks (a hosted user's account, see `memory`); work with no
 //! parent (the local edition's, background work) is one more user.
 //!
@@ -81,8 +81,14 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// Whether a user other than the holder's, and other than the sweeper, waits for the lock.
+    /// Whether a user other than the holder's, and other than the sweeper, waits for the lock;
+    /// never for the sweeper's own steps: it yields by waiting for its turn, and once it has
+    /// one (at most every [`SWEEPER_PATIENCE`] under a stream of writes) its step is whole, so
+    /// that what DROPs left is still swept at thousands of entries a turn.
     pub(crate) fn others_wait(&self) -> bool {
+        if self.user == SWEEPER {
+            return false;
+        }
         let state = self.lock.state.lock();
         state
             .turns
@@ -316,6 +322,26 @@ mod tests {
         let mut alone = Box::pin(Arc::clone(&lock).lock(SWEEPER));
         drop(alone.as_mut().now_or_never().expect("free: taken at once"));
         assert!(lock.try_lock().is_some());
+    }
+
+    #[test]
+    fn a_holder_sees_others_wait_but_not_its_own_user_nor_the_sweeper() {
+        let lock = Arc::new(TurnLock::default());
+        let held = Arc::clone(&lock).lock(1).now_or_never().unwrap();
+        let mut own = Box::pin(Arc::clone(&lock).lock(1));
+        let mut sweeper = Box::pin(Arc::clone(&lock).lock(SWEEPER));
+        assert!(own.as_mut().now_or_never().is_none());
+        assert!(sweeper.as_mut().now_or_never().is_none());
+        assert!(!held.watch().others_wait(), "its own user and the sweeper");
+        let mut other = Box::pin(Arc::clone(&lock).lock(2));
+        assert!(other.as_mut().now_or_never().is_none());
+        assert!(held.watch().others_wait(), "user 2 waits");
+        // The sweeper's own steps are whole: for it, nobody waits.
+        let lock = Arc::new(TurnLock::default());
+        let held = Arc::clone(&lock).lock(SWEEPER).now_or_never().unwrap();
+        let mut waiting = Box::pin(Arc::clone(&lock).lock(4));
+        assert!(waiting.as_mut().now_or_never().is_none());
+        assert!(!held.watch().others_wait(), "the sweeper's step is whole");
     }
 
     #[test]
