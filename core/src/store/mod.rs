@@ -135,11 +135,11 @@ thread_local! {
 }
 
 /// Whether a user other than the one whose write transaction this thread runs (and other than
-/// the sweeper, whose own steps never end early) waits for the writer lock (see `turns`):
-/// a step of many index entries then ends early (see
-/// `indexes::Part`), so that another user's one-row INSERT waits for a few hundred entries
-/// of each user ahead of it rather than for thousands. False outside a write transaction, and
-/// inside an explicit one (its statements' turns are not the writer lock's).
+/// the sweeper) waits for the writer lock (see `turns`; `turns::Watch` says which turns never
+/// end early): a step of many index entries then ends early (see `indexes::Part`), so that
+/// another user's one-row INSERT waits for a few hundred entries of each user ahead of it
+/// rather than for thousands. False outside a write transaction, and inside an explicit one
+/// (its statements' turns are not the writer lock's).
 pub(crate) fn others_wait() -> bool {
     HOLDING.with(|holding| {
         holding

@@ -52,6 +52,9 @@ struct State {
 struct Place {
     /// Set (under the state's lock) when the lock is handed to this place.
     granted: AtomicBool,
+    /// Set with `granted` when this is the sweeper's and it went ahead of others because its
+    /// patience was spent: its step is then whole (see [`Watch::others_wait`]).
+    overdue: AtomicBool,
     waker: Mutex<Option<Waker>>,
 }
 
@@ -61,6 +64,9 @@ pub(crate) struct TurnGuard {
     lock: Arc<TurnLock>,
     /// Whose turn it is.
     user: u64,
+    /// Whether the turn's step is whole whoever waits: the sweeper's, when it went ahead of
+    /// others because its patience was spent.
+    whole: bool,
 }
 
 impl TurnGuard {
@@ -69,6 +75,7 @@ impl TurnGuard {
         Watch {
             lock: Arc::clone(&self.lock),
             user: self.user,
+            whole: self.whole,
         }
     }
 }
@@ -78,15 +85,17 @@ impl TurnGuard {
 pub(crate) struct Watch {
     lock: Arc<TurnLock>,
     user: u64,
+    whole: bool,
 }
 
 impl Watch {
-    /// Whether a user other than the holder's, and other than the sweeper, waits for the lock;
-    /// never for the sweeper's own steps: it yields by waiting for its turn, and once it has
-    /// one (at most every [`SWEEPER_PATIENCE`] under a stream of writes) its step is whole, so
-    /// that what DROPs left is still swept at thousands of entries a turn.
+    /// Whether a user other than the holder's, and other than the sweeper, waits for the lock.
+    /// Never for a sweeper's turn that came because its patience was spent (at most every
+    /// [`SWEEPER_PATIENCE`] under a stream of writes): that step is whole, so what DROPs left
+    /// is still swept thousands of entries a turn. A turn it took while nobody waited ends
+    /// early for whoever comes, as anyone's.
     pub(crate) fn others_wait(&self) -> bool {
-        if self.user == SWEEPER {
+        if self.whole {
             return false;
         }
         let state = self.lock.state.lock();
@@ -110,11 +119,13 @@ impl State {
         let patient = self
             .sweeper_waits
             .is_some_and(|since| since.elapsed() < SWEEPER_PATIENCE);
-        let at = match self.turns.iter().position(|user| *user != SWEEPER) {
+        let other = self.turns.iter().position(|user| *user != SWEEPER);
+        let at = match other {
             Some(other) if patient => other,
             _ => 0,
         };
         let user = self.turns.remove(at)?;
+        let overdue = user == SWEEPER && other.is_some();
         let queue = self.queues.get_mut(&user)?;
         let place = queue.pop_front();
         if queue.is_empty() {
@@ -124,6 +135,9 @@ impl State {
         }
         if user == SWEEPER {
             self.sweeper_waits = self.queues.contains_key(&SWEEPER).then(Instant::now);
+        }
+        if let Some(place) = &place {
+            place.overdue.store(overdue, Ordering::SeqCst);
         }
         place
     }
@@ -172,6 +186,7 @@ impl TurnLock {
         Some(TurnGuard {
             lock: Arc::clone(self),
             user: 0,
+            whole: false,
         })
     }
 
@@ -215,9 +230,14 @@ impl Future for Waiting {
             }
         }
         let lock = self.lock.take().expect("polled after completion");
+        let overdue = self
+            .place
+            .as_ref()
+            .is_some_and(|place| place.overdue.load(Ordering::SeqCst));
         Poll::Ready(TurnGuard {
             lock,
             user: self.user,
+            whole: overdue,
         })
     }
 }
@@ -336,12 +356,31 @@ mod tests {
         let mut other = Box::pin(Arc::clone(&lock).lock(2));
         assert!(other.as_mut().now_or_never().is_none());
         assert!(held.watch().others_wait(), "user 2 waits");
-        // The sweeper's own steps are whole: for it, nobody waits.
+        // The sweeper's turn taken while nobody waited ends early for whoever comes.
         let lock = Arc::new(TurnLock::default());
         let held = Arc::clone(&lock).lock(SWEEPER).now_or_never().unwrap();
         let mut waiting = Box::pin(Arc::clone(&lock).lock(4));
         assert!(waiting.as_mut().now_or_never().is_none());
-        assert!(!held.watch().others_wait(), "the sweeper's step is whole");
+        assert!(held.watch().others_wait(), "user 4 waits");
+        // The turn it takes ahead of others once its patience is spent is whole.
+        let mut sweeper = Box::pin(Arc::clone(&lock).lock(SWEEPER));
+        assert!(sweeper.as_mut().now_or_never().is_none());
+        drop(held);
+        let held = waiting.as_mut().now_or_never().expect("user 4's turn");
+        let mut later = Box::pin(Arc::clone(&lock).lock(5));
+        assert!(later.as_mut().now_or_never().is_none());
+        std::thread::sleep(SWEEPER_PATIENCE + Duration::from_millis(10));
+        drop(held);
+        let held = sweeper
+            .as_mut()
+            .now_or_never()
+            .expect("the sweeper's overdue turn");
+        assert!(
+            !held.watch().others_wait(),
+            "its step is whole though user 5 waits"
+        );
+        drop(held);
+        drop(later.as_mut().now_or_never().expect("then user 5's"));
     }
 
     #[test]
