@@ -1,15 +1,16 @@
 //! The store's writer lock, handed out in turns between users: when it is let go it goes to the
 //! next user in line, not to the next caller, so a user's writes queue behind its own and
 //! another user's one-row INSERT waits for at most one write of each user ahead of it (and,
-//! once its patience is spent, one step of the sweeper's), however many a user has queued. Within a user it is first come, first served. A user is the parent
-//! memory account of the work that asks (a hosted user's account, see `memory`); work with no
-//! parent (the local edition's, background work) is one more user.
+//! once its patience is spent, one step of the sweeper's), however many a user has queued.
+//! Within a user it is first come, first served. A user is the parent memory account of the
+//! work that asks (a hosted user's account, see `memory`); work with no parent (the local
+//! edition's, background work) is one more user.
 //!
 //! One user yields: [`SWEEPER`], the removal of what DROPs left (`engine/sweeper.rs`): nobody's
-//! request, in steps as long as anyone's. It gets the lock only while nobody else
-//! waits, or once it has waited [`SWEEPER_PATIENCE`]: under a stream of writes it holds the
-//! lock for one step in that time at most, and it is never starved. Without this, every write
-//! of another user waited for one sweeping step besides the step of each user ahead of it.
+//! request, in steps as long as anyone's. It gets the lock only while nobody else waits, or
+//! once it has waited [`SWEEPER_PATIENCE`]: under a stream of writes it goes ahead of others
+//! for one step in that time at most, and it is never starved. Without this, every write of
+//! another user waited for one sweeping step besides the step of each user ahead of it.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
