@@ -672,9 +672,9 @@ impl Taking {
 
 /// Removes, among the next [`STEP_ENTRIES`] entries of the index `id` after `after` (from
 /// its first when `None`; fewer while another user waits, see [`ends_early`]), those of the
-/// chunks `gone` names. Returns the bytes freed and
-/// where to go on, `None` once the index's last entry was examined. In steps, so that removing
-/// many entries never holds the writer lock for long.
+/// chunks `gone` names. Returns the bytes freed and where to go on, `None` once the index's
+/// last entry was examined. In steps, so that removing many entries never holds the writer
+/// lock for long.
 pub(crate) fn sweep(
     txn: &WriteTransaction,
     id: u64,
