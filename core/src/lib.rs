@@ -70,7 +70,7 @@ pub use engine::status::{AuthStatus, Status};
 pub use engine::{Collected, Engine};
 pub use error::{Error, ErrorKind, Result, Subject};
 pub use memory::RequestMemory;
-pub use mindlite_memory::TrackingAllocator;
+pub use mindlite_memory::{keep_malloc_trimmed, TrackingAllocator};
 pub use progress::{InsertProgress, ProgressCallback};
 pub use services::agent_loop::{AgentEvent, AgentStream, Answer};
 pub use services::chat::{ChatApi, ChatRequest, MindAnswer, MindStream};

@@ -40,9 +40,11 @@ use parking_lot::Mutex;
 
 mod blocking;
 mod share;
+mod trim;
 
 pub use blocking::{blocking_place, give_up_place, hold, without_place, BlockingPlace, Holding};
 pub use share::{set_share, share, urgent, Urgent};
+pub use trim::keep_malloc_trimmed;
 
 /// Accounts that can be open at once (statements and tenants together); slot 0 is unused so a
 /// zero tag means "no account".
