@@ -40,6 +40,10 @@ pub struct Error {
     retry_after: Option<u64>,
     /// What kind of object a NotFound or Conflict error is about, when the engine knows.
     subject: Option<Subject>,
+    /// A storage refusal made while what the tenant's DROPs and replacements left was still
+    /// being swept: those bytes count until removed, so the refusal may not stand once they
+    /// are gone (see [`Error::while_sweeping`]).
+    sweeping: bool,
 }
 
 /// The kind of object a [`ErrorKind::NotFound`] or [`ErrorKind::Conflict`] error is about, so
@@ -88,6 +92,7 @@ impl Error {
             message: message.into(),
             retry_after: None,
             subject: None,
+            sweeping: false,
         }
     }
 
@@ -136,6 +141,20 @@ impl Error {
     /// What kind of object the error is about, when the engine knows.
     pub fn subject(&self) -> Option<Subject> {
         self.subject
+    }
+
+    /// This error, a storage refusal made while what the tenant dropped or replaced was still
+    /// counted, waiting for the sweeper: the statement may run again once it is swept.
+    pub(crate) fn while_sweeping(self) -> Self {
+        Error {
+            sweeping: true,
+            ..self
+        }
+    }
+
+    /// Whether this is a refusal [`Error::while_sweeping`].
+    pub(crate) fn refused_while_sweeping(&self) -> bool {
+        self.sweeping
     }
 
     /// The kind of failure.

@@ -194,6 +194,34 @@ pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
     Ok(ids)
 }
 
+/// Whether content of `tenant`'s that nothing names any more is still in the file, waiting
+/// to be removed: what its DROPs and renewals left (the sweeper's work) or the chunks its
+/// rewrites retired. Those bytes count as stored until removed, so a storage refusal made
+/// meanwhile may not stand once they are gone.
+pub(crate) fn sweeping(txn: &WriteTransaction, tenant: TenantId) -> Result<bool> {
+    sweeping_in(&txn.open_table(LANDINGS)?, tenant)
+}
+
+/// [`sweeping`], as the snapshot `txn` has it.
+pub(crate) fn sweeping_seen(txn: &redb::ReadTransaction, tenant: TenantId) -> Result<bool> {
+    sweeping_in(&txn.open_table(LANDINGS)?, tenant)
+}
+
+fn sweeping_in(landings: &impl ReadableTable<u64, &'static str>, tenant: TenantId) -> Result<bool> {
+    for entry in landings.iter()? {
+        let (_, value) = entry?;
+        let what: Landed = serde_json::from_str(value.value())?;
+        let left = matches!(
+            what,
+            Landed::Dropped { .. } | Landed::Search { .. } | Landed::Retired { .. }
+        );
+        if left && what.tenant() == tenant {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Whether a landing of rows into the table `table` other than `own` (the caller's) is in
 /// progress, only a rewrite's when `rewrites` is set: a write whose key is taken may then
 /// have met that landing's unpublished row.

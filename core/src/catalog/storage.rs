@@ -10,6 +10,11 @@
 //! that takes a tenant past its limit fails, and the transaction with it: nothing is written.
 //! Shrinking never fails, so a tenant over its limit (its plan was changed) can always delete.
 //!
+//! What a DROP unlinks stays counted until the sweeper has removed it, step by step: the count
+//! is what the file holds, so a tenant cannot store more than its limit by dropping faster
+//! than the sweeper removes. A refusal made while the tenant has such leftovers is marked
+//! (`Error::while_sweeping`): its statement waits for the sweep and runs again.
+//!
 //! The catalog's writers see only their transaction, so the limits are kept in the file: the
 //! configured plans' limits are written whenever the engine opens ([`set_limits`]). While it
 //! opens none applies (what opening moves between formats is never refused), and a plan the
@@ -20,7 +25,7 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableTable, TableHandle, WriteTransaction};
 
-use crate::catalog::users;
+use crate::catalog::{landing, users};
 use crate::config::HostedConfig;
 use crate::error::{Error, Result};
 use crate::store::schema::{STORAGE_BYTES, STORAGE_LIMITS};
@@ -219,7 +224,7 @@ fn check(txn: &WriteTransaction, tenant: TenantId, used: u64, now: u64) -> Resul
     if now <= limit {
         return Ok(());
     }
-    Err(Error::quota_exceeded(
+    let refused = Error::quota_exceeded(
         format!(
             "Quota exceeded: storage (limit {} MiB, used {used} bytes, {} more asked) on plan \
              '{plan}' (hosted.plans.{plan}.max_storage_mb); nothing was written; drop tables, \
@@ -228,7 +233,12 @@ fn check(txn: &WriteTransaction, tenant: TenantId, used: u64, now: u64) -> Resul
             now - used
         ),
         None,
-    ))
+    );
+    // What earlier DROPs left counts until swept: the statement may fit once it is.
+    match landing::sweeping(txn, tenant)? {
+        true => Err(refused.while_sweeping()),
+        false => Err(refused),
+    }
 }
 
 /// The bytes `tenant` stores, as `txn` sees them.

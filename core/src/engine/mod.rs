@@ -863,6 +863,11 @@ impl Engine {
     pub(crate) fn store(&self) -> &Arc<Store> {
         &self.inner.sql.store
     }
+
+    /// Keeps the sweeper from starting its next step until the guard is dropped.
+    pub(crate) fn hold_sweeper(&self) -> parking_lot::MutexGuard<'_, bool> {
+        self.inner.sweeper.hold()
+    }
 }
 
 /// Fails with MindsDB's "Project with name … does not exist" unless `project` exists.

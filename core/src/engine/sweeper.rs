@@ -48,6 +48,12 @@ impl Sweeper {
     pub(crate) fn stop(&self) {
         *self.closing.lock() = true;
     }
+
+    /// Keeps the sweeper from starting its next step until the guard is dropped (tests).
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> parking_lot::MutexGuard<'_, bool> {
+        self.closing.lock()
+    }
 }
 
 /// Runs `work` with the store, unless the engine is closing (then `None`).
@@ -108,4 +114,120 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use crate::catalog::landing;
+    use crate::services::sql::SWEEP_WAITS;
+    use crate::{Config, Engine, ErrorKind};
+
+    /// An engine whose user bob may store 16 MiB, and bob.
+    fn snug() -> (Engine, Engine) {
+        let mut config = Config {
+            edition: crate::Edition::Hosted,
+            ..Config::default()
+        };
+        let plan = crate::PlanConfig {
+            max_storage_mb: 16,
+            ..crate::PlanConfig::default()
+        };
+        config.hosted.plans.insert("snug".into(), plan);
+        config.hosted.default_plan = "snug".into();
+        let engine = Engine::open_in_memory(config).unwrap();
+        engine
+            .block_on(engine.create_user("bob", Some("snug")))
+            .unwrap();
+        let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
+        let bob = engine.as_user(&key).unwrap();
+        (engine, bob)
+    }
+
+    /// Waits until a statement has been refused for storage and waits for a sweep, with the
+    /// sweeper held, since `waits` were counted; fails if `work` ends first.
+    fn until_it_waits<T: std::fmt::Debug>(waits: usize, work: &std::thread::JoinHandle<T>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while SWEEP_WAITS.load(Ordering::SeqCst) == waits {
+            assert!(
+                Instant::now() < deadline,
+                "the write never waited for the sweep"
+            );
+            assert!(!work.is_finished(), "it ended without waiting");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A write that would fit once what its user dropped is swept, refused while the sweep
+    /// is still to come, waits for it and runs again instead of failing.
+    #[test]
+    fn a_write_refused_for_storage_while_a_drop_is_swept_runs_again_after_it() {
+        let (engine, bob) = snug();
+        let rows = "SELECT value AS id, md5(CAST(value AS VARCHAR)) AS h \
+                    FROM generate_series(1, 250000)";
+        bob.sql_blocking(&format!("CREATE TABLE first AS {rows}"))
+            .unwrap();
+        let held = bob.limits().unwrap().storage_bytes.used;
+        assert!(held > 8 << 20 && held < 16 << 20, "{held}");
+
+        let sweeper = engine.hold_sweeper();
+        bob.sql_blocking("DROP TABLE first").unwrap();
+        // Only the schema is freed at once; the rows count until swept.
+        let dropped = bob.limits().unwrap().storage_bytes.used;
+        assert!(dropped + 4096 > held, "{dropped} against {held}");
+        // With the sweeper held, the copy cannot fit until it is let go.
+        let waits = SWEEP_WAITS.load(Ordering::SeqCst);
+        let writer = bob.clone();
+        let copy = std::thread::spawn(move || {
+            writer.sql_blocking(&format!("CREATE TABLE second AS {rows}"))
+        });
+        until_it_waits(waits, &copy);
+        drop(sweeper);
+        copy.join().unwrap().unwrap();
+        let count = bob.sql_blocking("SELECT count(*) FROM second").unwrap();
+        let count =
+            datafusion::arrow::util::display::array_value_to_string(count.batches[0].column(0), 0);
+        assert_eq!(count.unwrap(), "250000");
+        assert!(!landing::sweeping_seen(&bob.store().read().unwrap(), bob.tenant).unwrap());
+        let now = bob.limits().unwrap().storage_bytes.used;
+        assert!(now <= held + (1 << 20), "{now} against {held}");
+
+        // A write that does not fit even then is refused as before.
+        let e = bob
+            .sql_blocking(&format!("CREATE TABLE third AS {rows}"))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::QuotaExceeded, "{e}");
+        assert!(e.message().contains("max_storage_mb"), "{e}");
+    }
+
+    /// Replacing an uploaded file near the limit (delete, then upload again) is not refused
+    /// while the deleted file is swept: the upload reads the file again once it is gone.
+    #[test]
+    fn an_upload_after_its_files_delete_waits_for_the_sweep_rather_than_fail() {
+        let (engine, bob) = snug();
+        let mut csv = String::from("id,h\n");
+        for i in 0..250_000u128 {
+            let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+            csv.push_str(&format!("{i},{h:032x}\n"));
+        }
+        let csv = csv.into_bytes();
+        let upload = |who: &Engine, csv: Vec<u8>| {
+            who.block_on(who.upload_file("hashes", csv, Some(crate::FileFormat::Csv), None))
+        };
+        assert_eq!(upload(&bob, csv.clone()).unwrap(), 250_000);
+        let held = bob.limits().unwrap().storage_bytes.used;
+        assert!(held > 8 << 20 && held < 16 << 20, "{held}");
+
+        let sweeper = engine.hold_sweeper();
+        bob.block_on(bob.delete_file("hashes")).unwrap();
+        let waits = SWEEP_WAITS.load(Ordering::SeqCst);
+        let (uploader, again) = (bob.clone(), csv.clone());
+        let replaced = std::thread::spawn(move || upload(&uploader, again));
+        until_it_waits(waits, &replaced);
+        drop(sweeper);
+        assert_eq!(replaced.join().unwrap().unwrap(), 250_000);
+        assert_eq!(bob.list_files().unwrap()[0].row_count, 250_000);
+    }
 }

@@ -101,32 +101,42 @@ impl SqlRunner {
         // A bad name is refused before the file is read.
         crate::catalog::namespace::validate_name("file", name)?;
         let caps = Caps::of(&self.config);
-        // Inferring the columns reads the file once: CPU work, off the async workers.
-        let file = crate::memory::spawn_blocking(move || {
-            open(Bytes::from(bytes), format, file_name.as_deref(), caps)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
-        let schema = Arc::clone(&file.schema);
-        // Decoded batch by batch into the staged table, within the caps: nothing is stored
-        // unless every row fits.
-        let rows: crate::services::sql::BatchSource =
-            Box::new(move |sink| file.read_into(caps, sink));
-        let loaded = self
-            .load_into(
-                tenant,
-                LoadTarget::File,
-                name,
-                schema,
-                rows,
-                LoadMode::Create,
-            )
-            .await;
-        match loaded {
-            Err(e) if e.kind() == crate::ErrorKind::Conflict => Err(Error::conflict(format!(
-                "File with name '{name}' already exists"
-            ))),
-            other => other,
+        let bytes = Bytes::from(bytes);
+        loop {
+            let (bytes, file_name) = (bytes.clone(), file_name.clone());
+            // Inferring the columns reads the file once: CPU work, off the async workers.
+            let file = crate::memory::spawn_blocking(move || {
+                open(bytes, format, file_name.as_deref(), caps)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
+            let schema = Arc::clone(&file.schema);
+            // Decoded batch by batch into the staged table, within the caps: nothing is
+            // stored unless every row fits.
+            let rows: crate::services::sql::BatchSource =
+                Box::new(move |sink| file.read_into(caps, sink));
+            let loaded = self
+                .load_into(
+                    tenant,
+                    LoadTarget::File,
+                    name,
+                    schema,
+                    rows,
+                    LoadMode::Create,
+                )
+                .await;
+            return match loaded {
+                Err(e) if e.kind() == crate::ErrorKind::Conflict => Err(Error::conflict(format!(
+                    "File with name '{name}' already exists"
+                ))),
+                // What this user deleted just now counts until swept (replacing a file is
+                // a delete, then an upload): read again once it is gone.
+                Err(refused) if refused.refused_while_sweeping() => {
+                    self.wait_for_sweep(tenant, refused).await?;
+                    continue;
+                }
+                other => other,
+            };
         }
     }
 

@@ -74,6 +74,15 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
+/// How often a statement refused for storage while its user's leftovers were being swept
+/// looks whether they are gone.
+const SWEEP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Statements that waited for a sweep after a storage refusal (tests).
+#[cfg(test)]
+pub(crate) static SWEEP_WAITS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// How a write statement runs (see `dml`): first computing its change from a snapshot with
 /// no lock held; when other writes changed its target meanwhile, again as its table's sole
 /// writer; should even that be overtaken, holding the writer lock from before its snapshot.
@@ -913,25 +922,34 @@ impl SqlRunner {
                 let (kb, ids) = knowledge_base::deleted_ids(statement)?;
                 job(state)
                     .run(move |job, handle| kb_write::delete(job, handle, kb, ids))
-                    .await?
-                    .map(Some)
+                    .await
+                    .map(|staged| staged.map(Some))
             }
             LogicalPlan::Dml(statement) if local_write => job(state)
                 .run(move |job, handle| dml::run_dml(job, handle, statement, conflict))
-                .await?
-                .map(Some),
+                .await
+                .map(|staged| staged.map(Some)),
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if local_write => {
                 job(state)
                     .run(move |job, handle| dml::create_table(job, handle, create, hints, declared))
-                    .await?
+                    .await
             }
-            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) if local_write => {
-                job(state)
-                    .run(move |job, handle| dml::drop_table(job, handle, drop))
-                    .await?;
-                dml::Staged::Done(None)
-            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) if local_write => job(state)
+                .run(move |job, handle| dml::drop_table(job, handle, drop))
+                .await
+                .map(|()| dml::Staged::Done(None)),
             other => return self.execute_plan(tenant, other, state, hints, cache).await,
+        };
+        let staged = match (staged, &again) {
+            // Refused for storage while what this user dropped or replaced was still counted:
+            // again once the sweeper has removed it (the job, with its claim and snapshot,
+            // is gone, so nothing of this statement holds the sweep up).
+            (Err(refused), Some(_)) if refused.refused_while_sweeping() => {
+                self.wait_for_sweep(tenant, refused).await?;
+                let statement = again.expect("matched as Some");
+                return Box::pin(self.execute_sql(tenant, context, statement, None, turn)).await;
+            }
+            (staged, _) => staged?,
         };
         match (staged, again) {
             (dml::Staged::Done(affected_rows), _) => Ok(Outcome::Ok { affected_rows }),
@@ -948,6 +966,34 @@ impl SqlRunner {
             (dml::Staged::TargetChanged, None) => Err(Error::internal(
                 "a write's target changed while the writer lock was held",
             )),
+        }
+    }
+
+    /// Waits until nothing of `tenant`'s dropped or replaced content is left to sweep (see
+    /// `landing::sweeping`). Fails with `refused`, the storage refusal that made the statement
+    /// wait, when nothing was left to sweep to begin with (what the refused transaction saw
+    /// may have been its own: a table it renewed), or should the statement have to stop first
+    /// (its deadline, an interrupt). So a statement runs again only after a sweep it did not
+    /// cause has ended. Inside an explicit transaction it fails at once: the sweeper waits
+    /// for the transaction to end.
+    pub(crate) async fn wait_for_sweep(&self, tenant: TenantId, refused: Error) -> Result<()> {
+        let sweeping =
+            |store: &Store| crate::catalog::landing::sweeping_seen(&store.read()?, tenant);
+        if self.store.in_transaction() || !sweeping(&self.store)? {
+            return Err(refused);
+        }
+        #[cfg(test)]
+        SWEEP_WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        loop {
+            if crate::cancel::check().is_err() {
+                return Err(refused);
+            }
+            // A read of the small landings table: the sweeper removes a step's worth at a
+            // time, each its own commit, and nothing signals the last one to a statement.
+            tokio::time::sleep(SWEEP_POLL).await;
+            if !sweeping(&self.store)? {
+                return Ok(());
+            }
         }
     }
 
