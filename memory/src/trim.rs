@@ -7,8 +7,9 @@
 //! process that trims when that gap grows keeps its resident size near what it uses.
 //!
 //! Trimming walks every free block of an arena with the arena locked, so it is done from one
-//! thread, at most once a second, and only once the gap has grown by [`SLACK`] since the
-//! last trim: a steady process never trims.
+//! thread, at most once a second, and only once the gap has grown by [`SLACK`] over its
+//! lowest point since the last trim: a process whose memory holds steady never trims; one
+//! that allocates and frees much in cycles trims at most once a second.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
@@ -47,8 +48,10 @@ fn trim_forever() {
     let mut gap = Gap::default();
     loop {
         std::thread::sleep(EVERY);
+        // A failed read (no file descriptor left, say, under a flood of connections)
+        // skips this look, not every later one.
         let Some(now) = free_kept() else {
-            return;
+            continue;
         };
         if gap.grown(now) {
             // SAFETY: malloc_trim takes no pointers and may be called from any thread.
