@@ -40,10 +40,9 @@ pub struct Error {
     retry_after: Option<u64>,
     /// What kind of object a NotFound or Conflict error is about, when the engine knows.
     subject: Option<Subject>,
-    /// A storage refusal made while what the tenant's DROPs and replacements left was still
-    /// being swept: those bytes count until removed, so the refusal may not stand once they
-    /// are gone (see [`Error::while_sweeping`]).
-    sweeping: bool,
+    /// A refusal for the tenant's stored bytes: what its DROPs left counts until swept, so
+    /// the refusal may not stand once that is gone (see [`Error::for_storage`]).
+    storage: bool,
 }
 
 /// The kind of object a [`ErrorKind::NotFound`] or [`ErrorKind::Conflict`] error is about, so
@@ -92,7 +91,7 @@ impl Error {
             message: message.into(),
             retry_after: None,
             subject: None,
-            sweeping: false,
+            storage: false,
         }
     }
 
@@ -143,18 +142,18 @@ impl Error {
         self.subject
     }
 
-    /// This error, a storage refusal made while what the tenant dropped or replaced was still
-    /// counted, waiting for the sweeper: the statement may run again once it is swept.
-    pub(crate) fn while_sweeping(self) -> Self {
+    /// This error, a refusal for the tenant's stored bytes (a statement refused so may run
+    /// again once what its user dropped is swept).
+    pub(crate) fn for_storage(self) -> Self {
         Error {
-            sweeping: true,
+            storage: true,
             ..self
         }
     }
 
-    /// Whether this is a refusal [`Error::while_sweeping`].
-    pub(crate) fn refused_while_sweeping(&self) -> bool {
-        self.sweeping
+    /// Whether this is a refusal [`Error::for_storage`].
+    pub(crate) fn refused_for_storage(&self) -> bool {
+        self.storage
     }
 
     /// The kind of failure.

@@ -194,28 +194,15 @@ pub(crate) fn dropped(txn: &redb::ReadTransaction) -> Result<Vec<u64>> {
     Ok(ids)
 }
 
-/// Whether content of `tenant`'s that nothing names any more is still in the file, waiting
-/// to be removed: what its DROPs and renewals left (the sweeper's work) or the chunks its
-/// rewrites retired. Those bytes count as stored until removed, so a storage refusal made
-/// meanwhile may not stand once they are gone.
-pub(crate) fn sweeping(txn: &WriteTransaction, tenant: TenantId) -> Result<bool> {
-    sweeping_in(&txn.open_table(LANDINGS)?, tenant)
-}
-
-/// [`sweeping`], as the snapshot `txn` has it.
-pub(crate) fn sweeping_seen(txn: &redb::ReadTransaction, tenant: TenantId) -> Result<bool> {
-    sweeping_in(&txn.open_table(LANDINGS)?, tenant)
-}
-
-fn sweeping_in(landings: &impl ReadableTable<u64, &'static str>, tenant: TenantId) -> Result<bool> {
-    for entry in landings.iter()? {
+/// Whether what `tenant`'s DROPs left (and its failed statements' discards handed over) is
+/// still in the file for the sweeper, in the snapshot `txn`: counted as stored until
+/// removed, so a storage refusal made meanwhile may not stand once it is gone.
+pub(crate) fn sweeping(txn: &redb::ReadTransaction, tenant: TenantId) -> Result<bool> {
+    for entry in txn.open_table(LANDINGS)?.iter()? {
         let (_, value) = entry?;
         let what: Landed = serde_json::from_str(value.value())?;
-        let left = matches!(
-            what,
-            Landed::Dropped { .. } | Landed::Search { .. } | Landed::Retired { .. }
-        );
-        if left && what.tenant() == tenant {
+        if matches!(what, Landed::Dropped { .. } | Landed::Search { .. }) && what.tenant() == tenant
+        {
             return Ok(true);
         }
     }

@@ -12,8 +12,9 @@
 //!
 //! What a DROP unlinks stays counted until the sweeper has removed it, step by step: the count
 //! is what the file holds, so a tenant cannot store more than its limit by dropping faster
-//! than the sweeper removes. A refusal made while the tenant has such leftovers is marked
-//! (`Error::while_sweeping`): its statement waits for the sweep and runs again.
+//! than the sweeper removes. A refusal is marked (`Error::for_storage`): a SQL write or an
+//! upload so refused while its tenant's leftovers are being swept waits for the sweep (10 s
+//! at most) and runs again, once.
 //!
 //! The catalog's writers see only their transaction, so the limits are kept in the file: the
 //! configured plans' limits are written whenever the engine opens ([`set_limits`]). While it
@@ -25,7 +26,7 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableTable, TableHandle, WriteTransaction};
 
-use crate::catalog::{landing, users};
+use crate::catalog::users;
 use crate::config::HostedConfig;
 use crate::error::{Error, Result};
 use crate::store::schema::{STORAGE_BYTES, STORAGE_LIMITS};
@@ -234,11 +235,9 @@ fn check(txn: &WriteTransaction, tenant: TenantId, used: u64, now: u64) -> Resul
         ),
         None,
     );
-    // What earlier DROPs left counts until swept: the statement may fit once it is.
-    match landing::sweeping(txn, tenant)? {
-        true => Err(refused.while_sweeping()),
-        false => Err(refused),
-    }
+    // What earlier DROPs left counts until swept: the statement may fit once it is. Whether
+    // any is left is looked at after the transaction, not under the writer lock.
+    Err(refused.for_storage())
 }
 
 /// The bytes `tenant` stores, as `txn` sees them.

@@ -118,11 +118,10 @@ async fn sweep(weak: &Weak<Store>, closing: &Arc<Mutex<bool>>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
     use crate::catalog::landing;
-    use crate::services::sql::SWEEP_WAITS;
+    use crate::services::sql::sweep_waits;
     use crate::{Config, Engine, ErrorKind};
 
     /// An engine whose user bob may store 16 MiB, and bob.
@@ -146,11 +145,11 @@ mod tests {
         (engine, bob)
     }
 
-    /// Waits until a statement has been refused for storage and waits for a sweep, with the
-    /// sweeper held, since `waits` were counted; fails if `work` ends first.
-    fn until_it_waits<T: std::fmt::Debug>(waits: usize, work: &std::thread::JoinHandle<T>) {
+    /// Waits until a statement of `engine`'s has been refused for storage and waits for a
+    /// sweep, with the sweeper held, since `waits` were counted; fails if `work` ends first.
+    fn until_it_waits<T>(engine: &Engine, waits: usize, work: &std::thread::JoinHandle<T>) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while SWEEP_WAITS.load(Ordering::SeqCst) == waits {
+        while sweep_waits::of(engine.store()) == waits {
             assert!(
                 Instant::now() < deadline,
                 "the write never waited for the sweep"
@@ -178,19 +177,19 @@ mod tests {
         let dropped = bob.limits().unwrap().storage_bytes.used;
         assert!(dropped + 4096 > held, "{dropped} against {held}");
         // With the sweeper held, the copy cannot fit until it is let go.
-        let waits = SWEEP_WAITS.load(Ordering::SeqCst);
+        let waits = sweep_waits::of(engine.store());
         let writer = bob.clone();
         let copy = std::thread::spawn(move || {
             writer.sql_blocking(&format!("CREATE TABLE second AS {rows}"))
         });
-        until_it_waits(waits, &copy);
+        until_it_waits(&engine, waits, &copy);
         drop(sweeper);
         copy.join().unwrap().unwrap();
         let count = bob.sql_blocking("SELECT count(*) FROM second").unwrap();
         let count =
             datafusion::arrow::util::display::array_value_to_string(count.batches[0].column(0), 0);
         assert_eq!(count.unwrap(), "250000");
-        assert!(!landing::sweeping_seen(&bob.store().read().unwrap(), bob.tenant).unwrap());
+        assert!(!landing::sweeping(&bob.store().read().unwrap(), bob.tenant).unwrap());
         let now = bob.limits().unwrap().storage_bytes.used;
         assert!(now <= held + (1 << 20), "{now} against {held}");
 
@@ -222,10 +221,10 @@ mod tests {
 
         let sweeper = engine.hold_sweeper();
         bob.block_on(bob.delete_file("hashes")).unwrap();
-        let waits = SWEEP_WAITS.load(Ordering::SeqCst);
+        let waits = sweep_waits::of(engine.store());
         let (uploader, again) = (bob.clone(), csv.clone());
         let replaced = std::thread::spawn(move || upload(&uploader, again));
-        until_it_waits(waits, &replaced);
+        until_it_waits(&engine, waits, &replaced);
         drop(sweeper);
         assert_eq!(replaced.join().unwrap().unwrap(), 250_000);
         assert_eq!(bob.list_files().unwrap()[0].row_count, 250_000);

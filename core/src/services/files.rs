@@ -102,6 +102,7 @@ impl SqlRunner {
         crate::catalog::namespace::validate_name("file", name)?;
         let caps = Caps::of(&self.config);
         let bytes = Bytes::from(bytes);
+        let mut swept = false;
         loop {
             let (bytes, file_name) = (bytes.clone(), file_name.clone());
             // Inferring the columns reads the file once: CPU work, off the async workers.
@@ -130,9 +131,10 @@ impl SqlRunner {
                     "File with name '{name}' already exists"
                 ))),
                 // What this user deleted just now counts until swept (replacing a file is
-                // a delete, then an upload): read again once it is gone.
-                Err(refused) if refused.refused_while_sweeping() => {
+                // a delete, then an upload): read again, once, after it is gone.
+                Err(refused) if refused.refused_for_storage() && !swept => {
                     self.wait_for_sweep(tenant, refused).await?;
+                    swept = true;
                     continue;
                 }
                 other => other,

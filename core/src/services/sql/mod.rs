@@ -76,12 +76,40 @@ use crate::tenant::TenantId;
 
 /// How often a statement refused for storage while its user's leftovers were being swept
 /// looks whether they are gone.
-const SWEEP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+const SWEEP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Statements that waited for a sweep after a storage refusal (tests).
+/// How long such a statement waits for the sweep at most before its refusal stands: a large
+/// DROP's sweep yields to every writer, and a write that waits longer is better told.
+const SWEEP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Statements that waited for a sweep after a storage refusal, by store (tests).
 #[cfg(test)]
-pub(crate) static SWEEP_WAITS: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
+pub(crate) mod sweep_waits {
+    use std::collections::HashMap;
+    use std::sync::LazyLock;
+
+    use parking_lot::Mutex;
+
+    use crate::store::Store;
+
+    static WAITS: LazyLock<Mutex<HashMap<usize, usize>>> = LazyLock::new(Default::default);
+
+    pub(super) fn waited(store: &Store) {
+        *WAITS
+            .lock()
+            .entry(std::ptr::from_ref(store) as usize)
+            .or_default() += 1;
+    }
+
+    /// How many statements of `store`'s engine waited for a sweep so far.
+    pub(crate) fn of(store: &Store) -> usize {
+        WAITS
+            .lock()
+            .get(&(std::ptr::from_ref(store) as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+}
 
 /// How a write statement runs (see `dml`): first computing its change from a snapshot with
 /// no lock held; when other writes changed its target meanwhile, again as its table's sole
@@ -702,7 +730,7 @@ impl SqlRunner {
                 .try_with_sql(&sql)
                 .and_then(|mut p| p.parse_statement())
                 .map_err(|e| Error::invalid(e.to_string()))?;
-                self.execute_sql(tenant, context, statement, None, Turn::Optimistic)
+                self.execute_sql(tenant, context, statement, None, Turn::Optimistic, false)
                     .await
             }
             Command::Sql(mut statement) => {
@@ -712,10 +740,10 @@ impl SqlRunner {
                 {
                     // The answer is spliced into the statement: never reuse its plan.
                     return self
-                        .execute_sql(tenant, context, *statement, None, Turn::Optimistic)
+                        .execute_sql(tenant, context, *statement, None, Turn::Optimistic, false)
                         .await;
                 }
-                self.execute_sql(tenant, context, *statement, cache, Turn::Optimistic)
+                self.execute_sql(tenant, context, *statement, cache, Turn::Optimistic, false)
                     .await
             }
         }
@@ -756,7 +784,8 @@ impl SqlRunner {
 
     /// Plans and runs one SQL statement. A write into the store computes its rows before it
     /// takes the writer lock (see `dml`); `turn` says how it runs when another write changed
-    /// its target in between.
+    /// its target in between; `swept`, whether it runs again after waiting for a sweep (which
+    /// it does once at most).
     async fn execute_sql(
         &self,
         tenant: TenantId,
@@ -764,6 +793,7 @@ impl SqlRunner {
         mut statement: Statement,
         cache: Option<(PlanKey, u64)>,
         turn: Turn,
+        swept: bool,
     ) -> Result<Outcome> {
         match &statement {
             Statement::CreateIndex(create) => {
@@ -941,13 +971,14 @@ impl SqlRunner {
             other => return self.execute_plan(tenant, other, state, hints, cache).await,
         };
         let staged = match (staged, &again) {
-            // Refused for storage while what this user dropped or replaced was still counted:
-            // again once the sweeper has removed it (the job, with its claim and snapshot,
+            // Refused for storage while what this user dropped was still counted: again,
+            // once, after the sweeper has removed it (the job, with its claim and snapshot,
             // is gone, so nothing of this statement holds the sweep up).
-            (Err(refused), Some(_)) if refused.refused_while_sweeping() => {
+            (Err(refused), Some(_)) if refused.refused_for_storage() && !swept => {
                 self.wait_for_sweep(tenant, refused).await?;
                 let statement = again.expect("matched as Some");
-                return Box::pin(self.execute_sql(tenant, context, statement, None, turn)).await;
+                let rerun = self.execute_sql(tenant, context, statement, None, turn, true);
+                return Box::pin(rerun).await;
             }
             (staged, _) => staged?,
         };
@@ -961,7 +992,7 @@ impl SqlRunner {
                     Turn::Optimistic => Turn::SoleWriter,
                     _ => Turn::WriterLock,
                 };
-                Box::pin(self.execute_sql(tenant, context, statement, None, next)).await
+                Box::pin(self.execute_sql(tenant, context, statement, None, next, swept)).await
             }
             (dml::Staged::TargetChanged, None) => Err(Error::internal(
                 "a write's target changed while the writer lock was held",
@@ -969,23 +1000,21 @@ impl SqlRunner {
         }
     }
 
-    /// Waits until nothing of `tenant`'s dropped or replaced content is left to sweep (see
-    /// `landing::sweeping`). Fails with `refused`, the storage refusal that made the statement
-    /// wait, when nothing was left to sweep to begin with (what the refused transaction saw
-    /// may have been its own: a table it renewed), or should the statement have to stop first
-    /// (its deadline, an interrupt). So a statement runs again only after a sweep it did not
-    /// cause has ended. Inside an explicit transaction it fails at once: the sweeper waits
-    /// for the transaction to end.
+    /// Waits until the sweeper has removed what `tenant` dropped (see `landing::sweeping`),
+    /// for at most [`SWEEP_WAIT`]. Fails with `refused`, the storage refusal that made the
+    /// statement wait, when nothing was left to sweep to begin with (then the refusal stands),
+    /// when the sweep takes longer, inside an explicit transaction (the sweeper waits for it
+    /// to end), or should the statement have to stop first.
     pub(crate) async fn wait_for_sweep(&self, tenant: TenantId, refused: Error) -> Result<()> {
-        let sweeping =
-            |store: &Store| crate::catalog::landing::sweeping_seen(&store.read()?, tenant);
+        let sweeping = |store: &Store| crate::catalog::landing::sweeping(&store.read()?, tenant);
         if self.store.in_transaction() || !sweeping(&self.store)? {
             return Err(refused);
         }
         #[cfg(test)]
-        SWEEP_WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        sweep_waits::waited(&self.store);
+        let until = std::time::Instant::now() + SWEEP_WAIT;
         loop {
-            if crate::cancel::check().is_err() {
+            if crate::cancel::check().is_err() || std::time::Instant::now() >= until {
                 return Err(refused);
             }
             // A read of the small landings table: the sweeper removes a step's worth at a
