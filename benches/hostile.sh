@@ -7,7 +7,7 @@
 # index builds, costly callback filters, 30,000-column SELECTs, web-page requests, abandoned
 # questions, deadline side doors), the server's peak RSS, and that it survives; goals: `SELECT 1` p99 < 50 ms, INSERT p99 < 100 ms, peak RSS < 512 MiB, no crash.
 # `--seconds N` sets each phase's length (default 30); `--attacks a,b` runs a subset.
-# Needs python3 with requests, numpy and pyarrow. Figures go into the README by hand.
+# Needs python3 with requests, numpy and pyarrow. Figures go into docs/benchmarks.md by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=$(bash scripts/release.sh)

@@ -5,7 +5,7 @@
 //!   (about 200,000 pointers the loader fixes at start) are packed (`-z pack-relative-relocs`,
 //!   DT_RELR): the table shrinks from 5.9 MB to 68 KB, which the loader no longer reads page by
 //!   page at every start. Only where the build machine's glibc (2.36 and later) can load such a
-//!   binary, since the binary then needs that glibc to start. Measured in the README (HTTP
+//!   binary, since the binary then needs that glibc to start. Measured in docs/benchmarks.md (HTTP
 //!   server): start-up and idle memory against a position-dependent build.
 //! - Hot code first, when `MINDLITE_HOT_SYMBOLS` names a list of functions (one symbol a line)
 //!   that start-up and common requests run: the linker places them together at the start of the

@@ -392,7 +392,7 @@ impl Default for PlanConfig {
             max_callbacks: 10,
             max_pending_deliveries: 100,
             // With the server's own ~160 MiB (code, caches), one free user at its limit keeps
-            // a small server near 512 MiB (the hostile benchmark in the README: 481-552 MiB).
+            // a small server near 512 MiB (the hostile benchmark in docs/benchmarks.md: 481-552 MiB).
             max_memory_mb: 256,
             max_storage_mb: 1024,
             max_spill_mb: 1024,

@@ -42,7 +42,7 @@ Usage: mindlite-server [--config FILE] [--data PATH] [--host HOST] [--port PORT]
        mindlite-server users COMMAND … (hosted edition user administration; `users --help`)
 
 Options:
-  --config FILE   TOML or JSON configuration (see README.md); MINDLITE_* variables override it
+  --config FILE   TOML or JSON configuration (see docs/configuration.md); MINDLITE_* variables override it
   --data PATH     the database file [default: ./mindlite-data/mindlite.redb, created if missing]
   --host HOST     address to listen on [default: 127.0.0.1]
   --port PORT     TCP port, 0 for any free one [default: 47334]

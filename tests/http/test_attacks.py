@@ -722,8 +722,8 @@ def test_a_rest_prediction_stops_at_the_statement_deadline(start_limited_server,
 @pytest.mark.xfail(strict=False, reason=(
     "the dropped training's query stops when DataFusion's nested-loop join ends its poll, "
     "which joins probe batches of 8,192 rows with all 100,000 buffered rows, seconds each in "
-    "a debug build; when the drop lands early in one, the CPU check fails (README, Limits "
-    "and defences, 'not yet exact')"))
+    "a debug build; when the drop lands early in one, the CPU check fails (docs/security.md, "
+    "'not yet exact')"))
 def test_drop_model_cancels_its_training_and_frees_the_slot_at_once(start_limited_server, llm):
     """A model training over a query that computes for hours holds the free plan's one
     training slot (a second CREATE MODEL is refused naming max_running_trainings); DROP MODEL

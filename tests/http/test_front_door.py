@@ -23,7 +23,7 @@ from mlserver import AUTH_CONFIG, RawConnection, Server, bearer, http_request, s
 # Every test here is bounded; a hung server fails its test instead of the run.
 pytestmark = pytest.mark.timeout(90)
 
-# The defaults the first test relies on (README, Limits and defences).
+# The defaults the first test relies on (docs/security.md).
 MAX_CONNECTIONS = 1024
 ADDRESS_SHARE = MAX_CONNECTIONS // 4
 FIRST_BYTE_TIMEOUT = 10

@@ -5,7 +5,7 @@
 //! 16-byte view is its key, hashed with one multiply into a small open-addressed table. On
 //! `SELECT category, count(*), avg(value) FROM t GROUP BY category` over 5M rows, hashing and
 //! looking up took about 60 % of the query's CPU time; the query now takes about two thirds of
-//! the time it took (the README's benchmark section has the figures).
+//! the time it took (docs/benchmarks.md has the figures).
 //!
 //! Only the group lookup is ours: the aggregates are DataFusion's own group accumulators, and
 //! the output is exactly the partial aggregation's (the group column, then each aggregate's
