@@ -6,6 +6,9 @@
 //! mindlite-bench callbacks|datasources|groupby|index|kb|minilm|models [ARGS]
 //! ```
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 mod callbacks;
 mod datasources;
 mod groupby;

@@ -28,11 +28,11 @@ use crate::memory::{self, Account, InScope, Stop, Tag};
 
 /// The interrupt switch of one handle and its clones.
 #[derive(Debug, Clone)]
-pub(crate) struct Interrupts(std::sync::Arc<watch::Sender<u64>>);
+pub(crate) struct Interrupts(Arc<watch::Sender<u64>>);
 
 impl Interrupts {
     pub(crate) fn new() -> Interrupts {
-        Interrupts(std::sync::Arc::new(watch::channel(0).0))
+        Interrupts(Arc::new(watch::channel(0).0))
     }
 
     /// Stops every statement started through this handle that is still running.

@@ -75,7 +75,7 @@ pub(crate) fn hold(bytes: u64, what: &str) -> Result<Option<memory::Reservation>
 
 /// Bytes of `n` values of `T`, saturating.
 fn bytes_of<T>(n: usize) -> u64 {
-    (n as u64).saturating_mul(std::mem::size_of::<T>().max(1) as u64)
+    (n as u64).saturating_mul(size_of::<T>().max(1) as u64)
 }
 
 /// `Vec::with_capacity(n)`, once `n` values of `T` are known to fit (counted as they are
@@ -135,7 +135,7 @@ fn table_bytes<T>(entries: usize) -> u64 {
         .div_ceil(7)
         .checked_next_power_of_two()
         .unwrap_or(u64::MAX);
-    buckets.saturating_mul(std::mem::size_of::<T>() as u64 + 1)
+    buckets.saturating_mul(size_of::<T>() as u64 + 1)
 }
 
 /// What a loop builds, checked as it grows (a list parameter expanded at each use, a

@@ -85,7 +85,7 @@ pub use tenant::TenantId;
 // The unit tests run on the tracking allocator, as the server does.
 #[cfg(test)]
 #[global_allocator]
-static ALLOCATOR: mindlite_memory::TrackingAllocator = mindlite_memory::TrackingAllocator;
+static ALLOCATOR: TrackingAllocator = TrackingAllocator;
 
 /// The Arrow and DataFusion versions mindlite speaks, re-exported so fronts use the same ones.
 pub use datafusion::arrow;

@@ -595,7 +595,7 @@ fn agents_in_sql() {
     assert_eq!(shown.len(), 2);
     assert_eq!(shown[0][..2], ["bot", "mindsdb"]);
     // MODEL holds the model's parameters as JSON, as MindsDB fills it, its key masked.
-    let model: serde_json::Value = serde_json::from_str(&shown[0][2]).unwrap();
+    let model: Value = serde_json::from_str(&shown[0][2]).unwrap();
     assert_eq!(model["model_name"], "m");
     assert_eq!(model["api_key"], "******");
     assert!(

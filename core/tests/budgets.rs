@@ -4,6 +4,9 @@
 //! or held it; each must now end in an error naming the limit while the engine keeps
 //! answering. These tests run on the tracking allocator, as the server does.
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use mindlite::{Config, Edition, Engine, PlanConfig, QueryRequest};

@@ -2,6 +2,9 @@
 //! links all of DataFusion; one per file cost gigabytes of disk and minutes of linking). Tests
 //! that re-run this binary as a child process name their child test by its module path.
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 mod agents;
 mod auth;
 mod callbacks;

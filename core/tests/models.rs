@@ -578,7 +578,7 @@ fn dropping_a_model_stops_its_training_and_frees_the_training_slot_at_once() {
     assert_eq!(create("slow")["type"], "table");
     // The training outlives the statement that started it: its query was once started under
     // the statement's account, and stopped (cancelled) as soon as that statement ended.
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(200));
     let status = doc(
         &alice,
         "SELECT status, error FROM mindsdb.models WHERE name = 'slow'",

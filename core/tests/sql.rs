@@ -916,7 +916,7 @@ fn wire_bodies_are_read_with_errors_naming_the_field() {
     .unwrap();
     assert_eq!(request.query, "SELECT 1");
     assert_eq!(request.context.db.as_deref(), Some("p"));
-    assert_eq!(request.params["a"], serde_json::Value::Null);
+    assert_eq!(request.params["a"], Value::Null);
     assert_eq!(format, WireFormat::Sse);
     let cases: [(&[u8], &str); 8] = [
         (b"notjson", "not valid JSON"),
@@ -1098,7 +1098,7 @@ fn load_creates_replaces_and_appends_in_one_transaction() {
     .unwrap();
     let schema = batch.schema();
     let load = |mode, batches: Vec<RecordBatch>| {
-        e.block_on(e.load(None, "t", schema.clone(), batches, mode))
+        e.block_on(e.load(None, "t", Arc::clone(&schema), batches, mode))
     };
     let missing = load(LoadMode::Append, vec![batch.clone()]).unwrap_err();
     assert_eq!(missing.kind(), mindlite::ErrorKind::NotFound, "{missing}");

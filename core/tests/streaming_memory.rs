@@ -3,6 +3,9 @@
 //! binary measures the live heap; the tests here take turns (`SERIAL`) so none allocates while
 //! another measures.
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, CString};
 use std::io::Write;
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{self as types, DataType, SchemaRef};
@@ -673,7 +674,7 @@ pub unsafe extern "C" fn mindlite_result_json(
                     .map(|c| c.to_string_lossy().into_owned())
                     .collect(),
                 stream: Box::pin(RecordBatchStreamAdapter::new(
-                    rows.schema.clone(),
+                    Arc::clone(&rows.schema),
                     futures::stream::iter(batches),
                 )),
             })

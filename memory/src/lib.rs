@@ -351,7 +351,7 @@ impl Drop for Reservation {
 /// pass the check and together go past a limit; a reservation is counted atomically, so the
 /// second one fails instead. The allocations made while it lives take its bytes rather than
 /// being counted again.
-pub fn reserve(bytes: u64) -> std::result::Result<Reservation, Stop> {
+pub fn reserve(bytes: u64) -> Result<Reservation, Stop> {
     let tag = current();
     let Ok(signed) = i64::try_from(bytes) else {
         return Err(Stop::ProcessCeiling);
@@ -866,7 +866,7 @@ pub fn current_stop() -> Option<Stop> {
 /// Marks the account `tag` names as committing: from now on it cannot be stopped, until
 /// [`end_commit`]. Fails with the reason when it was stopped already (or is closed). Without
 /// an account (work of no statement) it always succeeds.
-pub fn begin_commit(tag: Tag) -> std::result::Result<(), Stop> {
+pub fn begin_commit(tag: Tag) -> Result<(), Stop> {
     let (index, generation) = split(tag.own());
     if index == 0 {
         return Ok(());

@@ -2,6 +2,8 @@
 //! `bool`, `None`, `datetime.date`/`datetime`/`time`/`timedelta`, `decimal.Decimal`, lists and
 //! dicts for nested types) and Python parameters to the engine's JSON and typed values.
 
+use std::sync::Arc;
+
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{
@@ -210,7 +212,7 @@ fn values<'py>(
         DataType::Timestamp(unit, zone) => {
             // Microseconds are Python's resolution; a zoned value is the same instant in UTC.
             let micros = if *unit == TimeUnit::Microsecond {
-                array.clone()
+                Arc::clone(array)
             } else {
                 cast(
                     array,

@@ -139,7 +139,7 @@ impl From<Failure> for PyErr {
 }
 
 /// What a method returns to Python.
-pub(crate) type Fallible<T> = std::result::Result<T, Failure>;
+pub(crate) type Fallible<T> = Result<T, Failure>;
 
 /// How often a waiting call looks for a pending KeyboardInterrupt.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);

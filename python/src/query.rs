@@ -228,7 +228,7 @@ impl Iterator for PyReader {
 
 impl RecordBatchReader for PyReader {
     fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        Arc::clone(&self.schema)
     }
 }
 

@@ -624,8 +624,9 @@ impl Connection {
     /// is still sending for a moment, so it sees the response instead of a reset.
     pub async fn linger_close(mut self) {
         let _ = self.stream.shutdown().await;
-        let mut sink = [0u8; 16 * 1024];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        // On the heap: in the future, 16 KiB would be copied with it at every move.
+        let mut sink = vec![0u8; 16 * 1024];
+        let deadline = Instant::now() + Duration::from_secs(2);
         let mut drained = 0usize;
         while drained < 64 * 1024 * 1024 {
             match tokio::time::timeout_at(deadline, self.stream.read(&mut sink)).await {

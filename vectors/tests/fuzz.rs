@@ -6,6 +6,9 @@
 //! panics or reads out of bounds. `mindlite-fuzz` runs them; see its docs (fuzz/src/lib.rs) for
 //! running them longer.
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 use mindlite_fuzz::{extreme_number, mutate, note, Target, Unstructured};
 use mindlite_vectors::sentence::SentenceModel;
 use serde_json::{json, Map, Value};

@@ -3,6 +3,9 @@
 //! `MINILM_TEST_DIR`), against the tokens and vectors sentence-transformers computes for
 //! five sentences (`minilm-reference.json`, made with sentence-transformers 6.2 on torch 2.15).
 
+// Tests and benchmarks unwrap: a failure is the test's answer, with its message.
+#![allow(clippy::unwrap_used)]
+
 use mindlite_vectors::hnsw::dot;
 use mindlite_vectors::sentence::SentenceModel;
 use serde_json::Value;

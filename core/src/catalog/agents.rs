@@ -382,7 +382,7 @@ fn check_knowledge_base(txn: &WriteTransaction, tenant: TenantId, entry: &str) -
     }
     let exists = kb == "*"
         || crate::catalog::knowledge_bases::get(
-            &txn.open_table(crate::store::schema::KNOWLEDGE_BASES)?,
+            &txn.open_table(store::schema::KNOWLEDGE_BASES)?,
             tenant,
             &project,
             &kb,

@@ -643,13 +643,8 @@ pub(crate) fn alter(
     let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
     let mut table = txn.open_table(KNOWLEDGE_BASES)?;
     let kb = get(&table, tenant, &project, &key)?.ok_or_else(|| missing(name))?;
-    let filled = tables::get(
-        &txn.open_table(crate::store::schema::TABLES)?,
-        tenant,
-        &chunk_db(&project),
-        &key,
-    )?
-    .is_some();
+    let filled =
+        tables::get(&txn.open_table(TABLES)?, tenant, &chunk_db(&project), &key)?.is_some();
     let kb = kb.altered(pairs, filled)?;
     kb.check_urls(egress)?;
     table.insert(
@@ -773,7 +768,7 @@ mod tests {
     fn opening_a_file_moves_vectors_kept_in_rows_into_an_index() {
         use crate::catalog::kb_index::ReadIndex;
         use datafusion::arrow::array::{FixedSizeListArray, Float32Array, StringArray};
-        let store = crate::store::Store::open_in_memory(0, 0).unwrap();
+        let store = store::Store::open_in_memory(0, 0).unwrap();
         let write = |f: &dyn Fn(&WriteTransaction) -> Result<()>| {
             let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
             f(&guard.txn).unwrap();

@@ -296,7 +296,7 @@ mod tests {
         let store = crate::store::Store::open_in_memory(0, 0).unwrap();
         let guard = store.begin_write(store.try_lock_writes().unwrap()).unwrap();
         let txn = &guard.txn;
-        crate::catalog::users::init(txn).unwrap();
+        users::init(txn).unwrap();
         assert!(init(txn).unwrap(), "a new file has no counts yet");
         let hosted = hosted(1);
         let user = users::create(txn, "ann", None, &hosted, "mindsdb").unwrap();

@@ -151,7 +151,7 @@ fn create_with(
     validate_name("table", name)?;
     let project = project.to_ascii_lowercase();
     let key = name.to_ascii_lowercase();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     for field in schema.fields() {
         if !seen.insert(field.name().to_ascii_lowercase()) {
             return Err(Error::invalid(format!(
@@ -344,7 +344,7 @@ pub(crate) fn content_bytes(snapshot: &redb::ReadTransaction, record: &TableReco
             .map_or(0, |stored| stored.value().len() as u64);
     }
     let published: HashSet<u64> = order.into_iter().map(|(_, chunk)| chunk).collect();
-    let entries = snapshot.open_table(crate::store::schema::INDEX_ENTRIES)?;
+    let entries = snapshot.open_table(store::schema::INDEX_ENTRIES)?;
     for id in entry_ids(record) {
         bytes += indexes::bytes_of(&entries, id, &published)?;
     }
@@ -916,7 +916,7 @@ fn conform(schema: &SchemaRef, table: &str, batch: RecordBatch) -> Result<Record
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
         let column = if column.data_type() == field.data_type() {
-            column.clone()
+            Arc::clone(column)
         } else {
             // Unsafe casts fail on values that do not fit instead of turning them into NULLs.
             let options = CastOptions {

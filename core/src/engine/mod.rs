@@ -432,7 +432,7 @@ impl Engine {
     /// The engine's status in MindsDB's shape (`GET /api/status`); `authenticated` says whether
     /// the caller showed a valid token, which MindsDB reports as `auth.confirmed`.
     pub fn status(&self, authenticated: bool) -> Status {
-        crate::engine::status::status(&self.inner.config, authenticated)
+        status::status(&self.inner.config, authenticated)
     }
 
     /// Whether callers must log in (and send the token) before anything else.

@@ -2,6 +2,7 @@
 //! [`RecordBatchReader`], for the blocking fronts (the C ABI's and Python's Arrow C streams).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
@@ -77,6 +78,6 @@ impl Iterator for BlockingReader {
 
 impl RecordBatchReader for BlockingReader {
     fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        Arc::clone(&self.schema)
     }
 }

@@ -172,7 +172,7 @@ impl Worker {
                             seq,
                             &pending,
                             &callback,
-                            callbacks::Outcome::refused(reason),
+                            Outcome::refused(reason),
                             true,
                             keep,
                         )?;

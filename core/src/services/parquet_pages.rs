@@ -333,10 +333,11 @@ mod tests {
 
     fn metadata(bytes: &[u8]) -> Arc<ParquetMetaData> {
         let bytes = bytes::Bytes::from(bytes.to_vec());
-        ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .unwrap()
-            .metadata()
-            .clone()
+        Arc::clone(
+            ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .unwrap()
+                .metadata(),
+        )
     }
 
     #[test]

@@ -362,7 +362,7 @@ impl Store {
     /// [`Store::lock_writes`] for work that is no statement of the connection (training,
     /// deliveries): it never joins an open transaction, it waits for it to end.
     pub(crate) async fn lock_writes_detached(&self) -> WriteLock {
-        WriteLock::take(self.write_lock.clone(), None).await
+        WriteLock::take(Arc::clone(&self.write_lock), None).await
     }
 
     /// [`Store::lock_writes_detached`] in the turn of `user` (a parent account's key, see
@@ -370,7 +370,7 @@ impl Store {
     /// account: the discard of a failed landing, the sweep of what a rewrite retired. Work
     /// that its user caused takes its user's turns, not those of background work.
     pub(crate) async fn lock_writes_as(&self, user: u64) -> WriteLock {
-        WriteLock::take(self.write_lock.clone(), Some(user)).await
+        WriteLock::take(Arc::clone(&self.write_lock), Some(user)).await
     }
 
     /// [`Store::lock_writes_detached`] in the sweeper's turn, which yields to every other
@@ -719,7 +719,7 @@ impl DerivedCache {
 /// datasources are kept; `name` is matched case-insensitively.
 pub(crate) fn get_named<T: serde::de::DeserializeOwned>(
     table: &impl ReadableTable<(u64, &'static str), &'static str>,
-    tenant: crate::tenant::TenantId,
+    tenant: TenantId,
     name: &str,
 ) -> Result<Option<T>> {
     let key = name.to_ascii_lowercase();
@@ -732,7 +732,7 @@ pub(crate) fn get_named<T: serde::de::DeserializeOwned>(
 /// Every record of `tenant` in a table like [`get_named`]'s, by name.
 pub(crate) fn list_named<T: serde::de::DeserializeOwned>(
     table: &impl ReadableTable<(u64, &'static str), &'static str>,
-    tenant: crate::tenant::TenantId,
+    tenant: TenantId,
 ) -> Result<Vec<T>> {
     let mut out = Vec::new();
     for entry in table.range((tenant.0, "")..(tenant.0 + 1, ""))? {
@@ -746,7 +746,7 @@ pub(crate) fn list_named<T: serde::de::DeserializeOwned>(
 /// tables and views are kept; both names are matched case-insensitively.
 pub(crate) fn get_in_project<T: serde::de::DeserializeOwned>(
     table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
-    tenant: crate::tenant::TenantId,
+    tenant: TenantId,
     project: &str,
     name: &str,
 ) -> Result<Option<T>> {
@@ -760,7 +760,7 @@ pub(crate) fn get_in_project<T: serde::de::DeserializeOwned>(
 /// Every record of one project in a table like [`get_in_project`]'s, by name.
 pub(crate) fn list_in_project<T: serde::de::DeserializeOwned>(
     table: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
-    tenant: crate::tenant::TenantId,
+    tenant: TenantId,
     project: &str,
 ) -> Result<Vec<T>> {
     let project = project.to_ascii_lowercase();

@@ -831,6 +831,12 @@ const OUT_OF_RANGE: &str = "a time beyond the range mindlite holds";
 const NOT_A_NUMBER: &str =
     "NaN, infinity or a number beyond the column's decimal range; cast it to text in a native query";
 
+/// `raw` as the `N` bytes of a fixed-size binary value, or what was wrong.
+fn exactly<const N: usize>(raw: &[u8]) -> std::result::Result<[u8; N], String> {
+    raw.try_into()
+        .map_err(|_| format!("expected {N} bytes, got {}", raw.len()))
+}
+
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 /// Days between 1970-01-01 and 2000-01-01.
@@ -911,39 +917,28 @@ impl Builder {
             }
             return Ok(());
         };
-        let fixed = |n: usize| -> std::result::Result<&[u8], String> {
-            raw.get(..n)
-                .filter(|_| raw.len() == n)
-                .ok_or_else(|| format!("expected {n} bytes, got {}", raw.len()))
-        };
         match self {
-            Builder::Bool(b) => b.append_value(fixed(1)?[0] != 0),
-            Builder::Int16(b) => b.append_value(i16::from_be_bytes(fixed(2)?.try_into().unwrap())),
-            Builder::Int32(b) => b.append_value(i32::from_be_bytes(fixed(4)?.try_into().unwrap())),
+            Builder::Bool(b) => b.append_value(exactly::<1>(raw)?[0] != 0),
+            Builder::Int16(b) => b.append_value(i16::from_be_bytes(exactly::<2>(raw)?)),
+            Builder::Int32(b) => b.append_value(i32::from_be_bytes(exactly::<4>(raw)?)),
             Builder::Int64(b, Kind::Oid) => {
-                b.append_value(i64::from(u32::from_be_bytes(fixed(4)?.try_into().unwrap())))
+                b.append_value(i64::from(u32::from_be_bytes(exactly::<4>(raw)?)))
             }
-            Builder::Int64(b, _) => {
-                b.append_value(i64::from_be_bytes(fixed(8)?.try_into().unwrap()))
-            }
-            Builder::Float32(b) => {
-                b.append_value(f32::from_be_bytes(fixed(4)?.try_into().unwrap()))
-            }
+            Builder::Int64(b, _) => b.append_value(i64::from_be_bytes(exactly::<8>(raw)?)),
+            Builder::Float32(b) => b.append_value(f32::from_be_bytes(exactly::<4>(raw)?)),
             Builder::Float64(b, Kind::Numeric) => b.append_value(
                 numeric(raw)?
                     .to_f64()
                     .ok_or_else(|| NOT_A_NUMBER.to_string())?,
             ),
-            Builder::Float64(b, _) => {
-                b.append_value(f64::from_be_bytes(fixed(8)?.try_into().unwrap()))
-            }
+            Builder::Float64(b, _) => b.append_value(f64::from_be_bytes(exactly::<8>(raw)?)),
             Builder::Decimal(b, scale) => b.append_value(
                 numeric(raw)?
                     .to_scaled(*scale)
                     .ok_or_else(|| NOT_A_NUMBER.to_string())?,
             ),
             Builder::Text(b, Kind::Uuid) => {
-                let bytes = fixed(16)?;
+                let bytes = exactly::<16>(raw)?;
                 let hex: String = bytes.iter().map(|x| format!("{x:02x}")).collect();
                 b.append_value(format!(
                     "{}-{}-{}-{}-{}",
@@ -964,7 +959,7 @@ impl Builder {
                 b.append_value(std::str::from_utf8(text).map_err(|e| e.to_string())?)
             }
             Builder::Date(b) => {
-                let days = i32::from_be_bytes(fixed(4)?.try_into().unwrap());
+                let days = i32::from_be_bytes(exactly::<4>(raw)?);
                 // ±infinity have no Arrow date; reading them as NULL would disagree with a
                 // pushed-down `IS NULL`, so they are refused.
                 if days == i32::MAX || days == i32::MIN {
@@ -976,7 +971,7 @@ impl Builder {
                 )
             }
             Builder::Timestamp(b) => {
-                let micros = i64::from_be_bytes(fixed(8)?.try_into().unwrap());
+                let micros = i64::from_be_bytes(exactly::<8>(raw)?);
                 if micros == i64::MAX || micros == i64::MIN {
                     return Err(INFINITE.to_string());
                 }

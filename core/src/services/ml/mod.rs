@@ -56,9 +56,7 @@ pub(crate) fn scorer(
         return Err(models::not_completed(model));
     }
     if model.is_prompted() {
-        return Ok(Scorer::Prompted(crate::catalog::models::openai::check(
-            &model.using,
-        )?));
+        return Ok(Scorer::Prompted(models::openai::check(&model.using)?));
     }
     let stored = models::predictor(txn, tenant, model)?;
     Ok(Scorer::Fitted(serde_json::from_slice(&stored)?))

@@ -96,9 +96,7 @@ impl SqlRunner {
             .map(|a| a.name.value.clone())
             .unwrap_or_else(|| agent.name.clone());
         // A question asked through SQL counts against the plan like any other.
-        let counted =
-            crate::catalog::quotas::Question::take(&self.store, &self.config.hosted, tenant)
-                .await?;
+        let counted = Question::take(&self.store, &self.config.hosted, tenant).await?;
         let answer = self
             .agents
             .ask(self, tenant, counted, &agent, question.clone())

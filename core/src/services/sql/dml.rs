@@ -258,7 +258,7 @@ impl WriteJob {
         &self,
         handle: &Handle,
         plan: &LogicalPlan,
-        mut sink: impl FnMut(datafusion::arrow::record_batch::RecordBatch) -> Result<()>,
+        mut sink: impl FnMut(RecordBatch) -> Result<()>,
     ) -> Result<()> {
         let physical = crate::memory::wait(
             handle,
@@ -376,7 +376,7 @@ fn named_not_null(table: &TableReference, e: Error) -> Error {
 struct Credit {
     bytes: u64,
     base: Option<Vec<(u64, u64)>>,
-    _held: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
+    _held: Option<OwnedRwLockWriteGuard<()>>,
 }
 
 /// INSERT, UPDATE, DELETE and TRUNCATE; returns the affected row count. An INSERT's rows whose

@@ -135,7 +135,7 @@ pub(crate) struct SqlRunner {
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
     pub(crate) admission: Arc<crate::admission::Admission>,
     /// Answers agents asked in SELECTs.
-    agents: Arc<dyn ask::AskAgent>,
+    agents: Arc<dyn AskAgent>,
     sessions: Arc<Sessions>,
     /// Where statements are parsed and planned: never on an async worker.
     pub(crate) compute: crate::compute::Compute,
@@ -148,7 +148,7 @@ impl SqlRunner {
     pub(crate) fn new(
         store: Arc<Store>,
         config: &crate::Config,
-        agents: Arc<dyn ask::AskAgent>,
+        agents: Arc<dyn AskAgent>,
     ) -> Result<Self> {
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
@@ -730,8 +730,15 @@ impl SqlRunner {
                 .try_with_sql(&sql)
                 .and_then(|mut p| p.parse_statement())
                 .map_err(|e| Error::invalid(e.to_string()))?;
-                self.execute_sql(tenant, context, statement, None, Turn::Optimistic, false)
-                    .await
+                Box::pin(self.execute_sql(
+                    tenant,
+                    context,
+                    statement,
+                    None,
+                    Turn::Optimistic,
+                    false,
+                ))
+                .await
             }
             Command::Sql(mut statement) => {
                 if self
@@ -739,12 +746,23 @@ impl SqlRunner {
                     .await?
                 {
                     // The answer is spliced into the statement: never reuse its plan.
-                    return self
-                        .execute_sql(tenant, context, *statement, None, Turn::Optimistic, false)
-                        .await;
+                    let once = Turn::Optimistic;
+                    return Box::pin(
+                        self.execute_sql(tenant, context, *statement, None, once, false),
+                    )
+                    .await;
                 }
-                self.execute_sql(tenant, context, *statement, cache, Turn::Optimistic, false)
-                    .await
+                // Its future is large (planning, the write's job): boxed, so the futures that
+                // await it stay small.
+                Box::pin(self.execute_sql(
+                    tenant,
+                    context,
+                    *statement,
+                    cache,
+                    Turn::Optimistic,
+                    false,
+                ))
+                .await
             }
         }
     }
@@ -1287,7 +1305,7 @@ impl SqlRunner {
                 Ok(Some(Namespace::Files)) => {
                     return Error::not_found(format!(
                         "Table '{table}' not found in database: {}",
-                        crate::catalog::namespace::FILES_DB
+                        FILES_DB
                     ));
                 }
                 _ => {}

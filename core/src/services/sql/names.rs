@@ -73,10 +73,7 @@ pub(crate) fn distinct_output_names(statement: &mut Statement, hints: &mut Optio
     }
 }
 
-fn distinct_query_names(
-    query: &mut datafusion::sql::sqlparser::ast::Query,
-    hints: &mut Option<Vec<NameHint>>,
-) {
+fn distinct_query_names(query: &mut Query, hints: &mut Option<Vec<NameHint>>) {
     let SetExpr::Select(select) = query.body.as_mut() else {
         return;
     };

@@ -1255,7 +1255,7 @@ fn literal_bytes(value: &serde_json::Value) -> u64 {
         serde_json::Value::Null | serde_json::Value::Bool(_) => 0,
         other => other.to_string().len(),
     };
-    (std::mem::size_of::<Expr>() + text) as u64
+    (size_of::<Expr>() + text) as u64
 }
 
 /// What the literal node of a typed value costs (bytes are written as hex digits).
@@ -1264,7 +1264,7 @@ fn typed_bytes(value: &TypedParam) -> u64 {
         TypedParam::Date(s) | TypedParam::Timestamp(s) | TypedParam::Decimal(s) => s.len(),
         TypedParam::Bytes(b) => b.len().saturating_mul(2),
     };
-    (std::mem::size_of::<Expr>() + text) as u64
+    (size_of::<Expr>() + text) as u64
 }
 
 /// A typed parameter as a SQL literal node, its text checked first so a malformed value is an

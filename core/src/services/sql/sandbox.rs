@@ -296,7 +296,7 @@ impl SqlRunner {
             sql,
             &HashMap::new(),
             &HashMap::new(),
-            super::parse::ShapeLimits::of(&self.config.query),
+            parse::ShapeLimits::of(&self.config.query),
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,

@@ -283,7 +283,7 @@ pub(crate) struct TenantCatalog {
     /// How datasources named in the query are reached.
     pub(crate) net: crate::services::connectors::Net,
     /// Plans stored SQL (column defaults, views' queries) into DataFusion's plans.
-    pub(crate) expressions: Arc<datafusion::execution::SessionState>,
+    pub(crate) expressions: Arc<SessionState>,
     /// The views whose queries are being planned, outermost first, as (project, lower-case
     /// name): a view's query is planned in a catalog that adds it, so a view that reaches
     /// itself fails instead of recursing forever.

@@ -242,11 +242,11 @@ fn shape(plan: &LogicalPlan) -> Result<Option<Shape>> {
     };
     for alias in aliases.into_iter().rev() {
         // The correlated conditions name the columns below the alias: name them through it.
-        let below = rows.schema().clone();
+        let below = Arc::clone(rows.schema());
         rows = LogicalPlanBuilder::from(rows)
             .alias(alias.alias.clone())?
             .build()?;
-        let above = rows.schema().clone();
+        let above = Arc::clone(rows.schema());
         correlated = correlated
             .into_iter()
             .map(|e| {
