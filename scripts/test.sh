@@ -96,7 +96,7 @@ step "C tests (C11 and C++17, valgrind memcheck) and examples/c"
 bash tests/c/run.sh 2>&1 | tee "$tmp/c.log"
 c_passed=$(sed -n 's/^C tests: \([0-9]*\) passed$/\1/p' "$tmp/c.log")
 
-step "example: mindlite-shell end to end"
+step "the shell: mindlite-shell end to end"
 # The binaries the workspace build made, run directly: `cargo run -p` would build one package on
 # its own, whose different feature set (arrow's C interface, cbindgen's syn) recompiles DataFusion.
 bin_dir="${CARGO_TARGET_DIR:-target}/debug"
