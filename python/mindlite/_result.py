@@ -1,0 +1,101 @@
+"""A statement's rows, read as they are asked for (DuckDB-style, and under DuckDB 2.0's names)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional
+
+from . import _native
+from ._types import Row
+
+# How many rows iteration pulls from the engine at a time.
+_ITER_ROWS = 1024
+
+
+class Result:
+    """The rows of one statement, read as they are asked for.
+
+    Iterate for rows (pulled from the engine a batch at a time, so memory stays bounded), or
+    take them all at once: ``fetchall()``, ``arrow()``, ``df()``, ``pl()``. ``pyarrow.table(r)``
+    and ``polars.from_arrow(r)`` take a result directly through ``__arrow_c_stream__``. Rows
+    handed over go out of the result: each row is read once, by one of these.
+    """
+
+    def __init__(self, query: _native.Query) -> None:
+        self._query = query
+
+    @property
+    def columns(self) -> List[str]:
+        """Column names, as the engine shows them."""
+        return self._query.columns
+
+    @property
+    def types(self) -> List[str]:
+        """Each column's SQL type name (``BIGINT``, ``VARCHAR``, ``DECIMAL(10,2)``, …)."""
+        return self._query.types
+
+    @property
+    def affected_rows(self) -> Optional[int]:
+        """Rows inserted, updated or deleted; ``None`` for queries and DDL."""
+        return self._query.affected_rows
+
+    def __iter__(self) -> Iterator[Row]:
+        while True:
+            rows = self._query.fetch(_ITER_ROWS)
+            if not rows:
+                return
+            yield from rows
+
+    def fetchone(self) -> Optional[Row]:
+        """The next row, or ``None`` at the end."""
+        rows = self._query.fetch(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int = 1) -> List[Row]:
+        """Up to ``size`` more rows."""
+        return self._query.fetch(max(size, 0))
+
+    def fetchall(self) -> List[Row]:
+        """All remaining rows."""
+        return self._query.fetch(None)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The Arrow PyCapsule interface: the remaining rows as an Arrow C stream."""
+        return self._query.__arrow_c_stream__(requested_schema)
+
+    def _hand_over(self, consume: Any) -> Any:
+        # A Ctrl-C inside the consumer's read ends its stream with an error; raise it as
+        # what it was.
+        try:
+            return consume()
+        except Exception:
+            if self._query.interrupted:
+                raise KeyboardInterrupt from None
+            raise
+
+    def arrow(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (needs pyarrow)."""
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
+
+        return self._hand_over(lambda: pyarrow.RecordBatchReader.from_stream(self).read_all())
+
+    def record_batches(self) -> Any:
+        """The remaining rows as a ``pyarrow.RecordBatchReader``, read batch by batch."""
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
+
+        return pyarrow.RecordBatchReader.from_stream(self)
+
+    def df(self) -> Any:
+        """The remaining rows as a pandas DataFrame (needs pandas and pyarrow)."""
+        return self.arrow().to_pandas()
+
+    def pl(self) -> Any:
+        """The remaining rows as a polars DataFrame (needs polars)."""
+        import polars
+
+        return self._hand_over(lambda: polars.DataFrame(self))
+
+    def __repr__(self) -> str:
+        if not self._query.has_rows:
+            return f"<mindlite.Result affected_rows={self.affected_rows}>"
+        return f"<mindlite.Result columns={self.columns!r}>"
+
