@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._native import InterfaceError, ProgrammingError
-from ._result import _ITER_ROWS
+from ._result import _ITER_ROWS, Result
 from ._types import Params, Row
 
 if TYPE_CHECKING:
@@ -103,6 +103,23 @@ class Cursor:
     def fetchall(self) -> List[Row]:
         """All remaining rows."""
         return self._rows().fetch(None)
+
+    # What DuckDB 2.0's DB-API results answer besides PEP 249's: the remaining rows handed
+    # over as a result's are.
+
+    def fetchnumpy(self) -> Dict[str, Any]:
+        """The remaining rows as a dict of NumPy arrays, one per column (see
+        ``Result.fetchnumpy``)."""
+        return Result(self._rows()).fetchnumpy()
+
+    def to_arrow_table(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table``."""
+        return Result(self._rows()).to_arrow_table()
+
+    def to_arrow_reader(self, batch_size: Optional[int] = None) -> Any:
+        """The remaining rows as a ``pyarrow.RecordBatchReader`` (see
+        ``Result.to_arrow_reader``)."""
+        return Result(self._rows()).to_arrow_reader(batch_size)
 
     def __iter__(self) -> Iterator[Row]:
         query = self._rows()

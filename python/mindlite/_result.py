@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from . import _native
 from ._types import Row
@@ -15,7 +15,9 @@ class Result:
     """The rows of one statement, read as they are asked for.
 
     Iterate for rows (pulled from the engine a batch at a time, so memory stays bounded), or
-    take them all at once: ``fetchall()``, ``arrow()``, ``df()``, ``pl()``. ``pyarrow.table(r)``
+    take them all at once: ``fetchall()``, ``arrow()``, ``df()``, ``pl()``; DuckDB 2.0's
+    names answer too (``to_arrow_table()``, ``to_arrow_reader()``, ``iter_rows()``,
+    ``to_dicts()``, ``fetchnumpy()``). ``pyarrow.table(r)``
     and ``polars.from_arrow(r)`` take a result directly through ``__arrow_c_stream__``. Rows
     handed over go out of the result: each row is read once, by one of these.
     """
@@ -39,11 +41,7 @@ class Result:
         return self._query.affected_rows
 
     def __iter__(self) -> Iterator[Row]:
-        while True:
-            rows = self._query.fetch(_ITER_ROWS)
-            if not rows:
-                return
-            yield from rows
+        return self.iter_rows()
 
     def fetchone(self) -> Optional[Row]:
         """The next row, or ``None`` at the end."""
@@ -84,6 +82,50 @@ class Result:
 
         return pyarrow.RecordBatchReader.from_stream(self)
 
+    # DuckDB 2.0's names for the same, which its users now type.
+
+    def to_arrow_table(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (DuckDB 2.0's name of ``arrow()``)."""
+        return self.arrow()
+
+    def to_arrow_reader(self, batch_size: Optional[int] = None) -> Any:
+        """The remaining rows as a ``pyarrow.RecordBatchReader`` (DuckDB 2.0's name of
+        ``record_batches()``), in batches of at most ``batch_size`` rows when given."""
+        reader = self.record_batches()
+        if batch_size is None:
+            return reader
+        if batch_size < 1:
+            raise _native.InterfaceError(f"batch_size must be at least 1, not {batch_size}")
+        import pyarrow  # type: ignore[import-untyped, unused-ignore]
+
+        def sliced() -> Iterator[Any]:
+            for batch in reader:
+                for start in range(0, batch.num_rows, batch_size):
+                    yield batch.slice(start, batch_size)
+
+        return pyarrow.RecordBatchReader.from_batches(reader.schema, sliced())
+
+    def iter_rows(self, batch_size: int = _ITER_ROWS) -> Iterator[Row]:
+        """The remaining rows one by one, pulled from the engine ``batch_size`` at a time."""
+        if batch_size < 1:
+            raise _native.InterfaceError(f"batch_size must be at least 1, not {batch_size}")
+        while True:
+            rows = self._query.fetch(batch_size)
+            if not rows:
+                return
+            yield from rows
+
+    def to_dicts(self) -> List[Dict[str, Any]]:
+        """The remaining rows as dicts keyed by column name."""
+        columns = self.columns
+        return [dict(zip(columns, row)) for row in self.iter_rows()]
+
+    def fetchnumpy(self) -> Dict[str, Any]:
+        """The remaining rows as a dict of NumPy arrays, one per column (needs pyarrow and
+        numpy); a column with NULLs is a masked array."""
+        table = self.arrow()
+        return {name: _numpy_column(table.column(i)) for i, name in enumerate(table.column_names)}
+
     def df(self) -> Any:
         """The remaining rows as a pandas DataFrame (needs pandas and pyarrow)."""
         return self.arrow().to_pandas()
@@ -99,3 +141,12 @@ class Result:
             return f"<mindlite.Result affected_rows={self.affected_rows}>"
         return f"<mindlite.Result columns={self.columns!r}>"
 
+
+def _numpy_column(column: Any) -> Any:
+    """A pyarrow column as a NumPy array, masked where it holds NULLs (as DuckDB's are)."""
+    import numpy
+
+    values = column.to_numpy(zero_copy_only=False)
+    if column.null_count == 0:
+        return values
+    return numpy.ma.masked_array(values, mask=column.is_null().to_numpy(zero_copy_only=False))

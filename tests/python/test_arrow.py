@@ -40,6 +40,44 @@ def test_capsule_protocol_takes_results_directly(con):
     assert sum(sizes) == 20000 and len(sizes) > 1
 
 
+def test_results_answer_to_duckdb_2_names(con):
+    con.execute("CREATE TABLE t (id INT, name VARCHAR, score DOUBLE)")
+    con.execute("INSERT INTO t VALUES (1, 'a', 0.5), (2, 'b', NULL), (3, NULL, 1.5)")
+    query = "SELECT id, name, score FROM t ORDER BY id"
+    assert con.sql(query).to_arrow_table().to_pylist() == con.sql(query).arrow().to_pylist()
+    assert con.sql(query).to_dicts() == [
+        {"id": 1, "name": "a", "score": 0.5},
+        {"id": 2, "name": "b", "score": None},
+        {"id": 3, "name": None, "score": 1.5},
+    ]
+    rows = con.sql(query).iter_rows(batch_size=2)
+    assert next(rows) == (1, "a", 0.5) and list(rows) == [(2, "b", None), (3, None, 1.5)]
+    with pytest.raises(mindlite.InterfaceError, match="batch_size"):
+        next(con.sql(query).iter_rows(batch_size=0))
+
+    np = pytest.importorskip("numpy")
+    columns = con.sql(query).fetchnumpy()
+    assert list(columns) == ["id", "name", "score"]
+    assert columns["id"].tolist() == [1, 2, 3] and not np.ma.isMaskedArray(columns["id"])
+    # NULLs are masked, as DuckDB's fetchnumpy masks them.
+    assert np.ma.isMaskedArray(columns["score"]) and columns["score"].mask.tolist() == [False, True, False]
+    assert columns["name"][0] == "a" and columns["name"].mask.tolist() == [False, False, True]
+
+    series = "SELECT value FROM generate_series(1, 20000) ORDER BY value"
+    sizes = [batch.num_rows for batch in con.sql(series).to_arrow_reader(batch_size=3000)]
+    assert sum(sizes) == 20000 and max(sizes) <= 3000 and len(sizes) >= 7
+    assert sum(b.num_rows for b in con.sql(series).to_arrow_reader()) == 20000
+
+    # A DB-API cursor answers DuckDB's DB-API names, handing over the rows it has left.
+    cur = con.cursor().execute(query)
+    assert cur.fetchone() == (1, "a", 0.5)
+    assert cur.to_arrow_table().column("id").to_pylist() == [2, 3]
+    assert con.cursor().execute(query).fetchnumpy()["id"].tolist() == [1, 2, 3]
+    sizes = [b.num_rows for b in con.cursor().execute(series).to_arrow_reader(batch_size=5000)]
+    assert sum(sizes) == 20000 and max(sizes) <= 5000
+    assert repr(type(con)) == "<class 'mindlite.Connection'>"
+
+
 def test_rows_read_once_across_fetch_and_arrow(con):
     result = con.sql("SELECT value FROM generate_series(1, 5) ORDER BY value")
     assert result.fetchmany(2) == [(1,), (2,)]
