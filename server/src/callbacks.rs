@@ -6,8 +6,8 @@
 use mindlite::Engine;
 use serde_json::{json, Value};
 
-use crate::http::{Request, Response};
-use crate::routes::{error_response, json_response, problem};
+use crate::http::Request;
+use crate::reply::{json_response, Problem, Reply};
 
 const BASE: &str = "/cloud/callback/model_status";
 
@@ -49,27 +49,14 @@ impl<'a> CallbackRoute<'a> {
 }
 
 /// Answers one callbacks request as the caller's tenant.
-pub async fn handle(engine: &Engine, request: &Request, route: CallbackRoute<'_>) -> Response {
-    match answer(engine, request, route).await {
-        Ok(response) => response,
-        Err(e) => error_response(&e),
-    }
-}
-
-async fn answer(
-    engine: &Engine,
-    request: &Request,
-    route: CallbackRoute<'_>,
-) -> mindlite::Result<Response> {
+pub async fn handle(engine: &Engine, request: &Request, route: CallbackRoute<'_>) -> Reply {
     Ok(match (route, request.method.as_str()) {
         (CallbackRoute::All, "GET") => json_response(200, &engine.list_callbacks()?),
         (CallbackRoute::All, _) => {
             json_response(200, &engine.register_callback(body(request)?).await?)
         }
         (CallbackRoute::One(id), method) => {
-            let Some(id) = parse_id(id) else {
-                return Ok(missing(id));
-            };
+            let id = parse_id(id)?;
             match method {
                 "GET" => json_response(200, &engine.get_callback(id)?),
                 "PUT" => json_response(200, &engine.update_callback(id, body(request)?).await?),
@@ -79,19 +66,16 @@ async fn answer(
                 }
             }
         }
-        (CallbackRoute::Deliveries(id), _) => match parse_id(id) {
-            Some(id) => json_response(200, &engine.callback_deliveries(id)?),
-            None => missing(id),
-        },
+        (CallbackRoute::Deliveries(id), _) => {
+            json_response(200, &engine.callback_deliveries(parse_id(id)?)?)
+        }
     })
 }
 
-fn parse_id(id: &str) -> Option<u64> {
-    id.parse().ok()
-}
-
-fn missing(id: &str) -> Response {
-    problem(404, &format!("Callback {id} not found"))
+/// The callback id in the path; a path that is no id names no callback (404).
+fn parse_id(id: &str) -> Result<u64, Problem> {
+    id.parse()
+        .map_err(|_| Problem::new(404, format!("Callback {id} not found")))
 }
 
 fn body(request: &Request) -> mindlite::Result<Value> {

@@ -6,22 +6,18 @@
 use mindlite::{Engine, Error, ErrorKind, FileFormat};
 use serde_json::Value;
 
-use crate::http::{Request, Response};
-use crate::routes::{error_response, json_response, titled_problem};
+use crate::http::Request;
+use crate::reply::{json_response, Problem, Reply};
 
 /// `[{"name", "row_count", "columns"}]`.
-pub fn list(engine: &Engine) -> Response {
-    match engine.list_files() {
-        Ok(files) => json_response(
-            200,
-            &files.iter().map(|f| f.to_wire_json()).collect::<Vec<_>>(),
-        ),
-        Err(e) => error_response(&e),
-    }
+pub fn list(engine: &Engine) -> Reply {
+    let files = engine.list_files()?;
+    let listed: Vec<Value> = files.iter().map(|f| f.to_wire_json()).collect();
+    Ok(json_response(200, &listed))
 }
 
 /// Uploads the file `name`; 200 with `""` as MindsDB answers.
-pub async fn put(engine: &Engine, request: &Request, name: &str) -> Response {
+pub async fn put(engine: &Engine, request: &Request, name: &str) -> Reply {
     let content_type = request
         .header("content-type")
         .unwrap_or_default()
@@ -30,16 +26,13 @@ pub async fn put(engine: &Engine, request: &Request, name: &str) -> Response {
         .to_ascii_lowercase()
         .starts_with("multipart/form-data")
     {
-        match from_form(&content_type, request.body.clone()).await {
-            Ok(upload) => upload,
-            Err(e) => return error_response(&e),
-        }
+        from_form(&content_type, request.body.clone()).await?
     } else if let Some(url) = url_source(&request.body) {
-        return titled_problem(
+        return Err(Problem::titled(
             400,
             "Wrong source type",
-            &format!("This server does not fetch files from URLs ({url}); upload the file itself"),
-        );
+            format!("This server does not fetch files from URLs ({url}); upload the file itself"),
+        ));
     } else {
         Upload {
             bytes: request.body.clone(),
@@ -47,32 +40,32 @@ pub async fn put(engine: &Engine, request: &Request, name: &str) -> Response {
             format: FileFormat::from_name(&content_type),
         }
     };
-    match engine
+    let stored = engine
         .upload_file(
             name,
             upload.bytes,
             upload.format,
             upload.file_name.as_deref(),
         )
-        .await
-    {
-        Ok(_) => json_response(200, &""),
+        .await;
+    match stored {
+        Ok(_) => Ok(json_response(200, &"")),
+        // MindsDB answers an existing name with 400, not 409.
         Err(e) if e.kind() == ErrorKind::Conflict => {
-            // MindsDB answers an existing name with 400, not 409.
-            titled_problem(400, "File already exists", e.message())
+            Err(Problem::titled(400, "File already exists", e.message()))
         }
-        Err(e) => error_response(&e),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Removes the file `name`; 200 with `""`, 404 when there is none.
-pub async fn delete(engine: &Engine, name: &str) -> Response {
+pub async fn delete(engine: &Engine, name: &str) -> Reply {
     match engine.delete_file(name).await {
-        Ok(()) => json_response(200, &""),
+        Ok(()) => Ok(json_response(200, &"")),
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            titled_problem(404, "File not found", e.message())
+            Err(Problem::titled(404, "File not found", e.message()))
         }
-        Err(e) => error_response(&e),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -637,6 +637,16 @@ impl Connection {
     }
 }
 
+/// A percent-encoded path segment, decoded.
+pub(crate) fn decode(segment: &str) -> mindlite::Result<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| {
+            mindlite::Error::invalid(format!("The path segment '{segment}' is not valid UTF-8"))
+        })
+}
+
 /// Parses the request head at the start of `bytes`; `None` when more bytes are needed.
 fn parse_head(
     bytes: &[u8],

@@ -6,84 +6,81 @@ use mindlite::{Engine, Error, ErrorKind};
 use serde_json::Value;
 
 use crate::http::{Request, Response};
-use crate::routes::{json_response, titled_error, titled_problem};
+use crate::reply::{json_response, status_of, Problem, Reply};
 
 /// `GET` lists the project's knowledge bases; `POST {"knowledge_base": {...}}` creates one (201).
-pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Response {
+pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Reply {
     if request.method == "GET" {
-        return match engine.list_knowledge_bases(project) {
-            Ok(kbs) => json_response(200, &kbs.iter().map(|kb| kb.wire()).collect::<Vec<_>>()),
-            Err(e) => kb_error(&e),
-        };
+        let kbs = engine.list_knowledge_bases(project).map_err(kb_error)?;
+        return Ok(json_response(
+            200,
+            &kbs.iter().map(|kb| kb.wire()).collect::<Vec<_>>(),
+        ));
     }
-    let body = match knowledge_base_field(request, "POST") {
-        Ok(body) => body,
-        Err(response) => return *response,
-    };
+    let body = knowledge_base_field(request, "POST")?;
     if !matches!(body.get("name"), Some(Value::String(_))) {
-        return titled_problem(
+        return Err(Problem::titled(
             400,
             "Missing parameter",
             "Must provide \"name\" field in \"knowledge_base\"",
-        );
+        ));
     }
-    match engine.create_knowledge_base(project, body).await {
-        Ok(kb) => json_response(201, &kb.wire()),
-        Err(e) => kb_error(&e),
-    }
+    let kb = engine
+        .create_knowledge_base(project, body)
+        .await
+        .map_err(kb_error)?;
+    Ok(json_response(201, &kb.wire()))
 }
 
 /// One knowledge base: its record (GET, DELETE), or settings and documents into it (PUT
 /// `params`, `rows` or `query`).
-pub async fn one(engine: &Engine, request: &Request, project: &str, name: &str) -> Response {
+pub async fn one(engine: &Engine, request: &Request, project: &str, name: &str) -> Reply {
     match request.method.as_str() {
-        "GET" => match engine.get_knowledge_base(project, name) {
-            Ok(kb) => json_response(200, &kb.wire()),
-            Err(e) => kb_error(&e),
-        },
+        "GET" => {
+            let kb = engine.get_knowledge_base(project, name).map_err(kb_error)?;
+            Ok(json_response(200, &kb.wire()))
+        }
         "PUT" => {
-            let body = match knowledge_base_field(request, "PUT") {
-                Ok(body) => body,
-                Err(response) => return *response,
-            };
-            match engine
+            let body = knowledge_base_field(request, "PUT")?;
+            engine
                 .insert_into_knowledge_base(project, name, body, None)
                 .await
-            {
-                Ok(_) => json_response(200, &""),
-                Err(e) => kb_error(&e),
-            }
+                .map_err(kb_error)?;
+            Ok(json_response(200, &""))
         }
-        _ => match engine.delete_knowledge_base(project, name).await {
-            Ok(()) => Response::no_content(),
-            Err(e) => kb_error(&e),
-        },
+        _ => {
+            engine
+                .delete_knowledge_base(project, name)
+                .await
+                .map_err(kb_error)?;
+            Ok(Response::no_content())
+        }
     }
 }
 
 /// The body's `knowledge_base`, or MindsDB's 400 when the body is not JSON or lacks it.
-fn knowledge_base_field(request: &Request, method: &str) -> Result<Value, Box<Response>> {
+fn knowledge_base_field(request: &Request, method: &str) -> Result<Value, Problem> {
     let body = mindlite::wire::request_body(&request.body)
-        .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))?;
+        .map_err(|e| Problem::titled(400, "Invalid body", e.message()))?;
     match body.get("knowledge_base") {
         Some(value) if !value.is_null() => Ok(value.clone()),
-        _ => Err(Box::new(titled_problem(
+        _ => Err(Problem::titled(
             400,
             "Missing parameter",
-            &format!("Must provide \"knowledge_base\" parameter in {method} body"),
-        ))),
+            format!("Must provide \"knowledge_base\" parameter in {method} body"),
+        )),
     }
 }
 
 /// An engine error with MindsDB's title; an embedding provider's failure says so.
-fn kb_error(error: &Error) -> Response {
+fn kb_error(error: Error) -> Problem {
     match error.kind() {
-        ErrorKind::Upstream => titled_problem(
-            crate::routes::status_of(error.kind()),
+        ErrorKind::Upstream => Problem::titled(
+            status_of(error.kind()),
             "Embedding provider error",
             error.message(),
         ),
-        ErrorKind::InvalidInput => titled_problem(400, "Invalid parameter", error.message()),
-        _ => titled_error("Knowledge Base", error),
+        ErrorKind::InvalidInput => Problem::titled(400, "Invalid parameter", error.message()),
+        _ => Problem::about("Knowledge Base", &error),
     }
 }

@@ -11,6 +11,7 @@ mod knowledge_bases;
 mod minds;
 mod models;
 mod origin;
+mod reply;
 mod routes;
 mod users;
 
@@ -469,7 +470,7 @@ async fn serve_connection(
                     let memory = engine.request_memory();
                     match memory.admit(request.declared_body_bytes()) {
                         Ok(()) => Ok((engine, memory, cors)),
-                        Err(error) => Err(allow_origin(routes::error_response(&error), &cors)),
+                        Err(error) => Err(allow_origin(reply::error_response(&error), &cors)),
                     }
                 }
                 Err(response) => Err(allow_origin(response, &cors)),
@@ -504,7 +505,7 @@ async fn serve_connection(
         let response = match memory.admit(0) {
             // Its user ran out of room while the body was read: refused before anything is
             // made of it.
-            Err(error) => routes::error_response(&error),
+            Err(error) => reply::error_response(&error),
             Ok(()) => {
                 // Boxed, so the select below does not copy the handler's large future.
                 let handling = Box::pin(memory.run(routes::handle(&engine, &request)));
@@ -552,7 +553,7 @@ fn allow_origin(response: Response, cors: &Option<String>) -> Response {
 async fn reject(mut connection: Connection, error: ReadError) {
     if let ReadError::Reject(status, detail) = error {
         tracing::info!(status, "rejected request: {detail}");
-        let response: Response = routes::problem(status, &detail);
+        let response: Response = reply::problem(status, &detail);
         if connection.send(response, false, false).await.is_ok() {
             connection.linger_close().await;
         }

@@ -10,8 +10,8 @@ use std::pin::Pin;
 use mindlite::{ChatRequest, Engine, Error, ErrorKind, MindStream};
 use serde_json::Value;
 
-use crate::http::{Body, Chunks, Request, Response};
-use crate::routes::{json_response, problem, status_of, with_retry_after};
+use crate::http::{decode, Body, Chunks, Request, Response};
+use crate::reply::{json_response, status_of, Problem};
 
 /// A route of the Minds API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,10 +150,6 @@ fn body(request: &Request) -> mindlite::Result<Value> {
     mindlite::wire::request_body(&request.body)
 }
 
-fn decode(segment: &str) -> mindlite::Result<String> {
-    crate::routes::decode(segment)
-}
-
 /// The Minds API's codes: a body the engine refused is 422 (validation), the rest as
 /// everywhere else; 429 carries `Retry-After` when the quota is windowed.
 fn minds_error(error: &Error) -> Response {
@@ -161,7 +157,7 @@ fn minds_error(error: &Error) -> Response {
         ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => 422,
         kind => status_of(kind),
     };
-    with_retry_after(problem(status, error.message()), error)
+    Problem::from(error).with_status(status).into_response()
 }
 
 /// A streamed answer's frames.

@@ -6,7 +6,7 @@ use mindlite::{Engine, Error};
 use serde_json::Value;
 
 use crate::http::{Request, Response};
-use crate::routes::{json_response, titled_error, titled_problem};
+use crate::reply::{json_response, Problem, Reply};
 
 /// What is asked of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,31 +20,24 @@ pub enum ModelAction {
 }
 
 /// `GET` lists every version; `POST {"query": "CREATE MODEL …"}` creates one (201).
-pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Response {
+pub async fn collection(engine: &Engine, request: &Request, project: &str) -> Reply {
     if request.method == "GET" {
-        return match engine.list_models(project) {
-            Ok(models) => json_response(
-                200,
-                &models.iter().map(|m| m.to_wire_json()).collect::<Vec<_>>(),
-            ),
-            Err(e) => model_error(&e),
-        };
+        let models = engine.list_models(project).map_err(model_error)?;
+        let listed: Vec<Value> = models.iter().map(|m| m.to_wire_json()).collect();
+        return Ok(json_response(200, &listed));
     }
-    let query = match body(request).map(|b| b.get("query").cloned()) {
-        Ok(Some(Value::String(query))) => query,
-        Ok(_) => {
-            return titled_problem(
-                400,
-                "Missing parameter",
-                "Must provide \"query\" (a CREATE MODEL statement) in POST body",
-            )
-        }
-        Err(response) => return *response,
+    let Some(Value::String(query)) = body(request)?.get("query").cloned() else {
+        return Err(Problem::titled(
+            400,
+            "Missing parameter",
+            "Must provide \"query\" (a CREATE MODEL statement) in POST body",
+        ));
     };
-    match engine.create_model(project, &query).await {
-        Ok(model) => json_response(201, &model.to_wire_json()),
-        Err(e) => model_error(&e),
-    }
+    let model = engine
+        .create_model(project, &query)
+        .await
+        .map_err(model_error)?;
+    Ok(json_response(201, &model.to_wire_json()))
 }
 
 /// One model: its record (GET, DELETE), predictions (POST …/predict) or description
@@ -55,55 +48,51 @@ pub async fn one(
     project: &str,
     name: &str,
     action: ModelAction,
-) -> Response {
+) -> Reply {
     let (name, version) = name_and_version(name);
     match (action, request.method.as_str()) {
-        (ModelAction::Record, "GET") => match engine.get_model(project, name, version) {
-            Ok(model) => json_response(200, &model.to_wire_json()),
-            Err(e) => model_error(&e),
-        },
-        (ModelAction::Record, _) => match engine.drop_model(project, name, version).await {
-            Ok(()) => Response::no_content(),
-            Err(e) => model_error(&e),
-        },
+        (ModelAction::Record, "GET") => {
+            let model = engine
+                .get_model(project, name, version)
+                .map_err(model_error)?;
+            Ok(json_response(200, &model.to_wire_json()))
+        }
+        (ModelAction::Record, _) => {
+            engine
+                .drop_model(project, name, version)
+                .await
+                .map_err(model_error)?;
+            Ok(Response::no_content())
+        }
         (ModelAction::Predict, _) => {
-            let data = match body(request).map(|b| b.get("data").cloned()) {
-                Ok(Some(data)) => data,
-                Ok(None) => {
-                    return titled_problem(
-                        400,
-                        "Missing parameter",
-                        "Must provide \"data\" (a list of rows) in POST body",
-                    )
-                }
-                Err(response) => return *response,
+            let Some(data) = body(request)?.get("data").cloned() else {
+                return Err(Problem::titled(
+                    400,
+                    "Missing parameter",
+                    "Must provide \"data\" (a list of rows) in POST body",
+                ));
             };
-            match engine.predict(project, name, version, &data).await {
-                Ok(rows) => json_response(200, &rows),
-                Err(e) => model_error(&e),
-            }
+            let rows = engine
+                .predict(project, name, version, &data)
+                .await
+                .map_err(model_error)?;
+            Ok(json_response(200, &rows))
         }
         (ModelAction::Describe, _) => {
             // MindsDB reads the attribute from a GET body; no body is fine here.
             let attribute = if request.body.is_empty() {
                 None
             } else {
-                match body(request) {
-                    Ok(b) => b
-                        .get("attribute")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
-                    Err(response) => return *response,
-                }
+                body(request)?
+                    .get("attribute")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
             };
-            let model = match engine.get_model(project, name, version) {
-                Ok(model) => model,
-                Err(e) => return model_error(&e),
-            };
-            match model.describe(attribute.as_deref()) {
-                Ok(described) => json_response(200, &described),
-                Err(e) => model_error(&e),
-            }
+            let model = engine
+                .get_model(project, name, version)
+                .map_err(model_error)?;
+            let described = model.describe(attribute.as_deref()).map_err(model_error)?;
+            Ok(json_response(200, &described))
         }
     }
 }
@@ -120,12 +109,13 @@ fn name_and_version(segment: &str) -> (&str, Option<u32>) {
 }
 
 /// The request body as a JSON object, or a 400 that says why not.
-fn body(request: &Request) -> Result<serde_json::Map<String, Value>, Box<Response>> {
+fn body(request: &Request) -> Result<serde_json::Map<String, Value>, Problem> {
     mindlite::wire::Fields::request_body(&request.body)
         .map(mindlite::wire::Fields::into_map)
-        .map_err(|e| Box::new(titled_problem(400, "Invalid body", e.message())))
+        .map_err(|e| Problem::titled(400, "Invalid body", e.message()))
 }
 
-fn model_error(error: &Error) -> Response {
-    titled_error("Model", error)
+/// An engine error about a model, with MindsDB's title.
+fn model_error(error: Error) -> Problem {
+    Problem::about("Model", &error)
 }

@@ -8,7 +8,7 @@
 use mindlite::Config;
 
 use crate::http::{Request, Response};
-use crate::routes::problem;
+use crate::reply::problem;
 
 /// The headers a page of an allowed origin may send (beyond the CORS-safelisted ones).
 const ALLOWED_HEADERS: &str = "authorization, content-type, x-api-key";

@@ -4,17 +4,17 @@
 use mindlite::{Engine, Error, ErrorKind, HostedApi, QueryRequest, WireFormat, WireStream};
 use serde_json::json;
 
-use crate::agents;
+use crate::agents::{self, AgentAction};
 use crate::callbacks::{self, CallbackRoute};
 use crate::files;
-use crate::http::{reason, Body, Request, Response};
+use crate::http::{decode, Body, Request, Response};
 use crate::knowledge_bases;
 use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
 use crate::origin;
+use crate::reply::{answer, error_response, json_response, problem, Problem, Reply};
 
 const JSON: &str = "application/json";
-const PROBLEM: &str = "application/problem+json";
 
 /// Judges a request on its head, before its body is read: the route and method must exist
 /// (404, 405), a browser's preflight is answered, the edition must serve the route (404), a
@@ -92,82 +92,78 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
 /// Answers a request that [`admit`] let through, acting through `engine` (the handle it
 /// returned).
 pub async fn handle(engine: &Engine, request: &Request) -> Response {
+    answer(dispatch(engine, request).await)
+}
+
+/// Finds the request's route and hands it to its handler; a route family's module answers.
+async fn dispatch(engine: &Engine, request: &Request) -> Reply {
     let path = request.path.as_str();
     let method = request.method.as_str();
     let Some(route) = Route::find(path, &engine.config().http.minds_prefix) else {
-        return problem(
+        return Err(Problem::new(
             404,
             "The endpoint you are trying to access does not exist on the server.",
-        );
+        ));
     };
-    match route {
-        Route::SqlQuery => sql_query(engine, request).await,
+    Ok(match route {
+        Route::SqlQuery => sql_query(engine, request).await?,
         Route::Status => {
             let authenticated = credential(request).is_some_and(|c| engine.authenticate(c).is_ok());
             json_response(200, &engine.status(authenticated))
         }
         Route::Ping => json_response(200, &json!({"status": "ok"})),
-        Route::Projects => match engine.list_projects() {
-            Ok(projects) => json_response(
-                200,
-                &projects
-                    .iter()
-                    .map(mindlite::Project::to_wire_json)
-                    .collect::<Vec<_>>(),
-            ),
-            Err(e) => error_response(&e),
-        },
-        Route::Project(name) => match decode(name).and_then(|name| engine.get_project(&name)) {
-            Ok(project) => json_response(200, &project.to_wire_json()),
-            Err(e) => error_response(&e),
-        },
-        Route::Login => login(engine, request).await,
+        Route::Projects => {
+            let projects = engine.list_projects()?;
+            let listed: Vec<_> = projects
+                .iter()
+                .map(mindlite::Project::to_wire_json)
+                .collect();
+            json_response(200, &listed)
+        }
+        Route::Project(name) => {
+            json_response(200, &engine.get_project(&decode(name)?)?.to_wire_json())
+        }
+        Route::Login => login(engine, request).await?,
         Route::Logout => {
             // Only a live token is revoked; anything else writes nothing.
             if let Some(token) = bearer(request) {
-                if let Err(e) = engine.logout(token).await {
-                    return error_response(&e);
-                }
+                engine.logout(token).await?;
             }
             json_response(200, &"")
         }
-        Route::CloudLogin => match engine.serves(HostedApi::CloudLogin) {
-            Ok(()) => login(engine, request).await,
-            Err(e) => error_response(&e),
-        },
+        Route::CloudLogin => {
+            engine.serves(HostedApi::CloudLogin)?;
+            login(engine, request).await?
+        }
         Route::Minds(route) => minds::handle(engine, request, route).await,
-        Route::Callbacks(route) => callbacks::handle(engine, request, route).await,
-        Route::Agents(project) => match decode(project) {
-            Ok(project) => agents::collection(engine, request, &project).await,
-            Err(e) => error_response(&e),
-        },
-        Route::Agent(project, name, action) => match (decode(project), decode(name)) {
-            (Ok(project), Ok(name)) => agents::one(engine, request, &project, &name, action).await,
-            (Err(e), _) | (_, Err(e)) => error_response(&e),
-        },
-        Route::KnowledgeBases(project) => match decode(project) {
-            Ok(project) => knowledge_bases::collection(engine, request, &project).await,
-            Err(e) => error_response(&e),
-        },
-        Route::KnowledgeBase(project, name) => match (decode(project), decode(name)) {
-            (Ok(project), Ok(name)) => knowledge_bases::one(engine, request, &project, &name).await,
-            (Err(e), _) | (_, Err(e)) => error_response(&e),
-        },
-        Route::Models(project) => match decode(project) {
-            Ok(project) => models::collection(engine, request, &project).await,
-            Err(e) => error_response(&e),
-        },
-        Route::Model(project, name, action) => match (decode(project), decode(name)) {
-            (Ok(project), Ok(name)) => models::one(engine, request, &project, &name, action).await,
-            (Err(e), _) | (_, Err(e)) => error_response(&e),
-        },
-        Route::Files => files::list(engine),
-        Route::File(name) => match decode(name) {
-            Ok(name) if method == "PUT" => files::put(engine, request, &name).await,
-            Ok(name) => files::delete(engine, &name).await,
-            Err(e) => error_response(&e),
-        },
-    }
+        Route::Callbacks(route) => return callbacks::handle(engine, request, route).await,
+        Route::Agents(project) => {
+            return agents::collection(engine, request, &decode(project)?).await
+        }
+        Route::Agent(project, name, action) => {
+            let (project, name) = (decode(project)?, decode(name)?);
+            return agents::one(engine, request, &project, &name, action).await;
+        }
+        Route::KnowledgeBases(project) => {
+            return knowledge_bases::collection(engine, request, &decode(project)?).await
+        }
+        Route::KnowledgeBase(project, name) => {
+            let (project, name) = (decode(project)?, decode(name)?);
+            return knowledge_bases::one(engine, request, &project, &name).await;
+        }
+        Route::Models(project) => {
+            return models::collection(engine, request, &decode(project)?).await
+        }
+        Route::Model(project, name, action) => {
+            let (project, name) = (decode(project)?, decode(name)?);
+            return models::one(engine, request, &project, &name, action).await;
+        }
+        Route::Files => return files::list(engine),
+        Route::File(name) if method == "PUT" => {
+            return files::put(engine, request, &decode(name)?).await
+        }
+        Route::File(name) => return files::delete(engine, &decode(name)?).await,
+    })
 }
 
 /// The routes this server knows.
@@ -200,17 +196,6 @@ enum Route<'a> {
     Minds(MindsRoute<'a>),
     /// `/cloud/callback/model_status[/{id}[/deliveries]]`
     Callbacks(CallbackRoute<'a>),
-}
-
-/// What is asked of one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentAction {
-    /// GET, PUT or DELETE the record.
-    Record,
-    /// POST a question, get the answer.
-    Completion,
-    /// POST a question, follow the answer as server-sent events.
-    CompletionStream,
 }
 
 impl<'a> Route<'a> {
@@ -300,13 +285,10 @@ impl<'a> Route<'a> {
     }
 }
 
-async fn sql_query(engine: &Engine, request: &Request) -> Response {
-    let (query, format) = match QueryRequest::from_wire_json(&request.body) {
-        Ok(parsed) => parsed,
-        Err(e) => return error_response(&e),
-    };
+async fn sql_query(engine: &Engine, request: &Request) -> Reply {
+    let (query, format) = QueryRequest::from_wire_json(&request.body)?;
     let result = engine.query(query).await;
-    match format {
+    Ok(match format {
         // The result carries the engine's cap on a document's size (query.max_document_mb).
         WireFormat::Json => Response::full(200, JSON, mindlite::encode_document(result).await),
         WireFormat::JsonLines | WireFormat::Sse => Response {
@@ -315,29 +297,22 @@ async fn sql_query(engine: &Engine, request: &Request) -> Response {
             headers: Vec::new(),
             body: Body::Stream(Box::new(WireStream::new(result, format))),
         },
-    }
+    })
 }
 
-async fn login(engine: &Engine, request: &Request) -> Response {
+async fn login(engine: &Engine, request: &Request) -> Reply {
     let body: serde_json::Value = if request.body.is_empty() {
         serde_json::Value::Null
     } else {
-        match mindlite::wire::request_body(&request.body) {
-            Ok(body) => body,
-            Err(e) => return problem(400, e.message()),
-        }
+        mindlite::wire::request_body(&request.body).map_err(|e| Problem::new(400, e.message()))?
     };
     let field = |name| body.get(name).and_then(|v| v.as_str());
     // MindsDB's cloud login names the user `email`.
     let username = field("username").or_else(|| field("email"));
-    match engine.login(username, field("password")).await {
-        Ok(login) => json_response(200, &json!({"token": login.token})),
-        Err(e) => error_response(&e),
-    }
+    let login = engine.login(username, field("password")).await?;
+    Ok(json_response(200, &json!({"token": login.token})))
 }
 
-/// Refuses a body that is not declared `application/json` (parameters such as `charset`
-/// aside), with 415 naming what is expected.
 fn check_json(request: &Request) -> Result<(), Response> {
     let declared = request.header("content-type").map(str::trim);
     let media_type = declared
@@ -382,93 +357,6 @@ fn unauthorized() -> Error {
         ErrorKind::Unauthorized,
         "Authorization is required to complete the request",
     )
-}
-
-pub(crate) fn decode(segment: &str) -> mindlite::Result<String> {
-    percent_encoding::percent_decode_str(segment)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| Error::invalid(format!("The path segment '{segment}' is not valid UTF-8")))
-}
-
-/// The HTTP status for an engine error.
-pub fn status_of(kind: ErrorKind) -> u16 {
-    match kind {
-        ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => 400,
-        ErrorKind::Unauthorized => 401,
-        ErrorKind::Forbidden => 403,
-        ErrorKind::NotFound => 404,
-        ErrorKind::Conflict => 409,
-        ErrorKind::QuotaExceeded => 429,
-        ErrorKind::Unavailable => 503,
-        ErrorKind::Upstream => 502,
-        ErrorKind::Internal => 500,
-    }
-}
-
-pub(crate) fn error_response(error: &Error) -> Response {
-    with_retry_after(problem(status_of(error.kind()), error.message()), error)
-}
-
-/// Adds `Retry-After` for an error about a quota that resets.
-pub(crate) fn with_retry_after(response: Response, error: &Error) -> Response {
-    match error.retry_after() {
-        Some(seconds) => response.with_header("retry-after", seconds.to_string()),
-        None => response,
-    }
-}
-
-/// An engine error from a route about a `thing` ("Agent", "Model"), with MindsDB's title:
-/// what was not found (the error's subject, the project say, else the `thing`), or that it
-/// already exists.
-pub fn titled_error(thing: &str, error: &Error) -> Response {
-    let subject = error.subject().map_or(thing, |s| s.name());
-    let title = match error.kind() {
-        ErrorKind::NotFound => format!("{subject} not found"),
-        ErrorKind::Conflict => format!("{subject} already exists"),
-        _ => return error_response(error),
-    };
-    titled_problem(status_of(error.kind()), &title, error.message())
-}
-
-/// The fields of a problem+json body, in MindsDB's order.
-#[derive(serde::Serialize)]
-struct Problem<'a> {
-    title: &'a str,
-    detail: &'a str,
-    timestamp: String,
-}
-
-/// A problem+json response as MindsDB sends them: `{"title", "detail", "timestamp"}`.
-pub fn problem(status: u16, detail: &str) -> Response {
-    let title = match status {
-        404 => "Not found",
-        other => reason(other),
-    };
-    titled_problem(status, title, detail)
-}
-
-/// A problem+json response with MindsDB's title for the case ("Agent not found", …).
-pub fn titled_problem(status: u16, title: &str, detail: &str) -> Response {
-    let timestamp = chrono::Utc::now()
-        .format("%Y-%m-%d %H:%M:%S%.6f")
-        .to_string();
-    json_response(
-        status,
-        &Problem {
-            title,
-            detail,
-            timestamp,
-        },
-    )
-    .with_content_type(PROBLEM)
-}
-
-pub(crate) fn json_response(status: u16, value: &impl serde::Serialize) -> Response {
-    match serde_json::to_vec(value) {
-        Ok(body) => Response::full(status, JSON, body),
-        Err(e) => problem(500, &format!("cannot encode the response: {e}")),
-    }
 }
 
 #[cfg(test)]
