@@ -2,9 +2,12 @@
 //! in every build, so the workspace compiles this crate optimised even for tests
 //! (`[profile.dev.package.mindlite-vectors]`). Pure computation: no I/O, no engine types.
 //!
-//! - [`hnsw`]: approximate nearest neighbours over L2-normalised vectors, and [`hnsw::dot`];
+//! - [`distance`]: the dot products every search computes ([`distance::dot`], also at
+//!   `hnsw::dot`);
+//! - [`hnsw`]: approximate nearest neighbours over L2-normalised vectors;
 //! - [`sentence`]: sentence embeddings from a sentence-transformers BERT model.
 
+pub mod distance;
 pub mod hnsw;
 pub mod sentence;
 
