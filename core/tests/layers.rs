@@ -101,8 +101,11 @@ const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// Uses that break the rules today, as (from, to): each is a piece of work still to do.
-/// None today; the mechanism stays for a break that must land before its fix.
-const KNOWN: &[(&str, &str)] = &[];
+const KNOWN: &[(&str, &str)] = &[
+    // The knowledge-base half of the engine's facade uses the facade's own helpers (seen since
+    // the test reads a folder's `mod.rs` naming its children without `self::`).
+    ("engine::knowledge_bases", "engine"),
+];
 
 /// The source of `file` without its `#[cfg(test)]` module (tests may use anything) and its
 /// comments (a doc link to a module is no use of it).
@@ -281,8 +284,22 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "services::sql::sandbox",
         "services::sql::session",
         "services::sql::snapshot",
+        "services::sql::transaction",
         "services::sql::upsert",
     ],
+    // The model records and the LLM-backed models' settings they validate.
+    &["catalog::models", "catalog::models::openai"],
+    // The engine's facade and its knowledge-base methods, which use the facade's helpers.
+    &["engine", "engine::knowledge_bases"],
+    // The connectors' directory and PostgreSQL's client, push-down and table provider.
+    &[
+        "services::connectors",
+        "services::connectors::postgres",
+        "services::connectors::pushdown",
+        "services::connectors::table",
+    ],
+    // The store and its explicit transactions.
+    &["store", "store::transaction"],
 ];
 
 /// A file's module path below `core/src` (`services::sql::dml` for `services/sql/dml.rs`,
@@ -421,6 +438,22 @@ fn tree<'a>(mut prefix: Vec<&'a str>, mut text: &'a str) -> Vec<Vec<&'a str>> {
         .collect()
 }
 
+/// The modules a file declares as files of their own (`mod columns;`).
+fn children(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            let name = line.strip_prefix("mod ")?.strip_suffix(';')?;
+            Some(name.to_string())
+        })
+        .collect()
+}
+
 /// The file graph of `core/src`: each file (by module path) → the files it uses, through
 /// `crate::`, `super::` and `self::` paths alike (a `mod.rs` that re-exports a child's items
 /// uses that child). The crate root (`lib.rs`) is left out: it only declares and re-exports.
@@ -463,6 +496,16 @@ fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
         for path in paths_after(&source, "self::") {
             if is_folder {
                 resolve(own.clone(), &path);
+            }
+        }
+        // A folder's mod.rs names its children without `self::` too (`use columns::Table`).
+        if is_folder {
+            for child in children(&source) {
+                for path in paths_after(&source, &format!("{child}::")) {
+                    let mut named = vec![child.as_str()];
+                    named.extend_from_slice(&path);
+                    resolve(own.clone(), &named);
+                }
             }
         }
         for path in paths_after(&source, "super::") {
