@@ -1,0 +1,342 @@
+//! The fitted models that map features to the target (a random forest fitted tree by tree, ridge
+//! and logistic regression), how the candidates are fitted, and the columns' importances.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use smartcore::ensemble::random_forest_classifier::{
+    RandomForestClassifier, RandomForestClassifierParameters,
+};
+use smartcore::ensemble::random_forest_regressor::{
+    RandomForestRegressor, RandomForestRegressorParameters,
+};
+use smartcore::error::Failed;
+use smartcore::linear::logistic_regression::LogisticRegression;
+use smartcore::linear::ridge_regression::RidgeRegression;
+
+use crate::services::ml::linear;
+
+use super::columns::*;
+use super::encoders::*;
+use super::sampling::*;
+
+pub(super) const FOREST_TREES: u16 = 50;
+pub(super) const FOREST_MAX_DEPTH: u16 = 12;
+/// The forest is the expensive mixer; a random subsample this large keeps training time bounded.
+pub(super) const FOREST_MAX_ROWS: usize = 20_000;
+pub(super) const IMPORTANCE_MAX_ROWS: usize = 5_000;
+pub(super) const RIDGE_ALPHA: f64 = 1.0;
+pub(super) const LOGISTIC_ALPHA: f64 = 0.01;
+/// Logistic regression's cost grows with classes × features × rows; past this the forest alone is fitted.
+pub(super) const LOGISTIC_MAX_CLASSES: usize = 50;
+/// One tree of a forest fitted a tree at a time: a one-tree smartcore forest.
+pub(super) type RegressionTree = RandomForestRegressor<f64, f64, Matrix, Vec<f64>>;
+/// As [`RegressionTree`], for classes.
+pub(super) type ClassificationTree = RandomForestClassifier<f64, u32, Matrix, Vec<u32>>;
+
+/// The fitted model that turns features into a prediction (a class index for classification).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub(super) enum Mixer {
+    ForestRegressor(
+        #[serde(with = "shared")] Arc<RandomForestRegressor<f64, f64, Matrix, Vec<f64>>>,
+    ),
+    Ridge(#[serde(with = "shared")] Arc<RidgeRegression<f64, f64, Matrix, Vec<f64>>>),
+    ForestClassifier(
+        #[serde(with = "shared")] Arc<RandomForestClassifier<f64, u32, Matrix, Vec<u32>>>,
+    ),
+    Logistic(#[serde(with = "shared")] Arc<LogisticRegression<f64, u32, Matrix, Vec<u32>>>),
+    /// The same value (or class index) for every row.
+    Constant(f64),
+    // The variants above are read from predictors stored before fits could be stopped; new
+    // fits make the ones below.
+    /// A random forest fitted a tree at a time, each tree a one-tree smartcore forest (its own
+    /// bootstrap sample and seed, as within smartcore's forest), so that a stop is seen
+    /// between trees; the prediction is the trees' mean.
+    RegressionTrees(#[serde(with = "shared")] Arc<Vec<RegressionTree>>),
+    /// As `RegressionTrees`; the prediction is the trees' vote, a tie going to the lowest class.
+    ClassificationTrees(#[serde(with = "shared")] Arc<Vec<ClassificationTree>>),
+    /// Ridge regression with an intercept (`linear`).
+    LinearRegression(linear::Ridge),
+    /// Logistic regression (`linear`).
+    LinearClassifier(linear::Logistic),
+}
+
+impl Mixer {
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Mixer::ForestRegressor(_) => "random forest regressor",
+            Mixer::Ridge(_) => "ridge regression",
+            Mixer::ForestClassifier(_) => "random forest classifier",
+            Mixer::Logistic(_) | Mixer::LinearClassifier(_) => "logistic regression",
+            Mixer::Constant(_) => "constant",
+            Mixer::RegressionTrees(_) => "random forest regressor",
+            Mixer::ClassificationTrees(_) => "random forest classifier",
+            Mixer::LinearRegression(_) => "ridge regression",
+        }
+    }
+
+    pub(super) fn predict(&self, features: &Features) -> Result<Vec<f64>, String> {
+        let what = || format!("predicting with the {}", self.name());
+        let as_numbers = |classes: Vec<u32>| classes.into_iter().map(f64::from).collect();
+        match self {
+            Mixer::Constant(value) => Ok(vec![*value; features.rows]),
+            _ if features.rows == 0 => Ok(Vec::new()),
+            Mixer::ForestRegressor(model) => {
+                let x = features.matrix()?;
+                guarded(&what(), || model.predict(&x))
+            }
+            Mixer::Ridge(model) => {
+                let x = features.matrix()?;
+                guarded(&what(), || model.predict(&x))
+            }
+            Mixer::ForestClassifier(model) => {
+                let x = features.matrix()?;
+                guarded(&what(), || model.predict(&x)).map(as_numbers)
+            }
+            Mixer::Logistic(model) => {
+                let x = features.matrix()?;
+                guarded(&what(), || model.predict(&x)).map(as_numbers)
+            }
+            Mixer::RegressionTrees(trees) => {
+                let x = features.matrix()?;
+                let mut sums = vec![0.0; features.rows]; // bounded: one per row held
+                for tree in trees.iter() {
+                    let predicted = guarded(&what(), || tree.predict(&x))?;
+                    sums.iter_mut()
+                        .zip(predicted)
+                        .for_each(|(sum, p)| *sum += p);
+                }
+                let count = trees.len().max(1) as f64;
+                Ok(sums.into_iter().map(|sum| sum / count).collect())
+            }
+            Mixer::ClassificationTrees(trees) => {
+                let x = features.matrix()?;
+                let mut votes = Vec::with_capacity(trees.len()); // bounded: the forest's trees
+                for tree in trees.iter() {
+                    votes.push(guarded(&what(), || tree.predict(&x))?);
+                }
+                // Each row's class is the one most trees voted for, the lowest on a tie (as
+                // smartcore's forest, whose classes are ascending, picks the first maximum).
+                let mut row_votes = Vec::with_capacity(votes.len()); // bounded: one per tree
+                Ok((0..features.rows)
+                    .map(|row| {
+                        row_votes.clear();
+                        row_votes.extend(votes.iter().map(|tree| tree[row]));
+                        row_votes.sort_unstable();
+                        let (mut best, mut most) = (0, 0);
+                        for run in row_votes.chunk_by(|a, b| a == b) {
+                            if run.len() > most {
+                                (best, most) = (run[0], run.len());
+                            }
+                        }
+                        f64::from(best)
+                    })
+                    .collect())
+            }
+            Mixer::LinearRegression(model) => Ok(model.predict(&features.values)),
+            Mixer::LinearClassifier(model) => Ok(as_numbers(model.predict(&features.values))),
+        }
+    }
+}
+
+/// smartcore asserts on some inputs instead of returning `Err`; user data must never panic the engine.
+/// (Our own linear fits do not panic, but the line search of smartcore's L-BFGS they use does
+/// when it cannot converge.)
+pub(super) fn guarded<T, E: std::fmt::Display>(
+    what: &str,
+    run: impl FnOnce() -> Result<T, E>,
+) -> Result<T, String> {
+    match panic::catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
+        Err(_) => Err(format!("{what} failed on this data")),
+    }
+}
+
+/// A fitted mixer with the words used to describe it.
+pub(super) struct Candidate {
+    pub(super) mixer: Mixer,
+    pub(super) family: &'static str,
+    pub(super) stage: String,
+}
+
+pub(super) fn fit_candidates(
+    task: &Task,
+    train: &Features,
+    forest: &Features,
+    y_train: &[f64],
+    y_forest: &[f64],
+    check: &dyn Fn() -> Result<(), String>,
+) -> Result<Vec<Candidate>, String> {
+    let constant = |value: f64, stage: &str| {
+        Ok(vec![Candidate {
+            mixer: Mixer::Constant(value),
+            family: "constant",
+            stage: stage.to_owned(),
+        }])
+    };
+    let mut fits: Vec<Result<Candidate, String>> = Vec::new();
+    match task {
+        Task::Regression { .. } => {
+            if train.width == 0 {
+                let mean = y_train.iter().sum::<f64>() / y_train.len() as f64;
+                return constant(mean, "Constant (mean of the target)");
+            }
+            let x = forest.matrix()?;
+            let y = y_forest.to_vec();
+            fits.push(
+                fit_trees(check, "fitting the random forest regressor", |seed| {
+                    let params = RandomForestRegressorParameters::default()
+                        .with_n_trees(1)
+                        .with_max_depth(FOREST_MAX_DEPTH)
+                        .with_seed(seed);
+                    RandomForestRegressor::fit(&x, &y, params)
+                })
+                .map(|trees| Candidate {
+                    mixer: Mixer::RegressionTrees(Arc::new(trees)),
+                    family: "random forest",
+                    stage: format!("Random forest regressor ({FOREST_TREES} trees)"),
+                }),
+            );
+            drop(x);
+            check()?;
+            fits.push(
+                linear::Ridge::fit(&train.values, train.width, y_train, RIDGE_ALPHA, check)
+                    .map(|model| Candidate {
+                        mixer: Mixer::LinearRegression(model),
+                        family: "linear",
+                        stage: "Ridge regression".to_owned(),
+                    })
+                    .map_err(|e| format!("fitting the ridge regression failed: {e}")),
+            );
+        }
+        Task::Classification { classes } => {
+            if classes.len() == 1 {
+                return constant(0.0, "Constant (single class)");
+            }
+            let mut counts = vec![0usize; classes.len()];
+            for &class in y_train {
+                counts[class as usize] += 1;
+            }
+            let seen = counts.iter().filter(|&&count| count > 0).count();
+            if train.width == 0 || seen < 2 {
+                let majority = (0..counts.len())
+                    .max_by_key(|&class| (counts[class], std::cmp::Reverse(class)))
+                    .unwrap_or(0);
+                return constant(majority as f64, "Constant (most frequent class)");
+            }
+            let x = forest.matrix()?;
+            let y: Vec<u32> = y_forest.iter().map(|&class| class as u32).collect();
+            fits.push(
+                fit_trees(check, "fitting the random forest classifier", |seed| {
+                    let params = RandomForestClassifierParameters::default()
+                        .with_n_trees(1)
+                        .with_max_depth(FOREST_MAX_DEPTH)
+                        .with_seed(seed);
+                    RandomForestClassifier::fit(&x, &y, params)
+                })
+                .map(|trees| Candidate {
+                    mixer: Mixer::ClassificationTrees(Arc::new(trees)),
+                    family: "random forest",
+                    stage: format!("Random forest classifier ({FOREST_TREES} trees)"),
+                }),
+            );
+            drop(x);
+            check()?;
+            if seen <= LOGISTIC_MAX_CLASSES {
+                let y: Vec<u32> = y_train.iter().map(|&class| class as u32).collect();
+                fits.push(
+                    guarded("fitting the logistic regression", || {
+                        linear::Logistic::fit(&train.values, train.width, &y, LOGISTIC_ALPHA, check)
+                    })
+                    .map(|model| Candidate {
+                        mixer: Mixer::LinearClassifier(model),
+                        family: "linear",
+                        stage: "Logistic regression".to_owned(),
+                    }),
+                );
+            }
+        }
+    }
+    // A fit that failed because it was stopped is a stop, not a failed candidate.
+    check()?;
+    let (fitted, failed): (Vec<_>, Vec<_>) = fits.into_iter().partition(Result::is_ok);
+    if fitted.is_empty() {
+        let reasons: Vec<String> = failed.into_iter().filter_map(Result::err).collect();
+        return Err(format!("could not fit any model: {}", reasons.join("; ")));
+    }
+    Ok(fitted.into_iter().filter_map(Result::ok).collect())
+}
+
+/// Fits the forest's [`FOREST_TREES`] trees one at a time (tree `n` with seed `SEED + n`),
+/// asking `check` before each: a tree on at most [`FOREST_MAX_ROWS`] rows is the longest
+/// step a stop waits for.
+pub(super) fn fit_trees<M>(
+    check: &dyn Fn() -> Result<(), String>,
+    what: &str,
+    fit_one: impl Fn(u64) -> Result<M, Failed>,
+) -> Result<Vec<M>, String> {
+    let mut trees = Vec::with_capacity(usize::from(FOREST_TREES)); // bounded: a constant
+    for tree in 0..u64::from(FOREST_TREES) {
+        check()?;
+        trees.push(guarded(what, || fit_one(SEED + tree))?);
+    }
+    Ok(trees)
+}
+
+/// How much the validation score drops when a column's values are shuffled, scaled so the top is 1.0.
+pub(super) fn permutation_importances(
+    task: &Task,
+    mixer: &Mixer,
+    columns: &[InputColumn],
+    valid: &Features,
+    y_valid: &[f64],
+    check: &dyn Fn() -> Result<(), String>,
+) -> Result<Vec<f64>, String> {
+    if matches!(mixer, Mixer::Constant(_)) {
+        return Ok(vec![0.0; columns.len()]);
+    }
+    let sample = valid.head(IMPORTANCE_MAX_ROWS);
+    let y = &y_valid[..sample.rows];
+    let base = task.score(mixer.predict(&sample)?, y);
+    let mut drops = Vec::with_capacity(columns.len());
+    for (index, (column, offset)) in columns.iter().zip(block_offsets(columns)).enumerate() {
+        check()?;
+        let width = column.encoder.width();
+        if width == 0 {
+            drops.push(0.0);
+            continue;
+        }
+        let order = shuffled(sample.rows, SEED + 1 + index as u64);
+        let permuted = sample.with_block_reordered(offset, width, &order);
+        let score = task.score(mixer.predict(&permuted)?, y);
+        let drop = base - score;
+        drops.push(if drop.is_finite() { drop.max(0.0) } else { 0.0 });
+    }
+    let top = drops.iter().copied().fold(0.0, f64::max);
+    if top > 0.0 {
+        drops.iter_mut().for_each(|drop| *drop /= top);
+    }
+    Ok(drops)
+}
+
+/// Serde for the shared (cheaply cloned) fitted models: the model itself is what gets stored.
+mod shared {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<T: Serialize, S: Serializer>(
+        value: &Arc<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value.as_ref().serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Arc<T>, D::Error> {
+        T::deserialize(deserializer).map(Arc::new)
+    }
+}

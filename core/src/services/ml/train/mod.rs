@@ -1,0 +1,971 @@
+//! The built-in trainer: infers a kind for every column, encodes the inputs, fits a random forest and a
+//! linear baseline with smartcore, keeps whichever scores better on a held-out split, and describes the
+//! result. A fitted [`Predictor`] is plain serde data; it owns everything needed to predict later.
+
+mod columns;
+mod describe;
+mod encoders;
+mod metrics;
+mod mixers;
+mod sampling;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, Float64Array, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::models::Description;
+
+use columns::*;
+use describe::*;
+use encoders::*;
+use mixers::*;
+use sampling::*;
+
+/// Why [`train`] ended early: its `on_phase` or `stopped` said stop.
+pub(crate) const STOPPED: &str = "training stopped";
+const MIN_TARGET_ROWS: usize = 10;
+/// Below this many rows a held-out split is too small to mean anything, so all rows serve both roles.
+const SMALL_DATA_ROWS: usize = 50;
+
+/// The result of [`train`]: the predictor to store and a description to show the user.
+pub(crate) struct Trained {
+    pub(crate) predictor: Predictor,
+    pub(crate) description: Description,
+}
+
+/// Everything needed to predict: the target, the fitted encoders and the winning mixer.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub(crate) struct Predictor {
+    target: String,
+    #[serde(with = "data_type_text")]
+    target_type: DataType,
+    task: Task,
+    inputs: Vec<String>,
+    columns: Vec<InputColumn>,
+    mixer: Mixer,
+}
+
+impl Predictor {
+    /// The target column's name and the Arrow type it had in training.
+    #[cfg(test)]
+    pub(crate) fn target(&self) -> (&str, &DataType) {
+        (&self.target, &self.target_type)
+    }
+
+    /// Input column names, in training order.
+    #[cfg(test)]
+    pub(crate) fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+
+    /// Predicts one value per row of `batch`, as an array of the target's type.
+    ///
+    /// Inputs are looked up by name, ignoring case; a missing column or a NULL cell is imputed as in
+    /// training, and extra columns are ignored.
+    pub(crate) fn predict(&self, batch: &RecordBatch) -> Result<ArrayRef, String> {
+        let rows = batch.num_rows();
+        let names: Vec<&str> = batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|field| field.name().as_str())
+            .collect();
+        let values = self
+            .columns
+            .iter()
+            .map(
+                |column| match (column.encoder.reading(), find_column(&names, &column.name)) {
+                    (None, _) => Ok(Values::Unread),
+                    (Some(reading), Some(index)) => {
+                        read(batch.column(index), reading, &column.name)
+                    }
+                    (Some(reading), None) => Ok(Values::missing(reading, rows)),
+                },
+            )
+            .collect::<Result<Vec<_>, String>>()?;
+        let all_rows: Vec<usize> = (0..rows).collect();
+        let features = encode(&self.columns, &values, &all_rows);
+        let predicted = self.mixer.predict(&features)?;
+        self.to_target_array(predicted)
+    }
+
+    fn to_target_array(&self, predicted: Vec<f64>) -> Result<ArrayRef, String> {
+        let array: ArrayRef = match &self.task {
+            Task::Regression { integer } => {
+                Arc::new(Float64Array::from(finish_regression(predicted, *integer)))
+            }
+            Task::Classification { classes } => Arc::new(StringArray::from_iter_values(
+                predicted.iter().map(|&class| class_label(classes, class)),
+            )),
+        };
+        cast(&array, &self.target_type).map_err(|e| {
+            format!(
+                "cannot convert predictions for '{}' to {}: {e}",
+                self.target, self.target_type
+            )
+        })
+    }
+}
+
+/// Trains a predictor for `target` from rows given as Arrow record batches (all with the same schema).
+///
+/// `on_phase` hears `(phase, name)` for phases 1..=[`TRAINING_PHASES`](crate::catalog::models::TRAINING_PHASES) as they start; when it answers
+/// false (the version was dropped) training stops there with [`STOPPED`]. Within a phase,
+/// `stopped` is asked between steps of bounded work (a tree, a few milliseconds of a linear
+/// fit's pass over the rows, a column's importance); when it answers true training stops there,
+/// with [`STOPPED`] too, so that a drop or a memory stop ends a long fit within one step (a
+/// tree on at most [`FOREST_MAX_ROWS`] rows is the longest, well under a second).
+pub(crate) fn train(
+    batches: &[RecordBatch],
+    target: &str,
+    on_phase: &mut dyn FnMut(u32, &str) -> bool,
+    stopped: &dyn Fn() -> bool,
+) -> Result<Trained, String> {
+    let mut phase = |number: u32, name: &str| {
+        if on_phase(number, name) {
+            Ok(())
+        } else {
+            Err(STOPPED.to_string())
+        }
+    };
+    let check = || {
+        if stopped() {
+            Err(STOPPED.to_string())
+        } else {
+            Ok(())
+        }
+    };
+    phase(1, "Analyzing data")?;
+    let table = Table::from_batches(batches)?;
+    let names: Vec<&str> = table.names.iter().map(String::as_str).collect();
+    let target_index = find_column(&names, target).ok_or_else(|| {
+        format!(
+            "Column '{target}' to predict is not in the training data; it has: {}",
+            names.join(", ")
+        )
+    })?;
+    let target_name = table.names[target_index].clone();
+    if table.names.len() < 2 {
+        return Err(format!(
+            "needs at least one input column besides '{target_name}' to train on"
+        ));
+    }
+
+    let target_type = table.columns[target_index].data_type().clone();
+    let target_reading = Reading::for_type(&target_type)
+        .ok_or_else(|| format!("cannot predict column '{target_name}' of type {target_type}"))?;
+    let target_values = read(&table.columns[target_index], target_reading, &target_name)?;
+    let kept: Vec<usize> = (0..target_values.len())
+        .filter(|&row| target_values.is_present(row))
+        .collect();
+    if kept.len() < MIN_TARGET_ROWS {
+        return Err(format!(
+            "needs at least {MIN_TARGET_ROWS} rows with a value in '{target_name}'; got {}",
+            kept.len()
+        ));
+    }
+    let target_values = target_values.select(&kept);
+    let target_kind = ColumnKind::infer(&target_type, &target_values, kept.len());
+    let (task, y) = target_task(&target_name, target_kind, &target_type, &target_values)?;
+
+    let mut columns = Vec::new();
+    let mut values = Vec::new();
+    let mut column_types = BTreeMap::from([(target_name.clone(), target_kind.as_str().to_owned())]);
+    for (index, (name, array)) in table.names.iter().zip(&table.columns).enumerate() {
+        if index == target_index {
+            continue;
+        }
+        let (kind, column_values) = match Reading::for_type(array.data_type()) {
+            Some(reading) => {
+                let column_values = read(array, reading, name)?.select(&kept);
+                let kind = ColumnKind::infer(array.data_type(), &column_values, kept.len());
+                (kind, column_values)
+            }
+            None => (ColumnKind::Unsupported, Values::Unread),
+        };
+        column_types.insert(name.clone(), kind.as_str().to_owned());
+        columns.push((name.clone(), kind));
+        values.push(column_values);
+    }
+
+    phase(2, "Encoding")?;
+    let order = shuffled(kept.len(), SEED);
+    let (train_rows, valid_rows) = if kept.len() < SMALL_DATA_ROWS {
+        (order.clone(), order)
+    } else {
+        let valid = kept.len() / 5;
+        (order[valid..].to_vec(), order[..valid].to_vec())
+    };
+    let columns: Vec<InputColumn> = columns
+        .into_iter()
+        .zip(&values)
+        .map(|((name, kind), column_values)| InputColumn {
+            encoder: Encoder::fit(kind, column_values, &train_rows),
+            name,
+            kind,
+        })
+        .collect();
+    let forest_rows = &train_rows[..train_rows.len().min(FOREST_MAX_ROWS)];
+    let train_features = encode(&columns, &values, &train_rows);
+    let forest_features = encode(&columns, &values, forest_rows);
+    let valid_features = encode(&columns, &values, &valid_rows);
+    let pick = |rows: &[usize]| -> Vec<f64> { rows.iter().map(|&row| y[row]).collect() };
+    let (y_train, y_forest, y_valid) = (pick(&train_rows), pick(forest_rows), pick(&valid_rows));
+
+    phase(3, "Fitting mixers")?;
+    let candidates = fit_candidates(
+        &task,
+        &train_features,
+        &forest_features,
+        &y_train,
+        &y_forest,
+        &check,
+    )?;
+
+    phase(4, "Evaluating")?;
+    let mut best: Option<(Candidate, f64)> = None;
+    let mut failures = Vec::new();
+    for candidate in candidates {
+        check()?;
+        match candidate.mixer.predict(&valid_features) {
+            Ok(predicted) => {
+                let score = task.score(predicted, &y_valid);
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, best_score)| score > *best_score)
+                {
+                    best = Some((candidate, score));
+                }
+            }
+            Err(message) => failures.push(message),
+        }
+    }
+    let (winner, score) = best.ok_or_else(|| {
+        format!(
+            "could not evaluate any model for '{target_name}': {}",
+            failures.join("; ")
+        )
+    })?;
+    let score = if task.is_single_class() { 1.0 } else { score };
+    let importances = permutation_importances(
+        &task,
+        &winner.mixer,
+        &columns,
+        &valid_features,
+        &y_valid,
+        &check,
+    )?;
+
+    let inputs: Vec<String> = columns.iter().map(|column| column.name.clone()).collect();
+    let description = Description {
+        accuracies: BTreeMap::from([(task.score_name().to_owned(), score)]),
+        column_importances: inputs.iter().cloned().zip(importances).collect(),
+        inputs: inputs.clone(),
+        outputs: vec![target_name.clone()],
+        model: model_text(&columns, &winner.stage),
+        mixer: winner.family.to_owned(),
+        column_types,
+    };
+    let predictor = Predictor {
+        target: target_name,
+        target_type,
+        task,
+        inputs,
+        columns,
+        mixer: winner.mixer,
+    };
+    Ok(Trained {
+        predictor,
+        description,
+    })
+}
+
+/// Arrow's `DataType` has serde only behind a feature; its text form parses back with `FromStr`.
+mod data_type_text {
+    use datafusion::arrow::datatypes::DataType;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        data_type: &DataType,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(data_type)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<DataType, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse()
+            .map_err(|e| D::Error::custom(format!("unknown Arrow type '{text}': {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use datafusion::arrow::array::{
+        AsArray, BooleanArray, Date32Array, Float64Array, Int64Array, StringArray,
+        TimestampSecondArray,
+    };
+    use datafusion::arrow::datatypes::Float64Type;
+    use smartcore::ensemble::random_forest_classifier::{
+        RandomForestClassifier, RandomForestClassifierParameters,
+    };
+    use smartcore::ensemble::random_forest_regressor::{
+        RandomForestRegressor, RandomForestRegressorParameters,
+    };
+    use smartcore::linear::logistic_regression::LogisticRegression;
+    use smartcore::linear::ridge_regression::RidgeRegression;
+
+    use super::*;
+
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(columns).expect("test columns have equal lengths")
+    }
+
+    fn noise(rng: &mut SplitMix64) -> f64 {
+        (rng.next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    }
+
+    fn quiet(_: u32, _: &str) -> bool {
+        true
+    }
+
+    /// y = 3a + 5·[c = "hot"] + small noise, with b irrelevant.
+    fn regression_batch(rows: usize) -> RecordBatch {
+        let mut rng = SplitMix64(7);
+        let a: Vec<f64> = (0..rows).map(|_| noise(&mut rng) * 20.0).collect();
+        let b: Vec<f64> = (0..rows).map(|_| noise(&mut rng) * 20.0).collect();
+        let c: Vec<&str> = (0..rows)
+            .map(|row| ["hot", "cold", "mild"][row % 3])
+            .collect();
+        let y: Vec<f64> = (0..rows)
+            .map(|row| 3.0 * a[row] + if c[row] == "hot" { 5.0 } else { 0.0 } + noise(&mut rng))
+            .collect();
+        batch(vec![
+            ("a", Arc::new(Float64Array::from(a))),
+            ("b", Arc::new(Float64Array::from(b))),
+            ("c", Arc::new(StringArray::from(c))),
+            ("y", Arc::new(Float64Array::from(y))),
+        ])
+    }
+
+    /// label = "pos" when x > 0, with a noise column.
+    fn classification_batch(rows: usize) -> RecordBatch {
+        let mut rng = SplitMix64(11);
+        let x: Vec<f64> = (0..rows).map(|_| noise(&mut rng)).collect();
+        let junk: Vec<f64> = (0..rows).map(|_| noise(&mut rng)).collect();
+        let label: Vec<&str> = x
+            .iter()
+            .map(|&x| if x > 0.0 { "pos" } else { "neg" })
+            .collect();
+        batch(vec![
+            ("x", Arc::new(Float64Array::from(x))),
+            ("junk", Arc::new(Float64Array::from(junk))),
+            ("label", Arc::new(StringArray::from(label))),
+        ])
+    }
+
+    fn train_quietly(data: &RecordBatch, target: &str) -> Result<Trained, String> {
+        train(std::slice::from_ref(data), target, &mut quiet, &|| false)
+    }
+
+    #[test]
+    fn regression_scores_high_and_ranks_the_driving_column_first() {
+        let trained = train_quietly(&regression_batch(600), "y").expect("trains");
+        let description = &trained.description;
+        assert!(description.accuracies["r2_score"] > 0.9, "{description:?}");
+        assert_eq!(description.column_importances["a"], 1.0, "{description:?}");
+        assert!(
+            description.column_importances["b"] < 0.05,
+            "{description:?}"
+        );
+        assert!(description.column_importances["c"] > 0.0, "{description:?}");
+        assert_eq!(description.inputs, ["a", "b", "c"]);
+        assert_eq!(description.outputs, ["y"]);
+        assert_eq!(description.column_types["a"], "float");
+        assert_eq!(description.column_types["c"], "categorical");
+        assert!(description
+            .model
+            .starts_with("Numeric scaling (a, b) --> One-hot (c) --> "));
+        assert!(["random forest", "linear"].contains(&description.mixer.as_str()));
+        let (name, data_type) = trained.predictor.target();
+        assert_eq!((name, data_type), ("y", &DataType::Float64));
+    }
+
+    #[test]
+    fn classification_by_sign_scores_high_and_ranks_the_sign_column_first() {
+        let trained = train_quietly(&classification_batch(500), "label").expect("trains");
+        let description = &trained.description;
+        assert!(
+            description.accuracies["balanced_accuracy_score"] > 0.9,
+            "{description:?}"
+        );
+        assert_eq!(description.column_importances["x"], 1.0, "{description:?}");
+        assert!(
+            description.column_importances["junk"] < 0.2,
+            "{description:?}"
+        );
+        assert_eq!(description.column_types["label"], "categorical");
+
+        let probe = batch(vec![(
+            "X",
+            Arc::new(Float64Array::from(vec![-0.4, 0.4])) as ArrayRef,
+        )]);
+        let predicted = trained.predictor.predict(&probe).expect("predicts");
+        let labels = predicted.as_string::<i32>();
+        assert_eq!((labels.value(0), labels.value(1)), ("neg", "pos"));
+    }
+
+    #[test]
+    fn single_class_target_predicts_that_class() {
+        let rows: i32 = 30;
+        let data = batch(vec![
+            (
+                "x",
+                Arc::new(Float64Array::from(
+                    (0..rows).map(f64::from).collect::<Vec<_>>(),
+                )),
+            ),
+            (
+                "label",
+                Arc::new(StringArray::from(vec!["only"; rows as usize])),
+            ),
+        ]);
+        let trained = train_quietly(&data, "label").expect("trains");
+        assert_eq!(
+            trained.description.accuracies["balanced_accuracy_score"],
+            1.0
+        );
+        assert_eq!(trained.description.column_importances["x"], 0.0);
+        let predicted = trained.predictor.predict(&data).expect("predicts");
+        assert!(predicted
+            .as_string::<i32>()
+            .iter()
+            .all(|label| label == Some("only")));
+    }
+
+    #[test]
+    fn boolean_target_predicts_booleans() {
+        let rows: i32 = 200;
+        let x: Vec<f64> = (0..rows).map(|row| f64::from(row) - 100.0).collect();
+        let flag: Vec<bool> = x.iter().map(|&x| x > 0.0).collect();
+        let data = batch(vec![
+            ("x", Arc::new(Float64Array::from(x))),
+            ("flag", Arc::new(BooleanArray::from(flag))),
+        ]);
+        let trained = train_quietly(&data, "flag").expect("trains");
+        assert_eq!(trained.description.column_types["flag"], "binary");
+        let predicted = trained.predictor.predict(&data).expect("predicts");
+        assert_eq!(predicted.data_type(), &DataType::Boolean);
+        assert_eq!(predicted.len(), rows as usize);
+    }
+
+    #[test]
+    fn nonlinear_relation_is_won_by_the_random_forest() {
+        let rows = 400;
+        let mut rng = SplitMix64(5);
+        let a: Vec<f64> = (0..rows).map(|_| noise(&mut rng) * 4.0).collect();
+        let y: Vec<f64> = a.iter().map(|a| a.abs() * 10.0).collect();
+        let data = batch(vec![
+            ("a", Arc::new(Float64Array::from(a))),
+            ("y", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        let description = &trained.description;
+        assert_eq!(description.mixer, "random forest", "{description:?}");
+        assert_eq!(
+            description.model,
+            "Numeric scaling (a) --> Random forest regressor (50 trees)"
+        );
+        assert!(description.accuracies["r2_score"] > 0.9, "{description:?}");
+    }
+
+    #[test]
+    fn target_not_in_the_data_is_an_error_naming_the_columns() {
+        let Err(message) = train_quietly(&regression_batch(20), "price") else {
+            panic!("training on a missing target must fail");
+        };
+        assert_eq!(
+            message,
+            "Column 'price' to predict is not in the training data; it has: a, b, c, y"
+        );
+    }
+
+    #[test]
+    fn target_is_found_ignoring_case() {
+        let trained = train_quietly(&regression_batch(20), "Y").expect("trains");
+        assert_eq!(trained.predictor.target().0, "y");
+    }
+
+    #[test]
+    fn too_few_target_rows_is_an_error() {
+        let y: Vec<Option<f64>> = (0..20).map(|row| (row % 3 == 0).then_some(1.0)).collect();
+        let data = batch(vec![
+            ("x", Arc::new(Float64Array::from(vec![1.0; 20]))),
+            ("y", Arc::new(Float64Array::from(y))),
+        ]);
+        let Err(message) = train_quietly(&data, "y") else {
+            panic!("training on 7 target values must fail");
+        };
+        assert_eq!(message, "needs at least 10 rows with a value in 'y'; got 7");
+    }
+
+    #[test]
+    fn target_without_inputs_is_an_error() {
+        let data = batch(vec![(
+            "y",
+            Arc::new(Float64Array::from(vec![1.0; 20])) as ArrayRef,
+        )]);
+        let message = train_quietly(&data, "y")
+            .err()
+            .expect("fails without inputs");
+        assert!(message.contains("at least one input column"), "{message}");
+    }
+
+    #[test]
+    fn free_text_target_is_an_error() {
+        let text: Vec<String> = (0..100).map(|row| format!("note number {row}")).collect();
+        let data = batch(vec![
+            ("x", Arc::new(Float64Array::from(vec![1.0; 100]))),
+            ("note", Arc::new(StringArray::from(text))),
+        ]);
+        let message = train_quietly(&data, "note")
+            .err()
+            .expect("fails on free text");
+        assert_eq!(message, "cannot predict free text column 'note'");
+    }
+
+    #[test]
+    fn predictor_round_trips_through_json_and_predicts_the_same() {
+        let data = regression_batch(300);
+        let trained = train_quietly(&data, "y").expect("trains");
+        let json = serde_json::to_string(&trained.predictor).expect("serializes");
+        let restored: Predictor = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(restored.inputs(), trained.predictor.inputs());
+        assert_eq!(restored.target(), trained.predictor.target());
+        let before = trained.predictor.predict(&data).expect("predicts");
+        let after = restored.predict(&data).expect("predicts");
+        let (before, after) = (
+            before.as_primitive::<Float64Type>(),
+            after.as_primitive::<Float64Type>(),
+        );
+        for (before, after) in before.values().iter().zip(after.values()) {
+            assert!(
+                (before - after).abs() <= 1e-9 * before.abs().max(1.0),
+                "{before} vs {after}"
+            );
+        }
+    }
+
+    #[test]
+    fn classifier_round_trips_through_json() {
+        let data = classification_batch(200);
+        let trained = train_quietly(&data, "label").expect("trains");
+        let json = serde_json::to_string(&trained.predictor).expect("serializes");
+        let restored: Predictor = serde_json::from_str(&json).expect("deserializes");
+        let before = trained.predictor.predict(&data).expect("predicts");
+        let after = restored.predict(&data).expect("predicts");
+        assert_eq!(before.as_ref(), after.as_ref());
+    }
+
+    #[test]
+    fn predict_tolerates_missing_columns_and_nulls() {
+        let trained = train_quietly(&regression_batch(200), "y").expect("trains");
+        let probe = batch(vec![
+            (
+                "A",
+                Arc::new(Float64Array::from(vec![Some(1.0), None, Some(f64::NAN)])) as ArrayRef,
+            ),
+            (
+                "c",
+                Arc::new(StringArray::from(vec![
+                    Some("hot"),
+                    None,
+                    Some("never seen"),
+                ])),
+            ),
+            ("extra", Arc::new(Int64Array::from(vec![1, 2, 3]))),
+        ]);
+        let predicted = trained.predictor.predict(&probe).expect("predicts");
+        assert_eq!(predicted.data_type(), &DataType::Float64);
+        assert_eq!(predicted.len(), 3);
+        assert_eq!(predicted.null_count(), 0);
+
+        let empty = batch(vec![(
+            "a",
+            Arc::new(Float64Array::from(Vec::<f64>::new())) as ArrayRef,
+        )]);
+        assert_eq!(
+            trained.predictor.predict(&empty).expect("predicts").len(),
+            0
+        );
+    }
+
+    /// A category never seen in training (or missing) predicts like an average row: trained
+    /// where every row is "north", asking about "center" must not move the prediction.
+    #[test]
+    fn an_unseen_category_predicts_like_an_average_row() {
+        let rows = 120;
+        let rooms: Vec<f64> = (0..rows).map(|row| f64::from(row % 7)).collect();
+        let y: Vec<f64> = rooms.iter().map(|r| 3.0 * r).collect();
+        let data = batch(vec![
+            ("rooms", Arc::new(Float64Array::from(rooms)) as ArrayRef),
+            (
+                "area",
+                Arc::new(StringArray::from(vec!["north"; rows as usize])),
+            ),
+            ("price", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "price").expect("trains");
+        let probe = batch(vec![
+            (
+                "rooms",
+                Arc::new(Float64Array::from(vec![2.0, 2.0, 2.0])) as ArrayRef,
+            ),
+            (
+                "area",
+                Arc::new(StringArray::from(vec![Some("north"), Some("center"), None])),
+            ),
+        ]);
+        let predicted = trained.predictor.predict(&probe).expect("predicts");
+        let predicted = predicted.as_any().downcast_ref::<Float64Array>().unwrap();
+        for (row, value) in predicted.values().iter().enumerate() {
+            assert!((value - 6.0).abs() < 1.0, "row {row}: {value}");
+        }
+    }
+
+    #[test]
+    fn decimal_inputs_are_numeric_and_other_types_are_cast_when_predicting() {
+        let rows = 80;
+        let amount = datafusion::arrow::array::Decimal128Array::from(
+            (0..rows).map(i128::from).collect::<Vec<_>>(),
+        )
+        .with_precision_and_scale(10, 2)
+        .expect("valid decimal type");
+        let y: Vec<f64> = (0..rows).map(|row| f64::from(row) / 10.0).collect();
+        let data = batch(vec![
+            ("amount", Arc::new(amount)),
+            ("y", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        assert_eq!(trained.description.column_types["amount"], "float");
+        let probe = batch(vec![(
+            "amount",
+            Arc::new(StringArray::from(vec!["0.5", "not a number"])) as ArrayRef,
+        )]);
+        let predicted = trained.predictor.predict(&probe).expect("predicts");
+        assert_eq!(predicted.len(), 2);
+    }
+
+    #[test]
+    fn integer_target_predictions_are_integers() {
+        let rows = 120;
+        let x: Vec<i64> = (0..rows).collect();
+        let y: Vec<i64> = x.iter().map(|x| 2 * x + 1).collect();
+        let data = batch(vec![
+            ("x", Arc::new(Int64Array::from(x))),
+            ("y", Arc::new(Int64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        assert_eq!(trained.description.column_types["y"], "integer");
+        assert_eq!(trained.description.column_types["x"], "integer");
+        let predicted = trained.predictor.predict(&data).expect("predicts");
+        assert_eq!(predicted.data_type(), &DataType::Int64);
+        let predicted = predicted.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert!(
+            (predicted.value(50) - 101).abs() <= 3,
+            "{}",
+            predicted.value(50)
+        );
+    }
+
+    #[test]
+    fn date_and_timestamp_columns_are_encoded_as_calendar_parts() {
+        let rows = 100;
+        let days: Vec<i32> = (0..rows).map(|row| 19_000 + row * 3).collect();
+        let seconds: Vec<i64> = days
+            .iter()
+            .map(|&day| i64::from(day) * 86_400 + 3_600)
+            .collect();
+        let y: Vec<f64> = (0..rows).map(|row| f64::from(row % 7)).collect();
+        let data = batch(vec![
+            ("day", Arc::new(Date32Array::from(days))),
+            ("at", Arc::new(TimestampSecondArray::from(seconds))),
+            ("y", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        let description = &trained.description;
+        assert_eq!(description.column_types["day"], "date");
+        assert_eq!(description.column_types["at"], "timestamp");
+        assert!(
+            description
+                .model
+                .contains("Date parts: year, month, day, day of week (day)"),
+            "{}",
+            description.model
+        );
+        assert!(
+            description
+                .model
+                .contains("Timestamp parts: year, month, day, day of week, hour (at)"),
+            "{}",
+            description.model
+        );
+        assert_eq!(
+            trained.predictor.predict(&data).expect("predicts").len(),
+            rows as usize
+        );
+    }
+
+    #[test]
+    fn calendar_parts_match_known_dates() {
+        // 2024-02-29 was a Thursday; 1969-12-31 23:00 UTC a Wednesday.
+        assert_eq!(
+            calendar_parts(19_782 * 86_400 + 7_200, true),
+            [2024.0, 2.0, 29.0, 4.0, 2.0]
+        );
+        assert_eq!(
+            calendar_parts(-3_600, true),
+            [1969.0, 12.0, 31.0, 3.0, 23.0]
+        );
+    }
+
+    #[test]
+    fn nan_infinite_constant_and_empty_inputs_do_not_panic() {
+        let rows = 60;
+        let weird: Vec<f64> = (0..rows)
+            .map(|row| match row % 4 {
+                0 => f64::NAN,
+                1 => f64::INFINITY,
+                2 => f64::NEG_INFINITY,
+                _ => f64::from(row),
+            })
+            .collect();
+        let y: Vec<f64> = (0..rows)
+            .map(|row| {
+                if row % 5 == 0 {
+                    f64::NAN
+                } else {
+                    f64::from(row)
+                }
+            })
+            .collect();
+        let data = batch(vec![
+            ("weird", Arc::new(Float64Array::from(weird))),
+            (
+                "constant",
+                Arc::new(Float64Array::from(vec![4.0; rows as usize])),
+            ),
+            (
+                "nothing",
+                Arc::new(Float64Array::from(vec![None::<f64>; rows as usize])),
+            ),
+            (
+                "no_text",
+                Arc::new(StringArray::from(vec![None::<&str>; rows as usize])),
+            ),
+            ("y", Arc::new(Float64Array::from(y))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        assert_eq!(
+            trained.predictor.predict(&data).expect("predicts").len(),
+            rows as usize
+        );
+    }
+
+    #[test]
+    fn inputs_with_no_usable_features_fall_back_to_a_constant() {
+        let rows = 40;
+        let text: Vec<String> = (0..rows).map(|row| format!("free text {row}")).collect();
+        let data = batch(vec![
+            ("note", Arc::new(StringArray::from(text))),
+            ("y", Arc::new(Float64Array::from(vec![2.5; rows]))),
+        ]);
+        let trained = train_quietly(&data, "y").expect("trains");
+        assert_eq!(trained.description.mixer, "constant");
+        assert_eq!(
+            trained.description.model,
+            "excluded (free text): note --> Constant (mean of the target)"
+        );
+        assert_eq!(trained.description.accuracies["r2_score"], 1.0);
+        let predicted = trained.predictor.predict(&data).expect("predicts");
+        assert!(predicted
+            .as_primitive::<Float64Type>()
+            .values()
+            .iter()
+            .all(|&v| v == 2.5));
+    }
+
+    #[test]
+    fn rows_from_several_batches_are_combined() {
+        let first = regression_batch(100);
+        let second = regression_batch(100);
+        let trained = train(&[first, second], "y", &mut quiet, &|| false).expect("trains");
+        assert!(trained.description.accuracies["r2_score"] > 0.9);
+    }
+
+    #[test]
+    fn phases_are_reported_in_order() {
+        let mut seen = Vec::new();
+        train(
+            &[regression_batch(60)],
+            "y",
+            &mut |phase, name| {
+                seen.push((phase, name.to_owned()));
+                true
+            },
+            &|| false,
+        )
+        .expect("trains");
+        let phases: Vec<u32> = seen.iter().map(|(phase, _)| *phase).collect();
+        assert_eq!(
+            phases,
+            (1..=crate::catalog::models::TRAINING_PHASES).collect::<Vec<_>>()
+        );
+        assert_eq!(seen[0].1, "Analyzing data");
+    }
+
+    #[test]
+    fn training_stops_at_the_phase_told_to_stop() {
+        let mut seen = Vec::new();
+        let stopped = train(
+            &[regression_batch(60)],
+            "y",
+            &mut |phase, _| {
+                seen.push(phase);
+                phase < 3
+            },
+            &|| false,
+        );
+        assert_eq!(stopped.err().as_deref(), Some(STOPPED));
+        assert_eq!(seen, [1, 2, 3], "nothing is fitted after the stop");
+    }
+
+    #[test]
+    fn training_stops_between_the_steps_of_a_fit() {
+        // `stopped` says stop on its fifth look, inside the forest: training ends with STOPPED
+        // without looking again, and no phase after fitting starts.
+        let looks = std::cell::Cell::new(0);
+        let mut phases = Vec::new();
+        let stopped = train(
+            &[regression_batch(300)],
+            "y",
+            &mut |phase, _| {
+                phases.push(phase);
+                true
+            },
+            &|| {
+                looks.set(looks.get() + 1);
+                looks.get() >= 5
+            },
+        );
+        assert_eq!(stopped.err().as_deref(), Some(STOPPED));
+        // The stopping look, and the one that tells a stop from a failed candidate: a fit
+        // that went on would look again before each of its remaining 46 trees.
+        assert!(
+            looks.get() <= 6,
+            "a fit went on after the stop: {} looks",
+            looks.get()
+        );
+        assert_eq!(phases, [1, 2, 3], "a phase started after the stop");
+    }
+
+    #[test]
+    fn predictors_stored_with_smartcore_mixers_still_predict() {
+        // Predictors stored before fits could be stopped hold smartcore's own forest, ridge
+        // and logistic models: they must read back and predict as they did.
+        let trained = train_quietly(&regression_batch(200), "y").expect("trains");
+        let mut predictor = trained.predictor;
+        let features = Features {
+            rows: 8,
+            width: 3,
+            values: (0..24).map(|v| f64::from((v * 37) % 11) - 5.0).collect(),
+        };
+        let x = features.matrix().unwrap();
+        let y: Vec<f64> = (0..8).map(f64::from).collect();
+        let labels: Vec<u32> = (0..8).map(|row| row % 2).collect();
+        let old = [
+            Mixer::ForestRegressor(Arc::new(
+                RandomForestRegressor::fit(
+                    &x,
+                    &y,
+                    RandomForestRegressorParameters::default().with_n_trees(3),
+                )
+                .unwrap(),
+            )),
+            Mixer::Ridge(Arc::new(
+                RidgeRegression::fit(&x, &y, Default::default()).unwrap(),
+            )),
+            Mixer::ForestClassifier(Arc::new(
+                RandomForestClassifier::fit(
+                    &x,
+                    &labels,
+                    RandomForestClassifierParameters::default().with_n_trees(3),
+                )
+                .unwrap(),
+            )),
+            Mixer::Logistic(Arc::new(
+                LogisticRegression::fit(&x, &labels, Default::default()).unwrap(),
+            )),
+        ];
+        for mixer in old {
+            let direct = mixer.predict(&features).unwrap();
+            predictor.mixer = mixer;
+            let stored = serde_json::to_vec(&predictor).unwrap();
+            let read: Predictor = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(
+                read.mixer.predict(&features).unwrap(),
+                direct,
+                "{}",
+                read.mixer.name()
+            );
+        }
+    }
+
+    #[test]
+    #[ignore = "timing check: cargo test --release -- --ignored"]
+    fn hundred_thousand_rows_train_quickly() {
+        let rows = 100_000;
+        let mut rng = SplitMix64(3);
+        let mut columns: Vec<(String, ArrayRef)> = (0..9)
+            .map(|column| {
+                let values: Vec<f64> = (0..rows).map(|_| noise(&mut rng) * 10.0).collect();
+                (
+                    format!("x{column}"),
+                    Arc::new(Float64Array::from(values)) as ArrayRef,
+                )
+            })
+            .collect();
+        let city: Vec<&str> = (0..rows)
+            .map(|row| ["a", "b", "c", "d", "e"][row % 5])
+            .collect();
+        columns.push(("city".to_owned(), Arc::new(StringArray::from(city))));
+        let y: Vec<f64> = (0..rows)
+            .map(|row| {
+                let x0 = columns[0].1.as_primitive::<Float64Type>().value(row);
+                let x1 = columns[1].1.as_primitive::<Float64Type>().value(row);
+                2.0 * x0 - x1 + noise(&mut rng)
+            })
+            .collect();
+        columns.push(("y".to_owned(), Arc::new(Float64Array::from(y))));
+        let data = RecordBatch::try_from_iter(columns).expect("equal lengths");
+        for target in ["y", "city"] {
+            let started = Instant::now();
+            let trained = train_quietly(&data, target).expect("trains");
+            let elapsed = started.elapsed();
+            eprintln!(
+                "100k rows, target {target}: {elapsed:?}: {:?}",
+                trained.description
+            );
+            assert!(elapsed.as_secs() < 60);
+        }
+    }
+}
