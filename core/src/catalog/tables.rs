@@ -1934,6 +1934,7 @@ pub(crate) fn resolve_conflicts(
             None
         }
     };
+    // bounded: one per batch, the batches already in memory
     let mut rows = Vec::with_capacity(batches.len());
     for batch in batches {
         rows.push(match on_conflict {
@@ -2105,6 +2106,7 @@ impl Rewrite {
             replaced: &replaced,
         };
         let mut index = self.index.iter();
+        // bounded: one per chunk of the rewrite's index, already in memory
         let mut chunks = Vec::with_capacity(self.index.len());
         let mut overtaken = false;
         let landed = changes.drain(|position, bytes| {
@@ -2288,6 +2290,7 @@ pub(crate) fn plan_rewrite_probing(
         let bytes = match &indexed {
             Some(indexed) if new_rows > 0 => {
                 let entries = indexed.encode(&new)?;
+                // bounded: the chunk's bytes and entries, both already in memory
                 let mut record = Vec::with_capacity(8 + bytes.len() + entries.len());
                 record.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
                 record.extend_from_slice(&bytes);

@@ -29,6 +29,7 @@ impl Table {
             .first()
             .ok_or("no training data: got no record batches")?;
         let schema = first.schema();
+        // bounded: one per column of a batch already in memory
         let mut columns = Vec::with_capacity(schema.fields().len());
         for (index, field) in schema.fields().iter().enumerate() {
             let parts = batches
@@ -132,12 +133,17 @@ pub(super) enum Values {
 }
 
 impl Values {
+    /// A column the batch being predicted lacks: `rows` NULLs, imputed as in training.
     pub(super) fn missing(reading: Reading, rows: usize) -> Values {
+        fn nulls<T: Clone>(rows: usize) -> Vec<Option<T>> {
+            // bounded: one per row of the batch being predicted, already in memory
+            vec![None; rows]
+        }
         match reading {
-            Reading::Number => Values::Numbers(vec![None; rows]),
-            Reading::Flag => Values::Flags(vec![None; rows]),
-            Reading::Label => Values::Labels(vec![None; rows]),
-            Reading::Instant => Values::Instants(vec![None; rows]),
+            Reading::Number => Values::Numbers(nulls(rows)),
+            Reading::Flag => Values::Flags(nulls(rows)),
+            Reading::Label => Values::Labels(nulls(rows)),
+            Reading::Instant => Values::Instants(nulls(rows)),
         }
     }
 

@@ -288,18 +288,29 @@ pub(super) fn block_offsets(columns: &[InputColumn]) -> Vec<usize> {
         .collect()
 }
 
-pub(super) fn encode(columns: &[InputColumn], values: &[Values], rows: &[usize]) -> Features {
-    let width = columns.iter().map(|column| column.encoder.width()).sum();
-    let mut out = vec![0.0; rows.len() * width];
+/// The features of `rows`: a row-major matrix of every column's encoded block. Its size is
+/// rows × the encoders' width (one-hot columns are as wide as their categories), so it is
+/// checked against the statement's memory before it is made.
+pub(super) fn encode(
+    columns: &[InputColumn],
+    values: &[Values],
+    rows: &[usize],
+) -> Result<Features, String> {
+    let width: usize = columns.iter().map(|column| column.encoder.width()).sum();
+    let cells = rows.len().saturating_mul(width);
+    let mut out: Vec<f64> =
+        crate::capacity::vec(cells, "The training features").map_err(|e| e.to_string())?;
+    // bounded: the capacity was checked just above
+    out.resize(cells, 0.0);
     for ((column, column_values), offset) in columns.iter().zip(values).zip(block_offsets(columns))
     {
         column
             .encoder
             .write(column_values, rows, &mut out, width, offset);
     }
-    Features {
+    Ok(Features {
         rows: rows.len(),
         width,
         values: out,
-    }
+    })
 }

@@ -80,6 +80,7 @@ impl Mixer {
         let what = || format!("predicting with the {}", self.name());
         let as_numbers = |classes: Vec<u32>| classes.into_iter().map(f64::from).collect();
         match self {
+            // bounded: one per row of the features, which hold at least as many values
             Mixer::Constant(value) => Ok(vec![*value; features.rows]),
             _ if features.rows == 0 => Ok(Vec::new()),
             Mixer::ForestRegressor(model) => {
@@ -215,6 +216,7 @@ pub(super) fn fit_candidates(
             if classes.len() == 1 {
                 return constant(0.0, "Constant (single class)");
             }
+            // bounded: one per class, each a label of the rows in memory
             let mut counts = vec![0usize; classes.len()];
             for &class in y_train {
                 counts[class as usize] += 1;
@@ -295,11 +297,13 @@ pub(super) fn permutation_importances(
     check: &dyn Fn() -> Result<(), String>,
 ) -> Result<Vec<f64>, String> {
     if matches!(mixer, Mixer::Constant(_)) {
+        // bounded: one per input column, at most query.max_columns
         return Ok(vec![0.0; columns.len()]);
     }
     let sample = valid.head(IMPORTANCE_MAX_ROWS);
     let y = &y_valid[..sample.rows];
     let base = task.score(mixer.predict(&sample)?, y);
+    // bounded: one per input column, at most query.max_columns
     let mut drops = Vec::with_capacity(columns.len());
     for (index, (column, offset)) in columns.iter().zip(block_offsets(columns)).enumerate() {
         check()?;

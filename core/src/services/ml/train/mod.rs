@@ -89,7 +89,7 @@ impl Predictor {
             )
             .collect::<Result<Vec<_>, String>>()?;
         let all_rows: Vec<usize> = (0..rows).collect();
-        let features = encode(&self.columns, &values, &all_rows);
+        let features = encode(&self.columns, &values, &all_rows)?;
         let predicted = self.mixer.predict(&features)?;
         self.to_target_array(predicted)
     }
@@ -211,9 +211,9 @@ pub(crate) fn train(
         })
         .collect();
     let forest_rows = &train_rows[..train_rows.len().min(FOREST_MAX_ROWS)];
-    let train_features = encode(&columns, &values, &train_rows);
-    let forest_features = encode(&columns, &values, forest_rows);
-    let valid_features = encode(&columns, &values, &valid_rows);
+    let train_features = encode(&columns, &values, &train_rows)?;
+    let forest_features = encode(&columns, &values, forest_rows)?;
+    let valid_features = encode(&columns, &values, &valid_rows)?;
     let pick = |rows: &[usize]| -> Vec<f64> { rows.iter().map(|&row| y[row]).collect() };
     let (y_train, y_forest, y_valid) = (pick(&train_rows), pick(forest_rows), pick(&valid_rows));
 
