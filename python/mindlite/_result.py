@@ -91,11 +91,11 @@ class Result:
     def to_arrow_reader(self, batch_size: Optional[int] = None) -> Any:
         """The remaining rows as a ``pyarrow.RecordBatchReader`` (DuckDB 2.0's name of
         ``record_batches()``), in batches of at most ``batch_size`` rows when given."""
+        if batch_size is not None:
+            _check_batch_size(batch_size)
         reader = self.record_batches()
         if batch_size is None:
             return reader
-        if batch_size < 1:
-            raise _native.InterfaceError(f"batch_size must be at least 1, not {batch_size}")
         import pyarrow  # type: ignore[import-untyped, unused-ignore]
 
         def sliced() -> Iterator[Any]:
@@ -107,8 +107,10 @@ class Result:
 
     def iter_rows(self, batch_size: int = _ITER_ROWS) -> Iterator[Row]:
         """The remaining rows one by one, pulled from the engine ``batch_size`` at a time."""
-        if batch_size < 1:
-            raise _native.InterfaceError(f"batch_size must be at least 1, not {batch_size}")
+        _check_batch_size(batch_size)
+        return self._rows(batch_size)
+
+    def _rows(self, batch_size: int) -> Iterator[Row]:
         while True:
             rows = self._query.fetch(batch_size)
             if not rows:
@@ -142,11 +144,24 @@ class Result:
         return f"<mindlite.Result columns={self.columns!r}>"
 
 
-def _numpy_column(column: Any) -> Any:
-    """A pyarrow column as a NumPy array, masked where it holds NULLs (as DuckDB's are)."""
-    import numpy
+def _check_batch_size(batch_size: int) -> None:
+    """Refuses a batch size below 1, before any row is read."""
+    if batch_size < 1:
+        raise _native.InterfaceError(f"batch_size must be at least 1, not {batch_size}")
 
-    values = column.to_numpy(zero_copy_only=False)
+
+def _numpy_column(column: Any) -> Any:
+    """A pyarrow column as a NumPy array, masked where it holds NULLs (as DuckDB's are); an
+    integer or boolean column keeps its type (its NULLs are filled before the mask hides
+    them, rather than turning it into floats)."""
+    import numpy
+    import pyarrow  # type: ignore[import-untyped, unused-ignore]
+
     if column.null_count == 0:
-        return values
-    return numpy.ma.masked_array(values, mask=column.is_null().to_numpy(zero_copy_only=False))
+        return column.to_numpy(zero_copy_only=False)
+    mask = column.is_null().to_numpy(zero_copy_only=False)
+    kind = column.type
+    if pyarrow.types.is_integer(kind) or pyarrow.types.is_boolean(kind):
+        filled = column.fill_null(pyarrow.scalar(0, kind) if pyarrow.types.is_integer(kind) else False)
+        return numpy.ma.masked_array(filled.to_numpy(zero_copy_only=False), mask=mask)
+    return numpy.ma.masked_array(column.to_numpy(zero_copy_only=False), mask=mask)

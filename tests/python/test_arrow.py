@@ -52,13 +52,22 @@ def test_results_answer_to_duckdb_2_names(con):
     ]
     rows = con.sql(query).iter_rows(batch_size=2)
     assert next(rows) == (1, "a", 0.5) and list(rows) == [(2, "b", None), (3, None, 1.5)]
+    # A bad batch size is refused at the call, before any row is taken from the result.
+    refused = con.sql(query)
     with pytest.raises(mindlite.InterfaceError, match="batch_size"):
-        next(con.sql(query).iter_rows(batch_size=0))
+        refused.iter_rows(batch_size=0)
+    with pytest.raises(mindlite.InterfaceError, match="batch_size"):
+        refused.to_arrow_reader(batch_size=0)
+    assert len(refused.fetchall()) == 3
 
     np = pytest.importorskip("numpy")
     columns = con.sql(query).fetchnumpy()
     assert list(columns) == ["id", "name", "score"]
     assert columns["id"].tolist() == [1, 2, 3] and not np.ma.isMaskedArray(columns["id"])
+    # An integer column with NULLs stays integer, masked.
+    ints = con.sql("SELECT CASE WHEN id = 2 THEN NULL ELSE id END AS i FROM t ORDER BY id").fetchnumpy()["i"]
+    assert ints.dtype.kind == "i" and ints.mask.tolist() == [False, True, False]
+    assert ints.compressed().tolist() == [1, 3]
     # NULLs are masked, as DuckDB's fetchnumpy masks them.
     assert np.ma.isMaskedArray(columns["score"]) and columns["score"].mask.tolist() == [False, True, False]
     assert columns["name"][0] == "a" and columns["name"].mask.tolist() == [False, False, True]
