@@ -11,7 +11,7 @@ use mindlite::{ChatRequest, Engine, Error, ErrorKind, MindStream};
 use serde_json::Value;
 
 use crate::http::{decode, Body, Chunks, Request, Response};
-use crate::reply::{json_response, status_of, Problem};
+use crate::reply::{json_response, status_of, Problem, Reply};
 
 /// A route of the Minds API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +68,8 @@ impl<'a> MindsRoute<'a> {
 }
 
 /// Answers one Minds API request, acting as the caller's tenant.
-pub async fn handle(engine: &Engine, request: &Request, route: MindsRoute<'_>) -> Response {
-    match answer(engine, request, route).await {
-        Ok(response) => response,
-        Err(e) => minds_error(&e),
-    }
+pub async fn handle(engine: &Engine, request: &Request, route: MindsRoute<'_>) -> Reply {
+    answer(engine, request, route).await.map_err(minds_error)
 }
 
 async fn answer(
@@ -152,12 +149,12 @@ fn body(request: &Request) -> mindlite::Result<Value> {
 
 /// The Minds API's codes: a body the engine refused is 422 (validation), the rest as
 /// everywhere else; 429 carries `Retry-After` when the quota is windowed.
-fn minds_error(error: &Error) -> Response {
+fn minds_error(error: Error) -> Problem {
     let status = match error.kind() {
         ErrorKind::InvalidInput | ErrorKind::InvalidData | ErrorKind::ConstraintViolation => 422,
         kind => status_of(kind),
     };
-    Problem::from(error).with_status(status).into_response()
+    Problem::from(error).with_status(status)
 }
 
 /// A streamed answer's frames.

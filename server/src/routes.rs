@@ -135,7 +135,7 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
             engine.serves(HostedApi::CloudLogin)?;
             login(engine, request).await?
         }
-        Route::Minds(route) => minds::handle(engine, request, route).await,
+        Route::Minds(route) => return minds::handle(engine, request, route).await,
         Route::Callbacks(route) => return callbacks::handle(engine, request, route).await,
         Route::Agents(project) => {
             return agents::collection(engine, request, &decode(project)?).await
