@@ -44,9 +44,9 @@ to 127.0.0.1.
       it runs [deadlines]; a flood of GET /api/status with wrong credentials [status-flood].
     and one-row ON CONFLICT DO UPDATE, OR REPLACE and DO NOTHING inserts into a 2M-row
       PRIMARY KEY table, which resolve against the whole table [upsert] (the engine's test:
-      services::sql::dml, conflicting_inserts_resolve_before_the_writer_lock_…);
+      sql::dml, conflicting_inserts_resolve_before_the_writer_lock_…);
     and INSERT OVERWRITE, a DELETE with a subquery and TRUNCATE, in turn, of a 2M-row
-      PRIMARY KEY table [replace] (services::sql::dml, rows_that_replace_a_table_land_…).
+      PRIMARY KEY table [replace] (sql::dml, rows_that_replace_a_table_land_…).
 
 The server's VmRSS and VmHWM are sampled from /proc throughout (VmHWM is reset through
 /proc/<pid>/clear_refs when the attack starts, so it is the attack's own peak). Prints a Markdown

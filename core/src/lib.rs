@@ -39,12 +39,21 @@ mod store;
 /// The records of each kind of object, and the rules about them.
 mod catalog;
 
-/// What the engine does with the records: SQL, LLM calls, agents, training, datasources.
+/// Clients the layers above call: LLM and embedding providers, chunking, training, datasources,
+/// callbacks' delivery, upload decoding.
 mod services;
+
+/// The relational engine over DataFusion: statements, planning, writes, the wire formats.
+mod sql;
+
+/// MindsDB's AI objects as SQL: models, knowledge bases, agents, minds.
+mod ai;
 
 /// The public facade.
 mod engine;
 
+pub use ai::agents::answer::{AgentEvent, AgentStream, Answer};
+pub use ai::minds::chat::{ChatApi, ChatRequest, MindAnswer, MindStream};
 pub use catalog::agents::Agent;
 pub use catalog::auth::LoginToken;
 pub use catalog::callbacks::{
@@ -72,11 +81,9 @@ pub use error::{Error, ErrorKind, Result, Subject};
 pub use memory::RequestMemory;
 pub use mindlite_memory::{keep_malloc_trimmed, TrackingAllocator};
 pub use progress::{InsertProgress, ProgressCallback};
-pub use services::agent_loop::{AgentEvent, AgentStream, Answer};
-pub use services::chat::{ChatApi, ChatRequest, MindAnswer, MindStream};
 pub use services::files::{FileFormat, FileInfo};
-pub use services::sql::encode::{encode_document, WireFormat, WireStream};
-pub use services::sql::{
+pub use sql::encode::{encode_document, WireFormat, WireStream};
+pub use sql::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
     TypedParam,
 };

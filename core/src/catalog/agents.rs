@@ -2,7 +2,7 @@
 //! table `agents`, keyed by (tenant, project, lower-cased name), and the rules MindsDB applies
 //! to agent records (`docs/mindsdb-wire.md` §3): a closed set of parameters, tables and knowledge bases
 //! that must exist, the default model when none is given, and update as a shallow merge.
-//! Answering questions lives in `agent_loop`.
+//! Answering questions lives in `ai::agents::answer`.
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::ai::minds::chat::{ChatRequest, MindAnswer, MindStream};
 use crate::catalog::callbacks::{
     self, CallbackInfo, CallbackSummary, DeliveryAttempt, RegisteredCallback,
 };
@@ -17,7 +18,6 @@ use crate::catalog::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
 use crate::config::Edition;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::services::chat::{ChatRequest, MindAnswer, MindStream};
 use crate::store::schema::{DATASOURCES, MINDS};
 use crate::tenant::TenantId;
 use crate::wire::Fields;

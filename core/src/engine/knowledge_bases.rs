@@ -14,7 +14,7 @@ use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
 use crate::progress::ProgressCallback;
-use crate::services::sql::{DocumentSource, Outcome, QueryRequest, QueryResult, ResultContext};
+use crate::sql::{DocumentSource, Outcome, QueryRequest, QueryResult, ResultContext};
 use crate::store::schema::KNOWLEDGE_BASES;
 
 /// Rows one REST insert may carry (mindsdb_sdk sends at most 1,000 per request).

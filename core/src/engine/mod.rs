@@ -23,6 +23,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::admission::Ticket;
+use crate::ai::agents::answer::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::cancel::{Control, Interrupts};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::auth::{self, LoginToken};
@@ -33,9 +34,8 @@ use crate::config::Config;
 use crate::engine::status::Status;
 use crate::error::{panic_message, Error, Result};
 use crate::running::Object;
-use crate::services::agent_loop::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::services::files::{FileFormat, FileInfo};
-use crate::services::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
+use crate::sql::{LoadMode, Outcome, QueryRequest, QueryResult, SqlRunner, TableResult};
 use crate::store::schema::{AGENTS, MODELS, PROJECTS};
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -167,7 +167,7 @@ impl Engine {
     fn start(store: Store, config: Config) -> Result<Engine> {
         config.validate()?;
         let store = Arc::new(store);
-        let sql = SqlRunner::new(Arc::clone(&store), &config, Arc::new(agent_loop::AgentLoop))?;
+        let sql = SqlRunner::new(Arc::clone(&store), &config, Arc::new(answer::AgentLoop))?;
         let default = sql.default_project().to_string();
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.
@@ -583,7 +583,7 @@ impl Engine {
         messages: &serde_json::Value,
     ) -> Result<Answer> {
         let agent = self.get_agent(project, name)?;
-        let messages = agent_loop::read_messages(messages)?;
+        let messages = answer::read_messages(messages)?;
         self.answer(agent, messages).await
     }
 
@@ -620,7 +620,7 @@ impl Engine {
         messages: &serde_json::Value,
     ) -> Result<AgentStream> {
         let agent = self.get_agent(project, name)?;
-        let messages = agent_loop::read_messages(messages)?;
+        let messages = answer::read_messages(messages)?;
         self.answer_stream(agent, messages).await
     }
 
@@ -632,7 +632,7 @@ impl Engine {
         messages: Vec<serde_json::Value>,
     ) -> Result<AgentStream> {
         let question = self.take_question().await?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(agent_loop::EVENT_BUFFER);
+        let (sender, receiver) = tokio::sync::mpsc::channel(answer::EVENT_BUFFER);
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = crate::memory::spawn_on(&self.inner.handle, async move {
             let answer = Asker::new(&inner.sql, &inner.config, tenant)

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use crate::catalog::namespace::FILES_DB;
 use crate::catalog::tables;
 use crate::error::{Error, Result};
-use crate::services::sql::{LoadMode, LoadTarget, SqlRunner};
+use crate::sql::{LoadMode, LoadTarget, SqlRunner};
 use crate::store::schema::{TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
@@ -114,8 +114,7 @@ impl SqlRunner {
             let schema = Arc::clone(&file.schema);
             // Decoded batch by batch into the staged table, within the caps: nothing is
             // stored unless every row fits.
-            let rows: crate::services::sql::BatchSource =
-                Box::new(move |sink| file.read_into(caps, sink));
+            let rows: crate::sql::BatchSource = Box::new(move |sink| file.read_into(caps, sink));
             let loaded = self
                 .load_into(
                     tenant,

@@ -24,7 +24,7 @@ use crate::tenant::TenantId;
 impl SqlRunner {
     /// The datasource table an INSERT or CREATE TABLE writes, read from the statement before
     /// planning; `None` for writes into the store.
-    pub(super) fn remote_write(
+    pub(crate) fn remote_write(
         &self,
         tenant: TenantId,
         statement: &Statement,
@@ -70,7 +70,7 @@ impl SqlRunner {
 
     /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
     /// remote transaction; the store is not touched.
-    pub(super) async fn write_remote(
+    pub(crate) async fn write_remote(
         &self,
         state: Session,
         plan: LogicalPlan,
@@ -296,7 +296,7 @@ pub(crate) enum LoadTarget<'a> {
 }
 
 /// A write that goes to a datasource's table.
-pub(super) struct RemoteWrite {
+pub(crate) struct RemoteWrite {
     source: datasources::Datasource,
     table: String,
     /// The columns an INSERT named, if it named any.

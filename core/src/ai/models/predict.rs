@@ -254,7 +254,7 @@ pub(crate) async fn predict_json(
     let inputs = RecordBatch::try_new(Arc::clone(schema), columns)?;
     let batch = model.with_prediction(inputs, llm).await?;
     let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
-    let out = super::encode::rows_as_json(&batch)
+    let out = crate::sql::encode::rows_as_json(&batch)
         .into_iter()
         .map(|row| Value::Object(names.iter().map(|n| n.to_string()).zip(row).collect()))
         .collect();

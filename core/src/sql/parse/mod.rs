@@ -212,15 +212,15 @@ pub(crate) fn parse_limited(
         if words.is_empty() {
             continue;
         }
-        if let Some(command) = super::kb_statements::kb_command(&words)? {
+        if let Some(command) = crate::ai::knowledge_bases::statements::kb_command(&words)? {
             commands.push(command);
             continue;
         }
-        if let Some(command) = super::agent_statements::agent_command(&words)? {
+        if let Some(command) = crate::ai::agents::statements::agent_command(&words)? {
             commands.push(command);
             continue;
         }
-        if let Some(command) = super::model_statements::model_command(&words)? {
+        if let Some(command) = crate::ai::models::statements::model_command(&words)? {
             commands.push(command);
             continue;
         }
@@ -806,7 +806,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             && starts_native(at(k + 3))
         {
             let words: Vec<&Token> = positions.iter().map(|&i| &tokens[i].token).collect();
-            if let Ok(close) = super::model_statements::closing_paren(&words, k + 2) {
+            if let Ok(close) = crate::ai::models::statements::closing_paren(&words, k + 2) {
                 spans.push((k + 1, close));
                 k = close + 1;
                 continue;
@@ -836,7 +836,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                     .iter()
                     .map(|&i| &tokens[i].token)
                     .collect();
-                super::model_statements::tokens_text(&inner)
+                crate::ai::models::statements::tokens_text(&inner)
             }
         };
         out.push(synthetic(Token::Period));
@@ -1046,7 +1046,7 @@ fn alter_pairs(
             return Err(Error::invalid(format!("Expected '=' after '{key}'")));
         }
         k += 2;
-        let value = super::agent_statements::json_value(words, &mut k)?;
+        let value = crate::ai::agents::statements::json_value(words, &mut k)?;
         match (key.as_str(), value) {
             ("parameters", serde_json::Value::Object(object)) => changes.extend(object),
             ("parameters", _) => {
@@ -1085,7 +1085,7 @@ fn parameters_at(
     if words.get(k) == Some(&&Token::Eq) {
         k += 1;
     }
-    let value = super::agent_statements::json_value(words, &mut k)?;
+    let value = crate::ai::agents::statements::json_value(words, &mut k)?;
     let serde_json::Value::Object(parameters) = value else {
         return Err(Error::invalid(
             "PARAMETERS must be an object: {\"key\": value, …}",

@@ -37,11 +37,11 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::kb_search::{self, Shown, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RERANKING};
-use super::snapshot::{Snapshot, StoredTable};
+use super::search::{self, Shown, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RERANKING};
 use crate::catalog::knowledge_bases::{chunk_db, KnowledgeBase};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, Result};
+use crate::sql::snapshot::{Snapshot, StoredTable};
 
 pub(crate) const ID: &str = "id";
 pub(crate) const CHUNK_ID: &str = "chunk_id";
@@ -207,7 +207,7 @@ impl TableProvider for KnowledgeBaseTable {
             .iter()
             .map(|f| unqualified(f.clone()))
             .collect::<Result<Vec<_>>>()?;
-        let conditions = kb_search::conditions(&self.kb.name, filters)?;
+        let conditions = search::conditions(&self.kb.name, filters)?;
         let schema = DFSchema::try_from(self.shown.schema.as_ref().clone())?;
         let predicate = |exprs: Vec<Expr>| -> DfResult<_> {
             conjunction(exprs)
@@ -221,7 +221,7 @@ impl TableProvider for KnowledgeBaseTable {
                 all.extend(conditions.scores);
                 self.rows(state, record, predicate(all)?).await?
             }
-            (Some(search), Some(record)) => Arc::new(SearchExec::new(kb_search::Ranking {
+            (Some(search), Some(record)) => Arc::new(SearchExec::new(search::Ranking {
                 kb: self.kb.clone(),
                 snapshot: Arc::clone(&self.snapshot),
                 table: record.id,
@@ -254,12 +254,12 @@ impl TableProvider for KnowledgeBaseTable {
 /// planning, EXPLAIN included, never calls the embedding model).
 #[derive(Debug)]
 struct SearchExec {
-    ranking: Arc<kb_search::Ranking>,
+    ranking: Arc<search::Ranking>,
     properties: Arc<PlanProperties>,
 }
 
 impl SearchExec {
-    fn new(ranking: kb_search::Ranking) -> SearchExec {
+    fn new(ranking: search::Ranking) -> SearchExec {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&ranking.shown.schema)),
             Partitioning::UnknownPartitioning(1),
@@ -327,7 +327,7 @@ impl ExecutionPlan for SearchExec {
         _partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let connector = super::predict::connector(context.session_config())?;
+        let connector = crate::ai::models::predict::connector(context.session_config())?;
         let ranking = Arc::clone(&self.ranking);
         let found = futures::stream::once(async move {
             match ranking.run(connector).await {

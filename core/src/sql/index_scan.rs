@@ -16,17 +16,17 @@ use crate::catalog::indexes::{first_column, Probe};
 /// An index lookup that answers a filter: the index's entries id, its first column's type,
 /// and the values to look up.
 #[derive(Debug, Clone)]
-pub(super) struct Lookup {
+pub(crate) struct Lookup {
     /// The id the index's entries are kept under.
-    pub(super) entries: u64,
+    pub(crate) entries: u64,
     /// The type of its first column.
-    pub(super) first: DataType,
+    pub(crate) first: DataType,
     /// What to look up.
-    pub(super) probe: Probe,
+    pub(crate) probe: Probe,
 }
 
 /// The lookup that answers `filter` on a table with `schema` and `indexes`, if one does.
-pub(super) fn lookup_for(filter: &Expr, indexes: &[Index], schema: &Schema) -> Option<Lookup> {
+pub(crate) fn lookup_for(filter: &Expr, indexes: &[Index], schema: &Schema) -> Option<Lookup> {
     let (column, probe) = probe_of(filter)?;
     let at = schema.fields().iter().position(|f| f.name() == column)?;
     let index = indexes
@@ -42,7 +42,7 @@ pub(super) fn lookup_for(filter: &Expr, indexes: &[Index], schema: &Schema) -> O
 /// The lookup that answers the conjunction of `filters` best: the first filter an index
 /// answers, narrowed by the others on the same index (`x >= 1 AND x <= 9`, which is also what
 /// DataFusion makes of BETWEEN, is one range; a list of points beats any range).
-pub(super) fn best_lookup(filters: &[Expr], indexes: &[Index], schema: &Schema) -> Option<Lookup> {
+pub(crate) fn best_lookup(filters: &[Expr], indexes: &[Index], schema: &Schema) -> Option<Lookup> {
     let mut lookups = filters
         .iter()
         .filter_map(|f| lookup_for(f, indexes, schema));

@@ -11,10 +11,10 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
-use super::parse::{self, Command};
-use super::snapshot::{db_and_table, Namespace, Snapshot};
-use super::{encode, names, order, SqlRunner};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::parse::{self, Command};
+use crate::sql::snapshot::{db_and_table, Namespace, Snapshot};
+use crate::sql::{encode, names, order, SqlRunner};
 use crate::tenant::TenantId;
 
 /// What an agent may read: `(db, name)` pairs, the database in lower case, the name as its
@@ -171,8 +171,10 @@ impl SqlRunner {
                     continue;
                 }
                 let name = kb.name.clone();
-                let table =
-                    super::knowledge_base::KnowledgeBaseTable::new(Arc::clone(&snapshot), kb)?;
+                let table = crate::ai::knowledge_bases::table::KnowledgeBaseTable::new(
+                    Arc::clone(&snapshot),
+                    kb,
+                )?;
                 let columns = datafusion::catalog::TableProvider::schema(&table)
                     .fields()
                     .iter()

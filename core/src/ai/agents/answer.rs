@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::egress::HttpClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::services::llm;
-use crate::services::sql::{Allowed, AskAgent, SqlRunner, ToolRows};
+use crate::sql::{Allowed, AskAgent, SqlRunner, ToolRows};
 use crate::tenant::TenantId;
 
 /// A finished answer, as `POST …/agents/{name}/completions` returns it.

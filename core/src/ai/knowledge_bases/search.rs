@@ -29,7 +29,6 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{Expr, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::snapshot::Snapshot;
 use crate::catalog::kb_index::{self, KbIndex};
 use crate::catalog::knowledge_bases::KnowledgeBase;
 use crate::catalog::tables::ReadTables;
@@ -38,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::services::embeddings;
 use crate::services::llm::Connector;
 use crate::services::reranker;
+use crate::sql::snapshot::Snapshot;
 
 /// The search condition's column.
 pub(crate) const CONTENT: &str = "content";

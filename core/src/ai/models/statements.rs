@@ -8,9 +8,9 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use serde_json::{Map, Value};
 
-use super::agent_statements::{end_at, using_pairs, word};
-use super::parse::{if_exists_at, keyword, Command, CreateModel};
+use crate::ai::agents::statements::{end_at, using_pairs, word};
 use crate::error::{Error, Result};
+use crate::sql::parse::{if_exists_at, keyword, Command, CreateModel};
 
 /// Recognises a model statement; `None` when `words` is something else.
 pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
@@ -298,7 +298,7 @@ pub(crate) fn tokens_text(words: &[&Token]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::sql::parse::parse;
+    use crate::sql::parse::parse;
     use std::collections::HashMap;
 
     fn one(sql: &str) -> Command {

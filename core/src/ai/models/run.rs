@@ -10,14 +10,14 @@ use datafusion::physical_plan::memory::MemoryStream;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::parse::CreateModel;
-use super::sandbox::ReadOnlyQuery;
-use super::snapshot::{Namespace, Snapshot, SystemTable};
-use super::{Outcome, ResultContext, SqlRunner, TableResult};
+use crate::ai::agents::sandbox::ReadOnlyQuery;
 use crate::catalog::models::{self, openai, ModelSpec, ModelVersion};
 use crate::error::{Error, Result};
 use crate::running::{Object, Registration, Running};
 use crate::services::ml::worker::{self, Job};
+use crate::sql::parse::CreateModel;
+use crate::sql::snapshot::{Namespace, Snapshot, SystemTable};
+use crate::sql::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::tenant::TenantId;
 
 impl SqlRunner {
@@ -299,14 +299,14 @@ impl SqlRunner {
         project: &str,
         sql: &str,
     ) -> Result<ModelVersion> {
-        let mut commands = super::parse::parse_limited(
+        let mut commands = crate::sql::parse::parse_limited(
             sql,
             &Default::default(),
             &Default::default(),
-            super::parse::ShapeLimits::of(&self.config.query),
+            crate::sql::parse::ShapeLimits::of(&self.config.query),
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
-            (Some(super::parse::Command::CreateModel(statement)), true) => statement,
+            (Some(crate::sql::parse::Command::CreateModel(statement)), true) => statement,
             _ => {
                 return Err(Error::invalid(
                     "The query must be one CREATE MODEL statement",
@@ -432,7 +432,7 @@ fn registration(running: &Arc<Running>, tenant: TenantId, model: &ModelVersion) 
 }
 
 fn table_outcome(batch: RecordBatch) -> Result<Outcome> {
-    let column_names = super::snapshot::display_names(&batch.schema());
+    let column_names = crate::sql::snapshot::display_names(&batch.schema());
     let schema = batch.schema();
     let stream = MemoryStream::try_new(vec![batch], schema, None)?;
     Ok(Outcome::Table(TableResult {

@@ -8,8 +8,8 @@ use std::pin::Pin;
 
 use serde_json::{json, Map, Value};
 
+use crate::ai::agents::answer::{AgentEvent, AgentStream};
 use crate::error::{Error, Result};
-use crate::services::agent_loop::{AgentEvent, AgentStream};
 use crate::wire::Fields;
 
 /// Which OpenAI-style API a question came through, which decides the answer's shape.
@@ -124,7 +124,7 @@ fn conversation(messages: &[Value]) -> Result<Vec<Value>> {
             }
         }
     }
-    crate::services::agent_loop::read_messages(&Value::Array(out))
+    crate::ai::agents::answer::read_messages(&Value::Array(out))
 }
 
 /// Text content, or the text parts of a content list joined.

@@ -13,11 +13,11 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use futures::future::BoxFuture;
 
-use super::snapshot::Snapshot;
-use super::SqlRunner;
 use crate::catalog::agents::Agent;
 use crate::catalog::quotas::Question;
 use crate::error::{Error, Result};
+use crate::sql::snapshot::Snapshot;
+use crate::sql::SqlRunner;
 use crate::tenant::TenantId;
 
 /// What answers an agent asked from SQL: the agent loop, which the engine hands to

@@ -4,50 +4,39 @@
 //!
 //! Here: [`SqlRunner`], which runs a request's statements and dispatches MindsDB's own. What is
 //! asked and answered is `request`; writes to datasources and loads of batches are `load`;
-//! the catalog DataFusion plans against is `catalog`, stored-table writes `dml`, models' and
-//! agents' statements `models` and `ask`.
+//! the catalog DataFusion plans against is `snapshot`, stored-table writes `dml`. MindsDB's
+//! AI objects (models, knowledge bases, agents) are `crate::ai`, over this.
 
-mod agent_statements;
-mod ask;
-mod bounded;
-mod coerce;
-mod constraints;
-mod dml;
+pub(crate) mod bounded;
+pub(crate) mod coerce;
+pub(crate) mod constraints;
+pub(crate) mod dml;
 pub mod encode;
-mod index_scan;
-mod join_stop;
-mod kb_search;
-mod kb_statements;
-mod kb_write;
-mod knowledge_base;
-mod load;
-mod model_statements;
-mod models;
-mod names;
-mod order;
-mod parse;
-mod plan_cache;
-mod predict;
-mod predict_join;
-mod request;
-mod sandbox;
-mod session;
-mod snapshot;
-mod sort_keys;
-mod spill_shares;
-mod transaction;
-mod unnest;
-mod upsert;
-mod view_groups;
+pub(crate) mod index_scan;
+pub(crate) mod join_stop;
+pub(crate) mod load;
+pub(crate) mod names;
+pub(crate) mod order;
+pub(crate) mod parse;
+pub(crate) mod plan_cache;
+pub(crate) mod request;
+pub(crate) mod session;
+pub(crate) mod snapshot;
+pub(crate) mod sort_keys;
+pub(crate) mod spill_shares;
+pub(crate) mod transaction;
+pub(crate) mod unnest;
+pub(crate) mod upsert;
+pub(crate) mod view_groups;
 
-pub(crate) use self::ask::AskAgent;
-pub(crate) use self::kb_statements::DocumentSource;
 pub(crate) use self::load::{BatchSource, LoadTarget};
 pub use self::request::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
     TypedParam,
 };
-pub(crate) use self::sandbox::{Allowed, ToolRows};
+pub(crate) use crate::ai::agents::ask::AskAgent;
+pub(crate) use crate::ai::agents::sandbox::{Allowed, ToolRows};
+pub(crate) use crate::ai::knowledge_bases::statements::DocumentSource;
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
 
 use std::sync::Arc;
@@ -94,7 +83,7 @@ pub(crate) mod sweep_waits {
 
     static WAITS: LazyLock<Mutex<HashMap<usize, usize>>> = LazyLock::new(Default::default);
 
-    pub(super) fn waited(store: &Store) {
+    pub(crate) fn waited(store: &Store) {
         *WAITS
             .lock()
             .entry(std::ptr::from_ref(store) as usize)
@@ -135,13 +124,13 @@ pub(crate) struct SqlRunner {
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
     pub(crate) admission: Arc<crate::admission::Admission>,
     /// Answers agents asked in SELECTs.
-    agents: Arc<dyn AskAgent>,
+    pub(crate) agents: Arc<dyn AskAgent>,
     sessions: Arc<Sessions>,
     /// Where statements are parsed and planned: never on an async worker.
     pub(crate) compute: crate::compute::Compute,
     plans: PlanCache,
     default_project: String,
-    target_partitions: usize,
+    pub(crate) target_partitions: usize,
 }
 
 impl SqlRunner {
@@ -416,7 +405,12 @@ impl SqlRunner {
         }))
     }
 
-    fn session(&self, snapshot: Arc<Snapshot>, db: &str, partitions: usize) -> Result<Session> {
+    pub(crate) fn session(
+        &self,
+        snapshot: Arc<Snapshot>,
+        db: &str,
+        partitions: usize,
+    ) -> Result<Session> {
         self.sessions.take(snapshot, db, partitions)
     }
 
@@ -769,7 +763,7 @@ impl SqlRunner {
 
     /// A write's job over `snapshot`, planned in `state`; `held` is the writer lock when it
     /// was taken before the snapshot.
-    fn job(
+    pub(crate) fn job(
         &self,
         tenant: TenantId,
         db: &str,
@@ -965,11 +959,14 @@ impl SqlRunner {
         let job = |state| self.job(tenant, &db, snapshot, state, held, claim);
         let staged = match plan {
             LogicalPlan::Dml(statement)
-                if local_write && knowledge_base::target(&statement).is_some() =>
+                if local_write
+                    && crate::ai::knowledge_bases::table::target(&statement).is_some() =>
             {
-                let (kb, ids) = knowledge_base::deleted_ids(statement)?;
+                let (kb, ids) = crate::ai::knowledge_bases::table::deleted_ids(statement)?;
                 job(state)
-                    .run(move |job, handle| kb_write::delete(job, handle, kb, ids))
+                    .run(move |job, handle| {
+                        crate::ai::knowledge_bases::write::delete(job, handle, kb, ids)
+                    })
                     .await
                     .map(|staged| staged.map(Some))
             }

@@ -12,16 +12,16 @@ use datafusion::sql::sqlparser::ast::{Insert, ObjectName, Statement, TableObject
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
-use super::agent_statements::{end_at, from_project, qualified_name, using_pairs};
-use super::dml::Staged;
-use super::kb_write;
-use super::parse::{if_exists_at, keyword, Command};
-use super::snapshot::{Namespace, Snapshot};
-use super::{text_table, Outcome, ResultContext, SqlRunner};
+use super::write;
+use crate::ai::agents::statements::{end_at, from_project, qualified_name, using_pairs};
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
+use crate::sql::dml::Staged;
+use crate::sql::parse::{if_exists_at, keyword, Command};
+use crate::sql::snapshot::{Namespace, Snapshot};
+use crate::sql::{text_table, Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 
 const WHAT: &str = "a knowledge base name";
@@ -83,7 +83,7 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
 
 impl SqlRunner {
     /// Runs CREATE, ALTER, DROP, SHOW and DESCRIBE of knowledge bases.
-    pub(super) async fn knowledge_base_command(
+    pub(crate) async fn knowledge_base_command(
         &self,
         tenant: TenantId,
         context: &ResultContext,
@@ -187,7 +187,7 @@ impl SqlRunner {
     }
 
     /// The knowledge base an INSERT writes into, as (project, name), if it names one.
-    pub(super) fn insert_target(
+    pub(crate) fn insert_target(
         &self,
         tenant: TenantId,
         context: &ResultContext,
@@ -264,11 +264,11 @@ impl SqlRunner {
                     named(plan, &column_names(insert)?, &kb.name)?
                 }
                 DocumentSource::Select(sql) => {
-                    let mut commands = super::parse::parse_limited(
+                    let mut commands = crate::sql::parse::parse_limited(
                         sql,
                         &std::collections::HashMap::new(),
                         &std::collections::HashMap::new(),
-                        super::parse::ShapeLimits::of(&self.config.query),
+                        crate::sql::parse::ShapeLimits::of(&self.config.query),
                     )?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {
@@ -304,9 +304,7 @@ impl SqlRunner {
             let progress = Arc::clone(tracker);
             let staged = self
                 .job(tenant, &context.db, snapshot, state, None, None)
-                .run(move |job, handle| {
-                    kb_write::insert(job, handle, kb, plan, connector, progress)
-                })
+                .run(move |job, handle| write::insert(job, handle, kb, plan, connector, progress))
                 .await?;
             if let Staged::Done(documents) = staged {
                 return Ok(documents);

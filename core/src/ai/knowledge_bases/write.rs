@@ -23,8 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::OwnedRwLockWriteGuard;
 
-use super::dml::{Staged, WriteJob};
-use super::knowledge_base::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVED};
+use super::table::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVED};
 use crate::catalog::constraints::Constraints;
 use crate::catalog::kb_index::{self, IndexRecord, IndexWriter, ReadIndex};
 use crate::catalog::knowledge_bases::{self, chunk_db, KnowledgeBase};
@@ -34,6 +33,7 @@ use crate::progress::{InsertProgress, Tracker};
 use crate::services::chunking;
 use crate::services::embeddings;
 use crate::services::llm::Connector;
+use crate::sql::dml::{Staged, WriteJob};
 use crate::store::schema::{KNOWLEDGE_BASES, TABLES};
 use mindlite_vectors::hnsw::Params;
 
@@ -439,7 +439,10 @@ impl Ingest<'_> {
         // bounded: one per row of a batch in memory
         let mut row_bytes = vec![0u64; batch.num_rows()];
         for (_, column) in &columns {
-            for (row, bytes) in super::bounded::value_bytes(column).into_iter().enumerate() {
+            for (row, bytes) in crate::sql::bounded::value_bytes(column)
+                .into_iter()
+                .enumerate()
+            {
                 row_bytes[row] = row_bytes[row].saturating_add(bytes.saturating_mul(2) + 16);
             }
         }

@@ -23,8 +23,8 @@ use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::index_scan;
-use super::knowledge_base::KnowledgeBaseTable;
-use super::predict::{ModelTable, PredictModel};
+use crate::ai::knowledge_bases::table::KnowledgeBaseTable;
+use crate::ai::models::predict::{ModelTable, PredictModel};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::datasources::{self, Datasource};
 use crate::catalog::indexes;
@@ -456,7 +456,7 @@ impl SchemaProvider for ProjectSchema {
             // A stored table of that name comes first, as MindsDB's own tables do.
             if name.eq_ignore_ascii_case(MODELS_TABLE) {
                 let rows = self.snapshot.models(Some(&self.project))?;
-                return Ok(Some(system_table(super::models::model_info(
+                return Ok(Some(system_table(crate::ai::models::run::model_info(
                     &rows, true, None,
                 )?)?));
             }
@@ -1066,7 +1066,7 @@ impl InformationSchema {
                     .text("PARAMS", rows.iter().map(|r| Some(r[3].as_str())))
                     .build()?
             }
-            "models" => super::models::model_info(&snap.models(None)?, true, None)?,
+            "models" => crate::ai::models::run::model_info(&snap.models(None)?, true, None)?,
             _ => return Ok(None),
         };
         Ok(Some(batch))

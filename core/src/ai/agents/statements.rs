@@ -8,8 +8,8 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use serde_json::{Map, Value};
 
-use super::parse::{if_exists_at, keyword, Command};
 use crate::error::{Error, Result};
+use crate::sql::parse::{if_exists_at, keyword, Command};
 
 /// Keys of the flat form that belong inside `model`.
 const MODEL_KEYS: [&str; 4] = ["model_name", "provider", "api_key", "base_url"];
@@ -287,8 +287,8 @@ fn number(text: &str) -> Result<Value> {
 mod tests {
     use std::collections::HashMap;
 
-    use super::super::parse::parse;
     use super::*;
+    use crate::sql::parse::parse;
 
     fn command(sql: &str) -> Command {
         parse(sql, &HashMap::new(), &HashMap::new())

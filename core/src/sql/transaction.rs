@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::store::Step;
 
 /// The transaction steps `statement` takes, if it is a transaction statement.
-pub(super) fn steps_of(statement: &Statement) -> Option<Result<Vec<Step>>> {
+pub(crate) fn steps_of(statement: &Statement) -> Option<Result<Vec<Step>>> {
     let name = |ident: &datafusion::sql::sqlparser::ast::Ident| ident.value.clone();
     Some(Ok(match statement {
         Statement::StartTransaction { statements, .. } if !statements.is_empty() => {
@@ -43,7 +43,7 @@ pub(super) fn steps_of(statement: &Statement) -> Option<Result<Vec<Step>>> {
 
 impl SqlRunner {
     /// Runs a transaction statement's `steps` for `request`.
-    pub(super) async fn transaction(
+    pub(crate) async fn transaction(
         &self,
         request: &QueryRequest,
         statement: &Statement,
@@ -70,7 +70,7 @@ impl SqlRunner {
 
     /// Fails when a transaction is open: `what` cannot be part of one (its effects could not
     /// be rolled back, or outlive it).
-    pub(super) fn outside_transaction(&self, what: &str) -> Result<()> {
+    pub(crate) fn outside_transaction(&self, what: &str) -> Result<()> {
         if self.store.in_transaction() {
             return Err(Error::invalid(format!(
                 "{what} cannot run inside a transaction; COMMIT or ROLLBACK first"

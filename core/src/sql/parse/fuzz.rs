@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{parse, Command};
 use crate::error::ErrorKind;
-use crate::services::sql::TypedParam;
+use crate::sql::TypedParam;
 
 type Draw<T> = mindlite_fuzz::arbitrary::Result<T>;
 

@@ -1,0 +1,15 @@
+//! MindsDB's AI objects as SQL: each folder is one feature and holds all of itself — its
+//! statements (read on tokens), the table provider its name resolves to, its plan nodes and
+//! its writes — over the relational engine in `sql/` and the clients in `services/`.
+//!
+//! - `models`: `CREATE MODEL` and its kin, a model as a table, predictions by join;
+//! - `knowledge_bases`: their statements, the table a knowledge base's name resolves to, its
+//!   search and its writes;
+//! - `agents`: their statements, the agent loop, its SQL tool's read-only sandbox, and an
+//!   agent asked in a SELECT;
+//! - `minds`: a mind asked through the OpenAI-style chat APIs.
+
+pub(crate) mod agents;
+pub(crate) mod knowledge_bases;
+pub(crate) mod minds;
+pub(crate) mod models;
