@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -62,6 +63,39 @@ def kept_alive(port: int, source: str = "127.0.0.1") -> RawConnection:
     answer = conn.read_response()
     assert answer.status == 200, (answer.status, answer.body)
     return conn
+
+
+def all_threads_waiting(pid: int) -> bool:
+    """Whether every thread of process `pid` is asleep (state S in /proc): none running, ready
+    to run, or in the kernel on its way somewhere (R, D)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that has just ended
+            continue
+        # The state follows the thread's name, which is in parentheses and may hold any.
+        if stat.rsplit(")", 1)[1].split()[0] != "S":
+            return False
+    return True
+
+
+def wait_until_settled(server: Server) -> None:
+    """Waits until the server has nothing left to run: all its threads asleep in two looks
+    50 ms apart. The server counts a kept-alive connection idle, the state that lets it be
+    closed for a newcomer, only after it has sent the answer (serve_connection in
+    server/src/main.rs), so a client that has read the answer can be ahead of it; and a closed
+    connection keeps its place until the server has read the close. Nothing the server serves
+    tells either, but a connection's task has no wait between the two, so once no thread runs,
+    every answered connection is counted idle and every closed one is gone. Two looks because
+    one reads the threads one after another: one read asleep may be woken by one read later."""
+    looks_asleep = 0
+
+    def settled() -> bool:
+        nonlocal looks_asleep
+        looks_asleep = looks_asleep + 1 if all_threads_waiting(server.pid) else 0
+        return looks_asleep >= 2
+
+    wait_until(settled, 10, "the server to have nothing left to run")
 
 
 def ping_again(conn: RawConnection, port: int) -> int:
@@ -133,8 +167,17 @@ def test_a_newcomer_to_a_full_server_takes_the_place_of_the_longest_idle_connect
     from 127.0.0.2 is served at once; the connection closed for it is the longest-idle one
     of the address holding the most, and the others still answer."""
     server = start_server("[http]\nmax_connections = 4\nmax_connections_per_address = 3\n")
-    hog = [kept_alive(server.port) for _ in range(3)]
+    # Which connection is the longest idle is decided by when the server counted each one
+    # idle, which it does a moment after sending the answer the client reads: each must be
+    # counted before the next is opened, and the readiness check's connection be gone (else
+    # the hog's place, or the newcomer's, may go to another).
+    wait_until_settled(server)
+    hog = []
+    for _ in range(3):
+        hog.append(kept_alive(server.port))
+        wait_until_settled(server)
     other = kept_alive(server.port, "127.0.0.3")
+    wait_until_settled(server)
     try:
         answered_within(server.port, "127.0.0.2", 2.0)
         assert hog[0].closed_by_peer(timeout=2), "the longest idle made room"
