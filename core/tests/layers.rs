@@ -120,11 +120,9 @@ const KNOWN: &[(&str, &str)] = &[
     ("sql", "ai::agents"),
     ("sql", "ai::knowledge_bases"),
     ("sql", "ai::models"),
-    // Features that use each other's parts: the word helpers every statement parser shares
-    // live in the agents' parser, the agents' sandbox resolves knowledge bases.
+    // Features that use each other's parts: the agents' sandbox resolves knowledge bases,
+    // and a model's training query is planned in the agents' read-only sandbox.
     ("ai::agents", "ai::knowledge_bases"),
-    ("ai::knowledge_bases", "ai::agents"),
-    ("ai::knowledge_bases", "ai::models"),
     ("ai::models", "ai::agents"),
     // Upload storage loads decoded rows through the SQL runner: the decoders are a leaf, the
     // storage belongs above `sql`.

@@ -244,3 +244,12 @@ impl CatalogProviderList for Catalogs {
         }
     }
 }
+
+/// The LLM connector a session carries (set where the session is made, above).
+pub(crate) fn connector(config: &SessionConfig) -> datafusion::error::Result<Arc<Connector>> {
+    config.get_extension::<Connector>().ok_or_else(|| {
+        datafusion::error::DataFusionError::Internal(
+            "the session carries no LLM connector".to_string(),
+        )
+    })
+}

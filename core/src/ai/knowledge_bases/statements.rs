@@ -13,13 +13,15 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
 use super::write;
-use crate::ai::agents::statements::{end_at, from_project, qualified_name, using_pairs};
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
 use crate::sql::dml::Staged;
-use crate::sql::parse::{if_exists_at, keyword, Command};
+use crate::sql::parse::words::{
+    end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
+};
+use crate::sql::parse::Command;
 use crate::sql::snapshot::{Namespace, Snapshot};
 use crate::sql::{text_table, Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;

@@ -327,7 +327,7 @@ impl ExecutionPlan for SearchExec {
         _partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let connector = crate::ai::models::predict::connector(context.session_config())?;
+        let connector = crate::sql::session::connector(context.session_config())?;
         let ranking = Arc::clone(&self.ranking);
         let found = futures::stream::once(async move {
             match ranking.run(connector).await {

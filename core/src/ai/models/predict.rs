@@ -21,7 +21,6 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionConfig;
 
 use crate::catalog::models::ModelVersion;
 use crate::error::Error;
@@ -66,13 +65,6 @@ impl PredictModel {
         columns[index] = cast(&predicted, schema.field(index).data_type())?;
         Ok(RecordBatch::try_new(schema, columns)?)
     }
-}
-
-/// The LLM connector a session carries (see `session`).
-pub(crate) fn connector(config: &SessionConfig) -> DfResult<Arc<Connector>> {
-    config.get_extension::<Connector>().ok_or_else(|| {
-        DataFusionError::Internal("the session carries no LLM connector".to_string())
-    })
 }
 
 /// A model as a table, for single predictions (and, joined, for `predict_join`).

@@ -39,7 +39,8 @@ use datafusion::physical_plan::{
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use futures::StreamExt;
 
-use super::predict::{connector, ModelTable, PredictModel, STRICT};
+use super::predict::{ModelTable, PredictModel, STRICT};
+use crate::sql::session::connector;
 
 /// Rewrites `other JOIN model` (and `model JOIN other`) into a [`PredictNode`].
 #[derive(Debug)]

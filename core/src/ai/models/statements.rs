@@ -8,9 +8,11 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use serde_json::{Map, Value};
 
-use crate::ai::agents::statements::{end_at, using_pairs, word};
 use crate::error::{Error, Result};
-use crate::sql::parse::{if_exists_at, keyword, Command, CreateModel};
+use crate::sql::parse::words::{
+    closing_paren, end_at, if_exists_at, keyword, tokens_text, using_pairs, word,
+};
+use crate::sql::parse::{Command, CreateModel};
 
 /// Recognises a model statement; `None` when `words` is something else.
 pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
@@ -241,58 +243,6 @@ fn count(words: &[&Token], k: usize, clause: &str) -> Result<Value> {
             .map_err(|_| Error::invalid(format!("{clause} takes a whole number, got {n}"))),
         _ => Err(Error::invalid(format!("{clause} takes a whole number"))),
     }
-}
-
-/// The index of the `)` that closes the `(` at `open`.
-pub(crate) fn closing_paren(words: &[&Token], open: usize) -> Result<usize> {
-    let mut depth = 0usize;
-    for (i, token) in words.iter().enumerate().skip(open) {
-        match token {
-            Token::LParen => depth += 1,
-            Token::RParen => {
-                depth -= 1;
-                if depth == 0 {
-                    return Ok(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    Err(Error::invalid("The query after FROM db is missing its ')'"))
-}
-
-/// Tokens back to SQL text, spaced plainly (`SELECT * FROM t WHERE a = 'x'`). Quotes are
-/// written again: the tokenizer has unescaped them.
-pub(crate) fn tokens_text(words: &[&Token]) -> String {
-    let mut out = String::new();
-    for (i, token) in words.iter().enumerate() {
-        let previous = i.checked_sub(1).map(|p| words[p]);
-        let tight_before = matches!(token, Token::Period | Token::Comma | Token::RParen)
-            || (**token == Token::LParen && matches!(previous, Some(Token::Word(_))));
-        let tight_after = matches!(previous, Some(Token::Period | Token::LParen));
-        if i > 0 && !tight_before && !tight_after {
-            out.push(' ');
-        }
-        match token {
-            // The tokenizer unescaped backslashes and doubled quotes: write both again.
-            Token::SingleQuotedString(text) => out.push_str(&format!(
-                "'{}'",
-                text.replace('\\', "\\\\").replace('\'', "''")
-            )),
-            Token::Word(w) => match w.quote_style {
-                Some(open) => {
-                    let close = if open == '[' { ']' } else { open };
-                    let doubled = format!("{close}{close}");
-                    out.push(open);
-                    out.push_str(&w.value.replace(close, &doubled));
-                    out.push(close);
-                }
-                None => out.push_str(&w.value),
-            },
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

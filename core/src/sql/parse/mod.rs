@@ -20,6 +20,9 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
 
+pub(crate) mod words;
+
+use self::words::{if_exists_at, keyword};
 use super::TypedParam;
 use crate::error::{Error, Result};
 
@@ -569,33 +572,6 @@ fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
     out
 }
 
-pub(crate) fn keyword(token: &Token) -> Option<Keyword> {
-    match token {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    }
-}
-
-/// Reads an optional `IF NOT EXISTS` (`not` set) or `IF EXISTS` at word `k`: whether it was
-/// there, and the index of the word after it.
-pub(crate) fn if_exists_at(words: &[&Token], k: usize, not: bool) -> (bool, usize) {
-    let kw = |i: usize| words.get(i).and_then(|t| keyword(t));
-    let tail: &[Keyword] = if not {
-        &[Keyword::IF, Keyword::NOT, Keyword::EXISTS]
-    } else {
-        &[Keyword::IF, Keyword::EXISTS]
-    };
-    if tail
-        .iter()
-        .enumerate()
-        .all(|(i, want)| kw(k + i) == Some(*want))
-    {
-        (true, k + tail.len())
-    } else {
-        (false, k)
-    }
-}
-
 fn is_word(token: &Token, text: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text))
 }
@@ -806,7 +782,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             && starts_native(at(k + 3))
         {
             let words: Vec<&Token> = positions.iter().map(|&i| &tokens[i].token).collect();
-            if let Ok(close) = crate::ai::models::statements::closing_paren(&words, k + 2) {
+            if let Ok(close) = words::closing_paren(&words, k + 2) {
                 spans.push((k + 1, close));
                 k = close + 1;
                 continue;
@@ -836,7 +812,7 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                     .iter()
                     .map(|&i| &tokens[i].token)
                     .collect();
-                crate::ai::models::statements::tokens_text(&inner)
+                words::tokens_text(&inner)
             }
         };
         out.push(synthetic(Token::Period));
@@ -1046,7 +1022,7 @@ fn alter_pairs(
             return Err(Error::invalid(format!("Expected '=' after '{key}'")));
         }
         k += 2;
-        let value = crate::ai::agents::statements::json_value(words, &mut k)?;
+        let value = words::json_value(words, &mut k)?;
         match (key.as_str(), value) {
             ("parameters", serde_json::Value::Object(object)) => changes.extend(object),
             ("parameters", _) => {
@@ -1085,7 +1061,7 @@ fn parameters_at(
     if words.get(k) == Some(&&Token::Eq) {
         k += 1;
     }
-    let value = crate::ai::agents::statements::json_value(words, &mut k)?;
+    let value = words::json_value(words, &mut k)?;
     let serde_json::Value::Object(parameters) = value else {
         return Err(Error::invalid(
             "PARAMETERS must be an object: {\"key\": value, …}",
