@@ -124,9 +124,6 @@ const KNOWN: &[(&str, &str)] = &[
     // and a model's training query is planned in the agents' read-only sandbox.
     ("ai::agents", "ai::knowledge_bases"),
     ("ai::models", "ai::agents"),
-    // Upload storage loads decoded rows through the SQL runner: the decoders are a leaf, the
-    // storage belongs above `sql`.
-    ("services::files", "sql"),
 ];
 
 /// The source of `file` without its `#[cfg(test)]` module (tests may use anything) and its

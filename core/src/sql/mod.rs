@@ -26,6 +26,7 @@ pub(crate) mod sort_keys;
 pub(crate) mod spill_shares;
 pub(crate) mod transaction;
 pub(crate) mod unnest;
+pub(crate) mod uploads;
 pub(crate) mod upsert;
 pub(crate) mod view_groups;
 

@@ -1,0 +1,181 @@
+//! What every decoder hands on: a file's columns and its rows batch by batch
+//! ([`FileRows`]), counted against the caps on one upload ([`Caps`]) as they are read, and the
+//! checks on columns every format shares.
+
+use datafusion::arrow::array::{AnyDictionaryArray, Array, AsArray};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{Error, Result};
+
+/// Rows per batch while reading a file.
+pub(super) const BATCH_ROWS: usize = 8192;
+
+/// The most columns a file may have: wider ones are refused before their rows are read.
+pub(super) const MAX_COLUMNS: usize = 4096;
+
+/// Caps on what one uploaded file may decode to (`files.max_rows`, `files.max_decoded_mb`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    pub(crate) max_rows: u64,
+    pub(crate) max_bytes: u64,
+}
+
+impl Caps {
+    /// The caps `config` sets.
+    pub(crate) fn of(config: &crate::Config) -> Caps {
+        Caps {
+            max_rows: config.upload_max_rows(),
+            max_bytes: config.upload_max_decoded_bytes(),
+        }
+    }
+
+    pub(super) fn rows_over(&self) -> Error {
+        Error::invalid(format!(
+            "The file holds more than {} rows, the most one upload may (files.max_rows); nothing was stored",
+            self.max_rows
+        ))
+    }
+
+    pub(super) fn bytes_over(&self) -> Error {
+        Error::invalid(format!(
+            "The file decodes to more than {} MiB, the most one upload may (files.max_decoded_mb); nothing was stored",
+            self.max_bytes / (1024 * 1024)
+        ))
+    }
+}
+
+/// Rows handed on one batch at a time; the sink's error stops the reading.
+pub(super) type Sink<'a> = &'a mut dyn FnMut(RecordBatch) -> Result<()>;
+
+/// A file opened for reading: its columns now, its rows batch by batch when run.
+pub(crate) struct FileRows {
+    pub(crate) schema: SchemaRef,
+    pub(super) rows: Box<dyn FnOnce(Sink<'_>) -> Result<()> + Send>,
+}
+
+impl FileRows {
+    /// Reads every row into `sink`, counting against `caps` as it goes: rows, and bytes as the
+    /// rows will be stored (a dictionary column counts each row's value, not its shared
+    /// dictionary once). A batch that would be large once expanded goes on in slices, so no
+    /// more than about [`SLICE_BYTES`] of it is ever expanded at once.
+    pub(crate) fn read_into(self, caps: Caps, sink: Sink<'_>) -> Result<()> {
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        (self.rows)(&mut |batch: RecordBatch| {
+            let size = stored_size(&batch);
+            rows += batch.num_rows() as u64;
+            bytes = bytes.saturating_add(size);
+            if rows > caps.max_rows {
+                return Err(caps.rows_over());
+            }
+            if bytes > caps.max_bytes {
+                return Err(caps.bytes_over());
+            }
+            let slices = size
+                .div_ceil(SLICE_BYTES)
+                .clamp(1, batch.num_rows().max(1) as u64);
+            let per_slice = batch.num_rows().div_ceil(slices as usize).max(1);
+            let mut at = 0;
+            while at < batch.num_rows() {
+                let length = per_slice.min(batch.num_rows() - at);
+                sink(batch.slice(at, length))?;
+                at += length;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The most bytes of a batch handed on at once, once its dictionaries are expanded.
+const SLICE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The bytes `batch` takes as it will be stored: dictionary columns expanded.
+pub(super) fn stored_size(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Dictionary(_, _) => expanded_size(column.as_any_dictionary()),
+            _ => column.get_array_memory_size() as u64,
+        })
+        .sum()
+}
+
+/// What a dictionary array takes once each row holds its own value: the sum of its rows'
+/// value sizes, counted from the dictionary without expanding it.
+fn expanded_size(dictionary: &dyn AnyDictionaryArray) -> u64 {
+    let values = dictionary.values();
+    let count = values.len();
+    let each: Vec<u64> = if let Some(text) = values.as_string_opt::<i32>() {
+        (0..count)
+            .map(|i| text.value_length(i) as u64 + 4)
+            .collect()
+    } else if let Some(text) = values.as_string_opt::<i64>() {
+        (0..count)
+            .map(|i| text.value_length(i) as u64 + 8)
+            .collect()
+    } else if let Some(bytes) = values.as_binary_opt::<i32>() {
+        (0..count)
+            .map(|i| bytes.value_length(i) as u64 + 4)
+            .collect()
+    } else if let Some(bytes) = values.as_binary_opt::<i64>() {
+        (0..count)
+            .map(|i| bytes.value_length(i) as u64 + 8)
+            .collect()
+    } else {
+        let average = values.get_array_memory_size() as u64 / count.max(1) as u64;
+        // bounded: one per row of a batch in memory
+        vec![average.max(1); count]
+    };
+    let keys = dictionary.keys();
+    dictionary
+        .normalized_keys()
+        .iter()
+        .enumerate()
+        .filter(|(row, _)| keys.is_valid(*row))
+        .map(|(_, key)| each.get(*key).copied().unwrap_or(0))
+        .sum()
+}
+
+/// A column with no values at all is inferred as `Null`; it is stored as text instead.
+pub(super) fn with_text_for_null(schema: &Schema) -> Schema {
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Null => f.as_ref().clone().with_data_type(DataType::Utf8),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// A table needs columns with distinct names (ignoring case, as SQL does).
+pub(super) fn check_columns(schema: &Schema) -> Result<()> {
+    if schema.fields().is_empty() {
+        return Err(Error::invalid("The file has no columns"));
+    }
+    if schema.fields().len() > MAX_COLUMNS {
+        return Err(too_wide(schema.fields().len()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for field in schema.fields() {
+        if field.name().trim().is_empty() {
+            return Err(Error::invalid("The file has a column without a name"));
+        }
+        if !seen.insert(field.name().to_ascii_lowercase()) {
+            return Err(Error::invalid(format!(
+                "The file has two columns named '{}'",
+                field.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn too_wide(columns: usize) -> Error {
+    Error::invalid(format!(
+        "The file has {columns} columns; at most {MAX_COLUMNS} are accepted"
+    ))
+}
