@@ -8,8 +8,9 @@
 //!
 //! Uses are read from the source as paths: `crate::…`, and `super::…` and `self::…` resolved
 //! from the file they are in, so a folder's `mod.rs` that re-exports a child's items uses that
-//! child. Below the modules, no two files may need each other either (a circle of files
-//! anywhere in `core/src`, inside one module's folder too).
+//! child. Test code may use anything: a file's `mod tests` and the files only tests compile
+//! (`#[cfg(test)] mod fuzz;`) are not read. Below the modules, no two files may need each
+//! other either (a circle of files anywhere in `core/src`, inside one module's folder too).
 //!
 //! A new module must be given a layer here. [`KNOWN`] lists uses that break the rules and
 //! [`KNOWN_CIRCLES`] the circles of files, each still to be taken apart; the tests fail when
@@ -113,17 +114,6 @@ const KNOWN: &[(&str, &str)] = &[
     // The knowledge-base half of the engine's facade uses the facade's own helpers (seen since
     // the test reads a folder's `mod.rs` naming its children without `self::`).
     ("engine::knowledge_bases", "engine"),
-    // The relational engine still names the features that plug into it: the statement parser
-    // calls theirs, the catalog at a snapshot resolves models and knowledge bases, the session
-    // registers the prediction join's rule, and the runner dispatches to them. Each is to
-    // become a registration through one extension trait.
-    ("sql", "ai::agents"),
-    ("sql", "ai::knowledge_bases"),
-    ("sql", "ai::models"),
-    // Features that use each other's parts: the agents' sandbox resolves knowledge bases,
-    // and a model's training query is planned in the agents' read-only sandbox.
-    ("ai::agents", "ai::knowledge_bases"),
-    ("ai::models", "ai::agents"),
 ];
 
 /// The source of `file` without its `#[cfg(test)]` module (tests may use anything) and its
@@ -222,16 +212,15 @@ fn reaches(graph: &BTreeMap<String, BTreeSet<String>>, to: &str, from: &str) -> 
     false
 }
 
-#[test]
-fn modules_use_only_their_layer_and_below_and_never_each_other_round_a_circle() {
-    let graph = graph();
-    let known: BTreeSet<(String, String)> = KNOWN
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
+/// The uses in `graph` that break the layers, other than the `known` ones: up a layer, or
+/// round a circle.
+fn breaks(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    known: &BTreeSet<(String, String)>,
+) -> Vec<String> {
     // Without the known breaks, what is left must go down the layers without a circle.
     let mut rest = graph.clone();
-    for (from, to) in &known {
+    for (from, to) in known {
         if let Some(uses) = rest.get_mut(from) {
             uses.remove(to);
         }
@@ -252,6 +241,21 @@ fn modules_use_only_their_layer_and_below_and_never_each_other_round_a_circle() 
             }
         }
     }
+    broken
+}
+
+fn known_breaks() -> BTreeSet<(String, String)> {
+    KNOWN
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn modules_use_only_their_layer_and_below_and_never_each_other_round_a_circle() {
+    let graph = graph();
+    let known = known_breaks();
+    let broken = breaks(&graph, &known);
     assert!(
         broken.is_empty(),
         "modules that break the layers: {broken:#?}"
@@ -276,29 +280,18 @@ fn modules_use_only_their_layer_and_below_and_never_each_other_round_a_circle() 
 /// one here is gone or has changed (then this list is brought up to date). Two files that are
 /// one concept may be merged instead.
 const KNOWN_CIRCLES: &[&[&str]] = &[
-    // The relational engine and the features over it, through `sql/mod.rs`'s re-exports,
-    // `SqlRunner`'s impl blocks and the places where `sql` still names a feature (see
-    // `KNOWN`): to be split into a relational engine that knows no MindsDB object and
-    // features that plug into it.
+    // The relational engine: the runner (`sql/mod.rs`), whose `impl` blocks are spread over
+    // the files that use its sessions and snapshots, and the write path (DML, constraints,
+    // upserts, loads) that calls back into the runner's helpers. To be split into the
+    // sub-folders the runner's root alone knows.
     &[
-        "ai::agents::ask",
-        "ai::agents::sandbox",
-        "ai::agents::statements",
-        "ai::knowledge_bases::search",
-        "ai::knowledge_bases::statements",
-        "ai::knowledge_bases::table",
-        "ai::knowledge_bases::write",
-        "ai::models::predict",
-        "ai::models::predict_join",
-        "ai::models::run",
-        "ai::models::statements",
         "sql",
         "sql::constraints",
         "sql::dml",
         "sql::encode",
+        "sql::extension",
         "sql::load",
         "sql::names",
-        "sql::parse",
         "sql::plan_cache",
         "sql::request",
         "sql::session",
@@ -480,10 +473,37 @@ fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    // Files only tests compile (`#[cfg(test)] mod fuzz;`) may use anything, as test modules may.
+    let mut test_only = BTreeSet::new();
+    for file in &files {
+        let here = file_module(&src, file);
+        let text = std::fs::read_to_string(file).unwrap();
+        for (at, _) in text.match_indices("#[cfg(test)]\n") {
+            let declared = text[at + "#[cfg(test)]\n".len()..]
+                .trim_start_matches("pub(crate) ")
+                .strip_prefix("mod ")
+                .map(ident)
+                .filter(|name| text[at..].contains(&format!("mod {name};")));
+            if let Some(name) = declared {
+                let mut child = if here == ["lib"] {
+                    Vec::new()
+                } else {
+                    here.clone()
+                };
+                child.push(name.to_string());
+                test_only.insert(child.join("::"));
+            }
+        }
+    }
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let here = file_module(&src, &file);
-        if here == ["lib"] {
+        let name = here.join("::");
+        if here == ["lib"]
+            || test_only
+                .iter()
+                .any(|t| name == *t || name.starts_with(&format!("{t}::")))
+        {
             continue;
         }
         let is_folder = file.ends_with("mod.rs");
@@ -538,7 +558,6 @@ fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
             with_super.extend_from_slice(&path);
             resolve(base, &with_super);
         }
-        let name = here.join("::");
         targets.remove(&name);
         targets.remove("lib");
         graph.entry(name).or_default().extend(targets);
@@ -621,6 +640,30 @@ fn no_files_use_each_other_round_a_circle_but_the_known_ones() {
         new.is_empty() && gone.is_empty(),
         "files that use each other round a circle, not as KNOWN_CIRCLES in \
          core/tests/layers.rs lists them:\nnew or changed: {new:#?}\ngone or changed: {gone:#?}"
+    );
+}
+
+/// The relational engine names no feature: a use of `crate::ai` planted in a file of `sql/`
+/// is refused as a use up the layers (and round a circle, since the features use `sql`).
+#[test]
+fn a_use_of_ai_planted_in_sql_is_refused() {
+    let mut graph = graph();
+    assert!(
+        breaks(&graph, &known_breaks()).is_empty(),
+        "the tree breaks the layers already"
+    );
+    // What `use crate::ai::models::Models;` in `sql/order.rs` would add.
+    let planted = "use crate::ai::models::Models;";
+    let path = paths_after(planted, "crate::");
+    assert_eq!(path, vec![vec!["ai", "models", "Models"]]);
+    graph
+        .entry(module_of("sql::order"))
+        .or_default()
+        .insert(module_of("ai::models::mod"));
+    let broken = breaks(&graph, &known_breaks());
+    assert!(
+        broken.contains(&"sql → ai::models (up from sql to ai)".to_string()),
+        "{broken:#?}"
     );
 }
 

@@ -13,3 +13,20 @@ pub(crate) mod agents;
 pub(crate) mod knowledge_bases;
 pub(crate) mod minds;
 pub(crate) mod models;
+
+use std::sync::Arc;
+
+use crate::sql::extension::{Extension, Extensions};
+
+/// The features the engine plugs into its SQL engine, in the order they are asked: a
+/// statement, a name or a system table is the first one's that claims it.
+pub(crate) fn extensions() -> Extensions {
+    let features: [Arc<dyn Extension>; 3] = [
+        Arc::new(knowledge_bases::KnowledgeBases),
+        Arc::new(agents::Agents {
+            asker: Arc::new(agents::answer::AgentLoop),
+        }),
+        Arc::new(models::Models),
+    ];
+    Arc::new(features)
+}

@@ -10,11 +10,12 @@ use datafusion::arrow::json::reader::infer_json_schema_from_iterator;
 use datafusion::arrow::json::ReaderBuilder;
 use serde_json::{Map, Value};
 
+use crate::ai::knowledge_bases::statements::DocumentSource;
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
 use crate::progress::ProgressCallback;
-use crate::sql::{DocumentSource, Outcome, QueryRequest, QueryResult, ResultContext};
+use crate::sql::{Outcome, QueryRequest, QueryResult, ResultContext};
 use crate::store::schema::KNOWLEDGE_BASES;
 
 /// Rows one REST insert may carry (mindsdb_sdk sends at most 1,000 per request).

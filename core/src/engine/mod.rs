@@ -167,7 +167,7 @@ impl Engine {
     fn start(store: Store, config: Config) -> Result<Engine> {
         config.validate()?;
         let store = Arc::new(store);
-        let sql = SqlRunner::new(Arc::clone(&store), &config, Arc::new(answer::AgentLoop))?;
+        let sql = SqlRunner::new(Arc::clone(&store), &config, crate::ai::extensions())?;
         let default = sql.default_project().to_string();
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.

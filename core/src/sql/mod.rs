@@ -1,17 +1,20 @@
-//! SQL: a request's statements, parsed (MindsDB's own statements on tokens, the rest by
-//! sqlparser), planned by DataFusion against the tenant's catalog at one read snapshot, and run.
-//! Results stream as Arrow record batches; [`encode`] turns them into MindsDB's wire formats.
+//! The relational engine: a request's statements, parsed (MindsDB's database statements on
+//! tokens, the rest by sqlparser), planned by DataFusion against the tenant's catalog at one
+//! read snapshot, and run. Results stream as Arrow record batches; [`encode`] turns them into
+//! MindsDB's wire formats.
 //!
-//! Here: [`SqlRunner`], which runs a request's statements and dispatches MindsDB's own. What is
-//! asked and answered is `request`; writes to datasources and loads of batches are `load`;
-//! the catalog DataFusion plans against is `snapshot`, stored-table writes `dml`. MindsDB's
-//! AI objects (models, knowledge bases, agents) are `crate::ai`, over this.
+//! Here: [`SqlRunner`], which runs a request's statements. What is asked and answered is
+//! `request`; writes to datasources and loads of batches are `load`; the catalog DataFusion
+//! plans against is `snapshot`, stored-table writes `dml`, uploads `uploads`. MindsDB's AI
+//! objects (models, knowledge bases, agents: `crate::ai`) plug in through `extension`, which
+//! is all this module knows of them.
 
 pub(crate) mod bounded;
 pub(crate) mod coerce;
 pub(crate) mod constraints;
 pub(crate) mod dml;
 pub mod encode;
+pub(crate) mod extension;
 pub(crate) mod index_scan;
 pub(crate) mod join_stop;
 pub(crate) mod load;
@@ -35,9 +38,6 @@ pub use self::request::{
     LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
     TypedParam,
 };
-pub(crate) use crate::ai::agents::ask::AskAgent;
-pub(crate) use crate::ai::agents::sandbox::{Allowed, ToolRows};
-pub(crate) use crate::ai::knowledge_bases::statements::DocumentSource;
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
 
 use std::sync::Arc;
@@ -52,11 +52,11 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, Statement};
 
+use self::extension::Extensions;
 use self::parse::Command;
 use self::plan_cache::{PlanCache, PlanKey};
 use self::session::{Session, Sessions};
 use self::snapshot::{Namespace, Snapshot};
-use crate::catalog::agents;
 use crate::catalog::datasources;
 use crate::catalog::projects;
 use crate::catalog::tables;
@@ -124,9 +124,9 @@ pub(crate) struct SqlRunner {
     pub(crate) net: crate::services::connectors::Net,
     /// Per-user caps on work running at once, and the limit on unauthenticated requests.
     pub(crate) admission: Arc<crate::admission::Admission>,
-    /// Answers agents asked in SELECTs.
-    pub(crate) agents: Arc<dyn AskAgent>,
     sessions: Arc<Sessions>,
+    /// The features plugged into the engine (see `extension`), in the order they are asked.
+    pub(crate) extensions: Extensions,
     /// Where statements are parsed and planned: never on an async worker.
     pub(crate) compute: crate::compute::Compute,
     plans: PlanCache,
@@ -138,7 +138,7 @@ impl SqlRunner {
     pub(crate) fn new(
         store: Arc<Store>,
         config: &crate::Config,
-        agents: Arc<dyn AskAgent>,
+        extensions: Extensions,
     ) -> Result<Self> {
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
@@ -167,7 +167,6 @@ impl SqlRunner {
         Ok(SqlRunner {
             store,
             config: config.clone(),
-            agents,
             client,
             sentence_models,
             net: net.clone(),
@@ -182,7 +181,9 @@ impl SqlRunner {
                 net.clone(),
                 &config.hosted,
                 config.max_value_bytes(),
+                &extensions,
             )),
+            extensions,
             compute: crate::compute::Compute::new(config.planning_threads())?,
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
@@ -367,6 +368,7 @@ impl SqlRunner {
                 &request.params,
                 &request.typed_params,
                 parse::ShapeLimits::of(&self.config.query),
+                &self.extensions,
             );
         }
         let (query, params, typed) = (
@@ -375,9 +377,10 @@ impl SqlRunner {
             request.typed_params.clone(),
         );
         let limits = parse::ShapeLimits::of(&self.config.query);
+        let extensions = Arc::clone(&self.extensions);
         self.compute
             .run(tenant, move || {
-                parse::parse_limited(&query, &params, &typed, limits)
+                parse::parse_limited(&query, &params, &typed, limits, &extensions)
             })
             .await?
     }
@@ -602,145 +605,16 @@ impl SqlRunner {
                 }
                 text_table(columns)
             }
-            Command::CreateAgent {
-                project,
-                name,
-                if_not_exists,
-                mut spec,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                spec.insert("name".into(), name.into());
-                let (llm, egress) = (self.config.llm.clone(), self.net.egress.clone());
-                self.store
-                    .write(move |txn| {
-                        agents::create(txn, tenant, &project, &spec, &llm, if_not_exists, &egress)
-                    })
-                    .await?;
-                ok(None)
-            }
-            Command::AlterAgent {
-                project,
-                name,
-                spec,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                let egress = self.net.egress.clone();
-                self.store
-                    .write(move |txn| agents::update(txn, tenant, &project, &name, &spec, &egress))
-                    .await?;
-                ok(None)
-            }
-            Command::DropAgent {
-                project,
-                name,
-                if_exists,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                self.store
-                    .write(move |txn| agents::delete(txn, tenant, &project, &name, if_exists))
-                    .await?;
-                ok(None)
-            }
-            Command::ShowAgents { project } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-                if snapshot.namespace(&project)?.is_none() {
-                    return Err(Error::not_found(format!("Database '{project}' not found")));
-                }
-                let rows: Vec<[String; 4]> = snapshot
-                    .agents(Some(&project))?
-                    .iter()
-                    .map(agents::Agent::system_row)
-                    .collect();
-                let column = |i: usize| rows.iter().map(|r| Some(r[i].clone())).collect();
-                text_table(vec![
-                    ("NAME", column(0)),
-                    ("PROJECT", column(1)),
-                    ("MODEL", column(2)),
-                    ("PARAMS", column(3)),
-                ])
-            }
-            command @ (Command::CreateKnowledgeBase { .. }
-            | Command::AlterKnowledgeBase { .. }
-            | Command::DropKnowledgeBase { .. }
-            | Command::ShowKnowledgeBases { .. }
-            | Command::DescribeKnowledgeBase { .. }) => {
-                self.knowledge_base_command(tenant, context, command).await
-            }
-            Command::CreateModel(statement) => self.create_model(tenant, context, statement).await,
-            Command::RetrainModel {
-                project,
-                name,
-                from,
-                using,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                self.retrain_statement(tenant, project, name, from, using)
-                    .await
-            }
-            Command::SetActiveModel {
-                project,
-                name,
-                version,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                self.set_active_model(tenant, project, name, version)
-                    .await?;
-                ok(None)
-            }
-            Command::DropModel {
-                project,
-                name,
-                version,
-                if_exists,
-            } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                self.drop_model(tenant, project, name, version, if_exists)
-                    .await?;
-                ok(None)
-            }
-            Command::ShowModels { project } => {
-                let project = project.unwrap_or_else(|| context.db.clone());
-                self.show_models(tenant, &project)
-            }
-            Command::Describe { parts, explicit } => {
-                if let Some(described) = self.describe_model(tenant, &context.db, &parts)? {
-                    return Ok(described);
-                }
-                if explicit {
-                    return Err(Error::not_found(format!(
-                        "Model '{}' does not exist",
-                        parts.join(".")
-                    )));
-                }
-                // Not a model: DESCRIBE of a table, as standard SQL has it.
-                let quoted: Vec<String> = parts
-                    .iter()
-                    .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
-                    .collect();
-                let sql = format!("DESCRIBE {}", quoted.join("."));
-                let statement = datafusion::sql::sqlparser::parser::Parser::new(
-                    &datafusion::sql::sqlparser::dialect::GenericDialect {},
-                )
-                .try_with_sql(&sql)
-                .and_then(|mut p| p.parse_statement())
-                .map_err(|e| Error::invalid(e.to_string()))?;
-                Box::pin(self.execute_sql(
-                    tenant,
-                    context,
-                    statement,
-                    None,
-                    Turn::Optimistic,
-                    false,
-                ))
-                .await
-            }
+            Command::Feature(statement) => statement.run(self, tenant, context).await,
             Command::Sql(mut statement) => {
-                if self
-                    .answer_agent_select(tenant, &context.db, &mut statement)
-                    .await?
-                {
-                    // The answer is spliced into the statement: never reuse its plan.
+                let mut rewritten = false;
+                for extension in self.extensions.iter() {
+                    rewritten |= extension
+                        .rewrite(self, tenant, &context.db, &mut statement)
+                        .await?;
+                }
+                if rewritten {
+                    // A feature answered part of the statement: never reuse its plan.
                     let once = Turn::Optimistic;
                     return Box::pin(
                         self.execute_sql(tenant, context, *statement, None, once, false),
@@ -760,6 +634,28 @@ impl SqlRunner {
                 .await
             }
         }
+    }
+
+    /// `DESCRIBE a[.b[.c]]` of a table, as standard SQL has it (a feature that reads
+    /// `DESCRIBE` itself hands over the names that are not its own).
+    pub(crate) async fn describe_table(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        parts: &[String],
+    ) -> Result<Outcome> {
+        let quoted: Vec<String> = parts
+            .iter()
+            .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+            .collect();
+        let sql = format!("DESCRIBE {}", quoted.join("."));
+        let statement = datafusion::sql::sqlparser::parser::Parser::new(
+            &datafusion::sql::sqlparser::dialect::GenericDialect {},
+        )
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_statement())
+        .map_err(|e| Error::invalid(e.to_string()))?;
+        Box::pin(self.execute_sql(tenant, context, statement, None, Turn::Optimistic, false)).await
     }
 
     /// A write's job over `snapshot`, planned in `state`; `held` is the writer lock when it
@@ -853,14 +749,12 @@ impl SqlRunner {
             _ => {}
         }
         if let Statement::Insert(insert) = &statement {
-            if let Some((project, name)) = self.insert_target(tenant, context, insert)? {
-                let source = DocumentSource::Insert(Box::new(insert.clone()));
-                let documents = self
-                    .insert_documents(tenant, context, &project, &name, &source, None)
-                    .await?;
-                return Ok(Outcome::Ok {
-                    affected_rows: Some(documents),
-                });
+            for extension in self.extensions.iter() {
+                if let Some(rows) = extension.insert(self, tenant, context, insert).await? {
+                    return Ok(Outcome::Ok {
+                        affected_rows: Some(rows),
+                    });
+                }
             }
         }
         let mut hints = names::hints(&statement);
@@ -960,14 +854,16 @@ impl SqlRunner {
         let job = |state| self.job(tenant, &db, snapshot, state, held, claim);
         let staged = match plan {
             LogicalPlan::Dml(statement)
-                if local_write
-                    && crate::ai::knowledge_bases::table::target(&statement).is_some() =>
+                if local_write && self.extensions.iter().any(|e| e.claims_write(&statement)) =>
             {
-                let (kb, ids) = crate::ai::knowledge_bases::table::deleted_ids(statement)?;
+                let extension = self
+                    .extensions
+                    .iter()
+                    .find(|e| e.claims_write(&statement))
+                    .expect("one claims it: matched above");
+                let write = extension.write(statement)?;
                 job(state)
-                    .run(move |job, handle| {
-                        crate::ai::knowledge_bases::write::delete(job, handle, kb, ids)
-                    })
+                    .run(move |job, handle| write(job, handle))
                     .await
                     .map(|staged| staged.map(Some))
             }

@@ -6,16 +6,23 @@
 //! request. A borrowed state executes in its tenant's task context, whose spills count against
 //! the tenant's share of the temporary space (`spill_shares`).
 
+use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList};
+use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::expr_rewriter::FunctionRewrite;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use datafusion::prelude::SessionConfig;
 
+use super::extension::Extensions;
 use super::snapshot::{Snapshot, TenantCatalog, CATALOG};
 use super::spill_shares::SpillShares;
 use crate::catalog::users;
@@ -35,6 +42,8 @@ pub(crate) struct Sessions {
     expressions: Arc<SessionState>,
     /// How datasources are reached, handed to every request's catalog.
     net: crate::services::connectors::Net,
+    /// The features plugged in, handed to every request's catalog.
+    extensions: Extensions,
     idle: Mutex<Vec<SessionState>>,
     /// Each tenant's task context (the shared one's copy with the tenant's disk manager): its
     /// settings (batch size, memory pool) are the engine's, and building one per query would
@@ -53,6 +62,7 @@ impl Sessions {
         net: crate::services::connectors::Net,
         hosted: &crate::config::HostedConfig,
         max_value: u64,
+        extensions: &Extensions,
     ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
@@ -66,8 +76,9 @@ impl Sessions {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(Catalogs(None)))
-            .with_analyzer_rule(Arc::new(crate::ai::models::predict_join::PredictJoinRule))
-            .with_query_planner(Arc::new(crate::ai::models::predict_join::Planner))
+            .with_query_planner(Arc::new(Planner(
+                extensions.iter().flat_map(|e| e.planners()).collect(),
+            )))
             .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
             .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals(max_value)))
             .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
@@ -76,6 +87,9 @@ impl Sessions {
             .with_physical_optimizer_rule(Arc::new(super::join_stop::JoinStopCheck))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
+        for rule in extensions.iter().flat_map(|e| e.analyzer_rules()) {
+            base.add_analyzer_rule(rule);
+        }
         for checked in super::bounded::checked_functions(base.scalar_functions(), max_value) {
             base.register_udf(checked)
                 .expect("registering a function only replaces it in a map");
@@ -93,6 +107,7 @@ impl Sessions {
             idle: Mutex::new(Vec::new()),
             base,
             net,
+            extensions: Arc::clone(extensions),
         }
     }
 
@@ -115,6 +130,7 @@ impl Sessions {
         state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(TenantCatalog {
             snapshot,
             net: self.net.clone(),
+            extensions: Arc::clone(&self.extensions),
             expressions: Arc::clone(&self.expressions),
             reading: Arc::default(),
         })))));
@@ -133,6 +149,7 @@ impl Sessions {
         let catalog = TenantCatalog {
             snapshot,
             net: self.net.clone(),
+            extensions: Arc::clone(&self.extensions),
             expressions: Arc::clone(&self.expressions),
             reading: Arc::new(vec![view]),
         };
@@ -242,6 +259,28 @@ impl CatalogProviderList for Catalogs {
             Some(catalog) if name == CATALOG => Some(Arc::clone(catalog) as _),
             _ => None,
         }
+    }
+}
+
+/// Plans logical plans into operators, the features' own nodes by their planners.
+struct Planner(Vec<Arc<dyn ExtensionPlanner + Send + Sync>>);
+
+impl fmt::Debug for Planner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Planner({} extension planners)", self.0.len())
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for Planner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn datafusion::catalog::Session,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(self.0.clone())
+            .create_physical_plan(logical_plan, session)
+            .await
     }
 }
 

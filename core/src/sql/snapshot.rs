@@ -22,9 +22,8 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use super::extension::{Extensions, SystemRows};
 use super::index_scan;
-use crate::ai::knowledge_bases::table::KnowledgeBaseTable;
-use crate::ai::models::predict::{ModelTable, PredictModel};
 use crate::catalog::agents::{self, Agent};
 use crate::catalog::datasources::{self, Datasource};
 use crate::catalog::indexes;
@@ -35,7 +34,6 @@ use crate::catalog::projects::{self, Project};
 use crate::catalog::tables::{self, sql_type_name, TableRecord};
 use crate::catalog::views::{self, View};
 use crate::error::{Error, Result};
-use crate::progress::InsertProgress;
 use crate::services::connectors::table::NATIVE;
 use crate::store::schema::{
     AGENTS, CHUNKS, CHUNK_ORDER, DATASOURCES, INDEX_ENTRIES, KNOWLEDGE_BASES, MODELS, PROJECTS,
@@ -207,26 +205,6 @@ impl Snapshot {
         )
     }
 
-    /// A complete version ready to predict: its columns (all nullable) and its scorer;
-    /// "model creation not completed" for any other.
-    pub(crate) fn predict_model(&self, model: ModelVersion) -> Result<PredictModel> {
-        // A version still training (or failed) has no columns to plan against yet.
-        let Some(schema) = models::training_schema(&self.txn, self.tenant, &model)? else {
-            return Err(models::not_completed(&model));
-        };
-        let nullable: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        Ok(PredictModel {
-            scorer: crate::services::ml::scorer(&self.txn, self.tenant, &model)?,
-            tenant: self.tenant,
-            schema: Arc::new(Schema::new(nullable)),
-            model,
-        })
-    }
-
     pub(crate) fn table_schema(&self, id: u64) -> Result<SchemaRef> {
         tables::schema(&self.txn.open_table(TABLE_SCHEMAS)?, id)
     }
@@ -282,6 +260,8 @@ pub(crate) struct TenantCatalog {
     pub(crate) snapshot: Arc<Snapshot>,
     /// How datasources named in the query are reached.
     pub(crate) net: crate::services::connectors::Net,
+    /// The features plugged in: names that are no stored table or view are theirs.
+    pub(crate) extensions: Extensions,
     /// Plans stored SQL (column defaults, views' queries) into DataFusion's plans.
     pub(crate) expressions: Arc<SessionState>,
     /// The views whose queries are being planned, outermost first, as (project, lower-case
@@ -304,18 +284,19 @@ impl CatalogProvider for TenantCatalog {
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         let snapshot = Arc::clone(&self.snapshot);
         match snapshot.namespace(name).ok()?? {
-            Namespace::System => Some(Arc::new(InformationSchema { snapshot })),
+            Namespace::System => Some(Arc::new(InformationSchema {
+                snapshot,
+                extensions: Arc::clone(&self.extensions),
+            })),
             // Each uploaded file is a stored table kept under the name `files`.
             Namespace::Files => Some(Arc::new(ProjectSchema {
                 snapshot,
                 project: FILES_DB.to_string(),
-                models: false,
                 catalog: self.clone(),
             })),
             Namespace::Project(project) => Some(Arc::new(ProjectSchema {
                 snapshot,
                 project: project.name,
-                models: true,
                 catalog: self.clone(),
             })),
             Namespace::Datasource(source) => Some(Arc::new(DatasourceSchema {
@@ -355,13 +336,12 @@ impl SchemaProvider for DatasourceSchema {
     }
 }
 
-/// A project's tables and models, or the `files` database's tables.
+/// A project's tables and views and the features' objects in it (see `extension`), or the
+/// `files` database's tables.
 #[derive(Debug)]
 struct ProjectSchema {
     snapshot: Arc<Snapshot>,
     project: String,
-    /// Whether models (and the `models` table) are found here: in projects, not in `files`.
-    models: bool,
     /// The catalog it is part of (views' queries are planned in it).
     catalog: TenantCatalog,
 }
@@ -408,16 +388,6 @@ impl ProjectSchema {
             Some(view.query),
         )))
     }
-
-    /// The active version of the model `name`, as a table.
-    fn model_table(&self, name: &str) -> Result<Option<ModelTable>> {
-        let Some(model) = self.snapshot.model(&self.project, name, None)? else {
-            return Ok(None);
-        };
-        Ok(Some(ModelTable(Arc::new(
-            self.snapshot.predict_model(model)?,
-        ))))
-    }
 }
 
 #[async_trait]
@@ -446,23 +416,12 @@ impl SchemaProvider for ProjectSchema {
             if let Some(view) = self.snapshot.view(&self.project, name)? {
                 return Ok(Some(self.view_table(view).await?));
             }
-            if let Some(kb) = self.snapshot.knowledge_base(&self.project, name)? {
-                let table = KnowledgeBaseTable::new(Arc::clone(&self.snapshot), kb)?;
-                return Ok(Some(Arc::new(table)));
+            for extension in self.catalog.extensions.iter() {
+                if let Some(table) = extension.table(&self.snapshot, &self.project, name)? {
+                    return Ok(Some(table));
+                }
             }
-            if !self.models {
-                return Ok(None);
-            }
-            // A stored table of that name comes first, as MindsDB's own tables do.
-            if name.eq_ignore_ascii_case(MODELS_TABLE) {
-                let rows = self.snapshot.models(Some(&self.project))?;
-                return Ok(Some(system_table(crate::ai::models::run::model_info(
-                    &rows, true, None,
-                )?)?));
-            }
-            return Ok(self
-                .model_table(name)?
-                .map(|t| Arc::new(t) as Arc<dyn TableProvider>));
+            return Ok(None);
         };
         let schema = self.snapshot.table_schema(record.id)?;
         let column = |name: &String| schema.fields().iter().position(|f| f.name() == name);
@@ -499,13 +458,13 @@ impl SchemaProvider for ProjectSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        (self.models && name.eq_ignore_ascii_case(MODELS_TABLE))
-            || matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
+        matches!(self.snapshot.table(&self.project, name), Ok(Some(_)))
             || matches!(self.snapshot.view(&self.project, name), Ok(Some(_)))
-            || matches!(
-                self.snapshot.knowledge_base(&self.project, name),
-                Ok(Some(_))
-            )
+            || self
+                .catalog
+                .extensions
+                .iter()
+                .any(|e| e.has_table(&self.snapshot, &self.project, name))
     }
 }
 
@@ -807,13 +766,9 @@ impl PartitionStream for ChunkPartition {
 #[derive(Debug)]
 struct InformationSchema {
     snapshot: Arc<Snapshot>,
+    /// The features plugged in, which build the system tables about their objects.
+    extensions: Extensions,
 }
-
-/// Every project's table of its models' versions (MindsDB's `<project>.models`).
-const MODELS_TABLE: &str = "models";
-
-/// The system table of what changes without a commit (inserts in progress).
-const LIVE_TABLE: &str = "knowledge_base_inserts";
 
 /// A system table read at planning like the others, but of a different type, so a plan that
 /// reads it is never kept for later (the plan cache keeps plans until the next commit).
@@ -842,7 +797,7 @@ impl TableProvider for LiveTable {
 }
 
 /// A built table as a provider.
-fn system_table(batch: RecordBatch) -> DfResult<Arc<dyn TableProvider>> {
+pub(crate) fn system_table(batch: RecordBatch) -> DfResult<Arc<dyn TableProvider>> {
     Ok(Arc::new(MemTable::try_new(
         batch.schema(),
         vec![vec![batch]],
@@ -883,14 +838,22 @@ impl SystemTable {
         self
     }
 
-    fn text<'a>(self, display: &str, values: impl IntoIterator<Item = Option<&'a str>>) -> Self {
+    pub(crate) fn text<'a>(
+        self,
+        display: &str,
+        values: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Self {
         self.column(
             display,
             Arc::new(values.into_iter().collect::<StringArray>()),
         )
     }
 
-    fn number(self, display: &str, values: impl IntoIterator<Item = Option<u64>>) -> Self {
+    pub(crate) fn number(
+        self,
+        display: &str,
+        values: impl IntoIterator<Item = Option<u64>>,
+    ) -> Self {
         self.column(
             display,
             Arc::new(values.into_iter().collect::<UInt64Array>()),
@@ -934,7 +897,7 @@ struct ColumnRow {
 }
 
 impl InformationSchema {
-    fn build(&self, name: &str) -> Result<Option<RecordBatch>> {
+    fn build(&self, name: &str) -> Result<Option<SystemRows>> {
         let snap = &self.snapshot;
         let batch = match name {
             "databases" => {
@@ -1021,55 +984,16 @@ impl InformationSchema {
                     .text("DATA_TYPE", rows.iter().map(|r| Some(r.data_type.as_str())))
                     .build()?
             }
-            "knowledge_bases" => {
-                let mut rows: Vec<[String; 8]> = Vec::new();
-                for project in snap.projects()? {
-                    rows.extend(
-                        snap.knowledge_bases(&project.name)?
-                            .iter()
-                            .map(KnowledgeBase::system_row),
-                    );
+            _ => {
+                for extension in self.extensions.iter() {
+                    if let Some(rows) = extension.system_table(snap, name)? {
+                        return Ok(Some(rows));
+                    }
                 }
-                let mut table = SystemTable::default();
-                for (i, name) in knowledge_bases::SYSTEM_COLUMNS.iter().enumerate() {
-                    table = table.text(name, rows.iter().map(|r| Some(r[i].as_str())));
-                }
-                table.build()?
+                return Ok(None);
             }
-            "knowledge_base_inserts" => {
-                let inserts = snap.store.progress.list(snap.tenant);
-                let text = |f: fn(&InsertProgress) -> &str| -> Vec<Option<String>> {
-                    inserts.iter().map(|p| Some(f(p).to_string())).collect()
-                };
-                let number =
-                    |f: fn(&InsertProgress) -> u64| inserts.iter().map(move |p| Some(f(p)));
-                SystemTable::default()
-                    .owned_text("PROJECT", text(|p| &p.project))
-                    .owned_text("NAME", text(|p| &p.knowledge_base))
-                    .owned_text("STATUS", text(|p| &p.status))
-                    .number("DOCUMENTS", number(|p| p.documents))
-                    .number("CHUNKS", number(|p| p.chunks))
-                    .number("EMBEDDED", number(|p| p.embedded))
-                    .number("INDEXED", number(|p| p.indexed))
-                    .owned_text("STARTED_AT", text(|p| &p.started_at))
-                    .owned_text("UPDATED_AT", text(|p| &p.updated_at))
-                    .owned_text("ERROR", inserts.iter().map(|p| p.error.clone()).collect())
-                    .build()?
-            }
-            "agents" => {
-                let agents = snap.agents(None)?;
-                let rows: Vec<[String; 4]> = agents.iter().map(Agent::system_row).collect();
-                SystemTable::default()
-                    .text("NAME", rows.iter().map(|r| Some(r[0].as_str())))
-                    .text("PROJECT", rows.iter().map(|r| Some(r[1].as_str())))
-                    .text("MODEL", rows.iter().map(|r| Some(r[2].as_str())))
-                    .text("PARAMS", rows.iter().map(|r| Some(r[3].as_str())))
-                    .build()?
-            }
-            "models" => crate::ai::models::run::model_info(&snap.models(None)?, true, None)?,
-            _ => return Ok(None),
         };
-        Ok(Some(batch))
+        Ok(Some(SystemRows { batch, live: false }))
     }
 }
 
@@ -1081,10 +1005,10 @@ impl SchemaProvider for InformationSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let name = name.to_ascii_lowercase();
-        let Some(batch) = self.build(&name)? else {
+        let Some(SystemRows { batch, live }) = self.build(&name)? else {
             return Ok(None);
         };
-        if name == LIVE_TABLE {
+        if live {
             let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
             return Ok(Some(Arc::new(LiveTable(table))));
         }

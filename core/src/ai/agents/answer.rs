@@ -11,13 +11,15 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
 
+use super::ask::AskAgent;
+use super::sandbox::{Allowed, ToolRows};
 use crate::catalog::agents::{split_entry, Agent};
 use crate::catalog::quotas::Question;
 use crate::config::Config;
 use crate::egress::HttpClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::services::llm;
-use crate::sql::{Allowed, AskAgent, SqlRunner, ToolRows};
+use crate::sql::SqlRunner;
 use crate::tenant::TenantId;
 
 /// A finished answer, as `POST …/agents/{name}/completions` returns it.

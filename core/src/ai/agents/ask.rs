@@ -20,9 +20,9 @@ use crate::sql::snapshot::Snapshot;
 use crate::sql::SqlRunner;
 use crate::tenant::TenantId;
 
-/// What answers an agent asked from SQL: the agent loop, which the engine hands to
-/// [`SqlRunner::new`]. SQL cannot name it, since the agent loop runs SQL itself (its
-/// `sql_query` tool).
+/// What answers an agent asked from SQL: the agent loop (`answer`), which the agents'
+/// extension holds. A trait, so that this file and the agent loop, which runs SQL itself (its
+/// `sql_query` tool) and asks nothing of this one, do not need each other.
 pub(crate) trait AskAgent: Send + Sync {
     /// `agent`'s answer to `question`, for `tenant`, whose plan counted the question already
     /// (`counted` is given back if nothing reached a provider).
@@ -37,10 +37,11 @@ pub(crate) trait AskAgent: Send + Sync {
 }
 
 impl SqlRunner {
-    /// When `statement` selects from an agent (and no table of that name exists), asks it and
-    /// rewrites the statement around the answer; returns whether it did.
+    /// When `statement` selects from an agent (and no table of that name exists), asks it
+    /// through `asker` and rewrites the statement around the answer; returns whether it did.
     pub(crate) async fn answer_agent_select(
         &self,
+        asker: &dyn AskAgent,
         tenant: TenantId,
         db: &str,
         statement: &mut Statement,
@@ -97,8 +98,7 @@ impl SqlRunner {
             .unwrap_or_else(|| agent.name.clone());
         // A question asked through SQL counts against the plan like any other.
         let counted = Question::take(&self.store, &self.config.hosted, tenant).await?;
-        let answer = self
-            .agents
+        let answer = asker
             .ask(self, tenant, counted, &agent, question.clone())
             .await?;
         select.from[0].relation = answer_table(&question, &answer, &alias)?;

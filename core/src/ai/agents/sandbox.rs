@@ -299,6 +299,7 @@ impl SqlRunner {
             &HashMap::new(),
             &HashMap::new(),
             parse::ShapeLimits::of(&self.config.query),
+            &self.extensions,
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,

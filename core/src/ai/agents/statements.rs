@@ -4,23 +4,162 @@
 //! and lists (`{"tables": ["db.t"]}`, also with single quotes, as MindsDB's docs write them).
 //! The flat form's model keys (`model_name = …, provider = …`) are gathered into `model`.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
+use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
+use crate::catalog::agents as catalog_agents;
 use crate::error::{Error, Result};
+use crate::sql::extension::{same_statement, FeatureStatement};
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
-use crate::sql::parse::Command;
+use crate::sql::snapshot::Snapshot;
+use crate::sql::{text_table, Outcome, ResultContext, SqlRunner};
+use crate::tenant::TenantId;
 
 /// Keys of the flat form that belong inside `model`.
 const MODEL_KEYS: [&str; 4] = ["model_name", "provider", "api_key", "base_url"];
 /// Keys of the flat form that belong inside `params`.
 const PARAM_KEYS: [&str; 2] = ["timeout", "mode"];
 
+/// An agent statement.
+#[derive(Debug, PartialEq)]
+pub(crate) enum AgentStatement {
+    /// `CREATE AGENT [IF NOT EXISTS] [p.]name USING …`; `spec` is the agent's request body.
+    CreateAgent {
+        project: Option<String>,
+        name: String,
+        if_not_exists: bool,
+        spec: Map<String, Value>,
+    },
+    /// `ALTER AGENT [p.]name USING …`.
+    AlterAgent {
+        project: Option<String>,
+        name: String,
+        spec: Map<String, Value>,
+    },
+    /// `DROP AGENT [IF EXISTS] [p.]name`.
+    DropAgent {
+        project: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW AGENTS [FROM p]`.
+    ShowAgents { project: Option<String> },
+}
+
+impl FeatureStatement for AgentStatement {
+    fn run<'a>(
+        self: Box<Self>,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        context: &'a mut ResultContext,
+    ) -> BoxFuture<'a, Result<Outcome>> {
+        Box::pin(async move {
+            match *self {
+                AgentStatement::CreateAgent {
+                    project,
+                    name,
+                    if_not_exists,
+                    mut spec,
+                } => {
+                    let project = project.unwrap_or_else(|| context.db.clone());
+                    spec.insert("name".into(), name.into());
+                    let (llm, egress) = (runner.config.llm.clone(), runner.net.egress.clone());
+                    runner
+                        .store
+                        .write(move |txn| {
+                            catalog_agents::create(
+                                txn,
+                                tenant,
+                                &project,
+                                &spec,
+                                &llm,
+                                if_not_exists,
+                                &egress,
+                            )
+                        })
+                        .await?;
+                    Ok(Outcome::Ok {
+                        affected_rows: None,
+                    })
+                }
+                AgentStatement::AlterAgent {
+                    project,
+                    name,
+                    spec,
+                } => {
+                    let project = project.unwrap_or_else(|| context.db.clone());
+                    let egress = runner.net.egress.clone();
+                    runner
+                        .store
+                        .write(move |txn| {
+                            catalog_agents::update(txn, tenant, &project, &name, &spec, &egress)
+                        })
+                        .await?;
+                    Ok(Outcome::Ok {
+                        affected_rows: None,
+                    })
+                }
+                AgentStatement::DropAgent {
+                    project,
+                    name,
+                    if_exists,
+                } => {
+                    let project = project.unwrap_or_else(|| context.db.clone());
+                    runner
+                        .store
+                        .write(move |txn| {
+                            catalog_agents::delete(txn, tenant, &project, &name, if_exists)
+                        })
+                        .await?;
+                    Ok(Outcome::Ok {
+                        affected_rows: None,
+                    })
+                }
+                AgentStatement::ShowAgents { project } => {
+                    let project = project.unwrap_or_else(|| context.db.clone());
+                    let snapshot = Snapshot::new(Arc::clone(&runner.store), tenant)?;
+                    if snapshot.namespace(&project)?.is_none() {
+                        return Err(Error::not_found(format!("Database '{project}' not found")));
+                    }
+                    let rows: Vec<[String; 4]> = snapshot
+                        .agents(Some(&project))?
+                        .iter()
+                        .map(catalog_agents::Agent::system_row)
+                        .collect();
+                    let column = |i: usize| rows.iter().map(|r| Some(r[i].clone())).collect();
+                    text_table(vec![
+                        ("NAME", column(0)),
+                        ("PROJECT", column(1)),
+                        ("MODEL", column(2)),
+                        ("PARAMS", column(3)),
+                    ])
+                }
+            }
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
+        same_statement(self, other)
+    }
+}
+
 /// Recognises an agent statement; `None` when `words` is something else.
-pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
+pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<AgentStatement>> {
     let is = |k: usize, text: &str| matches!(words.get(k), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text));
     let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
     match kw(0) {
@@ -28,7 +167,7 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
             let (if_not_exists, k) = if_exists_at(words, 2, true);
             let (project, name, k) = agent_name(words, k)?;
             let spec = using(words, k)?;
-            Ok(Some(Command::CreateAgent {
+            Ok(Some(AgentStatement::CreateAgent {
                 project,
                 name,
                 if_not_exists,
@@ -38,7 +177,7 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
         Some(Keyword::ALTER) if is(1, "AGENT") => {
             let (project, name, k) = agent_name(words, 2)?;
             let spec = using(words, k)?;
-            Ok(Some(Command::AlterAgent {
+            Ok(Some(AgentStatement::AlterAgent {
                 project,
                 name,
                 spec,
@@ -48,13 +187,13 @@ pub(crate) fn agent_command(words: &[&Token]) -> Result<Option<Command>> {
             let (if_exists, k) = if_exists_at(words, 2, false);
             let (project, name, k) = agent_name(words, k)?;
             end_at(words, k)?;
-            Ok(Some(Command::DropAgent {
+            Ok(Some(AgentStatement::DropAgent {
                 project,
                 name,
                 if_exists,
             }))
         }
-        Some(Keyword::SHOW) if is(1, "AGENTS") => Ok(Some(Command::ShowAgents {
+        Some(Keyword::SHOW) if is(1, "AGENTS") => Ok(Some(AgentStatement::ShowAgents {
             project: from_project(words, 2)?,
         })),
         _ => Ok(None),
@@ -100,13 +239,13 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::sql::parse::parse;
+    use crate::sql::parse::{parse, Command};
 
-    fn command(sql: &str) -> Command {
-        parse(sql, &HashMap::new(), &HashMap::new())
-            .unwrap()
-            .pop()
-            .unwrap()
+    fn command(sql: &str) -> AgentStatement {
+        match parse(sql, &HashMap::new(), &HashMap::new()).unwrap().pop() {
+            Some(Command::Feature(statement)) => *statement.into_any().downcast().unwrap(),
+            other => panic!("not an agent statement: {other:?}"),
+        }
     }
 
     /// Found by the statement fuzz target: 100,000 nested `[` overflowed the stack (an abort
@@ -131,12 +270,15 @@ mod tests {
         let err = parse(&objects, &HashMap::new(), &HashMap::new()).unwrap_err();
         assert!(err.message().contains("more than 128 levels deep"), "{err}");
         // As deep as JSON bodies may nest is still read.
-        assert!(matches!(command(&deep(128)), Command::CreateAgent { .. }));
+        assert!(matches!(
+            command(&deep(128)),
+            AgentStatement::CreateAgent { .. }
+        ));
     }
 
     #[test]
     fn create_agent_reads_objects_in_both_quote_styles() {
-        let Command::CreateAgent { project, name, if_not_exists, spec } = command(
+        let AgentStatement::CreateAgent { project, name, if_not_exists, spec } = command(
             "CREATE AGENT IF NOT EXISTS p.Bot USING model = {\"provider\": \"openai\", 'model_name': 'gpt-4o', \"temperature\": -0.5}, \
              data = {\"tables\": [\"p.t\", 'p.*']}, prompt_template = 'it\\'s you', timeout = 30",
         ) else {
@@ -159,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_flat_form_gathers_model_keys() {
-        let Command::CreateAgent { spec, project, .. } =
+        let AgentStatement::CreateAgent { spec, project, .. } =
             command("create agent a using provider = 'openai', model_name = 'm', base_url = 'http://127.0.0.1:1/v1'")
         else {
             panic!("not CreateAgent")
@@ -175,21 +317,21 @@ mod tests {
     fn other_agent_statements() {
         assert!(matches!(
             command("ALTER AGENT a USING prompt_template = 'x'"),
-            Command::AlterAgent { .. }
+            AgentStatement::AlterAgent { .. }
         ));
         assert!(matches!(
             command("DROP AGENT IF EXISTS p.a"),
-            Command::DropAgent {
+            AgentStatement::DropAgent {
                 if_exists: true,
                 ..
             }
         ));
         assert!(
-            matches!(command("SHOW AGENTS FROM P"), Command::ShowAgents { project: Some(p) } if p == "p")
+            matches!(command("SHOW AGENTS FROM P"), AgentStatement::ShowAgents { project: Some(p) } if p == "p")
         );
         assert!(matches!(
             command("show agents"),
-            Command::ShowAgents { project: None }
+            AgentStatement::ShowAgents { project: None }
         ));
         let err = parse(
             "CREATE AGENT a USING model = {\"x\" 1}",

@@ -7,3 +7,126 @@ pub(crate) mod search;
 pub(crate) mod statements;
 pub(crate) mod table;
 pub(crate) mod write;
+
+use std::sync::Arc;
+
+use datafusion::catalog::TableProvider;
+use datafusion::logical_expr::DmlStatement;
+use datafusion::sql::sqlparser::ast::Insert;
+use datafusion::sql::sqlparser::tokenizer::Token;
+use futures::future::BoxFuture;
+
+use crate::catalog::knowledge_bases::{KnowledgeBase, SYSTEM_COLUMNS};
+use crate::error::Result;
+use crate::progress::InsertProgress;
+use crate::sql::extension::{Extension, FeatureStatement, FeatureWrite, SystemRows};
+use crate::sql::snapshot::{Snapshot, SystemTable};
+use crate::sql::{ResultContext, SqlRunner};
+use crate::tenant::TenantId;
+
+/// Knowledge bases plugged into the relational engine: their statements, a knowledge base's
+/// name as a table, `information_schema.knowledge_bases` and `knowledge_base_inserts`.
+#[derive(Debug)]
+pub(crate) struct KnowledgeBases;
+
+impl Extension for KnowledgeBases {
+    fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>> {
+        Ok(statements::kb_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
+    }
+
+    fn table(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        let Some(kb) = snapshot.knowledge_base(project, name)? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(table::KnowledgeBaseTable::new(
+            Arc::clone(snapshot),
+            kb,
+        )?)))
+    }
+
+    fn has_table(&self, snapshot: &Snapshot, project: &str, name: &str) -> bool {
+        matches!(snapshot.knowledge_base(project, name), Ok(Some(_)))
+    }
+
+    fn insert<'a>(
+        &'a self,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        context: &'a ResultContext,
+        insert: &'a Insert,
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(async move {
+            let Some((project, name)) = runner.insert_target(tenant, context, insert)? else {
+                return Ok(None);
+            };
+            let source = statements::DocumentSource::Insert(Box::new(insert.clone()));
+            let documents = runner
+                .insert_documents(tenant, context, &project, &name, &source, None)
+                .await?;
+            Ok(Some(documents))
+        })
+    }
+
+    fn claims_write(&self, statement: &DmlStatement) -> bool {
+        table::target(statement).is_some()
+    }
+
+    fn write(&self, statement: DmlStatement) -> Result<FeatureWrite> {
+        // Documents are replaced by INSERT; DELETE is the one other write.
+        let (kb, ids) = table::deleted_ids(statement)?;
+        Ok(Box::new(move |job, handle| {
+            write::delete(job, handle, kb, ids)
+        }))
+    }
+
+    fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {
+        match name {
+            "knowledge_bases" => {
+                let mut rows: Vec<[String; 8]> = Vec::new();
+                for project in snap.projects()? {
+                    rows.extend(
+                        snap.knowledge_bases(&project.name)?
+                            .iter()
+                            .map(KnowledgeBase::system_row),
+                    );
+                }
+                let mut table = SystemTable::default();
+                for (i, name) in SYSTEM_COLUMNS.iter().enumerate() {
+                    table = table.text(name, rows.iter().map(|r| Some(r[i].as_str())));
+                }
+                Ok(Some(SystemRows {
+                    batch: table.build()?,
+                    live: false,
+                }))
+            }
+            "knowledge_base_inserts" => {
+                let inserts = snap.store.progress.list(snap.tenant);
+                let text = |f: fn(&InsertProgress) -> &str| -> Vec<Option<String>> {
+                    inserts.iter().map(|p| Some(f(p).to_string())).collect()
+                };
+                let number =
+                    |f: fn(&InsertProgress) -> u64| inserts.iter().map(move |p| Some(f(p)));
+                let batch = SystemTable::default()
+                    .owned_text("PROJECT", text(|p| &p.project))
+                    .owned_text("NAME", text(|p| &p.knowledge_base))
+                    .owned_text("STATUS", text(|p| &p.status))
+                    .number("DOCUMENTS", number(|p| p.documents))
+                    .number("CHUNKS", number(|p| p.chunks))
+                    .number("EMBEDDED", number(|p| p.embedded))
+                    .number("INDEXED", number(|p| p.indexed))
+                    .owned_text("STARTED_AT", text(|p| &p.started_at))
+                    .owned_text("UPDATED_AT", text(|p| &p.updated_at))
+                    .owned_text("ERROR", inserts.iter().map(|p| p.error.clone()).collect())
+                    .build()?;
+                // Inserts in progress change without a commit.
+                Ok(Some(SystemRows { batch, live: true }))
+            }
+            _ => Ok(None),
+        }
+    }
+}

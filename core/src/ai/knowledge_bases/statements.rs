@@ -5,12 +5,15 @@
 //! knowledge base's name; this module runs the statements and INSERT INTO a knowledge base
 //! (see `knowledge_base` for the search and the writes themselves).
 
+use std::any::Any;
 use std::sync::Arc;
 
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::{Insert, ObjectName, Statement, TableObject};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
+use futures::future::BoxFuture;
+use serde_json::Value;
 
 use super::write;
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
@@ -18,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
 use crate::sql::dml::Staged;
+use crate::sql::extension::{same_statement, FeatureStatement};
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
@@ -31,8 +35,62 @@ const WHAT: &str = "a knowledge base name";
 /// changing under it.
 const INSERT_ATTEMPTS: usize = 3;
 
+/// A knowledge base statement.
+#[derive(Debug, PartialEq)]
+pub(crate) enum KnowledgeBaseStatement {
+    /// `CREATE KNOWLEDGE_BASE [IF NOT EXISTS] [p.]kb [USING …]`: the USING pairs in order.
+    CreateKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        if_not_exists: bool,
+        using: Vec<(String, Value)>,
+    },
+    /// `ALTER KNOWLEDGE_BASE [p.]kb USING …`.
+    AlterKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        using: Vec<(String, Value)>,
+    },
+    /// `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`.
+    DropKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW KNOWLEDGE_BASES [FROM p]`.
+    ShowKnowledgeBases { project: Option<String> },
+    /// `DESCRIBE KNOWLEDGE_BASE [p.]kb`.
+    DescribeKnowledgeBase {
+        project: Option<String>,
+        name: String,
+    },
+}
+
+impl FeatureStatement for KnowledgeBaseStatement {
+    fn run<'a>(
+        self: Box<Self>,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        context: &'a mut ResultContext,
+    ) -> BoxFuture<'a, Result<Outcome>> {
+        Box::pin(runner.knowledge_base_command(tenant, context, *self))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
+        same_statement(self, other)
+    }
+}
+
 /// Recognises a knowledge base statement; `None` when `words` is something else.
-pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
+pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<KnowledgeBaseStatement>> {
     let is = |k: usize, text: &str| matches!(words.get(k), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text));
     let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
     match kw(0) {
@@ -40,7 +98,7 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
             let (if_not_exists, k) = if_exists_at(words, 2, true);
             let (project, name, k) = qualified_name(words, k, WHAT)?;
             let using = using_pairs(words, k, "the knowledge base name")?;
-            Ok(Some(Command::CreateKnowledgeBase {
+            Ok(Some(KnowledgeBaseStatement::CreateKnowledgeBase {
                 project,
                 name,
                 if_not_exists,
@@ -55,7 +113,7 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
                     "ALTER KNOWLEDGE_BASE takes USING key = value, … (what to change)",
                 ));
             }
-            Ok(Some(Command::AlterKnowledgeBase {
+            Ok(Some(KnowledgeBaseStatement::AlterKnowledgeBase {
                 project,
                 name,
                 using,
@@ -65,7 +123,7 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
             let (if_exists, k) = if_exists_at(words, 2, false);
             let (project, name, k) = qualified_name(words, k, WHAT)?;
             end_at(words, k)?;
-            Ok(Some(Command::DropKnowledgeBase {
+            Ok(Some(KnowledgeBaseStatement::DropKnowledgeBase {
                 project,
                 name,
                 if_exists,
@@ -74,11 +132,16 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<Command>> {
         Some(Keyword::DESCRIBE | Keyword::DESC) if is(1, "KNOWLEDGE_BASE") => {
             let (project, name, k) = qualified_name(words, 2, WHAT)?;
             end_at(words, k)?;
-            Ok(Some(Command::DescribeKnowledgeBase { project, name }))
+            Ok(Some(KnowledgeBaseStatement::DescribeKnowledgeBase {
+                project,
+                name,
+            }))
         }
-        Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => Ok(Some(Command::ShowKnowledgeBases {
-            project: from_project(words, 2)?,
-        })),
+        Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => {
+            Ok(Some(KnowledgeBaseStatement::ShowKnowledgeBases {
+                project: from_project(words, 2)?,
+            }))
+        }
         _ => Ok(None),
     }
 }
@@ -89,12 +152,12 @@ impl SqlRunner {
         &self,
         tenant: TenantId,
         context: &ResultContext,
-        command: Command,
+        command: KnowledgeBaseStatement,
     ) -> Result<Outcome> {
         let project_or_current =
             |project: Option<String>| project.unwrap_or_else(|| context.db.clone());
         match command {
-            Command::CreateKnowledgeBase {
+            KnowledgeBaseStatement::CreateKnowledgeBase {
                 project,
                 name,
                 if_not_exists,
@@ -107,7 +170,7 @@ impl SqlRunner {
                     affected_rows: None,
                 })
             }
-            Command::AlterKnowledgeBase {
+            KnowledgeBaseStatement::AlterKnowledgeBase {
                 project,
                 name,
                 using,
@@ -123,7 +186,7 @@ impl SqlRunner {
                     affected_rows: None,
                 })
             }
-            Command::DropKnowledgeBase {
+            KnowledgeBaseStatement::DropKnowledgeBase {
                 project,
                 name,
                 if_exists,
@@ -142,7 +205,7 @@ impl SqlRunner {
                     affected_rows: None,
                 })
             }
-            Command::ShowKnowledgeBases { project } => {
+            KnowledgeBaseStatement::ShowKnowledgeBases { project } => {
                 let project = project_or_current(project);
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
                 if !matches!(snapshot.namespace(&project)?, Some(Namespace::Project(_))) {
@@ -150,7 +213,7 @@ impl SqlRunner {
                 }
                 knowledge_base_rows(&snapshot.knowledge_bases(&project)?)
             }
-            Command::DescribeKnowledgeBase { project, name } => {
+            KnowledgeBaseStatement::DescribeKnowledgeBase { project, name } => {
                 let project = project_or_current(project);
                 let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
                 let kb = snapshot
@@ -158,7 +221,6 @@ impl SqlRunner {
                     .ok_or_else(|| knowledge_bases::missing(&name))?;
                 knowledge_base_rows(&[kb])
             }
-            _ => Err(Error::internal("not a knowledge base statement")),
         }
     }
 
@@ -271,6 +333,7 @@ impl SqlRunner {
                         &std::collections::HashMap::new(),
                         &std::collections::HashMap::new(),
                         crate::sql::parse::ShapeLimits::of(&self.config.query),
+                        &self.extensions,
                     )?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {

@@ -1,8 +1,81 @@
 //! Models in SQL: their statements (`statements`, read on tokens; `run`, what they do), a
-//! model as a table (`predict`) and predictions for every row of a table joined with a model
-//! (`predict_join`). Training itself is `services::ml`.
+//! version loaded to predict (`model`), the prediction operator (`exec`), a model as a table
+//! (`predict`) and predictions for every row of a table joined with a model (`predict_join`).
+//! Training itself is `services::ml`.
 
+pub(crate) mod exec;
+pub(crate) mod model;
 pub(crate) mod predict;
 pub(crate) mod predict_join;
 pub(crate) mod run;
 pub(crate) mod statements;
+
+use std::sync::Arc;
+
+use datafusion::catalog::TableProvider;
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::physical_planner::ExtensionPlanner;
+use datafusion::sql::sqlparser::tokenizer::Token;
+
+use crate::catalog::namespace::FILES_DB;
+use crate::error::Result;
+use crate::sql::extension::{Extension, FeatureStatement, SystemRows};
+use crate::sql::snapshot::{system_table, Snapshot};
+
+/// Every project's table of its models' versions (MindsDB's `<project>.models`).
+const MODELS_TABLE: &str = "models";
+
+/// Models plugged into the relational engine: their statements, a model's name as a table
+/// (and a project's `models` table), `information_schema.models`, and predictions by join
+/// (an analyzer rule and the planner of its node).
+#[derive(Debug)]
+pub(crate) struct Models;
+
+impl Extension for Models {
+    fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>> {
+        Ok(statements::model_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
+    }
+
+    fn table(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        // Models live in projects, not among uploaded files.
+        if project == FILES_DB {
+            return Ok(None);
+        }
+        // A stored table of that name comes first, as MindsDB's own tables do.
+        if name.eq_ignore_ascii_case(MODELS_TABLE) {
+            let rows = snapshot.models(Some(project))?;
+            return Ok(Some(system_table(run::model_info(&rows, true, None)?)?));
+        }
+        // The active version of the model `name`.
+        let Some(model) = snapshot.model(project, name, None)? else {
+            return Ok(None);
+        };
+        let model = model::PredictModel::of(snapshot, model)?;
+        Ok(Some(Arc::new(predict::ModelTable(Arc::new(model)))))
+    }
+
+    fn has_table(&self, _snapshot: &Snapshot, project: &str, name: &str) -> bool {
+        project != FILES_DB && name.eq_ignore_ascii_case(MODELS_TABLE)
+    }
+
+    fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {
+        if name != "models" {
+            return Ok(None);
+        }
+        let batch = run::model_info(&snap.models(None)?, true, None)?;
+        Ok(Some(SystemRows { batch, live: false }))
+    }
+
+    fn analyzer_rules(&self) -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+        vec![Arc::new(predict_join::PredictJoinRule)]
+    }
+
+    fn planners(&self) -> Vec<Arc<dyn ExtensionPlanner + Send + Sync>> {
+        vec![Arc::new(predict_join::PredictPlanner)]
+    }
+}

@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
-use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
+use datafusion::arrow::compute::cast_with_options;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::util::display::FormatOptions;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::TableType;
@@ -22,50 +21,10 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::catalog::models::ModelVersion;
+use super::exec::single_prediction;
+use super::model::{PredictModel, STRICT};
 use crate::error::Error;
 use crate::services::llm::Connector;
-use crate::services::ml::Scorer;
-
-/// One complete model version, ready to predict.
-#[derive(Debug)]
-pub(crate) struct PredictModel {
-    pub(crate) model: ModelVersion,
-    /// Whose model it is: an LLM model's calls count against this tenant's plan.
-    pub(crate) tenant: crate::tenant::TenantId,
-    /// The model's columns (inputs and target) with every column nullable.
-    pub(crate) schema: SchemaRef,
-    pub(crate) scorer: Scorer,
-}
-
-impl PredictModel {
-    /// `inputs` (rows with every model column) with the target's column predicted.
-    pub(crate) async fn with_prediction(
-        &self,
-        inputs: RecordBatch,
-        llm: &Connector,
-    ) -> crate::error::Result<RecordBatch> {
-        let schema = inputs.schema();
-        let target = &self.model.predict;
-        let index = schema
-            .fields()
-            .iter()
-            .position(|f| f.name().eq_ignore_ascii_case(target))
-            .ok_or_else(|| {
-                Error::internal(format!("the model's columns do not include '{target}'"))
-            })?;
-        if matches!(self.scorer, Scorer::Prompted(_)) {
-            // One provider call per row, counted before any is made.
-            llm.meter
-                .take(self.tenant, inputs.num_rows() as u64)
-                .await?;
-        }
-        let predicted = self.scorer.predict(&inputs, llm).await?;
-        let mut columns = inputs.columns().to_vec();
-        columns[index] = cast(&predicted, schema.field(index).data_type())?;
-        Ok(RecordBatch::try_new(schema, columns)?)
-    }
-}
 
 /// A model as a table, for single predictions (and, joined, for `predict_join`).
 #[derive(Debug)]
@@ -102,7 +61,7 @@ impl TableProvider for ModelTable {
         // Conditions are checked now; the prediction is made when the plan runs.
         let schema = &self.0.schema;
         let row = input_row(schema, &self.0.model.predict, filters)?;
-        let predicted = super::predict_join::single_prediction(Arc::clone(&self.0), row)?;
+        let predicted = single_prediction(Arc::clone(&self.0), row)?;
         let Some(projection) = projection else {
             return Ok(predicted);
         };
@@ -155,12 +114,6 @@ fn input_row(schema: &SchemaRef, target: &str, filters: &[Expr]) -> DfResult<Rec
     }
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
-
-/// Casts that fail instead of turning a value that does not fit into NULL.
-pub(crate) const STRICT: CastOptions<'static> = CastOptions {
-    safe: false,
-    format_options: FormatOptions::new(),
-};
 
 /// The column an expression names, looking through a cast.
 fn column_of(e: &Expr) -> Option<&str> {

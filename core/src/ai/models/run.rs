@@ -10,12 +10,13 @@ use datafusion::physical_plan::memory::MemoryStream;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::statements::{CreateModel, ModelStatement};
 use crate::ai::agents::sandbox::ReadOnlyQuery;
 use crate::catalog::models::{self, openai, ModelSpec, ModelVersion};
 use crate::error::{Error, Result};
 use crate::running::{Object, Registration, Running};
 use crate::services::ml::worker::{self, Job};
-use crate::sql::parse::CreateModel;
+use crate::sql::parse::Command;
 use crate::sql::snapshot::{Namespace, Snapshot, SystemTable};
 use crate::sql::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::tenant::TenantId;
@@ -304,14 +305,23 @@ impl SqlRunner {
             &Default::default(),
             &Default::default(),
             crate::sql::parse::ShapeLimits::of(&self.config.query),
+            &self.extensions,
         )?;
         let statement = match (commands.pop(), commands.is_empty()) {
-            (Some(crate::sql::parse::Command::CreateModel(statement)), true) => statement,
-            _ => {
-                return Err(Error::invalid(
-                    "The query must be one CREATE MODEL statement",
-                ))
-            }
+            (Some(Command::Feature(statement)), true) => statement
+                .into_any()
+                .downcast::<ModelStatement>()
+                .ok()
+                .and_then(|statement| match *statement {
+                    ModelStatement::CreateModel(create) => Some(create),
+                    _ => None,
+                }),
+            _ => None,
+        };
+        let Some(statement) = statement else {
+            return Err(Error::invalid(
+                "The query must be one CREATE MODEL statement",
+            ));
         };
         let target_project = statement
             .project
@@ -340,7 +350,7 @@ impl SqlRunner {
         rows: &Value,
     ) -> Result<Value> {
         let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
-        let model = snapshot.predict_model(model.clone())?;
+        let model = super::model::PredictModel::of(&snapshot, model.clone())?;
         drop(snapshot);
         super::predict::predict_json(&model, rows, &self.connector()).await
     }

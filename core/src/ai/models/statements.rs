@@ -4,18 +4,153 @@
 //! ``SET active [p.]m.`N` ``, `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`,
 //! `SHOW MODELS [FROM p]` and `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute|.`N`]`.
 
+use std::any::Any;
+
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
+use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::sql::extension::{same_statement, FeatureStatement};
 use crate::sql::parse::words::{
     closing_paren, end_at, if_exists_at, keyword, tokens_text, using_pairs, word,
 };
-use crate::sql::parse::{Command, CreateModel};
+use crate::sql::{Outcome, ResultContext, SqlRunner};
+use crate::tenant::TenantId;
+
+/// A model statement.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ModelStatement {
+    /// `CREATE MODEL|PREDICTOR`.
+    CreateModel(CreateModel),
+    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version (the built-in
+    /// engine fits from scratch, so both read the same).
+    RetrainModel {
+        project: Option<String>,
+        name: String,
+        from: Option<(String, String)>,
+        using: Map<String, Value>,
+    },
+    /// ``SET active [p.]m.`N` ``.
+    SetActiveModel {
+        project: Option<String>,
+        name: String,
+        version: u32,
+    },
+    /// `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`.
+    DropModel {
+        project: Option<String>,
+        name: String,
+        version: Option<u32>,
+        if_exists: bool,
+    },
+    /// `SHOW MODELS [FROM p]`.
+    ShowModels { project: Option<String> },
+    /// `DESCRIBE [MODEL] a[.b[.c]]`: a model (with an attribute), or else a table.
+    Describe { parts: Vec<String>, explicit: bool },
+}
+
+/// `CREATE MODEL|PREDICTOR [IF NOT EXISTS] [p.]m [FROM …] PREDICT … [USING …]`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct CreateModel {
+    pub(crate) project: Option<String>,
+    pub(crate) name: String,
+    pub(crate) if_not_exists: bool,
+    /// (database, training query).
+    pub(crate) from: Option<(String, String)>,
+    pub(crate) predict: Vec<String>,
+    /// The USING pairs and the time-series clauses (`order_by`, `group_by`, `window`, `horizon`).
+    pub(crate) using: Map<String, Value>,
+}
+
+impl FeatureStatement for ModelStatement {
+    fn run<'a>(
+        self: Box<Self>,
+        runner: &'a SqlRunner,
+        tenant: TenantId,
+        context: &'a mut ResultContext,
+    ) -> BoxFuture<'a, Result<Outcome>> {
+        let ok = Outcome::Ok {
+            affected_rows: None,
+        };
+        let project_or_current =
+            |project: Option<String>| project.unwrap_or_else(|| context.db.clone());
+        match *self {
+            ModelStatement::CreateModel(statement) => {
+                Box::pin(runner.create_model(tenant, context, statement))
+            }
+            ModelStatement::RetrainModel {
+                project,
+                name,
+                from,
+                using,
+            } => {
+                let project = project_or_current(project);
+                Box::pin(runner.retrain_statement(tenant, project, name, from, using))
+            }
+            ModelStatement::SetActiveModel {
+                project,
+                name,
+                version,
+            } => {
+                let project = project_or_current(project);
+                Box::pin(async move {
+                    runner
+                        .set_active_model(tenant, project, name, version)
+                        .await?;
+                    Ok(ok)
+                })
+            }
+            ModelStatement::DropModel {
+                project,
+                name,
+                version,
+                if_exists,
+            } => {
+                let project = project_or_current(project);
+                Box::pin(async move {
+                    runner
+                        .drop_model(tenant, project, name, version, if_exists)
+                        .await?;
+                    Ok(ok)
+                })
+            }
+            ModelStatement::ShowModels { project } => {
+                let project = project_or_current(project);
+                Box::pin(async move { runner.show_models(tenant, &project) })
+            }
+            ModelStatement::Describe { parts, explicit } => Box::pin(async move {
+                if let Some(described) = runner.describe_model(tenant, &context.db, &parts)? {
+                    return Ok(described);
+                }
+                if explicit {
+                    return Err(Error::not_found(format!(
+                        "Model '{}' does not exist",
+                        parts.join(".")
+                    )));
+                }
+                // Not a model: DESCRIBE of a table, as standard SQL has it.
+                runner.describe_table(tenant, context, &parts).await
+            }),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
+        same_statement(self, other)
+    }
+}
 
 /// Recognises a model statement; `None` when `words` is something else.
-pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
+pub(crate) fn model_command(words: &[&Token]) -> Result<Option<ModelStatement>> {
     let is = |k: usize, text: &str| matches!(words.get(k), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text));
     let is_model_word = |k: usize| is(k, "MODEL") || is(k, "PREDICTOR");
     match keyword(words[0]) {
@@ -28,7 +163,7 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
             let using = using_pairs(words, k, "the model name")?
                 .into_iter()
                 .collect();
-            Ok(Some(Command::RetrainModel {
+            Ok(Some(ModelStatement::RetrainModel {
                 project,
                 name,
                 from,
@@ -51,7 +186,7 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
                     ))
                 }
             };
-            Ok(Some(Command::SetActiveModel {
+            Ok(Some(ModelStatement::SetActiveModel {
                 project,
                 name,
                 version,
@@ -75,7 +210,7 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
                 ),
                 _ => return Err(Error::invalid("Expected [project.]model[.`version`]")),
             };
-            Ok(Some(Command::DropModel {
+            Ok(Some(ModelStatement::DropModel {
                 project,
                 name,
                 version,
@@ -94,13 +229,13 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<Command>> {
                     None
                 }
             };
-            Ok(Some(Command::ShowModels { project }))
+            Ok(Some(ModelStatement::ShowModels { project }))
         }
         Some(Keyword::DESCRIBE) if words.len() > 1 => {
             // Only `DESCRIBE [MODEL] a[.b[.c]]`; anything else (`DESCRIBE SELECT …`) is SQL.
             let k = if is_model_word(1) { 2 } else { 1 };
             match dotted(words, k, "a model name") {
-                Ok((parts, k)) if k == words.len() => Ok(Some(Command::Describe {
+                Ok((parts, k)) if k == words.len() => Ok(Some(ModelStatement::Describe {
                     parts,
                     explicit: is_model_word(1),
                 })),
@@ -172,7 +307,7 @@ fn from_clause(words: &[&Token], k: usize) -> Result<(Option<(String, String)>, 
     }
 }
 
-fn create(words: &[&Token]) -> Result<Command> {
+fn create(words: &[&Token]) -> Result<ModelStatement> {
     let (if_not_exists, k) = if_exists_at(words, 2, true);
     let (parts, k) = dotted(words, k, "a model name")?;
     let (project, name) = project_and_name(&parts)?;
@@ -221,7 +356,7 @@ fn create(words: &[&Token]) -> Result<Command> {
         }
     }
     using.extend(using_pairs(words, k, "PREDICT …")?);
-    Ok(Command::CreateModel(CreateModel {
+    Ok(ModelStatement::CreateModel(CreateModel {
         project,
         name,
         if_not_exists,
@@ -248,18 +383,21 @@ fn count(words: &[&Token], k: usize, clause: &str) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::parse::parse;
+    use crate::sql::parse::{parse, Command};
     use std::collections::HashMap;
 
-    fn one(sql: &str) -> Command {
+    fn one(sql: &str) -> ModelStatement {
         let mut commands = parse(sql, &HashMap::new(), &HashMap::new()).unwrap();
         assert_eq!(commands.len(), 1);
-        commands.pop().unwrap()
+        match commands.pop() {
+            Some(Command::Feature(statement)) => *statement.into_any().downcast().unwrap(),
+            other => panic!("not a model statement: {other:?}"),
+        }
     }
 
     #[test]
     fn create_model_reads_every_clause() {
-        let Command::CreateModel(CreateModel {
+        let ModelStatement::CreateModel(CreateModel {
             project,
             name,
             if_not_exists,
@@ -289,13 +427,13 @@ mod tests {
 
     #[test]
     fn create_model_from_a_table_and_without_data() {
-        let Command::CreateModel(CreateModel { from, .. }) =
+        let ModelStatement::CreateModel(CreateModel { from, .. }) =
             one("CREATE MODEL m FROM mindsdb.t PREDICT y")
         else {
             panic!()
         };
         assert_eq!(from.unwrap().1, "SELECT * FROM \"mindsdb\".\"t\"");
-        let Command::CreateModel(CreateModel { from, .. }) =
+        let ModelStatement::CreateModel(CreateModel { from, .. }) =
             one("CREATE MODEL m PREDICT y USING engine = 'builtin'")
         else {
             panic!()
@@ -319,21 +457,22 @@ mod tests {
     fn retrain_finetune_and_set_active() {
         assert_eq!(
             one("RETRAIN mindsdb.m1 FROM example_db (select * from t1)"),
-            Command::RetrainModel {
+            ModelStatement::RetrainModel {
                 project: Some("mindsdb".into()),
                 name: "m1".into(),
                 from: Some(("example_db".into(), "select * from t1".into())),
                 using: Map::new(),
             }
         );
-        let Command::RetrainModel { using, from, .. } = one("FINETUNE MODEL m1 USING x = 2") else {
+        let ModelStatement::RetrainModel { using, from, .. } = one("FINETUNE MODEL m1 USING x = 2")
+        else {
             panic!()
         };
         assert!(from.is_none());
         assert_eq!(Value::Object(using), serde_json::json!({"x": 2}));
         assert_eq!(
             one("SET active mindsdb.m1.`2`"),
-            Command::SetActiveModel {
+            ModelStatement::SetActiveModel {
                 project: Some("mindsdb".into()),
                 name: "m1".into(),
                 version: 2
@@ -345,7 +484,7 @@ mod tests {
     fn drop_show_and_describe() {
         assert_eq!(
             one("DROP PREDICTOR IF EXISTS p.m.`2`"),
-            Command::DropModel {
+            ModelStatement::DropModel {
                 project: Some("p".into()),
                 name: "m".into(),
                 version: Some(2),
@@ -354,13 +493,13 @@ mod tests {
         );
         assert_eq!(
             one("show models from P"),
-            Command::ShowModels {
+            ModelStatement::ShowModels {
                 project: Some("p".into())
             }
         );
         assert_eq!(
             one("DESCRIBE mindsdb.m1.features"),
-            Command::Describe {
+            ModelStatement::Describe {
                 parts: vec!["mindsdb".into(), "m1".into(), "features".into()],
                 explicit: false
             }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
     CastKind, DataType, Expr, Query, SelectItem, SetExpr, Statement, TimezoneInfo, UnaryOperator,
@@ -20,9 +21,15 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
 
+#[cfg(test)]
+mod testing;
 pub(crate) mod words;
 
+#[cfg(test)]
+pub(crate) use self::testing::parse;
+
 use self::words::{if_exists_at, keyword};
+use super::extension::{Extension, FeatureStatement};
 use super::TypedParam;
 use crate::error::{Error, Result};
 
@@ -54,94 +61,10 @@ pub(crate) enum Command {
     ShowTables { db: Option<String>, full: bool },
     /// `USE db`.
     Use(String),
-    /// `CREATE AGENT [IF NOT EXISTS] [p.]name USING …`; `spec` is the agent's request body.
-    CreateAgent {
-        project: Option<String>,
-        name: String,
-        if_not_exists: bool,
-        spec: serde_json::Map<String, serde_json::Value>,
-    },
-    /// `ALTER AGENT [p.]name USING …`.
-    AlterAgent {
-        project: Option<String>,
-        name: String,
-        spec: serde_json::Map<String, serde_json::Value>,
-    },
-    /// `DROP AGENT [IF EXISTS] [p.]name`.
-    DropAgent {
-        project: Option<String>,
-        name: String,
-        if_exists: bool,
-    },
-    /// `SHOW AGENTS [FROM p]`.
-    ShowAgents { project: Option<String> },
-    /// `CREATE KNOWLEDGE_BASE [IF NOT EXISTS] [p.]kb [USING …]`: the USING pairs in order.
-    CreateKnowledgeBase {
-        project: Option<String>,
-        name: String,
-        if_not_exists: bool,
-        using: Vec<(String, serde_json::Value)>,
-    },
-    /// `DROP KNOWLEDGE_BASE [IF EXISTS] [p.]kb`.
-    AlterKnowledgeBase {
-        project: Option<String>,
-        name: String,
-        using: Vec<(String, serde_json::Value)>,
-    },
-    DropKnowledgeBase {
-        project: Option<String>,
-        name: String,
-        if_exists: bool,
-    },
-    /// `SHOW KNOWLEDGE_BASES [FROM p]`.
-    ShowKnowledgeBases { project: Option<String> },
-    /// `DESCRIBE KNOWLEDGE_BASE [p.]kb`.
-    DescribeKnowledgeBase {
-        project: Option<String>,
-        name: String,
-    },
-    /// `CREATE MODEL|PREDICTOR`.
-    CreateModel(CreateModel),
-    /// `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`: a new version (the built-in
-    /// engine fits from scratch, so both read the same).
-    RetrainModel {
-        project: Option<String>,
-        name: String,
-        from: Option<(String, String)>,
-        using: serde_json::Map<String, serde_json::Value>,
-    },
-    /// ``SET active [p.]m.`N` ``.
-    SetActiveModel {
-        project: Option<String>,
-        name: String,
-        version: u32,
-    },
-    /// `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`.
-    DropModel {
-        project: Option<String>,
-        name: String,
-        version: Option<u32>,
-        if_exists: bool,
-    },
-    /// `SHOW MODELS [FROM p]`.
-    ShowModels { project: Option<String> },
-    /// `DESCRIBE [MODEL] a[.b[.c]]`: a model (with an attribute), or else a table.
-    Describe { parts: Vec<String>, explicit: bool },
+    /// A statement a feature claimed (see `extension`), which the feature runs.
+    Feature(Box<dyn FeatureStatement>),
     /// Anything else: standard SQL for DataFusion, parameters already bound.
     Sql(Box<Statement>),
-}
-
-/// `CREATE MODEL|PREDICTOR [IF NOT EXISTS] [p.]m [FROM …] PREDICT … [USING …]`.
-#[derive(Debug, PartialEq)]
-pub(crate) struct CreateModel {
-    pub(crate) project: Option<String>,
-    pub(crate) name: String,
-    pub(crate) if_not_exists: bool,
-    /// (database, training query).
-    pub(crate) from: Option<(String, String)>,
-    pub(crate) predict: Vec<String>,
-    /// The USING pairs and the time-series clauses (`order_by`, `group_by`, `window`, `horizon`).
-    pub(crate) using: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How deep expressions may nest. sqlparser's default (50) refuses machine-written conditions
@@ -176,28 +99,28 @@ impl ShapeLimits {
     }
 }
 
-/// Parses a request into commands, binding `params` into the SQL ones, within the default
-/// shape limits.
-#[cfg(test)]
-pub(crate) fn parse(
-    sql: &str,
-    params: &HashMap<String, serde_json::Value>,
-    typed: &HashMap<String, TypedParam>,
-) -> Result<Vec<Command>> {
-    parse_limited(
-        sql,
-        params,
-        typed,
-        ShapeLimits::of(&crate::config::QueryConfig::default()),
-    )
+/// The statement one of `extensions` claims `words` to be, asking them in order.
+fn claimed(
+    extensions: &[Arc<dyn Extension>],
+    words: &[&Token],
+) -> Result<Option<Box<dyn FeatureStatement>>> {
+    for extension in extensions {
+        if let Some(statement) = extension.statement(words)? {
+            return Ok(Some(statement));
+        }
+    }
+    Ok(None)
 }
 
-/// [`parse`], where a statement must keep within `limits`.
+/// Parses a request into commands, binding `params` into the SQL ones: a statement one of
+/// `extensions` claims is that feature's, the rest the engine's. A statement must keep within
+/// `limits`.
 pub(crate) fn parse_limited(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
     limits: ShapeLimits,
+    extensions: &[Arc<dyn Extension>],
 ) -> Result<Vec<Command>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
@@ -215,16 +138,8 @@ pub(crate) fn parse_limited(
         if words.is_empty() {
             continue;
         }
-        if let Some(command) = crate::ai::knowledge_bases::statements::kb_command(&words)? {
-            commands.push(command);
-            continue;
-        }
-        if let Some(command) = crate::ai::agents::statements::agent_command(&words)? {
-            commands.push(command);
-            continue;
-        }
-        if let Some(command) = crate::ai::models::statements::model_command(&words)? {
-            commands.push(command);
+        if let Some(statement) = claimed(extensions, &words)? {
+            commands.push(Command::Feature(statement));
             continue;
         }
         if let Some(command) = mindsdb_command(&words)? {

@@ -1,0 +1,252 @@
+//! The prediction operator ([`PredictExec`]): each input batch out again with the model's
+//! columns filled from the columns of the same name (cast to the types the model was trained
+//! on) and the prediction appended, batch in and batch out. Predictions by join and a model
+//! read as a table (one row, [`single_prediction`]) both run it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use datafusion::arrow::compute::cast_with_options;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+
+use super::model::{PredictModel, STRICT};
+use crate::sql::session::connector;
+
+/// Where the model's columns go in [`PredictExec`]'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// After the input's columns (`t JOIN m`).
+    After,
+    /// Before them (`m JOIN t`).
+    Before,
+    /// Alone: the input is a row of the model's own columns (`SELECT y FROM m WHERE x = 1`).
+    Only,
+}
+
+impl Layout {
+    pub(crate) fn of_join(model_first: bool) -> Layout {
+        if model_first {
+            Layout::Before
+        } else {
+            Layout::After
+        }
+    }
+}
+
+/// A plan that predicts for `row` (a batch of the model's columns, the target's NULL) when it
+/// runs, not when it is planned: `EXPLAIN` calls no provider.
+pub(crate) fn single_prediction(
+    model: Arc<PredictModel>,
+    row: RecordBatch,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let schema = Arc::clone(&model.schema);
+    let input = MemorySourceConfig::try_new_exec(&[vec![row]], Arc::clone(&schema), None)?;
+    Ok(Arc::new(PredictExec::new(
+        input,
+        model,
+        Layout::Only,
+        schema,
+    )?))
+}
+
+/// The operator: each input batch out again with the model's columns, predicted.
+#[derive(Debug)]
+pub(crate) struct PredictExec {
+    input: Arc<dyn ExecutionPlan>,
+    model: Arc<PredictModel>,
+    layout: Layout,
+    /// For each model column, the input column of the same name, if any.
+    sources: Vec<Option<usize>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl PredictExec {
+    pub(crate) fn new(
+        input: Arc<dyn ExecutionPlan>,
+        model: Arc<PredictModel>,
+        layout: Layout,
+        schema: SchemaRef,
+    ) -> DfResult<Self> {
+        let input_schema = input.schema();
+        let target = &model.model.predict;
+        let mut sources = Vec::new();
+        for field in model.schema.fields() {
+            if field.name().eq_ignore_ascii_case(target) {
+                sources.push(None);
+                continue;
+            }
+            let mut matching = input_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.name().eq_ignore_ascii_case(field.name()));
+            let found = matching.next().map(|(i, _)| i);
+            if matching.next().is_some() {
+                return Err(DataFusionError::Plan(format!(
+                    "The rows joined with model '{}' have two columns named '{}'; select one of them in a subquery",
+                    model.model.name,
+                    field.name()
+                )));
+            }
+            sources.push(found);
+        }
+        if sources.iter().all(Option::is_none) {
+            let inputs: Vec<&str> = model
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .filter(|n| !n.eq_ignore_ascii_case(target))
+                .collect();
+            return Err(DataFusionError::Plan(format!(
+                "The rows joined with model '{}' have none of its input columns ({}); name them so",
+                model.model.name,
+                inputs.join(", ")
+            )));
+        }
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(
+                input.properties().output_partitioning().partition_count(),
+            ),
+            EmissionType::Incremental,
+            input.properties().boundedness,
+        );
+        Ok(PredictExec {
+            input,
+            model,
+            layout,
+            sources,
+            schema,
+            properties: Arc::new(properties),
+        })
+    }
+}
+
+impl DisplayAs for PredictExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let m = &self.model.model;
+        write!(
+            f,
+            "PredictExec: {}.{} version {}",
+            m.project, m.name, m.version
+        )
+    }
+}
+
+impl ExecutionPlan for PredictExec {
+    fn name(&self) -> &str {
+        "PredictExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let [input] = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("PredictExec takes one input".to_string()))?;
+        Ok(Arc::new(PredictExec::new(
+            input,
+            Arc::clone(&self.model),
+            self.layout,
+            Arc::clone(&self.schema),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let llm = connector(context.session_config())?;
+        let input = self.input.execute(partition, context)?;
+        let (model, sources, schema, layout) = (
+            Arc::clone(&self.model),
+            self.sources.clone(),
+            Arc::clone(&self.schema),
+            self.layout,
+        );
+        let out_schema = Arc::clone(&schema);
+        let batches = input.then(move |batch| {
+            let (model, sources, schema, llm) = (
+                Arc::clone(&model),
+                sources.clone(),
+                Arc::clone(&out_schema),
+                Arc::clone(&llm),
+            );
+            async move {
+                let batch = batch?;
+                let inputs = model_inputs(&model, &sources, &batch)?;
+                let predicted = model
+                    .with_prediction(inputs, &llm)
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let columns: Vec<ArrayRef> = match layout {
+                    Layout::Only => predicted.columns().to_vec(),
+                    Layout::Before => [predicted.columns(), batch.columns()].concat(),
+                    Layout::After => [batch.columns(), predicted.columns()].concat(),
+                };
+                Ok(RecordBatch::try_new(schema, columns)?)
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+}
+
+/// The model's columns for `batch`: each input from the column of the same name, cast to
+/// the type it was trained with (a value that does not fit is an error naming the column),
+/// NULL where the batch has no such column; the target NULL, to be predicted.
+fn model_inputs(
+    model: &PredictModel,
+    sources: &[Option<usize>],
+    batch: &RecordBatch,
+) -> DfResult<RecordBatch> {
+    let columns = model
+        .schema
+        .fields()
+        .iter()
+        .zip(sources)
+        .map(|(field, source)| match source {
+            None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+            Some(i) => {
+                cast_with_options(batch.column(*i), field.data_type(), &STRICT).map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "column '{}' does not fit the type model '{}' was trained with ({}): {e}",
+                        field.name(),
+                        model.model.name,
+                        field.data_type()
+                    ))
+                })
+            }
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(&model.schema), columns)?)
+}

@@ -1,0 +1,23 @@
+//! The parser as tests call it: every feature the engine opens with, the default limits.
+
+use std::collections::HashMap;
+
+use super::{parse_limited, Command, ShapeLimits};
+use crate::error::Result;
+use crate::sql::TypedParam;
+
+/// Parses a request into commands, binding `params` into the SQL ones, within the default
+/// shape limits, with the features the engine registers.
+pub(crate) fn parse(
+    sql: &str,
+    params: &HashMap<String, serde_json::Value>,
+    typed: &HashMap<String, TypedParam>,
+) -> Result<Vec<Command>> {
+    parse_limited(
+        sql,
+        params,
+        typed,
+        ShapeLimits::of(&crate::config::QueryConfig::default()),
+        &crate::ai::extensions(),
+    )
+}
