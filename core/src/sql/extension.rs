@@ -125,7 +125,7 @@ pub(crate) struct SystemRows {
 }
 
 /// A statement an [`Extension`] read, which the feature runs itself.
-pub(crate) trait FeatureStatement: fmt::Debug + Send + Sync + Any {
+pub(crate) trait FeatureStatement: AnyStatement + fmt::Debug + Send + Sync {
     /// Runs the statement for `tenant` in `context`.
     fn run<'a>(
         self: Box<Self>,
@@ -133,15 +133,33 @@ pub(crate) trait FeatureStatement: fmt::Debug + Send + Sync + Any {
         tenant: TenantId,
         context: &'a mut ResultContext,
     ) -> BoxFuture<'a, Result<Outcome>>;
+}
 
-    /// The statement as `Any`, for a feature (or a test) that reads its own statement back.
+/// What every statement type answers by itself (a blanket implementation): itself as `Any`,
+/// so a feature (or a test) can take back a statement it parsed, and equality.
+pub(crate) trait AnyStatement: Any {
+    /// The statement as `Any`.
     fn as_any(&self) -> &dyn Any;
 
-    /// The statement as `Any`, owned: how a feature takes back a statement it parsed.
+    /// The statement as `Any`, owned.
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 
     /// Whether `other` is the same statement.
     fn same_as(&self, other: &dyn FeatureStatement) -> bool;
+}
+
+impl<T: PartialEq + Any> AnyStatement for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
 }
 
 /// Statements compare as the commands holding them do (the parser's tests compare commands).
@@ -149,12 +167,4 @@ impl PartialEq for dyn FeatureStatement {
     fn eq(&self, other: &Self) -> bool {
         self.same_as(other)
     }
-}
-
-/// [`FeatureStatement::same_as`] for a statement type that compares itself.
-pub(crate) fn same_statement<T: PartialEq + 'static>(
-    own: &T,
-    other: &dyn FeatureStatement,
-) -> bool {
-    other.as_any().downcast_ref::<T>() == Some(own)
 }

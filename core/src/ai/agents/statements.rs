@@ -4,7 +4,6 @@
 //! and lists (`{"tables": ["db.t"]}`, also with single quotes, as MindsDB's docs write them).
 //! The flat form's model keys (`model_name = …, provider = …`) are gathered into `model`.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -14,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::agents as catalog_agents;
 use crate::error::{Error, Result};
-use crate::sql::extension::{same_statement, FeatureStatement};
+use crate::sql::extension::FeatureStatement;
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
@@ -143,18 +142,6 @@ impl FeatureStatement for AgentStatement {
                 }
             }
         })
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-
-    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
-        same_statement(self, other)
     }
 }
 

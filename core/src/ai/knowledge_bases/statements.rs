@@ -5,7 +5,6 @@
 //! knowledge base's name; this module runs the statements and INSERT INTO a knowledge base
 //! (see `knowledge_base` for the search and the writes themselves).
 
-use std::any::Any;
 use std::sync::Arc;
 
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
@@ -21,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
 use crate::sql::dml::Staged;
-use crate::sql::extension::{same_statement, FeatureStatement};
+use crate::sql::extension::FeatureStatement;
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
@@ -74,18 +73,6 @@ impl FeatureStatement for KnowledgeBaseStatement {
         context: &'a mut ResultContext,
     ) -> BoxFuture<'a, Result<Outcome>> {
         Box::pin(runner.knowledge_base_command(tenant, context, *self))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-
-    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
-        same_statement(self, other)
     }
 }
 

@@ -4,15 +4,13 @@
 //! ``SET active [p.]m.`N` ``, `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`,
 //! `SHOW MODELS [FROM p]` and `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute|.`N`]`.
 
-use std::any::Any;
-
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::sql::extension::{same_statement, FeatureStatement};
+use crate::sql::extension::FeatureStatement;
 use crate::sql::parse::words::{
     closing_paren, end_at, if_exists_at, keyword, tokens_text, using_pairs, word,
 };
@@ -134,18 +132,6 @@ impl FeatureStatement for ModelStatement {
                 runner.describe_table(tenant, context, &parts).await
             }),
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-
-    fn same_as(&self, other: &dyn FeatureStatement) -> bool {
-        same_statement(self, other)
     }
 }
 
