@@ -1,6 +1,6 @@
 //! A user's share of the blocking threads: the synchronous computing of a hosted user's
 //! statements (knowledge-base searches, uploads being decoded, local embeddings) runs for at
-//! most [`crate::share`] of them at once, the same number as its share of the runtime's
+//! most [`share()`](crate::share()) of them at once, the same number as its share of the runtime's
 //! workers, and each statement's parallel parts (a UNION ALL of searches runs one per branch)
 //! on at most as many jobs. Past either, the work waits for a place (as `Pending`, holding no
 //! thread), first come first served among the waiters the share admits, and a freed place is

@@ -8,7 +8,7 @@
 //! An account has a limit and may have a parent (a tenant's account over its statements); going
 //! over either, or the process ceiling, marks the account stopped with the reason. Nothing here
 //! can fail an allocation (that aborts the process): the statement sees the mark at its next
-//! check ([`check`], every poll of its streams and futures, the loops of its blocking work) and
+//! check (`check`, every poll of its streams and futures, the loops of its blocking work) and
 //! ends with an error naming the limit. One allocation sized by input could still outrun that,
 //! so such sizes are checked before allocating (`capacity`).
 //!
@@ -84,7 +84,7 @@ pub enum Stop {
     Cancelled = 6,
 }
 
-/// The stop byte while a commit is under way: too late to stop, see [`Account::begin_commit`].
+/// The stop byte while a commit is under way: too late to stop, see [`begin_commit`].
 const COMMITTING: u8 = 255;
 
 impl Stop {

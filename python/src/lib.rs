@@ -1,6 +1,6 @@
 //! `mindlite._native`: the private extension module under the `mindlite` Python package. It
 //! only converts types and maps errors; the engine decides. The pure-Python package builds the
-//! DB-API 2.0 connection, cursors and results on top of [`Database`] and [`Query`].
+//! DB-API 2.0 connection, cursors and results on top of `Database` and `Query`.
 
 mod convert;
 mod database;

@@ -157,7 +157,7 @@ pub(crate) fn create(
     Ok(true)
 }
 
-/// A datasource to create, as [`check`] accepted it.
+/// A datasource to create, as `connectors::check` accepted it.
 pub(crate) struct NewDatasource<'a> {
     /// Its name as given.
     pub(crate) name: &'a str,
@@ -185,7 +185,7 @@ pub(crate) fn changed_parameters(
     parameters
 }
 
-/// Replaces the parameters of an existing datasource (checked by [`check`] first).
+/// Replaces the parameters of an existing datasource (checked by `connectors::check` first).
 pub(crate) fn set_parameters(
     txn: &WriteTransaction,
     tenant: TenantId,
@@ -216,7 +216,7 @@ pub(crate) fn set_parameters(
 pub(crate) struct Change {
     /// A new name (renaming it, and pointing the minds that read it there).
     pub(crate) name: Option<String>,
-    /// New parameters, already through [`check`].
+    /// New parameters, already through `connectors::check`.
     pub(crate) parameters: Option<Map<String, Value>>,
     /// A new description.
     pub(crate) description: Option<String>,

@@ -1,4 +1,4 @@
-//! Statements that change stored tables: INSERT, UPDATE, DELETE, TRUNCATE, CREATE TABLE [AS],
+//! Statements that change stored tables: INSERT, UPDATE, DELETE, TRUNCATE, `CREATE TABLE [AS]`,
 //! DROP TABLE. DataFusion plans them; this module runs the plans on a blocking thread, so the
 //! transaction never crosses an `.await`.
 //!

@@ -1,13 +1,13 @@
 //! The relational engine: a request's statements, parsed (MindsDB's database statements on
 //! tokens, the rest by sqlparser), planned by DataFusion against the tenant's catalog at one
-//! read snapshot, and run. Results stream as Arrow record batches; [`encode`] turns them into
-//! MindsDB's wire formats.
+//! read snapshot, and run. Results stream as Arrow record batches;
+//! [`encode`](crate::sql::encode) turns them into MindsDB's wire formats.
 //!
-//! Here: [`SqlRunner`], which runs a request's statements. What is asked and answered is
-//! `request`; writes to datasources and loads of batches are `load`; the catalog DataFusion
-//! plans against is `snapshot`, stored-table writes `dml`, uploads `uploads`. MindsDB's AI
-//! objects (models, knowledge bases, agents: `crate::ai`) plug in through `extension`, which
-//! is all this module knows of them.
+//! Here: [`SqlRunner`](crate::sql::SqlRunner), which runs a request's statements. What is
+//! asked and answered is `request`; writes to datasources and loads of batches are `load`;
+//! the catalog DataFusion plans against is `snapshot`, stored-table writes `dml`, uploads
+//! `uploads`. MindsDB's AI objects (models, knowledge bases, agents: `crate::ai`) plug in
+//! through `extension`, which is all this module knows of them.
 
 pub(crate) mod bounded;
 pub(crate) mod coerce;

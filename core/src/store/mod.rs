@@ -1,7 +1,7 @@
 //! The redb file: opening it (format version, clear errors for foreign or locked files), the
 //! `meta` and `sequences` tables, the in-process writer lock and object locks, the decoded-chunk
 //! cache and the cache of derived data.
-//! Every table of the file is defined in [`schema`]; the rows of record tables belong to the
+//! Every table of the file is defined in [`schema`](crate::store::schema); the rows of record tables belong to the
 //! modules named there (`projects`, `tables`, …), and this module owns none of them.
 
 use std::any::Any;

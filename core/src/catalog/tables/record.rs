@@ -107,7 +107,7 @@ pub(crate) fn create(
 }
 
 /// [`create`], under the table id and key indexes' entry ids of `landed` when rows landed
-/// for it (see [`RowLanding::creating`]), whose schema is then in the file already.
+/// for it (see [`RowLanding::creating`](super::row_landing::RowLanding::creating)), whose schema is then in the file already.
 pub(super) fn create_with(
     txn: &WriteTransaction,
     tenant: TenantId,

@@ -36,7 +36,7 @@ pub(super) fn split_staged(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
 }
 
 /// Rows for a table, conformed to its schema and encoded into full chunks before the write
-/// that stores them takes the writer lock; [`TableWriter::push_staged`] appends them. Memory
+/// that stores them takes the writer lock; [`TableWriter::push_staged`](super::writer::TableWriter::push_staged) appends them. Memory
 /// stays bounded: encoded chunks go to a [`Spool`] (memory, then a temporary file). For a
 /// table with indexes, each full chunk's index entries are encoded and sorted here too, and
 /// unique keys checked, so that the writer lock is held only to write them.

@@ -255,8 +255,8 @@ impl<'t> TableWriter<'t> {
 }
 
 /// Appends `staged` to `record`'s table inside `txn`: rows whose unique keys nobody resolves
-/// ([`OnConflict::Fail`], or a table without unique keys), checked when the writer finishes.
-/// Rows that may conflict are resolved before the writer lock ([`resolve_conflicts`]).
+/// ([`OnConflict::Fail`](crate::catalog::constraints::OnConflict::Fail), or a table without unique keys), checked when the writer finishes.
+/// Rows that may conflict are resolved before the writer lock ([`resolve_conflicts`](super::conflicts::resolve_conflicts)).
 pub(crate) fn append_staged(
     txn: &WriteTransaction,
     tenant: TenantId,

@@ -1,6 +1,6 @@
 //! Which filters of a query go to the remote database, and their SQL text. A filter is sent
 //! only when the remote database would compute exactly what DataFusion computes, so the rows
-//! that come back need no second check: comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists,
+//! that come back need no second check: comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN lists,
 //! BETWEEN and LIKE over columns and literals. Ordering comparisons of text stay local (a remote
 //! collation may sort differently from DataFusion's byte order), as do arithmetic and columns
 //! whose remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's unparser's, PostgreSQL dialect.
