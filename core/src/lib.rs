@@ -74,9 +74,10 @@ pub use config::{
     PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::hosted::HostedApi;
+pub use engine::query_api::Collected;
 pub use engine::reader::BlockingReader;
 pub use engine::status::{AuthStatus, Status};
-pub use engine::{Collected, Engine};
+pub use engine::Engine;
 pub use error::{Error, ErrorKind, Result, Subject};
 pub use memory::RequestMemory;
 pub use mindlite_memory::{keep_malloc_trimmed, TrackingAllocator};

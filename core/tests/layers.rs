@@ -100,6 +100,12 @@ const LAYERS: &[(&str, &[&str])] = &[
         "engine",
         &[
             "engine",
+            "engine::access",
+            "engine::agent_api",
+            "engine::file_api",
+            "engine::model_api",
+            "engine::project_api",
+            "engine::query_api",
             "engine::hosted",
             "engine::knowledge_bases",
             "engine::reader",

@@ -1,0 +1,67 @@
+//! Who may use the engine: its status, logging in and out, and verifying a login's token.
+
+use crate::catalog::auth::{self, LoginToken};
+use crate::engine::status::Status;
+use crate::error::Result;
+use crate::tenant::TenantId;
+
+use super::{status, Engine};
+
+impl Engine {
+    /// The engine's status in MindsDB's shape (`GET /api/status`); `authenticated` says whether
+    /// the caller showed a valid token, which MindsDB reports as `auth.confirmed`.
+    pub fn status(&self, authenticated: bool) -> Status {
+        status::status(&self.inner.config, authenticated)
+    }
+
+    /// Whether callers must log in (and send the token) before anything else.
+    pub fn auth_required(&self) -> bool {
+        auth::required(&self.inner.config)
+    }
+
+    /// Checks a username and password and issues a bearer token valid for
+    /// `auth.token_lifetime_secs`. The local edition checks the configured ones; the hosted
+    /// edition takes a user's name with one of its API keys as the password, and the token
+    /// acts as that user. Missing or empty fields are [`ErrorKind::InvalidInput`](crate::ErrorKind),
+    /// wrong ones [`ErrorKind::Unauthorized`](crate::ErrorKind).
+    pub async fn login(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<LoginToken> {
+        let config = &self.inner.config;
+        let tenant = match config.edition {
+            crate::config::Edition::Local => {
+                auth::check_credentials(&config.auth, username, password)?;
+                self.tenant
+            }
+            crate::config::Edition::Hosted => self.user_login(username, password)?,
+        };
+        let lifetime = config.auth.token_lifetime_secs;
+        self.inner
+            .sql
+            .store
+            .write(move |txn| auth::issue(txn, tenant, lifetime))
+            .await
+    }
+
+    /// The tenant a bearer token belongs to, or [`ErrorKind::Unauthorized`](crate::ErrorKind)
+    /// for a token that is unknown, revoked or expired.
+    pub fn verify_token(&self, token: &str) -> Result<TenantId> {
+        auth::verify(&self.inner.sql.store.read()?, token)
+    }
+
+    /// Revokes a bearer token; returns whether it was live. Revoking an unknown, expired or
+    /// revoked token is no error and writes nothing (it is checked on a read snapshot first).
+    pub async fn logout(&self, token: &str) -> Result<bool> {
+        if auth::verify(&self.inner.sql.store.read()?, token).is_err() {
+            return Ok(false);
+        }
+        let token = token.to_string();
+        self.inner
+            .sql
+            .store
+            .write(move |txn| auth::revoke(txn, &token))
+            .await
+    }
+}
