@@ -143,7 +143,8 @@ fn source_without_tests(file: &Path) -> String {
 const LAYER_FOLDERS: &[&str] = &["catalog", "services", "ai", "engine"];
 
 /// The module a file belongs to, by the file's module path: `error` for `error`, `store` for
-/// `store::schema`, `services::sql` for `services::sql::plan_cache`, `catalog` for `catalog`.
+/// `store::schema`, `sql` for `sql::plan_cache`, `ai::models` for `ai::models::predict`,
+/// `catalog` for `catalog`.
 fn module_of(file: &str) -> String {
     let parts: Vec<&str> = file.split("::").collect();
     if parts.len() > 1 && LAYER_FOLDERS.contains(&parts[0]) {
@@ -316,8 +317,8 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     &["store", "store::transaction"],
 ];
 
-/// A file's module path below `core/src` (`services::sql::dml` for `services/sql/dml.rs`,
-/// `services::sql` for `services/sql/mod.rs`).
+/// A file's module path below `core/src` (`sql::dml` for `sql/dml.rs`, `sql` for
+/// `sql/mod.rs`).
 fn file_module(src: &Path, file: &Path) -> Vec<String> {
     let relative = file.strip_prefix(src).unwrap();
     let mut parts: Vec<String> = relative
