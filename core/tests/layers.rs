@@ -3,8 +3,9 @@
 //! cross-object rules, a layer of its own above the records), `services/`, `sql/`, `ai/` and
 //! `engine/`. A module may use modules of its own layer or of the layers below, never above,
 //! and no two modules may need each other (directly or round a longer circle). A module is a
-//! file or a folder inside a layer (`catalog/models/`, `ai/models/`; `sql/` is one module
-//! until its files stop needing each other). `docs/architecture.md` explains the layers.
+//! file or a folder inside a layer (`catalog/models/`, `ai/models/`, `sql/planning/`); `sql/`'s
+//! parts are a layer below its root, which alone knows the runner and the features.
+//! `docs/architecture.md` explains the layers.
 //!
 //! Uses are read from the source as paths: `crate::…`, and `super::…` and `self::…` resolved
 //! from the file they are in, so a folder's `mod.rs` that re-exports a child's items uses that
@@ -85,7 +86,33 @@ const LAYERS: &[(&str, &[&str])] = &[
             "services::delivery",
         ],
     ),
-    ("sql", &["sql"]),
+    // The relational engine's parts, which know neither its root (the runner) nor the
+    // features: what is asked and answered, the parser, DataFusion's catalog, planning and
+    // the write path.
+    (
+        "sql parts",
+        &[
+            "sql::request",
+            "sql::encode",
+            "sql::parse",
+            "sql::catalog",
+            "sql::planning",
+            "sql::write",
+        ],
+    ),
+    // Its root: the runner (its `impl` blocks by concern) and the extension trait the
+    // features implement.
+    (
+        "sql",
+        &[
+            "sql",
+            "sql::run",
+            "sql::execute",
+            "sql::transaction",
+            "sql::load",
+            "sql::uploads",
+        ],
+    ),
     (
         "ai",
         &[
@@ -140,10 +167,11 @@ fn source_without_tests(file: &Path) -> String {
 
 /// The folders whose files and subfolders are modules of their own; below any other folder
 /// (`store/`), a file belongs to its folder's module.
-const LAYER_FOLDERS: &[&str] = &["catalog", "services", "ai", "engine"];
+const LAYER_FOLDERS: &[&str] = &["catalog", "services", "sql", "ai", "engine"];
 
 /// The module a file belongs to, by the file's module path: `error` for `error`, `store` for
-/// `store::schema`, `sql` for `sql::plan_cache`, `ai::models` for `ai::models::predict`,
+/// `store::schema`, `sql::planning` for `sql::planning::session`, `ai::models` for
+/// `ai::models::predict`,
 /// `catalog` for `catalog`.
 fn module_of(file: &str) -> String {
     let parts: Vec<&str> = file.split("::").collect();
@@ -285,25 +313,6 @@ fn modules_use_only_their_layer_and_below_and_never_each_other_round_a_circle() 
 /// one here is gone or has changed (then this list is brought up to date). Two files that are
 /// one concept may be merged instead.
 const KNOWN_CIRCLES: &[&[&str]] = &[
-    // The relational engine: the runner (`sql/mod.rs`), whose `impl` blocks are spread over
-    // the files that use its sessions and snapshots, and the write path (DML, constraints,
-    // upserts, loads) that calls back into the runner's helpers. To be split into the
-    // sub-folders the runner's root alone knows.
-    &[
-        "sql",
-        "sql::constraints",
-        "sql::dml",
-        "sql::encode",
-        "sql::extension",
-        "sql::load",
-        "sql::names",
-        "sql::plan_cache",
-        "sql::request",
-        "sql::session",
-        "sql::snapshot",
-        "sql::transaction",
-        "sql::upsert",
-    ],
     // The model records and the LLM-backed models' settings they validate.
     &["catalog::models", "catalog::models::openai"],
     // The connectors' directory and PostgreSQL's client, push-down and table provider.
@@ -317,7 +326,7 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     &["store", "store::transaction"],
 ];
 
-/// A file's module path below `core/src` (`sql::dml` for `sql/dml.rs`, `sql` for
+/// A file's module path below `core/src` (`sql::write::dml` for `sql/write/dml.rs`, `sql` for
 /// `sql/mod.rs`).
 fn file_module(src: &Path, file: &Path) -> Vec<String> {
     let relative = file.strip_prefix(src).unwrap();
@@ -661,17 +670,39 @@ fn a_use_of_ai_planted_in_sql_is_refused() {
         breaks(&graph, &known_breaks()).is_empty(),
         "the tree breaks the layers already"
     );
-    // What `use crate::ai::models::Models;` in `sql/order.rs` would add.
+    // What `use crate::ai::models::Models;` in `sql/planning/order.rs` would add.
     let planted = "use crate::ai::models::Models;";
     let path = paths_after(planted, "crate::");
     assert_eq!(path, vec![vec!["ai", "models", "Models"]]);
     graph
-        .entry(module_of("sql::order"))
+        .entry(module_of("sql::planning::order"))
         .or_default()
         .insert(module_of("ai::models::mod"));
     let broken = breaks(&graph, &known_breaks());
     assert!(
-        broken.contains(&"sql → ai::models (up from sql to ai)".to_string()),
+        broken.contains(&"sql::planning → ai::models (up from sql parts to ai)".to_string()),
+        "{broken:#?}"
+    );
+}
+
+/// Only the root of `sql/` knows the runner and the extensions: a use of the root planted in
+/// one of its sub-folders is refused as a use up the layers.
+#[test]
+fn a_use_of_the_sql_root_planted_in_a_sub_folder_is_refused() {
+    let mut graph = graph();
+    // What `use super::super::SqlRunner;` in `sql/write/dml.rs` would add.
+    let planted = inline_supers_as_self("use super::super::SqlRunner;");
+    assert_eq!(
+        paths_after(&planted, "super::"),
+        vec![vec!["super", "SqlRunner"]]
+    );
+    graph
+        .entry(module_of("sql::write::dml"))
+        .or_default()
+        .insert(module_of("sql"));
+    let broken = breaks(&graph, &known_breaks());
+    assert!(
+        broken.contains(&"sql::write → sql (up from sql parts to sql)".to_string()),
         "{broken:#?}"
     );
 }

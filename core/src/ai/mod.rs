@@ -16,7 +16,7 @@ pub(crate) mod models;
 
 use std::sync::Arc;
 
-use crate::sql::extension::{Extension, Extensions};
+use crate::sql::{Extension, Extensions};
 
 /// The features the engine plugs into its SQL engine, in the order they are asked: a
 /// statement, a name or a system table is the first one's that claims it.

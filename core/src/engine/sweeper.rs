@@ -121,7 +121,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::catalog::landing;
-    use crate::sql::sweep_waits;
+    use crate::sql::execute::sweep_waits;
     use crate::{Config, Engine, ErrorKind};
 
     /// An engine whose user bob may store 16 MiB, and bob.

@@ -16,8 +16,12 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
 
-use super::{Outcome, QueryResult, ResultContext, TableResult};
+use super::request::{Outcome, QueryRequest, QueryResult, ResultContext, TableResult};
 use crate::error::{Error, Result};
+use std::collections::HashMap;
+
+use super::request::QueryContext;
+use crate::wire::Fields;
 
 /// Which framing a result is encoded in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -538,6 +542,79 @@ pub(crate) fn rows_as_json(batch: &RecordBatch) -> Vec<Vec<serde_json::Value>> {
     out.push(b']');
     // The encoder writes valid JSON (non-finite floats as null), so this cannot fail.
     serde_json::from_slice(&out).unwrap_or_default()
+}
+
+impl QueryRequest {
+    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format,
+    /// timeout}` (`timeout` in seconds, mindlite's own: at most the configured limit).
+    /// Returns the request and the wire format asked for; anything malformed is an
+    /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
+    /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
+    ///
+    /// ```
+    /// use mindlite::{QueryRequest, WireFormat};
+    /// let (request, format) = QueryRequest::from_wire_json(
+    ///     br#"{"query": "SELECT :x", "params": {"x": 1}, "response_format": "jsonlines"}"#,
+    /// ).unwrap();
+    /// assert_eq!(request.query, "SELECT :x");
+    /// assert_eq!(format, WireFormat::JsonLines);
+    /// ```
+    pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, WireFormat)> {
+        let mut fields = Fields::request_body(body)?;
+        if fields.get("query").is_none() {
+            return Err(Error::invalid("The request body has no 'query'"));
+        }
+        let query = fields.required_text("query", "'query' must be a string")?;
+        let (db, show_secrets) = match fields.object("context")? {
+            None => (None, false),
+            Some(context) => (
+                context.text("db")?,
+                context.flag("show_secrets")?.unwrap_or(false),
+            ),
+        };
+        let params: HashMap<_, _> = fields
+            .map_field("params")?
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let format = match fields.remove("response_format") {
+            None | Some(serde_json::Value::Null) => WireFormat::Json,
+            Some(serde_json::Value::String(name)) => WireFormat::parse(Some(&name))?,
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'response_format' must be null, \"jsonlines\" or \"sse\"",
+                ))
+            }
+        };
+        let timeout = match fields.remove("timeout") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(secs)) => match secs.as_f64() {
+                Some(secs) if secs > 0.0 && secs.is_finite() && secs <= 1e9 => {
+                    Some(std::time::Duration::from_secs_f64(secs))
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "'timeout' must be a positive number of seconds",
+                    ))
+                }
+            },
+            Some(_) => {
+                return Err(Error::invalid(
+                    "'timeout' must be a positive number of seconds",
+                ))
+            }
+        };
+        let request = QueryRequest {
+            query,
+            context: QueryContext { db, show_secrets },
+            params,
+            typed_params: HashMap::new(),
+            timeout,
+            one_statement: true,
+            autocommit: true,
+        };
+        Ok((request, format))
+    }
 }
 
 #[cfg(test)]

@@ -8,10 +8,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
 use datafusion::sql::sqlparser::ast::Statement;
 
-use super::constraints::Checks;
-use super::session::Session;
-use super::snapshot::{self, Namespace, Snapshot};
-use super::{LoadMode, Outcome, SqlRunner};
+use super::catalog::snapshot::{self, Namespace, Snapshot};
+use super::planning::session::Session;
+use super::request::{LoadMode, Outcome};
+use super::write::constraints::Checks;
+use super::SqlRunner;
 use crate::catalog::constraints::Constraints;
 use crate::catalog::datasources;
 use crate::catalog::namespace::FILES_DB;
@@ -231,9 +232,9 @@ impl SqlRunner {
                 if let (Some(record), LoadMode::Append, true) = (&read, mode, staged.lands()) {
                     // An upload has no next turn: a key it met in another statement's
                     // unpublished rows (see `dml::land_rows`) fails it as a change.
-                    return match super::dml::land_rows(job, handle, &project, record, staged)? {
-                        super::dml::Staged::Done(rows) => Ok(rows),
-                        super::dml::Staged::TargetChanged => Err(Error::conflict(format!(
+                    return match super::write::dml::land_rows(job, handle, &project, record, staged)? {
+                        super::write::job::Staged::Done(rows) => Ok(rows),
+                        super::write::job::Staged::TargetChanged => Err(Error::conflict(format!(
                             "Table '{table}' in database {project} was being written by another statement while the rows were written; nothing was written, try again"
                         ))),
                     };

@@ -7,10 +7,7 @@ use std::collections::HashMap;
 use datafusion::execution::SendableRecordBatchStream;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::wire::Fields;
-
-use super::encode;
+use crate::error::Error;
 
 /// A query as MindsDB's `POST /api/sql/query` takes it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -65,77 +62,6 @@ impl QueryRequest {
             query: query.into(),
             ..Default::default()
         }
-    }
-
-    /// Reads a `POST /api/sql/query` body: `{query, context: {db}, params, response_format,
-    /// timeout}` (`timeout` in seconds, mindlite's own: at most the configured limit).
-    /// Returns the request and the wire format asked for; anything malformed is an
-    /// [`Error`] of kind `InvalidInput` whose message names the field that is wrong.
-    /// Other `context` keys MindsDB knows (`profiling`, …) are accepted and ignored.
-    ///
-    /// ```
-    /// use mindlite::{QueryRequest, WireFormat};
-    /// let (request, format) = QueryRequest::from_wire_json(
-    ///     br#"{"query": "SELECT :x", "params": {"x": 1}, "response_format": "jsonlines"}"#,
-    /// ).unwrap();
-    /// assert_eq!(request.query, "SELECT :x");
-    /// assert_eq!(format, WireFormat::JsonLines);
-    /// ```
-    pub fn from_wire_json(body: &[u8]) -> Result<(QueryRequest, encode::WireFormat)> {
-        let mut fields = Fields::request_body(body)?;
-        if fields.get("query").is_none() {
-            return Err(Error::invalid("The request body has no 'query'"));
-        }
-        let query = fields.required_text("query", "'query' must be a string")?;
-        let (db, show_secrets) = match fields.object("context")? {
-            None => (None, false),
-            Some(context) => (
-                context.text("db")?,
-                context.flag("show_secrets")?.unwrap_or(false),
-            ),
-        };
-        let params: HashMap<_, _> = fields
-            .map_field("params")?
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let format = match fields.remove("response_format") {
-            None | Some(serde_json::Value::Null) => encode::WireFormat::Json,
-            Some(serde_json::Value::String(name)) => encode::WireFormat::parse(Some(&name))?,
-            Some(_) => {
-                return Err(Error::invalid(
-                    "'response_format' must be null, \"jsonlines\" or \"sse\"",
-                ))
-            }
-        };
-        let timeout = match fields.remove("timeout") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Number(secs)) => match secs.as_f64() {
-                Some(secs) if secs > 0.0 && secs.is_finite() && secs <= 1e9 => {
-                    Some(std::time::Duration::from_secs_f64(secs))
-                }
-                _ => {
-                    return Err(Error::invalid(
-                        "'timeout' must be a positive number of seconds",
-                    ))
-                }
-            },
-            Some(_) => {
-                return Err(Error::invalid(
-                    "'timeout' must be a positive number of seconds",
-                ))
-            }
-        };
-        let request = QueryRequest {
-            query,
-            context: QueryContext { db, show_secrets },
-            params,
-            typed_params: HashMap::new(),
-            timeout,
-            one_statement: true,
-            autocommit: true,
-        };
-        Ok((request, format))
     }
 
     /// Limits how long the statements may run (to less than the configured limit, if any).

@@ -9,7 +9,8 @@
 
 use datafusion::sql::sqlparser::ast::Statement;
 
-use super::{Outcome, QueryRequest, SqlRunner};
+use super::request::{Outcome, QueryRequest};
+use super::SqlRunner;
 use crate::config::Edition;
 use crate::error::{Error, Result};
 use crate::store::Step;

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::store::schema::{TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
-use super::{LoadMode, LoadTarget, SqlRunner};
+use super::load::LoadTarget;
+use super::request::LoadMode;
+use super::SqlRunner;
 use crate::services::files::{open, Caps, FileFormat, FileInfo};
 
 impl SqlRunner {
@@ -43,7 +45,7 @@ impl SqlRunner {
             let schema = Arc::clone(&file.schema);
             // Decoded batch by batch into the staged table, within the caps: nothing is
             // stored unless every row fits.
-            let rows: crate::sql::BatchSource = Box::new(move |sink| file.read_into(caps, sink));
+            let rows: super::load::BatchSource = Box::new(move |sink| file.read_into(caps, sink));
             let loaded = self
                 .load_into(
                     tenant,

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use crate::catalog::agents::Agent;
 use crate::catalog::quotas::Question;
 use crate::error::{Error, Result};
-use crate::sql::snapshot::Snapshot;
+use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::SqlRunner;
 use crate::tenant::TenantId;
 

@@ -18,9 +18,11 @@ use self::ask::AskAgent;
 
 use crate::catalog::agents::Agent;
 use crate::error::Result;
-use crate::sql::extension::{Extension, FeatureStatement, SystemRows};
-use crate::sql::snapshot::{Snapshot, SystemTable};
+use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::information_schema::SystemTable;
+use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::SqlRunner;
+use crate::sql::{Extension, FeatureStatement};
 use crate::tenant::TenantId;
 
 /// Agents plugged into the relational engine: their statements, an agent asked in a SELECT
@@ -50,7 +52,9 @@ impl Extension for Agents {
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(runner.answer_agent_select(&*self.asker, tenant, db, statement))
     }
+}
 
+impl FeatureTables for Agents {
     fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {
         if name != "agents" {
             return Ok(None);

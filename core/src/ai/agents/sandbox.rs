@@ -3,7 +3,6 @@
 //! and stopped at a time limit. Refusals are [`ErrorKind::Forbidden`] errors whose message
 //! starts "Query refused", which the agent loop hands back to the model.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,9 +11,11 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::parse::{self, Command};
-use crate::sql::snapshot::{db_and_table, Namespace, Snapshot};
-use crate::sql::{encode, names, order, SqlRunner};
+use crate::sql::catalog::names;
+use crate::sql::catalog::snapshot::{db_and_table, Namespace, Snapshot};
+use crate::sql::parse::Command;
+use crate::sql::planning::order;
+use crate::sql::{encode, SqlRunner};
 use crate::tenant::TenantId;
 
 /// What an agent may read: `(db, name)` pairs, the database in lower case, the name as its
@@ -294,13 +295,7 @@ impl SqlRunner {
         sql: &str,
         check: impl Fn(&str, Option<(&str, &str)>) -> Result<()>,
     ) -> Result<ReadOnlyQuery> {
-        let mut commands = parse::parse_limited(
-            sql,
-            &HashMap::new(),
-            &HashMap::new(),
-            parse::ShapeLimits::of(&self.config.query),
-            &self.extensions,
-        )?;
+        let mut commands = self.parse_text(sql)?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,
             (Some(_), true) => return Err(refused("only SELECT queries may run")),

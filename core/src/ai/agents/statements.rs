@@ -13,11 +13,11 @@ use serde_json::{Map, Value};
 
 use crate::catalog::agents as catalog_agents;
 use crate::error::{Error, Result};
-use crate::sql::extension::FeatureStatement;
+use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
-use crate::sql::snapshot::Snapshot;
+use crate::sql::FeatureStatement;
 use crate::sql::{text_table, Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 

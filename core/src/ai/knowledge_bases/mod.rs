@@ -19,8 +19,10 @@ use futures::future::BoxFuture;
 use crate::catalog::knowledge_bases::{KnowledgeBase, SYSTEM_COLUMNS};
 use crate::error::Result;
 use crate::progress::InsertProgress;
-use crate::sql::extension::{Extension, FeatureStatement, FeatureWrite, SystemRows};
-use crate::sql::snapshot::{Snapshot, SystemTable};
+use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::information_schema::SystemTable;
+use crate::sql::catalog::snapshot::Snapshot;
+use crate::sql::{Extension, FeatureStatement, FeatureWrite};
 use crate::sql::{ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 
@@ -32,25 +34,6 @@ pub(crate) struct KnowledgeBases;
 impl Extension for KnowledgeBases {
     fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>> {
         Ok(statements::kb_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
-    }
-
-    fn table(
-        &self,
-        snapshot: &Arc<Snapshot>,
-        project: &str,
-        name: &str,
-    ) -> Result<Option<Arc<dyn TableProvider>>> {
-        let Some(kb) = snapshot.knowledge_base(project, name)? else {
-            return Ok(None);
-        };
-        Ok(Some(Arc::new(table::KnowledgeBaseTable::new(
-            Arc::clone(snapshot),
-            kb,
-        )?)))
-    }
-
-    fn has_table(&self, snapshot: &Snapshot, project: &str, name: &str) -> bool {
-        matches!(snapshot.knowledge_base(project, name), Ok(Some(_)))
     }
 
     fn insert<'a>(
@@ -82,6 +65,27 @@ impl Extension for KnowledgeBases {
         Ok(Box::new(move |job, handle| {
             write::delete(job, handle, kb, ids)
         }))
+    }
+}
+
+impl FeatureTables for KnowledgeBases {
+    fn table(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        let Some(kb) = snapshot.knowledge_base(project, name)? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(table::KnowledgeBaseTable::new(
+            Arc::clone(snapshot),
+            kb,
+        )?)))
+    }
+
+    fn has_table(&self, snapshot: &Snapshot, project: &str, name: &str) -> bool {
+        matches!(snapshot.knowledge_base(project, name), Ok(Some(_)))
     }
 
     fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::services::embeddings;
 use crate::services::llm::Connector;
 use crate::services::reranker;
-use crate::sql::snapshot::Snapshot;
+use crate::sql::catalog::snapshot::Snapshot;
 
 /// The search condition's column.
 pub(crate) const CONTENT: &str = "content";

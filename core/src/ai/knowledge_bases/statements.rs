@@ -19,13 +19,13 @@ use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
-use crate::sql::dml::Staged;
-use crate::sql::extension::FeatureStatement;
+use crate::sql::catalog::snapshot::{Namespace, Snapshot};
 use crate::sql::parse::words::{
     end_at, from_project, if_exists_at, keyword, qualified_name, using_pairs,
 };
 use crate::sql::parse::Command;
-use crate::sql::snapshot::{Namespace, Snapshot};
+use crate::sql::write::job::Staged;
+use crate::sql::FeatureStatement;
 use crate::sql::{text_table, Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 
@@ -315,13 +315,7 @@ impl SqlRunner {
                     named(plan, &column_names(insert)?, &kb.name)?
                 }
                 DocumentSource::Select(sql) => {
-                    let mut commands = crate::sql::parse::parse_limited(
-                        sql,
-                        &std::collections::HashMap::new(),
-                        &std::collections::HashMap::new(),
-                        crate::sql::parse::ShapeLimits::of(&self.config.query),
-                        &self.extensions,
-                    )?;
+                    let mut commands = self.parse_text(sql)?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {
                             (Some(Command::Sql(statement)), true)

@@ -41,7 +41,8 @@ use super::search::{self, Shown, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RE
 use crate::catalog::knowledge_bases::{chunk_db, KnowledgeBase};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, Result};
-use crate::sql::snapshot::{Snapshot, StoredTable};
+use crate::sql::catalog::snapshot::Snapshot;
+use crate::sql::catalog::stored_table::StoredTable;
 
 pub(crate) const ID: &str = "id";
 pub(crate) const CHUNK_ID: &str = "chunk_id";
@@ -327,7 +328,7 @@ impl ExecutionPlan for SearchExec {
         _partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let connector = crate::sql::session::connector(context.session_config())?;
+        let connector = crate::sql::planning::session::connector(context.session_config())?;
         let ranking = Arc::clone(&self.ranking);
         let found = futures::stream::once(async move {
             match ranking.run(connector).await {

@@ -33,7 +33,7 @@ use crate::progress::{InsertProgress, Tracker};
 use crate::services::chunking;
 use crate::services::embeddings;
 use crate::services::llm::Connector;
-use crate::sql::dml::{Staged, WriteJob};
+use crate::sql::write::job::{Staged, WriteJob};
 use crate::store::schema::{KNOWLEDGE_BASES, TABLES};
 use mindlite_vectors::hnsw::Params;
 
@@ -439,7 +439,7 @@ impl Ingest<'_> {
         // bounded: one per row of a batch in memory
         let mut row_bytes = vec![0u64; batch.num_rows()];
         for (_, column) in &columns {
-            for (row, bytes) in crate::sql::bounded::value_bytes(column)
+            for (row, bytes) in crate::sql::planning::bounded::value_bytes(column)
                 .into_iter()
                 .enumerate()
             {

@@ -22,7 +22,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::model::{PredictModel, STRICT};
-use crate::sql::session::connector;
+use crate::sql::planning::session::connector;
 
 /// Where the model's columns go in [`PredictExec`]'s output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

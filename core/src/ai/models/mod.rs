@@ -19,8 +19,10 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use crate::catalog::namespace::FILES_DB;
 use crate::error::Result;
-use crate::sql::extension::{Extension, FeatureStatement, SystemRows};
-use crate::sql::snapshot::{system_table, Snapshot};
+use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::information_schema::system_table;
+use crate::sql::catalog::snapshot::Snapshot;
+use crate::sql::{Extension, FeatureStatement};
 
 /// Every project's table of its models' versions (MindsDB's `<project>.models`).
 const MODELS_TABLE: &str = "models";
@@ -36,6 +38,16 @@ impl Extension for Models {
         Ok(statements::model_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
     }
 
+    fn analyzer_rules(&self) -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+        vec![Arc::new(predict_join::PredictJoinRule)]
+    }
+
+    fn planners(&self) -> Vec<Arc<dyn ExtensionPlanner + Send + Sync>> {
+        vec![Arc::new(predict_join::PredictPlanner)]
+    }
+}
+
+impl FeatureTables for Models {
     fn table(
         &self,
         snapshot: &Arc<Snapshot>,
@@ -69,13 +81,5 @@ impl Extension for Models {
         }
         let batch = run::model_info(&snap.models(None)?, true, None)?;
         Ok(Some(SystemRows { batch, live: false }))
-    }
-
-    fn analyzer_rules(&self) -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
-        vec![Arc::new(predict_join::PredictJoinRule)]
-    }
-
-    fn planners(&self) -> Vec<Arc<dyn ExtensionPlanner + Send + Sync>> {
-        vec![Arc::new(predict_join::PredictPlanner)]
     }
 }

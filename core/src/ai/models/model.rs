@@ -13,7 +13,7 @@ use crate::catalog::models::{self, ModelVersion};
 use crate::error::Error;
 use crate::services::llm::Connector;
 use crate::services::ml::Scorer;
-use crate::sql::snapshot::Snapshot;
+use crate::sql::catalog::snapshot::Snapshot;
 
 /// One complete model version, ready to predict.
 #[derive(Debug)]

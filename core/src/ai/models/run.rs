@@ -16,8 +16,9 @@ use crate::catalog::models::{self, openai, ModelSpec, ModelVersion};
 use crate::error::{Error, Result};
 use crate::running::{Object, Registration, Running};
 use crate::services::ml::worker::{self, Job};
+use crate::sql::catalog::information_schema::SystemTable;
+use crate::sql::catalog::snapshot::{Namespace, Snapshot};
 use crate::sql::parse::Command;
-use crate::sql::snapshot::{Namespace, Snapshot, SystemTable};
 use crate::sql::{Outcome, ResultContext, SqlRunner, TableResult};
 use crate::tenant::TenantId;
 
@@ -300,13 +301,7 @@ impl SqlRunner {
         project: &str,
         sql: &str,
     ) -> Result<ModelVersion> {
-        let mut commands = crate::sql::parse::parse_limited(
-            sql,
-            &Default::default(),
-            &Default::default(),
-            crate::sql::parse::ShapeLimits::of(&self.config.query),
-            &self.extensions,
-        )?;
+        let mut commands = self.parse_text(sql)?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Feature(statement)), true) => statement
                 .into_any()
@@ -442,7 +437,7 @@ fn registration(running: &Arc<Running>, tenant: TenantId, model: &ModelVersion) 
 }
 
 fn table_outcome(batch: RecordBatch) -> Result<Outcome> {
-    let column_names = crate::sql::snapshot::display_names(&batch.schema());
+    let column_names = crate::sql::catalog::information_schema::display_names(&batch.schema());
     let schema = batch.schema();
     let stream = MemoryStream::try_new(vec![batch], schema, None)?;
     Ok(Outcome::Table(TableResult {

@@ -10,10 +10,10 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::sql::extension::FeatureStatement;
 use crate::sql::parse::words::{
     closing_paren, end_at, if_exists_at, keyword, tokens_text, using_pairs, word,
 };
+use crate::sql::FeatureStatement;
 use crate::sql::{Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
     CastKind, DataType, Expr, Query, SelectItem, SetExpr, Statement, TimezoneInfo, UnaryOperator,
@@ -29,13 +28,12 @@ pub(crate) mod words;
 pub(crate) use self::testing::parse;
 
 use self::words::{if_exists_at, keyword};
-use super::extension::{Extension, FeatureStatement};
-use super::TypedParam;
+use super::request::TypedParam;
 use crate::error::{Error, Result};
 
-/// One statement of a request, ready to run.
+/// One statement of a request, ready to run; `F` is a statement a feature claimed.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Command {
+pub(crate) enum Command<F> {
     /// `CREATE PROJECT` / `CREATE DATABASE` without a foreign engine.
     CreateProject { name: String, if_not_exists: bool },
     /// `CREATE DATABASE [IF NOT EXISTS] name [WITH] ENGINE = 'e', PARAMETERS = {…}`.
@@ -61,8 +59,8 @@ pub(crate) enum Command {
     ShowTables { db: Option<String>, full: bool },
     /// `USE db`.
     Use(String),
-    /// A statement a feature claimed (see `extension`), which the feature runs.
-    Feature(Box<dyn FeatureStatement>),
+    /// A statement a feature claimed (see `Claim`), which the feature runs.
+    Feature(F),
     /// Anything else: standard SQL for DataFusion, parameters already bound.
     Sql(Box<Statement>),
 }
@@ -99,29 +97,22 @@ impl ShapeLimits {
     }
 }
 
-/// The statement one of `extensions` claims `words` to be, asking them in order.
-fn claimed(
-    extensions: &[Arc<dyn Extension>],
-    words: &[&Token],
-) -> Result<Option<Box<dyn FeatureStatement>>> {
-    for extension in extensions {
-        if let Some(statement) = extension.statement(words)? {
-            return Ok(Some(statement));
-        }
-    }
-    Ok(None)
-}
+/// How the parser asks the features for a statement: the statement `words` (one statement's
+/// tokens, spaces left out) spell when a feature claims it by its leading words, `None` when
+/// none does and the engine's own parser reads it. The parser knows no feature: the runner
+/// hands it this, as DuckDB hands its parser the parser extensions.
+pub(crate) type Claim<'c, F> = dyn Fn(&[&Token]) -> Result<Option<F>> + 'c;
 
-/// Parses a request into commands, binding `params` into the SQL ones: a statement one of
-/// `extensions` claims is that feature's, the rest the engine's. A statement must keep within
+/// Parses a request into commands, binding `params` into the SQL ones: a statement a feature
+/// claims (`claim`) is that feature's, the rest the engine's. A statement must keep within
 /// `limits`.
-pub(crate) fn parse_limited(
+pub(crate) fn parse_limited<F>(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
     limits: ShapeLimits,
-    extensions: &[Arc<dyn Extension>],
-) -> Result<Vec<Command>> {
+    claim: &Claim<'_, F>,
+) -> Result<Vec<Command<F>>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
         .tokenize_with_location()
@@ -138,7 +129,7 @@ pub(crate) fn parse_limited(
         if words.is_empty() {
             continue;
         }
-        if let Some(statement) = claimed(extensions, &words)? {
+        if let Some(statement) = claim(&words)? {
             commands.push(Command::Feature(statement));
             continue;
         }
@@ -764,7 +755,7 @@ fn byte_offset(sql: &str, at: datafusion::sql::sqlparser::tokenizer::Location) -
 }
 
 /// Recognises MindsDB's own statements; `None` means "standard SQL".
-fn mindsdb_command(words: &[&Token]) -> Result<Option<Command>> {
+fn mindsdb_command<F>(words: &[&Token]) -> Result<Option<Command<F>>> {
     let kw = |k: usize| words.get(k).and_then(|t| keyword(t));
     let name_at = |k: usize| -> Result<String> {
         match words.get(k) {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::{parse_limited, Command, ShapeLimits};
 use crate::error::Result;
-use crate::sql::TypedParam;
+use crate::sql::{FeatureStatement, TypedParam};
 
 /// Parses a request into commands, binding `params` into the SQL ones, within the default
 /// shape limits, with the features the engine registers.
@@ -12,12 +12,13 @@ pub(crate) fn parse(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
-) -> Result<Vec<Command>> {
+) -> Result<Vec<Command<Box<dyn FeatureStatement>>>> {
+    let extensions = crate::ai::extensions();
     parse_limited(
         sql,
         params,
         typed,
         ShapeLimits::of(&crate::config::QueryConfig::default()),
-        &crate::ai::extensions(),
+        &|words| crate::sql::claim(&extensions, words),
     )
 }

@@ -18,10 +18,10 @@ use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::snapshot::StoredTable;
+use crate::sql::catalog::stored_table::StoredTable;
 
-use super::QueryRequest;
 use crate::error::Result;
+use crate::sql::request::QueryRequest;
 use crate::tenant::TenantId;
 
 /// Requests with more SQL and parameter text than this are planned every time: what is worth

@@ -19,12 +19,13 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::sql::sqlparser::ast::{
-    AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, Ident, VisitMut, VisitorMut,
+    AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, Ident, OnConflictAction, OnInsert,
+    SqliteOnConflict, Statement, VisitMut, VisitorMut,
 };
 
 use super::constraints::Checks;
-use super::dml::WriteJob;
-use crate::catalog::constraints::KeySet;
+use super::job::WriteJob;
+use crate::catalog::constraints::{KeySet, OnConflict};
 use crate::catalog::tables::{self, ReadTables, Rewrite, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::TABLES;
@@ -320,4 +321,64 @@ fn qualify(expr: &mut SqlExpr, table: &str) {
 /// Evaluates a planned expression on a batch.
 fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
     Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
+}
+
+/// What an INSERT does with a row whose key is taken: skip it, replace, fail, or update the
+/// stored row (`update`, for `ON CONFLICT … DO UPDATE`).
+#[derive(Debug)]
+pub(crate) struct Conflict {
+    pub(crate) on: OnConflict,
+    pub(crate) update: Option<Upsert>,
+}
+
+/// Takes an INSERT's conflict clause out of it (DataFusion plans only `OR REPLACE` and
+/// `REPLACE INTO`, which it keeps).
+pub(crate) fn take_conflict(statement: &mut Statement) -> Result<Conflict> {
+    let on = take_resolution(statement)?;
+    let Statement::Insert(insert) = statement else {
+        return Ok(Conflict { on, update: None });
+    };
+    let update = match insert.on.take() {
+        None => None,
+        Some(OnInsert::OnConflict(clause)) => match clause.action {
+            OnConflictAction::DoNothing => {
+                return Ok(Conflict {
+                    on: OnConflict::Nothing,
+                    update: None,
+                })
+            }
+            OnConflictAction::DoUpdate(update) => {
+                Some(Upsert::new(clause.conflict_target, update)?)
+            }
+        },
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "'{other}' is not supported: use ON CONFLICT (…) DO UPDATE, DO NOTHING or INSERT OR REPLACE"
+            )))
+        }
+    };
+    Ok(Conflict { on, update })
+}
+
+/// The resolution `OR …`, `REPLACE INTO` and MySQL's `INSERT IGNORE` ask for.
+fn take_resolution(statement: &mut Statement) -> Result<OnConflict> {
+    let Statement::Insert(insert) = statement else {
+        return Ok(OnConflict::Fail);
+    };
+    let mut on_conflict = match insert.or.take() {
+        Some(SqliteOnConflict::Replace) => {
+            insert.replace_into = true;
+            OnConflict::Replace
+        }
+        Some(SqliteOnConflict::Ignore) => OnConflict::Nothing,
+        // ABORT, FAIL and ROLLBACK all fail the statement, which then stores nothing.
+        Some(_) | None => OnConflict::Fail,
+    };
+    if insert.replace_into {
+        on_conflict = OnConflict::Replace;
+    }
+    if std::mem::take(&mut insert.ignore) {
+        on_conflict = OnConflict::Nothing;
+    }
+    Ok(on_conflict)
 }

@@ -11,28 +11,39 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::catalog::{CatalogProvider, CatalogProviderList};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::expr_rewriter::FunctionRewrite;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use datafusion::prelude::SessionConfig;
 
-use super::extension::Extensions;
-use super::snapshot::{Snapshot, TenantCatalog, CATALOG};
 use super::spill_shares::SpillShares;
 use crate::catalog::users;
 use crate::error::Result;
 use crate::services::llm::Connector;
+use crate::sql::catalog::features::Features;
+use crate::sql::catalog::snapshot::{Snapshot, CATALOG};
+use crate::sql::catalog::tenant::{planning_state, Catalogs, TenantCatalog};
 use crate::tenant::TenantId;
 
 /// Idle states kept for reuse; more concurrent requests than this build extra clones that
 /// are dropped afterwards.
 const MAX_IDLE: usize = 16;
+
+/// What the features add to every session: their tables, analyzer rules and planners.
+pub(crate) struct Plugins {
+    /// Their tables, asked for names that are no stored table or view.
+    pub(crate) tables: Features,
+    /// Rules that rewrite every statement's logical plan before it is optimized.
+    pub(crate) analyzer_rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>>,
+    /// Planners of their own logical plan nodes into operators.
+    pub(crate) planners: Vec<Arc<dyn ExtensionPlanner + Send + Sync>>,
+}
 
 /// The pool of session states.
 pub(crate) struct Sessions {
@@ -42,8 +53,8 @@ pub(crate) struct Sessions {
     expressions: Arc<SessionState>,
     /// How datasources are reached, handed to every request's catalog.
     net: crate::services::connectors::Net,
-    /// The features plugged in, handed to every request's catalog.
-    extensions: Extensions,
+    /// The features' tables, handed to every request's catalog.
+    features: Features,
     idle: Mutex<Vec<SessionState>>,
     /// Each tenant's task context (the shared one's copy with the tenant's disk manager): its
     /// settings (batch size, memory pool) are the engine's, and building one per query would
@@ -62,7 +73,7 @@ impl Sessions {
         net: crate::services::connectors::Net,
         hosted: &crate::config::HostedConfig,
         max_value: u64,
-        extensions: &Extensions,
+        plugins: Plugins,
     ) -> Self {
         let mut config = SessionConfig::new()
             .with_extension(Arc::new(connector))
@@ -76,9 +87,7 @@ impl Sessions {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(Catalogs(None)))
-            .with_query_planner(Arc::new(Planner(
-                extensions.iter().flat_map(|e| e.planners()).collect(),
-            )))
+            .with_query_planner(Arc::new(Planner(plugins.planners)))
             .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
             .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals(max_value)))
             .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
@@ -87,7 +96,7 @@ impl Sessions {
             .with_physical_optimizer_rule(Arc::new(super::join_stop::JoinStopCheck))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
-        for rule in extensions.iter().flat_map(|e| e.analyzer_rules()) {
+        for rule in plugins.analyzer_rules {
             base.add_analyzer_rule(rule);
         }
         for checked in super::bounded::checked_functions(base.scalar_functions(), max_value) {
@@ -107,7 +116,7 @@ impl Sessions {
             idle: Mutex::new(Vec::new()),
             base,
             net,
-            extensions: Arc::clone(extensions),
+            features: plugins.tables,
         }
     }
 
@@ -130,7 +139,7 @@ impl Sessions {
         state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(TenantCatalog {
             snapshot,
             net: self.net.clone(),
-            extensions: Arc::clone(&self.extensions),
+            features: Arc::clone(&self.features),
             expressions: Arc::clone(&self.expressions),
             reading: Arc::default(),
         })))));
@@ -149,7 +158,7 @@ impl Sessions {
         let catalog = TenantCatalog {
             snapshot,
             net: self.net.clone(),
-            extensions: Arc::clone(&self.extensions),
+            features: Arc::clone(&self.features),
             expressions: Arc::clone(&self.expressions),
             reading: Arc::new(vec![view]),
         };
@@ -164,19 +173,6 @@ impl Sessions {
     ) -> Result<Arc<TaskContext>> {
         self.spill.task_ctx(tenant, plan)
     }
-}
-
-/// A state of its own for planning stored SQL (a view's query) in `catalog`, with `db` as the
-/// current database, while the state of the statement that reads it is busy.
-pub(crate) fn planning_state(
-    base: &SessionState,
-    catalog: TenantCatalog,
-    db: &str,
-) -> SessionState {
-    let mut state = base.clone();
-    state.config_mut().options_mut().catalog.default_schema = db.to_ascii_lowercase();
-    state.register_catalog_list(Arc::new(Catalogs(Some(Arc::new(catalog)))));
-    state
 }
 
 /// A borrowed state; it returns to the pool when dropped.
@@ -229,35 +225,6 @@ impl Drop for Session {
             if idle.len() < MAX_IDLE {
                 idle.push(state);
             }
-        }
-    }
-}
-
-/// The one catalog a request sees (none while a state is idle).
-#[derive(Debug)]
-struct Catalogs(Option<Arc<TenantCatalog>>);
-
-impl CatalogProviderList for Catalogs {
-    fn register_catalog(
-        &self,
-        _name: String,
-        _catalog: Arc<dyn CatalogProvider>,
-    ) -> Option<Arc<dyn CatalogProvider>> {
-        // Nothing in the engine registers catalogs; names resolve in the tenant's snapshot.
-        None
-    }
-
-    fn catalog_names(&self) -> Vec<String> {
-        match self.0 {
-            Some(_) => vec![CATALOG.to_string()],
-            None => Vec::new(),
-        }
-    }
-
-    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
-        match &self.0 {
-            Some(catalog) if name == CATALOG => Some(Arc::clone(catalog) as _),
-            _ => None,
         }
     }
 }

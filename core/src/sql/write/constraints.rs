@@ -14,15 +14,13 @@ use datafusion::common::{Constraint, DFSchema};
 use datafusion::logical_expr::CreateMemoryTable;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateIndex, Expr as SqlExpr, ObjectName, OnConflictAction, OnInsert,
-    SqliteOnConflict, Statement, TableConstraint,
+    ColumnOption, CreateIndex, Expr as SqlExpr, ObjectName, Statement, TableConstraint,
 };
 
-use super::session::Session;
-use super::upsert::Upsert;
-use crate::catalog::constraints::{Constraints, Index, OnConflict};
+use crate::catalog::constraints::{Constraints, Index};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::planning::session::Session;
 
 /// What CREATE TABLE declares that DataFusion's plan does not carry.
 #[derive(Debug, Default)]
@@ -61,66 +59,6 @@ pub(crate) fn take_declared(statement: &mut Statement) -> Declared {
         });
     }
     declared
-}
-
-/// What an INSERT does with a row whose key is taken: skip it, replace, fail, or update the
-/// stored row (`update`, for `ON CONFLICT … DO UPDATE`).
-#[derive(Debug)]
-pub(crate) struct Conflict {
-    pub(crate) on: OnConflict,
-    pub(crate) update: Option<Upsert>,
-}
-
-/// Takes an INSERT's conflict clause out of it (DataFusion plans only `OR REPLACE` and
-/// `REPLACE INTO`, which it keeps).
-pub(crate) fn take_conflict(statement: &mut Statement) -> Result<Conflict> {
-    let on = take_resolution(statement)?;
-    let Statement::Insert(insert) = statement else {
-        return Ok(Conflict { on, update: None });
-    };
-    let update = match insert.on.take() {
-        None => None,
-        Some(OnInsert::OnConflict(clause)) => match clause.action {
-            OnConflictAction::DoNothing => {
-                return Ok(Conflict {
-                    on: OnConflict::Nothing,
-                    update: None,
-                })
-            }
-            OnConflictAction::DoUpdate(update) => {
-                Some(Upsert::new(clause.conflict_target, update)?)
-            }
-        },
-        Some(other) => {
-            return Err(Error::invalid(format!(
-                "'{other}' is not supported: use ON CONFLICT (…) DO UPDATE, DO NOTHING or INSERT OR REPLACE"
-            )))
-        }
-    };
-    Ok(Conflict { on, update })
-}
-
-/// The resolution `OR …`, `REPLACE INTO` and MySQL's `INSERT IGNORE` ask for.
-fn take_resolution(statement: &mut Statement) -> Result<OnConflict> {
-    let Statement::Insert(insert) = statement else {
-        return Ok(OnConflict::Fail);
-    };
-    let mut on_conflict = match insert.or.take() {
-        Some(SqliteOnConflict::Replace) => {
-            insert.replace_into = true;
-            OnConflict::Replace
-        }
-        Some(SqliteOnConflict::Ignore) => OnConflict::Nothing,
-        // ABORT, FAIL and ROLLBACK all fail the statement, which then stores nothing.
-        Some(_) | None => OnConflict::Fail,
-    };
-    if insert.replace_into {
-        on_conflict = OnConflict::Replace;
-    }
-    if std::mem::take(&mut insert.ignore) {
-        on_conflict = OnConflict::Nothing;
-    }
-    Ok(on_conflict)
 }
 
 /// The constraints a planned CREATE TABLE stores: DataFusion's keys by column name, and what

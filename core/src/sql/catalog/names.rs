@@ -7,7 +7,9 @@ use datafusion::sql::sqlparser::ast::{
     Expr, Ident, Query, SelectItem, SetExpr, Statement, UnaryOperator, Value,
 };
 
-use super::snapshot::DISPLAY_NAME;
+/// Field metadata key holding the column name to show when it differs from the (lower-case)
+/// name SQL resolves, as for `information_schema`'s upper-case columns.
+pub(crate) const DISPLAY_NAME: &str = "mindlite.display_name";
 
 /// How one select item names its output column(s).
 #[derive(Debug, Clone, PartialEq)]

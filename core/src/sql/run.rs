@@ -1,0 +1,422 @@
+//! A request run: its statements parsed (a feature's by the feature), a cached plan reused,
+//! and each statement of the database (projects, datasources, `USE`, `SHOW`) run here;
+//! SQL statements go on to `execute`.
+
+use std::sync::Arc;
+
+use super::catalog::snapshot::{Namespace, Snapshot};
+use super::execute::Turn;
+use super::planning::order;
+use super::planning::plan_cache::{self, PlanKey};
+use super::planning::session::Session;
+use super::request::{Outcome, QueryRequest, QueryResult, ResultContext, TableResult};
+use super::{parse, text_table, transaction, Command, SqlRunner};
+use crate::catalog::datasources;
+use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
+use crate::catalog::projects;
+use crate::error::{Error, Result};
+use crate::tenant::TenantId;
+
+impl SqlRunner {
+    /// Runs every statement of `request` in order and returns the last result; the first
+    /// failure stops the request and is its result.
+    pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
+        let mut context = self.request_context(request);
+        // Read before anything else: a plan kept now is current only while no commit follows.
+        let generation = self.store.commits();
+        let key = PlanKey::new(tenant, &context.db, request);
+        // An aborted transaction refuses statements below; a cached plan must not slip past.
+        let aborted = self.store.check_not_aborted().is_err();
+        if let Some(cached) = key
+            .as_ref()
+            .filter(|_| !aborted)
+            .and_then(|key| self.plans.get(key, generation))
+        {
+            // A plan that cannot run again is planned afresh below.
+            if let Ok(outcome) = self.run_cached(tenant, &cached) {
+                return QueryResult {
+                    context,
+                    outcome,
+                    document_limit: None,
+                };
+            }
+        }
+        let outcome = match self.parse(tenant, request).await {
+            Err(e) => Outcome::Error(e),
+            Ok(commands) if request.one_statement && commands.len() > 1 => {
+                Outcome::Error(Error::invalid(format!(
+                    "The query holds {} statements; send one statement per request",
+                    commands.len()
+                )))
+            }
+            Ok(commands) => {
+                // Only a request of one statement is keyed by its whole text.
+                let mut cache = key
+                    .filter(|_| commands.len() == 1)
+                    .map(|key| (key, generation));
+                let mut last = Outcome::Ok {
+                    affected_rows: None,
+                };
+                for command in commands {
+                    if let Command::Sql(statement) = &command {
+                        if let Some(steps) = transaction::steps_of(statement) {
+                            let step = match steps {
+                                Ok(steps) => self.transaction(request, statement, steps).await,
+                                Err(e) => Err(e),
+                            };
+                            match step {
+                                Ok(outcome) => last = outcome,
+                                Err(e) => {
+                                    last = Outcome::Error(e);
+                                    break;
+                                }
+                            }
+                            continue;
+                        }
+                    }
+                    if let Err(e) = self.store.check_not_aborted() {
+                        last = Outcome::Error(e);
+                        break;
+                    }
+                    // Boxed: planning's future is large, and this one is copied into each
+                    // layer around it; a cached plan (above) then costs no copy of it at all.
+                    let executing =
+                        Box::pin(self.execute(tenant, &mut context, command, cache.take()));
+                    match executing.await {
+                        Ok(outcome) => last = outcome,
+                        Err(e) => {
+                            // Inside a transaction, as in DuckDB: it is aborted.
+                            self.store.abort_transaction(e.message());
+                            last = Outcome::Error(e);
+                            break;
+                        }
+                    }
+                }
+                last
+            }
+        };
+        if self.store.commits() != generation {
+            self.plans.clear();
+        }
+        QueryResult {
+            context,
+            outcome,
+            document_limit: None,
+        }
+    }
+
+    /// The statements of `request`. A short request (most are) is parsed in place: its cost is
+    /// bounded by its size; a longer one, or one with list parameters to expand, on the pool.
+    async fn parse(&self, tenant: TenantId, request: &QueryRequest) -> Result<Vec<Command>> {
+        const IN_PLACE: usize = 4096;
+        let lists = request.params.values().any(serde_json::Value::is_array);
+        if request.query.len() <= IN_PLACE && !lists && request.typed_params.is_empty() {
+            return parse::parse_limited(
+                &request.query,
+                &request.params,
+                &request.typed_params,
+                parse::ShapeLimits::of(&self.config.query),
+                &|words| super::claim(&self.extensions, words),
+            );
+        }
+        let (query, params, typed) = (
+            request.query.clone(),
+            request.params.clone(),
+            request.typed_params.clone(),
+        );
+        let limits = parse::ShapeLimits::of(&self.config.query);
+        let extensions = Arc::clone(&self.extensions);
+        self.compute
+            .run(tenant, move || {
+                parse::parse_limited(&query, &params, &typed, limits, &|words| {
+                    super::claim(&extensions, words)
+                })
+            })
+            .await?
+    }
+
+    /// The statements of stored or generated text `sql` (a knowledge base's SELECT, an
+    /// agent's query, a model's statement), parsed as a request's are, without parameters.
+    pub(crate) fn parse_text(&self, sql: &str) -> Result<Vec<Command>> {
+        parse::parse_limited(
+            sql,
+            &std::collections::HashMap::new(),
+            &std::collections::HashMap::new(),
+            parse::ShapeLimits::of(&self.config.query),
+            &|words| super::claim(&self.extensions, words),
+        )
+    }
+
+    /// Runs planning work (`work`: planning a statement, optimizing, making its physical plan)
+    /// for `tenant` on the pool, not on an async worker; it awaits what it must (table
+    /// resolution) on the engine's runtime.
+    pub(super) async fn plan_on_pool<F>(&self, tenant: TenantId, work: F) -> Result<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.compute
+            .run_async(tenant, tokio::runtime::Handle::current(), work)
+            .await
+    }
+
+    fn run_cached(&self, tenant: TenantId, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
+        let task_ctx = self.sessions.task_ctx_of(tenant, || {
+            crate::catalog::users::plan_in(&self.store.read()?, tenant)
+        })?;
+        let stream = order::execute(cached.plan()?, task_ctx)?;
+        Ok(Outcome::Table(TableResult {
+            column_names: cached.column_names.clone(),
+            stream,
+        }))
+    }
+
+    pub(crate) fn session(
+        &self,
+        snapshot: Arc<Snapshot>,
+        db: &str,
+        partitions: usize,
+    ) -> Result<Session> {
+        self.sessions.take(snapshot, db, partitions)
+    }
+
+    async fn execute(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        command: Command,
+        cache: Option<(PlanKey, u64)>,
+    ) -> Result<Outcome> {
+        let ok = |affected_rows| Ok(Outcome::Ok { affected_rows });
+        match command {
+            Command::CreateProject {
+                name,
+                if_not_exists,
+            } => {
+                self.store
+                    .write(move |txn| projects::create(txn, tenant, &name, if_not_exists))
+                    .await?;
+                ok(None)
+            }
+            Command::CreateDatasource {
+                name,
+                engine,
+                parameters,
+                if_not_exists,
+            } => {
+                // Connecting takes a while: done before the writer lock is taken.
+                let edition = self.config.edition;
+                let (engine, parameters) =
+                    crate::services::connectors::check(&engine, parameters, edition, &self.net)
+                        .await?;
+                let hosted = self.config.hosted.clone();
+                self.store
+                    .write(move |txn| {
+                        let new = datasources::NewDatasource {
+                            name: &name,
+                            engine: &engine,
+                            parameters,
+                            description: None,
+                        };
+                        datasources::create(txn, tenant, new, if_not_exists, &hosted)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::AlterDatasource { name, parameters } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let source = match snapshot.namespace(&name)? {
+                    Some(Namespace::Datasource(source)) => source,
+                    Some(_) => {
+                        return Err(Error::invalid(format!(
+                        "Database '{name}' is not a datasource: only datasources have PARAMETERS"
+                    )))
+                    }
+                    None => return Err(Error::not_found(format!("Database '{name}' not found"))),
+                };
+                drop(snapshot);
+                let parameters = datasources::changed_parameters(&source, &parameters);
+                let (_, parameters) = crate::services::connectors::check(
+                    &source.engine,
+                    parameters,
+                    self.config.edition,
+                    &self.net,
+                )
+                .await?;
+                self.store
+                    .write(move |txn| {
+                        datasources::set_parameters(txn, tenant, &source.name, parameters)
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::DropProject { name, if_exists } => {
+                let default = self.default_project.clone();
+                // The trainings and knowledge-base inserts of its objects stop at once.
+                let object = crate::running::Object::project(tenant, &name);
+                self.store
+                    .write_dropping(object, move |txn| {
+                        crate::catalog::rules::drop_database(
+                            txn, tenant, &name, if_exists, &default,
+                        )
+                    })
+                    .await?;
+                ok(None)
+            }
+            Command::Use(name) => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                if snapshot.namespace(&name)?.is_none() {
+                    return Err(Error::not_found(format!("Database '{name}' not found")));
+                }
+                context.db = name.to_ascii_lowercase();
+                ok(None)
+            }
+            Command::ShowDatabases { full } => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let dbs = snapshot.databases(false)?;
+                let mut columns = vec![(
+                    "Database",
+                    dbs.iter().map(|d| Some(d.name.clone())).collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push((
+                        "TYPE",
+                        dbs.iter().map(|d| Some(d.kind.to_string())).collect(),
+                    ));
+                    columns.push(("ENGINE", dbs.iter().map(|d| d.engine.clone()).collect()));
+                }
+                text_table(columns)
+            }
+            Command::ShowProjects => {
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let names = snapshot
+                    .projects()?
+                    .into_iter()
+                    .map(|p| Some(p.name))
+                    .collect();
+                text_table(vec![("project", names)])
+            }
+            Command::ShowTables { db, full } => {
+                let db = db
+                    .unwrap_or_else(|| context.db.clone())
+                    .to_ascii_lowercase();
+                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let named =
+                    |names: Vec<String>, kind: &'static str| -> Vec<(String, &'static str)> {
+                        names.into_iter().map(|name| (name, kind)).collect()
+                    };
+                let tables = match snapshot.namespace(&db)? {
+                    None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+                    Some(Namespace::System) => {
+                        named(INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
+                    }
+                    Some(Namespace::Files) => named(
+                        snapshot
+                            .tables(FILES_DB)?
+                            .into_iter()
+                            .map(|t| t.name)
+                            .collect(),
+                        "BASE TABLE",
+                    ),
+                    Some(Namespace::Project(p)) => {
+                        let mut tables = named(
+                            snapshot
+                                .tables(&p.name)?
+                                .into_iter()
+                                .map(|t| t.name)
+                                .collect(),
+                            "BASE TABLE",
+                        );
+                        tables.extend(named(
+                            snapshot
+                                .views(&p.name)?
+                                .into_iter()
+                                .map(|v| v.name)
+                                .collect(),
+                            "VIEW",
+                        ));
+                        tables.sort_by_key(|(name, _)| name.to_ascii_lowercase());
+                        tables
+                    }
+                    Some(Namespace::Datasource(source)) => {
+                        drop(snapshot);
+                        named(
+                            crate::services::connectors::Connection::of(&source, &self.net)?
+                                .table_names()
+                                .await?,
+                            "BASE TABLE",
+                        )
+                    }
+                };
+                let header = format!("Tables_in_{db}");
+                let mut columns = vec![(
+                    header.as_str(),
+                    tables
+                        .iter()
+                        .map(|(n, _)| Some(n.clone()))
+                        .collect::<Vec<_>>(),
+                )];
+                if full {
+                    columns.push((
+                        "Table_type",
+                        tables
+                            .iter()
+                            .map(|(_, kind)| Some(kind.to_string()))
+                            .collect(),
+                    ));
+                }
+                text_table(columns)
+            }
+            Command::Feature(statement) => statement.run(self, tenant, context).await,
+            Command::Sql(mut statement) => {
+                let mut rewritten = false;
+                for extension in self.extensions.iter() {
+                    rewritten |= extension
+                        .rewrite(self, tenant, &context.db, &mut statement)
+                        .await?;
+                }
+                if rewritten {
+                    // A feature answered part of the statement: never reuse its plan.
+                    let once = Turn::Optimistic;
+                    return Box::pin(
+                        self.execute_sql(tenant, context, *statement, None, once, false),
+                    )
+                    .await;
+                }
+                // Its future is large (planning, the write's job): boxed, so the futures that
+                // await it stay small.
+                Box::pin(self.execute_sql(
+                    tenant,
+                    context,
+                    *statement,
+                    cache,
+                    Turn::Optimistic,
+                    false,
+                ))
+                .await
+            }
+        }
+    }
+
+    /// `DESCRIBE a[.b[.c]]` of a table, as standard SQL has it (a feature that reads
+    /// `DESCRIBE` itself hands over the names that are not its own).
+    pub(crate) async fn describe_table(
+        &self,
+        tenant: TenantId,
+        context: &mut ResultContext,
+        parts: &[String],
+    ) -> Result<Outcome> {
+        let quoted: Vec<String> = parts
+            .iter()
+            .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+            .collect();
+        let sql = format!("DESCRIBE {}", quoted.join("."));
+        let statement = datafusion::sql::sqlparser::parser::Parser::new(
+            &datafusion::sql::sqlparser::dialect::GenericDialect {},
+        )
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_statement())
+        .map_err(|e| Error::invalid(e.to_string()))?;
+        Box::pin(self.execute_sql(tenant, context, statement, None, Turn::Optimistic, false)).await
+    }
+}
