@@ -329,7 +329,12 @@ mod tests {
         let key = engine.block_on(engine.create_api_key("bob")).unwrap().key;
         let bob = engine.as_user(&key).unwrap();
         let memory = bob.request_memory();
-        let user = bob.inner.sql.tenant_memory(bob.tenant).unwrap().unwrap();
+        let user = bob
+            .inner
+            .services
+            .tenant_memory(bob.tenant)
+            .unwrap()
+            .unwrap();
         let before = user.used();
         let body = bob.block_on(memory.run(async { vec![7u8; 8 << 20] }));
         assert!(memory.used() >= 8 << 20, "the request holds its body");

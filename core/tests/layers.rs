@@ -484,17 +484,12 @@ fn children(source: &str) -> Vec<String> {
         .collect()
 }
 
-/// The file graph of `core/src`: each file (by module path) → the files it uses, through
-/// `crate::`, `super::` and `self::` paths alike (a `mod.rs` that re-exports a child's items
-/// uses that child). The crate root (`lib.rs`) is left out: it only declares and re-exports.
-fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    // Files only tests compile (`#[cfg(test)] mod fuzz;`) may use anything, as test modules may.
+/// The files only tests compile (`#[cfg(test)] mod fuzz;`), by module path: they may use
+/// anything, as test modules may.
+fn test_only_files(src: &Path, files: &[std::path::PathBuf]) -> BTreeSet<String> {
     let mut test_only = BTreeSet::new();
-    for file in &files {
-        let here = file_module(&src, file);
+    for file in files {
+        let here = file_module(src, file);
         let text = std::fs::read_to_string(file).unwrap();
         for (at, _) in text.match_indices("#[cfg(test)]\n") {
             let declared = text[at + "#[cfg(test)]\n".len()..]
@@ -513,6 +508,17 @@ fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
             }
         }
     }
+    test_only
+}
+
+/// The file graph of `core/src`: each file (by module path) → the files it uses, through
+/// `crate::`, `super::` and `self::` paths alike (a `mod.rs` that re-exports a child's items
+/// uses that child). The crate root (`lib.rs`) is left out: it only declares and re-exports.
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let test_only = test_only_files(&src, &files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let here = file_module(&src, &file);
@@ -734,4 +740,35 @@ fn a_circle_through_super_and_a_mod_rs_re_export_is_seen() {
         paths_after(&source, "crate::"),
         vec![vec!["store", "Store"]]
     );
+}
+
+/// Only `store/` and `catalog/` know the store's tables: everything else reads and writes
+/// records through the catalog's functions, which take a transaction and open their own
+/// tables (`store::Reads` serves a read snapshot and a write transaction alike). Test code may
+/// open any table.
+#[test]
+fn only_the_store_and_the_catalog_name_the_stores_tables() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let test_only = test_only_files(&src, &files);
+    let mut naming = Vec::new();
+    for file in &files {
+        let module = file_module(&src, file);
+        let name = module.join("::");
+        if matches!(module[0].as_str(), "store" | "catalog")
+            || test_only
+                .iter()
+                .any(|t| name == *t || name.starts_with(&format!("{t}::")))
+        {
+            continue;
+        }
+        let source = source_without_tests(file);
+        for needle in ["store::schema", "open_table("] {
+            if source.contains(needle) {
+                naming.push(format!("{name} names {needle}"));
+            }
+        }
+    }
+    assert!(naming.is_empty(), "{naming:#?}");
 }

@@ -15,6 +15,7 @@ use crate::egress::Egress;
 use crate::error::{Error, Result, Subject};
 use crate::store;
 use crate::store::schema::{AGENTS, PROJECTS, TABLES};
+use crate::store::Reads;
 use crate::tenant::TenantId;
 
 /// An agent as stored.
@@ -604,4 +605,20 @@ pub(crate) fn list(
         }
     }
     Ok(out)
+}
+
+/// The agents of one project, or of all projects when `project` is `None`, by project and
+/// name, read in `txn`.
+pub(crate) fn all(txn: &impl Reads, tenant: TenantId, project: Option<&str>) -> Result<Vec<Agent>> {
+    list(&txn.reading(AGENTS)?, tenant, project)
+}
+
+/// An agent of `project` by name (case-insensitive), read in `txn`.
+pub(crate) fn named(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<Agent>> {
+    get_in(&txn.reading(AGENTS)?, tenant, project, name)
 }

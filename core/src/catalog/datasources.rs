@@ -14,6 +14,7 @@ use crate::config::HostedConfig;
 use crate::error::{Error, Result};
 use crate::store;
 use crate::store::schema::DATASOURCES;
+use crate::store::Reads;
 use crate::tenant::TenantId;
 
 /// Parameters whose values are secrets, masked unless `show_secrets` is asked for.
@@ -297,6 +298,16 @@ pub(crate) fn list(
     tenant: TenantId,
 ) -> Result<Vec<Datasource>> {
     store::list_named(table, tenant)
+}
+
+/// All datasources of `tenant`, by name, read in `txn`.
+pub(crate) fn all(txn: &impl Reads, tenant: TenantId) -> Result<Vec<Datasource>> {
+    list(&txn.reading(DATASOURCES)?, tenant)
+}
+
+/// A datasource by name (case-insensitive), read in `txn`.
+pub(crate) fn named(txn: &impl Reads, tenant: TenantId, name: &str) -> Result<Option<Datasource>> {
+    get(&txn.reading(DATASOURCES)?, tenant, name)
 }
 
 #[cfg(test)]

@@ -759,6 +759,16 @@ pub(crate) enum Probe {
 /// The rows an index lookup found: chunk id → its rows (ascending).
 pub(crate) type Found = BTreeMap<u64, Vec<u32>>;
 
+/// [`lookup`] in the index entries `txn` sees.
+pub(crate) fn lookup_in(
+    txn: &impl crate::store::Reads,
+    id: u64,
+    first: &DataType,
+    probe: &Probe,
+) -> Result<Option<Found>> {
+    lookup(&txn.reading(INDEX_ENTRIES)?, id, first, probe)
+}
+
 /// Looks `probe` up in the index `id` whose first column is of type `first`, in `entries` (a
 /// snapshot's table). `None` when a probe value does not convert to the column's type exactly
 /// (the caller then scans).

@@ -21,6 +21,7 @@ use crate::egress::Egress;
 use crate::error::{Error, Result, Subject};
 use crate::store;
 use crate::store::schema::{KNOWLEDGE_BASES, TABLES, TABLE_SCHEMAS};
+use crate::store::Reads;
 use crate::tenant::TenantId;
 
 /// MindsDB's default chunk size, in characters.
@@ -595,6 +596,25 @@ pub(crate) fn list(
     project: &str,
 ) -> Result<Vec<KnowledgeBase>> {
     store::list_in_project(table, tenant, project)
+}
+
+/// Every knowledge base of `project`, by name, read in `txn`.
+pub(crate) fn in_project(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+) -> Result<Vec<KnowledgeBase>> {
+    list(&txn.reading(KNOWLEDGE_BASES)?, tenant, project)
+}
+
+/// A knowledge base of `project` by name (case-insensitive), read in `txn`.
+pub(crate) fn named(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<KnowledgeBase>> {
+    get(&txn.reading(KNOWLEDGE_BASES)?, tenant, project, name)
 }
 
 /// Stores a new knowledge base; with `if_not_exists` an existing one is kept as it is. The

@@ -13,6 +13,7 @@ use crate::config::{HostedConfig, LlmConfig};
 use crate::error::{Error, Result};
 use crate::store;
 use crate::store::schema::{DATASOURCES, KNOWLEDGE_BASES, MINDS};
+use crate::store::Reads;
 use crate::tenant::TenantId;
 
 /// The status minds-sdk expects of a mind that can answer.
@@ -212,6 +213,16 @@ pub(crate) fn list(
     tenant: TenantId,
 ) -> Result<Vec<Mind>> {
     store::list_named(table, tenant)
+}
+
+/// All minds of `tenant`, by name, read in `txn`.
+pub(crate) fn all(txn: &impl Reads, tenant: TenantId) -> Result<Vec<Mind>> {
+    list(&txn.reading(MINDS)?, tenant)
+}
+
+/// A mind that must exist, read in `txn`.
+pub(crate) fn required(txn: &impl Reads, tenant: TenantId, name: &str) -> Result<Mind> {
+    require(&txn.reading(MINDS)?, tenant, name)
 }
 
 /// How many minds `tenant` has.

@@ -9,6 +9,7 @@ use crate::catalog::namespace::{self, validate_name, RESERVED};
 use crate::error::{Error, Result};
 use crate::store;
 use crate::store::schema::PROJECTS;
+use crate::store::Reads;
 use crate::tenant::TenantId;
 
 /// A project as stored.
@@ -111,4 +112,14 @@ pub(crate) fn list(
     tenant: TenantId,
 ) -> Result<Vec<Project>> {
     store::list_named(table, tenant)
+}
+
+/// All projects of `tenant`, by name, read in `txn`.
+pub(crate) fn all(txn: &impl Reads, tenant: TenantId) -> Result<Vec<Project>> {
+    list(&txn.reading(PROJECTS)?, tenant)
+}
+
+/// A project by name (case-insensitive), read in `txn`.
+pub(crate) fn named(txn: &impl Reads, tenant: TenantId, name: &str) -> Result<Option<Project>> {
+    get(&txn.reading(PROJECTS)?, tenant, name)
 }

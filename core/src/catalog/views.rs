@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::namespace::validate_name;
 use crate::error::{Error, Result};
-use crate::store;
 use crate::store::schema::VIEWS;
+use crate::store::{self, Reads};
 use crate::tenant::TenantId;
 
 /// A view's catalog record.
@@ -51,6 +51,21 @@ pub(crate) fn list(
     project: &str,
 ) -> Result<Vec<View>> {
     store::list_in_project(table, tenant, project)
+}
+
+/// Every view of a project, by name, read in `txn`.
+pub(crate) fn in_project(txn: &impl Reads, tenant: TenantId, project: &str) -> Result<Vec<View>> {
+    list(&txn.reading(VIEWS)?, tenant, project)
+}
+
+/// A view of a project by name (case-insensitive), read in `txn`.
+pub(crate) fn named(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<View>> {
+    get(&txn.reading(VIEWS)?, tenant, project, name)
 }
 
 /// Stores `view`: a new one, or in place of the one of that name when `or_replace`; with

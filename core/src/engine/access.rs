@@ -11,12 +11,12 @@ impl Engine {
     /// The engine's status in MindsDB's shape (`GET /api/status`); `authenticated` says whether
     /// the caller showed a valid token, which MindsDB reports as `auth.confirmed`.
     pub fn status(&self, authenticated: bool) -> Status {
-        status::status(&self.inner.config, authenticated)
+        status::status(&self.inner.services.config, authenticated)
     }
 
     /// Whether callers must log in (and send the token) before anything else.
     pub fn auth_required(&self) -> bool {
-        auth::required(&self.inner.config)
+        auth::required(&self.inner.services.config)
     }
 
     /// Checks a username and password and issues a bearer token valid for
@@ -29,7 +29,7 @@ impl Engine {
         username: Option<&str>,
         password: Option<&str>,
     ) -> Result<LoginToken> {
-        let config = &self.inner.config;
+        let config = &self.inner.services.config;
         let tenant = match config.edition {
             crate::config::Edition::Local => {
                 auth::check_credentials(&config.auth, username, password)?;
@@ -40,6 +40,7 @@ impl Engine {
         let lifetime = config.auth.token_lifetime_secs;
         self.inner
             .sql
+            .services
             .store
             .write(move |txn| auth::issue(txn, tenant, lifetime))
             .await
@@ -48,18 +49,19 @@ impl Engine {
     /// The tenant a bearer token belongs to, or [`ErrorKind::Unauthorized`](crate::ErrorKind)
     /// for a token that is unknown, revoked or expired.
     pub fn verify_token(&self, token: &str) -> Result<TenantId> {
-        auth::verify(&self.inner.sql.store.read()?, token)
+        auth::verify(&self.inner.services.store.read()?, token)
     }
 
     /// Revokes a bearer token; returns whether it was live. Revoking an unknown, expired or
     /// revoked token is no error and writes nothing (it is checked on a read snapshot first).
     pub async fn logout(&self, token: &str) -> Result<bool> {
-        if auth::verify(&self.inner.sql.store.read()?, token).is_err() {
+        if auth::verify(&self.inner.services.store.read()?, token).is_err() {
             return Ok(false);
         }
         let token = token.to_string();
         self.inner
             .sql
+            .services
             .store
             .write(move |txn| auth::revoke(txn, &token))
             .await

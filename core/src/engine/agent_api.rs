@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::ai::agents::answer::{self, AgentEvent, AgentStream, Answer, Asker};
 use crate::catalog::agents::{self, Agent};
 use crate::error::{Error, Result};
-use crate::store::schema::AGENTS;
 
 use super::{body_object, require_project, AbortOnDrop, Engine};
 
@@ -19,11 +18,12 @@ impl Engine {
     pub async fn create_agent(&self, project: &str, spec: serde_json::Value) -> Result<Agent> {
         let tenant = self.tenant;
         let spec = body_object(spec)?;
-        let (project, llm) = (project.to_string(), self.inner.config.llm.clone());
-        let egress = self.inner.sql.net.egress.clone();
+        let (project, llm) = (project.to_string(), self.inner.services.config.llm.clone());
+        let egress = self.inner.services.net.egress.clone();
         let created = self
             .inner
             .sql
+            .services
             .store
             .write(move |txn| agents::create(txn, tenant, &project, &spec, &llm, false, &egress))
             .await?;
@@ -33,18 +33,17 @@ impl Engine {
     /// The agents of `project`, by name.
     pub fn list_agents(&self, project: &str) -> Result<Vec<Agent>> {
         let tenant = self.tenant;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, tenant, project)?;
-        agents::list(&txn.open_table(AGENTS)?, tenant, Some(project))
+        agents::all(&txn, tenant, Some(project))
     }
 
     /// One agent by name (case-insensitive).
     pub fn get_agent(&self, project: &str, name: &str) -> Result<Agent> {
         let tenant = self.tenant;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, tenant, project)?;
-        agents::get_in(&txn.open_table(AGENTS)?, tenant, project, name)?
-            .ok_or_else(|| agents::agent_missing(name))
+        agents::named(&txn, tenant, project, name)?.ok_or_else(|| agents::agent_missing(name))
     }
 
     /// Updates an agent as MindsDB's PUT does: shallow merge of the body into its params, a
@@ -59,9 +58,10 @@ impl Engine {
         let tenant = self.tenant;
         let changes = body_object(changes)?;
         let (project, name) = (project.to_string(), name.to_string());
-        let egress = self.inner.sql.net.egress.clone();
+        let egress = self.inner.services.net.egress.clone();
         self.inner
             .sql
+            .services
             .store
             .write(move |txn| agents::update(txn, tenant, &project, &name, &changes, &egress))
             .await
@@ -73,6 +73,7 @@ impl Engine {
         let (project, name) = (project.to_string(), name.to_string());
         self.inner
             .sql
+            .services
             .store
             .write(move |txn| agents::delete(txn, tenant, &project, &name, false))
             .await
@@ -105,7 +106,7 @@ impl Engine {
         let question = self.take_question().await?;
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = async move {
-            Asker::new(&inner.sql, &inner.config, tenant)
+            Asker::new(&inner.sql, &inner.services.config, tenant)
                 .answer_counted(question, &agent, messages, None)
                 .await
         };
@@ -143,7 +144,7 @@ impl Engine {
         let (sender, receiver) = tokio::sync::mpsc::channel(answer::EVENT_BUFFER);
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let task = crate::memory::spawn_on(&self.inner.handle, async move {
-            let answer = Asker::new(&inner.sql, &inner.config, tenant)
+            let answer = Asker::new(&inner.sql, &inner.services.config, tenant)
                 .answer_counted(question, &agent, messages, Some(&sender))
                 .await;
             if let Err(e) = answer {

@@ -18,7 +18,6 @@ use crate::catalog::users::{self, IssuedApiKey, User, API_KEY_PREFIX};
 use crate::config::Edition;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::schema::{DATASOURCES, MINDS};
 use crate::tenant::TenantId;
 use crate::wire::Fields;
 
@@ -38,7 +37,7 @@ impl Engine {
         if !self.is_hosted() {
             return Err(crate::catalog::auth::unauthorized());
         }
-        let user = users::authenticate(&self.inner.sql.store.read()?, api_key)?;
+        let user = users::authenticate(&self.inner.services.store.read()?, api_key)?;
         Ok(self.scoped(user.tenant()))
     }
 
@@ -50,7 +49,7 @@ impl Engine {
         if credential.starts_with(API_KEY_PREFIX) {
             return self.as_user(credential);
         }
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         let tenant = crate::catalog::auth::verify(&txn, credential)?;
         // In the hosted edition a token must belong to a live user: one left from a local run
         // of the same file (the operator's tenant) is refused.
@@ -81,7 +80,7 @@ impl Engine {
             return Err(Error::invalid("Username and password should be string"));
         }
         let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
-        let user = match users::authenticate(&self.inner.sql.store.read()?, password) {
+        let user = match users::authenticate(&self.inner.services.store.read()?, password) {
             Ok(user) => user,
             Err(e) if e.kind() == ErrorKind::Unauthorized => return Err(wrong()),
             Err(e) => return Err(e),
@@ -117,7 +116,13 @@ impl Engine {
         let inner = Arc::clone(&self.inner);
         self.write(move |txn| {
             let project = inner.sql.default_project();
-            users::create(txn, &name, plan.as_deref(), &inner.config.hosted, project)
+            users::create(
+                txn,
+                &name,
+                plan.as_deref(),
+                &inner.services.config.hosted,
+                project,
+            )
         })
         .await
     }
@@ -125,13 +130,13 @@ impl Engine {
     /// Every user, in creation order.
     pub fn list_users(&self) -> Result<Vec<User>> {
         self.require_operator()?;
-        users::list(&self.inner.sql.store.read()?)
+        users::list(&self.inner.services.store.read()?)
     }
 
     /// One user by name (case-insensitive).
     pub fn get_user(&self, name: &str) -> Result<User> {
         self.require_operator()?;
-        users::read(&self.inner.sql.store.read()?, name)
+        users::read(&self.inner.services.store.read()?, name)
     }
 
     /// Changes a user's plan and/or disables (or re-enables) it. A disabled user's keys and
@@ -146,7 +151,13 @@ impl Engine {
         let (name, plan) = (name.to_string(), plan.map(str::to_string));
         let inner = Arc::clone(&self.inner);
         self.write(move |txn| {
-            users::update(txn, &name, plan.as_deref(), disabled, &inner.config.hosted)
+            users::update(
+                txn,
+                &name,
+                plan.as_deref(),
+                disabled,
+                &inner.services.config.hosted,
+            )
         })
         .await
     }
@@ -169,13 +180,13 @@ impl Engine {
     /// This handle's user's plan, quotas and usage (`GET /limits/`); NotFound for a handle
     /// that is not a user's.
     pub fn limits(&self) -> Result<Limits> {
-        let txn = self.inner.sql.store.read()?;
-        let minds = minds::list(&txn.open_table(MINDS)?, self.tenant)?.len() as u64;
-        let sources = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?.len() as u64;
+        let txn = self.inner.services.store.read()?;
+        let minds = minds::all(&txn, self.tenant)?.len() as u64;
+        let sources = datasources::all(&txn, self.tenant)?.len() as u64;
         quotas::limits(
             &txn,
             self.tenant,
-            &self.inner.config.hosted,
+            &self.inner.services.config.hosted,
             (minds, sources),
             crate::time::now_unix(),
         )
@@ -184,7 +195,12 @@ impl Engine {
     /// Counts a question against this tenant's quota (a no-op for tenants without one).
     pub(crate) async fn take_question(&self) -> Result<quotas::Question> {
         let inner = &self.inner;
-        quotas::Question::take(&inner.sql.store, &inner.config.hosted, self.tenant).await
+        quotas::Question::take(
+            &inner.services.store,
+            &inner.services.config.hosted,
+            self.tenant,
+        )
+        .await
     }
 
     /// Creates a mind from a Minds API body: `name`, and optionally `model_name` and
@@ -197,7 +213,7 @@ impl Engine {
         let body = Fields::of(body, "The mind")?.into_map();
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         self.write(move |txn| {
-            let config = &inner.config;
+            let config = &inner.services.config;
             let project = inner.sql.default_project();
             minds::create(txn, tenant, &body, &config.llm, &config.hosted, project)
         })
@@ -206,14 +222,14 @@ impl Engine {
 
     /// Every mind, by name.
     pub fn list_minds(&self) -> Result<Vec<Mind>> {
-        let txn = self.inner.sql.store.read()?;
-        minds::list(&txn.open_table(MINDS)?, self.tenant)
+        let txn = self.inner.services.store.read()?;
+        minds::all(&txn, self.tenant)
     }
 
     /// One mind by name (case-insensitive).
     pub fn get_mind(&self, name: &str) -> Result<Mind> {
-        let txn = self.inner.sql.store.read()?;
-        minds::require(&txn.open_table(MINDS)?, self.tenant, name)
+        let txn = self.inner.services.store.read()?;
+        minds::required(&txn, self.tenant, name)
     }
 
     /// Changes a mind: the fields given replace the stored ones; `name` renames it.
@@ -256,10 +272,14 @@ impl Engine {
                 return Err(quotas::slot_full(slot, &limits.plan, full.limit, full.used));
             }
         }
-        let edition = self.inner.config.edition;
-        let (engine, parameters) =
-            crate::services::connectors::check(&engine, parameters, edition, &self.inner.sql.net)
-                .await?;
+        let edition = self.inner.services.config.edition;
+        let (engine, parameters) = crate::services::connectors::check(
+            &engine,
+            parameters,
+            edition,
+            &self.inner.services.net,
+        )
+        .await?;
         let (inner, tenant, key) = (Arc::clone(&self.inner), self.tenant, name.clone());
         self.write(move |txn| {
             let new = datasources::NewDatasource {
@@ -268,7 +288,7 @@ impl Engine {
                 parameters,
                 description,
             };
-            datasources::create(txn, tenant, new, false, &inner.config.hosted)
+            datasources::create(txn, tenant, new, false, &inner.services.config.hosted)
         })
         .await?;
         self.get_datasource(&name)
@@ -276,8 +296,8 @@ impl Engine {
 
     /// Every datasource, secrets masked.
     pub fn list_datasources(&self) -> Result<Vec<DatasourceInfo>> {
-        let txn = self.inner.sql.store.read()?;
-        let all = datasources::list(&txn.open_table(DATASOURCES)?, self.tenant)?;
+        let txn = self.inner.services.store.read()?;
+        let all = datasources::all(&txn, self.tenant)?;
         Ok(all.iter().map(|d| d.info()).collect())
     }
 
@@ -289,8 +309,8 @@ impl Engine {
     }
 
     fn find_datasource(&self, name: &str) -> Result<Option<datasources::Datasource>> {
-        let txn = self.inner.sql.store.read()?;
-        datasources::get(&txn.open_table(DATASOURCES)?, self.tenant, name)
+        let txn = self.inner.services.store.read()?;
+        datasources::named(&txn, self.tenant, name)
     }
 
     /// Changes a datasource with a Minds API PUT body: `connection_data` replaces the
@@ -308,12 +328,12 @@ impl Engine {
         };
         if let Some(data) = body.map_field("connection_data")? {
             let parameters = datasources::unmasked(&source, data);
-            let edition = self.inner.config.edition;
+            let edition = self.inner.services.config.edition;
             let (_, checked) = crate::services::connectors::check(
                 &source.engine,
                 parameters,
                 edition,
-                &self.inner.sql.net,
+                &self.inner.services.net,
             )
             .await?;
             change.parameters = Some(checked);
@@ -364,7 +384,7 @@ impl Engine {
                 "Model-status callbacks are served by the hosted edition only",
             ));
         }
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         match users::active(&txn, self.tenant)? {
             Some(_) => Ok(()),
             None => Err(Error::new(
@@ -378,8 +398,8 @@ impl Engine {
     /// user whose plan lost them gets 403 everywhere, and the worker stops sending its events).
     fn require_callbacks(&self) -> Result<()> {
         self.require_callback_owner()?;
-        let txn = self.inner.sql.store.read()?;
-        let hosted = &self.inner.config.hosted;
+        let txn = self.inner.services.store.read()?;
+        let hosted = &self.inner.services.config.hosted;
         let plan = users::active(&txn, self.tenant)?.map(|u| u.plan);
         let allowed = plan
             .as_ref()
@@ -418,11 +438,11 @@ impl Engine {
             .write(move |txn| {
                 let plan = users::plan_of(txn, tenant)?;
                 let limit = plan.as_deref().and_then(|name| {
-                    let plan = inner.config.hosted.plans.get(name)?;
+                    let plan = inner.services.config.hosted.plans.get(name)?;
                     Some((name, plan.max_callbacks))
                 });
-                let config = &inner.config.callbacks;
-                let egress = &inner.sql.net.egress;
+                let config = &inner.services.config.callbacks;
+                let egress = &inner.services.net.egress;
                 callbacks::register(txn, tenant, &body, filter, config, egress, limit)
             })
             .await?;
@@ -432,7 +452,7 @@ impl Engine {
     /// The callbacks as MindsDB lists them.
     pub fn list_callbacks(&self) -> Result<Vec<CallbackSummary>> {
         self.require_callbacks()?;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         let all = callbacks::list(&callbacks::table(&txn)?, self.tenant)?;
         Ok(all.iter().map(|c| c.summary()).collect())
     }
@@ -440,7 +460,7 @@ impl Engine {
     /// One callback with its filter and attempt settings (not its secret).
     pub fn get_callback(&self, id: u64) -> Result<CallbackInfo> {
         self.require_callbacks()?;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         Ok(callbacks::get(&callbacks::table(&txn)?, self.tenant, id)?.info())
     }
 
@@ -452,7 +472,7 @@ impl Engine {
         let (inner, tenant) = (Arc::clone(&self.inner), self.tenant);
         let callback = self
             .write(move |txn| {
-                callbacks::update(txn, tenant, id, &body, filter, &inner.sql.net.egress)
+                callbacks::update(txn, tenant, id, &body, filter, &inner.services.net.egress)
             })
             .await?;
         Ok(callback.info())
@@ -470,7 +490,7 @@ impl Engine {
     /// (1,000 by default) are kept.
     pub fn callback_deliveries(&self, id: u64) -> Result<Vec<DeliveryAttempt>> {
         self.require_callbacks()?;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         callbacks::attempts(&txn, self.tenant, id)
     }
 
@@ -480,7 +500,7 @@ impl Engine {
         T: Send + 'static,
         F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
     {
-        self.inner.sql.store.write(change).await
+        self.inner.services.store.write(change).await
     }
 
     /// Ok when this edition serves `api`; otherwise a NotFound error saying so (a local
@@ -503,7 +523,7 @@ impl Engine {
 
     /// Whether this engine runs the hosted edition.
     pub fn is_hosted(&self) -> bool {
-        self.inner.config.edition == Edition::Hosted
+        self.inner.services.config.edition == Edition::Hosted
     }
 }
 

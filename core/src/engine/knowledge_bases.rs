@@ -16,7 +16,6 @@ use crate::engine::{require_project, Engine};
 use crate::error::{Error, Result};
 use crate::progress::ProgressCallback;
 use crate::sql::{Outcome, QueryRequest, QueryResult, ResultContext};
-use crate::store::schema::KNOWLEDGE_BASES;
 
 /// Rows one REST insert may carry (mindsdb_sdk sends at most 1,000 per request).
 const MAX_ROWS: usize = 100_000;
@@ -32,7 +31,7 @@ impl Engine {
             return Err(Error::invalid("\"knowledge_base\" must be an object"));
         };
         self.list_knowledge_bases(project)?;
-        let kb = KnowledgeBase::from_body(project, body, &self.inner.config.embedding)?;
+        let kb = KnowledgeBase::from_body(project, body, &self.inner.services.config.embedding)?;
         let created = kb.clone();
         self.inner
             .sql
@@ -43,22 +42,17 @@ impl Engine {
 
     /// The knowledge bases of `project`, by name.
     pub fn list_knowledge_bases(&self, project: &str) -> Result<Vec<KnowledgeBase>> {
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, self.tenant, project)?;
-        knowledge_bases::list(&txn.open_table(KNOWLEDGE_BASES)?, self.tenant, project)
+        knowledge_bases::in_project(&txn, self.tenant, project)
     }
 
     /// One knowledge base by name (case-insensitive).
     pub fn get_knowledge_base(&self, project: &str, name: &str) -> Result<KnowledgeBase> {
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, self.tenant, project)?;
-        knowledge_bases::get(
-            &txn.open_table(KNOWLEDGE_BASES)?,
-            self.tenant,
-            project,
-            name,
-        )?
-        .ok_or_else(|| knowledge_bases::missing(name))
+        knowledge_bases::named(&txn, self.tenant, project, name)?
+            .ok_or_else(|| knowledge_bases::missing(name))
     }
 
     /// Deletes a knowledge base and its documents.
@@ -70,6 +64,7 @@ impl Engine {
         let object = crate::running::Object::knowledge_base(tenant, &project, &name);
         self.inner
             .sql
+            .services
             .store
             .write_dropping(object, move |txn| {
                 crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, false)
@@ -121,9 +116,10 @@ impl Engine {
         };
         if !settings.is_empty() {
             let (tenant, project, name) = (self.tenant, project.to_string(), name.to_string());
-            let egress = self.inner.sql.net.egress.clone();
+            let egress = self.inner.services.net.egress.clone();
             self.inner
                 .sql
+                .services
                 .store
                 .write(move |txn| {
                     knowledge_bases::alter(txn, tenant, &project, &name, settings, &egress)

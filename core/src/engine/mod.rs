@@ -40,8 +40,8 @@ use crate::catalog::projects::{self};
 use crate::catalog::tables;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
+use crate::services::Services;
 use crate::sql::SqlRunner;
-use crate::store::schema::PROJECTS;
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -83,7 +83,8 @@ thread_local! {
 pub(crate) struct Inner {
     /// Tells this engine's runtime threads apart from all others.
     id: u64,
-    pub(crate) config: Config,
+    /// What the engine and its SQL engine share (the store, the configuration, the clients).
+    pub(crate) services: Arc<Services>,
     pub(crate) sql: SqlRunner,
     /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
     runtime: Option<Runtime>,
@@ -95,7 +96,7 @@ pub(crate) struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.sweeper.stop();
-        self.sql.compute.close();
+        self.services.compute.close();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -126,7 +127,8 @@ impl Engine {
     fn start(store: Store, config: Config) -> Result<Engine> {
         config.validate()?;
         let store = Arc::new(store);
-        let sql = SqlRunner::new(Arc::clone(&store), &config, crate::ai::extensions())?;
+        let services = Arc::new(Services::new(Arc::clone(&store), &config)?);
+        let sql = SqlRunner::new(Arc::clone(&services), crate::ai::extensions())?;
         let default = sql.default_project().to_string();
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.
@@ -156,7 +158,7 @@ impl Engine {
             Arc::clone(&store),
             &config.callbacks,
             &config.hosted,
-            &sql.net.egress,
+            &services.net.egress,
         )?;
         crate::memory::set_ceiling(Some(config.process_memory_bytes()));
         if config.edition == crate::config::Edition::Hosted {
@@ -191,7 +193,7 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new(Inner {
                 id,
-                config,
+                services,
                 sql,
                 runtime: Some(runtime),
                 handle,
@@ -204,7 +206,7 @@ impl Engine {
 
     /// The configuration the engine was opened with.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        &self.inner.services.config
     }
 
     /// The memory account of one request of this handle's user (see [`RequestMemory`]): a
@@ -215,8 +217,15 @@ impl Engine {
     ///
     /// [`RequestMemory`]: crate::RequestMemory
     pub fn request_memory(&self) -> crate::memory::RequestMemory {
-        let parent = self.inner.sql.tenant_memory(self.tenant).unwrap_or(None);
-        crate::memory::RequestMemory::open(self.inner.config.statement_memory_bytes(), parent)
+        let parent = self
+            .inner
+            .services
+            .tenant_memory(self.tenant)
+            .unwrap_or(None);
+        crate::memory::RequestMemory::open(
+            self.inner.services.config.statement_memory_bytes(),
+            parent,
+        )
     }
 
     /// The statement's stops for work that arrives outside SQL (a knowledge-base insert, an
@@ -229,16 +238,22 @@ impl Engine {
     /// `max_running_statements`, held while the returned ticket lives) and runs under a memory
     /// account of its own (`query.statement_memory_mb`, within the plan's `max_memory_mb`).
     pub(crate) fn statement_control(&self) -> Result<(Control, Option<Ticket>)> {
-        let (ticket, tenant_memory) = self.inner.sql.admit_statement(self.tenant)?;
-        let control = Control::new(self.inner.config.statement_limit(None), &self.interrupts)
-            .with_memory(self.inner.config.statement_memory_bytes(), tenant_memory);
+        let (ticket, tenant_memory) = self.inner.services.admit_statement(self.tenant)?;
+        let control = Control::new(
+            self.inner.services.config.statement_limit(None),
+            &self.interrupts,
+        )
+        .with_memory(
+            self.inner.services.config.statement_memory_bytes(),
+            tenant_memory,
+        );
         Ok((control, ticket))
     }
 
     /// Whether a transaction (`BEGIN`) is open: until `COMMIT` or `ROLLBACK`, writes are seen
     /// only here and are lost if the process ends; closing the engine rolls it back.
     pub fn in_transaction(&self) -> bool {
-        self.inner.sql.store.in_transaction()
+        self.inner.services.store.in_transaction()
     }
 
     /// Stops every statement running through this handle (or a clone of it): each ends with
@@ -252,7 +267,10 @@ impl Engine {
     /// against `http.unauthenticated_per_minute`; over it,
     /// [`ErrorKind::QuotaExceeded`](crate::ErrorKind) with the seconds to wait.
     pub fn throttle_unauthenticated(&self, client: &str) -> Result<()> {
-        self.inner.sql.admission.throttle_unauthenticated(client)
+        self.inner
+            .services
+            .admission
+            .throttle_unauthenticated(client)
     }
 
     /// Closes this handle. When it is the last one, the runtime is shut down first, waiting up
@@ -291,7 +309,7 @@ impl Engine {
 impl Engine {
     /// The store, for tests that look at what is on disk.
     pub(crate) fn store(&self) -> &Arc<Store> {
-        &self.inner.sql.store
+        &self.inner.services.store
     }
 
     /// Keeps the sweeper from starting its next step until the guard is dropped.
@@ -306,8 +324,7 @@ pub(crate) fn require_project(
     tenant: TenantId,
     project: &str,
 ) -> Result<()> {
-    let table = txn.open_table(PROJECTS)?;
-    match projects::get(&table, tenant, project)? {
+    match projects::named(txn, tenant, project)? {
         Some(_) => Ok(()),
         None => Err(agents::project_missing(project)),
     }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::catalog::models::{self, Model};
 use crate::error::{Error, Result};
 use crate::running::Object;
-use crate::store::schema::MODELS;
 
 use super::{require_project, AbortOnDrop, Engine};
 
@@ -14,18 +13,18 @@ impl Engine {
     /// Every version of every model of `project`, by name and version.
     pub fn list_models(&self, project: &str) -> Result<Vec<Model>> {
         let tenant = self.tenant;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, tenant, project)?;
-        let versions = models::list(&txn.open_table(MODELS)?, tenant, Some(project))?;
+        let versions = models::all(&txn, tenant, Some(project))?;
         Ok(versions.into_iter().map(Model).collect())
     }
 
     /// One model's version, or its active version when `version` is `None`.
     pub fn get_model(&self, project: &str, name: &str, version: Option<u32>) -> Result<Model> {
         let tenant = self.tenant;
-        let txn = self.inner.sql.store.read()?;
+        let txn = self.inner.services.store.read()?;
         require_project(&txn, tenant, project)?;
-        let found = models::find(&txn.open_table(MODELS)?, tenant, project, name, version)?;
+        let found = models::named(&txn, tenant, project, name, version)?;
         found.map(Model).ok_or_else(|| match version {
             None => models::model_missing(project, name),
             Some(v) => models::version_missing(project, name, v),
@@ -111,6 +110,7 @@ impl Engine {
         // Its trainings stop at once (and give their users' places back).
         self.inner
             .sql
+            .services
             .store
             .write_dropping(object, move |txn| {
                 models::drop_model(txn, tenant, &project, &name, version, false)

@@ -76,7 +76,7 @@ impl Engine {
     pub(crate) async fn query_as(&self, tenant: TenantId, request: QueryRequest) -> QueryResult {
         let context = self.inner.sql.request_context(&request);
         let control = Control::new(
-            self.inner.config.statement_limit(request.timeout),
+            self.inner.services.config.statement_limit(request.timeout),
             &self.interrupts,
         );
         let run = Self::run(Arc::clone(&self.inner), tenant, request, control);
@@ -105,16 +105,19 @@ impl Engine {
         control: Control,
     ) -> QueryResult {
         let context = inner.sql.request_context(&request);
-        let (ticket, tenant_memory) = match inner.sql.admit_statement(tenant) {
+        let (ticket, tenant_memory) = match inner.services.admit_statement(tenant) {
             Ok(admitted) => admitted,
             Err(e) => return QueryResult::failed(context, e),
         };
-        let control = control.with_memory(inner.config.statement_memory_bytes(), tenant_memory);
+        let control = control.with_memory(
+            inner.services.config.statement_memory_bytes(),
+            tenant_memory,
+        );
         let ran = control
             .run(async { Ok(inner.sql.run(tenant, &request).await) })
             .await;
         let mut result = ran.unwrap_or_else(|stopped| QueryResult::failed(context, stopped));
-        result.document_limit = Some(inner.config.max_document_bytes());
+        result.document_limit = Some(inner.services.config.max_document_bytes());
         if let Outcome::Table(table) = result.outcome {
             let in_runtime = Box::pin(RecordBatchStreamAdapter::new(
                 table.stream.schema(),

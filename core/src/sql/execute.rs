@@ -84,19 +84,20 @@ impl SqlRunner {
         claim: Option<job::Claim>,
     ) -> job::WriteJob {
         job::WriteJob {
-            store: Arc::clone(&self.store),
+            store: Arc::clone(&self.services.store),
             state,
             snapshot,
             tenant,
             db: db.to_string(),
             cancelled: tokio_util::sync::CancellationToken::new(),
             owns_target: held.is_some() || matches!(claim, Some(job::Claim::Sole { .. })),
-            may_land: held.is_none() && !self.store.in_transaction(),
-            in_transaction: self.store.in_transaction(),
+            may_land: held.is_none() && !self.services.store.in_transaction(),
+            in_transaction: self.services.store.in_transaction(),
             held: parking_lot::Mutex::new(held),
             _claim: claim,
             staging_memory: usize::try_from(
-                self.config
+                self.services
+                    .config
                     .query
                     .staging_memory_mb
                     .saturating_mul(1024 * 1024),
@@ -124,7 +125,7 @@ impl SqlRunner {
                 let (project, table) = self.project_and_name(tenant, context, &table)?;
                 let if_not_exists = create.if_not_exists;
                 // Its entries are encoded before the writer lock is taken, like a write's rows.
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let state = self.session(Arc::clone(&snapshot), &context.db, 1)?;
                 self.job(tenant, &context.db, snapshot, state, None, None)
                     .run(move |job, handle| {
@@ -197,7 +198,9 @@ impl SqlRunner {
         // The table the write claims from before its snapshot (see `job::Claim`), when it
         // names one: shared, or alone when it runs again.
         let target = match turn {
-            Turn::Optimistic | Turn::SoleWriter if local_write && !self.store.in_transaction() => {
+            Turn::Optimistic | Turn::SoleWriter
+                if local_write && !self.services.store.in_transaction() =>
+            {
                 self.write_target(tenant, context, &statement)
             }
             _ => None,
@@ -213,7 +216,10 @@ impl SqlRunner {
         // never fill the blocking pool that the sole one needs to run.
         let claim = match target {
             Some((project, name)) => {
-                let lock = self.store.object_lock(&table_key(tenant, &project, &name));
+                let lock = self
+                    .services
+                    .store
+                    .object_lock(&table_key(tenant, &project, &name));
                 Some(match turn {
                     Turn::SoleWriter => job::Claim::Sole {
                         _guard: lock.write_owned().await,
@@ -226,12 +232,15 @@ impl SqlRunner {
             None => None,
         };
         let held = if local_write && turn == Turn::WriterLock {
-            Some(self.store.lock_writes().await)
+            Some(self.services.store.lock_writes().await)
         } else {
             None
         };
-        let snapshot =
-            Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
+        let snapshot = Snapshot::showing_secrets(
+            Arc::clone(&self.services.store),
+            tenant,
+            context.show_secrets,
+        )?;
         // Rewrites keep row order, so they run on one partition.
         let partitions = match statement {
             Statement::Update(_) | Statement::Delete(_) => 1,
@@ -331,11 +340,11 @@ impl SqlRunner {
     /// to end), or should the statement have to stop first.
     pub(crate) async fn wait_for_sweep(&self, tenant: TenantId, refused: Error) -> Result<()> {
         let sweeping = |store: &Store| crate::catalog::landing::sweeping(&store.read()?, tenant);
-        if self.store.in_transaction() || !sweeping(&self.store)? {
+        if self.services.store.in_transaction() || !sweeping(&self.services.store)? {
             return Err(refused);
         }
         #[cfg(test)]
-        sweep_waits::waited(&self.store);
+        sweep_waits::waited(&self.services.store);
         let until = std::time::Instant::now() + SWEEP_WAIT;
         loop {
             if crate::cancel::check().is_err() || std::time::Instant::now() >= until {
@@ -344,7 +353,7 @@ impl SqlRunner {
             // A read of the small landings table: the sweeper removes a step's worth at a
             // time, each its own commit, and nothing signals the last one to a statement.
             tokio::time::sleep(SWEEP_POLL).await;
-            if !sweeping(&self.store)? {
+            if !sweeping(&self.services.store)? {
                 return Ok(());
             }
         }
@@ -362,7 +371,8 @@ impl SqlRunner {
     ) -> Result<Outcome> {
         for name in names {
             let (project, object) = self.project_and_name(tenant, context, name)?;
-            self.store
+            self.services
+                .store
                 .write(move |txn| drop(txn, tenant, &project, &object, if_exists))
                 .await?;
         }
@@ -395,7 +405,7 @@ impl SqlRunner {
         parse::without_unary_plus(&mut as_statement);
         let query = as_statement.to_string();
         // Planned where the view lives, as it will be whenever it is read.
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let state = self
             .sessions
             .for_view(snapshot, (project.clone(), name.to_ascii_lowercase()));
@@ -425,7 +435,8 @@ impl SqlRunner {
             created_at: crate::time::now_text(),
         };
         let (or_replace, if_not_exists) = (create.or_replace, create.if_not_exists);
-        self.store
+        self.services
+            .store
             .write(move |txn| {
                 crate::catalog::rules::create_view(txn, tenant, view, or_replace, if_not_exists)
             })
@@ -500,7 +511,7 @@ impl SqlRunner {
             [db, object] => (db.to_ascii_lowercase(), object.clone()),
             _ => return Err(Error::invalid(format!("'{name}' is not [database.]name"))),
         };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         match snapshot.namespace(&db)? {
             Some(Namespace::Project(project)) => Ok((project.name, object)),
             Some(_) => Err(Error::invalid(format!(
@@ -543,7 +554,9 @@ impl SqlRunner {
                 // Kept only if no commit came after the snapshot: an entry made from an older
                 // snapshot would be unusable anyway and would hold that snapshot open.
                 if let (true, Some((key, generation))) = (repeatable, cache) {
-                    if plan_cache::is_reentrant(&physical) && self.store.commits() == generation {
+                    if plan_cache::is_reentrant(&physical)
+                        && self.services.store.commits() == generation
+                    {
                         self.plans.insert(
                             key,
                             generation,

@@ -19,7 +19,6 @@ use crate::catalog::namespace::FILES_DB;
 use crate::catalog::projects;
 use crate::catalog::tables;
 use crate::error::{Error, Result};
-use crate::store::schema::{PROJECTS, TABLES};
 use crate::tenant::TenantId;
 
 impl SqlRunner {
@@ -58,7 +57,7 @@ impl SqlRunner {
         let Some((db, table)) = snapshot::db_and_table(&reference, db) else {
             return Ok(None);
         };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         Ok(match snapshot.namespace(&db)? {
             Some(Namespace::Datasource(source)) => Some(RemoteWrite {
                 source,
@@ -77,7 +76,8 @@ impl SqlRunner {
         plan: LogicalPlan,
         target: RemoteWrite,
     ) -> Result<Outcome> {
-        let connection = crate::services::connectors::Connection::of(&target.source, &self.net)?;
+        let connection =
+            crate::services::connectors::Connection::of(&target.source, &self.services.net)?;
         let settings = connection.writable(&target.table)?;
         let (input, existing) = match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
@@ -166,7 +166,7 @@ impl SqlRunner {
             LoadTarget::File => (FILES_DB, true),
         };
         let db = db.to_ascii_lowercase();
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let state = self.session(Arc::clone(&snapshot), &db, 1)?;
         let job = self.job(tenant, &db, snapshot, state, None, None);
         let project = match job.snapshot.namespace(&db)? {
@@ -241,7 +241,7 @@ impl SqlRunner {
                 }
                 let guard = job.lock(handle)?;
                 let current =
-                    tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &table)?;
+                    tables::record(&guard.txn, job.tenant, &project, &table)?;
                 let changed = || {
                     Error::conflict(format!(
                         "Table '{table}' in database {project} changed while the rows were read; nothing was written"
@@ -264,7 +264,7 @@ impl SqlRunner {
                         if existing.is_some() {
                             tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
                         }
-                        if !files && projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?.is_none() {
+                        if !files && projects::named(&guard.txn, job.tenant, &project)?.is_none() {
                             return Err(Error::not_found(format!("Database '{project}' not found")));
                         }
                         tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema, Constraints::default())?

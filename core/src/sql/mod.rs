@@ -57,38 +57,26 @@ use self::planning::plan_cache::PlanCache;
 use self::planning::session::{Plugins, Sessions};
 use self::write::job::{Staged, WriteJob};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::services::Services;
 use crate::tenant::TenantId;
 
 /// Runs SQL for the engine.
 pub(crate) struct SqlRunner {
-    pub(crate) store: Arc<Store>,
-    /// The engine's configuration (agents read the default model and their limits here).
-    pub(crate) config: crate::Config,
-    /// Connections to LLM providers, shared by every agent.
-    pub(crate) client: crate::egress::HttpClient,
-    /// Embedding models run in process, loaded once for all statements.
-    pub(crate) sentence_models: Arc<crate::services::sentence_models::SentenceModels>,
-    /// How outbound connections reach out (the egress policy) and what datasources may send.
-    pub(crate) net: crate::services::connectors::Net,
-    /// Per-user caps on work running at once, and the limit on unauthenticated requests.
-    pub(crate) admission: Arc<crate::admission::Admission>,
+    /// What the engine shares: the store, the configuration, the clients, admission and the
+    /// planning pool.
+    pub(crate) services: Arc<Services>,
     sessions: Arc<Sessions>,
-    /// The features plugged into the engine (see `extension`), in the order they are asked.
+    /// The features plugged into the engine (see [`Extension`]), in the order they are asked.
     pub(crate) extensions: Extensions,
-    /// Where statements are parsed and planned: never on an async worker.
-    pub(crate) compute: crate::compute::Compute,
     plans: PlanCache,
     default_project: String,
     pub(crate) target_partitions: usize,
 }
 
 impl SqlRunner {
-    pub(crate) fn new(
-        store: Arc<Store>,
-        config: &crate::Config,
-        extensions: Extensions,
-    ) -> Result<Self> {
+    /// The SQL engine over `services`, with `extensions` plugged in.
+    pub(crate) fn new(services: Arc<Services>, extensions: Extensions) -> Result<Self> {
+        let config = &services.config;
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -104,30 +92,14 @@ impl SqlRunner {
             .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
             .with_disk_manager_builder(disk)
             .build_arc()?;
-        let net = crate::services::connectors::Net::new(config)?;
-        let client = net
-            .egress
-            .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
-        let sentence_models = Arc::new(crate::services::sentence_models::SentenceModels::new(
-            config,
-        ));
-        let connector =
-            crate::services::llm::Connector::new(client.clone(), config, &store, &sentence_models);
+        let connector = services.connector();
+        let net = services.net.clone();
         Ok(SqlRunner {
-            store,
-            config: config.clone(),
-            client,
-            sentence_models,
-            net: net.clone(),
-            admission: Arc::new(crate::admission::Admission::new(
-                &config.hosted,
-                config.unauthenticated_per_minute(),
-            )),
             sessions: Arc::new(Sessions::new(
                 runtime,
                 config.query.batch_size.max(1),
                 connector,
-                net.clone(),
+                net,
                 &config.hosted,
                 config.max_value_bytes(),
                 Plugins {
@@ -140,73 +112,11 @@ impl SqlRunner {
                 },
             )),
             extensions,
-            compute: crate::compute::Compute::new(config.planning_threads())?,
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
+            services,
         })
-    }
-
-    /// What LLM models call through: the shared client and the configured default model.
-    pub(crate) fn connector(&self) -> crate::services::llm::Connector {
-        crate::services::llm::Connector::new(
-            self.client.clone(),
-            &self.config,
-            &self.store,
-            &self.sentence_models,
-        )
-    }
-
-    /// A place for `work` by `tenant` under its plan's cap; `None` for the local tenant, which
-    /// has no plan.
-    pub(crate) fn admit(
-        &self,
-        tenant: TenantId,
-        work: crate::admission::Work,
-    ) -> Result<Option<crate::admission::Ticket>> {
-        if tenant == TenantId::LOCAL {
-            return Ok(None);
-        }
-        let plan =
-            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
-        self.admission
-            .admit(tenant, plan.as_deref(), work)
-            .map(Some)
-    }
-
-    /// A place for a statement by `tenant` under its plan's cap, and the memory account its
-    /// statements share (both `None` for the local tenant, which has no plan).
-    pub(crate) fn admit_statement(
-        &self,
-        tenant: TenantId,
-    ) -> Result<(
-        Option<crate::admission::Ticket>,
-        Option<Arc<crate::memory::Account>>,
-    )> {
-        if tenant == TenantId::LOCAL {
-            return Ok((None, None));
-        }
-        let plan =
-            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
-        let ticket =
-            self.admission
-                .admit(tenant, plan.as_deref(), crate::admission::Work::Statement)?;
-        let memory = self.admission.tenant_memory(tenant, plan.as_deref());
-        Ok((Some(ticket), memory))
-    }
-
-    /// The memory account `tenant`'s work shares (its plan's `max_memory_mb`); `None` for the
-    /// local user or a plan without one.
-    pub(crate) fn tenant_memory(
-        &self,
-        tenant: TenantId,
-    ) -> Result<Option<Arc<crate::memory::Account>>> {
-        if tenant == TenantId::LOCAL {
-            return Ok(None);
-        }
-        let plan =
-            crate::catalog::users::active(&self.store.read()?, tenant)?.map(|user| user.plan);
-        Ok(self.admission.tenant_memory(tenant, plan.as_deref()))
     }
 
     /// The default project's name.

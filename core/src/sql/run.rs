@@ -23,10 +23,10 @@ impl SqlRunner {
     pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
         let mut context = self.request_context(request);
         // Read before anything else: a plan kept now is current only while no commit follows.
-        let generation = self.store.commits();
+        let generation = self.services.store.commits();
         let key = PlanKey::new(tenant, &context.db, request);
         // An aborted transaction refuses statements below; a cached plan must not slip past.
-        let aborted = self.store.check_not_aborted().is_err();
+        let aborted = self.services.store.check_not_aborted().is_err();
         if let Some(cached) = key
             .as_ref()
             .filter(|_| !aborted)
@@ -74,7 +74,7 @@ impl SqlRunner {
                             continue;
                         }
                     }
-                    if let Err(e) = self.store.check_not_aborted() {
+                    if let Err(e) = self.services.store.check_not_aborted() {
                         last = Outcome::Error(e);
                         break;
                     }
@@ -86,7 +86,7 @@ impl SqlRunner {
                         Ok(outcome) => last = outcome,
                         Err(e) => {
                             // Inside a transaction, as in DuckDB: it is aborted.
-                            self.store.abort_transaction(e.message());
+                            self.services.store.abort_transaction(e.message());
                             last = Outcome::Error(e);
                             break;
                         }
@@ -95,7 +95,7 @@ impl SqlRunner {
                 last
             }
         };
-        if self.store.commits() != generation {
+        if self.services.store.commits() != generation {
             self.plans.clear();
         }
         QueryResult {
@@ -115,7 +115,7 @@ impl SqlRunner {
                 &request.query,
                 &request.params,
                 &request.typed_params,
-                parse::ShapeLimits::of(&self.config.query),
+                parse::ShapeLimits::of(&self.services.config.query),
                 &|words| super::claim(&self.extensions, words),
             );
         }
@@ -124,9 +124,10 @@ impl SqlRunner {
             request.params.clone(),
             request.typed_params.clone(),
         );
-        let limits = parse::ShapeLimits::of(&self.config.query);
+        let limits = parse::ShapeLimits::of(&self.services.config.query);
         let extensions = Arc::clone(&self.extensions);
-        self.compute
+        self.services
+            .compute
             .run(tenant, move || {
                 parse::parse_limited(&query, &params, &typed, limits, &|words| {
                     super::claim(&extensions, words)
@@ -142,7 +143,7 @@ impl SqlRunner {
             sql,
             &std::collections::HashMap::new(),
             &std::collections::HashMap::new(),
-            parse::ShapeLimits::of(&self.config.query),
+            parse::ShapeLimits::of(&self.services.config.query),
             &|words| super::claim(&self.extensions, words),
         )
     }
@@ -155,14 +156,15 @@ impl SqlRunner {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.compute
+        self.services
+            .compute
             .run_async(tenant, tokio::runtime::Handle::current(), work)
             .await
     }
 
     fn run_cached(&self, tenant: TenantId, cached: &plan_cache::CachedPlan) -> Result<Outcome> {
         let task_ctx = self.sessions.task_ctx_of(tenant, || {
-            crate::catalog::users::plan_in(&self.store.read()?, tenant)
+            crate::catalog::users::plan_in(&self.services.store.read()?, tenant)
         })?;
         let stream = order::execute(cached.plan()?, task_ctx)?;
         Ok(Outcome::Table(TableResult {
@@ -193,7 +195,8 @@ impl SqlRunner {
                 name,
                 if_not_exists,
             } => {
-                self.store
+                self.services
+                    .store
                     .write(move |txn| projects::create(txn, tenant, &name, if_not_exists))
                     .await?;
                 ok(None)
@@ -205,12 +208,17 @@ impl SqlRunner {
                 if_not_exists,
             } => {
                 // Connecting takes a while: done before the writer lock is taken.
-                let edition = self.config.edition;
-                let (engine, parameters) =
-                    crate::services::connectors::check(&engine, parameters, edition, &self.net)
-                        .await?;
-                let hosted = self.config.hosted.clone();
-                self.store
+                let edition = self.services.config.edition;
+                let (engine, parameters) = crate::services::connectors::check(
+                    &engine,
+                    parameters,
+                    edition,
+                    &self.services.net,
+                )
+                .await?;
+                let hosted = self.services.config.hosted.clone();
+                self.services
+                    .store
                     .write(move |txn| {
                         let new = datasources::NewDatasource {
                             name: &name,
@@ -224,7 +232,7 @@ impl SqlRunner {
                 ok(None)
             }
             Command::AlterDatasource { name, parameters } => {
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let source = match snapshot.namespace(&name)? {
                     Some(Namespace::Datasource(source)) => source,
                     Some(_) => {
@@ -239,11 +247,12 @@ impl SqlRunner {
                 let (_, parameters) = crate::services::connectors::check(
                     &source.engine,
                     parameters,
-                    self.config.edition,
-                    &self.net,
+                    self.services.config.edition,
+                    &self.services.net,
                 )
                 .await?;
-                self.store
+                self.services
+                    .store
                     .write(move |txn| {
                         datasources::set_parameters(txn, tenant, &source.name, parameters)
                     })
@@ -254,7 +263,8 @@ impl SqlRunner {
                 let default = self.default_project.clone();
                 // The trainings and knowledge-base inserts of its objects stop at once.
                 let object = crate::running::Object::project(tenant, &name);
-                self.store
+                self.services
+                    .store
                     .write_dropping(object, move |txn| {
                         crate::catalog::rules::drop_database(
                             txn, tenant, &name, if_exists, &default,
@@ -264,7 +274,7 @@ impl SqlRunner {
                 ok(None)
             }
             Command::Use(name) => {
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 if snapshot.namespace(&name)?.is_none() {
                     return Err(Error::not_found(format!("Database '{name}' not found")));
                 }
@@ -272,7 +282,7 @@ impl SqlRunner {
                 ok(None)
             }
             Command::ShowDatabases { full } => {
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let dbs = snapshot.databases(false)?;
                 let mut columns = vec![(
                     "Database",
@@ -288,7 +298,7 @@ impl SqlRunner {
                 text_table(columns)
             }
             Command::ShowProjects => {
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let names = snapshot
                     .projects()?
                     .into_iter()
@@ -300,7 +310,7 @@ impl SqlRunner {
                 let db = db
                     .unwrap_or_else(|| context.db.clone())
                     .to_ascii_lowercase();
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let named =
                     |names: Vec<String>, kind: &'static str| -> Vec<(String, &'static str)> {
                         names.into_iter().map(|name| (name, kind)).collect()
@@ -341,9 +351,12 @@ impl SqlRunner {
                     Some(Namespace::Datasource(source)) => {
                         drop(snapshot);
                         named(
-                            crate::services::connectors::Connection::of(&source, &self.net)?
-                                .table_names()
-                                .await?,
+                            crate::services::connectors::Connection::of(
+                                &source,
+                                &self.services.net,
+                            )?
+                            .table_names()
+                            .await?,
                             "BASE TABLE",
                         )
                     }

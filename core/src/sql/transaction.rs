@@ -56,13 +56,13 @@ impl SqlRunner {
                 "{shown} is not supported over HTTP: the API commits every statement on its own, as MindsDB's does"
             )));
         }
-        if self.config.edition == Edition::Hosted {
+        if self.services.config.edition == Edition::Hosted {
             return Err(Error::invalid(format!(
                 "{shown} is not supported in the hosted edition: every statement commits on its own"
             )));
         }
         for step in steps {
-            self.store.transaction_step(step).await?;
+            self.services.store.transaction_step(step).await?;
         }
         Ok(Outcome::Ok {
             affected_rows: None,
@@ -72,7 +72,7 @@ impl SqlRunner {
     /// Fails when a transaction is open: `what` cannot be part of one (its effects could not
     /// be rolled back, or outlive it).
     pub(crate) fn outside_transaction(&self, what: &str) -> Result<()> {
-        if self.store.in_transaction() {
+        if self.services.store.in_transaction() {
             return Err(Error::invalid(format!(
                 "{what} cannot run inside a transaction; COMMIT or ROLLBACK first"
             )));

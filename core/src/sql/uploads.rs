@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use crate::catalog::namespace::FILES_DB;
 use crate::catalog::tables;
+use crate::catalog::tables::ReadTables;
 use crate::error::{Error, Result};
-use crate::store::schema::{TABLES, TABLE_SCHEMAS};
 use crate::tenant::TenantId;
 
 use super::load::LoadTarget;
@@ -31,7 +31,7 @@ impl SqlRunner {
     ) -> Result<u64> {
         // A bad name is refused before the file is read.
         crate::catalog::namespace::validate_name("file", name)?;
-        let caps = Caps::of(&self.config);
+        let caps = Caps::of(&self.services.config);
         let bytes = Bytes::from(bytes);
         let mut swept = false;
         loop {
@@ -74,13 +74,12 @@ impl SqlRunner {
 
     /// Every uploaded file, by name.
     pub(crate) fn list_files(&self, tenant: TenantId) -> Result<Vec<FileInfo>> {
-        let txn = self.store.read()?;
-        let records = tables::list(&txn.open_table(TABLES)?, tenant, FILES_DB)?;
-        let schemas = txn.open_table(TABLE_SCHEMAS)?;
+        let txn = self.services.store.read()?;
+        let records = tables::records(&txn, tenant, FILES_DB)?;
         records
             .into_iter()
             .map(|record| {
-                let schema = tables::schema(&schemas, record.id)?;
+                let schema = txn.schema_of(record.id)?;
                 Ok(FileInfo {
                     columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
                     name: record.name,
@@ -93,7 +92,8 @@ impl SqlRunner {
     /// Removes the uploaded file `name`; NotFound when there is none.
     pub(crate) async fn delete_file(&self, tenant: TenantId, name: &str) -> Result<()> {
         let name = name.to_string();
-        self.store
+        self.services
+            .store
             .write(move |txn| {
                 if tables::drop_table(txn, tenant, FILES_DB, &name)? {
                     Ok(())

@@ -23,10 +23,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
 use schema::{META, SEQUENCES};
 
+mod reading;
 pub(crate) mod schema;
 mod transaction;
 mod turns;
 
+pub(crate) use reading::Reads;
 pub(crate) use transaction::Step;
 
 /// The on-disk format this build reads and writes. Bump it when a record layout changes.

@@ -172,7 +172,7 @@ impl<'a> Asker<'a> {
     pub(crate) fn new(sql: &'a SqlRunner, config: &'a Config, tenant: TenantId) -> Asker<'a> {
         Asker {
             sql,
-            client: &sql.client,
+            client: &sql.services.client,
             config,
             tenant,
             calls: Arc::new(AtomicU64::new(0)),
@@ -468,7 +468,7 @@ impl AskAgent for AgentLoop {
         question: String,
     ) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
-            let answer = Asker::new(runner, &runner.config, tenant)
+            let answer = Asker::new(runner, &runner.services.config, tenant)
                 .answer_counted(
                     counted,
                     agent,

@@ -74,7 +74,7 @@ impl SqlRunner {
             [project, agent] => (project.to_ascii_lowercase(), agent.clone()),
             _ => return Ok(false),
         };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         if snapshot.table(&project, &agent_name)?.is_some() {
             return Ok(false);
         }
@@ -97,7 +97,8 @@ impl SqlRunner {
             .map(|a| a.name.value.clone())
             .unwrap_or_else(|| agent.name.clone());
         // A question asked through SQL counts against the plan like any other.
-        let counted = Question::take(&self.store, &self.config.hosted, tenant).await?;
+        let counted =
+            Question::take(&self.services.store, &self.services.config.hosted, tenant).await?;
         let answer = asker
             .ask(self, tenant, counted, &agent, question.clone())
             .await?;

@@ -108,7 +108,8 @@ impl SqlRunner {
     ) -> Result<Vec<TableShape>> {
         let mut out = Vec::new();
         for db in allowed.databases() {
-            let namespace = Snapshot::new(Arc::clone(&self.store), tenant)?.namespace(&db)?;
+            let namespace =
+                Snapshot::new(Arc::clone(&self.services.store), tenant)?.namespace(&db)?;
             // Stored tables live in projects and, uploaded, in `files`; a datasource's are
             // asked for (the snapshot is not held across the network).
             let holder = match namespace {
@@ -116,7 +117,7 @@ impl SqlRunner {
                 Some(Namespace::Files) => crate::catalog::namespace::FILES_DB.to_string(),
                 Some(Namespace::Datasource(source)) => {
                     let connection =
-                        crate::services::connectors::Connection::of(&source, &self.net)?;
+                        crate::services::connectors::Connection::of(&source, &self.services.net)?;
                     for table in connection.table_names().await? {
                         if !allowed.permits(&db, &table, true) {
                             continue;
@@ -144,7 +145,7 @@ impl SqlRunner {
                 }
                 _ => continue,
             };
-            let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+            let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
             for table in snapshot.tables(&holder)? {
                 if !allowed.permits(&db, &table.name, false) {
                     continue;
@@ -229,7 +230,7 @@ impl SqlRunner {
         row_limit: usize,
     ) -> Result<ToolRows> {
         // Tables of datasources are named as their servers name them: case counts.
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let remote: std::collections::HashSet<String> = snapshot
             .datasources()?
             .into_iter()
@@ -307,7 +308,7 @@ impl SqlRunner {
             ));
         }
         let hints = names::hints(&statement);
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let state = self.session(snapshot, db, self.target_partitions)?;
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         for reference in state.resolve_table_references(&statement)? {

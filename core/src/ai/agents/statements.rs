@@ -69,8 +69,12 @@ impl FeatureStatement for AgentStatement {
                 } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
                     spec.insert("name".into(), name.into());
-                    let (llm, egress) = (runner.config.llm.clone(), runner.net.egress.clone());
+                    let (llm, egress) = (
+                        runner.services.config.llm.clone(),
+                        runner.services.net.egress.clone(),
+                    );
                     runner
+                        .services
                         .store
                         .write(move |txn| {
                             catalog_agents::create(
@@ -94,8 +98,9 @@ impl FeatureStatement for AgentStatement {
                     spec,
                 } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
-                    let egress = runner.net.egress.clone();
+                    let egress = runner.services.net.egress.clone();
                     runner
+                        .services
                         .store
                         .write(move |txn| {
                             catalog_agents::update(txn, tenant, &project, &name, &spec, &egress)
@@ -112,6 +117,7 @@ impl FeatureStatement for AgentStatement {
                 } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
                     runner
+                        .services
                         .store
                         .write(move |txn| {
                             catalog_agents::delete(txn, tenant, &project, &name, if_exists)
@@ -123,7 +129,7 @@ impl FeatureStatement for AgentStatement {
                 }
                 AgentStatement::ShowAgents { project } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
-                    let snapshot = Snapshot::new(Arc::clone(&runner.store), tenant)?;
+                    let snapshot = Snapshot::new(Arc::clone(&runner.services.store), tenant)?;
                     if snapshot.namespace(&project)?.is_none() {
                         return Err(Error::not_found(format!("Database '{project}' not found")));
                     }

@@ -151,7 +151,12 @@ impl SqlRunner {
                 using,
             } => {
                 let project = project_or_current(project);
-                let kb = KnowledgeBase::from_using(&project, &name, using, &self.config.embedding)?;
+                let kb = KnowledgeBase::from_using(
+                    &project,
+                    &name,
+                    using,
+                    &self.services.config.embedding,
+                )?;
                 self.store_knowledge_base(tenant, kb, if_not_exists).await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
@@ -163,8 +168,9 @@ impl SqlRunner {
                 using,
             } => {
                 let project = project_or_current(project);
-                let egress = self.net.egress.clone();
-                self.store
+                let egress = self.services.net.egress.clone();
+                self.services
+                    .store
                     .write(move |txn| {
                         knowledge_bases::alter(txn, tenant, &project, &name, using, &egress)
                     })
@@ -181,7 +187,8 @@ impl SqlRunner {
                 let project = project_or_current(project);
                 // Inserts into it stop at once (no more embedding calls).
                 let object = crate::running::Object::knowledge_base(tenant, &project, &name);
-                self.store
+                self.services
+                    .store
                     .write_dropping(object, move |txn| {
                         crate::catalog::rules::drop_knowledge_base(
                             txn, tenant, &project, &name, if_exists,
@@ -194,7 +201,7 @@ impl SqlRunner {
             }
             KnowledgeBaseStatement::ShowKnowledgeBases { project } => {
                 let project = project_or_current(project);
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 if !matches!(snapshot.namespace(&project)?, Some(Namespace::Project(_))) {
                     return Err(Error::not_found(format!("Project '{project}' not found")));
                 }
@@ -202,7 +209,7 @@ impl SqlRunner {
             }
             KnowledgeBaseStatement::DescribeKnowledgeBase { project, name } => {
                 let project = project_or_current(project);
-                let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
                 let kb = snapshot
                     .knowledge_base(&project, &name)?
                     .ok_or_else(|| knowledge_bases::missing(&name))?;
@@ -219,12 +226,13 @@ impl SqlRunner {
         kb: KnowledgeBase,
         if_not_exists: bool,
     ) -> Result<()> {
-        let endpoint = embeddings::endpoint(&kb.embedding_model, &self.config.embedding);
+        let endpoint = embeddings::endpoint(&kb.embedding_model, &self.services.config.embedding);
         if endpoint.local {
-            self.sentence_models.check(&endpoint.model)?;
+            self.services.sentence_models.check(&endpoint.model)?;
         }
-        let egress = self.net.egress.clone();
-        self.store
+        let egress = self.services.net.egress.clone();
+        self.services
+            .store
             .write(move |txn| {
                 crate::catalog::rules::create_knowledge_base(
                     txn,
@@ -250,7 +258,7 @@ impl SqlRunner {
         let Some((db, object)) = db_and_object(name, &context.db) else {
             return Ok(None);
         };
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         match snapshot.namespace(&db)? {
             Some(Namespace::Project(project)) => Ok(snapshot
                 .knowledge_base(&project.name, &object)?
@@ -274,7 +282,11 @@ impl SqlRunner {
         source: &DocumentSource,
         callback: Option<ProgressCallback>,
     ) -> Result<u64> {
-        let tracker = self.store.progress.start(tenant, project, name, callback);
+        let tracker = self
+            .services
+            .store
+            .progress
+            .start(tenant, project, name, callback);
         let tracker = Arc::new(parking_lot::Mutex::new(tracker));
         let inserted = self
             .insert_attempts(tenant, context, project, name, source, &tracker)
@@ -296,8 +308,11 @@ impl SqlRunner {
         tracker: &Arc<parking_lot::Mutex<Tracker>>,
     ) -> Result<u64> {
         for _ in 0..INSERT_ATTEMPTS {
-            let snapshot =
-                Snapshot::showing_secrets(Arc::clone(&self.store), tenant, context.show_secrets)?;
+            let snapshot = Snapshot::showing_secrets(
+                Arc::clone(&self.services.store),
+                tenant,
+                context.show_secrets,
+            )?;
             let kb = snapshot
                 .knowledge_base(project, name)?
                 .ok_or_else(|| knowledge_bases::missing(name))?;
@@ -346,7 +361,7 @@ impl SqlRunner {
                     .build()?
                 }
             };
-            let connector = Arc::new(self.connector());
+            let connector = Arc::new(self.services.connector());
             let progress = Arc::clone(tracker);
             let staged = self
                 .job(tenant, &context.db, snapshot, state, None, None)

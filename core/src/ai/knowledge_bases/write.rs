@@ -27,6 +27,7 @@ use super::table::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVE
 use crate::catalog::constraints::Constraints;
 use crate::catalog::kb_index::{self, IndexRecord, IndexWriter, ReadIndex};
 use crate::catalog::knowledge_bases::{self, chunk_db, KnowledgeBase};
+use crate::catalog::tables::ReadTables;
 use crate::catalog::tables::{self, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, Result};
 use crate::progress::{InsertProgress, Tracker};
@@ -34,7 +35,6 @@ use crate::services::chunking;
 use crate::services::embeddings;
 use crate::services::llm::Connector;
 use crate::sql::write::job::{Staged, WriteJob};
-use crate::store::schema::{KNOWLEDGE_BASES, TABLES};
 use mindlite_vectors::hnsw::Params;
 
 /// `INSERT INTO kb …`: the rows of `source` (named as the insert names them) chunked,
@@ -121,7 +121,7 @@ pub(crate) fn insert(
     };
     remove_documents(&guard.txn, job, &record, &ids, &mut index)?;
     if let Some(staged) = staged {
-        let record = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &db, &key)?
+        let record = tables::record(&guard.txn, job.tenant, &db, &key)?
             .ok_or_else(|| Error::internal("a knowledge base's chunk table went missing"))?;
         let mut writer = TableWriter::append(&guard.txn, job.tenant, record)?;
         writer.push_staged(staged)?;
@@ -208,18 +208,10 @@ struct Base {
 impl Base {
     fn read(job: &WriteJob, kb: &KnowledgeBase) -> Result<Base> {
         let txn = job.store.read()?;
-        let record = tables::get(
-            &txn.open_table(TABLES)?,
-            job.tenant,
-            &chunk_db(&kb.project),
-            &kb.name,
-        )?;
+        let record = tables::record(&txn, job.tenant, &chunk_db(&kb.project), &kb.name)?;
         let (schema, index, stamp) = match &record {
             Some(record) => (
-                Some(tables::schema(
-                    &txn.open_table(crate::store::schema::TABLE_SCHEMAS)?,
-                    record.id,
-                )?),
+                Some(txn.schema_of(record.id)?),
                 kb_index::load(&job.store, &txn, record.id)?,
                 txn.index_record(record.id)?,
             ),
@@ -240,18 +232,8 @@ impl Base {
         job: &WriteJob,
         kb: &KnowledgeBase,
     ) -> Result<bool> {
-        let now = knowledge_bases::get(
-            &txn.open_table(KNOWLEDGE_BASES)?,
-            job.tenant,
-            &kb.project,
-            &kb.name,
-        )?;
-        let table = tables::get(
-            &txn.open_table(TABLES)?,
-            job.tenant,
-            &chunk_db(&kb.project),
-            &kb.name,
-        )?;
+        let now = knowledge_bases::named(&txn, job.tenant, &kb.project, &kb.name)?;
+        let table = tables::record(&txn, job.tenant, &chunk_db(&kb.project), &kb.name)?;
         let stamp = match &table {
             Some(record) => txn.index_record(record.id)?,
             None => None,

@@ -48,7 +48,9 @@ impl SqlRunner {
         };
         let engine = models::engine_of(&using)?;
         self.check_llm_url(&using)?;
-        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        let ticket = self
+            .services
+            .admit(tenant, crate::admission::Work::Training)?;
         // Opened before the version is recorded, so that no version is left `generating`
         // without a training.
         let memory = self.training_memory(tenant)?;
@@ -74,8 +76,9 @@ impl SqlRunner {
             select_data_query: query,
             using,
         };
-        let running = Arc::clone(&self.store.running);
+        let running = Arc::clone(&self.services.store.running);
         let created = self
+            .services
             .store
             .write(move |txn| {
                 let created = models::create(txn, tenant, &spec, if_not_exists)?;
@@ -90,7 +93,7 @@ impl SqlRunner {
         };
         let stops = self.training_stops(registration, memory);
         worker::spawn(
-            Arc::clone(&self.store),
+            Arc::clone(&self.services.store),
             tenant,
             model.clone(),
             job,
@@ -103,15 +106,16 @@ impl SqlRunner {
     /// A training's memory account: a statement's budget (`query.statement_memory_mb`), within
     /// the user's share (`max_memory_mb`).
     fn training_memory(&self, tenant: TenantId) -> Result<Arc<crate::memory::Account>> {
-        let parent = self.tenant_memory(tenant)?;
+        let parent = self.services.tenant_memory(tenant)?;
         // No slot left for an account: the process is running that many statements.
-        let account = crate::memory::Account::open(self.config.statement_memory_bytes(), parent)
-            .ok_or_else(|| {
-                Error::new(
-                    crate::error::ErrorKind::Unavailable,
-                    "too many statements are running to start a training; try again",
-                )
-            })?;
+        let account =
+            crate::memory::Account::open(self.services.config.statement_memory_bytes(), parent)
+                .ok_or_else(|| {
+                    Error::new(
+                        crate::error::ErrorKind::Unavailable,
+                        "too many statements are running to start a training; try again",
+                    )
+                })?;
         Ok(Arc::new(account))
     }
 
@@ -124,7 +128,7 @@ impl SqlRunner {
     ) -> worker::Stops {
         worker::Stops {
             running,
-            read_limit: self.config.statement_limit(None),
+            read_limit: self.services.config.statement_limit(None),
             memory,
         }
     }
@@ -134,7 +138,8 @@ impl SqlRunner {
     fn check_llm_url(&self, using: &Map<String, Value>) -> Result<()> {
         for key in ["base_url", "api_base"] {
             if let Some(url) = using.get(key).and_then(Value::as_str) {
-                self.net
+                self.services
+                    .net
                     .egress
                     .check_url_text(url)
                     .map_err(|e| Error::new(e.kind(), format!("'{key}' was {}", e.message())))?;
@@ -171,7 +176,7 @@ impl SqlRunner {
         using: Map<String, Value>,
     ) -> Result<ModelVersion> {
         self.outside_transaction("RETRAIN / FINETUNE")?;
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let latest = snapshot
             .models(Some(&project))?
             .into_iter()
@@ -179,7 +184,9 @@ impl SqlRunner {
             .ok_or_else(|| models::model_missing(&project, &name))?;
         drop(snapshot);
         self.check_llm_url(&using)?;
-        let ticket = self.admit(tenant, crate::admission::Work::Training)?;
+        let ticket = self
+            .services
+            .admit(tenant, crate::admission::Work::Training)?;
         // Opened before the version is recorded, so that no version is left `generating`
         // without a training.
         let memory = self.training_memory(tenant)?;
@@ -194,8 +201,9 @@ impl SqlRunner {
                 .await?;
             Job::Train(rows.stream)
         };
-        let running = Arc::clone(&self.store.running);
+        let running = Arc::clone(&self.services.store.running);
         let (registration, model) = self
+            .services
             .store
             .write(move |txn| {
                 let model = models::retrain(txn, tenant, &project, &name, from, using)?;
@@ -204,7 +212,7 @@ impl SqlRunner {
             .await?;
         let stops = self.training_stops(registration, memory);
         worker::spawn(
-            Arc::clone(&self.store),
+            Arc::clone(&self.services.store),
             tenant,
             model.clone(),
             job,
@@ -218,7 +226,7 @@ impl SqlRunner {
     /// when it names none.
     fn prompt_job(&self) -> Job {
         Job::Prompt {
-            default_model: self.config.llm.model_name.clone(),
+            default_model: self.services.config.llm.model_name.clone(),
         }
     }
 
@@ -230,7 +238,8 @@ impl SqlRunner {
         name: String,
         version: u32,
     ) -> Result<()> {
-        self.store
+        self.services
+            .store
             .write(move |txn| models::set_active(txn, tenant, &project, &name, version))
             .await?;
         Ok(())
@@ -248,7 +257,7 @@ impl SqlRunner {
     ) -> Result<ReadOnlyQuery> {
         // `FROM pg (SELECT …)` names a PostgreSQL datasource: its query is PostgreSQL's, run
         // there. Over a directory (`files` engine) the query is ours, naming its tables.
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let native = matches!(
             snapshot.namespace(db)?,
             Some(Namespace::Datasource(source)) if source.engine == crate::services::connectors::postgres::ENGINE
@@ -328,7 +337,7 @@ impl SqlRunner {
             db: project.to_ascii_lowercase(),
         };
         self.create_model(tenant, &context, statement).await?;
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         snapshot
             .models(Some(&target_project))?
             .into_iter()
@@ -344,10 +353,10 @@ impl SqlRunner {
         model: &ModelVersion,
         rows: &Value,
     ) -> Result<Value> {
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let model = super::model::PredictModel::of(&snapshot, model.clone())?;
         drop(snapshot);
-        super::predict::predict_json(&model, rows, &self.connector()).await
+        super::predict::predict_json(&model, rows, &self.services.connector()).await
     }
 
     /// `DROP MODEL|PREDICTOR`: the dropped versions' trainings stop at once.
@@ -363,7 +372,8 @@ impl SqlRunner {
             Some(v) => Object::model_version(tenant, &project, &name, v),
             None => Object::model(tenant, &project, &name),
         };
-        self.store
+        self.services
+            .store
             .write_dropping(object, move |txn| {
                 models::drop_model(txn, tenant, &project, &name, version, if_exists)
             })
@@ -373,7 +383,7 @@ impl SqlRunner {
 
     /// `SHOW MODELS [FROM p]`: the project's models table.
     pub(crate) fn show_models(&self, tenant: TenantId, project: &str) -> Result<Outcome> {
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         if !matches!(snapshot.namespace(project)?, Some(Namespace::Project(_))) {
             return Err(Error::not_found(format!("Project '{project}' not found")));
         }
@@ -388,7 +398,7 @@ impl SqlRunner {
         db: &str,
         parts: &[String],
     ) -> Result<Option<Outcome>> {
-        let snapshot = Snapshot::new(Arc::clone(&self.store), tenant)?;
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         // MindsDB resolves project.model.version, then project.model, then model; what is
         // left is the attribute.
         let mut candidates: Vec<(String, String, Option<u32>, Option<String>)> = Vec::new();

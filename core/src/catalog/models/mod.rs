@@ -20,6 +20,7 @@ use crate::store;
 use crate::store::schema::{
     VersionKey, MODELS, PREDICTORS, PROJECTS, RETIRED_STATUS_OUTBOX, TABLES, TRAINING_SCHEMAS,
 };
+use crate::store::Reads;
 use crate::tenant::TenantId;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
@@ -736,6 +737,27 @@ pub(crate) fn find(
         Some(v) => all.into_iter().find(|m| m.version == v),
         None => all.into_iter().find(|m| m.active),
     })
+}
+
+/// The versions of every model of one project, or of all projects when `project` is `None`,
+/// by project, name and version, read in `txn`.
+pub(crate) fn all(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: Option<&str>,
+) -> Result<Vec<ModelVersion>> {
+    list(&txn.reading(MODELS)?, tenant, project)
+}
+
+/// A model's version by `version`, or its active version, read in `txn`.
+pub(crate) fn named(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Option<ModelVersion>> {
+    find(&txn.reading(MODELS)?, tenant, project, name, version)
 }
 
 /// The schema of the rows a complete version was trained on; `None` before it completes.

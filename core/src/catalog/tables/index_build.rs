@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use redb::{ReadableTable, WriteTransaction};
+use redb::WriteTransaction;
 
 use crate::catalog::constraints::{column_index, Index};
 use crate::catalog::indexes::{self, Indexed, Lookups, UniqueSeen};
@@ -121,13 +121,12 @@ impl IndexBuild {
     /// false when the table is gone or replaced in `txn`.
     pub(crate) fn stage(
         &mut self,
-        txn: &impl ReadTables,
-        tables: &impl ReadableTable<(u64, &'static str, &'static str), &'static str>,
+        txn: &(impl ReadTables + store::Reads),
         tenant: TenantId,
         spool: Spool,
         keep_going: &dyn Fn() -> Result<()>,
     ) -> Result<bool> {
-        if get(tables, tenant, &self.project, &self.table)?.is_none_or(|r| r.id != self.table_id) {
+        if record(txn, tenant, &self.project, &self.table)?.is_none_or(|r| r.id != self.table_id) {
             return Ok(false);
         }
         let mut staged = spool;

@@ -25,14 +25,14 @@ mod writer;
 
 #[cfg(test)]
 pub(crate) use self::codec::CHUNK_ROWS;
-pub(crate) use self::codec::{decode_chunk, decode_schema, encode_schema};
+pub(crate) use self::codec::{decode_schema, encode_schema};
 pub(crate) use self::conflicts::{resolve_conflicts, Resolved};
 pub(crate) use self::discard::discard_landed_step;
 pub(crate) use self::index_build::{drop_index, IndexBuild, IndexStart, Publish};
-pub(crate) use self::read::ReadTables;
+pub(crate) use self::read::{Chunks, ReadTables};
 pub(crate) use self::record::{
-    chunk_order, content_bytes, create, drop_all, drop_table, get, init, key_indexes, list,
-    outgrows_a_step, owners, schema, stored_bytes, TableRecord,
+    content_bytes, create, drop_all, drop_table, get, init, key_indexes, list, outgrows_a_step,
+    owners, record, records, schema, stored_bytes, TableRecord,
 };
 pub(crate) use self::rewrite::{
     apply_rewrite, plan_rewrite, plan_rewrite_probing, ChunkProbe, Retired, Rewrite,

@@ -2,7 +2,7 @@
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, WriteTransaction};
 
 use crate::error::{Error, Result};
 use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLE_SCHEMAS};
@@ -55,4 +55,30 @@ macro_rules! read_tables {
 }
 
 read_tables!(WriteTransaction);
-read_tables!(redb::ReadTransaction);
+read_tables!(ReadTransaction);
+
+/// Every table's chunks, open for reading in one read snapshot: a scan holds it for as long as
+/// its partitions decode chunks, without keeping the snapshot's transaction borrowed.
+#[derive(Debug)]
+pub(crate) struct Chunks(ReadOnlyTable<(u64, u64), &'static [u8]>);
+
+impl Chunks {
+    /// The chunks as `txn` sees them.
+    pub(crate) fn open(txn: &ReadTransaction) -> Result<Chunks> {
+        Ok(Chunks(txn.open_table(CHUNKS)?))
+    }
+
+    /// Chunk `chunk` of table `id`, decoded: every column, or only the `projection` ones.
+    pub(crate) fn decode(
+        &self,
+        id: u64,
+        chunk: u64,
+        projection: Option<Vec<usize>>,
+    ) -> Result<RecordBatch> {
+        let bytes = self
+            .0
+            .get((id, chunk))?
+            .ok_or_else(|| Error::internal(format!("chunk {chunk} of table id {id} is missing")))?;
+        decode_chunk(bytes.value(), projection)
+    }
+}

@@ -14,8 +14,8 @@ use crate::catalog::landing::{self, Landed};
 use crate::catalog::namespace::validate_name;
 use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
-use crate::store;
 use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
+use crate::store::{self, Reads};
 use crate::tenant::TenantId;
 
 use super::codec::*;
@@ -83,6 +83,25 @@ pub(crate) fn list(
     project: &str,
 ) -> Result<Vec<TableRecord>> {
     store::list_in_project(table, tenant, project)
+}
+
+/// A table record, read in `txn`.
+pub(crate) fn record(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+    name: &str,
+) -> Result<Option<TableRecord>> {
+    get(&txn.reading(TABLES)?, tenant, project, name)
+}
+
+/// All table records of a project, by name, read in `txn`.
+pub(crate) fn records(
+    txn: &impl Reads,
+    tenant: TenantId,
+    project: &str,
+) -> Result<Vec<TableRecord>> {
+    list(&txn.reading(TABLES)?, tenant, project)
 }
 
 /// Reads a table's Arrow schema.

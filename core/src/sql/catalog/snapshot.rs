@@ -16,12 +16,10 @@ use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::catalog::models::{self, ModelVersion};
 use crate::catalog::namespace::{FILES_DB, SYSTEM_DB};
 use crate::catalog::projects::{self, Project};
+use crate::catalog::tables::ReadTables;
 use crate::catalog::tables::{self, TableRecord};
 use crate::catalog::views::{self, View};
 use crate::error::Result;
-use crate::store::schema::{
-    AGENTS, DATASOURCES, KNOWLEDGE_BASES, MODELS, PROJECTS, TABLES, TABLE_SCHEMAS, VIEWS,
-};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -84,7 +82,7 @@ impl Snapshot {
     }
 
     pub(crate) fn projects(&self) -> Result<Vec<Project>> {
-        projects::list(&self.txn.open_table(PROJECTS)?, self.tenant)
+        projects::all(&self.txn, self.tenant)
     }
 
     pub(crate) fn namespace(&self, name: &str) -> Result<Option<Namespace>> {
@@ -92,7 +90,7 @@ impl Snapshot {
         Ok(match lower.as_str() {
             SYSTEM_DB => Some(Namespace::System),
             FILES_DB => Some(Namespace::Files),
-            _ => match projects::get(&self.txn.open_table(PROJECTS)?, self.tenant, &lower)? {
+            _ => match projects::named(&self.txn, self.tenant, &lower)? {
                 Some(project) => Some(Namespace::Project(project)),
                 None => self.datasource(&lower)?.map(Namespace::Datasource),
             },
@@ -101,12 +99,12 @@ impl Snapshot {
 
     /// One datasource by name.
     pub(crate) fn datasource(&self, name: &str) -> Result<Option<Datasource>> {
-        datasources::get(&self.txn.open_table(DATASOURCES)?, self.tenant, name)
+        datasources::named(&self.txn, self.tenant, name)
     }
 
     /// Every datasource, by name.
     pub(crate) fn datasources(&self) -> Result<Vec<Datasource>> {
-        datasources::list(&self.txn.open_table(DATASOURCES)?, self.tenant)
+        datasources::all(&self.txn, self.tenant)
     }
 
     /// The databases that hold stored tables: every project, then `files`.
@@ -117,26 +115,26 @@ impl Snapshot {
     }
 
     pub(crate) fn tables(&self, project: &str) -> Result<Vec<TableRecord>> {
-        tables::list(&self.txn.open_table(TABLES)?, self.tenant, project)
+        tables::records(&self.txn, self.tenant, project)
     }
 
     pub(crate) fn table(&self, project: &str, name: &str) -> Result<Option<TableRecord>> {
-        tables::get(&self.txn.open_table(TABLES)?, self.tenant, project, name)
+        tables::record(&self.txn, self.tenant, project, name)
     }
 
     /// The views of a project, by name.
     pub(crate) fn views(&self, project: &str) -> Result<Vec<View>> {
-        views::list(&self.txn.open_table(VIEWS)?, self.tenant, project)
+        views::in_project(&self.txn, self.tenant, project)
     }
 
     /// One view by project and name.
     pub(crate) fn view(&self, project: &str, name: &str) -> Result<Option<View>> {
-        views::get(&self.txn.open_table(VIEWS)?, self.tenant, project, name)
+        views::named(&self.txn, self.tenant, project, name)
     }
 
     /// The knowledge bases of a project, by name.
     pub(crate) fn knowledge_bases(&self, project: &str) -> Result<Vec<KnowledgeBase>> {
-        knowledge_bases::list(&self.txn.open_table(KNOWLEDGE_BASES)?, self.tenant, project)
+        knowledge_bases::in_project(&self.txn, self.tenant, project)
     }
 
     /// One knowledge base by project and name.
@@ -145,27 +143,22 @@ impl Snapshot {
         project: &str,
         name: &str,
     ) -> Result<Option<KnowledgeBase>> {
-        knowledge_bases::get(
-            &self.txn.open_table(KNOWLEDGE_BASES)?,
-            self.tenant,
-            project,
-            name,
-        )
+        knowledge_bases::named(&self.txn, self.tenant, project, name)
     }
 
     /// The agents of one project, or of all when `project` is `None`.
     pub(crate) fn agents(&self, project: Option<&str>) -> Result<Vec<Agent>> {
-        agents::list(&self.txn.open_table(AGENTS)?, self.tenant, project)
+        agents::all(&self.txn, self.tenant, project)
     }
 
     /// One agent by project and name.
     pub(crate) fn agent(&self, project: &str, name: &str) -> Result<Option<Agent>> {
-        agents::get_in(&self.txn.open_table(AGENTS)?, self.tenant, project, name)
+        agents::named(&self.txn, self.tenant, project, name)
     }
 
     /// The versions of every model of one project, or of all when `project` is `None`.
     pub(crate) fn models(&self, project: Option<&str>) -> Result<Vec<ModelVersion>> {
-        models::list(&self.txn.open_table(MODELS)?, self.tenant, project)
+        models::all(&self.txn, self.tenant, project)
     }
 
     /// One model's version, or its active version when `version` is `None`.
@@ -175,17 +168,11 @@ impl Snapshot {
         name: &str,
         version: Option<u32>,
     ) -> Result<Option<ModelVersion>> {
-        models::find(
-            &self.txn.open_table(MODELS)?,
-            self.tenant,
-            project,
-            name,
-            version,
-        )
+        models::named(&self.txn, self.tenant, project, name, version)
     }
 
     pub(crate) fn table_schema(&self, id: u64) -> Result<SchemaRef> {
-        tables::schema(&self.txn.open_table(TABLE_SCHEMAS)?, id)
+        self.txn.schema_of(id)
     }
 
     /// The rows of `SHOW DATABASES` / `information_schema.databases`: the system database,

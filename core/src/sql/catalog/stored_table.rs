@@ -19,14 +19,13 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
-use redb::ReadOnlyTable;
 
 use super::index_scan;
 use super::snapshot::Snapshot;
 use crate::catalog::indexes;
+use crate::catalog::tables::ReadTables;
 use crate::catalog::tables::{self, TableRecord};
-use crate::error::{Error, Result};
-use crate::store::schema::{CHUNKS, CHUNK_ORDER, INDEX_ENTRIES};
+use crate::error::Result;
 use crate::store::Store;
 /// A stored table at the snapshot's version.
 #[derive(Debug)]
@@ -79,13 +78,11 @@ impl TableProvider for StoredTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let chunks = Arc::new(self.snapshot.txn.open_table(CHUNKS).map_err(Error::from)?);
-        let order = self
+        let chunks = Arc::new(tables::Chunks::open(&self.snapshot.txn)?);
+        let mut numbers: Vec<u64> = self
             .snapshot
             .txn
-            .open_table(CHUNK_ORDER)
-            .map_err(Error::from)?;
-        let mut numbers: Vec<u64> = tables::chunk_order(&order, self.record.id)?
+            .chunk_order_of(self.record.id)?
             .into_iter()
             .map(|(_, chunk)| chunk)
             .collect();
@@ -94,14 +91,12 @@ impl TableProvider for StoredTable {
         let lookup =
             index_scan::best_lookup(filters, &self.record.constraints.indexes, &self.schema);
         if let Some(lookup) = lookup {
-            let entries = self
-                .snapshot
-                .txn
-                .open_table(INDEX_ENTRIES)
-                .map_err(Error::from)?;
-            if let Some(found) =
-                indexes::lookup(&entries, lookup.entries, &lookup.first, &lookup.probe)?
-            {
+            if let Some(found) = indexes::lookup_in(
+                &self.snapshot.txn,
+                lookup.entries,
+                &lookup.first,
+                &lookup.probe,
+            )? {
                 numbers.retain(|chunk| found.contains_key(chunk));
                 rows = Some(Arc::new(found));
             }
@@ -178,7 +173,7 @@ impl StoredTable {
 /// A contiguous run of a table's chunks, read in order.
 struct ChunkPartition {
     store: Arc<Store>,
-    chunks: Arc<ReadOnlyTable<(u64, u64), &'static [u8]>>,
+    chunks: Arc<tables::Chunks>,
     table_id: u64,
     numbers: Vec<u64>,
     /// Only these rows of each chunk, when an index found them.
@@ -230,13 +225,7 @@ impl ChunkPartition {
     }
 
     fn decode(&self, number: u64, projection: Option<Vec<usize>>) -> Result<RecordBatch> {
-        let bytes = self.chunks.get((self.table_id, number))?.ok_or_else(|| {
-            Error::internal(format!(
-                "chunk {number} of table id {} is missing",
-                self.table_id
-            ))
-        })?;
-        tables::decode_chunk(bytes.value(), projection)
+        self.chunks.decode(self.table_id, number, projection)
     }
 }
 

@@ -35,12 +35,12 @@ use super::job::{Staged, WriteJob};
 use super::upsert::Conflict;
 use crate::catalog::constraints::OnConflict;
 use crate::catalog::namespace::FILES_DB;
+use crate::catalog::tables::ReadTables;
 use crate::catalog::tables::{self, Retired, Rewrite, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, Result};
 use crate::sql::catalog::names::{self, NameHint};
 use crate::sql::catalog::snapshot::Namespace;
 use crate::sql::catalog::stored_table::StoredTable;
-use crate::store::schema::{CHUNK_ORDER, PROJECTS, TABLES};
 
 /// What an INSERT writes, as computed before the writer lock.
 enum Insert {
@@ -110,10 +110,7 @@ impl WriteJob {
         };
         Ok(Credit {
             bytes: tables::content_bytes(snapshot, read)?,
-            base: Some(tables::chunk_order(
-                &snapshot.open_table(CHUNK_ORDER)?,
-                read.id,
-            )?),
+            base: Some(snapshot.chunk_order_of(read.id)?),
             _held: Some(held),
         })
     }
@@ -214,8 +211,7 @@ pub(crate) fn run_dml(
             let rows = match insert {
                 Insert::Overwrite(staged) => (|| {
                     if let Some(base) = credit.as_ref().and_then(|c| c.base.as_ref()) {
-                        let order = guard.txn.open_table(CHUNK_ORDER)?;
-                        if tables::chunk_order(&order, record.id)? != *base {
+                        if guard.txn.chunk_order_of(record.id)? != *base {
                             return Ok(None);
                         }
                     }
@@ -392,9 +388,7 @@ fn rewrite(
         if planned.is_empty() {
             // Nothing matched in the snapshot; the table may have rows now that would: recheck
             // only if it changed.
-            if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)?
-                == tables::chunk_order(&source.open_table(CHUNK_ORDER)?, read.id)?
-            {
+            if guard.txn.chunk_order_of(record.id)? == source.chunk_order_of(read.id)? {
                 return Ok(Staged::Done(0));
             }
         }
@@ -436,7 +430,7 @@ fn rewrite(
         drop(landing);
         job.check_cancelled()?;
         let snapshot = job.store.read()?;
-        match tables::get(&snapshot.open_table(TABLES)?, job.tenant, project, name)? {
+        match tables::record(&snapshot, job.tenant, project, name)? {
             Some(now) if now.id == read.id => read = now,
             _ => return Ok(Staged::TargetChanged),
         }
@@ -462,8 +456,8 @@ fn replace_if_unchanged(
     let Some(record) = job.still(&guard, project, name, read)? else {
         return Ok(Staged::TargetChanged);
     };
-    let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
-    if tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before {
+    let before = job.snapshot.txn.chunk_order_of(read.id)?;
+    if guard.txn.chunk_order_of(record.id)? != before {
         return Ok(Staged::TargetChanged);
     }
     let mut writer = TableWriter::replace(&guard.txn, job.tenant, record, credit.bytes)?;
@@ -607,13 +601,12 @@ pub(crate) fn create_table(
     // The project may have gone, or the name been taken, while the rows were computed
     // (`files` is always there).
     if project != FILES_DB
-        && crate::catalog::projects::get(&guard.txn.open_table(PROJECTS)?, job.tenant, &project)?
-            .is_none()
+        && crate::catalog::projects::named(&guard.txn, job.tenant, &project)?.is_none()
     {
         return Ok(Staged::TargetChanged);
     }
     crate::catalog::rules::name_is_no_view(&guard.txn, job.tenant, &project, &name)?;
-    let existing = tables::get(&guard.txn.open_table(TABLES)?, job.tenant, &project, &name)?;
+    let existing = tables::record(&guard.txn, job.tenant, &project, &name)?;
     if existing.is_some() {
         if create.if_not_exists {
             return Ok(Staged::Done(None));
@@ -695,13 +688,7 @@ fn build_index(
         landing_step(job, handle, work)
     };
     let snapshot = &job.snapshot.txn;
-    if !build.stage(
-        snapshot,
-        &snapshot.open_table(TABLES)?,
-        job.tenant,
-        job.spool(),
-        keep_going,
-    )? {
+    if !build.stage(snapshot, job.tenant, job.spool(), keep_going)? {
         return Err(gone());
     }
     let mut attempt = 1;
@@ -709,13 +696,7 @@ fn build_index(
         build.land(job.tenant, &mut step, keep_going)?;
         // Chunks written since the last snapshot: their entries too are encoded unlocked.
         let fresh = job.store.read()?;
-        if !build.stage(
-            &fresh,
-            &fresh.open_table(TABLES)?,
-            job.tenant,
-            job.spool(),
-            keep_going,
-        )? {
+        if !build.stage(&fresh, job.tenant, job.spool(), keep_going)? {
             return Err(gone());
         }
         build.land(job.tenant, &mut step, keep_going)?;
@@ -801,7 +782,7 @@ fn land_renewal(
         landing_step(job, handle, work)
     };
     let credit = job.credit(read)?;
-    let as_read = || tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id);
+    let as_read = || job.snapshot.txn.chunk_order_of(read.id);
     // Rows computed from the table's rows, or written against the credit of its content,
     // are for the table as read.
     let base = match unchanged || credit.base.is_some() {
@@ -824,8 +805,8 @@ fn land_renewal(
             return Ok(Staged::TargetChanged);
         };
         let moved = || -> Result<bool> {
-            let before = tables::chunk_order(&job.snapshot.txn.open_table(CHUNK_ORDER)?, read.id)?;
-            Ok(tables::chunk_order(&guard.txn.open_table(CHUNK_ORDER)?, record.id)? != before)
+            let before = job.snapshot.txn.chunk_order_of(read.id)?;
+            Ok(guard.txn.chunk_order_of(record.id)? != before)
         };
         if record.constraints != read.constraints || (checks_base && moved()?) {
             return Ok(Staged::TargetChanged);
@@ -841,7 +822,7 @@ fn land_renewal(
     let published = match published {
         Err(e) if checks_base && e.kind() == crate::ErrorKind::Conflict && job.may_land => {
             let now = job.store.read()?;
-            match tables::chunk_order(&now.open_table(CHUNK_ORDER)?, read.id)? != as_read()? {
+            match now.chunk_order_of(read.id)? != as_read()? {
                 true => Ok(Staged::TargetChanged),
                 false => Err(e),
             }
@@ -877,7 +858,7 @@ fn again_if_renewed<T>(
 /// created again).
 fn given_new_id(job: &WriteJob, project: &str, read: &TableRecord) -> Result<bool> {
     let txn = job.store.read()?;
-    let now = tables::get(&txn.open_table(TABLES)?, job.tenant, project, &read.name)?;
+    let now = tables::record(&txn, job.tenant, project, &read.name)?;
     Ok(now.is_some_and(|now| now.id != read.id))
 }
 
@@ -1058,8 +1039,8 @@ mod tests {
     use parking_lot::Mutex;
 
     use crate::catalog::indexes::observe;
-    use crate::catalog::tables;
-    use crate::store::schema::{CHUNK_ORDER, TABLES};
+    use crate::catalog::tables::{self, ReadTables};
+    use crate::store::schema::TABLES;
     use crate::{Config, Engine, TenantId};
 
     /// The single value of a one-row, one-column result, as text.
@@ -2147,12 +2128,10 @@ mod tests {
     /// Chunk ids of `mindsdb.t`, in row order.
     fn chunk_ids(engine: &Engine) -> Vec<u64> {
         let txn = engine.store().read().unwrap();
-        let tables_table = txn.open_table(TABLES).unwrap();
-        let record = tables::get(&tables_table, TenantId::LOCAL, "mindsdb", "t")
+        let record = tables::record(&txn, TenantId::LOCAL, "mindsdb", "t")
             .unwrap()
             .unwrap();
-        let order = txn.open_table(CHUNK_ORDER).unwrap();
-        tables::chunk_order(&order, record.id)
+        txn.chunk_order_of(record.id)
             .unwrap()
             .into_iter()
             .map(|(_, id)| id)

@@ -21,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::spool::Spool;
 use crate::sql::catalog::snapshot::{Namespace, Snapshot};
 use crate::sql::planning::session::Session;
-use crate::store::schema::TABLES;
 use crate::store::{Store, WriteGuard, WriteLock};
 use crate::tenant::TenantId;
 
@@ -210,7 +209,7 @@ impl WriteJob {
         name: &str,
         read: &TableRecord,
     ) -> Result<Option<TableRecord>> {
-        let current = tables::get(&guard.txn.open_table(TABLES)?, self.tenant, project, name)?;
+        let current = tables::record(&guard.txn, self.tenant, project, name)?;
         Ok(current.filter(|record| record.id == read.id))
     }
 

@@ -28,7 +28,6 @@ use super::job::WriteJob;
 use crate::catalog::constraints::{KeySet, OnConflict};
 use crate::catalog::tables::{self, ReadTables, Rewrite, StagedRows, TableRecord, TableWriter};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::schema::TABLES;
 use crate::tenant::TenantId;
 
 /// The name the new row goes by in the assignments.
@@ -270,7 +269,7 @@ impl Prepared {
         let Some(retired) = tables::apply_rewrite(txn, tenant, record, self.rewrite)? else {
             return Ok(None);
         };
-        let record = tables::get(&txn.open_table(TABLES)?, tenant, &project, &name)?
+        let record = tables::record(&txn, tenant, &project, &name)?
             .ok_or_else(|| Error::internal("a table went away during its own write"))?;
         let inserted = self.fresh.num_rows() as u64;
         let mut writer = TableWriter::append(txn, tenant, record)?;
