@@ -23,13 +23,14 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::tenant::TenantId;
 use schema::{META, SEQUENCES};
 
+mod explicit;
 mod reading;
 pub(crate) mod schema;
 mod transaction;
 mod turns;
 
+pub(crate) use explicit::Step;
 pub(crate) use reading::Reads;
-pub(crate) use transaction::Step;
 
 /// The on-disk format this build reads and writes. Bump it when a record layout changes.
 pub(crate) const FORMAT_VERSION: u64 = 1;
@@ -62,7 +63,7 @@ pub(crate) struct Store {
     /// `catalog::landing`): its own signal, so it never takes a wake-up meant for another.
     swept: Arc<tokio::sync::Notify>,
     /// The explicit transaction open on this store, if any.
-    transaction: Mutex<Option<transaction::Transaction>>,
+    transaction: Mutex<Option<explicit::Transaction>>,
 }
 
 /// The right to be the one writer of this process, held from before a write's read snapshot

@@ -18,39 +18,9 @@ use std::sync::Arc;
 
 use redb::Savepoint;
 
+use super::explicit::{Step, Transaction};
 use super::Store;
 use crate::error::{Error, Result};
-
-/// The open transaction's state, kept by the [`Store`].
-pub(super) struct Transaction {
-    /// The writer lock, from BEGIN until the transaction ends.
-    _lock: super::turns::TurnGuard,
-    /// The database as it was at BEGIN.
-    begin: Savepoint,
-    /// `SAVEPOINT name`s, oldest first: the database as it was when each was taken.
-    named: Vec<(String, Savepoint)>,
-    /// Statements inside the transaction take turns on this (threads may share a connection).
-    pub(super) statements: Arc<tokio::sync::Mutex<()>>,
-    /// The message of the statement that failed and so aborted the transaction, if one did.
-    aborted: Option<String>,
-}
-
-/// A step of an explicit transaction, as SQL names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// `BEGIN` / `START TRANSACTION`.
-    Begin,
-    /// `COMMIT` / `END`.
-    Commit,
-    /// `ROLLBACK` (the whole transaction).
-    Rollback,
-    /// `SAVEPOINT name`.
-    Savepoint(String),
-    /// `RELEASE [SAVEPOINT] name`: forgets it and the savepoints taken after it.
-    Release(String),
-    /// `ROLLBACK TO [SAVEPOINT] name`: undoes what came after it, keeping it.
-    RollbackTo(String),
-}
 
 fn aborted_error(message: &str) -> Error {
     Error::invalid(format!(

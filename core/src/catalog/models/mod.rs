@@ -5,9 +5,10 @@
 //! (`callbacks::enqueue`) in the same transaction. Training is in `train`, LLM-backed models
 //! in `ml` (`ml::train`, `ml::worker`); an LLM-backed model's settings are `openai`.
 
+mod description;
 pub(crate) mod openai;
 
-use std::collections::BTreeMap;
+pub(crate) use self::description::Description;
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -27,23 +28,6 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 /// How many phases the built-in trainer goes through (an LLM model has one: checking its
 /// prompt).
 pub(crate) const TRAINING_PHASES: u32 = 4;
-
-/// What training found out, in MindsDB's `DESCRIBE` vocabulary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub(crate) struct Description {
-    /// `{"r2_score": ..}` for regression, `{"balanced_accuracy_score": ..}` for classification.
-    pub(crate) accuracies: BTreeMap<String, f64>,
-    /// Permutation importance per input column, scaled so the most important is 1.0.
-    pub(crate) column_importances: BTreeMap<String, f64>,
-    pub(crate) inputs: Vec<String>,
-    pub(crate) outputs: Vec<String>,
-    /// The stages, joined by " --> ".
-    pub(crate) model: String,
-    /// The mixer that won: "random forest", "linear" or "constant".
-    pub(crate) mixer: String,
-    /// Inferred kind per column, target included.
-    pub(crate) column_types: BTreeMap<String, String>,
-}
 
 /// The engines that train with the built-in trainer (`lightwood` is MindsDB's name for its own).
 pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];

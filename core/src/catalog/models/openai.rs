@@ -11,7 +11,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use serde_json::{Map, Value};
 
-use super::Description;
+use super::description::Description;
 use crate::error::{Error, Result};
 
 /// The engine's name in `USING engine = …`.

@@ -5,9 +5,12 @@
 //! records themselves are `datasources`'s.
 
 pub(crate) mod directory;
+mod net;
 pub(crate) mod postgres;
 pub(crate) mod pushdown;
 pub(crate) mod table;
+
+pub(crate) use self::net::Net;
 
 use std::sync::Arc;
 
@@ -16,36 +19,8 @@ use datafusion::catalog::TableProvider;
 use serde_json::{Map, Value};
 
 use crate::catalog::datasources::Datasource;
-use crate::config::{Config, Edition};
-use crate::egress::Egress;
+use crate::config::Edition;
 use crate::error::{Error, ErrorKind, Result};
-
-/// How datasources reach their servers: the engine's egress policy, and what a server may send.
-#[derive(Debug, Clone)]
-pub(crate) struct Net {
-    pub(crate) egress: Egress,
-    /// `datasources.max_message_mb`, in bytes.
-    pub(crate) max_message_bytes: usize,
-    /// `datasources.max_tables`.
-    pub(crate) max_tables: usize,
-}
-
-impl Net {
-    /// The reach `config` describes.
-    pub(crate) fn new(config: &Config) -> Result<Net> {
-        Ok(Net {
-            egress: config.egress()?,
-            max_message_bytes: usize::try_from(
-                config
-                    .datasources
-                    .max_message_mb
-                    .saturating_mul(1024 * 1024),
-            )
-            .unwrap_or(usize::MAX),
-            max_tables: config.datasources.max_tables,
-        })
-    }
-}
 
 /// A datasource's engine with its checked settings.
 pub(crate) enum Connection {

@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{CancelToken, Client, NoTls, RowStream};
 
-use super::Net;
+use super::net::Net;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of rows (as received) after which a batch is closed even if it has fewer rows than
