@@ -70,6 +70,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("rules", &["catalog::rules"]),
+    ("setup", &["catalog::setup"]),
     (
         "services",
         &[

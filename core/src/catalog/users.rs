@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::projects;
-use crate::config::HostedConfig;
+use crate::config::{Config, Edition, HostedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store;
 use crate::store::schema::{API_KEYS, USERS, USER_NAMES};
@@ -226,6 +226,39 @@ pub(crate) fn revoke_key(txn: &WriteTransaction, name: &str, key_id: u64) -> Res
     crate::catalog::auth::revoke_tenant(txn, user.tenant())?;
     put(txn, &user)?;
     Ok(user)
+}
+
+/// The tenant `username` and `password` log in as. The local edition takes the configured
+/// credentials (`auth`), and the login acts as `local`; the hosted edition takes a user's name
+/// with one of its API keys as the password, and the login acts as that user. Missing or
+/// empty fields are [`ErrorKind::InvalidInput`], wrong ones [`ErrorKind::Unauthorized`].
+pub(crate) fn login(
+    txn: &ReadTransaction,
+    config: &Config,
+    local: TenantId,
+    username: Option<&str>,
+    password: Option<&str>,
+) -> Result<TenantId> {
+    if config.edition == Edition::Local {
+        crate::catalog::auth::check_credentials(&config.auth, username, password)?;
+        return Ok(local);
+    }
+    let (Some(username), Some(password)) = (username, password) else {
+        return Err(Error::invalid("Username and password should be string"));
+    };
+    if username.is_empty() || password.is_empty() {
+        return Err(Error::invalid("Username and password should be string"));
+    }
+    let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
+    let user = match authenticate(txn, password) {
+        Ok(user) => user,
+        Err(e) if e.kind() == ErrorKind::Unauthorized => return Err(wrong()),
+        Err(e) => return Err(e),
+    };
+    if !user.name.eq_ignore_ascii_case(username) {
+        return Err(wrong());
+    }
+    Ok(user.tenant())
 }
 
 /// The user an API key belongs to. An unknown key is [`ErrorKind::Unauthorized`]; a disabled

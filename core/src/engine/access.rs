@@ -1,6 +1,7 @@
 //! Who may use the engine: its status, logging in and out, and verifying a login's token.
 
 use crate::catalog::auth::{self, LoginToken};
+use crate::catalog::users;
 use crate::engine::status::Status;
 use crate::error::Result;
 use crate::tenant::TenantId;
@@ -29,17 +30,16 @@ impl Engine {
         username: Option<&str>,
         password: Option<&str>,
     ) -> Result<LoginToken> {
-        let config = &self.inner.services.config;
-        let tenant = match config.edition {
-            crate::config::Edition::Local => {
-                auth::check_credentials(&config.auth, username, password)?;
-                self.tenant
-            }
-            crate::config::Edition::Hosted => self.user_login(username, password)?,
-        };
-        let lifetime = config.auth.token_lifetime_secs;
+        let services = &self.inner.services;
+        let tenant = users::login(
+            &services.store.read()?,
+            &services.config,
+            self.tenant,
+            username,
+            password,
+        )?;
+        let lifetime = services.config.auth.token_lifetime_secs;
         self.inner
-            .sql
             .services
             .store
             .write(move |txn| auth::issue(txn, tenant, lifetime))
@@ -60,7 +60,6 @@ impl Engine {
         }
         let token = token.to_string();
         self.inner
-            .sql
             .services
             .store
             .write(move |txn| auth::revoke(txn, &token))

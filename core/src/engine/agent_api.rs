@@ -22,7 +22,6 @@ impl Engine {
         let egress = self.inner.services.net.egress.clone();
         let created = self
             .inner
-            .sql
             .services
             .store
             .write(move |txn| agents::create(txn, tenant, &project, &spec, &llm, false, &egress))
@@ -60,7 +59,6 @@ impl Engine {
         let (project, name) = (project.to_string(), name.to_string());
         let egress = self.inner.services.net.egress.clone();
         self.inner
-            .sql
             .services
             .store
             .write(move |txn| agents::update(txn, tenant, &project, &name, &changes, &egress))
@@ -72,7 +70,6 @@ impl Engine {
         let tenant = self.tenant;
         let (project, name) = (project.to_string(), name.to_string());
         self.inner
-            .sql
             .services
             .store
             .write(move |txn| agents::delete(txn, tenant, &project, &name, false))

@@ -67,30 +67,6 @@ impl Engine {
         }
     }
 
-    /// The tenant of a hosted login: the user named `username` owning the API key `password`.
-    pub(crate) fn user_login(
-        &self,
-        username: Option<&str>,
-        password: Option<&str>,
-    ) -> Result<TenantId> {
-        let (Some(username), Some(password)) = (username, password) else {
-            return Err(Error::invalid("Username and password should be string"));
-        };
-        if username.is_empty() || password.is_empty() {
-            return Err(Error::invalid("Username and password should be string"));
-        }
-        let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
-        let user = match users::authenticate(&self.inner.services.store.read()?, password) {
-            Ok(user) => user,
-            Err(e) if e.kind() == ErrorKind::Unauthorized => return Err(wrong()),
-            Err(e) => return Err(e),
-        };
-        if !user.name.eq_ignore_ascii_case(username) {
-            return Err(wrong());
-        }
-        Ok(user.tenant())
-    }
-
     /// User administration belongs to the hosted edition's operator handle, never to a user's.
     fn require_operator(&self) -> Result<()> {
         if !self.is_hosted() {

@@ -63,7 +63,6 @@ impl Engine {
         // Inserts into it stop at once (no more embedding calls).
         let object = crate::running::Object::knowledge_base(tenant, &project, &name);
         self.inner
-            .sql
             .services
             .store
             .write_dropping(object, move |txn| {
@@ -118,7 +117,6 @@ impl Engine {
             let (tenant, project, name) = (self.tenant, project.to_string(), name.to_string());
             let egress = self.inner.services.net.egress.clone();
             self.inner
-                .sql
                 .services
                 .store
                 .write(move |txn| {

@@ -34,10 +34,7 @@ use tokio::runtime::{Handle, Runtime};
 use crate::admission::Ticket;
 use crate::cancel::{Control, Interrupts};
 use crate::catalog::agents::{self};
-use crate::catalog::auth::{self};
-use crate::catalog::models::{self};
 use crate::catalog::projects::{self};
-use crate::catalog::tables;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
 use crate::services::Services;
@@ -133,26 +130,7 @@ impl Engine {
         // No block_on here: the engine may be opened from inside async code, and nobody else
         // can hold the writer lock of a store that is still being opened.
         let guard = store.begin_write(store.try_lock_writes()?)?;
-        let uncounted = crate::catalog::storage::init(&guard.txn)?;
-        tables::init(&guard.txn)?;
-        // What statements of a stopped process had written ahead of their commit.
-        crate::catalog::rules::discard_all_landed(&guard.txn)?;
-        crate::catalog::views::init(&guard.txn)?;
-        crate::catalog::knowledge_bases::init(&guard.txn)?;
-        agents::init(&guard.txn)?;
-        crate::catalog::datasources::init(&guard.txn)?;
-        models::init(&guard.txn)?;
-        models::fail_interrupted(&guard.txn)?;
-        auth::init(&guard.txn)?;
-        crate::catalog::users::init(&guard.txn)?;
-        crate::catalog::quotas::init(&guard.txn)?;
-        crate::catalog::minds::init(&guard.txn)?;
-        crate::catalog::callbacks::init(&guard.txn)?;
-        projects::ensure_default(&guard.txn, TenantId::LOCAL, &default)?;
-        if uncounted {
-            crate::catalog::rules::count_storage(&guard.txn)?;
-        }
-        crate::catalog::storage::set_limits(&guard.txn, &config.hosted)?;
+        crate::catalog::setup::open(&guard.txn, &config.hosted, &default)?;
         guard.commit()?;
         let worker = crate::services::delivery::Worker::new(
             Arc::clone(&store),

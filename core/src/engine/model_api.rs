@@ -109,7 +109,6 @@ impl Engine {
         };
         // Its trainings stop at once (and give their users' places back).
         self.inner
-            .sql
             .services
             .store
             .write_dropping(object, move |txn| {
