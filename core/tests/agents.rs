@@ -652,6 +652,50 @@ fn agents_in_sql() {
     assert!(err.message().contains("try later"), "{err}");
 }
 
+/// An agent is a table of `(question, answer)`: it joins with stored tables, nests in
+/// subqueries and takes expressions, and is asked when the query runs (EXPLAIN asks nothing).
+#[test]
+fn an_agent_is_a_table_that_joins_and_nests() {
+    let llm = FakeLlm::start(vec![Reply::Text("Because."), Reply::Text("seven")]);
+    let engine = engine_for(&llm, 10);
+    sales_agent(&engine);
+    let explained = cells(
+        &engine,
+        "EXPLAIN SELECT answer FROM analyst WHERE question = 'q'",
+    );
+    assert!(!explained.is_empty());
+    assert!(llm.requests().is_empty(), "EXPLAIN asked the agent");
+    let joined = cells(
+        &engine,
+        "SELECT s.region, s.amount, a.answer FROM sales AS s, mindsdb.analyst AS a \
+         WHERE a.question = 'Why?' AND s.amount > 15 ORDER BY s.amount",
+    );
+    assert_eq!(
+        joined,
+        [["south", "20", "Because."], ["north", "30", "Because."]]
+    );
+    let nested = cells(
+        &engine,
+        "SELECT upper(x.answer), length(x.question) FROM \
+         (SELECT * FROM analyst WHERE 'again' = question) AS x",
+    );
+    assert_eq!(nested, [["SEVEN", "5"]]);
+    assert_eq!(llm.requests().len(), 2, "one question each");
+    // Two different questions at once: no row is both, and nothing is asked.
+    assert!(cells(
+        &engine,
+        "SELECT answer FROM analyst WHERE question = 'a' AND question = 'b'"
+    )
+    .is_empty());
+    assert_eq!(llm.requests().len(), 2);
+    // A stored table of the agent's name comes first.
+    engine
+        .sql_blocking("CREATE TABLE analyst (question VARCHAR, answer VARCHAR)")
+        .unwrap();
+    assert!(cells(&engine, "SELECT answer FROM analyst WHERE question = 'x'").is_empty());
+    assert_eq!(llm.requests().len(), 2);
+}
+
 #[test]
 fn a_streamed_answer_reports_its_steps_and_ends() {
     let llm = FakeLlm::start(vec![

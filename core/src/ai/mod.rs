@@ -6,7 +6,7 @@
 //! - `knowledge_bases`: their statements, the table a knowledge base's name resolves to, its
 //!   search and its writes;
 //! - `agents`: their statements, the agent loop, its SQL tool's read-only sandbox, and an
-//!   agent asked in a SELECT;
+//!   agent as a table of its answers;
 //! - `minds`: a mind asked through the OpenAI-style chat APIs.
 
 pub(crate) mod agents;

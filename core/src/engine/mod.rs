@@ -82,7 +82,7 @@ pub(crate) struct Inner {
     id: u64,
     /// What the engine and its SQL engine share (the store, the configuration, the clients).
     pub(crate) services: Arc<Services>,
-    pub(crate) sql: SqlRunner,
+    pub(crate) sql: Arc<SqlRunner>,
     /// `Option` so `Drop` can shut it down without blocking, even from inside async code.
     runtime: Option<Runtime>,
     pub(crate) handle: Handle,

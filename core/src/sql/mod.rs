@@ -47,7 +47,7 @@ use datafusion::logical_expr::DmlStatement;
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_planner::ExtensionPlanner;
-use datafusion::sql::sqlparser::ast::{Insert, Statement};
+use datafusion::sql::sqlparser::ast::Insert;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::future::BoxFuture;
 use tokio::runtime::Handle;
@@ -74,8 +74,10 @@ pub(crate) struct SqlRunner {
 }
 
 impl SqlRunner {
-    /// The SQL engine over `services`, with `extensions` plugged in.
-    pub(crate) fn new(services: Arc<Services>, extensions: Extensions) -> Result<Self> {
+    /// The SQL engine over `services`, with `extensions` plugged in. It is shared: a feature's
+    /// operator that runs SQL itself while it executes (an agent asked in a query) finds it
+    /// in its session as a [`RunnerHandle`].
+    pub(crate) fn new(services: Arc<Services>, extensions: Extensions) -> Result<Arc<Self>> {
         let config = &services.config;
         let target_partitions = match config.query.target_partitions {
             0 => std::thread::available_parallelism()
@@ -94,7 +96,7 @@ impl SqlRunner {
             .build_arc()?;
         let connector = services.connector();
         let net = services.net.clone();
-        Ok(SqlRunner {
+        Ok(Arc::new_cyclic(|runner| SqlRunner {
             sessions: Arc::new(Sessions::new(
                 runtime,
                 config.query.batch_size.max(1),
@@ -109,14 +111,18 @@ impl SqlRunner {
                         .collect(),
                     analyzer_rules: extensions.iter().flat_map(|e| e.analyzer_rules()).collect(),
                     planners: extensions.iter().flat_map(|e| e.planners()).collect(),
+                    configure: Box::new({
+                        let handle = Arc::new(RunnerHandle(std::sync::Weak::clone(runner)));
+                        move |config| config.with_extension(handle)
+                    }),
                 },
             )),
             extensions,
             plans: PlanCache::new(config.query.plan_cache_entries),
             default_project: config.query.default_project.to_ascii_lowercase(),
             target_partitions,
-            services,
-        })
+            services: Arc::clone(&services),
+        }))
     }
 
     /// The default project's name.
@@ -158,6 +164,20 @@ pub(crate) fn text_table(columns: Vec<(&str, Vec<Option<String>>)>) -> Result<Ou
     }))
 }
 
+/// The runner, as a session's operators reach it (a `SessionConfig` extension): weakly, so
+/// the sessions the runner keeps do not keep it alive.
+#[derive(Debug)]
+pub(crate) struct RunnerHandle(std::sync::Weak<SqlRunner>);
+
+impl RunnerHandle {
+    /// The runner, unless the engine is closing.
+    pub(crate) fn runner(&self) -> Result<Arc<SqlRunner>> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| Error::invalid("The engine is closing"))
+    }
+}
+
 /// A feature's write job: what it stages inside the engine's write (see `write::job::WriteJob`).
 pub(crate) type FeatureWrite = Box<dyn FnOnce(&WriteJob, &Handle) -> Result<Staged<u64>> + Send>;
 
@@ -190,19 +210,6 @@ pub(crate) trait Extension: FeatureTables {
     /// not, and the next extension, then the engine's own parser, reads it. An error is the
     /// statement's: it was this feature's, and wrong.
     fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>>;
-
-    /// Answers what it can of `statement` before it is planned (an agent asked in a SELECT
-    /// becomes a table of its answer); whether it changed the statement, whose plan is then
-    /// never kept for later.
-    fn rewrite<'a>(
-        &'a self,
-        _runner: &'a SqlRunner,
-        _tenant: TenantId,
-        _db: &'a str,
-        _statement: &'a mut Statement,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async { Ok(false) })
-    }
 
     /// Runs `insert` when its target is one of this feature's objects (a knowledge base): the
     /// rows it wrote; `None` when the target is not.

@@ -381,21 +381,7 @@ impl SqlRunner {
                 text_table(columns)
             }
             Command::Feature(statement) => statement.run(self, tenant, context).await,
-            Command::Sql(mut statement) => {
-                let mut rewritten = false;
-                for extension in self.extensions.iter() {
-                    rewritten |= extension
-                        .rewrite(self, tenant, &context.db, &mut statement)
-                        .await?;
-                }
-                if rewritten {
-                    // A feature answered part of the statement: never reuse its plan.
-                    let once = Turn::Optimistic;
-                    return Box::pin(
-                        self.execute_sql(tenant, context, *statement, None, once, false),
-                    )
-                    .await;
-                }
+            Command::Sql(statement) => {
                 // Its future is large (planning, the write's job): boxed, so the futures that
                 // await it stay small.
                 Box::pin(self.execute_sql(

@@ -1,34 +1,34 @@
 //! Agents: their statements (`statements`), how one answers a question with SQL as its tool
-//! (`answer`), the read-only sandbox that tool's queries run in (`sandbox`), and an agent asked
-//! in a SELECT (`ask`). The records are `catalog::agents`.
+//! (`answer`), the read-only sandbox that tool's queries run in (`sandbox`), and an agent as a
+//! table of its answers (`table`, answered through `ask`). The records are
+//! `catalog::agents`.
 
 pub(crate) mod answer;
 pub(crate) mod ask;
 pub(crate) mod sandbox;
 pub(crate) mod statements;
+pub(crate) mod table;
 
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::catalog::TableProvider;
 use datafusion::sql::sqlparser::tokenizer::Token;
-use futures::future::BoxFuture;
 
 use self::ask::AskAgent;
+use self::table::AgentTable;
 
 use crate::catalog::agents::Agent;
 use crate::error::Result;
 use crate::sql::catalog::features::{FeatureTables, SystemRows};
 use crate::sql::catalog::information_schema::SystemTable;
 use crate::sql::catalog::snapshot::Snapshot;
-use crate::sql::SqlRunner;
 use crate::sql::{Extension, FeatureStatement};
-use crate::tenant::TenantId;
 
-/// Agents plugged into the relational engine: their statements, an agent asked in a SELECT
-/// (`ask`) and `information_schema.agents`.
+/// Agents plugged into the relational engine: their statements, each agent as a table of its
+/// answers (`table`) and `information_schema.agents`.
 pub(crate) struct Agents {
-    /// What answers an agent asked in a SELECT: the agent loop.
+    /// What answers an agent asked from SQL: the agent loop.
     pub(crate) asker: Arc<dyn AskAgent>,
 }
 
@@ -42,19 +42,28 @@ impl Extension for Agents {
     fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>> {
         Ok(statements::agent_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
     }
-
-    fn rewrite<'a>(
-        &'a self,
-        runner: &'a SqlRunner,
-        tenant: TenantId,
-        db: &'a str,
-        statement: &'a mut Statement,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(runner.answer_agent_select(&*self.asker, tenant, db, statement))
-    }
 }
 
 impl FeatureTables for Agents {
+    fn table(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(snapshot.agent(project, name)?.map(|agent| {
+            Arc::new(AgentTable::new(
+                agent,
+                snapshot.tenant,
+                Arc::clone(&self.asker),
+            )) as Arc<dyn TableProvider>
+        }))
+    }
+
+    fn has_table(&self, snapshot: &Snapshot, project: &str, name: &str) -> bool {
+        matches!(snapshot.agent(project, name), Ok(Some(_)))
+    }
+
     fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {
         if name != "agents" {
             return Ok(None);

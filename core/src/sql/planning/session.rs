@@ -43,6 +43,9 @@ pub(crate) struct Plugins {
     pub(crate) analyzer_rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>>,
     /// Planners of their own logical plan nodes into operators.
     pub(crate) planners: Vec<Arc<dyn ExtensionPlanner + Send + Sync>>,
+    /// What the runner adds to every session's configuration (a handle on itself, for
+    /// operators that run SQL while they execute).
+    pub(crate) configure: Box<dyn FnOnce(SessionConfig) -> SessionConfig + Send>,
 }
 
 /// The pool of session states.
@@ -75,7 +78,7 @@ impl Sessions {
         max_value: u64,
         plugins: Plugins,
     ) -> Self {
-        let mut config = SessionConfig::new()
+        let mut config = (plugins.configure)(SessionConfig::new())
             .with_extension(Arc::new(connector))
             .with_batch_size(batch_size)
             .with_information_schema(false)
