@@ -12,7 +12,7 @@
 //! - `files`: decoding uploaded files into tables;
 //! - `parquet_pages`: what a Parquet file's pages decode to, checked before any is decoded.
 //!
-//! [`Services`] is what an open engine shares: the store, the configuration and these clients.
+//! [`Services`](crate::services::Services) is what an open engine shares: the store, the configuration and these clients.
 
 pub(crate) mod chunking;
 pub(crate) mod connectors;

@@ -124,7 +124,7 @@ pub struct QueryResult {
     pub context: ResultContext,
     /// The outcome of the last statement.
     pub outcome: Outcome,
-    /// The most bytes [`encode_document`](encode::encode_document) makes of it; a larger
+    /// The most bytes [`encode_document`](crate::sql::encode::encode_document) makes of it; a larger
     /// result becomes an error document that points to the streaming formats. The engine sets
     /// `query.max_document_mb`; `None` is no limit.
     pub document_limit: Option<u64>,

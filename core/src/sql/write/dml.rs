@@ -7,7 +7,7 @@
 //! computed from a read snapshot before the writer lock is taken, and staged (encoded chunks,
 //! in memory then in a temporary file); the lock is held only to check that the target is
 //! still the one read and to commit. If other writes keep changing the target meanwhile, the
-//! statement runs again as the table's sole writer (see [`Claim`]), which cannot conflict and
+//! statement runs again as the table's sole writer (see [`Claim`](crate::sql::write::job::Claim)), which cannot conflict and
 //! leaves every other table free to be written.
 //!
 //! UPDATE and DELETE evaluate their WHERE chunk by chunk and rewrite only the chunks it
@@ -345,7 +345,7 @@ pub(crate) fn run_dml(
 
 /// How many times a rewrite is computed from a fresh snapshot when other writes keep changing
 /// its table between its reading and its commit; after that the statement runs again as the
-/// table's sole writer (see [`Claim`]).
+/// table's sole writer (see [`Claim`](crate::sql::write::job::Claim)).
 const OPTIMISTIC_ATTEMPTS: usize = 3;
 
 /// Rewrites the chunks of `read` that `change` changes (returning their new rows and how many
