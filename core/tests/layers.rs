@@ -109,6 +109,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sql",
             "sql::run",
             "sql::execute",
+            "sql::ddl",
             "sql::transaction",
             "sql::load",
             "sql::uploads",

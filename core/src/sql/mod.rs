@@ -4,20 +4,21 @@
 //! [`encode`](crate::sql::encode) turns them into MindsDB's wire formats.
 //!
 //! The root holds [`SqlRunner`](crate::sql::SqlRunner), which runs a request's statements
-//! (`run`: the request and the database statements; `execute`: one SQL statement;
-//! `transaction`, `load`, `uploads`), and the [`Extension`] trait through which features plug
-//! in. The sub-folders know neither: `parse/` reads statements, `catalog/` is DataFusion's view
+//! (`run`: the request and the database statements; `execute`: one SQL statement; `ddl`:
+//! views and the names DDL takes; `transaction`, `load`, `uploads`), and the [`Extension`](crate::sql::Extension)
+//! trait through which features plug in. The sub-folders know neither: `parse/` reads statements, `catalog/` is DataFusion's view
 //! of a tenant at one snapshot, `planning/` the sessions, plan cache and our rules, `write/`
 //! the write path; `request` and `encode` are what is asked and answered.
 //!
 //! How features plug in: the engine knows stored tables, views, datasources and the database
 //! statements (projects, datasources, `SHOW`, `USE`); MindsDB's AI objects (models, knowledge
-//! bases, agents: `crate::ai`) come in through [`Extension`], as DuckDB's parser extensions and
+//! bases, agents: `crate::ai`) come in through [`Extension`](crate::sql::Extension), as DuckDB's parser extensions and
 //! DataFusion's table providers, analyzer rules and extension planners let a feature in. The
 //! engine is handed its extensions when it is made and asks them, in the order given, at each
 //! point; nothing in `sql` names a feature.
 
 pub(crate) mod catalog;
+mod ddl;
 pub mod encode;
 pub(crate) mod execute;
 pub(crate) mod load;
