@@ -110,6 +110,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sql::run",
             "sql::execute",
             "sql::ddl",
+            "sql::client",
             "sql::transaction",
             "sql::load",
             "sql::uploads",

@@ -1600,3 +1600,114 @@ fn mindsdb_dialect_escapes_files_and_native_queries_in_projects() {
     );
     assert_eq!(rows(&e, "SELECT x FROM big"), json!([[5]]));
 }
+
+/// What a MySQL client sends on connect, answered as MindsDB answers it: the server variables
+/// (`SHOW VARIABLES`, `SELECT @@…`), character sets and collations, each SHOW filtered by LIKE
+/// (ignoring case, as MySQL does) or WHERE; and session settings, accepted.
+#[test]
+fn mysql_client_statements_are_answered_as_mindsdb_answers_them() {
+    let engine = engine();
+    let all = rows(&engine, "SHOW VARIABLES");
+    assert_eq!(all.as_array().unwrap().len(), 29);
+    assert_eq!(all[0], json!(["auto_increment_increment", "1"]));
+    assert_eq!(rows(&engine, "SHOW GLOBAL VARIABLES"), all);
+    assert_eq!(
+        columns(&engine, "SHOW VARIABLES"),
+        json!(["Variable_name", "Value"])
+    );
+    assert_eq!(
+        rows(&engine, "SHOW SESSION VARIABLES"),
+        json!([
+            ["auto_increment_increment", "1"],
+            ["tx_isolation", "REPEATABLE-READ"],
+            ["tx_read_only", "0"]
+        ])
+    );
+    assert_eq!(
+        rows(&engine, "SHOW SESSION STATUS"),
+        rows(&engine, "SHOW SESSION VARIABLES")
+    );
+    assert_eq!(rows(&engine, "SHOW STATUS"), json!([]));
+    assert_eq!(
+        rows(&engine, "SHOW VARIABLES LIKE 'VERSION%'"),
+        json!([["version_comment", "(MindsDB)"], ["version", "8.0.17"]])
+    );
+    assert_eq!(
+        rows(
+            &engine,
+            "SHOW VARIABLES WHERE Variable_name IN ('lower_case_table_names', 'time_zone')"
+        ),
+        json!([["lower_case_table_names", "0"], ["time_zone", "SYSTEM"]])
+    );
+    assert_eq!(rows(&engine, "SHOW VARIABLES LIKE 'no_such_%'"), json!([]));
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT @@version, @@VERSION_COMMENT, @@session.auto_increment_increment"
+        ),
+        json!([["8.0.17", "(MindsDB)", 1]])
+    );
+    assert!(error(&engine, "SELECT @@no_such_variable").contains("no_such_variable"));
+    assert_eq!(
+        columns(&engine, "SHOW CHARSET"),
+        json!(["Charset", "Description", "Default collation", "Maxlen"])
+    );
+    assert_eq!(
+        rows(&engine, "SHOW CHARACTER SET WHERE maxlen > 3"),
+        json!([["utf8mb4", "UTF-8 Unicode", "utf8mb4_general_ci", 4]])
+    );
+    assert_eq!(
+        rows(&engine, "SHOW COLLATION LIKE 'latin1%'"),
+        json!([[
+            "latin1_swedish_ci",
+            "latin1",
+            8,
+            "Yes",
+            "Yes",
+            1,
+            "PAD SPACE"
+        ]])
+    );
+    for setting in [
+        "SET NAMES utf8mb4",
+        "SET NAMES utf8 COLLATE utf8_general_ci",
+        "SET autocommit = 1",
+        "SET SESSION sql_mode = 'ANSI'",
+        "SET @@session.autocommit = 0",
+        "SET character_set_results = NULL",
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    ] {
+        assert_eq!(exec(&engine, setting), Value::Null, "{setting}");
+    }
+    assert_eq!(
+        rows(&engine, "SHOW ENGINES"),
+        json!([[
+            "InnoDB",
+            "DEFAULT",
+            "Supports transactions, row-level locking, and foreign keys",
+            "YES",
+            "YES",
+            "YES"
+        ]])
+    );
+    assert_eq!(
+        rows(&engine, "SHOW STORAGE ENGINES LIKE 'MyISAM'"),
+        json!([])
+    );
+    assert_eq!(
+        columns(&engine, "SHOW WARNINGS"),
+        json!(["Level", "Code", "Message"])
+    );
+    assert_eq!(rows(&engine, "SHOW ERRORS"), json!([]));
+    let status = columns(&engine, "SHOW FUNCTION STATUS");
+    assert_eq!(status[1], "Name");
+    assert_eq!(status.as_array().unwrap().len(), 11);
+    assert_eq!(rows(&engine, "SHOW PROCEDURE STATUS LIKE '%'"), json!([]));
+    assert!(error(&engine, "SHOW WARNINGS LIMIT 10").contains("LIKE 'pattern'"));
+    assert!(error(&engine, "SHOW ENGINES WHERE engine = 'x'").contains("LIKE 'pattern'"));
+    // Settings are kept nowhere: the variables are MindsDB's constants.
+    assert_eq!(
+        rows(&engine, "SHOW VARIABLES LIKE 'character_set_results'"),
+        json!([["character_set_results", "utf8"]])
+    );
+}

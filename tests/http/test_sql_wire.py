@@ -168,3 +168,27 @@ def test_unknown_parameter_is_an_error_result_naming_it(server):
     assert response.status_code == 200
     doc = response.json()
     assert doc["type"] == "error" and "missing" in doc["error_message"], doc
+
+
+def test_what_a_mysql_client_asks_on_connect_is_answered_like_mindsdb(server):
+    """The statements MySQL clients and MindsDB's editor send on connect, over HTTP as MindsDB
+    answers them there too (MindsDB's own test_http.py sends the same list)."""
+    def table(sql):
+        body = server.sql(sql).json()
+        assert body["type"] == "table", (sql, body)
+        return body["column_names"], body["data"]
+
+    names, data = table("SHOW VARIABLES LIKE 'version%'")
+    assert names == ["Variable_name", "Value"]
+    assert data == [["version_comment", "(MindsDB)"], ["version", "8.0.17"]]
+    assert table("SELECT @@version, @@session.auto_increment_increment") == (
+        ["@@version", "@@session.auto_increment_increment"], [["8.0.17", 1]])
+    assert len(table("SHOW SESSION VARIABLES")[1]) == 3
+    assert table("SHOW COLLATION WHERE charset = 'utf8'")[1] == [
+        ["utf8_general_ci", "utf8", 33, "Yes", "Yes", 1, "PAD SPACE"]]
+    assert table("SHOW FUNCTION STATUS")[1] == []
+    assert table("SHOW WARNINGS") == (["Level", "Code", "Message"], [])
+    for setting in ("SET NAMES utf8mb4", "SET autocommit = 1",
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"):
+        body = server.sql(setting).json()
+        assert body["type"] == "ok", (setting, body)

@@ -5,7 +5,8 @@
 //!
 //! The root holds [`SqlRunner`](crate::sql::SqlRunner), which runs a request's statements
 //! (`run`: the request and the database statements; `execute`: one SQL statement; `ddl`:
-//! views and the names DDL takes; `transaction`, `load`, `uploads`), and the [`Extension`](crate::sql::Extension)
+//! views and the names DDL takes; `client`: what MySQL clients send on connect;
+//! `transaction`, `load`, `uploads`), and the [`Extension`](crate::sql::Extension)
 //! trait through which features plug in. The sub-folders know neither: `parse/` reads statements, `catalog/` is DataFusion's view
 //! of a tenant at one snapshot, `planning/` the sessions, plan cache and our rules, `write/`
 //! the write path; `request` and `encode` are what is asked and answered.
@@ -18,6 +19,7 @@
 //! point; nothing in `sql` names a feature.
 
 pub(crate) mod catalog;
+mod client;
 mod ddl;
 pub mod encode;
 pub(crate) mod execute;

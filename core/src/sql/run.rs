@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::catalog::snapshot::{Namespace, Snapshot};
+use super::client::{self, ClientStatement};
 use super::execute::Turn;
 use super::planning::order;
 use super::planning::plan_cache::{self, PlanKey};
@@ -380,8 +381,24 @@ impl SqlRunner {
                 }
                 text_table(columns)
             }
+            Command::ShowClient { table, like } => {
+                let query = client::show(table, like.as_deref())?;
+                let once = Turn::Optimistic;
+                Box::pin(self.execute_sql(tenant, context, query, None, once, false)).await
+            }
             Command::Feature(statement) => statement.run(self, tenant, context).await,
             Command::Sql(statement) => {
+                match client::read(&statement)? {
+                    Some(ClientStatement::Accepted) => return ok(None),
+                    Some(ClientStatement::Query(query)) => {
+                        let once = Turn::Optimistic;
+                        return Box::pin(
+                            self.execute_sql(tenant, context, *query, None, once, false),
+                        )
+                        .await;
+                    }
+                    None => {}
+                }
                 // Its future is large (planning, the write's job): boxed, so the futures that
                 // await it stay small.
                 Box::pin(self.execute_sql(

@@ -59,6 +59,13 @@ pub(crate) enum Command<F> {
     ShowTables { db: Option<String>, full: bool },
     /// `USE db`.
     Use(String),
+    /// `SHOW [STORAGE] ENGINES`, `SHOW WARNINGS | ERRORS`, `SHOW FUNCTION | PROCEDURE STATUS`,
+    /// each with an optional `LIKE 'pattern'`: what MySQL clients ask that sqlparser does not
+    /// read (the runner answers them with the other client SHOWs).
+    ShowClient {
+        table: ClientTable,
+        like: Option<String>,
+    },
     /// A statement a feature claimed (see `Claim`), which the feature runs.
     Feature(F),
     /// Anything else: standard SQL for DataFusion, parameters already bound.
@@ -839,6 +846,26 @@ fn mindsdb_command<F>(words: &[&Token]) -> Result<Option<Command<F>>> {
                     end_at(k + 1)?;
                     Ok(Some(Command::ShowProjects))
                 }
+                _ if !full => {
+                    let word = |k: usize, w: &str| words.get(k).is_some_and(|t| is_word(t, w));
+                    let (table, k) = if word(k, "ENGINES") {
+                        (ClientTable::Engines, k + 1)
+                    } else if word(k, "STORAGE") && word(k + 1, "ENGINES") {
+                        (ClientTable::Engines, k + 2)
+                    } else if word(k, "WARNINGS") {
+                        (ClientTable::Warnings, k + 1)
+                    } else if word(k, "ERRORS") {
+                        (ClientTable::Errors, k + 1)
+                    } else if kw(k) == Some(Keyword::FUNCTION) && word(k + 1, "STATUS") {
+                        (ClientTable::FunctionStatus, k + 2)
+                    } else if kw(k) == Some(Keyword::PROCEDURE) && word(k + 1, "STATUS") {
+                        (ClientTable::ProcedureStatus, k + 2)
+                    } else {
+                        return Ok(None);
+                    };
+                    let like = show_like(&words[k..])?;
+                    Ok(Some(Command::ShowClient { table, like }))
+                }
                 _ => Ok(None),
             }
         }
@@ -848,6 +875,35 @@ fn mindsdb_command<F>(words: &[&Token]) -> Result<Option<Command<F>>> {
             Ok(Some(Command::Use(name)))
         }
         _ => Ok(None),
+    }
+}
+
+/// A table of what MySQL clients ask about (see [`Command::ShowClient`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientTable {
+    /// `SHOW [STORAGE] ENGINES`.
+    Engines,
+    /// `SHOW WARNINGS`.
+    Warnings,
+    /// `SHOW ERRORS`.
+    Errors,
+    /// `SHOW FUNCTION STATUS`.
+    FunctionStatus,
+    /// `SHOW PROCEDURE STATUS`.
+    ProcedureStatus,
+}
+
+/// A SHOW's `LIKE 'pattern'` (`rest` is what follows its name), or none. These SHOWs take no
+/// WHERE: their tables are one row or none (MindsDB ignores both filters).
+fn show_like(rest: &[&Token]) -> Result<Option<String>> {
+    match rest {
+        [] => Ok(None),
+        [like, Token::SingleQuotedString(pattern)] if keyword(like) == Some(Keyword::LIKE) => {
+            Ok(Some(pattern.clone()))
+        }
+        [first, ..] => Err(Error::invalid(format!(
+            "Expected nothing or LIKE 'pattern' after the SHOW, found '{first}'"
+        ))),
     }
 }
 

@@ -2,8 +2,9 @@
 //! own analyzer, optimizer and physical rules, each in its own file: subqueries as joins
 //! (`unnest`), functions sized before they run (`bounded`), coercions MindsDB's users expect
 //! (`coerce`), cancellable nested-loop joins (`join_stop`), key-only sorts (`sort_keys`),
-//! short-text GROUP BY (`view_groups`), output in insertion order (`order`) and each tenant's
-//! share of the spill space (`spill_shares`).
+//! short-text GROUP BY (`view_groups`), output in insertion order (`order`), each tenant's
+//! share of the spill space (`spill_shares`) and the `@@` variables MySQL clients read
+//! (`system_variables`).
 
 pub(crate) mod bounded;
 pub(crate) mod coerce;
@@ -13,5 +14,6 @@ pub(crate) mod plan_cache;
 pub(crate) mod session;
 pub(crate) mod sort_keys;
 pub(crate) mod spill_shares;
+pub(crate) mod system_variables;
 pub(crate) mod unnest;
 pub(crate) mod view_groups;

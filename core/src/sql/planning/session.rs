@@ -16,6 +16,7 @@ use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{FunctionRegistry, SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::expr_rewriter::FunctionRewrite;
+use datafusion::logical_expr::var_provider::VarType;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -99,6 +100,10 @@ impl Sessions {
             .with_physical_optimizer_rule(Arc::new(super::join_stop::JoinStopCheck))
             .with_physical_optimizer_rule(Arc::new(super::bounded::StopCheck))
             .build();
+        base.execution_props_mut().add_var_provider(
+            VarType::System,
+            Arc::new(super::system_variables::SystemVariables),
+        );
         for rule in plugins.analyzer_rules {
             base.add_analyzer_rule(rule);
         }
