@@ -1649,6 +1649,19 @@ fn mysql_client_statements_are_answered_as_mindsdb_answers_them() {
     );
     assert!(error(&engine, "SELECT @@no_such_variable").contains("no_such_variable"));
     assert_eq!(
+        rows(
+            &engine,
+            "SELECT VERSION(), DATABASE(), SCHEMA(), CONNECTION_ID()"
+        ),
+        json!([["8.0.17", "mindsdb", "mindsdb", null]])
+    );
+    exec(&engine, "CREATE PROJECT elsewhere");
+    let other = doc(
+        &engine,
+        QueryRequest::new("SELECT database()").with_db("elsewhere"),
+    );
+    assert_eq!(other["data"], json!([["elsewhere"]]), "{other}");
+    assert_eq!(
         columns(&engine, "SHOW CHARSET"),
         json!(["Charset", "Description", "Default collation", "Maxlen"])
     );

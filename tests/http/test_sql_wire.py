@@ -184,6 +184,7 @@ def test_what_a_mysql_client_asks_on_connect_is_answered_like_mindsdb(server):
     assert table("SELECT @@version, @@session.auto_increment_increment") == (
         ["@@version", "@@session.auto_increment_increment"], [["8.0.17", 1]])
     assert len(table("SHOW SESSION VARIABLES")[1]) == 3
+    assert table("SELECT VERSION(), DATABASE()")[1] == [["8.0.17", "mindsdb"]]
     assert table("SHOW COLLATION WHERE charset = 'utf8'")[1] == [
         ["utf8_general_ci", "utf8", 33, "Yes", "Yes", 1, "PAD SPACE"]]
     assert table("SHOW FUNCTION STATUS")[1] == []

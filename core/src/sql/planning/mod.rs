@@ -3,10 +3,11 @@
 //! (`unnest`), functions sized before they run (`bounded`), coercions MindsDB's users expect
 //! (`coerce`), cancellable nested-loop joins (`join_stop`), key-only sorts (`sort_keys`),
 //! short-text GROUP BY (`view_groups`), output in insertion order (`order`), each tenant's
-//! share of the spill space (`spill_shares`) and the `@@` variables MySQL clients read
-//! (`system_variables`).
+//! share of the spill space (`spill_shares`), and the `@@` variables and functions MySQL
+//! clients read (`system_variables`, `client_functions`).
 
 pub(crate) mod bounded;
+pub(crate) mod client_functions;
 pub(crate) mod coerce;
 pub(crate) mod join_stop;
 pub(crate) mod order;

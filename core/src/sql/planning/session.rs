@@ -104,6 +104,10 @@ impl Sessions {
             VarType::System,
             Arc::new(super::system_variables::SystemVariables),
         );
+        for function in super::client_functions::functions() {
+            base.register_udf(function)
+                .expect("registering a function only replaces it in a map");
+        }
         for rule in plugins.analyzer_rules {
             base.add_analyzer_rule(rule);
         }
