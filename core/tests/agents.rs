@@ -354,6 +354,38 @@ fn a_table_outside_the_agents_data_is_refused_and_never_reaches_the_model() {
     }
 }
 
+/// An agent is a table in SQL, but not to an agent's SQL tool: an agent whose data is a whole
+/// project cannot ask itself or another agent (a loop of model calls a prompt could start).
+#[test]
+fn an_agents_tool_cannot_ask_an_agent() {
+    let llm = FakeLlm::start(vec![
+        Reply::Sql("SELECT answer FROM mindsdb.everything WHERE question = 'again'"),
+        Reply::Sql("SELECT answer FROM mindsdb.analyst WHERE question = 'you?'"),
+        Reply::Text("No recursion."),
+    ]);
+    let engine = engine_for(&llm, 10);
+    sales_agent(&engine);
+    create(
+        &engine,
+        json!({"name": "everything", "data": {"tables": ["mindsdb.*"]}}),
+    )
+    .unwrap();
+    assert_eq!(
+        ask(&engine, "everything", "loop?").unwrap().content,
+        "No recursion."
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "one question, two refused tool calls");
+    for request in requests.iter().skip(1) {
+        let tool = request["messages"].as_array().unwrap().last().unwrap();
+        let content = tool["content"].as_str().unwrap();
+        assert!(
+            content.contains("Query refused") && content.contains("agent"),
+            "{content}"
+        );
+    }
+}
+
 #[test]
 fn tool_calls_that_would_write_are_refused_and_change_nothing() {
     let writes = [

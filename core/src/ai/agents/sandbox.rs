@@ -240,6 +240,15 @@ impl SqlRunner {
             matches!(snapshot.namespace(schema), Ok(Some(Namespace::Project(_))))
                 && matches!(snapshot.knowledge_base(schema, name), Ok(Some(_)))
         };
+        // An agent is a table in SQL (`table.rs`), but never to an agent's tool, whatever its
+        // data allows (`p.*`): an agent asking agents is a loop of model calls a prompt could
+        // start.
+        let is_agent = |schema: &str, name: &str| {
+            matches!(snapshot.namespace(schema), Ok(Some(Namespace::Project(_))))
+                && matches!(snapshot.table(schema, name), Ok(None))
+                && matches!(snapshot.view(schema, name), Ok(None))
+                && matches!(snapshot.agent(schema, name), Ok(Some(_)))
+        };
         let exact = |schema: &str| remote.contains(&schema.to_ascii_lowercase());
         let mut query = self
             .read_only_query(tenant, db, sql, |reference, resolved| match resolved {
@@ -249,6 +258,9 @@ impl SqlRunner {
                         "native queries (FROM {schema} (…)) are not for agents; name tables as {schema}.<table>"
                     )))
                 }
+                Some((schema, name)) if is_agent(schema, name) => Err(refused(format!(
+                    "'{schema}.{name}' is an agent, and an agent's SQL cannot ask an agent"
+                ))),
                 Some((schema, name)) if is_knowledge_base(schema, name) => {
                     match allowed.permits_knowledge_base(schema, name) {
                         true => Ok(()),
