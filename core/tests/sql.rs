@@ -229,7 +229,11 @@ fn create_table_as_select_in_every_mindsdb_spelling() {
         rows(&e, "SELECT count(*) FROM p.c WHERE z IS NULL"),
         json!([[1]])
     );
-    assert_eq!(rows(&e, "SHOW TABLES FROM p"), json!([["a"], ["b"], ["c"]]));
+    // A project also lists its `models` table, as MindsDB's do.
+    assert_eq!(
+        rows(&e, "SHOW TABLES FROM p"),
+        json!([["a"], ["b"], ["c"], ["models"]])
+    );
     assert_eq!(columns(&e, "SHOW TABLES FROM p"), json!(["Tables_in_p"]));
     assert_eq!(
         doc(&e, QueryRequest::new("show tables").with_db("p"))["column_names"],
@@ -240,7 +244,8 @@ fn create_table_as_select_in_every_mindsdb_spelling() {
         json!([
             ["a", "BASE TABLE"],
             ["b", "BASE TABLE"],
-            ["c", "BASE TABLE"]
+            ["c", "BASE TABLE"],
+            ["models", "BASE TABLE"]
         ])
     );
 }
@@ -1427,7 +1432,12 @@ fn views_are_stored_queries_that_read_current_rows() {
     );
     assert_eq!(
         rows(&e, "SHOW FULL TABLES"),
-        json!([["named", "VIEW"], ["pos", "VIEW"], ["t1", "BASE TABLE"]])
+        json!([
+            ["models", "BASE TABLE"],
+            ["named", "VIEW"],
+            ["pos", "VIEW"],
+            ["t1", "BASE TABLE"]
+        ])
     );
     assert_eq!(
         rows(

@@ -490,7 +490,7 @@ def test_writes_over_a_runaway_query_stop_at_the_time_limit_and_leave_nothing(st
         message = sql_error(server, mallory, statement, "its time limit", timeout=1)
         assert "after running 1 s" in message, message
         assert time.monotonic() - started < 3
-    assert column(server, mallory, "SHOW TABLES FROM mindsdb") == ["target"]
+    assert column(server, mallory, "SHOW TABLES FROM mindsdb") == ["models", "target"]
     assert sql_ok(server, mallory, "SELECT count(*) FROM mindsdb.target")["data"] == [[0]]
     time.sleep(1.0)
     settled = cpu_seconds(server.pid)

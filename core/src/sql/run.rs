@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::catalog::features::ProjectObject;
 use super::catalog::snapshot::{Namespace, Snapshot};
 use super::client::{self, ClientStatement};
 use super::execute::Turn;
@@ -183,6 +184,62 @@ impl SqlRunner {
         self.sessions.take(snapshot, db, partitions)
     }
 
+    /// What database `db` lists as its tables, sorted by name: a project's stored tables,
+    /// views and the features' objects (models, agents, knowledge bases), a datasource's
+    /// tables as it reports them, the system views. NotFound for no such database.
+    pub(crate) async fn database_objects(
+        &self,
+        tenant: TenantId,
+        db: &str,
+    ) -> Result<Vec<ProjectObject>> {
+        let db = db.to_ascii_lowercase();
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
+        let named = |names: Vec<String>, kind: &'static str| -> Vec<ProjectObject> {
+            names
+                .into_iter()
+                .map(|name| ProjectObject::new(name, kind))
+                .collect()
+        };
+        let mut objects = match snapshot.namespace(&db)? {
+            None => return Err(Error::not_found(format!("Database '{db}' not found"))),
+            Some(Namespace::System) => named(INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW"),
+            Some(Namespace::Files) => named(
+                snapshot
+                    .tables(FILES_DB)?
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect(),
+                "BASE TABLE",
+            ),
+            Some(Namespace::Project(p)) => {
+                let tables = snapshot.tables(&p.name)?.into_iter().map(|t| t.name);
+                let views = snapshot.views(&p.name)?.into_iter().map(|v| v.name);
+                let mut objects = named(tables.collect(), "BASE TABLE");
+                objects.extend(named(views.collect(), "VIEW"));
+                for feature in self.extensions.iter() {
+                    for object in feature.objects(&snapshot, &p.name)? {
+                        // A stored table or view of the same name hides the object.
+                        if !objects
+                            .iter()
+                            .any(|o| o.name.eq_ignore_ascii_case(&object.name))
+                        {
+                            objects.push(object);
+                        }
+                    }
+                }
+                objects
+            }
+            Some(Namespace::Datasource(source)) => {
+                drop(snapshot);
+                let connection =
+                    crate::services::connectors::Connection::of(&source, &self.services.net)?;
+                named(connection.table_names().await?, "BASE TABLE")
+            }
+        };
+        objects.sort_by_key(|o| o.name.to_ascii_lowercase());
+        Ok(objects)
+    }
+
     async fn execute(
         &self,
         tenant: TenantId,
@@ -311,57 +368,12 @@ impl SqlRunner {
                 let db = db
                     .unwrap_or_else(|| context.db.clone())
                     .to_ascii_lowercase();
-                let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
-                let named =
-                    |names: Vec<String>, kind: &'static str| -> Vec<(String, &'static str)> {
-                        names.into_iter().map(|name| (name, kind)).collect()
-                    };
-                let tables = match snapshot.namespace(&db)? {
-                    None => return Err(Error::not_found(format!("Database '{db}' not found"))),
-                    Some(Namespace::System) => {
-                        named(INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW")
-                    }
-                    Some(Namespace::Files) => named(
-                        snapshot
-                            .tables(FILES_DB)?
-                            .into_iter()
-                            .map(|t| t.name)
-                            .collect(),
-                        "BASE TABLE",
-                    ),
-                    Some(Namespace::Project(p)) => {
-                        let mut tables = named(
-                            snapshot
-                                .tables(&p.name)?
-                                .into_iter()
-                                .map(|t| t.name)
-                                .collect(),
-                            "BASE TABLE",
-                        );
-                        tables.extend(named(
-                            snapshot
-                                .views(&p.name)?
-                                .into_iter()
-                                .map(|v| v.name)
-                                .collect(),
-                            "VIEW",
-                        ));
-                        tables.sort_by_key(|(name, _)| name.to_ascii_lowercase());
-                        tables
-                    }
-                    Some(Namespace::Datasource(source)) => {
-                        drop(snapshot);
-                        named(
-                            crate::services::connectors::Connection::of(
-                                &source,
-                                &self.services.net,
-                            )?
-                            .table_names()
-                            .await?,
-                            "BASE TABLE",
-                        )
-                    }
-                };
+                let tables: Vec<(String, &str)> = self
+                    .database_objects(tenant, &db)
+                    .await?
+                    .into_iter()
+                    .map(|object| (object.name, object.kind))
+                    .collect();
                 let header = format!("Tables_in_{db}");
                 let mut columns = vec![(
                     header.as_str(),

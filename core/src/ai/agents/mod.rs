@@ -20,7 +20,7 @@ use self::table::AgentTable;
 
 use crate::catalog::agents::Agent;
 use crate::error::Result;
-use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::features::{FeatureTables, ProjectObject, SystemRows};
 use crate::sql::catalog::information_schema::SystemTable;
 use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::{Extension, FeatureStatement};
@@ -77,5 +77,13 @@ impl FeatureTables for Agents {
             .text("PARAMS", rows.iter().map(|r| Some(r[3].as_str())))
             .build()?;
         Ok(Some(SystemRows { batch, live: false }))
+    }
+
+    fn objects(&self, snap: &Snapshot, project: &str) -> Result<Vec<ProjectObject>> {
+        let agents = snap.agents(Some(project))?;
+        Ok(agents
+            .into_iter()
+            .map(|a| ProjectObject::new(a.name, "AGENT"))
+            .collect())
     }
 }

@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use crate::catalog::knowledge_bases::{KnowledgeBase, SYSTEM_COLUMNS};
 use crate::error::Result;
 use crate::progress::InsertProgress;
-use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::features::{FeatureTables, ProjectObject, SystemRows};
 use crate::sql::catalog::information_schema::SystemTable;
 use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::{Extension, FeatureStatement, FeatureWrite};
@@ -86,6 +86,14 @@ impl FeatureTables for KnowledgeBases {
 
     fn has_table(&self, snapshot: &Snapshot, project: &str, name: &str) -> bool {
         matches!(snapshot.knowledge_base(project, name), Ok(Some(_)))
+    }
+
+    fn objects(&self, snap: &Snapshot, project: &str) -> Result<Vec<ProjectObject>> {
+        let kbs = snap.knowledge_bases(project)?;
+        Ok(kbs
+            .into_iter()
+            .map(|kb| ProjectObject::new(kb.name, "KNOWLEDGE BASE"))
+            .collect())
     }
 
     fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {

@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use crate::catalog::namespace::FILES_DB;
 use crate::error::Result;
-use crate::sql::catalog::features::{FeatureTables, SystemRows};
+use crate::sql::catalog::features::{FeatureTables, ProjectObject, SystemRows};
 use crate::sql::catalog::information_schema::system_table;
 use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::{Extension, FeatureStatement};
@@ -81,5 +81,22 @@ impl FeatureTables for Models {
         }
         let batch = run::model_info(&snap.models(None)?, true, None)?;
         Ok(Some(SystemRows { batch, live: false }))
+    }
+
+    /// The project's `models` table and its models' active versions, as MindsDB lists them.
+    fn objects(&self, snap: &Snapshot, project: &str) -> Result<Vec<ProjectObject>> {
+        if project == FILES_DB {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![ProjectObject::new(MODELS_TABLE, "BASE TABLE")];
+        for version in snap.models(Some(project))? {
+            if version.active {
+                out.push(ProjectObject {
+                    engine: Some(version.engine.clone()),
+                    ..ProjectObject::new(version.name.clone(), "MODEL")
+                });
+            }
+        }
+        Ok(out)
     }
 }

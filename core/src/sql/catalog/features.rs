@@ -39,6 +39,36 @@ pub(crate) trait FeatureTables: fmt::Debug + Send + Sync {
     fn system_table(&self, _snapshot: &Snapshot, _name: &str) -> Result<Option<SystemRows>> {
         Ok(None)
     }
+
+    /// This feature's objects in `project` that read as tables, as `SHOW TABLES` and the REST
+    /// listings show them.
+    fn objects(&self, _snapshot: &Snapshot, _project: &str) -> Result<Vec<ProjectObject>> {
+        Ok(Vec::new())
+    }
+}
+
+/// One name a database lists among its tables: a stored table or view, or a feature's object
+/// (a model, an agent, a knowledge base) that reads as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProjectObject {
+    /// Its name as stored.
+    pub(crate) name: String,
+    /// What it is, as MindsDB's `TABLE_TYPE` says it: `BASE TABLE`, `VIEW`, `MODEL`, `AGENT`,
+    /// `KNOWLEDGE BASE` or `SYSTEM VIEW`.
+    pub(crate) kind: &'static str,
+    /// The engine behind it, for a model.
+    pub(crate) engine: Option<String>,
+}
+
+impl ProjectObject {
+    /// An object of `kind` with no engine.
+    pub(crate) fn new(name: impl Into<String>, kind: &'static str) -> ProjectObject {
+        ProjectObject {
+            name: name.into(),
+            kind,
+            engine: None,
+        }
+    }
 }
 
 /// A system table's rows, as a feature builds them.
