@@ -48,6 +48,11 @@ impl SqlRunner {
                 _ => return Ok(None),
             },
             Statement::CreateTable(create) => (create.name.clone(), None),
+            Statement::Drop {
+                object_type: datafusion::sql::sqlparser::ast::ObjectType::Table,
+                names,
+                ..
+            } if names.len() == 1 => (names[0].clone(), None),
             _ => return Ok(None),
         };
         let Ok(reference) = datafusion::sql::planner::object_name_to_table_reference(name, true)
@@ -69,7 +74,7 @@ impl SqlRunner {
     }
 
     /// `INSERT INTO pg.t …` or `CREATE TABLE pg.t (SELECT …)`: rows go to the datasource in one
-    /// remote transaction; the store is not touched.
+    /// remote transaction; the store is not touched. `DROP TABLE pg.t` drops it there.
     pub(crate) async fn write_remote(
         &self,
         state: Session,
@@ -90,6 +95,17 @@ impl SqlRunner {
             }
             LogicalPlan::Dml(insert) if matches!(insert.op, WriteOp::Insert(_)) => {
                 (insert.input.as_ref().clone(), None)
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+                crate::services::connectors::table::drop_table(
+                    settings,
+                    &target.table,
+                    drop.if_exists,
+                )
+                .await?;
+                return Ok(Outcome::Ok {
+                    affected_rows: None,
+                });
             }
             other => {
                 return Err(Error::invalid(format!(

@@ -513,6 +513,21 @@ fn remote_type(data_type: &DataType) -> Result<String> {
     })
 }
 
+/// Drops `table` of the datasource's schema (`DROP TABLE pg.t`); the datasource's own error
+/// when it does not exist, unless `if_exists`.
+pub(crate) async fn drop_table(settings: &Settings, table: &str, if_exists: bool) -> Result<()> {
+    let qualified = settings.qualified(table);
+    let client = settings.connect_for_writes().await?;
+    let statement = match if_exists {
+        true => format!("DROP TABLE IF EXISTS {qualified}"),
+        false => format!("DROP TABLE {qualified}"),
+    };
+    client
+        .batch_execute(&statement)
+        .await
+        .map_err(|e| query_error(&e))
+}
+
 /// How `CREATE TABLE pg.t …` treats an existing table.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Existing {
