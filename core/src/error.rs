@@ -57,16 +57,26 @@ pub enum Subject {
     Model,
     /// A knowledge base.
     KnowledgeBase,
+    /// A database: a project, a datasource or a system database.
+    Database,
+    /// A table of a database.
+    Table,
+    /// A view.
+    View,
 }
 
 impl Subject {
-    /// The name a title uses: "Project", "Agent", "Model", "Knowledge Base".
+    /// The name a title uses: "Project", "Agent", "Model", "Knowledge Base", "Database",
+    /// "Table", "View".
     pub fn name(self) -> &'static str {
         match self {
             Subject::Project => "Project",
             Subject::Agent => "Agent",
             Subject::Model => "Model",
             Subject::KnowledgeBase => "Knowledge Base",
+            Subject::Database => "Database",
+            Subject::Table => "Table",
+            Subject::View => "View",
         }
     }
 }

@@ -68,15 +68,17 @@ pub use catalog::projects::Project;
 pub use catalog::quotas::{Limits, Usage, WindowUsage};
 pub use catalog::tables::sql_type_name;
 pub use catalog::users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
+pub use catalog::views::View;
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
     EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, KnowledgeBasesConfig, LlmConfig,
     PlanConfig, QueryConfig, StorageConfig,
 };
+pub use engine::database_api::{Database, DatabaseTable};
 pub use engine::hosted::HostedApi;
 pub use engine::query_api::Collected;
 pub use engine::reader::BlockingReader;
-pub use engine::status::{AuthStatus, Status};
+pub use engine::status::{ActiveTasks, AuthStatus, Status};
 pub use engine::Engine;
 pub use error::{Error, ErrorKind, Result, Subject};
 pub use memory::RequestMemory;

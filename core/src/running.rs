@@ -135,6 +135,23 @@ impl Running {
         }
     }
 
+    /// Whether `tenant` has a model training and a knowledge-base insert running, in that
+    /// order.
+    pub(crate) fn busy(&self, tenant: TenantId) -> (bool, bool) {
+        let prefix = format!("{}\u{0}", tenant.0);
+        let entries = self.entries.lock();
+        let kinds = entries
+            .values()
+            .filter_map(|entry| entry.key.strip_prefix(&prefix))
+            .filter_map(|rest| rest.split('\u{0}').nth(1));
+        let (mut training, mut inserting) = (false, false);
+        for kind in kinds {
+            training |= kind == "model";
+            inserting |= kind == "kb";
+        }
+        (training, inserting)
+    }
+
     /// How far registrations have come: take it inside the transaction that drops an object,
     /// and hand it to [`Running::cancel`] once that transaction has committed.
     pub(crate) fn mark(&self) -> u64 {
@@ -164,6 +181,20 @@ impl Running {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_tells_a_tenants_trainings_and_inserts_apart() {
+        let running = Arc::new(Running::default());
+        assert_eq!(running.busy(TenantId(1)), (false, false));
+        let model = Object::model_version(TenantId(1), "p", "m", 1);
+        let training = running.register(&model, CancellationToken::new());
+        assert_eq!(running.busy(TenantId(1)), (true, false));
+        assert_eq!(running.busy(TenantId(11)), (false, false));
+        let kb = Object::knowledge_base(TenantId(1), "p", "kb");
+        let _insert = running.register(&kb, CancellationToken::new());
+        drop(training);
+        assert_eq!(running.busy(TenantId(1)), (false, true));
+    }
 
     #[test]
     fn a_drop_cancels_the_work_of_its_object_registered_before_it() {

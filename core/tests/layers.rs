@@ -132,6 +132,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine",
             "engine::access",
             "engine::agent_api",
+            "engine::database_api",
             "engine::file_api",
             "engine::model_api",
             "engine::project_api",

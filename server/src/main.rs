@@ -5,6 +5,7 @@
 mod agents;
 mod callbacks;
 mod connections;
+mod databases;
 mod files;
 mod http;
 mod knowledge_bases;
@@ -14,6 +15,7 @@ mod origin;
 mod reply;
 mod routes;
 mod users;
+mod views;
 
 use std::path::PathBuf;
 

@@ -6,6 +6,7 @@ use serde_json::json;
 
 use crate::agents::{self, AgentAction};
 use crate::callbacks::{self, CallbackRoute};
+use crate::databases::{self, DatabaseRoute};
 use crate::files;
 use crate::http::{decode, Body, Request, Response};
 use crate::knowledge_bases;
@@ -13,6 +14,7 @@ use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
 use crate::origin;
 use crate::reply::{answer, error_response, json_response, problem, Problem, Reply};
+use crate::views;
 
 const JSON: &str = "application/json";
 
@@ -112,6 +114,20 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
             json_response(200, &engine.status(authenticated))
         }
         Route::Ping => json_response(200, &json!({"status": "ok"})),
+        Route::PingNative => json_response(200, &engine.active_tasks()),
+        Route::Databases(route) => return databases::handle(engine, request, route).await,
+        Route::Views(project) => {
+            return views::collection(engine, request, &decode(project)?).await
+        }
+        Route::View(project, name) => {
+            let (project, name) = (decode(project)?, decode(name)?);
+            return views::one(engine, request, &project, &name).await;
+        }
+        Route::Chatbots => return Err(Problem::titled(
+            501,
+            "Not implemented",
+            "Chatbots answer in a chat service (Slack, Teams) that this server does not connect to",
+        )),
         Route::Projects => {
             let projects = engine.list_projects()?;
             let listed: Vec<_> = projects
@@ -171,6 +187,16 @@ enum Route<'a> {
     SqlQuery,
     Status,
     Ping,
+    /// `/api/util/ping_native`: which background tasks run.
+    PingNative,
+    /// `/api/databases…` and `/api/tree…`
+    Databases(DatabaseRoute<'a>),
+    /// `/api/projects/{p}/views`
+    Views(&'a str),
+    /// `/api/projects/{p}/views/{name}`
+    View(&'a str, &'a str),
+    /// `/api/projects/{p}/chatbots…`: not served here (501).
+    Chatbots,
     Projects,
     Project(&'a str),
     Login,
@@ -206,10 +232,14 @@ impl<'a> Route<'a> {
         if let Some(route) = CallbackRoute::find(path) {
             return Some(Route::Callbacks(route));
         }
+        if let Some(route) = DatabaseRoute::find(path) {
+            return Some(Route::Databases(route));
+        }
         Some(match path {
             "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
             "/api/status" | "/api/status/" => Route::Status,
             "/api/util/ping" | "/api/util/ping/" => Route::Ping,
+            "/api/util/ping_native" | "/api/util/ping_native/" => Route::PingNative,
             "/api/projects" | "/api/projects/" => Route::Projects,
             "/api/login" => Route::Login,
             "/api/logout" => Route::Logout,
@@ -240,6 +270,9 @@ impl<'a> Route<'a> {
                     [project, "agents", name, "completions", "stream"] => {
                         Route::Agent(project, name, AgentAction::CompletionStream)
                     }
+                    [project, "views"] => Route::Views(project),
+                    [project, "views", name] => Route::View(project, name),
+                    [_, "chatbots", ..] => Route::Chatbots,
                     [project, "knowledge_bases"] => Route::KnowledgeBases(project),
                     [project, "knowledge_bases", name] => Route::KnowledgeBase(project, name),
                     [project, "models"] => Route::Models(project),
@@ -259,7 +292,15 @@ impl<'a> Route<'a> {
     fn methods(&self) -> &'static [&'static str] {
         match self {
             Route::SqlQuery | Route::Login | Route::Logout | Route::CloudLogin => &["POST"],
-            Route::Status | Route::Ping | Route::Projects | Route::Project(_) => &["GET"],
+            Route::Status
+            | Route::Ping
+            | Route::PingNative
+            | Route::Projects
+            | Route::Project(_) => &["GET"],
+            Route::Databases(route) => route.methods(),
+            Route::Views(_) => &["GET", "POST"],
+            Route::View(_, _) => &["GET", "PUT", "DELETE"],
+            Route::Chatbots => &["GET", "POST", "PUT", "DELETE"],
             Route::Agents(_) => &["GET", "POST"],
             Route::Agent(_, _, AgentAction::Record) => &["GET", "PUT", "DELETE"],
             Route::Agent(_, _, _) => &["POST"],

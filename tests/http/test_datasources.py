@@ -115,3 +115,45 @@ def test_an_unreachable_postgres_is_refused_with_host_and_port(server):
     assert "Cannot connect to PostgreSQL at 127.0.0.1:1" in answer["error_message"]
     names = [row[0] for row in sql(server, "SHOW DATABASES")["data"]]
     assert "down" not in names
+
+
+def test_mindsdbs_database_routes_create_read_list_tables_and_delete_a_postgres(server):
+    """`/api/databases` and `/api/databases/{db}/tables` over a real PostgreSQL, with MindsDB's
+    bodies and codes (mindsdb/api/http/namespaces/databases.py)."""
+    psql("DROP TABLE IF EXISTS rest_src, rest_copy; CREATE TABLE rest_src (id int, name text); "
+         "INSERT INTO rest_src VALUES (1, 'a'), (2, 'b'), (3, 'c');")
+    url = server.url + "/api/databases"
+    made = requests.post(url, json={"database": {"name": "pgrest", "engine": "postgres",
+                                                 "parameters": connection_args()}}, timeout=30)
+    assert made.status_code == 201, made.text
+    record = made.json()
+    assert (record["name"], record["type"], record["engine"]) == ("pgrest", "data", "postgres")
+    assert record["connection_data"]["password"] != connection_args()["password"]
+    assert requests.get(f"{url}/pgrest", timeout=30).json()["connection_data"]["host"] == \
+        connection_args()["host"]
+
+    tables = requests.get(f"{url}/pgrest/tables", timeout=30).json()
+    assert {"name": "rest_src", "type": "data"} in tables
+    copied = requests.post(f"{url}/pgrest/tables", timeout=30, json={
+        "table": {"name": "rest_copy", "select": "SELECT id FROM pgrest.rest_src WHERE id > 1"}})
+    assert copied.status_code == 201, copied.text
+    assert psql("SELECT string_agg(id::text, ',' ORDER BY id) FROM rest_copy") == "2,3"
+    assert requests.delete(f"{url}/pgrest/tables/rest_copy", timeout=30).status_code == 204
+    assert psql("SELECT count(*) FROM pg_tables WHERE tablename = 'rest_copy'") == "0"
+
+    # A refused change is MindsDB's 400 "Connection error"; the datasource keeps working.
+    bad = {**connection_args(), "port": 1}
+    refused = requests.put(f"{url}/pgrest", json={"database": {"parameters": bad}}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["title"] == "Connection error"
+    assert sql(server, "SELECT count(*) AS n FROM pgrest.rest_src")["data"] == [[3]]
+    changed = requests.put(f"{url}/pgrest", timeout=30,
+                           json={"database": {"parameters": {**connection_args(), "schema": "public"}}})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["connection_data"]["schema"] == "public"
+    ok = requests.post(f"{url}/status", json={"engine": "postgres", **connection_args()}, timeout=30)
+    assert ok.json() == {"status": "success"}
+    down = requests.post(f"{url}/status", json={"engine": "postgres", **bad}, timeout=30)
+    assert down.status_code == 200 and down.json()["status"] == "connection_error"
+
+    assert requests.delete(f"{url}/pgrest", timeout=30).status_code == 204
+    assert requests.get(f"{url}/pgrest", timeout=30).status_code == 404

@@ -28,6 +28,14 @@ pub struct View {
     pub created_at: String,
 }
 
+impl View {
+    /// The record MindsDB's `/api/projects/{p}/views` routes answer: `{"id", "name",
+    /// "query"}` (views have no id here: `null`).
+    pub fn to_wire_json(&self) -> serde_json::Value {
+        serde_json::json!({"id": null, "name": self.name, "query": self.query})
+    }
+}
+
 /// Creates this module's redb table in a new file, so read snapshots always find it.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(VIEWS)?;

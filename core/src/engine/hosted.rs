@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::ai::minds::chat::{ChatRequest, MindAnswer, MindStream};
 use crate::catalog::callbacks::{
@@ -233,6 +233,21 @@ impl Engine {
         let engine = body.required_text("engine", "A datasource needs an 'engine' (a string)")?;
         let description = body.text("description")?;
         let parameters = body.map_field("connection_data")?.unwrap_or_default();
+        self.add_datasource(name, engine, description, parameters)
+            .await?
+            .ok_or_else(|| Error::internal("the datasource vanished as it was made"))
+            .map(|d| d.info())
+    }
+
+    /// Creates datasource `name` (checked by connecting first, quota-checked) and returns it
+    /// as stored; the Minds API and MindsDB's `/api/databases` both create through it.
+    pub(crate) async fn add_datasource(
+        &self,
+        name: String,
+        engine: String,
+        description: Option<String>,
+        parameters: Map<String, Value>,
+    ) -> Result<Option<datasources::Datasource>> {
         // A taken name, or a full quota, is told before a slow connection attempt (the
         // quota is checked again, atomically, when the datasource is stored).
         if self.find_datasource(&name)?.is_some() {
@@ -267,7 +282,7 @@ impl Engine {
             datasources::create(txn, tenant, new, false, &inner.services.config.hosted)
         })
         .await?;
-        self.get_datasource(&name)
+        self.find_datasource(&name)
     }
 
     /// Every datasource, secrets masked.
@@ -284,7 +299,7 @@ impl Engine {
             .ok_or_else(|| Error::not_found(format!("Datasource '{name}' not found")))
     }
 
-    fn find_datasource(&self, name: &str) -> Result<Option<datasources::Datasource>> {
+    pub(crate) fn find_datasource(&self, name: &str) -> Result<Option<datasources::Datasource>> {
         let txn = self.inner.services.store.read()?;
         datasources::named(&txn, self.tenant, name)
     }
@@ -517,7 +532,7 @@ pub enum HostedApi {
 /// A callback body's `filter`, compiled before the transaction that stores it (compiling
 /// costs CPU, which no transaction holding the writer lock should spend), on a blocking
 /// thread; `None` when the body has no `filter`.
-async fn filter_of(body: &serde_json::Map<String, Value>) -> Result<Option<callbacks::Filter>> {
+async fn filter_of(body: &Map<String, Value>) -> Result<Option<callbacks::Filter>> {
     let Some(filter) = body.get("filter").cloned() else {
         return Ok(None);
     };

@@ -9,6 +9,7 @@
 
 mod access;
 mod agent_api;
+pub(crate) mod database_api;
 mod file_api;
 pub(crate) mod hosted;
 mod knowledge_bases;

@@ -44,3 +44,29 @@ pub(crate) fn status(config: &Config, authenticated: bool) -> Status {
         },
     }
 }
+
+/// What MindsDB's `GET /api/util/ping_native` reports: whether the caller's models train
+/// (`learn`), predictions run (`predict`, never long-lived here: they answer within their
+/// statement) and knowledge-base inserts run (`analyse`, MindsDB's name for its long
+/// background work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ActiveTasks {
+    /// A model is training.
+    pub learn: bool,
+    /// A prediction runs in the background (never, here).
+    pub predict: bool,
+    /// A knowledge-base insert runs.
+    pub analyse: bool,
+}
+
+impl super::Engine {
+    /// The background work of this handle's tenant, as MindsDB's `ping_native` reports it.
+    pub fn active_tasks(&self) -> ActiveTasks {
+        let (learn, analyse) = self.inner.services.store.running.busy(self.tenant);
+        ActiveTasks {
+            learn,
+            predict: false,
+            analyse,
+        }
+    }
+}
