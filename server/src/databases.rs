@@ -1,7 +1,8 @@
 //! MindsDB's database routes: `/api/databases` (list, create), `/api/databases/status` (a
 //! connection check), `/api/databases/{db}` (get, create-or-update, delete),
 //! `/api/databases/{db}/tables[/{t}]`, `/api/projects/{p}/views[/{v}]` and the object tree
-//! `/api/tree[/{db}]` that `mindsdb_sdk` lists views and databases through. Each reads its
+//! `/api/tree[/{db}]` that `mindsdb_sdk` lists views and databases through, and the
+//! integrations this build has (`/api/handlers[/{name}]`). Each reads its
 //! body, calls the engine, and answers with MindsDB's codes, titles and bodies.
 
 use mindlite::{Engine, Error, ErrorKind};
@@ -27,6 +28,10 @@ pub enum DatabaseRoute<'a> {
     Tree,
     /// `/api/tree/{db}`
     TreeOf(&'a str),
+    /// `/api/handlers`
+    Handlers,
+    /// `/api/handlers/{name}`
+    Handler(&'a str),
 }
 
 impl<'a> DatabaseRoute<'a> {
@@ -37,6 +42,15 @@ impl<'a> DatabaseRoute<'a> {
             return match rest.strip_prefix('/') {
                 None if rest.is_empty() => Some(DatabaseRoute::Tree),
                 Some(db) if !db.is_empty() && !db.contains('/') => Some(DatabaseRoute::TreeOf(db)),
+                _ => None,
+            };
+        }
+        if let Some(rest) = path.strip_prefix("/api/handlers") {
+            return match rest.strip_prefix('/') {
+                None if rest.is_empty() => Some(DatabaseRoute::Handlers),
+                Some(name) if !name.is_empty() && !name.contains('/') => {
+                    Some(DatabaseRoute::Handler(name))
+                }
                 _ => None,
             };
         }
@@ -64,13 +78,15 @@ impl<'a> DatabaseRoute<'a> {
             DatabaseRoute::Status => &["POST"],
             DatabaseRoute::One(_) => &["GET", "PUT", "DELETE"],
             DatabaseRoute::Table(_, _) => &["GET", "DELETE"],
-            DatabaseRoute::Tree | DatabaseRoute::TreeOf(_) => &["GET"],
+            DatabaseRoute::Tree
+            | DatabaseRoute::TreeOf(_)
+            | DatabaseRoute::Handlers
+            | DatabaseRoute::Handler(_) => &["GET"],
         }
     }
 }
 
-/// Answers a database route; `decode` has already been applied to nothing: names are
-/// decoded here.
+/// Answers a database route (the names in its path are percent-decoded here).
 pub async fn handle(engine: &Engine, request: &Request, route: DatabaseRoute<'_>) -> Reply {
     let decode = crate::http::decode;
     let method = request.method.as_str();
@@ -160,6 +176,14 @@ pub async fn handle(engine: &Engine, request: &Request, route: DatabaseRoute<'_>
                 .await
                 .map_err(|e| titled_or_error(e, "Name conflict"))?;
             Ok(Response::no_content())
+        }
+        DatabaseRoute::Handlers => Ok(json_response(200, &engine.list_handlers())),
+        DatabaseRoute::Handler(name) => {
+            let name = decode(name)?;
+            let handler = engine
+                .get_handler(&name)
+                .map_err(|e| Problem::titled(404, "Handler not found", e.message()))?;
+            Ok(json_response(200, &handler))
         }
         DatabaseRoute::Tree => {
             let nodes: Vec<Value> = engine
@@ -341,6 +365,14 @@ mod tests {
             Some(DatabaseRoute::Table("pg", "t"))
         );
         assert_eq!(DatabaseRoute::find("/api/tree/"), Some(DatabaseRoute::Tree));
+        assert_eq!(
+            DatabaseRoute::find("/api/handlers/"),
+            Some(DatabaseRoute::Handlers)
+        );
+        assert_eq!(
+            DatabaseRoute::find("/api/handlers/postgres"),
+            Some(DatabaseRoute::Handler("postgres"))
+        );
         assert_eq!(
             DatabaseRoute::find("/api/tree/mindsdb"),
             Some(DatabaseRoute::TreeOf("mindsdb"))

@@ -740,7 +740,11 @@ class Sql:
         if roll < 0.90:
             return "show", rng.choice(["SHOW TABLES", "SHOW DATABASES", "SHOW MODELS",
                                        "SHOW KNOWLEDGE_BASES", "SHOW AGENTS", "DESCRIBE mindsdb.m",
-                                       "DESCRIBE KNOWLEDGE_BASE mindsdb.kb", "SHOW FULL TABLES"])
+                                       "DESCRIBE KNOWLEDGE_BASE mindsdb.kb", "SHOW FULL TABLES",
+                                       "SHOW ML_ENGINES", "SHOW HANDLERS WHERE type = 'ml'",
+                                       f"SHOW HANDLERS LIKE {self.string()}",
+                                       f"CREATE ML_ENGINE e1 FROM openai USING base_url = {self.string()}",
+                                       "DROP ML_ENGINE IF EXISTS e1"])
         return "garbage", self.garbage()
 
     def write(self) -> str:
@@ -944,7 +948,8 @@ ROUTES = [
     ("GET", "/api/projects/mindsdb/views"), ("POST", "/api/projects/mindsdb/views"),
     ("PUT", "/api/projects/mindsdb/views/v1"), ("DELETE", "/api/projects/mindsdb/views/v2"),
     ("GET", "/api/tree"), ("GET", "/api/tree/mindsdb"), ("GET", "/api/util/ping_native"),
-    ("POST", "/api/projects/mindsdb/chatbots"),
+    ("POST", "/api/projects/mindsdb/chatbots"), ("GET", "/api/handlers"),
+    ("GET", "/api/handlers/openai"),
 ]
 
 

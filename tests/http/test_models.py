@@ -296,3 +296,91 @@ def test_llm_model_settings_are_checked_when_created(homes_server):
         body = homes_server.sql(f"CREATE MODEL bad PREDICT y USING {using}").json()
         assert body["type"] == "error" and named in body["error_message"], (using, body)
     assert homes_server.sql_ok("SELECT * FROM mindsdb.models")["data"] == []
+
+
+def test_an_ml_engine_holds_settings_its_models_use(server):
+    """`CREATE ML_ENGINE oa FROM openai USING api_key = …, base_url = …`: a model that names
+    `oa` as its engine uses the openai handler with those settings (its own win); `SHOW
+    ML_ENGINES` lists the built-ins and it (the key masked); `DROP ML_ENGINE` removes it."""
+    import mindsdb_sdk
+
+    from fake_llm import FakeLLM, echo
+
+    with FakeLLM() as llm:
+        llm.fallback(echo("A: "))
+        server.sql_ok(f"CREATE ML_ENGINE oa FROM openai USING api_key = 'sk-engine', "
+                      f"base_url = '{llm.base_url}', model_name = 'engine-model'")
+        again = server.sql("CREATE ML_ENGINE oa FROM openai USING api_key = 'x'").json()
+        assert again["type"] == "error" and "already exists" in again["error_message"], again
+        server.sql_ok("CREATE ML_ENGINE IF NOT EXISTS oa FROM openai")
+        shown = server.sql_ok("SHOW ML_ENGINES")
+        assert shown["column_names"] == ["NAME", "HANDLER", "CONNECTION_DATA"], shown
+        rows = {r[0]: r for r in shown["data"]}
+        assert rows["oa"][1] == "openai" and json.loads(rows["oa"][2])["api_key"] == "******"
+        assert {"builtin", "lightwood", "openai"} <= set(rows)
+        assert server.sql_ok("SHOW ML_ENGINES LIKE 'o%'")["data"] == [
+            ["openai", "openai", "{}"], rows["oa"]]
+        assert [r[0] for r in server.sql_ok("SHOW ML_ENGINES WHERE handler = 'openai' AND name <> 'openai'")["data"]] == ["oa"]
+
+        server.sql_ok("CREATE MODEL mindsdb.echoer PREDICT answer USING engine = 'oa', "
+                      "prompt_template = 'Say {{word}}'")
+        assert wait_status(server, "echoer") == ["complete", None]
+        assert server.sql_ok("SELECT answer FROM mindsdb.echoer WHERE word = 'hi'")["data"] == [["A: Say hi"]]
+        assert llm.requests[-1]["model"] == "engine-model"
+        assert llm.headers[-1]["authorization"] == "Bearer sk-engine"
+        server.sql_ok("CREATE MODEL mindsdb.own PREDICT answer USING engine = 'oa', "
+                      "prompt_template = 'Say {{word}}', model_name = 'own-model'")
+        assert wait_status(server, "own") == ["complete", None]
+        server.sql_ok("SELECT answer FROM mindsdb.own WHERE word = 'x'")
+        assert llm.requests[-1]["model"] == "own-model"
+
+        # mindsdb_sdk lists and drops them with its own statements.
+        con = mindsdb_sdk.connect(server.url)
+        assert "oa" in [e.name for e in con.ml_engines.list()]
+        con.ml_engines.drop("oa")
+        assert "oa" not in [e.name for e in con.ml_engines.list()]
+        # A model made with it keeps working: it copied the settings.
+        assert server.sql_ok("SELECT answer FROM mindsdb.echoer WHERE word = 'yo'")["data"] == [["A: Say yo"]]
+
+    for statement, words in (
+        ("CREATE ML_ENGINE x FROM nosuch", "no engine 'nosuch'"),
+        ("CREATE ML_ENGINE x FROM openai USING apikey = 'k'", "apikey"),
+        ("CREATE ML_ENGINE x FROM openai USING base_url = 'ftp://h'", "base_url"),
+        ("CREATE ML_ENGINE x FROM builtin USING a = 1", "takes no settings"),
+        ("CREATE ML_ENGINE openai FROM openai", "built-in"),
+        ("CREATE ML_ENGINE x", "FROM handler"),
+        ("DROP ML_ENGINE nosuch", "does not exist"),
+        ("DROP ML_ENGINE builtin", "cannot be dropped"),
+    ):
+        failed = server.sql(statement).json()
+        assert failed["type"] == "error" and words in failed["error_message"], (statement, failed)
+    server.sql_ok("DROP ML_ENGINE IF EXISTS nosuch")
+
+
+def test_handlers_are_this_builds_integrations(server):
+    import mindsdb_sdk
+    import requests
+
+    shown = server.sql_ok("SHOW HANDLERS")
+    assert shown["column_names"] == ["NAME", "TYPE", "TITLE", "DESCRIPTION", "VERSION",
+                                     "CONNECTION_ARGS", "IMPORT_SUCCESS", "IMPORT_ERROR"], shown
+    kinds = {r[0]: r[1] for r in shown["data"]}
+    assert kinds == {"files": "data", "postgres": "data", "builtin": "ml", "lightwood": "ml",
+                     "openai": "ml"}
+    assert all(r[6] is True and r[7] is None for r in shown["data"])
+    postgres = next(r for r in shown["data"] if r[0] == "postgres")
+    assert json.loads(postgres[5])["password"]["secret"] is True
+    ml = server.sql_ok("SHOW HANDLERS WHERE type = 'ml'")["data"]
+    assert sorted(r[0] for r in ml) == ["builtin", "lightwood", "openai"]
+    assert server.sql_ok("SELECT name FROM information_schema.handlers WHERE name LIKE 'p%'")["data"] == [["postgres"]]
+    con = mindsdb_sdk.connect(server.url)
+    assert sorted(h.name for h in con.ml_handlers.list()) == ["builtin", "lightwood", "openai"]
+    assert sorted(h.name for h in con.data_handlers.list()) == ["files", "postgres"]
+
+    listed = requests.get(server.url + "/api/handlers", timeout=10).json()
+    assert {h["name"] for h in listed} == set(kinds)
+    one = requests.get(server.url + "/api/handlers/postgres", timeout=10).json()
+    assert one["type"] == "data" and one["import"]["success"] is True
+    assert "host" in one["connection_args"]
+    missing = requests.get(server.url + "/api/handlers/nosuch", timeout=10)
+    assert missing.status_code == 404 and missing.json()["title"] == "Handler not found"

@@ -23,6 +23,23 @@ const SECRET_KEYS: [&str; 3] = ["password", "api_key", "token"];
 /// What a masked secret shows instead.
 const MASK: &str = "******";
 
+/// `parameters` as a caller may see them: every secret (`password`, `api_key`, `token`)
+/// masked unless `show_secrets`.
+pub(crate) fn shown_parameters(
+    parameters: &Map<String, Value>,
+    show_secrets: bool,
+) -> Map<String, Value> {
+    let mut shown = parameters.clone();
+    if !show_secrets {
+        for (key, value) in shown.iter_mut() {
+            if SECRET_KEYS.contains(&key.as_str()) {
+                *value = Value::String(MASK.into());
+            }
+        }
+    }
+    shown
+}
+
 /// A datasource as stored.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Datasource {
@@ -58,15 +75,7 @@ impl std::fmt::Debug for Datasource {
 impl Datasource {
     /// The parameters as a JSON object text, secrets masked unless `show_secrets`.
     pub(crate) fn connection_data(&self, show_secrets: bool) -> String {
-        let mut shown = self.parameters.clone();
-        if !show_secrets {
-            for (key, value) in shown.iter_mut() {
-                if SECRET_KEYS.contains(&key.as_str()) {
-                    *value = Value::String(MASK.into());
-                }
-            }
-        }
-        Value::Object(shown).to_string()
+        Value::Object(shown_parameters(&self.parameters, show_secrets)).to_string()
     }
 
     /// What a caller may see of it: secrets masked.

@@ -22,6 +22,7 @@ pub(crate) mod kb_index;
 pub(crate) mod knowledge_bases;
 pub(crate) mod landing;
 pub(crate) mod minds;
+pub(crate) mod ml_engines;
 pub(crate) mod models;
 pub(crate) mod namespace;
 pub(crate) mod projects;

@@ -6,8 +6,8 @@
 use redb::WriteTransaction;
 
 use crate::catalog::{
-    agents, auth, callbacks, datasources, knowledge_bases, minds, models, projects, quotas, rules,
-    storage, tables, users, views,
+    agents, auth, callbacks, datasources, knowledge_bases, minds, ml_engines, models, projects,
+    quotas, rules, storage, tables, users, views,
 };
 use crate::config::HostedConfig;
 use crate::error::Result;
@@ -28,6 +28,7 @@ pub(crate) fn open(
     knowledge_bases::init(txn)?;
     agents::init(txn)?;
     datasources::init(txn)?;
+    ml_engines::init(txn)?;
     models::init(txn)?;
     models::fail_interrupted(txn)?;
     auth::init(txn)?;

@@ -1,6 +1,6 @@
 //! Databases, their tables and projects' views through the facade, as MindsDB's REST routes
 //! read and change them (`/api/databases[/{db}[/tables[/{t}]]]`, `/api/projects/{p}/views`,
-//! `/api/tree`).
+//! `/api/tree`), and the integrations a database or model can name (`/api/handlers`).
 //!
 //! What a route changes with SQL (a table from a SELECT, a view) runs as the one statement a
 //! user could send to `/api/sql/query` instead, built here with the names quoted, so it meets
@@ -401,6 +401,20 @@ impl Engine {
             .store
             .write(move |txn| views::drop_view(txn, tenant, &view.project, &view.name, false))
             .await
+    }
+
+    /// The integrations this build has, as MindsDB's `GET /api/handlers` lists them
+    /// (`{"name", "type", "title", "description", "version", "connection_args", "import"}`).
+    pub fn list_handlers(&self) -> Vec<Value> {
+        let all = crate::services::handlers::all();
+        all.iter().map(|h| h.to_wire_json()).collect()
+    }
+
+    /// One integration's record by name; NotFound naming it.
+    pub fn get_handler(&self, name: &str) -> Result<Value> {
+        crate::services::handlers::named(name)
+            .map(|h| h.to_wire_json())
+            .ok_or_else(|| Error::not_found(format!("Handler '{name}' not found")))
     }
 
     /// Runs `sql` as MindsDB's HTTP API runs a request: one statement, committed on its own.

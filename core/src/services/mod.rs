@@ -19,6 +19,7 @@ pub(crate) mod connectors;
 pub(crate) mod delivery;
 pub(crate) mod embeddings;
 pub(crate) mod files;
+pub(crate) mod handlers;
 pub(crate) mod llm;
 pub(crate) mod ml;
 pub(crate) mod parquet_pages;

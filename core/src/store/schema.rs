@@ -19,6 +19,10 @@ pub(crate) const PROJECTS: TableDefinition<(u64, &str), &str> = TableDefinition:
 pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
     TableDefinition::new("datasources");
 
+/// `ml_engines` (ml_engines): (tenant, name) → ML engine record (its handler and parameters).
+pub(crate) const ML_ENGINES: TableDefinition<(u64, &str), &str> =
+    TableDefinition::new("ml_engines");
+
 /// `tables` (tables): (tenant, project, name) → table record.
 pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");
 /// `table_schemas` (tables): table id → its Arrow schema as an IPC stream without rows.

@@ -20,7 +20,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use crate::catalog::namespace::FILES_DB;
 use crate::error::Result;
 use crate::sql::catalog::features::{FeatureTables, ProjectObject, SystemRows};
-use crate::sql::catalog::information_schema::system_table;
+use crate::sql::catalog::information_schema::{system_table, SystemTable};
 use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::{Extension, FeatureStatement};
 
@@ -76,10 +76,27 @@ impl FeatureTables for Models {
     }
 
     fn system_table(&self, snap: &Snapshot, name: &str) -> Result<Option<SystemRows>> {
-        if name != "models" {
-            return Ok(None);
-        }
-        let batch = run::model_info(&snap.models(None)?, true, None)?;
+        let batch = match name {
+            "models" => run::model_info(&snap.models(None)?, true, None)?,
+            // The built-in engines, then the tenant's, as `SHOW ML_ENGINES` lists them.
+            "ml_engines" => {
+                let mut rows: Vec<[String; 3]> = crate::catalog::models::ENGINES
+                    .iter()
+                    .map(|e| [e.to_string(), e.to_string(), "{}".to_string()])
+                    .collect();
+                rows.extend(
+                    snap.ml_engines()?
+                        .iter()
+                        .map(|e| e.system_row(snap.show_secrets)),
+                );
+                SystemTable::default()
+                    .text("NAME", rows.iter().map(|r| Some(r[0].as_str())))
+                    .text("HANDLER", rows.iter().map(|r| Some(r[1].as_str())))
+                    .text("CONNECTION_DATA", rows.iter().map(|r| Some(r[2].as_str())))
+                    .build()?
+            }
+            _ => return Ok(None),
+        };
         Ok(Some(SystemRows { batch, live: false }))
     }
 

@@ -46,6 +46,11 @@ impl SqlRunner {
                 "A model predicts one column; name one after PREDICT",
             ));
         };
+        // An ML engine's name stands for its handler and settings.
+        let using = {
+            let txn = self.services.store.read()?;
+            crate::catalog::ml_engines::resolve(&txn, tenant, using)?
+        };
         let engine = models::engine_of(&using)?;
         self.check_llm_url(&using)?;
         let ticket = self
@@ -379,6 +384,55 @@ impl SqlRunner {
             })
             .await?;
         Ok(())
+    }
+
+    /// `CREATE ML_ENGINE name FROM handler USING …`: the handler must be one of this build's
+    /// model engines, and the settings ones it reads (an openai engine's endpoint is checked
+    /// against the egress policy here, as a model's is).
+    pub(crate) async fn create_ml_engine(
+        &self,
+        tenant: TenantId,
+        name: String,
+        handler: String,
+        using: Map<String, Value>,
+        if_not_exists: bool,
+    ) -> Result<()> {
+        let handler = handler.to_ascii_lowercase();
+        if handler == openai::ENGINE {
+            openai::check_settings(&using)?;
+            self.check_llm_url(&using)?;
+        } else if let Some(key) = using.keys().next() {
+            return Err(Error::invalid(format!(
+                "The {handler} engine takes no settings; got '{key}'"
+            )));
+        }
+        self.services
+            .store
+            .write(move |txn| {
+                crate::catalog::ml_engines::create(
+                    txn,
+                    tenant,
+                    &name,
+                    &handler,
+                    using,
+                    if_not_exists,
+                )
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// `DROP ML_ENGINE [IF EXISTS] name`.
+    pub(crate) async fn drop_ml_engine(
+        &self,
+        tenant: TenantId,
+        name: String,
+        if_exists: bool,
+    ) -> Result<()> {
+        self.services
+            .store
+            .write(move |txn| crate::catalog::ml_engines::drop(txn, tenant, &name, if_exists))
+            .await
     }
 
     /// `SHOW MODELS [FROM p]`: the project's models table.

@@ -2,7 +2,9 @@
 //! [FROM db (SELECT …) | FROM db.table] PREDICT col [ORDER BY …] [GROUP BY …] [WINDOW n]
 //! [HORIZON n] [USING …]`, `RETRAIN|FINETUNE [MODEL] [p.]m [FROM …] [USING …]`,
 //! ``SET active [p.]m.`N` ``, `DROP MODEL|PREDICTOR [IF EXISTS] [p.]m[.`N`]`,
-//! `SHOW MODELS [FROM p]` and `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute|.`N`]`.
+//! `SHOW MODELS [FROM p]`, `DESCRIBE [MODEL|PREDICTOR] [p.]m[.attribute|.`N`]`, and the ML
+//! engines models name: `CREATE ML_ENGINE [IF NOT EXISTS] e FROM handler [USING …]`, `DROP
+//! ML_ENGINE [IF EXISTS] e` (`SHOW ML_ENGINES` reads `information_schema.ml_engines`).
 
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
@@ -45,6 +47,15 @@ pub(crate) enum ModelStatement {
     },
     /// `SHOW MODELS [FROM p]`.
     ShowModels { project: Option<String> },
+    /// `CREATE ML_ENGINE [IF NOT EXISTS] name FROM handler [USING …]`.
+    CreateMlEngine {
+        name: String,
+        handler: String,
+        using: Map<String, Value>,
+        if_not_exists: bool,
+    },
+    /// `DROP ML_ENGINE [IF EXISTS] name`.
+    DropMlEngine { name: String, if_exists: bool },
     /// `DESCRIBE [MODEL] a[.b[.c]]`: a model (with an attribute), or else a table.
     Describe { parts: Vec<String>, explicit: bool },
 }
@@ -118,6 +129,21 @@ impl FeatureStatement for ModelStatement {
                 let project = project_or_current(project);
                 Box::pin(async move { runner.show_models(tenant, &project) })
             }
+            ModelStatement::CreateMlEngine {
+                name,
+                handler,
+                using,
+                if_not_exists,
+            } => Box::pin(async move {
+                runner
+                    .create_ml_engine(tenant, name, handler, using, if_not_exists)
+                    .await?;
+                Ok(ok)
+            }),
+            ModelStatement::DropMlEngine { name, if_exists } => Box::pin(async move {
+                runner.drop_ml_engine(tenant, name, if_exists).await?;
+                Ok(ok)
+            }),
             ModelStatement::Describe { parts, explicit } => Box::pin(async move {
                 if let Some(described) = runner.describe_model(tenant, &context.db, &parts)? {
                     return Ok(described);
@@ -141,6 +167,31 @@ pub(crate) fn model_command(words: &[&Token]) -> Result<Option<ModelStatement>> 
     let is_model_word = |k: usize| is(k, "MODEL") || is(k, "PREDICTOR");
     match keyword(words[0]) {
         Some(Keyword::CREATE) if is_model_word(1) => create(words).map(Some),
+        Some(Keyword::CREATE) if is(1, "ML_ENGINE") => {
+            let (if_not_exists, k) = if_exists_at(words, 2, true);
+            let name = word(words, k, "an ML engine name")?;
+            if keyword_at(words, k + 1) != Some(Keyword::FROM) {
+                return Err(Error::invalid(
+                    "Expected CREATE ML_ENGINE name FROM handler [USING key = value, …]",
+                ));
+            }
+            let handler = word(words, k + 2, "a handler name after FROM")?;
+            let using = using_pairs(words, k + 3, "the handler name")?
+                .into_iter()
+                .collect();
+            Ok(Some(ModelStatement::CreateMlEngine {
+                name,
+                handler,
+                using,
+                if_not_exists,
+            }))
+        }
+        Some(Keyword::DROP) if is(1, "ML_ENGINE") => {
+            let (if_exists, k) = if_exists_at(words, 2, false);
+            let name = word(words, k, "an ML engine name")?;
+            end_at(words, k + 1)?;
+            Ok(Some(ModelStatement::DropMlEngine { name, if_exists }))
+        }
         _ if is(0, "RETRAIN") || is(0, "FINETUNE") => {
             let k = if is_model_word(1) { 2 } else { 1 };
             let (parts, k) = dotted(words, k, "a model name")?;

@@ -33,7 +33,7 @@ pub(crate) const TRAINING_PHASES: u32 = 4;
 pub(crate) const BUILTIN_ENGINES: [&str; 2] = ["builtin", "lightwood"];
 
 /// Every engine a model can name.
-const ENGINES: [&str; 3] = [BUILTIN_ENGINES[0], BUILTIN_ENGINES[1], openai::ENGINE];
+pub(crate) const ENGINES: [&str; 3] = [BUILTIN_ENGINES[0], BUILTIN_ENGINES[1], openai::ENGINE];
 
 /// Where a model version is in its life (MindsDB's `PREDICTOR_STATUS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,6 +17,26 @@ use crate::error::{Error, Result};
 /// The engine's name in `USING engine = …`.
 pub(crate) const ENGINE: &str = "openai";
 
+/// Refuses a setting this engine does not read, naming it and the ones it reads, and an
+/// endpoint that is no http(s) URL.
+pub(crate) fn check_settings(using: &Map<String, Value>) -> Result<()> {
+    if let Some(unknown) = using
+        .keys()
+        .find(|k| !SETTINGS.contains(&k.as_str()) && !is_time_series_clause(k))
+    {
+        return Err(Error::invalid(format!(
+            "The openai engine has no setting '{unknown}'; it reads: {}",
+            SETTINGS.join(", ")
+        )));
+    }
+    for key in ["base_url", "api_base"] {
+        if let Some(url) = using.get(key).and_then(Value::as_str) {
+            crate::egress::check_http_url(key, url)?;
+        }
+    }
+    Ok(())
+}
+
 /// Calls in flight per prediction when `max_concurrency` is not given.
 const DEFAULT_CONCURRENCY: u64 = 4;
 /// The most `max_concurrency` may ask for: more would only queue at the provider.
@@ -70,15 +90,7 @@ impl std::fmt::Debug for Prompted {
 
 /// Reads and checks the `USING` settings of an `openai` model.
 pub(crate) fn check(using: &Map<String, Value>) -> Result<Prompted> {
-    if let Some(unknown) = using
-        .keys()
-        .find(|k| !SETTINGS.contains(&k.as_str()) && !is_time_series_clause(k))
-    {
-        return Err(Error::invalid(format!(
-            "The openai engine has no setting '{unknown}'; it reads: {}",
-            SETTINGS.join(", ")
-        )));
-    }
+    check_settings(using)?;
     let text = |key: &str| -> Result<Option<String>> {
         match using.get(key) {
             None => Ok(None),

@@ -1,11 +1,11 @@
-//! `information_schema`: `databases`, `tables`, `columns` and the features' system tables,
-//! built from the snapshot when read.
+//! `information_schema`: `databases`, `tables`, `columns`, `handlers` (the integrations this
+//! build has) and the features' system tables, built from the snapshot when read.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::datasource::{MemTable, TableType};
@@ -19,6 +19,8 @@ use super::snapshot::Snapshot;
 use crate::catalog::namespace::{INFO_TABLES, SYSTEM_DB};
 use crate::catalog::tables::sql_type_name;
 use crate::error::Result;
+use serde_json::Value;
+
 /// `information_schema`: `databases`, `tables` and `columns`, built from the snapshot.
 #[derive(Debug)]
 pub(crate) struct InformationSchema {
@@ -239,6 +241,28 @@ impl InformationSchema {
                             .map(|r| Some(if r.nullable { "YES" } else { "NO" })),
                     )
                     .text("DATA_TYPE", rows.iter().map(|r| Some(r.data_type.as_str())))
+                    .build()?
+            }
+            "handlers" => {
+                let handlers = crate::services::handlers::all();
+                let args: Vec<String> = handlers
+                    .iter()
+                    .map(|h| Value::Object(h.connection_args()).to_string())
+                    .collect();
+                // bounded: the five integrations compiled into this build
+                let imported = BooleanArray::from(vec![true; handlers.len()]);
+                SystemTable::default()
+                    .text("NAME", handlers.iter().map(|h| Some(h.name)))
+                    .text("TYPE", handlers.iter().map(|h| Some(h.kind)))
+                    .text("TITLE", handlers.iter().map(|h| Some(h.title)))
+                    .text("DESCRIPTION", handlers.iter().map(|h| Some(h.description)))
+                    .text(
+                        "VERSION",
+                        handlers.iter().map(|_| Some(env!("CARGO_PKG_VERSION"))),
+                    )
+                    .text("CONNECTION_ARGS", args.iter().map(|a| Some(a.as_str())))
+                    .column("IMPORT_SUCCESS", Arc::new(imported))
+                    .text("IMPORT_ERROR", handlers.iter().map(|_| None))
                     .build()?
             }
             _ => {

@@ -151,6 +151,11 @@ impl Snapshot {
         agents::all(&self.txn, self.tenant, project)
     }
 
+    /// The tenant's ML engines, by name.
+    pub(crate) fn ml_engines(&self) -> Result<Vec<crate::catalog::ml_engines::MlEngine>> {
+        crate::catalog::ml_engines::all(&self.txn, self.tenant)
+    }
+
     /// One agent by project and name.
     pub(crate) fn agent(&self, project: &str, name: &str) -> Result<Option<Agent>> {
         agents::named(&self.txn, self.tenant, project, name)

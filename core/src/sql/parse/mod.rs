@@ -127,6 +127,7 @@ pub(crate) fn parse_limited<F>(
     let tokens = normalise_tokens(tokens);
     let mut commands = Vec::new();
     for statement in split_statements(tokens) {
+        let statement = show_system_tables(statement);
         let statement = native_queries(sql, mindsdb_forms(view_from_database(statement)));
         let words: Vec<&Token> = statement
             .iter()
@@ -646,6 +647,57 @@ fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         out.push(token);
     }
     out.extend(tokens[as_at + 1..].iter().cloned());
+    out
+}
+
+/// MindsDB's `SHOW ML_ENGINES|HANDLERS [LIKE 'pattern' | WHERE condition]` becomes `SELECT *
+/// FROM information_schema.<table> [WHERE NAME LIKE 'pattern' | WHERE condition]`, as MindsDB
+/// answers it, so the filter is ordinary SQL over the system table.
+fn show_system_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let positions: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i].token))
+        .collect();
+    let at = |k: usize| positions.get(k).map(|&i| &tokens[i].token);
+    if at(0).and_then(keyword) != Some(Keyword::SHOW) {
+        return tokens;
+    }
+    let table = match at(1) {
+        Some(t) if is_word(t, "ML_ENGINES") => "ml_engines",
+        Some(t) if is_word(t, "HANDLERS") => "handlers",
+        _ => return tokens,
+    };
+    let like = at(2).and_then(keyword) == Some(Keyword::LIKE);
+    let filtered = like || at(2).and_then(keyword) == Some(Keyword::WHERE);
+    if !filtered && at(2).is_some() {
+        return tokens;
+    }
+    let space = || {
+        synthetic(Token::Whitespace(
+            datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
+        ))
+    };
+    let word = |w: &str| synthetic(Token::make_word(w, None));
+    let mut out = vec![
+        synthetic(Token::make_keyword("SELECT")),
+        space(),
+        synthetic(Token::Mul),
+        space(),
+        synthetic(Token::make_keyword("FROM")),
+        space(),
+        word("information_schema"),
+        synthetic(Token::Period),
+        word(table),
+    ];
+    if filtered {
+        out.extend([space(), synthetic(Token::make_keyword("WHERE")), space()]);
+        if like {
+            out.extend([word("NAME"), space()]);
+            // bounded: the statement's tokens, in memory
+            out.extend(tokens[positions[2]..].iter().cloned());
+        } else {
+            out.extend(tokens[positions[2] + 1..].iter().cloned());
+        }
+    }
     out
 }
 
@@ -1363,6 +1415,26 @@ mod tests {
                 serde_json::json!({})
             ),
             r#"SELECT `c` AS "n", t."d" FROM t AS "t" WHERE c = 'v'"#
+        );
+    }
+
+    #[test]
+    fn show_ml_engines_and_handlers_read_their_system_tables() {
+        let json = serde_json::json!({});
+        assert_eq!(
+            sql_of("SHOW ML_ENGINES", json.clone()),
+            "SELECT * FROM information_schema.ml_engines"
+        );
+        assert_eq!(
+            sql_of("show handlers like 'p%'", json.clone()),
+            "SELECT * FROM information_schema.handlers WHERE NAME LIKE 'p%'"
+        );
+        assert_eq!(
+            sql_of(
+                "SHOW HANDLERS WHERE type = 'ml' AND name <> 'x'",
+                json.clone()
+            ),
+            "SELECT * FROM information_schema.handlers WHERE type = 'ml' AND name <> 'x'"
         );
     }
 
