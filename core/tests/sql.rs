@@ -1609,6 +1609,12 @@ fn mindsdb_dialect_escapes_files_and_native_queries_in_projects() {
         "CREATE VIEW big FROM mindsdb AS (SELECT x FROM t1 WHERE x > 2)",
     );
     assert_eq!(rows(&e, "SELECT x FROM big"), json!([[5]]));
+    // … and without AS, as MindsDB's parser also takes it.
+    exec(
+        &e,
+        "CREATE OR REPLACE VIEW small FROM mindsdb (SELECT x FROM t1 WHERE x < 2)",
+    );
+    assert_eq!(rows(&e, "SELECT x FROM small"), json!([[1]]));
 }
 
 /// What a MySQL client sends on connect, answered as MindsDB answers it: the server variables

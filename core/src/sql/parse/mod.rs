@@ -587,7 +587,7 @@ fn mindsdb_forms(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     out
 }
 
-/// MindsDB's `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] v FROM db AS (query)` (what its SDK
+/// MindsDB's `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] v FROM db [AS] (query)` (what its SDK
 /// sends) becomes `CREATE … VIEW v AS SELECT * FROM db (query)`: a view over a native query,
 /// which `native_queries` then reads.
 fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
@@ -619,11 +619,20 @@ fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let from = k;
     if at(from).and_then(keyword) != Some(Keyword::FROM)
         || !matches!(at(from + 1), Some(Token::Word(_)))
-        || at(from + 2).and_then(keyword) != Some(Keyword::AS)
     {
         return tokens;
     }
-    let (from_at, db_at, as_at) = (positions[from], positions[from + 1], positions[from + 2]);
+    // `AS` may be left out before the parenthesis, as MindsDB's parser allows.
+    let has_as = at(from + 2).and_then(keyword) == Some(Keyword::AS);
+    if !has_as && at(from + 2) != Some(&Token::LParen) {
+        return tokens;
+    }
+    let (from_at, db_at) = (positions[from], positions[from + 1]);
+    // Where the query starts: after AS, or at the parenthesis.
+    let rest_at = match has_as {
+        true => positions[from + 2] + 1,
+        false => positions[from + 2],
+    };
     let space = || {
         synthetic(Token::Whitespace(
             datafusion::sql::sqlparser::tokenizer::Whitespace::Space,
@@ -632,7 +641,7 @@ fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     // bounded: the statement's tokens, in memory
     let mut out = Vec::with_capacity(tokens.len() + 8);
     out.extend(tokens[..from_at].iter().cloned());
-    out.push(tokens[as_at].clone());
+    out.push(synthetic(Token::make_keyword("AS")));
     for token in [
         space(),
         synthetic(Token::make_keyword("SELECT")),
@@ -646,7 +655,7 @@ fn view_from_database(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     ] {
         out.push(token);
     }
-    out.extend(tokens[as_at + 1..].iter().cloned());
+    out.extend(tokens[rest_at..].iter().cloned());
     out
 }
 
