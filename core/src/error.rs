@@ -63,11 +63,13 @@ pub enum Subject {
     Table,
     /// A view.
     View,
+    /// A model engine (handler) a model or ML engine names.
+    MlHandler,
 }
 
 impl Subject {
     /// The name a title uses: "Project", "Agent", "Model", "Knowledge Base", "Database",
-    /// "Table", "View".
+    /// "Table", "View", "ML handler".
     pub fn name(self) -> &'static str {
         match self {
             Subject::Project => "Project",
@@ -77,6 +79,7 @@ impl Subject {
             Subject::Database => "Database",
             Subject::Table => "Table",
             Subject::View => "View",
+            Subject::MlHandler => "ML handler",
         }
     }
 }

@@ -27,11 +27,14 @@ pub async fn put(engine: &Engine, request: &Request, name: &str) -> Reply {
         .starts_with("multipart/form-data")
     {
         from_form(&content_type, request.body.clone()).await?
-    } else if let Some(url) = url_source(&request.body) {
+    } else if let Some(parameters) = parameters_body(&request.body) {
+        // MindsDB reads a JSON object body as the upload's parameters, not as a file.
+        check_parameters(parameters.keys().map(String::as_str), &JSON_PARAMETERS)?;
+        check_source_type(parameters.get("source_type"))?;
         return Err(Problem::titled(
             400,
-            "Wrong source type",
-            format!("This server does not fetch files from URLs ({url}); upload the file itself"),
+            "Invalid request parameters",
+            "The body names no file content: send the file in a multipart form's 'file' field, or the file itself as the body",
         ));
     } else {
         Upload {
@@ -58,14 +61,57 @@ pub async fn put(engine: &Engine, request: &Request, name: &str) -> Reply {
     }
 }
 
-/// Removes the file `name`; 200 with `""`, 404 when there is none.
+/// Removes the file `name`; 200 with `""`, and MindsDB's 400 "Error deleting file" when
+/// there is none.
 pub async fn delete(engine: &Engine, name: &str) -> Reply {
     match engine.delete_file(name).await {
         Ok(()) => Ok(json_response(200, &"")),
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            Err(Problem::titled(404, "File not found", e.message()))
+            Err(Problem::titled(400, "Error deleting file", e.message()))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The fields MindsDB's upload takes in a multipart form.
+const FORM_PARAMETERS: [&str; 3] = ["file", "original_file_name", "source_type"];
+
+/// The keys MindsDB's upload takes in a JSON body.
+const JSON_PARAMETERS: [&str; 3] = ["original_file_name", "source", "source_type"];
+
+/// MindsDB's 400 "Invalid request parameters" for a field it does not take, naming it and the
+/// ones it takes.
+fn check_parameters<'a>(
+    mut given: impl Iterator<Item = &'a str>,
+    allowed: &[&str],
+) -> Result<(), Problem> {
+    match given.find(|name| !allowed.contains(name)) {
+        None => Ok(()),
+        Some(unexpected) => Err(Problem::titled(
+            400,
+            "Invalid request parameters",
+            format!(
+                "Unexpected parameters in request: {unexpected}. Allowed parameters: {}",
+                allowed.join(", ")
+            ),
+        )),
+    }
+}
+
+/// `source_type` must be `file` (or absent): this server downloads nothing.
+fn check_source_type(source_type: Option<&Value>) -> Result<(), Problem> {
+    match source_type.and_then(Value::as_str) {
+        None | Some("file") => Ok(()),
+        Some("url") => Err(Problem::titled(
+            400,
+            "Wrong source type",
+            "This server does not fetch files from URLs; upload the file itself",
+        )),
+        Some(other) => Err(Problem::titled(
+            400,
+            "Wrong file source type",
+            format!("Only \"file\" and \"url\" supported as file source, got \"{other}\""),
+        )),
     }
 }
 
@@ -78,24 +124,35 @@ struct Upload {
 
 /// The `file` field of a multipart form (its file name, or the `original_file_name` field,
 /// names the format).
-async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Error> {
-    let bad = |e: multer::Error| Error::invalid(format!("The multipart form is malformed: {e}"));
+async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Problem> {
+    let bad = |e: multer::Error| {
+        Problem::from(Error::invalid(format!(
+            "The multipart form is malformed: {e}"
+        )))
+    };
     let boundary = multer::parse_boundary(content_type).map_err(bad)?;
     let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
     let mut form = multer::Multipart::new(stream, boundary);
     let (mut bytes, mut file_name, mut original) = (None, None, None);
     while let Some(field) = form.next_field().await.map_err(bad)? {
-        match field.name().unwrap_or_default() {
+        let name = field.name().unwrap_or_default().to_string();
+        check_parameters(std::iter::once(name.as_str()), &FORM_PARAMETERS)?;
+        match name.as_str() {
             "file" => {
                 file_name = field.file_name().map(str::to_string);
                 bytes = Some(field.bytes().await.map_err(bad)?.to_vec());
             }
             "original_file_name" => original = Some(field.text().await.map_err(bad)?),
-            _ => {}
+            _ => {
+                let source_type = Value::String(field.text().await.map_err(bad)?);
+                check_source_type(Some(&source_type))?;
+            }
         }
     }
     let bytes = bytes.ok_or_else(|| {
-        Error::invalid("The multipart form has no 'file' field with the file's content")
+        Problem::from(Error::invalid(
+            "The multipart form has no 'file' field with the file's content",
+        ))
     })?;
     let file_name = original.or(file_name);
     Ok(Upload {
@@ -105,15 +162,14 @@ async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Error> {
     })
 }
 
-/// MindsDB's `{"source_type": "url", "source": …}` body, which asks the server to download.
-fn url_source(body: &[u8]) -> Option<String> {
-    // Only a small object can be such a request; a large upload is not parsed twice.
-    if body.len() > 4096 || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+/// A body that is one JSON object: MindsDB's upload parameters (`{"source_type", "source",
+/// "original_file_name"}`), never a file (a JSON file is an array, or one object per line).
+fn parameters_body(body: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return None;
     }
-    let value: Value = serde_json::from_slice(body).ok()?;
-    match value.get("source_type")?.as_str()? {
-        "url" => Some(value.get("source")?.as_str()?.to_string()),
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(parameters)) => Some(parameters),
         _ => None,
     }
 }

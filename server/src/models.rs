@@ -65,6 +65,11 @@ pub async fn one(
             Ok(Response::no_content())
         }
         (ModelAction::Predict, _) => {
+            // The model is looked up first, as MindsDB does: a missing one is 404 whatever
+            // the body.
+            engine
+                .get_model(project, name, version)
+                .map_err(model_error)?;
             let Some(data) = body(request)?.get("data").cloned() else {
                 return Err(Problem::titled(
                     400,

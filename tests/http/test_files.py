@@ -52,8 +52,9 @@ def test_a_multipart_upload_becomes_a_table_listed_queried_and_deleted(server):
 
     deleted = requests.delete(files_url(server, "t"), timeout=10)
     assert deleted.status_code == 200 and deleted.json() == ""
+    # MindsDB answers a missing file's DELETE with 400 "Error deleting file".
     gone = requests.delete(files_url(server, "t"), timeout=10)
-    assert gone.status_code == 404 and gone.json()["title"] == "File not found"
+    assert gone.status_code == 400 and gone.json()["title"] == "Error deleting file"
     assert requests.get(files_url(server), timeout=10).json() == []
     missing = server.sql("SELECT * FROM files.t").json()
     assert missing["type"] == "error" and "not found" in missing["error_message"], missing
@@ -143,8 +144,22 @@ def test_bad_uploads_are_refused_by_name_and_store_nothing(server):
                        json={"source_type": "url", "source": "http://127.0.0.1:9/x.csv"})
     assert url.status_code == 400 and "URL" in url.json()["detail"], url.text
     no_file = requests.put(files_url(server, "bad"), timeout=10,
-                           files={"other": ("x.csv", CSV, "text/csv")})
+                           files={"original_file_name": (None, "x.csv")})
     assert no_file.status_code == 400 and "'file'" in no_file.json()["detail"]
+    # What MindsDB does not take is its 400 "Invalid request parameters", naming it.
+    other = requests.put(files_url(server, "bad"), timeout=10,
+                         files={"other": ("x.csv", CSV, "text/csv")})
+    assert other.status_code == 400, other.text
+    assert other.json()["title"] == "Invalid request parameters" and "other" in other.json()["detail"]
+    extra = requests.put(files_url(server, "bad"), timeout=10,
+                         files={"file": ("x.csv", CSV, "text/csv")}, data={"separator": ";"})
+    assert extra.json()["title"] == "Invalid request parameters", extra.text
+    # A JSON object body is the upload's parameters, never the file.
+    for body, title in (({"source_type": "file"}, "Invalid request parameters"),
+                        ({"a": 1, "b": 2}, "Invalid request parameters"),
+                        ({"source_type": "ftp"}, "Wrong file source type")):
+        r = requests.put(files_url(server, "bad"), json=body, timeout=10)
+        assert r.status_code == 400 and r.json()["title"] == title, (body, r.text)
     bad_name = requests.put(files_url(server, "no%20good"), data=CSV.encode(), timeout=10,
                             headers={"Content-Type": "text/csv"})
     assert bad_name.status_code == 400, bad_name.text

@@ -384,3 +384,20 @@ def test_handlers_are_this_builds_integrations(server):
     assert "host" in one["connection_args"]
     missing = requests.get(server.url + "/api/handlers/nosuch", timeout=10)
     assert missing.status_code == 404 and missing.json()["title"] == "Handler not found"
+
+
+def test_the_model_routes_answer_mindsdbs_codes_for_what_is_missing(server):
+    """Predict looks the model up before reading the body (404 without one), and a model of an
+    engine this build lacks is 404 "ML handler not found", as in MindsDB."""
+    import requests
+
+    url = server.url + "/api/projects/mindsdb/models"
+    for name in ("nosuch", "nosuch.2"):
+        r = requests.post(f"{url}/{name}/predict", timeout=10)
+        assert r.status_code == 404 and r.json()["title"] == "Model not found", r.text
+    r = requests.post(server.url + "/api/projects/nope/models/m/predict", timeout=10)
+    assert r.status_code == 404 and r.json()["title"] == "Project not found", r.text
+    created = requests.post(url, timeout=10, json={
+        "query": "CREATE MODEL mindsdb.m PREDICT y USING engine = 'nosuch'"})
+    assert created.status_code == 404, created.text
+    assert created.json()["title"] == "ML handler not found" and "nosuch" in created.json()["detail"]

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::catalog::datasources::shown_parameters;
 use crate::catalog::models;
 use crate::catalog::namespace::validate_name;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::store::schema::ML_ENGINES;
 use crate::store::{self, Reads};
 use crate::tenant::TenantId;
@@ -66,7 +66,8 @@ pub(crate) fn create(
         return Err(Error::not_found(format!(
             "There is no engine '{handler}'; this build has: {}",
             models::ENGINES.join(", ")
-        )));
+        ))
+        .about(Subject::MlHandler));
     }
     if models::ENGINES.contains(&key.as_str()) {
         return Err(Error::conflict(format!(

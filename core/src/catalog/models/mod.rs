@@ -270,10 +270,11 @@ pub(crate) fn engine_of(using: &Map<String, Value>) -> Result<String> {
         Some(Value::String(engine)) if ENGINES.contains(&engine.to_ascii_lowercase().as_str()) => {
             Ok(engine.to_ascii_lowercase())
         }
-        Some(Value::String(engine)) => Err(Error::invalid(format!(
-            "ML engine '{engine}' does not exist; this build has: {}",
+        Some(Value::String(engine)) => Err(Error::not_found(format!(
+            "ML engine '{engine}' does not exist; this build has: {} (and the ML engines made by CREATE ML_ENGINE)",
             ENGINES.join(", ")
-        ))),
+        ))
+        .about(Subject::MlHandler)),
         Some(other) => Err(Error::invalid(format!(
             "'engine' must be a name in quotes, like engine = 'builtin'; got {other}"
         ))),
