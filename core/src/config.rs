@@ -515,6 +515,28 @@ impl Default for DatasourcesConfig {
     }
 }
 
+/// How jobs are scheduled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsConfig {
+    /// How often the scheduler looks for jobs due, in milliseconds (at least 10).
+    pub poll_interval_ms: u64,
+    /// Jobs one user may have. Default: 10,000 locally, 100 hosted.
+    pub max_jobs: Option<u64>,
+    /// The shortest period a job may repeat at, in seconds. Default: 1 locally, 60 hosted.
+    pub min_period_secs: Option<u64>,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig {
+            poll_interval_ms: 1000,
+            max_jobs: None,
+            min_period_secs: None,
+        }
+    }
+}
+
 /// Limits on uploaded files, checked while they are read (before anything is stored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -592,6 +614,8 @@ pub struct Config {
     pub datasources: DatasourcesConfig,
     /// Limits on uploaded files.
     pub files: FilesConfig,
+    /// How jobs are scheduled.
+    pub jobs: JobsConfig,
 }
 
 impl Config {
@@ -856,6 +880,16 @@ impl Config {
     /// Decoded bytes an uploaded file may have (`files.max_decoded_mb`).
     pub fn upload_max_decoded_bytes(&self) -> u64 {
         mib(self.or_edition(self.files.max_decoded_mb, 65_536, 1024))
+    }
+
+    /// Jobs one user may have (`jobs.max_jobs`).
+    pub fn max_jobs(&self) -> u64 {
+        self.or_edition(self.jobs.max_jobs, 10_000, 100)
+    }
+
+    /// The shortest period a job may repeat at (`jobs.min_period_secs`).
+    pub fn min_job_period_secs(&self) -> u64 {
+        self.or_edition(self.jobs.min_period_secs, 1, 60)
     }
 
     /// Requests per minute per client address on routes without credentials

@@ -65,11 +65,13 @@ pub enum Subject {
     View,
     /// A model engine (handler) a model or ML engine names.
     MlHandler,
+    /// A job.
+    Job,
 }
 
 impl Subject {
     /// The name a title uses: "Project", "Agent", "Model", "Knowledge Base", "Database",
-    /// "Table", "View", "ML handler".
+    /// "Table", "View", "ML handler", "Job".
     pub fn name(self) -> &'static str {
         match self {
             Subject::Project => "Project",
@@ -80,6 +82,7 @@ impl Subject {
             Subject::Table => "Table",
             Subject::View => "View",
             Subject::MlHandler => "ML handler",
+            Subject::Job => "Job",
         }
     }
 }

@@ -71,8 +71,8 @@ pub use catalog::users::{ApiKeyInfo, IssuedApiKey, User, API_KEY_PREFIX};
 pub use catalog::views::View;
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
-    EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, KnowledgeBasesConfig, LlmConfig,
-    PlanConfig, QueryConfig, StorageConfig,
+    EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, JobsConfig, KnowledgeBasesConfig,
+    LlmConfig, PlanConfig, QueryConfig, StorageConfig,
 };
 pub use engine::database_api::{Database, DatabaseTable};
 pub use engine::hosted::HostedApi;

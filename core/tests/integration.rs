@@ -12,6 +12,7 @@ mod crash;
 mod directory;
 mod hosted;
 mod indexes;
+mod jobs;
 mod knowledge_bases;
 mod layers;
 mod limits;

@@ -60,6 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::knowledge_bases",
             "catalog::agents",
             "catalog::datasources",
+            "catalog::jobs",
             "catalog::minds",
             "catalog::ml_engines",
             "catalog::models",
@@ -126,6 +127,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ai::knowledge_bases",
             "ai::agents",
             "ai::minds",
+            "ai::jobs",
         ],
     ),
     (
@@ -136,6 +138,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine::agent_api",
             "engine::database_api",
             "engine::file_api",
+            "engine::jobs",
             "engine::model_api",
             "engine::project_api",
             "engine::query_api",

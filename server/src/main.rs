@@ -8,6 +8,7 @@ mod connections;
 mod databases;
 mod files;
 mod http;
+mod jobs;
 mod knowledge_bases;
 mod minds;
 mod models;

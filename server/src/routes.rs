@@ -9,6 +9,7 @@ use crate::callbacks::{self, CallbackRoute};
 use crate::databases::{self, DatabaseRoute};
 use crate::files;
 use crate::http::{decode, Body, Request, Response};
+use crate::jobs;
 use crate::knowledge_bases;
 use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
@@ -123,6 +124,14 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
             let (project, name) = (decode(project)?, decode(name)?);
             return views::one(engine, request, &project, &name).await;
         }
+        Route::Jobs(project) => return jobs::collection(engine, request, &decode(project)?).await,
+        Route::Job(project, name) => {
+            let (project, name) = (decode(project)?, decode(name)?);
+            return jobs::one(engine, request, &project, &name).await;
+        }
+        Route::JobHistory(project, name) => {
+            return jobs::history(engine, &decode(project)?, &decode(name)?)
+        }
         Route::Chatbots => return Err(Problem::titled(
             501,
             "Not implemented",
@@ -195,6 +204,12 @@ enum Route<'a> {
     Views(&'a str),
     /// `/api/projects/{p}/views/{name}`
     View(&'a str, &'a str),
+    /// `/api/projects/{p}/jobs`
+    Jobs(&'a str),
+    /// `/api/projects/{p}/jobs/{name}`
+    Job(&'a str, &'a str),
+    /// `/api/projects/{p}/jobs/{name}/history`
+    JobHistory(&'a str, &'a str),
     /// `/api/projects/{p}/chatbots…`: not served here (501).
     Chatbots,
     Projects,
@@ -272,6 +287,9 @@ impl<'a> Route<'a> {
                     }
                     [project, "views"] => Route::Views(project),
                     [project, "views", name] => Route::View(project, name),
+                    [project, "jobs"] => Route::Jobs(project),
+                    [project, "jobs", name] => Route::Job(project, name),
+                    [project, "jobs", name, "history"] => Route::JobHistory(project, name),
                     [_, "chatbots", ..] => Route::Chatbots,
                     [project, "knowledge_bases"] => Route::KnowledgeBases(project),
                     [project, "knowledge_bases", name] => Route::KnowledgeBase(project, name),
@@ -301,6 +319,9 @@ impl<'a> Route<'a> {
             Route::Views(_) => &["GET", "POST"],
             Route::View(_, _) => &["GET", "PUT", "DELETE"],
             Route::Chatbots => &["GET", "POST", "PUT", "DELETE"],
+            Route::Jobs(_) => &["GET", "POST"],
+            Route::Job(_, _) => &["GET", "DELETE"],
+            Route::JobHistory(_, _) => &["GET"],
             Route::Agents(_) => &["GET", "POST"],
             Route::Agent(_, _, AgentAction::Record) => &["GET", "PUT", "DELETE"],
             Route::Agent(_, _, _) => &["POST"],

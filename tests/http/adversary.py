@@ -744,7 +744,12 @@ class Sql:
                                        "SHOW ML_ENGINES", "SHOW HANDLERS WHERE type = 'ml'",
                                        f"SHOW HANDLERS LIKE {self.string()}",
                                        f"CREATE ML_ENGINE e1 FROM openai USING base_url = {self.string()}",
-                                       "DROP ML_ENGINE IF EXISTS e1"])
+                                       "DROP ML_ENGINE IF EXISTS e1", "SHOW JOBS",
+                                       "CREATE JOB IF NOT EXISTS mindsdb.j1 (SELECT 1) START '2999-01-01'",
+                                       "CREATE JOB IF NOT EXISTS j2 (INSERT INTO mindsdb.t SELECT * "
+                                       "FROM mindsdb.t WHERE id > LAST) EVERY 1 minute",
+                                       f"CREATE JOB j3 ({self.string()}; SELECT 1) EVERY {self.string()}",
+                                       "DROP JOB IF EXISTS mindsdb.j1", "DROP JOB IF EXISTS j2"])
         return "garbage", self.garbage()
 
     def write(self) -> str:
@@ -949,7 +954,9 @@ ROUTES = [
     ("PUT", "/api/projects/mindsdb/views/v1"), ("DELETE", "/api/projects/mindsdb/views/v2"),
     ("GET", "/api/tree"), ("GET", "/api/tree/mindsdb"), ("GET", "/api/util/ping_native"),
     ("POST", "/api/projects/mindsdb/chatbots"), ("GET", "/api/handlers"),
-    ("GET", "/api/handlers/openai"),
+    ("GET", "/api/handlers/openai"), ("GET", "/api/projects/mindsdb/jobs"),
+    ("POST", "/api/projects/mindsdb/jobs"), ("GET", "/api/projects/mindsdb/jobs/j1/history"),
+    ("DELETE", "/api/projects/mindsdb/jobs/j1"),
 ]
 
 

@@ -7,9 +7,11 @@
 //!   search and its writes;
 //! - `agents`: their statements, the agent loop, its SQL tool's read-only sandbox, and an
 //!   agent as a table of its answers;
-//! - `minds`: a mind asked through the OpenAI-style chat APIs.
+//! - `minds`: a mind asked through the OpenAI-style chat APIs;
+//! - `jobs`: statements run on a schedule, and `LAST`.
 
 pub(crate) mod agents;
+pub(crate) mod jobs;
 pub(crate) mod knowledge_bases;
 pub(crate) mod minds;
 pub(crate) mod models;
@@ -21,12 +23,13 @@ use crate::sql::{Extension, Extensions};
 /// The features the engine plugs into its SQL engine, in the order they are asked: a
 /// statement, a name or a system table is the first one's that claims it.
 pub(crate) fn extensions() -> Extensions {
-    let features: [Arc<dyn Extension>; 3] = [
+    let features: [Arc<dyn Extension>; 4] = [
         Arc::new(knowledge_bases::KnowledgeBases),
         Arc::new(agents::Agents {
             asker: Arc::new(agents::answer::AgentLoop),
         }),
         Arc::new(models::Models),
+        Arc::new(jobs::Jobs),
     ];
     Arc::new(features)
 }

@@ -18,6 +18,7 @@ pub(crate) mod callbacks;
 pub(crate) mod constraints;
 pub(crate) mod datasources;
 pub(crate) mod indexes;
+pub(crate) mod jobs;
 pub(crate) mod kb_index;
 pub(crate) mod knowledge_bases;
 pub(crate) mod landing;

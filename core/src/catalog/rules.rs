@@ -8,7 +8,7 @@ use redb::WriteTransaction;
 use crate::catalog::datasources::{self, Change, Datasource};
 use crate::catalog::landing::{self, Landed};
 use crate::catalog::{
-    agents, kb_index, knowledge_bases, minds, models, projects, storage, tables, views,
+    agents, jobs, kb_index, knowledge_bases, minds, models, projects, storage, tables, views,
 };
 use crate::error::{Error, Result};
 use crate::store::schema::{KNOWLEDGE_BASES, PROJECTS, TABLES, VIEWS};
@@ -36,6 +36,7 @@ pub(crate) fn drop_database(
         knowledge_bases::drop_all(txn, tenant, name)?;
         agents::drop_all(txn, tenant, name)?;
         models::drop_all(txn, tenant, name)?;
+        jobs::drop_all(txn, tenant, name)?;
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 use redb::WriteTransaction;
 
 use crate::catalog::{
-    agents, auth, callbacks, datasources, knowledge_bases, minds, ml_engines, models, projects,
-    quotas, rules, storage, tables, users, views,
+    agents, auth, callbacks, datasources, jobs, knowledge_bases, minds, ml_engines, models,
+    projects, quotas, rules, storage, tables, users, views,
 };
 use crate::config::HostedConfig;
 use crate::error::Result;
@@ -29,6 +29,8 @@ pub(crate) fn open(
     agents::init(txn)?;
     datasources::init(txn)?;
     ml_engines::init(txn)?;
+    jobs::init(txn)?;
+    jobs::fail_interrupted(txn)?;
     models::init(txn)?;
     models::fail_interrupted(txn)?;
     auth::init(txn)?;

@@ -12,6 +12,7 @@ mod agent_api;
 pub(crate) mod database_api;
 mod file_api;
 pub(crate) mod hosted;
+pub(crate) mod jobs;
 mod knowledge_bases;
 mod model_api;
 mod project_api;
@@ -89,11 +90,14 @@ pub(crate) struct Inner {
     pub(crate) handle: Handle,
     /// Removes what DROPs leave, in steps; stopped first when the engine closes.
     sweeper: sweeper::Sweeper,
+    /// Runs jobs when they are due; stopped with the sweeper.
+    scheduler: crate::ai::jobs::run::Scheduler,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.sweeper.stop();
+        self.scheduler.stop();
         self.services.compute.close();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -169,6 +173,7 @@ impl Engine {
         if config.edition == crate::config::Edition::Hosted {
             worker.start(&handle);
         }
+        let scheduler = crate::ai::jobs::run::Scheduler::start(&sql, &handle);
         Ok(Engine {
             inner: Arc::new(Inner {
                 id,
@@ -177,6 +182,7 @@ impl Engine {
                 runtime: Some(runtime),
                 handle,
                 sweeper,
+                scheduler,
             }),
             tenant: TenantId::LOCAL,
             interrupts: Interrupts::new(),

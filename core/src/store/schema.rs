@@ -23,6 +23,14 @@ pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
 pub(crate) const ML_ENGINES: TableDefinition<(u64, &str), &str> =
     TableDefinition::new("ml_engines");
 
+/// `jobs` (jobs): (tenant, project, name) → job record (its statements, schedule, next run and
+/// `LAST` values).
+pub(crate) const JOBS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("jobs");
+/// `job_runs` (jobs): (tenant, job id, run number) → one run's record (start, end, error, the
+/// statements run).
+pub(crate) const JOB_RUNS: TableDefinition<(u64, u64, u64), &str> =
+    TableDefinition::new("job_runs");
+
 /// `tables` (tables): (tenant, project, name) → table record.
 pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");
 /// `table_schemas` (tables): table id → its Arrow schema as an IPC stream without rows.

@@ -156,6 +156,16 @@ impl Snapshot {
         crate::catalog::ml_engines::all(&self.txn, self.tenant)
     }
 
+    /// The tenant's jobs (of `project` when given).
+    pub(crate) fn jobs(&self, project: Option<&str>) -> Result<Vec<crate::catalog::jobs::Job>> {
+        crate::catalog::jobs::all(&self.txn, self.tenant, project)
+    }
+
+    /// The latest `limit` runs of the tenant's jobs, oldest first.
+    pub(crate) fn job_history(&self, limit: usize) -> Result<Vec<crate::catalog::jobs::JobRun>> {
+        crate::catalog::jobs::history(&self.txn, self.tenant, None, limit)
+    }
+
     /// One agent by project and name.
     pub(crate) fn agent(&self, project: &str, name: &str) -> Result<Option<Agent>> {
         agents::named(&self.txn, self.tenant, project, name)

@@ -399,6 +399,21 @@ fn is_space(token: &Token) -> bool {
     matches!(token, Token::Whitespace(_))
 }
 
+/// The tokens of `sql` as a statement's are read (spaces and comments left out), for a
+/// feature that rewrites stored statement text on tokens (a job's `LAST`) and writes it back
+/// with [`words::tokens_text`].
+pub(crate) fn words_of(sql: &str) -> Result<Vec<Token>> {
+    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    Ok(normalise_tokens(tokens)
+        .into_iter()
+        .map(|t| t.token)
+        .filter(|t| !is_space(t) && *t != Token::EOF)
+        .collect())
+}
+
 /// Token fixes so the generic parser reads what MindsDB clients send: quoted texts unescaped
 /// as MindsDB does (see [`unescape`]; the tokenizer keeps them raw), `"x"` is an identifier
 /// (MySQL's tokenizer calls it a string), and a bare `None` (the Python SDK's null) is NULL.
@@ -472,9 +487,16 @@ fn unescape(raw: &str, quote: char) -> String {
 
 fn split_statements(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
     let mut out = vec![Vec::new()];
+    // A `;` inside parentheses separates the statements of one (a job's), not two.
+    let mut depth = 0usize;
     for token in tokens {
         match token.token {
-            Token::SemiColon => out.push(Vec::new()),
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        match token.token {
+            Token::SemiColon if depth == 0 => out.push(Vec::new()),
             Token::EOF => {}
             _ => out
                 .last_mut()
@@ -673,11 +695,22 @@ fn show_system_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let table = match at(1) {
         Some(t) if is_word(t, "ML_ENGINES") => "ml_engines",
         Some(t) if is_word(t, "HANDLERS") => "handlers",
+        Some(t) if is_word(t, "JOBS") => "jobs",
         _ => return tokens,
     };
-    let like = at(2).and_then(keyword) == Some(Keyword::LIKE);
-    let filtered = like || at(2).and_then(keyword) == Some(Keyword::WHERE);
-    if !filtered && at(2).is_some() {
+    // `SHOW JOBS` lists the current project's, or those of the project after FROM | IN.
+    let mut k = 2;
+    let mut project = None;
+    if table == "jobs" && matches!(at(2).and_then(keyword), Some(Keyword::FROM | Keyword::IN)) {
+        match at(3) {
+            Some(Token::Word(w)) => project = Some(w.value.to_ascii_lowercase()),
+            _ => return tokens,
+        }
+        k = 4;
+    }
+    let like = at(k).and_then(keyword) == Some(Keyword::LIKE);
+    let filtered = like || at(k).and_then(keyword) == Some(Keyword::WHERE);
+    if !filtered && at(k).is_some() {
         return tokens;
     }
     let space = || {
@@ -697,14 +730,34 @@ fn show_system_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         synthetic(Token::Period),
         word(table),
     ];
-    if filtered {
+    if table == "jobs" {
         out.extend([space(), synthetic(Token::make_keyword("WHERE")), space()]);
+        out.extend([word("PROJECT"), space(), synthetic(Token::Eq), space()]);
+        match project {
+            Some(name) => out.push(synthetic(Token::SingleQuotedString(name))),
+            None => out.extend([
+                word("DATABASE"),
+                synthetic(Token::LParen),
+                synthetic(Token::RParen),
+            ]),
+        }
+        if filtered {
+            out.extend([space(), synthetic(Token::make_keyword("AND")), space()]);
+        }
+    } else if filtered {
+        out.extend([space(), synthetic(Token::make_keyword("WHERE")), space()]);
+    }
+    if filtered {
+        let from = positions[k];
         if like {
             out.extend([word("NAME"), space()]);
             // bounded: the statement's tokens, in memory
-            out.extend(tokens[positions[2]..].iter().cloned());
+            out.extend(tokens[from..].iter().cloned());
         } else {
-            out.extend(tokens[positions[2] + 1..].iter().cloned());
+            // The condition in parentheses, so an OR in it stays inside.
+            out.push(synthetic(Token::LParen));
+            out.extend(tokens[from + 1..].iter().cloned());
+            out.push(synthetic(Token::RParen));
         }
     }
     out
@@ -723,7 +776,10 @@ fn native_queries(sql: &str, tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         || (first.and_then(keyword) == Some(Keyword::CREATE)
             && (1..4)
                 .any(|k| at(k).is_some_and(|t| is_word(t, "MODEL") || is_word(t, "PREDICTOR"))));
-    if trains {
+    // A job's statements are kept as written, and read when it runs.
+    let job = first.and_then(keyword) == Some(Keyword::CREATE)
+        && at(1).is_some_and(|t| is_word(t, "JOB"));
+    if trains || job {
         return tokens;
     }
     let starts_native = |t: Option<&Token>| {
@@ -1443,7 +1499,15 @@ mod tests {
                 "SHOW HANDLERS WHERE type = 'ml' AND name <> 'x'",
                 json.clone()
             ),
-            "SELECT * FROM information_schema.handlers WHERE type = 'ml' AND name <> 'x'"
+            "SELECT * FROM information_schema.handlers WHERE (type = 'ml' AND name <> 'x')"
+        );
+        assert_eq!(
+            sql_of("SHOW JOBS", json.clone()),
+            "SELECT * FROM information_schema.jobs WHERE PROJECT = DATABASE()"
+        );
+        assert_eq!(
+            sql_of("SHOW JOBS FROM P WHERE name = 'a' OR name = 'b'", json.clone()),
+            "SELECT * FROM information_schema.jobs WHERE PROJECT = 'p' AND (name = 'a' OR name = 'b')"
         );
     }
 

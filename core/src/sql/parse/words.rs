@@ -250,8 +250,17 @@ pub(crate) fn tokens_text(words: &[&Token]) -> String {
     let mut out = String::new();
     for (i, token) in words.iter().enumerate() {
         let previous = i.checked_sub(1).map(|p| words[p]);
+        // A parenthesis right after a name opens its arguments (`count(`); after a keyword
+        // of the grammar (`AND (`) it opens an expression, and keeps its space.
+        let opens_arguments = matches!(previous, Some(Token::Word(w)) if w.quote_style.is_some()
+        || !matches!(
+            w.keyword,
+            Keyword::AND | Keyword::OR | Keyword::NOT | Keyword::WHERE | Keyword::ON
+                | Keyword::WHEN | Keyword::THEN | Keyword::ELSE | Keyword::FROM
+                | Keyword::JOIN | Keyword::SELECT | Keyword::HAVING | Keyword::AS
+        ));
         let tight_before = matches!(token, Token::Period | Token::Comma | Token::RParen)
-            || (**token == Token::LParen && matches!(previous, Some(Token::Word(_))));
+            || (**token == Token::LParen && opens_arguments);
         let tight_after = matches!(previous, Some(Token::Period | Token::LParen));
         if i > 0 && !tight_before && !tight_after {
             out.push(' ');

@@ -1,0 +1,214 @@
+//! The job scheduler: it wakes every `jobs.poll_interval_ms`, reads the jobs due (of every
+//! tenant) and starts a run of each that is not running already: one run of a job at a time.
+//! A run acts as the job's owner in the job's project, each statement as a request of that user
+//! would — under the statement deadline, admission and the user's memory share — and records
+//! itself in the job's history (start, end, error, the statements as run). A statement's rows
+//! are counted, never kept.
+//!
+//! It holds the engine's SQL runner only while a statement runs (a weak reference otherwise),
+//! and looks for jobs under a lock the closing engine takes, so a dropped engine closes its
+//! file; a run cut off so is marked interrupted when the file next opens, and the job runs again
+//! then.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+use super::{last, statements};
+use crate::cancel::{Control, Interrupts};
+use crate::catalog::jobs::{self, Finished, Job};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::{Outcome, QueryContext, QueryRequest, SqlRunner};
+use crate::tenant::TenantId;
+
+/// The running scheduler, to stop it when the engine closes.
+pub(crate) struct Scheduler {
+    /// Held while the scheduler reads the store; true once the engine is closing.
+    closing: Arc<Mutex<bool>>,
+}
+
+impl Scheduler {
+    /// Starts the scheduler of the SQL runner `sql` on the runtime behind `handle`.
+    pub(crate) fn start(sql: &Arc<SqlRunner>, handle: &tokio::runtime::Handle) -> Scheduler {
+        let poll = Duration::from_millis(sql.services.config.jobs.poll_interval_ms.max(10));
+        let closing: Arc<Mutex<bool>> = Arc::default();
+        let shared = Arc::clone(&closing);
+        // Looking for jobs needs only the store, never held between looks.
+        let store = Arc::downgrade(&sql.services.store);
+        let weak = Arc::downgrade(sql);
+        let spawner = handle.clone();
+        let running: Arc<Mutex<HashSet<(TenantId, u64)>>> = Arc::default();
+        crate::memory::spawn_detached(handle, async move {
+            loop {
+                tokio::time::sleep(poll).await;
+                let due = {
+                    let closed = shared.lock();
+                    if *closed {
+                        return;
+                    }
+                    let Some(store) = store.upgrade() else { return };
+                    let now = crate::time::now_unix();
+                    let due = store.read().and_then(|txn| jobs::due(&txn, now));
+                    drop(store);
+                    drop(closed);
+                    due
+                };
+                // A file that cannot be read now is read again at the next wake-up.
+                for (tenant, job) in due.unwrap_or_default() {
+                    if !running.lock().insert((tenant, job.id)) {
+                        continue;
+                    }
+                    let (weak, running) = (Weak::clone(&weak), Arc::clone(&running));
+                    crate::memory::spawn_detached(&spawner, async move {
+                        let key = (tenant, job.id);
+                        run(&weak, tenant, job).await;
+                        running.lock().remove(&key);
+                    });
+                }
+            }
+        });
+        Scheduler { closing }
+    }
+
+    /// Waits for a look for jobs in progress, if any, and lets no other begin; runs started
+    /// before hold the runner only while a statement of theirs runs.
+    pub(crate) fn stop(&self) {
+        *self.closing.lock() = true;
+    }
+}
+
+/// One run of `job`: its condition, then its statements, recorded in its history.
+async fn run(weak: &Weak<SqlRunner>, tenant: TenantId, job: Job) {
+    let now = crate::time::now_unix();
+    let started = {
+        let job = job.clone();
+        write(weak, move |txn| jobs::start_run(txn, tenant, &job, now)).await
+    };
+    let Ok(Some(run_number)) = started else {
+        return;
+    };
+    let mut ran = Vec::new();
+    let mut lasts = Map::new();
+    let mut outcome = Ok(());
+    // The condition's last statement must return rows for the job's statements to run.
+    let mut go = true;
+    if let Some(condition) = &job.if_query {
+        match statements_of(weak, tenant, &job, condition, &mut ran, &mut lasts).await {
+            Ok(rows) => go = rows > 0,
+            Err(e) => {
+                outcome = Err(e);
+                go = false;
+            }
+        }
+    }
+    if go {
+        if let Err(e) = statements_of(weak, tenant, &job, &job.query, &mut ran, &mut lasts).await {
+            outcome = Err(e);
+        }
+    }
+    let finished = Finished {
+        error: outcome.err().map(|e| e.message().to_string()),
+        query: ran.join("; "),
+        lasts,
+    };
+    let done = crate::time::now_unix();
+    // A failure to record is left for the next open (the run is then marked interrupted).
+    let _ = write(weak, move |txn| {
+        jobs::finish_run(txn, tenant, &job, run_number, finished, done)
+    })
+    .await;
+}
+
+/// Runs `change` in a write transaction of the store, while the engine is open.
+async fn write<T, F>(weak: &Weak<SqlRunner>, change: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
+{
+    let store = weak
+        .upgrade()
+        .map(|sql| Arc::clone(&sql.services.store))
+        .ok_or_else(closed)?;
+    store.write(change).await
+}
+
+fn closed() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "The engine closed while the job ran",
+    )
+}
+
+/// Runs the statements of `text` in order, `LAST` filled in; stops at the first error. Returns
+/// the rows the last one returned; `ran` gets each statement as run, `lasts` the values to
+/// keep.
+async fn statements_of(
+    weak: &Weak<SqlRunner>,
+    tenant: TenantId,
+    job: &Job,
+    text: &str,
+    ran: &mut Vec<String>,
+    lasts: &mut Map<String, Value>,
+) -> Result<usize> {
+    let mut rows = 0;
+    for statement in statements::split(text)? {
+        let mut highs = HashMap::new();
+        for use_ in last::uses(&statement)? {
+            let (_, first) = execute(weak, tenant, job, &use_.max_query).await?;
+            highs.insert(use_.key, first);
+        }
+        let (filled, keep) = last::fill(&statement, &job.lasts, &highs)?;
+        lasts.extend(keep);
+        let result = execute(weak, tenant, job, &filled).await;
+        ran.push(filled);
+        rows = result?.0;
+    }
+    Ok(rows)
+}
+
+/// Runs one statement in the job's project as its owner: its rows counted, and the first value
+/// of the first row as a SQL literal (for `LAST`'s queries), nothing else kept.
+async fn execute(
+    weak: &Weak<SqlRunner>,
+    tenant: TenantId,
+    job: &Job,
+    sql: &str,
+) -> Result<(usize, Option<String>)> {
+    let runner = weak.upgrade().ok_or_else(closed)?;
+    let services = &runner.services;
+    let (_ticket, tenant_memory) = services.admit_statement(tenant)?;
+    let control = Control::new(services.config.statement_limit(None), &Interrupts::new())
+        .with_memory(services.config.statement_memory_bytes(), tenant_memory);
+    let request = QueryRequest {
+        context: QueryContext {
+            db: Some(job.project.clone()),
+            show_secrets: false,
+        },
+        one_statement: true,
+        autocommit: true,
+        ..QueryRequest::new(sql)
+    };
+    control
+        .run(async {
+            match runner.run(tenant, &request).await.outcome {
+                Outcome::Error(e) => Err(e),
+                Outcome::Ok { .. } => Ok((0, None)),
+                Outcome::Table(mut table) => {
+                    let (mut rows, mut first) = (0, None);
+                    while let Some(batch) = table.stream.next().await {
+                        let batch = batch?;
+                        if rows == 0 && batch.num_rows() > 0 && batch.num_columns() > 0 {
+                            first = last::literal(batch.column(0).as_ref())?;
+                        }
+                        rows += batch.num_rows();
+                    }
+                    Ok((rows, first))
+                }
+            }
+        })
+        .await
+}
