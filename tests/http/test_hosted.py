@@ -674,7 +674,7 @@ def test_a_tenant_sees_nothing_of_another_through_any_route_or_sql(start_server,
     problem(call(server, "POST", "/api/projects/mindsdb/agents/spy/completions", bob,
                  {"messages": [{"role": "user", "content": "hi"}]}), 404)
     assert call(server, "GET", "/api/files", bob).json() == []
-    problem(call(server, "DELETE", "/api/files/report", bob), 404)
+    problem(call(server, "DELETE", "/api/files/report", bob), 400, "does not exist")
     assert call(server, "GET", MINDS_API + "/minds", bob).json() == []
     for method, body in (("GET", None), ("PUT", {"model_name": "x"}), ("DELETE", None)):
         problem(call(server, method, MINDS_API + "/minds/advisor", bob, body), 404, "advisor")
