@@ -189,6 +189,11 @@ pub struct HttpConfig {
     /// Where the Minds API (`/minds`, `/datasources`, `/chat/completions`, `/responses`) is
     /// mounted in the hosted edition.
     pub minds_prefix: String,
+    /// Whether MindsDB's `company-id` / `user-id` request headers choose the tenant (hosted
+    /// edition only). Turn it on only behind a proxy that authenticates every request and sets
+    /// those headers itself: whoever can send them acts as any tenant. Off, a request carrying
+    /// them is refused (403), so a proxy set up wrong fails loudly.
+    pub trusted_tenant_headers: bool,
 }
 
 impl Default for HttpConfig {
@@ -210,6 +215,7 @@ impl Default for HttpConfig {
             max_buffered_body_mb: None,
             unauthenticated_per_minute: None,
             minds_prefix: "/api/v1".to_string(),
+            trusted_tenant_headers: false,
         }
     }
 }
@@ -632,6 +638,11 @@ impl Config {
 
     /// Checks what the types cannot: the default plan tier exists, and no window is zero long.
     pub fn validate(&self) -> Result<()> {
+        if self.http.trusted_tenant_headers && !self.is_hosted() {
+            return Err(Error::invalid(
+                "http.trusted_tenant_headers needs edition = \"hosted\": the local edition has one tenant",
+            ));
+        }
         let hosted = &self.hosted;
         if !hosted.plans.contains_key(&hosted.default_plan) {
             let known: Vec<&str> = hosted.plans.keys().map(String::as_str).collect();

@@ -464,7 +464,7 @@ async fn serve_connection(
         };
         let started = Instant::now();
         let decided = match client.origins.check(&request) {
-            Ok(cors) => match routes::admit(&client.engine, &request, &client.address) {
+            Ok(cors) => match routes::admit(&client.engine, &request, &client.address).await {
                 Ok(engine) => {
                     // The body, what the handler makes of it and the answer count toward the
                     // user's memory budget, like the statements the request starts; a body

@@ -23,9 +23,11 @@ const JSON: &str = "application/json";
 /// (404, 405), a browser's preflight is answered, the edition must serve the route (404), a
 /// body must be JSON except for uploads (415), a caller without valid credentials is refused
 /// (401, 403), and requests without credentials (login, logout, failed ones, also on
-/// `/api/status`) are rate-limited per client address (429). Returns the handle the request
-/// acts through, or the response that answers it from its head.
-pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine, Response> {
+/// `/api/status`) are rate-limited per client address (429). A request carrying MindsDB's
+/// `company-id` / `user-id` headers acts as the tenant they name when the server sits behind a
+/// trusted proxy (`http.trusted_tenant_headers`), and is refused (403) otherwise. Returns the
+/// handle the request acts through, or the response that answers it from its head.
+pub async fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine, Response> {
     let path = request.path.as_str();
     let method = request.method.as_str();
     let route = match Route::find(path, &engine.config().http.minds_prefix) {
@@ -76,6 +78,19 @@ pub fn admit(engine: &Engine, request: &Request, client: &str) -> Result<Engine,
                     .map_err(|e| error_response(&e))?;
             }
         }
+    }
+    // MindsDB's tenant headers, set by a proxy in front: honoured only when the operator says
+    // one is there (the engine refuses them otherwise).
+    let company = request.header("company-id").map(str::trim);
+    let user = request.header("user-id").map(str::trim);
+    if company.is_some() || user.is_some() {
+        let Some(company) = company else {
+            return Err(problem(400, "A user-id header needs a company-id header"));
+        };
+        return engine
+            .as_proxied_tenant(company, user)
+            .await
+            .map_err(|e| error_response(&e));
     }
     if !(route.needs_auth() && engine.auth_required()) {
         return Ok(engine.clone());

@@ -843,3 +843,53 @@ def test_users_cli_refuses_a_duplicate_and_an_unknown_plan(server_bin: Path, tmp
     assert issued["user"] == "alice" and issued["key"].startswith("mlk_"), issued
     assert issued["key"] not in json.dumps(users_json(server, "show", "alice")), \
         "a key's text is shown once"
+
+
+def test_trusted_tenant_headers_choose_the_tenant_only_when_the_operator_says_so(
+        start_server, server_bin, tmp_path):
+    """MindsDB's `company-id` / `user-id` headers, set by a proxy in front: each company (and
+    user in it) is a tenant of its own, made on its first request; off (the default) a request
+    carrying them is refused; the local edition refuses the setting."""
+    import subprocess
+
+    from mlserver import child_environment
+
+    server = start_server('edition = "hosted"\n[http]\ntrusted_tenant_headers = true\n')
+
+    def as_(company=None, user=None):
+        headers = {}
+        if company is not None:
+            headers["company-id"] = company
+        if user is not None:
+            headers["user-id"] = user
+        return headers
+
+    def run(query, **who):
+        return requests.post(server.url + "/api/sql/query", json={"query": query},
+                             headers=as_(**who), timeout=30)
+
+    assert run("CREATE TABLE mindsdb.secret (x INT)", company="1").json()["type"] == "ok"
+    assert run("INSERT INTO mindsdb.secret VALUES (7)", company="1").json()["type"] == "ok"
+    assert run("SELECT x FROM mindsdb.secret", company="1").json()["data"] == [[7]]
+    for other in ({"company": "2"}, {"company": "1", "user": "9"}):
+        missing = run("SELECT x FROM mindsdb.secret", **other).json()
+        assert missing["type"] == "error" and "secret" in missing["error_message"], (other, missing)
+    projects = requests.get(server.url + "/api/projects", headers=as_("2"), timeout=10)
+    assert projects.json() == [{"name": "mindsdb"}]
+    # Without the headers, the hosted edition still wants a key.
+    assert run("SELECT 1").status_code == 401
+    for bad, status in (({"company": "a b"}, 400), ({"company": "x" * 33}, 400), ({"user": "1"}, 400)):
+        assert run("SELECT 1", **bad).status_code == status, bad
+
+    off, keys = hosted_server(start_server, 'edition = "hosted"\n', "alice")
+    refused = requests.post(off.url + "/api/sql/query", json={"query": "SELECT 1"},
+                            headers={"company-id": "1", "Authorization": f"Bearer {keys['alice']}"},
+                            timeout=10)
+    assert refused.status_code == 403 and "trusted_tenant_headers" in refused.json()["detail"]
+
+    config = tmp_path / "local.toml"
+    config.write_text("[http]\ntrusted_tenant_headers = true\n")
+    done = subprocess.run([str(server_bin), "--config", str(config), "--data", str(tmp_path / "db"),
+                           "--port", "0"], capture_output=True, text=True, timeout=60,
+                          env=child_environment())
+    assert done.returncode != 0 and "trusted_tenant_headers" in done.stderr, done

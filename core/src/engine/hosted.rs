@@ -41,6 +41,71 @@ impl Engine {
         Ok(self.scoped(user.tenant()))
     }
 
+    /// The handle a request acts through when a trusted proxy in front of the server names its
+    /// tenant by MindsDB's `company-id` and `user-id` headers (`http.trusted_tenant_headers`,
+    /// hosted edition): the user `company-<company>[-user-<user>]`, made with the default plan
+    /// on its first request. Ids are 1 to 32 letters, digits, `_` or `-`. Forbidden when the
+    /// setting is off (the headers are then refused, not ignored) or the user is disabled.
+    pub async fn as_proxied_tenant(&self, company: &str, user: Option<&str>) -> Result<Engine> {
+        if !self.inner.services.config.http.trusted_tenant_headers {
+            return Err(Error::new(
+                ErrorKind::Forbidden,
+                "The company-id and user-id headers choose the tenant only behind a trusted proxy; set http.trusted_tenant_headers",
+            ));
+        }
+        let id = |what: &str, value: &str| -> Result<()> {
+            let ok = (1..=32).contains(&value.len())
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!(
+                    "The {what} header must be 1 to 32 letters, digits, '_' or '-'"
+                )))
+            }
+        };
+        id("company-id", company)?;
+        let name = match user {
+            Some(user) => {
+                id("user-id", user)?;
+                format!("company-{company}-user-{user}")
+            }
+            None => format!("company-{company}"),
+        };
+        let found = users::read(&self.inner.services.store.read()?, &name);
+        let user = match found {
+            Ok(user) => user,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let inner = Arc::clone(&self.inner);
+                let key = name.clone();
+                let made = self
+                    .write(move |txn| {
+                        let project = inner.sql.default_project();
+                        users::create(txn, &key, None, &inner.services.config.hosted, project)
+                    })
+                    .await;
+                match made {
+                    Ok(user) => user,
+                    // Made by a request that came at the same time.
+                    Err(e) if e.kind() == ErrorKind::Conflict => {
+                        users::read(&self.inner.services.store.read()?, &name)?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if user.disabled {
+            return Err(Error::new(
+                ErrorKind::Forbidden,
+                format!("User '{}' is disabled", user.name),
+            ));
+        }
+        Ok(self.scoped(user.tenant()))
+    }
+
     /// The handle a request with `Authorization: Bearer <credential>` acts through: an API
     /// key (`mlk_…`) or a login token. A disabled user is [`ErrorKind::Forbidden`]; anything
     /// else unknown, revoked or expired is [`ErrorKind::Unauthorized`].
