@@ -157,3 +157,32 @@ def test_mindsdbs_database_routes_create_read_list_tables_and_delete_a_postgres(
 
     assert requests.delete(f"{url}/pgrest", timeout=30).status_code == 204
     assert requests.get(f"{url}/pgrest", timeout=30).status_code == 404
+
+
+def test_three_part_names_pass_through_errors_and_keep_unknown_parameters(server):
+    """`pg.schema.table` reads another schema of the datasource (MindsDB's three-part names),
+    a table PostgreSQL lacks is PostgreSQL's own error (never the engine's catalog name), and a
+    PARAMETERS key the engine does not read is kept and ignored, as MindsDB keeps it."""
+    psql("CREATE SCHEMA IF NOT EXISTS side; DROP TABLE IF EXISTS side.odd; "
+         "CREATE TABLE side.odd (n int); INSERT INTO side.odd VALUES (41), (42);")
+    args = {**connection_args(), "type": "postgres", "note": "kept"}
+    made = sql(server, f"CREATE DATABASE pg3 ENGINE = 'postgres', PARAMETERS = {json.dumps(args)}")
+    assert made["type"] == "ok", made
+    shown = sql(server, "SELECT connection_data FROM information_schema.databases WHERE name = 'pg3'")
+    assert json.loads(shown["data"][0][0])["type"] == "postgres"
+
+    assert sql(server, "SELECT n FROM pg3.side.odd ORDER BY n")["data"] == [[41], [42]]
+    joined = sql(server, "SELECT count(*) FROM pg3.side.odd AS a JOIN pg3.side.odd AS b ON a.n = b.n")
+    assert joined["data"] == [[2]]
+
+    for query, says in (("SELECT * FROM pg3.nosuch", 'relation "public.nosuch" does not exist'),
+                        ("SELECT * FROM pg3.side.nosuch", 'relation "side.nosuch" does not exist'),
+                        ("SELECT * FROM pg3.noschema.t", 'relation "noschema.t" does not exist')):
+        failed = sql(server, query)
+        assert failed["type"] == "error", failed
+        assert says in failed["error_message"] and "mindlite." not in failed["error_message"], failed
+
+    tls = {**connection_args(), "sslmode": "require"}
+    refused = sql(server, f"CREATE DATABASE pg4 ENGINE = 'postgres', PARAMETERS = {json.dumps(tls)}")
+    assert refused["type"] == "error" and "TLS" in refused["error_message"], refused
+    sql(server, "DROP DATABASE pg3")

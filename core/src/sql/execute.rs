@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use datafusion::common::TableReference;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::sql::planner::object_name_to_table_reference;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
 use super::catalog::names;
@@ -20,6 +22,7 @@ use super::{parse, SqlRunner};
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
 use crate::catalog::tables;
 use crate::error::{Error, Result};
+use crate::services::connectors::Connection;
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -257,13 +260,9 @@ impl SqlRunner {
         let plan = match planned {
             Ok(plan) => plan,
             Err(e) => {
-                return Err(self.explain_plan_error(
-                    &state,
-                    &snapshot,
-                    &df_statement,
-                    &context.db,
-                    e,
-                ))
+                return Err(self
+                    .explain_plan_error(&state, &snapshot, &df_statement, &context.db, e)
+                    .await)
             }
         };
         if let Some(target) = remote {
@@ -453,7 +452,7 @@ impl SqlRunner {
 
     /// Names the missing table or database when planning failed for one; otherwise passes
     /// DataFusion's message on.
-    fn explain_plan_error(
+    async fn explain_plan_error(
         &self,
         state: &SessionState,
         snapshot: &Snapshot,
@@ -462,19 +461,31 @@ impl SqlRunner {
         error: datafusion::error::DataFusionError,
     ) -> Error {
         let error = Error::from(error);
-        let creates_table = matches!(
-            statement,
-            datafusion::sql::parser::Statement::Statement(s)
-                if matches!(s.as_ref(), Statement::CreateTable(c) if c.query.is_none())
-        );
+        let created = match statement {
+            datafusion::sql::parser::Statement::Statement(s) => match s.as_ref() {
+                Statement::CreateTable(c) => Some(c),
+                _ => None,
+            },
+            _ => None,
+        };
         // A new table's own name is not a missing table (its columns may be).
-        if !error.message().contains("not found") || creates_table {
+        if !error.message().contains("not found") || created.is_some_and(|c| c.query.is_none()) {
             return error;
         }
         let Ok(references) = state.resolve_table_references(statement) else {
             return error;
         };
+        let target =
+            created.and_then(|c| object_name_to_table_reference(c.name.clone(), true).ok());
         for reference in references {
+            if target.as_ref() == Some(&reference) {
+                continue;
+            }
+            // A datasource's table: in its own words when it lacks it ("relation … does not
+            // exist"); `pg.schema.table` names another of its schemas.
+            if let Some(missing) = self.missing_remote(snapshot, &reference, db).await {
+                return missing;
+            }
             let Some((schema, table)) = snapshot::db_and_table(&reference, db) else {
                 let catalog = reference.catalog().unwrap_or_default();
                 return Error::not_found(format!("Database '{catalog}' not found"));
@@ -508,5 +519,49 @@ impl SqlRunner {
             }
         }
         error
+    }
+
+    /// Why the datasource table `reference` names cannot be read, when it names one that does
+    /// not exist (`pg.t`, or `pg.schema.t` for another schema of a PostgreSQL datasource).
+    async fn missing_remote(
+        &self,
+        snapshot: &Snapshot,
+        reference: &TableReference,
+        db: &str,
+    ) -> Option<Error> {
+        let (mut source, table) = match reference {
+            TableReference::Full {
+                catalog,
+                schema,
+                table,
+            } if catalog.as_ref() != snapshot::CATALOG => {
+                let Ok(Some(Namespace::Datasource(mut source))) = snapshot.namespace(catalog)
+                else {
+                    return None;
+                };
+                source.parameters.insert(
+                    "schema".into(),
+                    serde_json::Value::String(schema.to_string()),
+                );
+                (source, table.to_string())
+            }
+            _ => {
+                let (schema, table) = snapshot::db_and_table(reference, db)?;
+                match snapshot.namespace(&schema) {
+                    Ok(Some(Namespace::Datasource(source))) => (source, table),
+                    _ => return None,
+                }
+            }
+        };
+        if table.starts_with(crate::services::connectors::table::NATIVE) {
+            return None;
+        }
+        source.name = source.name.to_ascii_lowercase();
+        let connection = Connection::of(&source, &self.services.net).ok()?;
+        match connection.table(&table).await {
+            Ok(Some(_)) => None,
+            Ok(None) => Some(connection.missing_table(&source.name, &table).await),
+            Err(e) => Some(e),
+        }
     }
 }

@@ -69,6 +69,18 @@ impl Connection {
         }
     }
 
+    /// Why `source`'s table `name` cannot be read, in the datasource's own words when it has
+    /// any: PostgreSQL's error for reading it (`relation "public.x" does not exist`).
+    pub(crate) async fn missing_table(&self, source: &str, name: &str) -> Error {
+        let own = match self {
+            Connection::Postgres(settings) => postgres::read_error(settings, name).await,
+            Connection::Directory(_) => None,
+        };
+        own.unwrap_or_else(|| {
+            Error::not_found(format!("Table '{name}' not found in datasource '{source}'"))
+        })
+    }
+
     /// The columns of the table `name`, for listings (agents' prompts).
     pub(crate) async fn table_schema(&self, name: &str) -> Result<Option<SchemaRef>> {
         Ok(self.table(name).await?.map(|t| t.schema()))

@@ -89,12 +89,17 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
-    /// Reads PARAMETERS, refusing unknown keys and values of the wrong kind by name; `net` is
-    /// how its connections reach out.
+    /// Reads PARAMETERS, refusing values of the wrong kind by name; `net` is how its
+    /// connections reach out. Keys it does not read are kept and ignored, as MindsDB keeps
+    /// them (clients send `type` and the like), except the TLS settings (`sslmode`, `ssl…`):
+    /// ignoring one would connect less safely than asked, so they are refused.
     pub(crate) fn from_parameters(parameters: &Map<String, Value>, net: &Net) -> Result<Self> {
-        if let Some(unknown) = parameters.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        if let Some(tls) = parameters
+            .keys()
+            .find(|k| !KEYS.contains(&k.as_str()) && k.starts_with("ssl"))
+        {
             return Err(Error::invalid(format!(
-                "Unknown PostgreSQL parameter '{unknown}'; the parameters are {}",
+                "Unknown PostgreSQL parameter '{tls}': this build connects without TLS, so it takes no TLS settings; the parameters are {}",
                 KEYS.join(", ")
             )));
         }
@@ -521,6 +526,21 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
         });
     }
     Ok((!columns.is_empty()).then_some(columns))
+}
+
+/// The error PostgreSQL gives for reading `table` (none when it reads: the table appeared, or
+/// is of a kind the column lookup leaves out).
+pub(crate) async fn read_error(settings: &Settings, table: &str) -> Option<Error> {
+    let client = match settings.connect().await {
+        Ok(client) => client,
+        Err(e) => return Some(e),
+    };
+    let probe = format!("SELECT * FROM {} LIMIT 0", settings.qualified(table));
+    client
+        .query(probe.as_str(), &[])
+        .await
+        .err()
+        .map(|e| query_error(&e))
 }
 
 /// The columns a native query returns, from PostgreSQL's description of the prepared text.
@@ -1132,6 +1152,12 @@ mod tests {
                 .contains("Unknown PostgreSQL parameter 'sslmode'"),
             "{err}"
         );
+        // Other keys are kept and ignored, as MindsDB keeps them.
+        assert!(Settings::from_parameters(
+            &params(json!({"host": "h", "user": "u", "database": "d", "type": "postgres"})),
+            &net,
+        )
+        .is_ok());
         let err = Settings::from_parameters(
             &params(json!({"host": "h", "user": "u", "database": "d", "port": 70000})),
             &net,

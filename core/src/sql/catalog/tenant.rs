@@ -91,6 +91,8 @@ impl SchemaProvider for DatasourceSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        // A table it lacks is explained, in its own words, when planning fails (see
+        // `SqlRunner::explain_plan_error`): a CREATE TABLE's new name is no error.
         Ok(
             crate::services::connectors::Connection::of(&self.source, &self.net)?
                 .table(name)
@@ -101,6 +103,32 @@ impl SchemaProvider for DatasourceSchema {
     fn table_exist(&self, _name: &str) -> bool {
         // Only consulted when creating tables, which a datasource does through its own path.
         false
+    }
+}
+
+/// A PostgreSQL datasource as a catalog of its schemas, for three-part names
+/// (`pg.schema.table`): each schema reads as the datasource does, with that schema.
+#[derive(Debug)]
+struct DatasourceSchemas {
+    source: Datasource,
+    net: crate::services::connectors::Net,
+}
+
+impl CatalogProvider for DatasourceSchemas {
+    fn schema_names(&self) -> Vec<String> {
+        // Listing needs the network; the datasource lists its schemas itself.
+        Vec::new()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        let mut source = self.source.clone();
+        source
+            .parameters
+            .insert("schema".into(), serde_json::Value::String(name.to_string()));
+        Some(Arc::new(DatasourceSchema {
+            source,
+            net: self.net.clone(),
+        }))
     }
 }
 
@@ -317,8 +345,21 @@ impl CatalogProviderList for Catalogs {
     }
 
     fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
-        match &self.0 {
-            Some(catalog) if name == CATALOG => Some(Arc::clone(catalog) as _),
+        let catalog = self.0.as_ref()?;
+        if name == CATALOG {
+            return Some(Arc::clone(catalog) as _);
+        }
+        // `pg.schema.table`: a PostgreSQL datasource's other schemas, as MindsDB reads
+        // three-part names.
+        match catalog.snapshot.namespace(name).ok()?? {
+            Namespace::Datasource(source)
+                if source.engine == crate::services::connectors::postgres::ENGINE =>
+            {
+                Some(Arc::new(DatasourceSchemas {
+                    source,
+                    net: catalog.net.clone(),
+                }))
+            }
             _ => None,
         }
     }
