@@ -125,6 +125,21 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
     };
     Ok(match route {
         Route::SqlQuery => sql_query(engine, request).await?,
+        Route::Parametrize => {
+            let body = mindlite::wire::request_body(&request.body)
+                .map_err(|e| Problem::titled(400, "Wrong argument", e.message()))?;
+            let Some(query) = body.get("query").and_then(|q| q.as_str()) else {
+                return Err(Problem::titled(
+                    400,
+                    "Wrong argument",
+                    "Must provide \"query\" (a SQL statement) in POST body",
+                ));
+            };
+            let done = engine
+                .parametrize_constants(query)
+                .map_err(|e| Problem::titled(400, "Error", e.message()))?;
+            json_response(200, &done)
+        }
         Route::Status => {
             let authenticated = credential(request).is_some_and(|c| engine.authenticate(c).is_ok());
             json_response(200, &engine.status(authenticated))
@@ -209,6 +224,8 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
 /// The routes this server knows.
 enum Route<'a> {
     SqlQuery,
+    /// `/api/sql/query/utils/parametrize_constants`
+    Parametrize,
     Status,
     Ping,
     /// `/api/util/ping_native`: which background tasks run.
@@ -267,6 +284,7 @@ impl<'a> Route<'a> {
         }
         Some(match path {
             "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
+            "/api/sql/query/utils/parametrize_constants" => Route::Parametrize,
             "/api/status" | "/api/status/" => Route::Status,
             "/api/util/ping" | "/api/util/ping/" => Route::Ping,
             "/api/util/ping_native" | "/api/util/ping_native/" => Route::PingNative,
@@ -324,7 +342,11 @@ impl<'a> Route<'a> {
 
     fn methods(&self) -> &'static [&'static str] {
         match self {
-            Route::SqlQuery | Route::Login | Route::Logout | Route::CloudLogin => &["POST"],
+            Route::SqlQuery
+            | Route::Parametrize
+            | Route::Login
+            | Route::Logout
+            | Route::CloudLogin => &["POST"],
             Route::Status
             | Route::Ping
             | Route::PingNative

@@ -957,6 +957,7 @@ ROUTES = [
     ("GET", "/api/handlers/openai"), ("GET", "/api/projects/mindsdb/jobs"),
     ("POST", "/api/projects/mindsdb/jobs"), ("GET", "/api/projects/mindsdb/jobs/j1/history"),
     ("DELETE", "/api/projects/mindsdb/jobs/j1"),
+    ("POST", "/api/sql/query/utils/parametrize_constants"),
 ]
 
 
@@ -964,6 +965,8 @@ def route_template(rng: random.Random, method: str, path: str, ctx: dict) -> obj
     """A plausible body for the route, for mutations to start from."""
     sql = Sql(rng, ctx)
     messages = [{"role": "user", "content": sql.string().strip("'")}]
+    if path == "/api/sql/query/utils/parametrize_constants":
+        return {"query": sql.statement()[1]}
     if path == "/api/sql/query":
         kind, query = sql.statement()
         body = {"query": query}

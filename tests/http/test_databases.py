@@ -201,3 +201,21 @@ def test_ping_native_says_what_runs_and_chatbots_are_not_served(server):
         body = problem(call(server, method, path, {} if method == "POST" else None),
                        501, "Not implemented")
         assert "chat service" in body["detail"]
+
+
+def test_parametrize_constants_turns_literals_into_named_parameters(server):
+    """MindsDB's editor utility: the statement back with `:name` for each literal, the
+    parameters, and the databases and tables it names; nothing is run."""
+    r = call(server, "POST", "/api/sql/query/utils/parametrize_constants", {
+        "query": "SELECT name, 3 AS three FROM pg.people WHERE age > 30 AND city = 'Oslo'"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "query": "SELECT name, :three AS three FROM pg.people WHERE age > :age AND city = :city",
+        "parameters": [{"name": "three", "value": 3, "type": "int"},
+                       {"name": "age", "value": 30, "type": "int"},
+                       {"name": "city", "value": "Oslo", "type": "str"}],
+        "databases": {"pg": ["people"]}}
+    for body in ({}, {"query": "SELEC 1"}, {"query": "CREATE PROJECT x"}, {"query": "SELECT 1; SELECT 2"}):
+        bad = call(server, "POST", "/api/sql/query/utils/parametrize_constants", body)
+        assert bad.status_code == 400 and bad.json()["detail"], (body, bad.text)
+    assert server.sql_ok("SHOW DATABASES")["data"].count(["x"]) == 0

@@ -140,6 +140,28 @@ impl Engine {
         self.block_on(self.query(request))
     }
 
+    /// MindsDB's `parametrize_constants`: one SQL statement with its literals turned into
+    /// named parameters (`:name`), as `{"query", "parameters": [{"name", "value", "type"}],
+    /// "databases": {db: [tables]}}`. Only reads the text; runs nothing.
+    pub fn parametrize_constants(&self, sql: &str) -> Result<serde_json::Value> {
+        let mut commands = self.inner.sql.parse_text(sql)?;
+        let statement = match (commands.len(), commands.pop()) {
+            (1, Some(crate::sql::Command::Sql(statement))) => *statement,
+            (1, Some(_)) => {
+                return Err(Error::invalid(
+                    "Only a SQL statement has constants to parametrize, not a MindsDB one",
+                ))
+            }
+            _ => return Err(Error::invalid("Send one statement to parametrize")),
+        };
+        let done = crate::sql::parse::parametrize::parametrize(statement);
+        Ok(serde_json::json!({
+            "query": done.query,
+            "parameters": done.parameters,
+            "databases": done.databases,
+        }))
+    }
+
     /// Runs `sql` in the default project and reads the whole result.
     pub async fn sql(&self, sql: &str) -> Result<Collected> {
         self.query(QueryRequest::new(sql)).await.collect().await

@@ -20,6 +20,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Word};
 
+pub(crate) mod parametrize;
 #[cfg(test)]
 mod testing;
 pub(crate) mod words;
