@@ -914,3 +914,34 @@ fn not_found_and_conflict_errors_say_what_they_are_about() {
         (ErrorKind::Conflict, Some(Subject::Agent))
     );
 }
+
+/// A knowledge base named without its project in an agent's `data.knowledge_bases` is the
+/// default project's, as MindsDB resolves it, whichever project the agent is in.
+#[test]
+fn bare_knowledge_base_names_are_the_default_projects() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    engine
+        .sql_blocking("CREATE KNOWLEDGE_BASE mindsdb.notes")
+        .unwrap();
+    engine.sql_blocking("CREATE PROJECT p").unwrap();
+    let body = json!({"name": "helper", "data": {"knowledge_bases": ["notes"]}});
+    let agent = engine.block_on(engine.create_agent("p", body)).unwrap();
+    assert_eq!(
+        agent.to_wire_json()["data"]["knowledge_bases"],
+        json!(["mindsdb.notes"])
+    );
+    engine
+        .sql_blocking("CREATE AGENT p.other USING data = {\"knowledge_bases\": [\"notes\"]}")
+        .unwrap();
+    let other = engine.get_agent("p", "other").unwrap();
+    assert_eq!(
+        other.to_wire_json()["data"]["knowledge_bases"],
+        json!(["mindsdb.notes"])
+    );
+    // One in no project at all is refused by name.
+    let missing = engine.block_on(engine.create_agent(
+        "p",
+        json!({"name": "lost", "data": {"knowledge_bases": ["nowhere"]}}),
+    ));
+    assert!(missing.unwrap_err().message().contains("nowhere"));
+}

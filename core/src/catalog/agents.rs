@@ -308,6 +308,33 @@ fn validate_data(txn: &WriteTransaction, tenant: TenantId, data: &Value) -> Resu
     Ok(())
 }
 
+/// Writes each bare name in the body's `data.knowledge_bases` (also under `params`) as
+/// `<default project>.<name>`: MindsDB resolves a knowledge base named without its project in
+/// the default project, whichever project the agent is in.
+pub(crate) fn qualify_knowledge_bases(spec: &mut Map<String, Value>, default_project: &str) {
+    let qualify = |data: Option<&mut Value>| {
+        let Some(Value::Array(entries)) = data
+            .and_then(Value::as_object_mut)
+            .and_then(|data| data.get_mut("knowledge_bases"))
+        else {
+            return;
+        };
+        for entry in entries.iter_mut() {
+            if let Value::String(name) = entry {
+                if !name.contains('.') && !name.trim().is_empty() {
+                    *name = format!("{default_project}.{}", name.trim());
+                }
+            }
+        }
+    };
+    qualify(spec.get_mut("data"));
+    qualify(
+        spec.get_mut("params")
+            .and_then(Value::as_object_mut)
+            .and_then(|params| params.get_mut("data")),
+    );
+}
+
 /// Splits `db.table` (either part may be quoted with backticks or double quotes). The
 /// database comes back in lower case; the table as SQL reads an identifier: in lower case
 /// unless quoted, as written when quoted, so a datasource that tells `orders` from `"Orders"`

@@ -17,7 +17,8 @@ impl Engine {
     /// parameter outside MindsDB's set or a table that does not exist `InvalidInput`.
     pub async fn create_agent(&self, project: &str, spec: serde_json::Value) -> Result<Agent> {
         let tenant = self.tenant;
-        let spec = body_object(spec)?;
+        let mut spec = body_object(spec)?;
+        agents::qualify_knowledge_bases(&mut spec, self.inner.sql.default_project());
         let (project, llm) = (project.to_string(), self.inner.services.config.llm.clone());
         let egress = self.inner.services.net.egress.clone();
         let created = self
@@ -55,7 +56,8 @@ impl Engine {
         changes: serde_json::Value,
     ) -> Result<Agent> {
         let tenant = self.tenant;
-        let changes = body_object(changes)?;
+        let mut changes = body_object(changes)?;
+        agents::qualify_knowledge_bases(&mut changes, self.inner.sql.default_project());
         let (project, name) = (project.to_string(), name.to_string());
         let egress = self.inner.services.net.egress.clone();
         self.inner

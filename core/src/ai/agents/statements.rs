@@ -69,6 +69,7 @@ impl FeatureStatement for AgentStatement {
                 } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
                     spec.insert("name".into(), name.into());
+                    catalog_agents::qualify_knowledge_bases(&mut spec, runner.default_project());
                     let (llm, egress) = (
                         runner.services.config.llm.clone(),
                         runner.services.net.egress.clone(),
@@ -95,9 +96,10 @@ impl FeatureStatement for AgentStatement {
                 AgentStatement::AlterAgent {
                     project,
                     name,
-                    spec,
+                    mut spec,
                 } => {
                     let project = project.unwrap_or_else(|| context.db.clone());
+                    catalog_agents::qualify_knowledge_bases(&mut spec, runner.default_project());
                     let egress = runner.services.net.egress.clone();
                     runner
                         .services
