@@ -64,3 +64,37 @@ fn jobs_run_are_listed_and_deleted_and_never_keep_the_file_open() {
         .job_history("mindsdb", "beat")
         .is_ok_and(|h| h.is_empty()));
 }
+
+/// An engine dropped while a job's statement runs stops the run and closes its file: it opens
+/// again at once, and the cut-off run is marked interrupted.
+#[test]
+fn an_engine_dropped_mid_run_stops_the_run_and_frees_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let engine = Engine::open(&path, fast()).unwrap();
+    engine
+        .block_on(engine.create_job(
+            "mindsdb",
+            json!({"name": "slow", "query": "SELECT count(*) FROM generate_series(1, 3000000000)"}),
+        ))
+        .unwrap();
+    // Wait until the run has started.
+    wait("the run to start", || {
+        count(
+            &engine,
+            "SELECT * FROM information_schema.jobs_history WHERE NAME = 'slow'",
+        ) == 1
+    });
+    drop(engine);
+    let engine = Engine::open(&path, fast()).unwrap();
+    let runs = engine
+        .sql_blocking("SELECT ERROR FROM information_schema.jobs_history WHERE NAME = 'slow'")
+        .unwrap();
+    let error = runs.batches[0].column(0);
+    let error = datafusion_text(error.as_ref());
+    assert!(error.contains("interrupted"), "{error}");
+}
+
+fn datafusion_text(column: &dyn mindlite::arrow::array::Array) -> String {
+    mindlite::arrow::util::display::array_value_to_string(column, 0).unwrap()
+}

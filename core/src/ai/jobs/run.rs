@@ -15,8 +15,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::{last, statements};
 use crate::cancel::{Control, Interrupts};
@@ -27,16 +28,54 @@ use crate::tenant::TenantId;
 
 /// The running scheduler, to stop it when the engine closes.
 pub(crate) struct Scheduler {
-    /// Held while the scheduler reads the store; true once the engine is closing.
-    closing: Arc<Mutex<bool>>,
+    shared: Arc<Shared>,
 }
+
+/// What the scheduler's tasks and the closing engine share.
+#[derive(Default)]
+struct Shared {
+    /// Held while the scheduler reads the store; true once the engine is closing.
+    closing: Mutex<bool>,
+    /// Cancelled when the engine closes: every run in progress stops at once.
+    stop: CancellationToken,
+    /// Runs in progress (each may hold the runner); the closing engine waits for none.
+    running: Mutex<usize>,
+    ended: Condvar,
+}
+
+/// One run in progress, counted while it lives.
+struct Running<'a>(&'a Shared);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut running = self.0.running.lock();
+        *running -= 1;
+        self.0.ended.notify_all();
+    }
+}
+
+impl Shared {
+    /// A run may start: the engine is not closing.
+    fn enter(&self) -> Option<Running<'_>> {
+        let closed = self.closing.lock();
+        if *closed {
+            return None;
+        }
+        *self.running.lock() += 1;
+        drop(closed);
+        Some(Running(self))
+    }
+}
+
+/// How long a closing engine waits for its cancelled runs to let go of it.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 impl Scheduler {
     /// Starts the scheduler of the SQL runner `sql` on the runtime behind `handle`.
     pub(crate) fn start(sql: &Arc<SqlRunner>, handle: &tokio::runtime::Handle) -> Scheduler {
         let poll = Duration::from_millis(sql.services.config.jobs.poll_interval_ms.max(10));
-        let closing: Arc<Mutex<bool>> = Arc::default();
-        let shared = Arc::clone(&closing);
+        let shared: Arc<Shared> = Arc::default();
+        let looking = Arc::clone(&shared);
         // Looking for jobs needs only the store, never held between looks.
         let store = Arc::downgrade(&sql.services.store);
         let weak = Arc::downgrade(sql);
@@ -44,9 +83,12 @@ impl Scheduler {
         let running: Arc<Mutex<HashSet<(TenantId, u64)>>> = Arc::default();
         crate::memory::spawn_detached(handle, async move {
             loop {
-                tokio::time::sleep(poll).await;
+                tokio::select! {
+                    () = tokio::time::sleep(poll) => {}
+                    () = looking.stop.cancelled() => return,
+                }
                 let due = {
-                    let closed = shared.lock();
+                    let closed = looking.closing.lock();
                     if *closed {
                         return;
                     }
@@ -63,21 +105,43 @@ impl Scheduler {
                         continue;
                     }
                     let (weak, running) = (Weak::clone(&weak), Arc::clone(&running));
+                    let shared = Arc::clone(&looking);
                     crate::memory::spawn_detached(&spawner, async move {
                         let key = (tenant, job.id);
-                        run(&weak, tenant, job).await;
+                        if let Some(_counted) = shared.enter() {
+                            // A closing engine stops the run where it is: its record stays
+                            // open, and the next open marks it interrupted.
+                            tokio::select! {
+                                () = run(&weak, tenant, job) => {}
+                                () = shared.stop.cancelled() => {}
+                            }
+                        }
                         running.lock().remove(&key);
                     });
                 }
             }
         });
-        Scheduler { closing }
+        Scheduler { shared }
     }
 
-    /// Waits for a look for jobs in progress, if any, and lets no other begin; runs started
-    /// before hold the runner only while a statement of theirs runs.
+    /// Lets no look for jobs or run begin, stops the runs in progress, and waits (a few
+    /// seconds at most) until they have let go of the engine, so that its file closes with
+    /// it.
     pub(crate) fn stop(&self) {
-        *self.closing.lock() = true;
+        *self.shared.closing.lock() = true;
+        self.shared.stop.cancel();
+        let mut running = self.shared.running.lock();
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        while *running > 0 {
+            if self
+                .shared
+                .ended
+                .wait_until(&mut running, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
     }
 }
 
