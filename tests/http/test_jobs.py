@@ -106,6 +106,7 @@ def test_a_condition_gates_a_job_a_one_time_job_is_gone_and_failures_are_kept(st
         ("CREATE JOB j (SELECT 1) START 'soon'", "Can't parse date"),
         ("CREATE JOB nope.j (SELECT 1)", "nope"),
         ("DROP JOB nosuch", "does not exist"),
+        (f"CREATE JOB big (SELECT '{'x' * 300_000}')", "262144 bytes"),
     ):
         failed = server.sql(statement).json()
         assert failed["type"] == "error" and says in failed["error_message"], (statement, failed)

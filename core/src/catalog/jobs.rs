@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::catalog::namespace::validate_name;
 use crate::catalog::projects;
 use crate::error::{Error, Result, Subject};
-use crate::store::schema::{JOBS, JOB_RUNS, PROJECTS};
+use crate::store::schema::{JOBS, JOB_QUEUE, JOB_RUNS, PROJECTS};
 use crate::store::{self, Reads};
 use crate::tenant::TenantId;
 
@@ -190,6 +190,9 @@ pub(crate) struct NewJob {
 /// One run of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct JobRun {
+    /// The job's id.
+    #[serde(default)]
+    pub(crate) job_id: u64,
     /// The job's name and project (kept: the job may be gone).
     pub(crate) name: String,
     pub(crate) project: String,
@@ -205,6 +208,7 @@ pub(crate) struct JobRun {
 /// Creates this module's redb tables in a new file, so read snapshots always find them.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(JOBS)?;
+    txn.open_table(JOB_QUEUE)?;
     txn.open_table(JOB_RUNS)?;
     Ok(())
 }
@@ -245,8 +249,27 @@ pub(crate) fn limits(config: &crate::config::Config) -> JobLimits {
     }
 }
 
-/// Runs kept per job: the latest; older ones are removed as new ones end.
-pub(crate) const RUNS_KEPT: u64 = 100;
+/// Runs kept per user, the latest: each new run removes the one this many before it, so the
+/// history stays bounded whatever the jobs (one-time jobs that make others included).
+pub(crate) const RUNS_KEPT: u64 = 1000;
+
+/// Bytes of statement text a job may hold (its statements and its condition's together).
+pub(crate) const MAX_JOB_TEXT: usize = 256 * 1024;
+
+/// Bytes of a run's statements or error its history keeps; longer ones are cut, marked so.
+pub(crate) const MAX_RUN_TEXT: usize = 2048;
+
+/// `text`, cut to [`MAX_RUN_TEXT`] bytes (at a character) with a mark when longer.
+fn kept(text: String) -> String {
+    if text.len() <= MAX_RUN_TEXT {
+        return text;
+    }
+    let mut end = MAX_RUN_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
 
 /// Stores a new job, within `limits`; false when it exists and `if_not_exists` was set.
 pub(crate) fn create(
@@ -259,6 +282,12 @@ pub(crate) fn create(
 ) -> Result<bool> {
     let key = new.name.to_ascii_lowercase();
     validate_name("job", &key)?;
+    let text = new.query.len() + new.if_query.as_ref().map_or(0, String::len);
+    if text > MAX_JOB_TEXT {
+        return Err(Error::invalid(format!(
+            "A job's statements may hold {MAX_JOB_TEXT} bytes; these hold {text}"
+        )));
+    }
     let project =
         projects::get(&txn.open_table(PROJECTS)?, tenant, &new.project)?.ok_or_else(|| {
             Error::not_found(format!("Project '{}' does not exist", new.project))
@@ -325,7 +354,24 @@ pub(crate) fn create(
         (tenant.0, project.name.as_str(), key.as_str()),
         serde_json::to_string(&job)?.as_str(),
     )?;
+    drop(table);
+    queue(txn, tenant, &job)?;
     Ok(true)
+}
+
+/// Puts `job` in the queue at its next run.
+fn queue(txn: &WriteTransaction, tenant: TenantId, job: &Job) -> Result<()> {
+    let at = format!("{}\u{0}{}", job.project, job.name);
+    txn.open_table(JOB_QUEUE)?
+        .insert((job.next_run_at, tenant.0, job.id), at.as_str())?;
+    Ok(())
+}
+
+/// Takes `job` out of the queue.
+fn unqueue(txn: &WriteTransaction, tenant: TenantId, job: &Job) -> Result<()> {
+    txn.open_table(JOB_QUEUE)?
+        .remove((job.next_run_at, tenant.0, job.id))?;
+    Ok(())
 }
 
 /// Removes job `name` of `project`; `if_exists` makes a missing one a no-op. Its history stays.
@@ -336,27 +382,22 @@ pub(crate) fn drop_job(
     name: &str,
     if_exists: bool,
 ) -> Result<()> {
-    let (project, key) = (project.to_ascii_lowercase(), name.to_ascii_lowercase());
-    let removed = txn
-        .open_table(JOBS)?
-        .remove((tenant.0, project.as_str(), key.as_str()))?
-        .is_some();
-    if !removed && !if_exists {
-        return Err(missing(&key));
-    }
-    Ok(())
+    let Some(job) = named(txn, tenant, project, name)? else {
+        return match if_exists {
+            true => Ok(()),
+            false => Err(missing(&name.to_ascii_lowercase())),
+        };
+    };
+    txn.open_table(JOBS)?
+        .remove((tenant.0, job.project.as_str(), job.name.as_str()))?;
+    unqueue(txn, tenant, &job)
 }
 
 /// Drops every job of a project (when the project itself is dropped).
 pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) -> Result<()> {
-    let project = project.to_ascii_lowercase();
-    let mut table = txn.open_table(JOBS)?;
-    let keys: Vec<String> = list(&table, tenant, Some(&project))?
-        .into_iter()
-        .map(|job| job.name)
-        .collect();
-    for key in keys {
-        table.remove((tenant.0, project.as_str(), key.as_str()))?;
+    let jobs = list(&txn.open_table(JOBS)?, tenant, Some(project))?;
+    for job in jobs {
+        drop_job(txn, tenant, &job.project, &job.name, true)?;
     }
     Ok(())
 }
@@ -403,18 +444,24 @@ pub(crate) fn named(
     Ok(found)
 }
 
-/// Every job of every tenant due at `now`, soonest first.
+/// Every job of every tenant due at `now`, soonest first: read from the queue, so the jobs
+/// not due cost nothing.
 pub(crate) fn due(txn: &impl Reads, now: u64) -> Result<Vec<(TenantId, Job)>> {
-    let table = txn.reading(JOBS)?;
+    let queue = txn.reading(JOB_QUEUE)?;
     let mut out = Vec::new();
-    for entry in table.iter()? {
-        let (key, value) = entry?;
-        let job: Job = serde_json::from_str(value.value())?;
-        if job.next_run_at <= now {
-            out.push((TenantId(key.value().0), job));
+    for entry in queue.range((0, 0, 0)..=(now, u64::MAX, u64::MAX))? {
+        let (key, at) = entry?;
+        let (_, tenant, id) = key.value();
+        let tenant = TenantId(tenant);
+        let Some((project, name)) = at.value().split_once('\u{0}') else {
+            continue;
+        };
+        if let Some(job) = named(txn, tenant, project, name)? {
+            if job.id == id && job.next_run_at <= now {
+                out.push((tenant, job));
+            }
         }
     }
-    out.sort_by_key(|(_, job)| job.next_run_at);
     Ok(out)
 }
 
@@ -434,6 +481,7 @@ pub(crate) fn start_run(
     }
     stored.runs += 1;
     let run = JobRun {
+        job_id: stored.id,
         name: stored.name.clone(),
         project: stored.project.clone(),
         start_at: now,
@@ -441,12 +489,16 @@ pub(crate) fn start_run(
         error: None,
         query: String::new(),
     };
-    txn.open_table(JOB_RUNS)?.insert(
-        (tenant.0, stored.id, stored.runs),
-        serde_json::to_string(&run)?.as_str(),
-    )?;
+    let number = store::next_tenant_id(txn, tenant, "job_run")?;
+    let mut runs = txn.open_table(JOB_RUNS)?;
+    runs.insert((tenant.0, number), serde_json::to_string(&run)?.as_str())?;
+    // The oldest run beyond those kept goes: one for each new one.
+    if let Some(old) = number.checked_sub(RUNS_KEPT) {
+        runs.remove((tenant.0, old))?;
+    }
+    drop(runs);
     put(txn, tenant, &stored)?;
-    Ok(Some(stored.runs))
+    Ok(Some(number))
 }
 
 /// What a finished run leaves: its error and the statements it ran, and the `LAST` values to
@@ -469,21 +521,14 @@ pub(crate) fn finish_run(
 ) -> Result<()> {
     let mut runs = txn.open_table(JOB_RUNS)?;
     let recorded = runs
-        .get((tenant.0, job.id, run))?
+        .get((tenant.0, run))?
         .map(|v| serde_json::from_str::<JobRun>(v.value()))
         .transpose()?;
     if let Some(mut recorded) = recorded {
         recorded.end_at = Some(now);
-        recorded.error = finished.error.clone();
-        recorded.query = finished.query;
-        runs.insert(
-            (tenant.0, job.id, run),
-            serde_json::to_string(&recorded)?.as_str(),
-        )?;
-    }
-    // The oldest run beyond those kept goes (one a run, so the history stays bounded).
-    if let Some(old) = run.checked_sub(RUNS_KEPT) {
-        runs.remove((tenant.0, job.id, old))?;
+        recorded.error = finished.error.clone().map(kept);
+        recorded.query = kept(finished.query);
+        runs.insert((tenant.0, run), serde_json::to_string(&recorded)?.as_str())?;
     }
     drop(runs);
     let Some(mut stored) = named(txn, tenant, &job.project, &job.name)? else {
@@ -500,8 +545,10 @@ pub(crate) fn finish_run(
         .map(|every| every.after(stored.next_run_at).max(now));
     match next {
         Some(next) if stored.end_at.is_none_or(|end| next <= end) => {
+            unqueue(txn, tenant, &stored)?;
             stored.next_run_at = next;
-            put(txn, tenant, &stored)
+            put(txn, tenant, &stored)?;
+            queue(txn, tenant, &stored)
         }
         _ => drop_job(txn, tenant, &stored.project, &stored.name, true),
     }
@@ -525,7 +572,7 @@ pub(crate) fn history(
 ) -> Result<Vec<JobRun>> {
     let table = txn.reading(JOB_RUNS)?;
     let mut out = std::collections::VecDeque::new();
-    for entry in table.range((tenant.0, 0, 0)..(tenant.0 + 1, 0, 0))? {
+    for entry in table.range((tenant.0, 0)..(tenant.0 + 1, 0))? {
         let (_, value) = entry?;
         let run: JobRun = serde_json::from_str(value.value())?;
         let wanted = job.is_none_or(|(project, name)| {

@@ -26,10 +26,13 @@ pub(crate) const ML_ENGINES: TableDefinition<(u64, &str), &str> =
 /// `jobs` (jobs): (tenant, project, name) → job record (its statements, schedule, next run and
 /// `LAST` values).
 pub(crate) const JOBS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("jobs");
-/// `job_runs` (jobs): (tenant, job id, run number) → one run's record (start, end, error, the
-/// statements run).
-pub(crate) const JOB_RUNS: TableDefinition<(u64, u64, u64), &str> =
-    TableDefinition::new("job_runs");
+/// `job_queue` (jobs): (next run, tenant, job id) → `project\0name`: the jobs by when they run
+/// next, so the scheduler reads only those due.
+pub(crate) const JOB_QUEUE: TableDefinition<(u64, u64, u64), &str> =
+    TableDefinition::new("job_queue");
+/// `job_runs` (jobs): (tenant, run number) → one run's record (its job, start, end, error, the
+/// statements run); the latest 1,000 of each tenant.
+pub(crate) const JOB_RUNS: TableDefinition<(u64, u64), &str> = TableDefinition::new("job_runs");
 
 /// `tables` (tables): (tenant, project, name) → table record.
 pub(crate) const TABLES: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("tables");

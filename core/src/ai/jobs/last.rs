@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::ScalarValue;
+use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use serde_json::{Map, Value};
@@ -81,8 +81,17 @@ fn find(words: &[Token]) -> Result<Vec<Found>> {
             if words.get(i + 1) != Some(&Token::Comma) {
                 return Err(unreadable());
             }
+            // COALESCE's own closing parenthesis, past any its default value holds.
+            let mut depth = 1usize;
             let close = (i + 2..words.len())
-                .find(|&j| words[j] == Token::RParen)
+                .find(|&j| {
+                    match words[j] {
+                        Token::LParen => depth += 1,
+                        Token::RParen => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
                 .ok_or_else(unreadable)?;
             (
                 i.saturating_sub(3),
@@ -244,17 +253,22 @@ pub(crate) fn literal(column: &dyn Array) -> Result<Option<String>> {
     if column.is_empty() || column.is_null(0) {
         return Ok(None);
     }
-    let value = ScalarValue::try_from_array(column, 0)?;
+    // Arrow's own text of the value: digits for numbers (a decimal with its point), ISO 8601
+    // for dates and times.
+    let value = array_value_to_string(column, 0)?;
+    let quoted = || format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"));
     let text = match column.data_type() {
-        t if t.is_numeric() => value.to_string(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            format!(
-                "'{}'",
-                value.to_string().replace('\\', "\\\\").replace('\'', "''")
-            )
+        DataType::Float16 | DataType::Float32 | DataType::Float64
+            if value.parse::<f64>().map_or(true, |x| !x.is_finite()) =>
+        {
+            return Err(Error::invalid(format!(
+                "LAST cannot start from {value}: the column's greatest value is not a finite number"
+            )))
         }
-        DataType::Date32 | DataType::Date64 => format!("CAST('{value}' AS DATE)"),
-        DataType::Timestamp(_, _) => format!("CAST('{value}' AS TIMESTAMP)"),
+        t if t.is_numeric() => value.clone(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => quoted(),
+        DataType::Date32 | DataType::Date64 => format!("CAST({} AS DATE)", quoted()),
+        DataType::Timestamp(_, _) => format!("CAST({} AS TIMESTAMP)", quoted()),
         other => {
             return Err(Error::invalid(format!(
                 "LAST cannot track a column of type {other}: use a number, text, date or timestamp"
@@ -329,6 +343,52 @@ mod tests {
     }
 
     #[test]
+    fn a_tracked_value_is_a_literal_whatever_the_data_holds() {
+        use datafusion::arrow::array::{Decimal128Array, Float64Array, StringArray};
+        let statement = "SELECT * FROM t WHERE s > LAST";
+        for nasty in [
+            "a'b",
+            "a\\'b",
+            "x'; DROP TABLE t; --",
+            "ends with \\",
+            "\\'",
+            "'' OR 1=1",
+            "/* open",
+        ] {
+            let column = StringArray::from(vec![nasty]);
+            let high = literal(&column).unwrap().unwrap();
+            let pairs = highs(&[("t.s", Some(high.as_str()))]);
+            let (filled, _) = fill(statement, &Map::new(), &pairs).unwrap();
+            // Whatever the value, the statement is the same comparison pair, and the value one
+            // string token with the same text.
+            let words = words_of(&filled).unwrap();
+            let strings: Vec<&Token> = words
+                .iter()
+                .filter(|t| matches!(t, Token::SingleQuotedString(_)))
+                .collect();
+            let expected = Token::SingleQuotedString(nasty.to_string());
+            assert_eq!(strings, vec![&expected, &expected], "{filled}");
+            assert_eq!(words.len(), 14, "{filled}: {words:?}");
+        }
+        let decimal = Decimal128Array::from(vec![12345])
+            .with_precision_and_scale(10, 2)
+            .unwrap();
+        assert_eq!(literal(&decimal).unwrap().unwrap(), "123.45");
+        assert!(literal(&Float64Array::from(vec![f64::NAN])).is_err());
+        let at = datafusion::arrow::array::TimestampNanosecondArray::from(vec![
+            1_704_067_200_000_000_000,
+        ]);
+        assert_eq!(
+            literal(&at).unwrap().unwrap(),
+            "CAST('2024-01-01T00:00:00' AS TIMESTAMP)"
+        );
+        assert_eq!(
+            literal(&Float64Array::from(vec![None::<f64>])).unwrap(),
+            None
+        );
+    }
+
+    #[test]
     fn last_in_a_form_it_cannot_read_is_refused() {
         for statement in [
             "SELECT * FROM t WHERE id < LAST",
@@ -339,5 +399,13 @@ mod tests {
             assert!(uses(statement).is_err(), "{statement}");
         }
         assert!(uses("SELECT last_seen FROM t").unwrap().is_empty());
+        // A default in parentheses is the default, whole.
+        let (filled, _) = fill(
+            "SELECT * FROM t WHERE n > COALESCE(LAST, (1))",
+            &Map::new(),
+            &highs(&[("t.n", Some("5"))]),
+        )
+        .unwrap();
+        assert_eq!(filled, "SELECT * FROM t WHERE (n > (1) AND n <= 5)");
     }
 }

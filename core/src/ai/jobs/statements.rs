@@ -8,7 +8,9 @@ use futures::future::BoxFuture;
 
 use crate::catalog::jobs::{self, Every, NewJob};
 use crate::error::{Error, Result};
-use crate::sql::parse::words::{closing_paren, end_at, if_exists_at, keyword, tokens_text, word};
+use crate::sql::parse::words::{
+    closing_paren, end_at, if_exists_at, keyword, qualified_name, tokens_text, word,
+};
 use crate::sql::{FeatureStatement, Outcome, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 
@@ -118,12 +120,7 @@ pub(crate) fn job_command(words: &[&Token]) -> Result<Option<JobStatement>> {
 
 /// `[project.]name` at `k`; returns the index after it.
 fn job_name(words: &[&Token], k: usize) -> Result<(Option<String>, String, usize)> {
-    let first = word(words, k, "a job name")?;
-    if words.get(k + 1) == Some(&&Token::Period) {
-        let name = word(words, k + 2, "a job name after the project")?;
-        return Ok((Some(first.to_ascii_lowercase()), name, k + 3));
-    }
-    Ok((None, first, k + 1))
+    qualified_name(words, k, "a job name")
 }
 
 fn create(words: &[&Token]) -> Result<JobStatement> {
