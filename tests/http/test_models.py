@@ -318,6 +318,11 @@ def test_an_ml_engine_holds_settings_its_models_use(server):
         rows = {r[0]: r for r in shown["data"]}
         assert rows["oa"][1] == "openai" and json.loads(rows["oa"][2])["api_key"] == "******"
         assert {"builtin", "lightwood", "openai"} <= set(rows)
+        # MindsDB's spelling of the key is a secret too.
+        server.sql_ok("CREATE ML_ENGINE oa2 FROM openai USING openai_api_key = 'sk-other'")
+        shown2 = {r[0]: r for r in server.sql_ok("SHOW ML_ENGINES")["data"]}
+        assert json.loads(shown2["oa2"][2]) == {"openai_api_key": "******"}
+        server.sql_ok("DROP ML_ENGINE oa2")
         assert server.sql_ok("SHOW ML_ENGINES LIKE 'o%'")["data"] == [
             ["openai", "openai", "{}"], rows["oa"]]
         assert [r[0] for r in server.sql_ok("SHOW ML_ENGINES WHERE handler = 'openai' AND name <> 'openai'")["data"]] == ["oa"]

@@ -23,8 +23,8 @@ const SECRET_KEYS: [&str; 3] = ["password", "api_key", "token"];
 /// What a masked secret shows instead.
 const MASK: &str = "******";
 
-/// `parameters` as a caller may see them: every secret (`password`, `api_key`, `token`)
-/// masked unless `show_secrets`.
+/// `parameters` as a caller may see them: every secret (see [`is_secret`]) masked unless
+/// `show_secrets`.
 pub(crate) fn shown_parameters(
     parameters: &Map<String, Value>,
     show_secrets: bool,
@@ -32,12 +32,20 @@ pub(crate) fn shown_parameters(
     let mut shown = parameters.clone();
     if !show_secrets {
         for (key, value) in shown.iter_mut() {
-            if SECRET_KEYS.contains(&key.as_str()) {
+            if is_secret(key) {
                 *value = Value::String(MASK.into());
             }
         }
     }
     shown
+}
+
+/// Whether a parameter named `key` holds a secret: `password`, `api_key`, `token`, and their
+/// spellings with a prefix or in another case (`openai_api_key`, `PASSWORD`), or any key that
+/// says `secret`.
+fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    SECRET_KEYS.iter().any(|secret| key.ends_with(secret)) || key.contains("secret")
 }
 
 /// A datasource as stored.
