@@ -204,7 +204,8 @@ def test_use_changes_the_current_project(con):
     con.execute("USE p")
     assert con.current_db == "p"
     con.execute("CREATE TABLE t (a INT)")
-    assert con.sql("SHOW TABLES FROM p").fetchall() == [("t",)]
+    # A project also lists its `models` table, as MindsDB's do.
+    assert con.sql("SHOW TABLES FROM p").fetchall() == [("models",), ("t",)]
     with pytest.raises(mindlite.ProgrammingError, match="'t' not found"):
         con.sql("SELECT * FROM t", db="mindsdb")
     # An explicit db runs that one query there and leaves the current project alone.
