@@ -206,14 +206,7 @@ pub async fn handle(engine: &Engine, request: &Request, route: DatabaseRoute<'_>
                 }
                 other => other?,
             };
-            let mut nodes: Vec<Value> = tables.iter().map(|t| t.tree_json()).collect();
-            let database = engine.get_database(&db)?;
-            if database.kind != "project" {
-                // A datasource's tables are not deleted through the tree.
-                for node in &mut nodes {
-                    node["deletable"] = json!(false);
-                }
-            }
+            let nodes: Vec<Value> = tables.iter().map(|t| t.tree_json()).collect();
             Ok(json_response(200, &nodes))
         }
     }

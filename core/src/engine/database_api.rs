@@ -114,7 +114,8 @@ pub struct DatabaseTable {
     pub kind: String,
     /// A model's engine.
     pub engine: Option<String>,
-    /// Whether the route that lists it can delete it (a project's stored tables).
+    /// Whether it is one of a project's own objects, which the tree offers to delete (never
+    /// the `models` listing, nor a datasource's or the system database's tables).
     pub deletable: bool,
 }
 
@@ -270,7 +271,7 @@ impl Engine {
     /// knowledge bases; a datasource's tables), by name.
     pub async fn list_database_tables(&self, db: &str) -> Result<Vec<DatabaseTable>> {
         let database = self.get_database(db)?;
-        let in_project = database.kind == "project" || database.name == FILES_DB;
+        let in_project = database.kind == "project";
         let (inner, tenant, name) = (Arc::clone(&self.inner), self.tenant, database.name);
         let (control, _ticket) = self.statement_control()?;
         let objects = crate::memory::spawn_on(&self.inner.handle, async move {
