@@ -73,6 +73,9 @@ pub async fn delete(engine: &Engine, name: &str) -> Reply {
     }
 }
 
+/// The largest body read as upload parameters rather than as a file.
+const MAX_PARAMETERS_BODY: usize = 64 * 1024;
+
 /// The fields MindsDB's upload takes in a multipart form.
 const FORM_PARAMETERS: [&str; 3] = ["file", "original_file_name", "source_type"];
 
@@ -165,7 +168,11 @@ async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Problem>
 /// A body that is one JSON object: MindsDB's upload parameters (`{"source_type", "source",
 /// "original_file_name"}`), never a file (a JSON file is an array, or one object per line).
 fn parameters_body(body: &[u8]) -> Option<serde_json::Map<String, Value>> {
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    // Parameters are a few keys: a large body is a file, never parsed twice (a JSON tree of a
+    // large body would take several times its size, outside the request's memory budget).
+    if body.len() > MAX_PARAMETERS_BODY
+        || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+    {
         return None;
     }
     match serde_json::from_slice(body) {

@@ -160,6 +160,11 @@ def test_bad_uploads_are_refused_by_name_and_store_nothing(server):
                         ({"source_type": "ftp"}, "Wrong file source type")):
         r = requests.put(files_url(server, "bad"), json=body, timeout=10)
         assert r.status_code == 400 and r.json()["title"] == title, (body, r.text)
+    # A large one is a file (a one-row JSON table), never parsed as parameters.
+    big = requests.put(files_url(server, "big_object"), json={"a": "x" * 70_000}, timeout=10)
+    assert big.status_code == 200, big.text
+    assert server.sql_ok("SELECT length(a) FROM files.big_object")["data"] == [[70_000]]
+    assert requests.delete(files_url(server, "big_object"), timeout=10).status_code == 200
     bad_name = requests.put(files_url(server, "no%20good"), data=CSV.encode(), timeout=10,
                             headers={"Content-Type": "text/csv"})
     assert bad_name.status_code == 400, bad_name.text
