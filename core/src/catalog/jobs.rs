@@ -444,39 +444,43 @@ pub(crate) fn named(
     Ok(found)
 }
 
-/// Every job of every tenant due at `now`, soonest first: read from the queue, so the jobs
-/// not due cost nothing.
-pub(crate) fn due(txn: &impl Reads, now: u64) -> Result<Vec<(TenantId, Job)>> {
+/// A job due to run, as the queue names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) tenant: TenantId,
+    pub(crate) id: u64,
+    pub(crate) project: String,
+    pub(crate) name: String,
+}
+
+/// Every job of every tenant due at `now`, soonest first, as the queue names them: no job's
+/// record (its statements) is read here, so the look costs a few bytes a job due.
+pub(crate) fn due(txn: &impl Reads, now: u64) -> Result<Vec<Due>> {
     let queue = txn.reading(JOB_QUEUE)?;
     let mut out = Vec::new();
     for entry in queue.range((0, 0, 0)..=(now, u64::MAX, u64::MAX))? {
         let (key, at) = entry?;
         let (_, tenant, id) = key.value();
-        let tenant = TenantId(tenant);
-        let Some((project, name)) = at.value().split_once('\u{0}') else {
-            continue;
-        };
-        if let Some(job) = named(txn, tenant, project, name)? {
-            if job.id == id && job.next_run_at <= now {
-                out.push((tenant, job));
-            }
+        if let Some((project, name)) = at.value().split_once('\u{0}') {
+            out.push(Due {
+                tenant: TenantId(tenant),
+                id,
+                project: project.to_string(),
+                name: name.to_string(),
+            });
         }
     }
     Ok(out)
 }
 
-/// Records the start of a run of `job` (unless it is gone or changed since it was found due:
-/// then `None`); returns the run's number.
-pub(crate) fn start_run(
-    txn: &WriteTransaction,
-    tenant: TenantId,
-    job: &Job,
-    now: u64,
-) -> Result<Option<u64>> {
-    let Some(mut stored) = named(txn, tenant, &job.project, &job.name)? else {
+/// Records the start of a run of the job `due` names (unless it is gone or changed since it
+/// was found due: then `None`); returns the run's number and the job.
+pub(crate) fn start_run(txn: &WriteTransaction, due: &Due, now: u64) -> Result<Option<(u64, Job)>> {
+    let tenant = due.tenant;
+    let Some(mut stored) = named(txn, tenant, &due.project, &due.name)? else {
         return Ok(None);
     };
-    if stored.id != job.id || stored.next_run_at > now {
+    if stored.id != due.id || stored.next_run_at > now {
         return Ok(None);
     }
     stored.runs += 1;
@@ -498,7 +502,7 @@ pub(crate) fn start_run(
     }
     drop(runs);
     put(txn, tenant, &stored)?;
-    Ok(Some(number))
+    Ok(Some((number, stored)))
 }
 
 /// What a finished run leaves: its error and the statements it ran, and the `LAST` values to

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{last, statements};
 use crate::cancel::{Control, Interrupts};
-use crate::catalog::jobs::{self, Finished, Job};
+use crate::catalog::jobs::{self, Due, Finished, Job};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::{Outcome, QueryContext, QueryRequest, SqlRunner};
 use crate::tenant::TenantId;
@@ -100,19 +100,19 @@ impl Scheduler {
                     due
                 };
                 // A file that cannot be read now is read again at the next wake-up.
-                for (tenant, job) in due.unwrap_or_default() {
-                    if !running.lock().insert((tenant, job.id)) {
+                for due in due.unwrap_or_default() {
+                    let key = (due.tenant, due.id);
+                    if !running.lock().insert(key) {
                         continue;
                     }
                     let (weak, running) = (Weak::clone(&weak), Arc::clone(&running));
                     let shared = Arc::clone(&looking);
                     crate::memory::spawn_detached(&spawner, async move {
-                        let key = (tenant, job.id);
                         if let Some(_counted) = shared.enter() {
                             // A closing engine stops the run where it is: its record stays
                             // open, and the next open marks it interrupted.
                             tokio::select! {
-                                () = run(&weak, tenant, job) => {}
+                                () = run(&weak, due) => {}
                                 () = shared.stop.cancelled() => {}
                             }
                         }
@@ -145,14 +145,12 @@ impl Scheduler {
     }
 }
 
-/// One run of `job`: its condition, then its statements, recorded in its history.
-async fn run(weak: &Weak<SqlRunner>, tenant: TenantId, job: Job) {
-    let now = crate::time::now_unix();
-    let started = {
-        let job = job.clone();
-        write(weak, move |txn| jobs::start_run(txn, tenant, &job, now)).await
-    };
-    let Ok(Some(run_number)) = started else {
+/// One run of the job `due` names: its condition, then its statements, recorded in its
+/// history.
+async fn run(weak: &Weak<SqlRunner>, due: Due) {
+    let (now, tenant) = (crate::time::now_unix(), due.tenant);
+    let started = write(weak, move |txn| jobs::start_run(txn, &due, now)).await;
+    let Ok(Some((run_number, job))) = started else {
         return;
     };
     let mut ran = Vec::new();
