@@ -177,3 +177,68 @@ fn parquet_uploads_keep_their_types() {
         "{broken}"
     );
 }
+
+#[test]
+fn variables_fill_parameters_from_the_request_or_a_set_that_outlives_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.csv"), "x\n1\n2\n").unwrap();
+    let path = dir.path().to_str().unwrap();
+    let file = tempfile::tempdir().unwrap();
+    let store = file.path().join("vars.mindlite");
+    let engine = Engine::open(&store, Config::default()).unwrap();
+
+    // A request's parameter, in any case the statement writes it.
+    let create = "CREATE DATABASE a ENGINE = 'files', PARAMETERS = {\"path\": @Dir}";
+    let request = QueryRequest::new(create).with_param("dir", json!(path));
+    let d: Value =
+        serde_json::from_slice(&engine.block_on(encode_document(engine.query_blocking(request))))
+            .unwrap();
+    assert_eq!(d["type"], "ok", "{d}");
+    assert_eq!(rows(&engine, "SELECT count(*) FROM a.t"), json!([[2]]));
+
+    // Not defined: named, with how to define it.
+    let message = error(
+        &engine,
+        "CREATE DATABASE b ENGINE = 'files', PARAMETERS = {\"path\": @nope}",
+    );
+    assert!(
+        message.contains("@nope") && message.contains("SET @nope"),
+        "{message}"
+    );
+
+    // SET keeps it; a list and an object are values too (read back as JSON).
+    let set = format!("SET @dir = '{}', @list = 3", path.replace('\'', "''"));
+    assert_eq!(doc(&engine, &set)["type"], "ok");
+    drop(engine);
+    let engine = Engine::open(&store, Config::default()).unwrap();
+    assert_eq!(
+        doc(
+            &engine,
+            "CREATE DATABASE b ENGINE = 'files', PARAMETERS = {\"path\": @dir}"
+        )["type"],
+        "ok"
+    );
+    assert_eq!(rows(&engine, "SELECT sum(x) FROM b.t"), json!([[3]]));
+    // The request's parameter comes first.
+    let request =
+        QueryRequest::new("CREATE DATABASE c ENGINE = 'files', PARAMETERS = {\"path\": @dir}")
+            .with_param("dir", json!("/no/such/dir"));
+    let d: Value =
+        serde_json::from_slice(&engine.block_on(encode_document(engine.query_blocking(request))))
+            .unwrap();
+    assert!(
+        d["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/dir"),
+        "{d}"
+    );
+
+    // from_env reads only MDB_ variables.
+    let message = error(&engine, "SET @home = from_env('HOME')");
+    assert!(message.contains("MDB_"), "{message}");
+    let message = error(&engine, "SET @v = from_env('MDB_SURELY_NOT_SET_42')");
+    assert!(message.contains("MDB_SURELY_NOT_SET_42"), "{message}");
+    let message = error(&engine, "SET @v = now()");
+    assert!(message.contains("literal value"), "{message}");
+}

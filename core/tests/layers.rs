@@ -63,6 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::jobs",
             "catalog::minds",
             "catalog::ml_engines",
+            "catalog::variables",
             "catalog::models",
             "catalog::callbacks",
             "catalog::users",
@@ -117,6 +118,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sql::transaction",
             "sql::load",
             "sql::uploads",
+            "sql::variables",
         ],
     ),
     (

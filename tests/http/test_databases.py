@@ -4,6 +4,7 @@ bodies and titles as MindsDB's `mindsdb/api/http/namespaces/` answers them, and 
 views, which list through the tree. The PostgreSQL side of these routes is in
 test_datasources.py."""
 
+import json
 import time
 
 import mindsdb_sdk
@@ -219,3 +220,20 @@ def test_parametrize_constants_turns_literals_into_named_parameters(server):
         bad = call(server, "POST", "/api/sql/query/utils/parametrize_constants", body)
         assert bad.status_code == 400 and bad.json()["detail"], (body, bad.text)
     assert server.sql_ok("SHOW DATABASES")["data"].count(["x"]) == 0
+
+
+def test_request_params_and_set_variables_fill_parameters(server, tmp_path):
+    """MindsDB's `@name` in PARAMETERS: the request's `params` first, then `SET @name`."""
+    (tmp_path / "t.csv").write_text("x\n1\n2\n")
+    create = 'CREATE DATABASE f ENGINE = "files" PARAMETERS = {"path": @dir}'
+    missing = server.sql(create).json()
+    assert missing["type"] == "error" and "@dir" in missing["error_message"], missing
+    assert server.sql_ok(create, params={"dir": str(tmp_path)})["type"] == "ok"
+    shown = server.sql_ok("SELECT connection_data FROM information_schema.databases "
+                          "WHERE name = 'f'")["data"][0][0]
+    assert json.loads(shown)["path"] == str(tmp_path)
+
+    assert server.sql_ok(f"SET @dir = '{tmp_path}'")["type"] == "ok"
+    server.restart()
+    assert server.sql_ok(create.replace(" f ", " g "))["type"] == "ok"
+    assert server.sql_ok("SELECT sum(x) AS s FROM g.t")["data"] == [[3]]

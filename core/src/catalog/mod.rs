@@ -33,4 +33,5 @@ pub(crate) mod setup;
 pub(crate) mod storage;
 pub(crate) mod tables;
 pub(crate) mod users;
+pub(crate) mod variables;
 pub(crate) mod views;

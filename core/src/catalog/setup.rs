@@ -7,7 +7,7 @@ use redb::WriteTransaction;
 
 use crate::catalog::{
     agents, auth, callbacks, datasources, jobs, knowledge_bases, minds, ml_engines, models,
-    projects, quotas, rules, storage, tables, users, views,
+    projects, quotas, rules, storage, tables, users, variables, views,
 };
 use crate::config::HostedConfig;
 use crate::error::Result;
@@ -29,6 +29,7 @@ pub(crate) fn open(
     agents::init(txn)?;
     datasources::init(txn)?;
     ml_engines::init(txn)?;
+    variables::init(txn)?;
     jobs::init(txn)?;
     jobs::fail_interrupted(txn)?;
     models::init(txn)?;

@@ -48,7 +48,7 @@ impl Engine {
             if_query.map(|q| normalized(&q)).transpose()?,
         );
         for text in std::iter::once(&query).chain(if_query.as_ref()) {
-            self.inner.sql.parse_text(text)?;
+            self.inner.sql.parse_text(self.tenant, text)?;
         }
         let new = NewJob {
             name: name.clone(),

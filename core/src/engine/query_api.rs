@@ -144,7 +144,7 @@ impl Engine {
     /// named parameters (`:name`), as `{"query", "parameters": [{"name", "value", "type"}],
     /// "databases": {db: [tables]}}`. Only reads the text; runs nothing.
     pub fn parametrize_constants(&self, sql: &str) -> Result<serde_json::Value> {
-        let mut commands = self.inner.sql.parse_text(sql)?;
+        let mut commands = self.inner.sql.parse_text(self.tenant, sql)?;
         let statement = match (commands.len(), commands.pop()) {
             (1, Some(crate::sql::Command::Sql(statement))) => *statement,
             (1, Some(_)) => {

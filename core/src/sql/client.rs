@@ -5,7 +5,8 @@
 //! `SHOW FUNCTION | PROCEDURE STATUS` (those with `LIKE 'pattern'` only; the others also
 //! with `WHERE condition`); and `SET NAMES …`, `SET autocommit = 1`, `SET @@x = …`,
 //! `SET TRANSACTION …`, which are accepted and change nothing (the server variables are
-//! constants: `planning::system_variables`).
+//! constants: `planning::system_variables`). `SET @name = value` is MindsDB's variable, which
+//! the runner keeps (`catalog::variables`).
 //!
 //! A SHOW becomes a query over its rows (a `VALUES` table), so DataFusion evaluates its filter
 //! as any WHERE. Two choices differ from MindsDB, which runs these filters in DuckDB: `LIKE`
@@ -14,7 +15,7 @@
 //! empty table rather than MindsDB's "not implemented".
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, Ident, Set, SetExpr, ShowCharset, ShowStatementFilter, Statement, Value,
+    Expr, Ident, ObjectName, Set, SetExpr, ShowCharset, ShowStatementFilter, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -29,6 +30,9 @@ pub(super) enum ClientStatement {
     Query(Box<Statement>),
     /// Answers OK and changes nothing.
     Accepted,
+    /// `SET @name = value, …`: MindsDB's variables to keep, each with the expression of its
+    /// value as written.
+    Variables(Vec<(String, Expr)>),
 }
 
 /// A shown column: its name as shown, and whether it holds numbers.
@@ -109,7 +113,11 @@ pub(super) fn read(statement: &Statement) -> Result<Option<ClientStatement>> {
             .collect(),
             filter,
         ),
-        Statement::Set(set) if is_client_setting(set) => Ok(Some(ClientStatement::Accepted)),
+        Statement::Set(set) => Ok(match user_variables(set) {
+            Some(assignments) => Some(ClientStatement::Variables(assignments)),
+            None if is_client_setting(set) => Some(ClientStatement::Accepted),
+            None => None,
+        }),
         _ => Ok(None),
     }
 }
@@ -178,6 +186,33 @@ fn variables(session_only: bool) -> Vec<Vec<String>> {
         .filter(|v| v.session || !session_only)
         .map(|v| vec![v.name.to_string(), v.value.text()])
         .collect()
+}
+
+/// The assignments of `set` when it sets MindsDB variables (`@name`, not `@@name`): each name
+/// without its `@` and the value's expression. `None` when it sets anything else.
+fn user_variables(set: &Set) -> Option<Vec<(String, Expr)>> {
+    let user = |name: &ObjectName| match name.0.as_slice() {
+        [part] => part
+            .as_ident()
+            .filter(|ident| ident.quote_style.is_none())
+            .and_then(|ident| ident.value.strip_prefix('@'))
+            .filter(|rest| !rest.is_empty() && !rest.starts_with('@'))
+            .map(str::to_string),
+        _ => None,
+    };
+    match set {
+        Set::SingleAssignment {
+            variable, values, ..
+        } => match values.as_slice() {
+            [value] => Some(vec![(user(variable)?, value.clone())]),
+            _ => None,
+        },
+        Set::MultipleAssignments { assignments } => assignments
+            .iter()
+            .map(|a| Some((user(&a.name)?, a.value.clone())))
+            .collect(),
+        _ => None,
+    }
 }
 
 /// Whether `set` is a client's session setting, which is accepted and kept nowhere: every

@@ -30,6 +30,7 @@ pub(crate) mod request;
 mod run;
 pub(crate) mod transaction;
 pub(crate) mod uploads;
+mod variables;
 pub(crate) mod write;
 
 pub use self::request::{

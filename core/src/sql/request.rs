@@ -18,7 +18,8 @@ pub struct QueryRequest {
     /// Where one-part names resolve.
     #[serde(default)]
     pub context: QueryContext,
-    /// Values for `:name` placeholders.
+    /// Values for `:name` placeholders, and for `@name` in the values of MindsDB's statements
+    /// (`PARAMETERS = {"password": @pw}`), where they come before the variables `SET` kept.
     #[serde(default)]
     pub params: HashMap<String, serde_json::Value>,
     /// Values for `:name` placeholders that JSON has no literal for (dates, timestamps, exact
@@ -76,7 +77,8 @@ impl QueryRequest {
         self
     }
 
-    /// Adds a `:name` parameter.
+    /// Adds a `:name` parameter (which `@name` in the values of MindsDB's statements also
+    /// reads, as MindsDB's request parameters do).
     pub fn with_param(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
         self.params.insert(name.into(), value);
         self

@@ -12,6 +12,7 @@ use super::planning::order;
 use super::planning::plan_cache::{self, PlanKey};
 use super::planning::session::Session;
 use super::request::{Outcome, QueryRequest, QueryResult, ResultContext, TableResult};
+use super::variables;
 use super::{parse, text_table, transaction, Command, SqlRunner};
 use crate::catalog::datasources;
 use crate::catalog::namespace::{FILES_DB, INFO_TABLES};
@@ -113,12 +114,14 @@ impl SqlRunner {
         const IN_PLACE: usize = 4096;
         let lists = request.params.values().any(serde_json::Value::is_array);
         if request.query.len() <= IN_PLACE && !lists && request.typed_params.is_empty() {
+            let store = &self.services.store;
             return parse::parse_limited(
                 &request.query,
                 &request.params,
                 &request.typed_params,
                 parse::ShapeLimits::of(&self.services.config.query),
                 &|words| super::claim(&self.extensions, words),
+                &|name| variables::lookup(Arc::clone(store), tenant, &request.params, name),
             );
         }
         let (query, params, typed) = (
@@ -128,25 +131,35 @@ impl SqlRunner {
         );
         let limits = parse::ShapeLimits::of(&self.services.config.query);
         let extensions = Arc::clone(&self.extensions);
+        let store = Arc::clone(&self.services.store);
         self.services
             .compute
             .run(tenant, move || {
-                parse::parse_limited(&query, &params, &typed, limits, &|words| {
-                    super::claim(&extensions, words)
-                })
+                parse::parse_limited(
+                    &query,
+                    &params,
+                    &typed,
+                    limits,
+                    &|words| super::claim(&extensions, words),
+                    &|name| variables::lookup(Arc::clone(&store), tenant, &params, name),
+                )
             })
             .await?
     }
 
     /// The statements of stored or generated text `sql` (a knowledge base's SELECT, an
-    /// agent's query, a model's statement), parsed as a request's are, without parameters.
-    pub(crate) fn parse_text(&self, sql: &str) -> Result<Vec<Command>> {
+    /// agent's query, a model's statement), parsed as a request's are, without parameters:
+    /// `@name` reads only the variables `tenant` kept.
+    pub(crate) fn parse_text(&self, tenant: TenantId, sql: &str) -> Result<Vec<Command>> {
+        let none = std::collections::HashMap::new();
+        let store = &self.services.store;
         parse::parse_limited(
             sql,
-            &std::collections::HashMap::new(),
+            &none,
             &std::collections::HashMap::new(),
             parse::ShapeLimits::of(&self.services.config.query),
             &|words| super::claim(&self.extensions, words),
+            &|name| variables::lookup(Arc::clone(store), tenant, &none, name),
         )
     }
 
@@ -402,6 +415,10 @@ impl SqlRunner {
             Command::Sql(statement) => {
                 match client::read(&statement)? {
                     Some(ClientStatement::Accepted) => return ok(None),
+                    Some(ClientStatement::Variables(assignments)) => {
+                        self.set_variables(tenant, assignments).await?;
+                        return ok(None);
+                    }
                     Some(ClientStatement::Query(query)) => {
                         let once = Turn::Optimistic;
                         return Box::pin(

@@ -23,6 +23,9 @@ pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
 pub(crate) const ML_ENGINES: TableDefinition<(u64, &str), &str> =
     TableDefinition::new("ml_engines");
 
+/// `variables` (variables): (tenant, name) → the value of `SET @name = …`, as JSON.
+pub(crate) const VARIABLES: TableDefinition<(u64, &str), &str> = TableDefinition::new("variables");
+
 /// `jobs` (jobs): (tenant, project, name) → job record (its statements, schedule, next run and
 /// `LAST` values).
 pub(crate) const JOBS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("jobs");

@@ -308,7 +308,7 @@ impl SqlRunner {
         sql: &str,
         check: impl Fn(&str, Option<(&str, &str)>) -> Result<()>,
     ) -> Result<ReadOnlyQuery> {
-        let mut commands = self.parse_text(sql)?;
+        let mut commands = self.parse_text(tenant, sql)?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Sql(statement)), true) => *statement,
             (Some(_), true) => return Err(refused("only SELECT queries may run")),

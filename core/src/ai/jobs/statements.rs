@@ -58,7 +58,7 @@ impl FeatureStatement for JobStatement {
                 } => {
                     // Each statement must read now, not at its first run.
                     for text in std::iter::once(&query).chain(if_query.as_ref()) {
-                        runner.parse_text(text)?;
+                        runner.parse_text(tenant, text)?;
                     }
                     let new = NewJob {
                         name,

@@ -330,7 +330,7 @@ impl SqlRunner {
                     named(plan, &column_names(insert)?, &kb.name)?
                 }
                 DocumentSource::Select(sql) => {
-                    let mut commands = self.parse_text(sql)?;
+                    let mut commands = self.parse_text(tenant, sql)?;
                     let query =
                         match (commands.pop(), commands.is_empty()) {
                             (Some(Command::Sql(statement)), true)

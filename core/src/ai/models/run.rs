@@ -315,7 +315,7 @@ impl SqlRunner {
         project: &str,
         sql: &str,
     ) -> Result<ModelVersion> {
-        let mut commands = self.parse_text(sql)?;
+        let mut commands = self.parse_text(tenant, sql)?;
         let statement = match (commands.pop(), commands.is_empty()) {
             (Some(Command::Feature(statement)), true) => statement
                 .into_any()

@@ -23,6 +23,7 @@ use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenize
 pub(crate) mod parametrize;
 #[cfg(test)]
 mod testing;
+pub(crate) mod variables;
 pub(crate) mod words;
 
 #[cfg(test)]
@@ -113,13 +114,15 @@ pub(crate) type Claim<'c, F> = dyn Fn(&[&Token]) -> Result<Option<F>> + 'c;
 
 /// Parses a request into commands, binding `params` into the SQL ones: a statement a feature
 /// claims (`claim`) is that feature's, the rest the engine's. A statement must keep within
-/// `limits`.
+/// `limits`. MindsDB's variables (`@name`) in the values of MindsDB's and the features'
+/// statements take their values from `variables` (see [`variables`]).
 pub(crate) fn parse_limited<F>(
     sql: &str,
     params: &HashMap<String, serde_json::Value>,
     typed: &HashMap<String, TypedParam>,
     limits: ShapeLimits,
     claim: &Claim<'_, F>,
+    variables: &variables::Lookup<'_>,
 ) -> Result<Vec<Command<F>>> {
     let tokens = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
@@ -138,6 +141,11 @@ pub(crate) fn parse_limited<F>(
         if words.is_empty() {
             continue;
         }
+        let bound = variables::substitute(&words, variables)?;
+        let words = match &bound {
+            Some(tokens) => tokens.iter().collect(),
+            None => words,
+        };
         if let Some(statement) = claim(&words)? {
             commands.push(Command::Feature(statement));
             continue;

@@ -20,5 +20,6 @@ pub(crate) fn parse(
         typed,
         ShapeLimits::of(&crate::config::QueryConfig::default()),
         &|words| crate::sql::claim(&extensions, words),
+        &super::variables::none,
     )
 }

@@ -146,6 +146,10 @@ fn nested_value(words: &[&Token], k: &mut usize, depth: usize) -> Result<Value> 
         .get(*k)
         .ok_or_else(|| Error::invalid("Expected a value at the end of the statement"))?;
     *k += 1;
+    // A variable still here was not defined (the defined ones were put in as values).
+    if let Some(name) = super::variables::variable_name(token) {
+        return Err(super::variables::undefined(name));
+    }
     match token {
         Token::SingleQuotedString(s) => Ok(Value::String(s.clone())),
         Token::Word(w) if w.quote_style.is_some() => Ok(Value::String(w.value.clone())),
