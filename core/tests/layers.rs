@@ -64,6 +64,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::minds",
             "catalog::ml_engines",
             "catalog::variables",
+            "catalog::settings",
             "catalog::models",
             "catalog::callbacks",
             "catalog::users",
@@ -89,6 +90,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "services::files",
             "services::handlers",
             "services::delivery",
+            "services::settings",
         ],
     ),
     // The relational engine's parts, which know neither its root (the runner) nor the
@@ -147,6 +149,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine::hosted",
             "engine::knowledge_bases",
             "engine::reader",
+            "engine::settings",
             "engine::status",
             "engine::sweeper",
         ],

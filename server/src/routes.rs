@@ -146,6 +146,19 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
         }
         Route::Ping => json_response(200, &json!({"status": "ok"})),
         Route::PingNative => json_response(200, &engine.active_tasks()),
+        Route::Config if method == "PUT" => {
+            let body = mindlite::wire::request_body(&request.body)
+                .map_err(|e| Problem::titled(400, "Wrong arguments", e.message()))?;
+            let changed = engine
+                .change_settings(body)
+                .await
+                .map_err(|e| match e.kind() {
+                    ErrorKind::InvalidInput => Problem::titled(400, "Wrong arguments", e.message()),
+                    _ => Problem::from(&e),
+                })?;
+            json_response(200, &changed)
+        }
+        Route::Config => json_response(200, &engine.settings()),
         Route::Databases(route) => return databases::handle(engine, request, route).await,
         Route::Views(project) => {
             return views::collection(engine, request, &decode(project)?).await
@@ -230,6 +243,8 @@ enum Route<'a> {
     Ping,
     /// `/api/util/ping_native`: which background tasks run.
     PingNative,
+    /// `/api/config`: the settings a running server changes.
+    Config,
     /// `/api/databases…` and `/api/tree…`
     Databases(DatabaseRoute<'a>),
     /// `/api/projects/{p}/views`
@@ -288,6 +303,7 @@ impl<'a> Route<'a> {
             "/api/status" | "/api/status/" => Route::Status,
             "/api/util/ping" | "/api/util/ping/" => Route::Ping,
             "/api/util/ping_native" | "/api/util/ping_native/" => Route::PingNative,
+            "/api/config" | "/api/config/" => Route::Config,
             "/api/projects" | "/api/projects/" => Route::Projects,
             "/api/login" => Route::Login,
             "/api/logout" => Route::Logout,
@@ -353,6 +369,7 @@ impl<'a> Route<'a> {
             | Route::Projects
             | Route::Project(_) => &["GET"],
             Route::Databases(route) => route.methods(),
+            Route::Config => &["GET", "PUT"],
             Route::Views(_) => &["GET", "POST"],
             Route::View(_, _) => &["GET", "PUT", "DELETE"],
             Route::Chatbots => &["GET", "POST", "PUT", "DELETE"],

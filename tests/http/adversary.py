@@ -958,6 +958,7 @@ ROUTES = [
     ("POST", "/api/projects/mindsdb/jobs"), ("GET", "/api/projects/mindsdb/jobs/j1/history"),
     ("DELETE", "/api/projects/mindsdb/jobs/j1"),
     ("POST", "/api/sql/query/utils/parametrize_constants"),
+    ("GET", "/api/config"), ("PUT", "/api/config"),
 ]
 
 
@@ -967,6 +968,11 @@ def route_template(rng: random.Random, method: str, path: str, ctx: dict) -> obj
     messages = [{"role": "user", "content": sql.string().strip("'")}]
     if path == "/api/sql/query/utils/parametrize_constants":
         return {"query": sql.statement()[1]}
+    if path == "/api/config":
+        return {"auth": {"http_auth_enabled": False},
+                rng.choice(["default_llm", "default_embedding_model"]): rng.choice([
+                    None, {"base_url": odd_url(rng, ctx), "api_key": "******"},
+                    {"model_name": sql.string().strip("'"), "provider": "openai"}])}
     if path == "/api/sql/query":
         kind, query = sql.statement()
         body = {"query": query}

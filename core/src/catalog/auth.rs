@@ -4,9 +4,10 @@
 
 use base64::Engine as _;
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::{AuthConfig, Config, Edition};
+use crate::config::{AuthConfig, Edition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::TOKENS;
 use crate::tenant::TenantId;
@@ -26,10 +27,84 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 }
 
 /// Whether requests must carry a token: always in the hosted edition, and in the local edition
-/// when both a username and a password are configured.
-pub(crate) fn required(config: &Config) -> bool {
-    config.edition == Edition::Hosted
-        || (!config.auth.username.is_empty() && !config.auth.password.is_empty())
+/// when its credentials are enabled.
+pub(crate) fn required(edition: Edition, credentials: &Credentials) -> bool {
+    edition == Edition::Hosted || credentials.enabled
+}
+
+/// The local edition's login as it stands: the config file's `[auth]`, or what
+/// `PUT /api/config` set at run time (kept in the file by `catalog::settings`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Credentials {
+    /// Whether requests must log in (MindsDB's `http_auth_enabled`).
+    pub(crate) enabled: bool,
+    /// The one username that logs in.
+    pub(crate) username: String,
+    /// Its password.
+    pub(crate) password: Password,
+}
+
+/// A password as it is kept: the config file's as written, one set at run time only salted
+/// and hashed, so the database file does not hold it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Password {
+    /// As the config file gives it (empty: none, so no login succeeds).
+    Plain(String),
+    /// SHA-256 of a random salt followed by the password, both in hex.
+    Salted { salt: String, sha256: String },
+}
+
+impl Credentials {
+    /// The config file's credentials: enabled when both a username and a password are set.
+    pub(crate) fn configured(auth: &AuthConfig) -> Credentials {
+        Credentials {
+            enabled: !auth.username.is_empty() && !auth.password.is_empty(),
+            username: auth.username.clone(),
+            password: Password::Plain(auth.password.clone()),
+        }
+    }
+}
+
+impl Password {
+    /// `password` salted with fresh random bytes and hashed.
+    pub(crate) fn salted(password: &str) -> Result<Password> {
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt)
+            .map_err(|e| Error::internal(format!("no randomness for a password's salt: {e}")))?;
+        let salt = hex(&salt);
+        let sha256 = hex(&salted_hash(&salt, password));
+        Ok(Password::Salted { salt, sha256 })
+    }
+
+    /// Whether a password is set at all.
+    pub(crate) fn is_set(&self) -> bool {
+        match self {
+            Password::Plain(text) => !text.is_empty(),
+            Password::Salted { .. } => true,
+        }
+    }
+
+    /// Whether `given` is this password, compared in constant time.
+    fn matches(&self, given: &str) -> bool {
+        match self {
+            Password::Plain(expected) => constant_time_eq(given, expected) & !expected.is_empty(),
+            Password::Salted { salt, sha256 } => {
+                let given = hex(&salted_hash(salt, given));
+                constant_time_eq(&given, sha256)
+            }
+        }
+    }
+}
+
+fn salted_hash(salt: &str, password: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(salt.as_bytes());
+    hasher.update(password.as_bytes());
+    hasher.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A freshly issued login token. The text exists only here and in the caller's hands.
@@ -41,11 +116,11 @@ pub struct LoginToken {
     pub expires_at: u64,
 }
 
-/// Checks credentials against the local edition's configured ones. Missing or empty fields are
+/// Checks credentials against the local edition's. Missing or empty fields are
 /// [`ErrorKind::InvalidInput`]; a mismatch (or a server without credentials configured, as
 /// MindsDB's default empty password never matches) is [`ErrorKind::Unauthorized`].
 pub(crate) fn check_credentials(
-    auth: &AuthConfig,
+    auth: &Credentials,
     username: Option<&str>,
     password: Option<&str>,
 ) -> Result<()> {
@@ -57,8 +132,8 @@ pub(crate) fn check_credentials(
     }
     // Both sides are compared in full, whatever matches first, so timing tells nothing.
     let user_ok = constant_time_eq(username, &auth.username);
-    let password_ok = constant_time_eq(password, &auth.password);
-    if user_ok & password_ok & !auth.password.is_empty() {
+    let password_ok = auth.password.matches(password);
+    if user_ok & password_ok {
         Ok(())
     } else {
         Err(Error::new(ErrorKind::Unauthorized, BAD_CREDENTIALS))
@@ -155,12 +230,12 @@ fn now_secs() -> u64 {
 mod tests {
     use super::*;
 
-    fn configured() -> AuthConfig {
-        AuthConfig {
+    fn configured() -> Credentials {
+        Credentials::configured(&AuthConfig {
             username: "admin".into(),
             password: "secret".into(),
             ..AuthConfig::default()
-        }
+        })
     }
 
     #[test]
@@ -179,21 +254,36 @@ mod tests {
 
     #[test]
     fn without_configured_credentials_no_login_succeeds() {
-        let err =
-            check_credentials(&AuthConfig::default(), Some("mindsdb"), Some("x")).unwrap_err();
+        let none = Credentials::configured(&AuthConfig::default());
+        let err = check_credentials(&none, Some("mindsdb"), Some("x")).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unauthorized);
     }
 
     #[test]
-    fn auth_is_required_only_when_configured_or_hosted() {
-        let mut config = Config::default();
-        assert!(!required(&config));
-        config.auth = configured();
-        assert!(required(&config));
-        let hosted = Config {
-            edition: Edition::Hosted,
-            ..Config::default()
+    fn a_salted_password_matches_only_itself_and_is_not_kept() {
+        let password = Password::salted("s3cret").unwrap();
+        let text = serde_json::to_string(&password).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert_ne!(
+            Password::salted("s3cret").unwrap(),
+            password,
+            "a fresh salt each time"
+        );
+        let auth = Credentials {
+            enabled: true,
+            username: "u".into(),
+            password,
         };
-        assert!(required(&hosted));
+        assert!(check_credentials(&auth, Some("u"), Some("s3cret")).is_ok());
+        assert!(check_credentials(&auth, Some("u"), Some("s3cret ")).is_err());
+        assert!(check_credentials(&auth, Some("v"), Some("s3cret")).is_err());
+    }
+
+    #[test]
+    fn auth_is_required_only_when_configured_or_hosted() {
+        let none = Credentials::configured(&AuthConfig::default());
+        assert!(!required(Edition::Local, &none));
+        assert!(required(Edition::Local, &configured()));
+        assert!(required(Edition::Hosted, &none));
     }
 }

@@ -29,6 +29,7 @@ pub(crate) mod namespace;
 pub(crate) mod projects;
 pub(crate) mod quotas;
 pub(crate) mod rules;
+pub(crate) mod settings;
 pub(crate) mod setup;
 pub(crate) mod storage;
 pub(crate) mod tables;

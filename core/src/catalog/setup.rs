@@ -7,7 +7,7 @@ use redb::WriteTransaction;
 
 use crate::catalog::{
     agents, auth, callbacks, datasources, jobs, knowledge_bases, minds, ml_engines, models,
-    projects, quotas, rules, storage, tables, users, variables, views,
+    projects, quotas, rules, settings, storage, tables, users, variables, views,
 };
 use crate::config::HostedConfig;
 use crate::error::Result;
@@ -30,6 +30,7 @@ pub(crate) fn open(
     datasources::init(txn)?;
     ml_engines::init(txn)?;
     variables::init(txn)?;
+    settings::init(txn)?;
     jobs::init(txn)?;
     jobs::fail_interrupted(txn)?;
     models::init(txn)?;

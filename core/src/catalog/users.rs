@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::projects;
-use crate::config::{Config, Edition, HostedConfig};
+use crate::config::{Edition, HostedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store;
 use crate::store::schema::{API_KEYS, USERS, USER_NAMES};
@@ -228,19 +228,20 @@ pub(crate) fn revoke_key(txn: &WriteTransaction, name: &str, key_id: u64) -> Res
     Ok(user)
 }
 
-/// The tenant `username` and `password` log in as. The local edition takes the configured
-/// credentials (`auth`), and the login acts as `local`; the hosted edition takes a user's name
+/// The tenant `username` and `password` log in as. The local edition takes its credentials
+/// (`local_login`: the config file's or those set at run time), and the login acts as `local`; the hosted edition takes a user's name
 /// with one of its API keys as the password, and the login acts as that user. Missing or
 /// empty fields are [`ErrorKind::InvalidInput`], wrong ones [`ErrorKind::Unauthorized`].
 pub(crate) fn login(
     txn: &ReadTransaction,
-    config: &Config,
+    edition: Edition,
+    local_login: &crate::catalog::auth::Credentials,
     local: TenantId,
     username: Option<&str>,
     password: Option<&str>,
 ) -> Result<TenantId> {
-    if config.edition == Edition::Local {
-        crate::catalog::auth::check_credentials(&config.auth, username, password)?;
+    if edition == Edition::Local {
+        crate::catalog::auth::check_credentials(local_login, username, password)?;
         return Ok(local);
     }
     let (Some(username), Some(password)) = (username, password) else {

@@ -12,12 +12,17 @@ impl Engine {
     /// The engine's status in MindsDB's shape (`GET /api/status`); `authenticated` says whether
     /// the caller showed a valid token, which MindsDB reports as `auth.confirmed`.
     pub fn status(&self, authenticated: bool) -> Status {
-        status::status(&self.inner.services.config, authenticated)
+        let services = &self.inner.services;
+        status::status(
+            &services.config,
+            services.settings.auth_required(),
+            authenticated,
+        )
     }
 
     /// Whether callers must log in (and send the token) before anything else.
     pub fn auth_required(&self) -> bool {
-        auth::required(&self.inner.services.config)
+        self.inner.services.settings.auth_required()
     }
 
     /// Checks a username and password and issues a bearer token valid for
@@ -33,7 +38,8 @@ impl Engine {
         let services = &self.inner.services;
         let tenant = users::login(
             &services.store.read()?,
-            &services.config,
+            services.config.edition,
+            &services.settings.current().credentials,
             self.tenant,
             username,
             password,

@@ -19,7 +19,7 @@ impl Engine {
         let tenant = self.tenant;
         let mut spec = body_object(spec)?;
         agents::qualify_knowledge_bases(&mut spec, self.inner.sql.default_project());
-        let (project, llm) = (project.to_string(), self.inner.services.config.llm.clone());
+        let (project, llm) = (project.to_string(), self.inner.services.settings.llm());
         let egress = self.inner.services.net.egress.clone();
         let created = self
             .inner

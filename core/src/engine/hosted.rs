@@ -256,7 +256,8 @@ impl Engine {
         self.write(move |txn| {
             let config = &inner.services.config;
             let project = inner.sql.default_project();
-            minds::create(txn, tenant, &body, &config.llm, &config.hosted, project)
+            let llm = inner.services.settings.llm();
+            minds::create(txn, tenant, &body, &llm, &config.hosted, project)
         })
         .await
     }

@@ -31,7 +31,8 @@ impl Engine {
             return Err(Error::invalid("\"knowledge_base\" must be an object"));
         };
         self.list_knowledge_bases(project)?;
-        let kb = KnowledgeBase::from_body(project, body, &self.inner.services.config.embedding)?;
+        let kb =
+            KnowledgeBase::from_body(project, body, &self.inner.services.settings.embedding())?;
         let created = kb.clone();
         self.inner
             .sql

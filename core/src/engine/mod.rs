@@ -18,6 +18,7 @@ mod model_api;
 mod project_api;
 pub(crate) mod query_api;
 pub(crate) mod reader;
+mod settings;
 pub(crate) mod status;
 mod sweeper;
 
@@ -137,6 +138,7 @@ impl Engine {
         let guard = store.begin_write(store.try_lock_writes()?)?;
         crate::catalog::setup::open(&guard.txn, &config.hosted, &default)?;
         guard.commit()?;
+        services.settings.load(&store)?;
         let worker = crate::services::delivery::Worker::new(
             Arc::clone(&store),
             &config.callbacks,

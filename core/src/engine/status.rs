@@ -28,8 +28,7 @@ pub struct AuthStatus {
     pub provider: String,
 }
 
-pub(crate) fn status(config: &Config, authenticated: bool) -> Status {
-    let auth_enabled = crate::catalog::auth::required(config);
+pub(crate) fn status(config: &Config, auth_enabled: bool, authenticated: bool) -> Status {
     Status {
         mindsdb_version: env!("CARGO_PKG_VERSION").to_string(),
         environment: match config.edition {

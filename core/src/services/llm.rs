@@ -99,9 +99,8 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
     pub(crate) client: HttpClient,
-    pub(crate) default: LlmConfig,
-    /// The configured default embedding model (knowledge bases).
-    pub(crate) embedding: crate::config::EmbeddingConfig,
+    /// The default LLM and embedding model, as they stand (they change at run time).
+    pub(crate) settings: std::sync::Arc<super::settings::Settings>,
     /// Counts LLM models' calls against their users' plans before they are made.
     pub(crate) meter: crate::catalog::quotas::ModelCalls,
     /// How knowledge bases index and search.
@@ -117,15 +116,27 @@ impl Connector {
         config: &crate::config::Config,
         store: &std::sync::Arc<crate::store::Store>,
         sentence_models: &std::sync::Arc<super::sentence_models::SentenceModels>,
+        settings: &std::sync::Arc<super::settings::Settings>,
     ) -> Connector {
         Connector {
             client,
-            default: config.llm.clone(),
-            embedding: config.embedding.clone(),
+            settings: std::sync::Arc::clone(settings),
             meter: crate::catalog::quotas::ModelCalls::new(store, &config.hosted),
             knowledge_bases: config.knowledge_bases.clone(),
             sentence_models: std::sync::Arc::clone(sentence_models),
         }
+    }
+}
+
+impl Connector {
+    /// The default LLM now.
+    pub(crate) fn default_llm(&self) -> LlmConfig {
+        self.settings.llm()
+    }
+
+    /// The default embedding model now (knowledge bases).
+    pub(crate) fn embedding(&self) -> crate::config::EmbeddingConfig {
+        self.settings.embedding()
     }
 }
 

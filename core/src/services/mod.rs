@@ -25,6 +25,7 @@ pub(crate) mod ml;
 pub(crate) mod parquet_pages;
 pub(crate) mod reranker;
 pub(crate) mod sentence_models;
+pub(crate) mod settings;
 
 use std::sync::Arc;
 
@@ -57,6 +58,9 @@ pub(crate) struct Services {
     pub(crate) admission: Arc<Admission>,
     /// Where statements are parsed and planned: never on an async worker.
     pub(crate) compute: Compute,
+    /// The settings changed at run time over the config file's: the login and the default
+    /// models (read them here, not in `config`).
+    pub(crate) settings: Arc<settings::Settings>,
 }
 
 impl Services {
@@ -66,8 +70,10 @@ impl Services {
         let client = net
             .egress
             .http_client(concat!("mindlite/", env!("CARGO_PKG_VERSION")))?;
+        let settings = Arc::new(settings::Settings::new(config));
         Ok(Services {
             store,
+            settings,
             config: config.clone(),
             client,
             sentence_models: Arc::new(SentenceModels::new(config)),
@@ -87,6 +93,7 @@ impl Services {
             &self.config,
             &self.store,
             &self.sentence_models,
+            &self.settings,
         )
     }
 

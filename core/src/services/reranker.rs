@@ -21,7 +21,7 @@ pub(crate) async fn scores(
     question: &str,
     chunks: &[String],
 ) -> Result<Vec<f64>> {
-    let endpoint = llm::endpoint(settings, &connector.default);
+    let endpoint = llm::endpoint(settings, &connector.default_llm());
     let system = format!(
         "Score the relevance between search query and user message on scale between 0 and 100 per cents. \
          Consider semantic meaning, key concepts, and contextual relevance. \

@@ -23,6 +23,9 @@ pub(crate) const DATASOURCES: TableDefinition<(u64, &str), &str> =
 pub(crate) const ML_ENGINES: TableDefinition<(u64, &str), &str> =
     TableDefinition::new("ml_engines");
 
+/// `settings` (settings): a server setting changed at run time → its value, as JSON.
+pub(crate) const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
+
 /// `variables` (variables): (tenant, name) → the value of `SET @name = …`, as JSON.
 pub(crate) const VARIABLES: TableDefinition<(u64, &str), &str> = TableDefinition::new("variables");
 

@@ -236,7 +236,8 @@ impl<'a> Asker<'a> {
         events: Option<&Sender<AgentEvent>>,
     ) -> Result<String> {
         // Named like the refusal of its URL when the agent was saved.
-        let endpoint = llm::endpoint(&agent.model(), &self.config.llm).named_by("model.base_url");
+        let endpoint = llm::endpoint(&agent.model(), &self.sql.services.settings.llm())
+            .named_by("model.base_url");
         let allowed = allowed_tables(agent);
         let limits = &self.config.agents;
         let mut messages =

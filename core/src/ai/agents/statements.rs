@@ -71,7 +71,7 @@ impl FeatureStatement for AgentStatement {
                     spec.insert("name".into(), name.into());
                     catalog_agents::qualify_knowledge_bases(&mut spec, runner.default_project());
                     let (llm, egress) = (
-                        runner.services.config.llm.clone(),
+                        runner.services.settings.llm(),
                         runner.services.net.egress.clone(),
                     );
                     runner

@@ -380,7 +380,7 @@ impl Ranking {
     /// The question's normalised vector, from the knowledge base's embedding model.
     async fn embed_question(&self, connector: &Connector) -> Result<Vec<f32>> {
         connector.meter.take(self.snapshot.tenant, 1).await?;
-        let endpoint = embeddings::endpoint(&self.kb.embedding_model, &connector.embedding);
+        let endpoint = embeddings::endpoint(&self.kb.embedding_model, &connector.embedding());
         let question = [self.search.question.clone()];
         let mut vectors = embeddings::embed(connector, &endpoint, &question).await?;
         vectors

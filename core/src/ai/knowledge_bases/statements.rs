@@ -155,7 +155,7 @@ impl SqlRunner {
                     &project,
                     &name,
                     using,
-                    &self.services.config.embedding,
+                    &self.services.settings.embedding(),
                 )?;
                 self.store_knowledge_base(tenant, kb, if_not_exists).await?;
                 Ok(Outcome::Ok {
@@ -226,7 +226,8 @@ impl SqlRunner {
         kb: KnowledgeBase,
         if_not_exists: bool,
     ) -> Result<()> {
-        let endpoint = embeddings::endpoint(&kb.embedding_model, &self.services.config.embedding);
+        let endpoint =
+            embeddings::endpoint(&kb.embedding_model, &self.services.settings.embedding());
         if endpoint.local {
             self.services.sentence_models.check(&endpoint.model)?;
         }

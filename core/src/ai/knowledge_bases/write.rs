@@ -55,7 +55,7 @@ pub(crate) fn insert(
     let base = Base::read(job, &kb)?;
     let settings = &connector.knowledge_bases;
     let mut ingest = Ingest {
-        endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding),
+        endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding()),
         kb: &kb,
         connector: &connector,
         schema: base.schema.clone(),

@@ -231,7 +231,7 @@ impl SqlRunner {
     /// when it names none.
     fn prompt_job(&self) -> Job {
         Job::Prompt {
-            default_model: self.services.config.llm.model_name.clone(),
+            default_model: self.services.settings.llm().model_name,
         }
     }
 

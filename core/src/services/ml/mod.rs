@@ -66,7 +66,7 @@ impl Prompted {
     /// The answer to each row of `inputs` (a batch with the model's input columns), as text,
     /// in row order. The first call that fails fails the prediction, naming the row.
     pub(crate) async fn predict(&self, inputs: &RecordBatch, llm: &Connector) -> Result<ArrayRef> {
-        let endpoint = llm::endpoint(&self.settings, &llm.default);
+        let endpoint = llm::endpoint(&self.settings, &llm.default_llm());
         let mut columns: BTreeMap<String, StringArray> = BTreeMap::new();
         for column in self.inputs() {
             let schema = inputs.schema();
