@@ -47,6 +47,7 @@ pub(crate) fn substitute(words: &[&Token], lookup: &Lookup<'_>) -> Result<Option
     if !words.iter().any(|t| variable_name(t).is_some()) {
         return Ok(None);
     }
+    // bounded: the statement's tokens, in memory; what values add is tallied below
     let mut out = Vec::with_capacity(words.len());
     let mut parens = 0usize;
     // Open `{` and `[` since the last parenthesis level began: a comma inside `[…]` separates
