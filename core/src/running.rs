@@ -72,6 +72,11 @@ impl Object {
         Object(format!("{model}{version}\u{0}"))
     }
 
+    /// A resumable query of `tenant` (`catalog::queries`), by its id.
+    pub(crate) fn query(tenant: TenantId, id: u64) -> Object {
+        Object(format!("{}\u{0}\u{0}query\u{0}{id}\u{0}", tenant.0))
+    }
+
     /// The knowledge base `name` of `project`.
     pub(crate) fn knowledge_base(tenant: TenantId, project: &str, name: &str) -> Object {
         let Object(project) = Object::project(tenant, project);
@@ -150,6 +155,14 @@ impl Running {
             inserting |= kind == "kb";
         }
         (training, inserting)
+    }
+
+    /// Whether work is registered for `object` (exactly that key).
+    pub(crate) fn is_running(&self, object: &Object) -> bool {
+        self.entries
+            .lock()
+            .values()
+            .any(|entry| entry.key == object.0)
     }
 
     /// How far registrations have come: take it inside the transaction that drops an object,

@@ -1623,3 +1623,266 @@ fn a_rest_insert_takes_one_of_the_users_running_statements() {
     assert_eq!(inserted, 1);
     assert_eq!(rows(&ann, "SELECT count(*) FROM kb"), json!([[1]]));
 }
+
+/// The texts embedded since `before`, of every embeddings request.
+fn embedded_since(embedder: &FakeEmbedder, before: usize) -> usize {
+    embedder.requests.lock().unwrap()[before..].iter().sum()
+}
+
+/// `docs (doc_id, body)` of `n` rows, and the knowledge base `docs_kb` over it.
+fn docs(engine: &Engine, n: u64, body: impl Fn(u64) -> String) {
+    exec(engine, "CREATE TABLE docs (doc_id INT, body TEXT)");
+    let rows: Vec<String> = (1..=n).map(|i| format!("({i}, '{}')", body(i))).collect();
+    exec(
+        engine,
+        &format!("INSERT INTO docs VALUES {}", rows.join(", ")),
+    );
+    exec(
+        engine,
+        "CREATE KNOWLEDGE_BASE docs_kb USING id_column = 'doc_id', content_columns = ['body']",
+    );
+}
+
+fn kb_ids(engine: &Engine, kb: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = rows(engine, &format!("SELECT DISTINCT id FROM {kb}"))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap().parse().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn inserts_in_batches_stop_or_skip_on_errors_and_resume_where_they_stopped() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    docs(&engine, 7, |i| match i {
+        4 => "EMBEDFAIL text".to_string(),
+        i => format!("document number {i} about cats"),
+    });
+    let insert = "INSERT INTO docs_kb SELECT doc_id, body FROM docs \
+                  USING batch_size = 2, track_column = doc_id";
+    let message = error(&engine, insert);
+    assert!(message.contains("model overloaded"), "{message}");
+    assert_eq!(
+        kb_ids(&engine, "docs_kb"),
+        [1, 2],
+        "the batch before the error stays"
+    );
+    let queries = rows(
+        &engine,
+        "SELECT id, processed_rows, error IS NOT NULL, finished_at IS NOT NULL, sql, \
+         parameters FROM information_schema.queries",
+    );
+    assert_eq!(queries[0][0], 1);
+    assert_eq!(queries[0][1], 2);
+    assert_eq!(
+        (&queries[0][2], &queries[0][3]),
+        (&json!(true), &json!(true))
+    );
+    assert!(queries[0][4].as_str().unwrap().contains("batch_size = 2"));
+    assert_eq!(
+        serde_json::from_str::<Value>(queries[0][5].as_str().unwrap()).unwrap(),
+        json!({"batch_size": 2, "track_column": "doc_id"})
+    );
+
+    // Put right and resumed: only what was not done is embedded.
+    exec(
+        &engine,
+        "UPDATE docs SET body = 'fixed text' WHERE doc_id = 4",
+    );
+    let before = embedder.requests.lock().unwrap().len();
+    let resumed = doc(&engine, "SELECT query_resume(1)");
+    assert_eq!(resumed["affected_rows"], 5, "{resumed}");
+    assert_eq!(embedded_since(&embedder, before), 5);
+    assert_eq!(kb_ids(&engine, "docs_kb"), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT processed_rows, error FROM information_schema.queries WHERE id = 1"
+        ),
+        json!([[7, null]])
+    );
+    assert!(error(&engine, "SELECT query_resume(1)").contains("finished"));
+
+    // error = 'skip': the failing batch is left out and noted, the rest goes in.
+    exec(
+        &engine,
+        "UPDATE docs SET body = 'EMBEDFAIL again' WHERE doc_id = 4",
+    );
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb2 USING id_column = 'doc_id', content_columns = ['body']",
+    );
+    let done = doc(
+        &engine,
+        "INSERT INTO kb2 SELECT doc_id, body FROM docs USING batch_size = 2, \
+         track_column = doc_id, error = 'skip', threads = 4",
+    );
+    assert_eq!(done["affected_rows"], 5, "{done}");
+    assert_eq!(kb_ids(&engine, "kb2"), [1, 2, 5, 6, 7]);
+    let noted = rows(
+        &engine,
+        "SELECT processed_rows, error, context FROM information_schema.queries WHERE id = 2",
+    );
+    assert_eq!(noted[0][0], 5);
+    assert!(noted[0][1].as_str().unwrap().contains("model overloaded"));
+    let context: Value = serde_json::from_str(noted[0][2].as_str().unwrap()).unwrap();
+    assert_eq!(context["skipped_batches"], 1);
+
+    // Cancelled: its record goes; an unknown id is named.
+    exec(&engine, "SELECT query_cancel(2)");
+    assert_eq!(
+        rows(&engine, "SELECT count(*) FROM information_schema.queries"),
+        json!([[1]])
+    );
+    assert!(error(&engine, "SELECT query_cancel(2)").contains("Query 2 not found"));
+    assert!(error(
+        &engine,
+        "INSERT INTO docs SELECT 1, 'x' USING batch_size = 1"
+    )
+    .contains("knowledge bases"));
+    assert!(error(
+        &engine,
+        "INSERT INTO docs_kb VALUES (9, 'x') USING batch_size = 1"
+    )
+    .contains("takes a SELECT"));
+}
+
+#[test]
+fn kb_skip_existing_embeds_only_new_documents_and_kb_no_upsert_loads_without_looking() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    docs(&engine, 5, |i| format!("document {i} about dogs"));
+    exec(
+        &engine,
+        "INSERT INTO docs_kb SELECT doc_id, body FROM docs WHERE doc_id <= 3",
+    );
+    exec(&engine, "UPDATE docs SET body = 'changed' WHERE doc_id = 1");
+    let before = embedder.requests.lock().unwrap().len();
+    let done = doc(
+        &engine,
+        "INSERT INTO docs_kb SELECT doc_id, body FROM docs USING kb_skip_existing = true",
+    );
+    assert_eq!(done["affected_rows"], 2, "{done}");
+    assert_eq!(embedded_since(&embedder, before), 2);
+    assert_eq!(
+        rows(&engine, "SELECT chunk_content FROM docs_kb WHERE id = '1'"),
+        json!([["document 1 about dogs"]]),
+        "a stored document is left as it is"
+    );
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb2 USING id_column = 'doc_id', content_columns = ['body']",
+    );
+    let loaded = doc(
+        &engine,
+        "INSERT INTO kb2 SELECT doc_id, body FROM docs USING kb_no_upsert = true",
+    );
+    assert_eq!(loaded["affected_rows"], 5, "{loaded}");
+    assert_eq!(kb_ids(&engine, "kb2"), [1, 2, 3, 4, 5]);
+}
+
+const BATCH_CHILD_ENV: &str = "MINDLITE_KB_BATCH_WRITER_DB";
+const BATCH_DOCUMENTS: u64 = 24;
+
+/// Writer mode of the test below: one slow insert in batches of one row (each embedding call
+/// takes 150 ms), killed by the parent midway.
+#[test]
+fn kb_batch_writer_child() {
+    let Ok(path) = std::env::var(BATCH_CHILD_ENV) else {
+        return;
+    };
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open(&path, config(&embedder)).expect("child opens the database");
+    let _ = engine.sql_blocking(
+        "INSERT INTO docs_kb SELECT doc_id, body FROM docs USING batch_size = 1, track_column = doc_id",
+    );
+}
+
+#[test]
+fn an_insert_in_batches_killed_midway_resumes_after_its_last_batch() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb-batches.redb");
+    let embedder = FakeEmbedder::start();
+    {
+        let engine = Engine::open(&path, config(&embedder)).unwrap();
+        docs(&engine, BATCH_DOCUMENTS, |i| {
+            format!("document {i} SLOWLY written")
+        });
+    }
+    // Killed while it runs (24 batches of at least 150 ms); a child slow to start under load
+    // may be killed before it began, and is then started again with longer.
+    let mut recorded = json!([]);
+    for pause_ms in [1500u64, 2500, 3000] {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "knowledge_bases::kb_batch_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(BATCH_CHILD_ENV, &path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let engine = Engine::open(&path, config(&embedder)).unwrap();
+        recorded = rows(
+            &engine,
+            "SELECT id, processed_rows, error FROM information_schema.queries",
+        );
+        if !recorded.as_array().unwrap().is_empty() {
+            break;
+        }
+    }
+    assert!(
+        !recorded.as_array().unwrap().is_empty(),
+        "the insert never began"
+    );
+    let engine = Engine::open(&path, config(&embedder)).unwrap();
+    let done = recorded[0][1].as_u64().unwrap();
+    assert!(
+        done < BATCH_DOCUMENTS,
+        "killed before it finished: {recorded}"
+    );
+    assert!(
+        recorded[0][2].as_str().unwrap().contains("Interrupted"),
+        "{recorded}"
+    );
+    let stored = kb_ids(&engine, "docs_kb");
+    assert_eq!(
+        stored,
+        (1..=done).collect::<Vec<_>>(),
+        "the batches done, whole"
+    );
+
+    let before = embedder.requests.lock().unwrap().len();
+    let id = recorded[0][0].as_u64().unwrap();
+    let resumed = doc(&engine, &format!("SELECT query_resume({id})"));
+    assert_eq!(
+        resumed["affected_rows"],
+        BATCH_DOCUMENTS - done,
+        "{resumed}"
+    );
+    assert_eq!(
+        embedded_since(&embedder, before) as u64,
+        BATCH_DOCUMENTS - done,
+        "nothing embedded twice"
+    );
+    assert_eq!(
+        kb_ids(&engine, "docs_kb"),
+        (1..=BATCH_DOCUMENTS).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        rows(&engine, "SELECT count(*) FROM docs_kb"),
+        json!([[BATCH_DOCUMENTS]]),
+        "each document once"
+    );
+}

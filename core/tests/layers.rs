@@ -65,6 +65,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::ml_engines",
             "catalog::variables",
             "catalog::settings",
+            "catalog::queries",
             "catalog::models",
             "catalog::callbacks",
             "catalog::users",

@@ -27,6 +27,7 @@ pub(crate) mod ml_engines;
 pub(crate) mod models;
 pub(crate) mod namespace;
 pub(crate) mod projects;
+pub(crate) mod queries;
 pub(crate) mod quotas;
 pub(crate) mod rules;
 pub(crate) mod settings;

@@ -16,7 +16,7 @@ pub(crate) const FILES_DB: &str = "files";
 /// Names of built-in namespaces that no project or datasource may take (`log` is MindsDB's).
 pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, "log"];
 /// The tables of `information_schema`.
-pub(crate) const INFO_TABLES: [&str; 11] = [
+pub(crate) const INFO_TABLES: [&str; 12] = [
     "databases",
     "tables",
     "columns",
@@ -28,6 +28,7 @@ pub(crate) const INFO_TABLES: [&str; 11] = [
     "handlers",
     "jobs",
     "jobs_history",
+    "queries",
 ];
 
 /// Checks a name of an object (project, table, model, agent, file, …): 1 to 64 letters, digits

@@ -7,7 +7,7 @@ use redb::WriteTransaction;
 
 use crate::catalog::{
     agents, auth, callbacks, datasources, jobs, knowledge_bases, minds, ml_engines, models,
-    projects, quotas, rules, settings, storage, tables, users, variables, views,
+    projects, queries, quotas, rules, settings, storage, tables, users, variables, views,
 };
 use crate::config::HostedConfig;
 use crate::error::Result;
@@ -31,6 +31,8 @@ pub(crate) fn open(
     ml_engines::init(txn)?;
     variables::init(txn)?;
     settings::init(txn)?;
+    queries::init(txn)?;
+    queries::fail_interrupted(txn)?;
     jobs::init(txn)?;
     jobs::fail_interrupted(txn)?;
     models::init(txn)?;

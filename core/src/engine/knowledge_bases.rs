@@ -142,6 +142,7 @@ impl Engine {
             name,
             &source,
             progress,
+            Default::default(),
         );
         control.run(insert).await
     }
@@ -175,6 +176,7 @@ impl Engine {
             name,
             &source,
             progress,
+            Default::default(),
         );
         control.run(insert).await
     }

@@ -29,6 +29,10 @@ pub(crate) const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("s
 /// `variables` (variables): (tenant, name) → the value of `SET @name = …`, as JSON.
 pub(crate) const VARIABLES: TableDefinition<(u64, &str), &str> = TableDefinition::new("variables");
 
+/// `queries` (queries): (tenant, id) → a resumable query's record (its statement, how far it
+/// came); the latest 1,000 of each tenant.
+pub(crate) const QUERIES: TableDefinition<(u64, u64), &str> = TableDefinition::new("queries");
+
 /// `jobs` (jobs): (tenant, project, name) → job record (its statements, schedule, next run and
 /// `LAST` values).
 pub(crate) const JOBS: TableDefinition<(u64, &str, &str), &str> = TableDefinition::new("jobs");

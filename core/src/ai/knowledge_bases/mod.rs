@@ -1,8 +1,10 @@
 //! Knowledge bases in SQL: their statements and INSERT INTO one (`statements`), the table
 //! provider a knowledge base's name resolves to (`table`), how a search ranks (`search`) and
-//! how documents are chunked, embedded and stored (`write`). The records and the vector
-//! index are `catalog::knowledge_bases` and `catalog::kb_index`.
+//! how documents are chunked, embedded and stored (`write`), and inserts in resumable batches
+//! (`batches`, `information_schema.queries`). The records and the vector index are
+//! `catalog::knowledge_bases` and `catalog::kb_index`.
 
+pub(crate) mod batches;
 pub(crate) mod search;
 pub(crate) mod statements;
 pub(crate) mod table;
@@ -17,6 +19,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::future::BoxFuture;
 
 use crate::catalog::knowledge_bases::{KnowledgeBase, SYSTEM_COLUMNS};
+use crate::catalog::queries::QueryRecord;
 use crate::error::Result;
 use crate::progress::InsertProgress;
 use crate::sql::catalog::features::{FeatureTables, ProjectObject, SystemRows};
@@ -33,7 +36,10 @@ pub(crate) struct KnowledgeBases;
 
 impl Extension for KnowledgeBases {
     fn statement(&self, words: &[&Token]) -> Result<Option<Box<dyn FeatureStatement>>> {
-        Ok(statements::kb_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
+        if let Some(statement) = statements::kb_command(words)? {
+            return Ok(Some(Box::new(statement)));
+        }
+        Ok(batches::batch_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
     }
 
     fn insert<'a>(
@@ -49,7 +55,15 @@ impl Extension for KnowledgeBases {
             };
             let source = statements::DocumentSource::Insert(Box::new(insert.clone()));
             let documents = runner
-                .insert_documents(tenant, context, &project, &name, &source, None)
+                .insert_documents(
+                    tenant,
+                    context,
+                    &project,
+                    &name,
+                    &source,
+                    None,
+                    Default::default(),
+                )
                 .await?;
             Ok(Some(documents))
         })
@@ -137,6 +151,42 @@ impl FeatureTables for KnowledgeBases {
                     .build()?;
                 // Inserts in progress change without a commit.
                 Ok(Some(SystemRows { batch, live: true }))
+            }
+            "queries" => {
+                let records = crate::catalog::queries::all(&snap.txn, snap.tenant)?;
+                let text = |f: fn(&QueryRecord) -> Option<String>| -> Vec<Option<String>> {
+                    records.iter().map(f).collect()
+                };
+                let batch = SystemTable::default()
+                    .number("ID", records.iter().map(|r| Some(r.id)))
+                    .owned_text("STARTED_AT", text(|r| Some(r.started_at.clone())))
+                    .owned_text("FINISHED_AT", text(|r| r.finished_at.clone()))
+                    .number(
+                        "PROCESSED_ROWS",
+                        records.iter().map(|r| Some(r.processed_rows)),
+                    )
+                    .owned_text("ERROR", text(|r| r.error.clone()))
+                    .owned_text("SQL", text(|r| Some(r.sql.clone())))
+                    .owned_text("DATABASE", text(|r| Some(r.database.clone())))
+                    .owned_text(
+                        "PARAMETERS",
+                        text(|r| Some(serde_json::Value::Object(r.parameters.clone()).to_string())),
+                    )
+                    .owned_text(
+                        "CONTEXT",
+                        text(|r| {
+                            Some(
+                                serde_json::json!({
+                                    "last": r.last,
+                                    "skipped_batches": r.skipped_batches,
+                                })
+                                .to_string(),
+                            )
+                        }),
+                    )
+                    .owned_text("UPDATED_AT", text(|r| Some(r.updated_at.clone())))
+                    .build()?;
+                Ok(Some(SystemRows { batch, live: false }))
             }
             _ => Ok(None),
         }

@@ -274,6 +274,8 @@ impl SqlRunner {
     /// waits on the network); if the knowledge base changed meanwhile (dropped, made anew, its
     /// first rows stored), it all runs again, a few times, then fails asking to retry.
     /// Progress goes to the store's progress board and to `callback`, which may stop it.
+    /// `options` say what becomes of documents stored already.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn insert_documents(
         &self,
         tenant: TenantId,
@@ -282,6 +284,7 @@ impl SqlRunner {
         name: &str,
         source: &DocumentSource,
         callback: Option<ProgressCallback>,
+        options: write::InsertOptions,
     ) -> Result<u64> {
         let tracker = self
             .services
@@ -290,7 +293,7 @@ impl SqlRunner {
             .start(tenant, project, name, callback);
         let tracker = Arc::new(parking_lot::Mutex::new(tracker));
         let inserted = self
-            .insert_attempts(tenant, context, project, name, source, &tracker)
+            .insert_attempts(tenant, context, project, name, source, &tracker, options)
             .await;
         let tracker = Arc::into_inner(tracker)
             .ok_or_else(|| Error::internal("an insert's progress outlived it"))?
@@ -299,6 +302,7 @@ impl SqlRunner {
         inserted
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn insert_attempts(
         &self,
         tenant: TenantId,
@@ -307,6 +311,7 @@ impl SqlRunner {
         name: &str,
         source: &DocumentSource,
         tracker: &Arc<parking_lot::Mutex<Tracker>>,
+        options: write::InsertOptions,
     ) -> Result<u64> {
         for _ in 0..INSERT_ATTEMPTS {
             let snapshot = Snapshot::showing_secrets(
@@ -366,7 +371,9 @@ impl SqlRunner {
             let progress = Arc::clone(tracker);
             let staged = self
                 .job(tenant, &context.db, snapshot, state, None, None)
-                .run(move |job, handle| write::insert(job, handle, kb, plan, connector, progress))
+                .run(move |job, handle| {
+                    write::insert(job, handle, kb, plan, connector, progress, options)
+                })
                 .await?;
             if let Staged::Done(documents) = staged {
                 return Ok(documents);

@@ -37,9 +37,20 @@ use crate::services::llm::Connector;
 use crate::sql::write::job::{Staged, WriteJob};
 use mindlite_vectors::hnsw::Params;
 
+/// How an insert treats documents the knowledge base has already (MindsDB's `USING
+/// kb_skip_existing`, `kb_no_upsert`); by default it replaces them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct InsertOptions {
+    /// Rows whose document id is stored already are left out before anything is embedded.
+    pub(crate) skip_existing: bool,
+    /// Stored documents are not looked for at all (faster; for loading into an empty
+    /// knowledge base: a document given again is then stored twice, as in MindsDB).
+    pub(crate) no_upsert: bool,
+}
+
 /// `INSERT INTO kb …`: the rows of `source` (named as the insert names them) chunked,
-/// embedded and stored, replacing every chunk of the documents with their ids. Returns the
-/// documents inserted.
+/// embedded and stored, replacing every chunk of the documents with their ids (as `options`
+/// say). Returns the documents inserted.
 pub(crate) fn insert(
     job: &WriteJob,
     handle: &Handle,
@@ -47,6 +58,7 @@ pub(crate) fn insert(
     source: LogicalPlan,
     connector: Arc<Connector>,
     progress: Arc<Mutex<Tracker>>,
+    options: InsertOptions,
 ) -> Result<Staged<u64>> {
     // Dropping the knowledge base (or its project) cancels the insert: no more embedding calls.
     let object = crate::running::Object::knowledge_base(job.tenant, &kb.project, &kb.name);
@@ -69,6 +81,11 @@ pub(crate) fn insert(
         documents: 0,
         staged: None,
         progress: &progress,
+        stored: base
+            .record
+            .as_ref()
+            .map(|r| r.id)
+            .filter(|_| options.skip_existing),
     };
     if let Some(writer) = ingest.index.as_mut().filter(|w| w.worth_rebuilding()) {
         writer.rebuild()?;
@@ -119,7 +136,9 @@ pub(crate) fn insert(
         guard.commit()?;
         return Ok(Staged::Done(documents));
     };
-    remove_documents(&guard.txn, job, &record, &ids, &mut index)?;
+    if !options.no_upsert {
+        remove_documents(&guard.txn, job, &record, &ids, &mut index)?;
+    }
     if let Some(staged) = staged {
         let record = tables::record(&guard.txn, job.tenant, &db, &key)?
             .ok_or_else(|| Error::internal("a knowledge base's chunk table went missing"))?;
@@ -305,6 +324,73 @@ fn remove_documents(
     Ok(())
 }
 
+/// The document id of each row of `batch`: its id column's text, or without one (MindsDB's
+/// way) a hash of its content columns.
+fn document_ids(kb: &KnowledgeBase, batch: &RecordBatch) -> Result<Vec<String>> {
+    let source = batch.schema();
+    let position = |name: &str| {
+        source
+            .fields()
+            .iter()
+            .position(|f| f.name().eq_ignore_ascii_case(name))
+    };
+    if let Some(at) = position(&kb.id_column) {
+        let column = strict_cast(batch.column(at), &DataType::Utf8)?;
+        let column = column.as_string::<i32>();
+        return (0..column.len())
+            .map(|row| match column.is_null(row) {
+                true => Err(Error::invalid(format!(
+                    "The id column '{}' is NULL in a row inserted into knowledge base '{}'",
+                    kb.id_column, kb.name
+                ))),
+                false => Ok(column.value(row).to_string()),
+            })
+            .collect();
+    }
+    let contents = kb
+        .content_columns
+        .iter()
+        .filter_map(|column| position(column))
+        .map(|at| strict_cast(batch.column(at), &DataType::Utf8))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((0..batch.num_rows())
+        .map(|row| {
+            let mut hash = Sha256::new();
+            for text in &contents {
+                let text = text.as_string::<i32>();
+                hash.update(if text.is_null(row) {
+                    ""
+                } else {
+                    text.value(row)
+                });
+                hash.update([0]);
+            }
+            hash.finalize()[..8]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .collect())
+}
+
+/// Which of `ids` the chunk table `table` holds documents of, read a chunk's id column at a
+/// time (nothing of the table is held beyond one chunk).
+fn stored_ids(job: &WriteJob, table: u64, ids: &[String]) -> Result<HashSet<String>> {
+    let wanted: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let txn = job.store.read()?;
+    let mut found = HashSet::new();
+    for (_, chunk) in txn.chunk_order_of(table)? {
+        job.check_cancelled()?;
+        let column = txn.chunk_columns(table, chunk, vec![0])?;
+        for id in column.column(0).as_string::<i32>().iter().flatten() {
+            if wanted.contains(id) && !found.contains(id) {
+                found.insert(id.to_string());
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// Chunks embedded, indexed and staged at once: a document's chunks go in groups, so its
 /// size, not the memory, bounds how many it may have.
 const GROUP_CHUNKS: usize = 1024;
@@ -346,10 +432,27 @@ struct Ingest<'a> {
     documents: u64,
     staged: Option<StagedRows>,
     progress: &'a Mutex<Tracker>,
+    /// The chunk table whose documents are left out (`kb_skip_existing`), if any.
+    stored: Option<u64>,
 }
 impl Ingest<'_> {
-    /// Chunks, embeds and stages the documents of one source batch.
+    /// Chunks, embeds and stages the documents of one source batch, less those stored
+    /// already when they are to be skipped.
     fn add(&mut self, handle: &Handle, job: &WriteJob, batch: &RecordBatch) -> Result<()> {
+        let Some(table) = self.stored else {
+            return self.add_rows(handle, job, batch);
+        };
+        let ids = document_ids(self.kb, batch)?;
+        let stored = stored_ids(job, table, &ids)?;
+        if stored.is_empty() {
+            return self.add_rows(handle, job, batch);
+        }
+        let keep: BooleanArray = ids.iter().map(|id| Some(!stored.contains(id))).collect();
+        self.add_rows(handle, job, &filter_record_batch(batch, &keep)?)
+    }
+
+    /// Chunks, embeds and stages the documents of one source batch.
+    fn add_rows(&mut self, handle: &Handle, job: &WriteJob, batch: &RecordBatch) -> Result<()> {
         let kb = self.kb;
         let source = batch.schema();
         let position = |name: &str| {
@@ -372,40 +475,7 @@ impl Ingest<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let metadata = self.metadata_names(&source)?;
-        let ids: Vec<String> = match position(&kb.id_column) {
-            Some(at) => {
-                let column = strict_cast(batch.column(at), &DataType::Utf8)?;
-                let column = column.as_string::<i32>();
-                (0..column.len())
-                    .map(|row| match column.is_null(row) {
-                        true => Err(Error::invalid(format!(
-                            "The id column '{}' is NULL in a row inserted into knowledge base '{}'",
-                            kb.id_column, kb.name
-                        ))),
-                        false => Ok(column.value(row).to_string()),
-                    })
-                    .collect::<Result<_>>()?
-            }
-            // MindsDB's way without an id column: the document's content names it.
-            None => (0..batch.num_rows())
-                .map(|row| {
-                    let mut hash = Sha256::new();
-                    for (_, text) in &contents {
-                        let text = text.as_string::<i32>();
-                        hash.update(if text.is_null(row) {
-                            ""
-                        } else {
-                            text.value(row)
-                        });
-                        hash.update([0]);
-                    }
-                    hash.finalize()[..8]
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect()
-                })
-                .collect(),
-        };
+        let ids = document_ids(kb, batch)?;
         let columns = metadata
             .iter()
             .map(|(name, data_type)| {
