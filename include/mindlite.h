@@ -487,6 +487,60 @@ mindlite_status mindlite_verify(const mindlite_database *db, const char *token);
 mindlite_status mindlite_logout(const mindlite_database *db, const char *token, bool *out_was_live);
 
 /**
+ * The jobs of `project`: a JSON array of `{"id", "name", "project", "start_at", "end_at",
+ * "next_run_at", "schedule_str", "query", "if_query", "variables"}`. `MINDLITE_NOT_FOUND`
+ * for an unknown project.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_job_list(const mindlite_database *db,
+                                  const char *project,
+                                  char **out_json);
+
+/**
+ * One job by name (case-insensitive), as `mindlite_job_list` shows each.
+ * `MINDLITE_NOT_FOUND` for an unknown project or job.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_job_get(const mindlite_database *db,
+                                 const char *project,
+                                 const char *name,
+                                 char **out_json);
+
+/**
+ * Creates a job from MindsDB's body, for example `{"name": "refresh", "query": "INSERT INTO
+ * t SELECT …; DELETE FROM u", "schedule_str": "every 2 hours", "start_at": "2026-01-01
+ * 00:00:00", "end_at": null, "if_query": null}`; it runs on schedule as the database's user.
+ * `*out_json` receives the new job. `MINDLITE_CONFLICT` when the name is taken,
+ * `MINDLITE_INVALID` for a statement that does not parse or a bad schedule.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`; it may pass NULL to skip it.
+ */
+mindlite_status mindlite_job_create(const mindlite_database *db,
+                                    const char *project,
+                                    const char *job_json,
+                                    char **out_json);
+
+/**
+ * Deletes a job (its runs stay in the history). `MINDLITE_NOT_FOUND` for an unknown one.
+ */
+mindlite_status mindlite_job_delete(const mindlite_database *db,
+                                    const char *project,
+                                    const char *name);
+
+/**
+ * A job's runs, oldest first: a JSON array of `{"name", "project", "run_start", "run_end",
+ * "error", "query"}`. `MINDLITE_NOT_FOUND` for an unknown job.
+ *
+ * Ownership: the caller frees `*out_json` with `mindlite_free`.
+ */
+mindlite_status mindlite_job_history(const mindlite_database *db,
+                                     const char *project,
+                                     const char *name,
+                                     char **out_json);
+
+/**
  * Creates a knowledge base from MindsDB's body, for example `{"name": "kb",
  * "embedding_model": {"provider": "openai", "model_name": "text-embedding-3-small"},
  * "metadata_columns": ["topic"], "preprocessing": {"text_chunking_config": {"chunk_size":

@@ -19,6 +19,7 @@ mod boundary;
 pub mod callbacks;
 pub mod cursor;
 pub mod database;
+pub mod jobs;
 pub mod knowledge_bases;
 pub mod records;
 pub mod rows;

@@ -257,6 +257,59 @@ class Connection:
         self._check()
         self._db.delete_agent(project or self.current_db, name)
 
+    def jobs(self, project: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The jobs of ``project`` (the current project by default), as MindsDB's REST API
+        shows them: ``{"id", "name", "project", "start_at", "end_at", "next_run_at",
+        "schedule_str", "query", "if_query", "variables"}``."""
+        self._check()
+        return cast(List[Dict[str, Any]], _json.loads(self._db.jobs(project or self.current_db)))
+
+    def job(self, name: str, project: Optional[str] = None) -> Dict[str, Any]:
+        """One job by name (case-insensitive); ``ProgrammingError`` when there is none."""
+        self._check()
+        return cast(Dict[str, Any], _json.loads(self._db.job(project or self.current_db, name)))
+
+    def create_job(
+        self,
+        name: str,
+        query: str,
+        *,
+        schedule: Optional[str] = None,
+        start_at: Optional[str] = None,
+        end_at: Optional[str] = None,
+        if_query: Optional[str] = None,
+        project: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Creates a job that runs ``query`` (statements separated by ``;``) as
+        ``CREATE JOB`` does: ``schedule`` like ``"every 2 hours"`` (once when left out),
+        ``start_at`` / ``end_at`` like ``"2026-01-01 00:00:00"``, and ``if_query`` a query
+        whose rows decide whether a run goes on. Returns the job."""
+        self._check()
+        spec: Dict[str, Any] = {"name": name, "query": query}
+        for key, value in (
+            ("schedule_str", schedule),
+            ("start_at", start_at),
+            ("end_at", end_at),
+            ("if_query", if_query),
+        ):
+            if value is not None:
+                spec[key] = value
+        text = self._db.create_job(project or self.current_db, _json.dumps(spec))
+        return cast(Dict[str, Any], _json.loads(text))
+
+    def drop_job(self, name: str, project: Optional[str] = None) -> None:
+        """Deletes a job (its runs stay in its history); ``ProgrammingError`` when there is
+        none of that name."""
+        self._check()
+        self._db.delete_job(project or self.current_db, name)
+
+    def job_history(self, name: str, project: Optional[str] = None) -> List[Dict[str, Any]]:
+        """A job's runs, oldest first: ``{"name", "project", "run_start", "run_end",
+        "error", "query"}``."""
+        self._check()
+        text = self._db.job_history(project or self.current_db, name)
+        return cast(List[Dict[str, Any]], _json.loads(text))
+
     def ask_agent(
         self,
         name: str,

@@ -376,6 +376,44 @@ impl Database {
         .map_err(Failure::from)
     }
 
+    /// The jobs of `project` as JSON text, as MindsDB's REST API lists them.
+    fn jobs(&self, project: &str) -> Fallible<String> {
+        let jobs = self.engine()?.list_jobs(project)?;
+        Ok(serde_json::Value::Array(jobs).to_string())
+    }
+
+    /// One job as JSON text.
+    fn job(&self, project: &str, name: &str) -> Fallible<String> {
+        Ok(self.engine()?.get_job(project, name)?.to_string())
+    }
+
+    /// Creates a job from MindsDB's body (JSON text); returns it as JSON text.
+    fn create_job(&self, py: Python<'_>, project: &str, spec: &str) -> Fallible<String> {
+        let engine = self.engine()?;
+        let spec = json_arg(spec, "job")?;
+        let (runner, project) = (engine.clone(), project.to_string());
+        let job = wait(py, &engine, async move {
+            runner.create_job(&project, spec).await
+        })??;
+        Ok(job.to_string())
+    }
+
+    /// Deletes a job.
+    fn delete_job(&self, py: Python<'_>, project: &str, name: &str) -> Fallible<()> {
+        let engine = self.engine()?;
+        let (runner, project, name) = (engine.clone(), project.to_string(), name.to_string());
+        wait(py, &engine, async move {
+            runner.delete_job(&project, &name).await
+        })?
+        .map_err(Failure::from)
+    }
+
+    /// A job's runs as JSON text, oldest first.
+    fn job_history(&self, project: &str, name: &str) -> Fallible<String> {
+        let runs = self.engine()?.job_history(project, name)?;
+        Ok(serde_json::Value::Array(runs).to_string())
+    }
+
     /// Asks an agent; `messages` is JSON text. Returns MindsDB's completion body as JSON text.
     /// The GIL is released while the agent works, and Ctrl-C stops it.
     fn ask_agent(
