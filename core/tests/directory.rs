@@ -241,4 +241,14 @@ fn variables_fill_parameters_from_the_request_or_a_set_that_outlives_the_engine(
     assert!(message.contains("MDB_SURELY_NOT_SET_42"), "{message}");
     let message = error(&engine, "SET @v = now()");
     assert!(message.contains("literal value"), "{message}");
+
+    // Bounded: 100 variables of 16 KiB each.
+    let message = error(&engine, &format!("SET @big = '{}'", "x".repeat(17_000)));
+    assert!(message.contains("16384"), "{message}");
+    for i in 0..98 {
+        assert_eq!(doc(&engine, &format!("SET @v{i} = {i}"))["type"], "ok");
+    }
+    let message = error(&engine, "SET @one_too_many = 1");
+    assert!(message.contains("(100)"), "{message}");
+    assert_eq!(doc(&engine, "SET @v1 = 'replaced'")["type"], "ok");
 }

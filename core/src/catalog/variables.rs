@@ -12,12 +12,13 @@ use crate::store::schema::VARIABLES;
 use crate::store::Reads;
 use crate::tenant::TenantId;
 
-/// How many variables one tenant may keep: enough for every secret of many datasources, few
-/// enough that a loop of `SET @x1 …` cannot fill the file.
-pub(crate) const MAX_VARIABLES: usize = 1000;
+/// How many variables one tenant may keep: enough for the secrets of many datasources, few
+/// enough that a loop of `SET @x1 …` cannot fill the file (they are outside the stored-bytes
+/// quota: at most 1.6 MiB a tenant).
+pub(crate) const MAX_VARIABLES: usize = 100;
 
 /// How long a variable's value may be, as JSON text.
-pub(crate) const MAX_VALUE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_VALUE_BYTES: usize = 16 * 1024;
 
 /// How long a variable's name may be.
 const MAX_NAME_BYTES: usize = 128;
