@@ -104,10 +104,19 @@ fn serve(
         chats.lock().unwrap().push(request.clone());
         let next = {
             let mut script = script.lock().unwrap();
-            (!reranking && !script.is_empty()).then(|| script.remove(0))
+            (!reranking && !system.starts_with("You write test questions") && !script.is_empty())
+                .then(|| script.remove(0))
         };
+        // Asked for a test question: the text itself, so a search finds its document first.
+        let question = system
+            .starts_with("You write test questions")
+            .then(|| chunk.trim_start_matches("Text:\n").to_string());
         let message = match next {
             _ if reranking => json!({"role": "assistant", "content": score}),
+            _ if question.is_some() => json!({"role": "assistant", "content": format!(
+                "```json\n{}\n```",
+                json!({"query": question, "reference_answer": "it"})
+            )}),
             Some(query) => json!({"role": "assistant", "content": null, "tool_calls": [{
                 "id": "call_1", "type": "function",
                 "function": {"name": "sql_query", "arguments": json!({"query": query}).to_string()}}]}),
@@ -1885,4 +1894,98 @@ fn an_insert_in_batches_killed_midway_resumes_after_its_last_batch() {
         json!([[BATCH_DOCUMENTS]]),
         "each document once"
     );
+}
+
+#[test]
+fn evaluate_generates_questions_finds_their_documents_and_saves_the_result() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    let result = rows(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE mindsdb.kb USING test_table = mindsdb.kb_tests, \
+         generate_data = {'count': 3}, save_to = mindsdb.kb_scores",
+    );
+    let row = &result[0];
+    assert_eq!(
+        (&row[0], &row[1], &row[2]),
+        (&json!(3), &json!(3), &json!(3)),
+        "{row}"
+    );
+    let recall: Value = serde_json::from_str(row[3].as_str().unwrap()).unwrap();
+    assert_eq!(
+        recall["0"], 1.0,
+        "each question finds its own document first"
+    );
+    assert_eq!(row[6], "kb");
+    // The generated test table: the text, its question and answer, and the document's id.
+    let tests = rows(
+        &engine,
+        "SELECT question = text, answer, doc_id FROM kb_tests",
+    );
+    assert_eq!(tests.as_array().unwrap().len(), 3);
+    assert!(tests
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t[0] == json!(true) && t[1] == "it"));
+    assert_eq!(
+        rows(&engine, "SELECT total, total_found, name FROM kb_scores"),
+        json!([[3, 3, "kb"]])
+    );
+
+    // A test table of one's own: a question whose document is not found counts as such.
+    exec(&engine, "CREATE TABLE qa (question TEXT, doc_id INT)");
+    exec(
+        &engine,
+        "INSERT INTO qa VALUES ('do dogs bark at strangers', 2), ('interest rates and the market', 3), \
+         ('something unrelated entirely', 99)",
+    );
+    let result = rows(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE kb USING test_table = mindsdb.qa, version = 'doc_id', \
+         save_to = mindsdb.kb_scores",
+    );
+    assert_eq!((&result[0][0], &result[0][1]), (&json!(3), &json!(2)));
+    assert_eq!(
+        rows(&engine, "SELECT count(*) FROM kb_scores"),
+        json!([[2]]),
+        "results are appended"
+    );
+    // evaluate = false only writes the test table.
+    let d = doc(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE kb USING test_table = mindsdb.only_tests, generate_data = true, \
+         evaluate = false",
+    );
+    assert_eq!(d["type"], "ok", "{d}");
+    assert_eq!(
+        rows(&engine, "SELECT count(*) FROM only_tests"),
+        json!([[4]])
+    );
+
+    for (using, mention) in [
+        ("version = 'doc_id'", "test_table"),
+        ("test_table = qa", "database.table"),
+        (
+            "test_table = mindsdb.qa, version = 'llm_relevancy'",
+            "llm_relevancy",
+        ),
+        (
+            "test_table = mindsdb.qa, generate_data = {'count': 0}",
+            "count",
+        ),
+        ("test_table = mindsdb.nope", "question and doc_id"),
+    ] {
+        let message = error(
+            &engine,
+            &format!("EVALUATE KNOWLEDGE_BASE kb USING {using}"),
+        );
+        assert!(message.contains(mention), "{using}: {message}");
+    }
+    assert!(error(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE nope USING test_table = mindsdb.qa"
+    )
+    .contains("nope"));
 }

@@ -5,6 +5,7 @@
 //! `catalog::knowledge_bases` and `catalog::kb_index`.
 
 pub(crate) mod batches;
+pub(crate) mod evaluate;
 pub(crate) mod search;
 pub(crate) mod statements;
 pub(crate) mod table;

@@ -63,6 +63,12 @@ pub(crate) enum KnowledgeBaseStatement {
         project: Option<String>,
         name: String,
     },
+    /// `EVALUATE KNOWLEDGE_BASE [p.]kb USING …` (see `evaluate`).
+    EvaluateKnowledgeBase {
+        project: Option<String>,
+        name: String,
+        using: Vec<(String, Value)>,
+    },
 }
 
 impl FeatureStatement for KnowledgeBaseStatement {
@@ -122,6 +128,17 @@ pub(crate) fn kb_command(words: &[&Token]) -> Result<Option<KnowledgeBaseStateme
             Ok(Some(KnowledgeBaseStatement::DescribeKnowledgeBase {
                 project,
                 name,
+            }))
+        }
+        _ if is(0, "EVALUATE") && is(1, "KNOWLEDGE_BASE") => {
+            let (project, name, k) = qualified_name(words, 2, WHAT)?;
+            let named = super::evaluate::names_as_text(words);
+            let named: Vec<&Token> = named.iter().collect();
+            let using = using_pairs(&named, k, "the knowledge base name")?;
+            Ok(Some(KnowledgeBaseStatement::EvaluateKnowledgeBase {
+                project,
+                name,
+                using,
             }))
         }
         Some(Keyword::SHOW) if is(1, "KNOWLEDGE_BASES") => {
@@ -198,6 +215,15 @@ impl SqlRunner {
                 Ok(Outcome::Ok {
                     affected_rows: None,
                 })
+            }
+            KnowledgeBaseStatement::EvaluateKnowledgeBase {
+                project,
+                name,
+                using,
+            } => {
+                let project = project_or_current(project);
+                Box::pin(self.evaluate_knowledge_base(tenant, context, &project, &name, using))
+                    .await
             }
             KnowledgeBaseStatement::ShowKnowledgeBases { project } => {
                 let project = project_or_current(project);
