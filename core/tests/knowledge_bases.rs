@@ -1753,6 +1753,28 @@ fn inserts_in_batches_stop_or_skip_on_errors_and_resume_where_they_stopped() {
         "INSERT INTO docs SELECT 1, 'x' USING batch_size = 1"
     )
     .contains("knowledge bases"));
+    // A REAL tracked column advances exactly (its values are compared as REALs), and a
+    // UNION is a SELECT like any.
+    exec(
+        &engine,
+        "CREATE TABLE reals (doc_id INT, v REAL, body TEXT)",
+    );
+    exec(
+        &engine,
+        "INSERT INTO reals VALUES (1, 0.1, 'first real'), (2, 0.2, 'second real'), (3, 0.3, 'third')",
+    );
+    exec(
+        &engine,
+        "CREATE KNOWLEDGE_BASE kb3 USING id_column = 'doc_id', content_columns = ['body']",
+    );
+    let done = doc(
+        &engine,
+        "INSERT INTO kb3 SELECT doc_id, v, body FROM reals WHERE doc_id < 3 \
+         UNION ALL SELECT doc_id, v, body FROM reals WHERE doc_id = 3 \
+         USING batch_size = 1, track_column = v",
+    );
+    assert_eq!(done["affected_rows"], 3, "{done}");
+    assert_eq!(kb_ids(&engine, "kb3"), [1, 2, 3]);
     assert!(error(
         &engine,
         "INSERT INTO docs_kb VALUES (9, 'x') USING batch_size = 1"

@@ -247,8 +247,10 @@ pub(crate) fn fill(
     Ok((text(&out), keep))
 }
 
-/// The value of a one-row, one-column result as a SQL literal; `None` for NULL. Numbers,
-/// text, dates and timestamps (what a tracked column holds); anything else is refused.
+/// The value of a one-row, one-column result as a SQL literal of its own type, so comparing
+/// the column with it is exact (a REAL's `0.1` is not the DOUBLE `0.1`); `None` for NULL.
+/// Numbers, text, dates and timestamps (what a tracked column holds); anything else, and a
+/// float that is not finite, is refused.
 pub(crate) fn literal(column: &dyn Array) -> Result<Option<String>> {
     if column.is_empty() || column.is_null(0) {
         return Ok(None);
@@ -262,16 +264,18 @@ pub(crate) fn literal(column: &dyn Array) -> Result<Option<String>> {
             if value.parse::<f64>().map_or(true, |x| !x.is_finite()) =>
         {
             return Err(Error::invalid(format!(
-                "LAST cannot start from {value}: the column's greatest value is not a finite number"
+                "A tracked column cannot go past {value}: it holds a value that is not a \
+                 finite number (NaN or an infinity)"
             )))
         }
+        DataType::Float16 | DataType::Float32 => format!("CAST('{value}' AS REAL)"),
         t if t.is_numeric() => value.clone(),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => quoted(),
         DataType::Date32 | DataType::Date64 => format!("CAST({} AS DATE)", quoted()),
         DataType::Timestamp(_, _) => format!("CAST({} AS TIMESTAMP)", quoted()),
         other => {
             return Err(Error::invalid(format!(
-                "LAST cannot track a column of type {other}: use a number, text, date or timestamp"
+                "A column of type {other} cannot be tracked: use a number, text, date or timestamp"
             )))
         }
     };
@@ -374,6 +378,9 @@ mod tests {
             .with_precision_and_scale(10, 2)
             .unwrap();
         assert_eq!(literal(&decimal).unwrap().unwrap(), "123.45");
+        // A REAL compares exactly with a REAL, not with the DOUBLE its text would read as.
+        let real = datafusion::arrow::array::Float32Array::from(vec![0.1f32]);
+        assert_eq!(literal(&real).unwrap().unwrap(), "CAST('0.1' AS REAL)");
         assert!(literal(&Float64Array::from(vec![f64::NAN])).is_err());
         let at = datafusion::arrow::array::TimestampNanosecondArray::from(vec![
             1_704_067_200_000_000_000,

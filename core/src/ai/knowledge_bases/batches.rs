@@ -97,6 +97,18 @@ pub(crate) fn batch_command(words: &[&Token]) -> Result<Option<BatchStatement>> 
             let Some(at) = at else {
                 return Ok(None);
             };
+            // The statement is read again from its text (and again on a resume, when the
+            // request's parameters are gone), so parameters cannot stand in it.
+            let placeholder = words[..at]
+                .windows(2)
+                .any(|pair| matches!(pair, [Token::Colon, Token::Word(_)]))
+                || words.iter().any(|t| matches!(t, Token::Placeholder(_)));
+            if placeholder {
+                return Err(Error::invalid(
+                    "An INSERT with USING settings cannot take parameters (:name or ?): it is \
+                     kept as text to be resumed; write the values into the statement",
+                ));
+            }
             // `track_column = order_id` names a column, as MindsDB writes it.
             let named: Vec<Token> = words
                 .iter()
@@ -240,6 +252,40 @@ impl Settings {
 /// `name` quoted as a column (backticks always quote a name).
 fn column(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
+}
+
+/// Marks query `id` as stopped when dropped armed (its statement was dropped mid-way).
+struct Unfinished {
+    store: std::sync::Arc<crate::store::Store>,
+    tenant: TenantId,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, tenant, id) = (std::sync::Arc::clone(&self.store), self.tenant, self.id);
+        handle.spawn(async move {
+            // Best effort: a record left open reads as interrupted when the store reopens.
+            let _ = store
+                .write_detached(move |txn| {
+                    queries::update(txn, tenant, id, |r| {
+                        r.finished_at = Some(crate::time::now_text());
+                        r.error = Some(format!(
+                            "Stopped: its statement was cancelled; SELECT query_resume({id}) \
+                             goes on from where it stopped"
+                        ));
+                    })
+                })
+                .await;
+        });
+    }
 }
 
 /// An insert on its way, batch by batch.
@@ -412,9 +458,7 @@ impl SqlRunner {
             .insert_target(tenant, context, &insert)?
             .ok_or_else(|| Error::invalid("The INSERT's table is no knowledge base"))?;
         let source = match insert.source.as_deref() {
-            Some(query) if matches!(*query.body, SetExpr::Select(_) | SetExpr::Query(_)) => {
-                query.to_string()
-            }
+            Some(query) if !matches!(*query.body, SetExpr::Values(_)) => query.to_string(),
             _ => {
                 return Err(Error::invalid(
                     "An INSERT in batches takes a SELECT (VALUES need no batches)",
@@ -456,6 +500,14 @@ impl SqlRunner {
         mut last: Option<String>,
     ) -> Result<Outcome> {
         let id = batched.id;
+        // A statement stopped from outside (its client gone) is dropped mid-way: its record
+        // is then marked as stopped all the same, so it reads as resumable, not as running.
+        let mut unfinished = Unfinished {
+            store: std::sync::Arc::clone(&self.services.store),
+            tenant,
+            id,
+            armed: true,
+        };
         let token = tokio_util::sync::CancellationToken::new();
         let registration = self
             .services
@@ -495,6 +547,13 @@ impl SqlRunner {
                 else {
                     return Ok(());
                 };
+                if last.as_ref() == Some(&high) {
+                    return Err(Error::invalid(format!(
+                        "track_column '{}' does not advance past {high}: track a column whose \
+                         values compare exactly (an integer, text, a date)",
+                        batched.track
+                    )));
+                }
                 let within = match &last {
                     Some(l) => format!("{track} > {l} AND {track} <= {high}"),
                     None => format!("{track} <= {high}"),
@@ -561,6 +620,7 @@ impl SqlRunner {
             }
         }
         .await;
+        unfinished.armed = false;
         let error = outcome.as_ref().err().map(|e| e.message().to_string());
         // A cancelled query's record is gone; `update` then changes nothing.
         self.services
@@ -671,6 +731,15 @@ mod tests {
             };
             let err = Settings::of(&using).unwrap_err();
             assert!(err.message().contains(mention), "{using:?}: {err}");
+        }
+        for sql in [
+            "INSERT INTO kb SELECT id FROM t WHERE id > :min USING batch_size = 1",
+            "INSERT INTO kb SELECT id FROM t WHERE id > ? USING batch_size = 1",
+        ] {
+            let words = words_of(sql).unwrap();
+            let words: Vec<&Token> = words.iter().collect();
+            let err = batch_command(&words).unwrap_err();
+            assert!(err.message().contains("parameters"), "{sql}: {err}");
         }
         let words = words_of("SELECT query_resume('x')").unwrap();
         let words: Vec<&Token> = words.iter().collect();
