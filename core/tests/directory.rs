@@ -251,4 +251,7 @@ fn variables_fill_parameters_from_the_request_or_a_set_that_outlives_the_engine(
     let message = error(&engine, "SET @one_too_many = 1");
     assert!(message.contains("(100)"), "{message}");
     assert_eq!(doc(&engine, "SET @v1 = 'replaced'")["type"], "ok");
+    // NULL forgets one, which frees its place.
+    assert_eq!(doc(&engine, "SET @v2 = NULL")["type"], "ok");
+    assert_eq!(doc(&engine, "SET @one_more = 1")["type"], "ok");
 }

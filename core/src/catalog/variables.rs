@@ -29,7 +29,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     Ok(())
 }
 
-/// Keeps `value` as variable `name` of `tenant`, replacing the one it had.
+/// Keeps `value` as variable `name` of `tenant`, replacing the one it had; NULL forgets it.
 pub(crate) fn set(
     txn: &WriteTransaction,
     tenant: TenantId,
@@ -37,6 +37,11 @@ pub(crate) fn set(
     value: &Value,
 ) -> Result<()> {
     let key = name.to_ascii_lowercase();
+    if value.is_null() {
+        txn.open_table(VARIABLES)?
+            .remove((tenant.0, key.as_str()))?;
+        return Ok(());
+    }
     if key.is_empty() || key.len() > MAX_NAME_BYTES {
         return Err(Error::invalid(format!(
             "A variable's name takes 1 to {MAX_NAME_BYTES} bytes; '@{name}' does not"

@@ -16,6 +16,11 @@ use serde_json::Value;
 use crate::capacity::Tally;
 use crate::error::{Error, Result};
 
+/// What the values put into one statement may take in all, whatever its memory budget: a
+/// value is a setting (a password, a URL), and one small statement repeating a large one
+/// thousands of times must not become gigabytes of stored settings.
+pub(crate) const MAX_SUBSTITUTED_BYTES: u64 = 1 << 20;
+
 /// How the parser looks a variable up (its name without `@`, as written): its value, `None`
 /// when it is not defined.
 pub(crate) type Lookup<'v> = dyn Fn(&str) -> Result<Option<Value>> + 'v;
@@ -54,6 +59,7 @@ pub(crate) fn substitute(words: &[&Token], lookup: &Lookup<'_>) -> Result<Option
     // values, one outside separates USING pairs.
     let mut brackets: Vec<bool> = Vec::new();
     let mut copied = Tally::default();
+    let mut total = 0u64;
     let mut any = false;
     for (k, token) in words.iter().enumerate() {
         match token {
@@ -76,10 +82,15 @@ pub(crate) fn substitute(words: &[&Token], lookup: &Lookup<'_>) -> Result<Option
         match variable_name(token).filter(|_| at_value) {
             Some(name) => match lookup(name)? {
                 Some(value) => {
-                    copied.add(
-                        value_bytes(&value),
-                        "Putting the variables' values into the statement",
-                    )?;
+                    let bytes = value_bytes(&value);
+                    total = total.saturating_add(bytes);
+                    if total > MAX_SUBSTITUTED_BYTES {
+                        return Err(Error::invalid(format!(
+                            "The variables' values put into this statement take more than \
+                             {MAX_SUBSTITUTED_BYTES} bytes, the most one statement takes"
+                        )));
+                    }
+                    copied.add(bytes, "Putting the variables' values into the statement")?;
                     push_value(&value, &mut out);
                     any = true;
                 }
@@ -246,6 +257,13 @@ mod tests {
         let account = crate::memory::Account::open(Some(8 << 20), None).unwrap();
         let _in = crate::memory::enter(account.tag());
         let list = vec!["@big"; 64].join(", ");
+        // Within the memory budget or not, a megabyte of values is the most.
+        let err = parsed(
+            &format!("CREATE DATABASE d ENGINE = 'postgres', PARAMETERS = {{\"l\": [{list}]}}"),
+            json!({"big": "x".repeat(20_000)}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("1048576"), "{err}");
         let sql =
             format!("CREATE DATABASE d ENGINE = 'postgres', PARAMETERS = {{\"l\": [{list}]}}");
         let err = parsed(&sql, json!({"big": big})).unwrap_err();
