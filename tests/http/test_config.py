@@ -86,6 +86,10 @@ def test_auth_turned_on_at_run_time_holds_across_a_restart(server):
     assert server.sql("SELECT 1").status_code == 401
     assert PASSWORD.encode() not in server.data.read_bytes(), "the password is kept hashed"
     token = login(PASSWORD).json()["token"]
+    # New credentials end the sessions of the old ones.
+    assert put(server, {"auth": {"password": "second"}}, token).status_code == 200
+    assert server.sql("SELECT 1", token=token).status_code == 401
+    token = login("second").json()["token"]
     assert put(server, {"auth": {"http_auth_enabled": False}}).status_code == 401
     assert put(server, {"auth": {"http_auth_enabled": False}}, token).status_code == 200
     assert server.sql("SELECT 1").status_code == 200
@@ -143,6 +147,17 @@ def test_the_default_llm_changes_and_its_key_never_follows_a_new_url(start_serve
             third.script(text("third"))
             assert ask(server, "after") == "third"
             assert "authorization" not in third.headers[-1]
+
+        # A password in the URL is not shown either; the URL as shown is the URL in use.
+        userinfo = second.base_url.replace("http://", "http://u:pw@")
+        assert put(server, {"default_llm": {"base_url": userinfo, "api_key": "sk-u"}}
+                   ).status_code == 200
+        shown = get(server)["default_llm"]
+        assert ":pw@" not in shown["base_url"] and "******" in shown["base_url"], shown
+        assert put(server, {"default_llm": shown}).status_code == 200
+        second.script(text("with userinfo"))
+        assert ask(server, "after") == "with userinfo"
+        assert second.headers[-1]["authorization"] == "Bearer sk-u"
 
         # Kept across a restart; null goes back to the config file's, key and all.
         assert put(server, {"default_llm": {"base_url": second.base_url,

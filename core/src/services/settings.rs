@@ -140,7 +140,7 @@ impl Settings {
         let model = |provider: &str, model_name: &str, base_url: &str, api_key: &str| {
             let mut shown = json!({"provider": provider, "model_name": model_name});
             if !hosted {
-                shown["base_url"] = json!(base_url);
+                shown["base_url"] = json!(without_password(base_url));
                 shown["api_key"] = json!(if api_key.is_empty() { "" } else { MASK });
             }
             shown
@@ -192,10 +192,15 @@ impl Settings {
         let _one_at_a_time = self.changing.lock().await;
         let mut next = (*self.current()).clone();
         let mut kept: Vec<(&'static str, Option<Value>)> = Vec::new();
+        // New credentials end the sessions opened with the old ones.
+        let mut revoke_logins = false;
         for (key, value) in body {
             match key.as_str() {
                 AUTH => {
-                    next.credentials = credentials(&next.credentials, value)?;
+                    let changed = credentials(&next.credentials, value)?;
+                    revoke_logins |= changed.username != next.credentials.username
+                        || changed.password != next.credentials.password;
+                    next.credentials = changed;
                     kept.push((AUTH, Some(serde_json::to_value(&next.credentials)?)));
                 }
                 LLM => {
@@ -274,7 +279,11 @@ impl Settings {
         store
             .write(move |txn| {
                 kept.iter()
-                    .try_for_each(|(name, value)| settings::put(txn, name, value.as_ref()))
+                    .try_for_each(|(name, value)| settings::put(txn, name, value.as_ref()))?;
+                if revoke_logins {
+                    auth::revoke_tenant(txn, crate::tenant::TenantId::LOCAL)?;
+                }
+                Ok(())
             })
             .await?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
@@ -366,7 +375,12 @@ fn model(
     let model_name = given("model_name")?
         .filter(|m| !m.is_empty())
         .unwrap_or(model_name);
-    let new_url = given("base_url")?.unwrap_or_else(|| base_url.clone());
+    // The URL as shown (a password in it masked) and sent back is the URL in use.
+    let new_url = match given("base_url")? {
+        Some(url) if url == without_password(now[0]) => now[0].clone(),
+        Some(url) => url,
+        None => base_url.clone(),
+    };
     if new_url != base_url {
         crate::egress::check_http_url(&format!("{name}.base_url"), &new_url)?;
         egress
@@ -406,6 +420,17 @@ fn model_over(kept: &Value, provider: &mut String, model_name: &mut String) -> R
     *provider = text(kept, "provider");
     *model_name = text(kept, "model_name");
     Ok(())
+}
+
+/// `url` with a password it holds (`http://user:secret@host/`) masked.
+fn without_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some(MASK));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
 }
 
 fn text(kept: &Value, key: &str) -> String {
