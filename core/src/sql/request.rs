@@ -71,6 +71,20 @@ impl QueryRequest {
         self
     }
 
+    /// One statement the engine runs on a user's behalf (a job's, a batched insert's, an
+    /// evaluation's) in `db`, as the HTTP API takes one: alone, committed on its own.
+    pub(crate) fn on_behalf(sql: impl Into<String>, db: &str) -> QueryRequest {
+        QueryRequest {
+            context: QueryContext {
+                db: Some(db.to_string()),
+                show_secrets: false,
+            },
+            one_statement: true,
+            autocommit: true,
+            ..QueryRequest::new(sql)
+        }
+    }
+
     /// Sets the current database (`context.db`).
     pub fn with_db(mut self, db: impl Into<String>) -> Self {
         self.context.db = Some(db.into());

@@ -23,7 +23,7 @@ use super::{last, statements};
 use crate::cancel::{Control, Interrupts};
 use crate::catalog::jobs::{self, Due, Finished, Job};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{Outcome, QueryContext, QueryRequest, SqlRunner};
+use crate::sql::{Outcome, QueryRequest, SqlRunner};
 use crate::tenant::TenantId;
 
 /// The running scheduler, to stop it when the engine closes.
@@ -245,15 +245,7 @@ async fn execute(
     let (_ticket, tenant_memory) = services.admit_statement(tenant)?;
     let control = Control::new(services.config.statement_limit(None), &Interrupts::new())
         .with_memory(services.config.statement_memory_bytes(), tenant_memory);
-    let request = QueryRequest {
-        context: QueryContext {
-            db: Some(job.project.clone()),
-            show_secrets: false,
-        },
-        one_statement: true,
-        autocommit: true,
-        ..QueryRequest::new(sql)
-    };
+    let request = QueryRequest::on_behalf(sql, &job.project);
     control
         .run(async {
             match runner.run(tenant, &request).await.outcome {

@@ -37,7 +37,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::running::Object;
 use crate::sql::parse::words::{keyword, tokens_text, using_pairs};
 use crate::sql::parse::Command;
-use crate::sql::{FeatureStatement, Outcome, QueryContext, QueryRequest, ResultContext, SqlRunner};
+use crate::sql::{FeatureStatement, Outcome, QueryRequest, ResultContext, SqlRunner};
 use crate::tenant::TenantId;
 
 /// The most rows one batch may take.
@@ -648,15 +648,7 @@ impl SqlRunner {
         context: &ResultContext,
         sql: &str,
     ) -> Result<Option<String>> {
-        let request = QueryRequest {
-            context: QueryContext {
-                db: Some(context.db.clone()),
-                show_secrets: false,
-            },
-            one_statement: true,
-            autocommit: true,
-            ..QueryRequest::new(sql)
-        };
+        let request = QueryRequest::on_behalf(sql, &context.db);
         match self.run(tenant, &request).await.outcome {
             Outcome::Table(mut table) => {
                 while let Some(batch) = table.stream.next().await {

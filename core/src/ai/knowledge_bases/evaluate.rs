@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::services::llm;
-use crate::sql::{Outcome, QueryContext, QueryRequest, ResultContext, SqlRunner, TableResult};
+use crate::sql::{Outcome, QueryRequest, ResultContext, SqlRunner, TableResult};
 use crate::tenant::TenantId;
 
 /// Chunks searched per question (MindsDB's doc_id evaluator's).
@@ -342,15 +342,7 @@ impl SqlRunner {
         sql: &str,
         params: &[(&str, &String)],
     ) -> Result<Vec<(String, String)>> {
-        let mut request = QueryRequest {
-            context: QueryContext {
-                db: Some(context.db.clone()),
-                show_secrets: false,
-            },
-            one_statement: true,
-            autocommit: true,
-            ..QueryRequest::new(sql)
-        };
+        let mut request = QueryRequest::on_behalf(sql, &context.db);
         for (name, value) in params {
             request
                 .params
@@ -402,14 +394,8 @@ impl SqlRunner {
         params: Map<String, Value>,
     ) -> Result<()> {
         let request = QueryRequest {
-            context: QueryContext {
-                db: Some(context.db.clone()),
-                show_secrets: false,
-            },
-            one_statement: true,
-            autocommit: true,
             params: params.into_iter().collect(),
-            ..QueryRequest::new(sql)
+            ..QueryRequest::on_behalf(sql, &context.db)
         };
         match self.run(tenant, &request).await.outcome {
             Outcome::Error(e) => Err(e),
