@@ -1974,6 +1974,30 @@ fn evaluate_generates_questions_finds_their_documents_and_saves_the_result() {
         json!([[2]]),
         "results are appended"
     );
+    // from_sql names its columns, in any order; without them it is refused by name.
+    exec(
+        &engine,
+        "CREATE TABLE articles (doc_id INT, body TEXT, extra TEXT)",
+    );
+    exec(
+        &engine,
+        "INSERT INTO articles VALUES (2, 'Dogs bark at strangers and wag their tails', 'x')",
+    );
+    exec(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE kb USING test_table = mindsdb.from_articles, evaluate = false, \
+         generate_data = {'from_sql': 'SELECT doc_id AS id, extra, body AS content FROM articles'}",
+    );
+    assert_eq!(
+        rows(&engine, "SELECT doc_id, text FROM from_articles"),
+        json!([["2", "Dogs bark at strangers and wag their tails"]])
+    );
+    let message = error(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE kb USING test_table = mindsdb.t2, \
+         generate_data = {'from_sql': 'SELECT doc_id, body FROM articles'}",
+    );
+    assert!(message.contains("id and content"), "{message}");
     // evaluate = false only writes the test table.
     let d = doc(
         &engine,

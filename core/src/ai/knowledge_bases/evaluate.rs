@@ -197,13 +197,32 @@ impl SqlRunner {
                 .clone()
                 .or_else(|| kb.reranking_model.clone())
                 .unwrap_or_default();
-            let source = match from_sql {
-                Some(sql) => format!("SELECT * FROM ({sql}) AS __source LIMIT {SAMPLE_ROWS}"),
-                None => format!(
-                    "SELECT chunk_content AS content, id FROM {kb_table} LIMIT {SAMPLE_ROWS}"
-                ),
+            // Columns by name, as MindsDB takes them: `from_sql` gives `id` and `content` in
+            // any order, among others.
+            let rows = match from_sql {
+                Some(sql) => self
+                    .rows_of(
+                        tenant,
+                        context,
+                        &format!("SELECT content, id FROM ({sql}) AS __source LIMIT {SAMPLE_ROWS}"),
+                        &[],
+                    )
+                    .await
+                    .map_err(|e| {
+                        Error::new(
+                            e.kind(),
+                            format!(
+                                "generate_data's from_sql must give the columns id and content: {}",
+                                e.message()
+                            ),
+                        )
+                    })?,
+                None => {
+                    let sql =
+                        format!("SELECT chunk_content, id FROM {kb_table} LIMIT {SAMPLE_ROWS}");
+                    self.rows_of(tenant, context, &sql, &[]).await?
+                }
             };
-            let rows = self.rows_of(tenant, context, &source, &[]).await?;
             let rows = sample(rows, *count as usize);
             let endpoint = llm::endpoint(&settings, &self.services.settings.llm());
             let connector = self.services.connector();
