@@ -812,9 +812,12 @@ mindlite_status mindlite_model_describe(const mindlite_database *db,
                                         char **out_json);
 
 /**
- * Stores `len` bytes at `data` (a CSV file with a header line, or JSON: an array of objects
- * or one object per line) as the table `files.<name>`, column types inferred, all rows or
- * none. `format` is "csv", "json" or "parquet", or NULL to let the first bytes decide. `*out_rows`
+ * Stores `len` bytes at `data` as the table `files.<name>`, all rows or none: a CSV file with
+ * a header line, JSON (an array of objects or one object per line), Parquet or an `.xlsx`
+ * sheet, column types inferred; or a document (text, Markdown, HTML, PDF, `.docx`) as rows
+ * of its text's chunks (`content`, `metadata`); or a zip archive of one such file. `format`
+ * is "csv", "json", "parquet", "xlsx", "txt", "md", "html", "pdf", "docx" or "zip", or NULL
+ * to let the first bytes decide. `*out_rows`
  * (may be NULL) receives the rows stored. `MINDLITE_CONFLICT` when a file of that name
  * exists, `MINDLITE_INVALID` when the bytes cannot be read (the message says why).
  */
@@ -824,6 +827,20 @@ mindlite_status mindlite_file_upload(const mindlite_database *db,
                                      size_t len,
                                      const char *format,
                                      uint64_t *out_rows);
+
+/**
+ * Fetches the file at `url` (http or https, through the egress policy, no redirects) and
+ * stores it as `mindlite_file_upload` does. `file_name` (may be NULL) names its format, else
+ * the URL's last path segment or the answer's `Content-Type`. `*out_rows` (may be NULL)
+ * receives the rows stored. `MINDLITE_UNAVAILABLE` when the host cannot be reached,
+ * `MINDLITE_FORBIDDEN` when the policy refuses it or `files.url_upload` is off,
+ * `MINDLITE_INVALID` for a bad URL, an answer other than 200 or an unreadable file.
+ */
+mindlite_status mindlite_file_upload_url(const mindlite_database *db,
+                                         const char *name,
+                                         const char *url,
+                                         const char *file_name,
+                                         uint64_t *out_rows);
 
 /**
  * The uploaded files: `[{"name", "row_count", "columns"}, …]`.

@@ -552,6 +552,10 @@ pub struct FilesConfig {
     /// Decoded size one file may have (its columns in memory, counted batch by batch), in MiB;
     /// a small compressed file that expands beyond it is refused. Default: 65536 locally, 1024 hosted.
     pub max_decoded_mb: Option<u64>,
+    /// Whether `PUT /api/files/{name}` may fetch a file from a URL (`"source_type": "url"`,
+    /// MindsDB's `url_file_upload.enabled`); where it may connect is the egress policy's to
+    /// say. Default: on.
+    pub url_upload: Option<bool>,
 }
 
 /// How knowledge bases index and search their chunks.
@@ -891,6 +895,11 @@ impl Config {
     /// Decoded bytes an uploaded file may have (`files.max_decoded_mb`).
     pub fn upload_max_decoded_bytes(&self) -> u64 {
         mib(self.or_edition(self.files.max_decoded_mb, 65_536, 1024))
+    }
+
+    /// Whether files may be fetched from URLs (`files.url_upload`).
+    pub fn url_upload(&self) -> bool {
+        self.files.url_upload.unwrap_or(true)
     }
 
     /// Jobs one user may have (`jobs.max_jobs`).

@@ -695,16 +695,29 @@ impl HttpClient {
     /// checked as they resolve. A URL under a configured endpoint goes through the client
     /// that may reach it; any other, through the one that judges it like every URL.
     pub(crate) fn post(&self, url: &str) -> std::result::Result<reqwest::RequestBuilder, Refused> {
+        self.request(reqwest::Method::POST, url)
+    }
+
+    /// A GET of `url`, judged as [`HttpClient::post`] judges its URL.
+    pub(crate) fn get(&self, url: &str) -> std::result::Result<reqwest::RequestBuilder, Refused> {
+        self.request(reqwest::Method::GET, url)
+    }
+
+    fn request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+    ) -> std::result::Result<reqwest::RequestBuilder, Refused> {
         let Ok(parsed) = reqwest::Url::parse(url) else {
             // reqwest refuses it as it does any text that is no URL.
-            return Ok(self.client.post(url));
+            return Ok(self.client.request(method, url));
         };
         let policy = self.egress.policy_for(&parsed);
         check_url(policy, &parsed)?;
         if Arc::ptr_eq(policy, &self.egress.endpoint_policy) {
-            Ok(self.endpoint_client.post(parsed))
+            Ok(self.endpoint_client.request(method, parsed))
         } else {
-            Ok(self.client.post(parsed))
+            Ok(self.client.request(method, parsed))
         }
     }
 }

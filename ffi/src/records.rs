@@ -482,9 +482,12 @@ pub unsafe extern "C" fn mindlite_model_describe(
     })
 }
 
-/// Stores `len` bytes at `data` (a CSV file with a header line, or JSON: an array of objects
-/// or one object per line) as the table `files.<name>`, column types inferred, all rows or
-/// none. `format` is "csv", "json" or "parquet", or NULL to let the first bytes decide. `*out_rows`
+/// Stores `len` bytes at `data` as the table `files.<name>`, all rows or none: a CSV file with
+/// a header line, JSON (an array of objects or one object per line), Parquet or an `.xlsx`
+/// sheet, column types inferred; or a document (text, Markdown, HTML, PDF, `.docx`) as rows
+/// of its text's chunks (`content`, `metadata`); or a zip archive of one such file. `format`
+/// is "csv", "json", "parquet", "xlsx", "txt", "md", "html", "pdf", "docx" or "zip", or NULL
+/// to let the first bytes decide. `*out_rows`
 /// (may be NULL) receives the rows stored. `MINDLITE_CONFLICT` when a file of that name
 /// exists, `MINDLITE_INVALID` when the bytes cannot be read (the message says why).
 #[no_mangle]
@@ -516,6 +519,39 @@ pub unsafe extern "C" fn mindlite_file_upload(
         let format = format.map(mindlite::FileFormat::parse).transpose()?;
         let engine = db.engine();
         let rows = engine.block_on(engine.upload_file(name, bytes, format, None))?;
+        if !out_rows.is_null() {
+            // SAFETY: NULL or writable, per the header.
+            unsafe { *out_rows = rows };
+        }
+        Ok(())
+    })
+}
+
+/// Fetches the file at `url` (http or https, through the egress policy, no redirects) and
+/// stores it as `mindlite_file_upload` does. `file_name` (may be NULL) names its format, else
+/// the URL's last path segment or the answer's `Content-Type`. `*out_rows` (may be NULL)
+/// receives the rows stored. `MINDLITE_UNAVAILABLE` when the host cannot be reached,
+/// `MINDLITE_FORBIDDEN` when the policy refuses it or `files.url_upload` is off,
+/// `MINDLITE_INVALID` for a bad URL, an answer other than 200 or an unreadable file.
+#[no_mangle]
+pub unsafe extern "C" fn mindlite_file_upload_url(
+    db: *const Database,
+    name: *const c_char,
+    url: *const c_char,
+    file_name: *const c_char,
+    out_rows: *mut u64,
+) -> Status {
+    with_database(db, |db| {
+        // SAFETY: NUL-terminated strings (file_name may be NULL), per the header.
+        let (name, url, file_name) = unsafe {
+            (
+                boundary::text(name, "name")?,
+                boundary::text(url, "url")?,
+                boundary::optional_text(file_name, "file_name")?,
+            )
+        };
+        let engine = db.engine();
+        let rows = engine.block_on(engine.upload_url(name, url, file_name))?;
         if !out_rows.is_null() {
             // SAFETY: NULL or writable, per the header.
             unsafe { *out_rows = rows };

@@ -336,9 +336,11 @@ class Connection:
         data: Union[bytes, str, "_os.PathLike[str]"],
         format: Optional[str] = None,
     ) -> int:
-        """Stores a CSV or JSON file as the table ``files.<name>``; returns the rows stored.
-        ``data`` is the file's content (bytes or text) or a path to read. ``format`` is
-        ``"csv"``, ``"json"`` or ``"parquet"``; by default the path's extension or the first bytes decide.
+        """Stores a file as the table ``files.<name>``; returns the rows stored. ``data`` is the
+        file's content (bytes or text) or a path to read. ``format`` is ``"csv"``, ``"json"``,
+        ``"parquet"`` or ``"xlsx"`` (a typed table), ``"txt"``, ``"md"``, ``"html"``, ``"pdf"``
+        or ``"docx"`` (rows of the text's chunks: ``content``, ``metadata``), or ``"zip"`` (an
+        archive of one such file); by default the path's extension or the first bytes decide.
         ``ProgrammingError`` when a file of that name exists or the file cannot be read."""
         self._check()
         file_name: Optional[str] = None
@@ -351,6 +353,13 @@ class Connection:
         else:
             content = bytes(data)
         return self._db.upload_file(name, content, format, file_name)
+
+    def upload_url(self, name: str, url: str, file_name: Optional[str] = None) -> int:
+        """Fetches the file at ``url`` (http or https, through the engine's egress policy, no
+        redirects) and stores it as :meth:`upload_file` does; ``file_name`` names its format,
+        else the URL's last path segment or the answer's ``Content-Type``."""
+        self._check()
+        return self._db.upload_url(name, url, file_name)
 
     def files(self) -> List[Dict[str, Any]]:
         """The uploaded files: ``[{"name", "row_count", "columns"}]``."""

@@ -432,7 +432,7 @@ impl Database {
         Ok(answer.to_wire_json().to_string())
     }
 
-    /// Stores `data` (a CSV or JSON file's bytes) as the table `files.<name>`; returns the rows.
+    /// Stores `data` (a file's bytes) as the table `files.<name>`; returns the rows.
     #[pyo3(signature = (name, data, format=None, file_name=None))]
     fn upload_file(
         &self,
@@ -449,6 +449,23 @@ impl Database {
             runner
                 .upload_file(&name, data, format, file_name.as_deref())
                 .await
+        })?
+        .map_err(Failure::from)
+    }
+
+    /// Fetches the file at `url` and stores it as `files.<name>`; returns the rows.
+    #[pyo3(signature = (name, url, file_name=None))]
+    fn upload_url(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        url: &str,
+        file_name: Option<String>,
+    ) -> Fallible<u64> {
+        let engine = self.engine()?;
+        let (runner, name, url) = (engine.clone(), name.to_string(), url.to_string());
+        wait(py, &engine, async move {
+            runner.upload_url(&name, &url, file_name.as_deref()).await
         })?
         .map_err(Failure::from)
     }

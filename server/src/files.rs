@@ -1,7 +1,8 @@
 //! The file routes (`docs/mindsdb-wire.md` §7, the `files_*` captures): `GET /api/files` lists the
 //! uploaded files, `PUT /api/files/{name}` uploads one (a multipart form with the file in its
-//! `file` field, as MindsDB's clients send it, or the file itself as the body), `DELETE
-//! /api/files/{name}` removes it. The engine reads and stores the file; this only unwraps it.
+//! `file` field, as MindsDB's clients send it, the file itself as the body, or a JSON body
+//! naming a URL to fetch it from), `DELETE /api/files/{name}` removes it. The engine fetches,
+//! reads and stores the file; this only unwraps it.
 
 use mindlite::{Engine, Error, ErrorKind, FileFormat};
 use serde_json::Value;
@@ -31,11 +32,34 @@ pub async fn put(engine: &Engine, request: &Request, name: &str) -> Reply {
         // MindsDB reads a JSON object body as the upload's parameters, not as a file.
         check_parameters(parameters.keys().map(String::as_str), &JSON_PARAMETERS)?;
         check_source_type(parameters.get("source_type"))?;
-        return Err(Problem::titled(
-            400,
-            "Invalid request parameters",
-            "The body names no file content: send the file in a multipart form's 'file' field, or the file itself as the body",
-        ));
+        let text = |key: &str| parameters.get(key).and_then(Value::as_str);
+        if text("source_type") != Some("url") {
+            return Err(Problem::titled(
+                400,
+                "File field is missed",
+                "The body names no file content: send the file in a multipart form's 'file' field, or the file itself as the body",
+            ));
+        }
+        let Some(url) = text("source") else {
+            return Err(Problem::titled(
+                400,
+                "Missed file source",
+                "If the file's source type is URL, the \"source\" field should be specified.",
+            ));
+        };
+        let stored = engine
+            .upload_url(name, url, text("original_file_name"))
+            .await;
+        return match stored {
+            Ok(_) => Ok(json_response(200, &"")),
+            Err(e) => Err(match e.kind() {
+                ErrorKind::Conflict => Problem::titled(400, "File already exists", e.message()),
+                // The egress policy's refusal, or the setting that turns URL uploads off.
+                ErrorKind::Forbidden => Problem::titled(400, "Invalid URL", e.message()),
+                ErrorKind::Unavailable => Problem::titled(400, "Error getting file", e.message()),
+                _ => e.into(),
+            }),
+        };
     } else {
         Upload {
             bytes: request.body.clone(),
@@ -101,15 +125,10 @@ fn check_parameters<'a>(
     }
 }
 
-/// `source_type` must be `file` (or absent): this server downloads nothing.
+/// `source_type` must be `file` or `url` (or absent: a file).
 fn check_source_type(source_type: Option<&Value>) -> Result<(), Problem> {
     match source_type.and_then(Value::as_str) {
-        None | Some("file") => Ok(()),
-        Some("url") => Err(Problem::titled(
-            400,
-            "Wrong source type",
-            "This server does not fetch files from URLs; upload the file itself",
-        )),
+        None | Some("file" | "url") => Ok(()),
         Some(other) => Err(Problem::titled(
             400,
             "Wrong file source type",
@@ -149,6 +168,14 @@ async fn from_form(content_type: &str, body: Vec<u8>) -> Result<Upload, Problem>
             _ => {
                 let source_type = Value::String(field.text().await.map_err(bad)?);
                 check_source_type(Some(&source_type))?;
+                // A form carries the file; a URL comes in a JSON body with its `source`.
+                if source_type == "url" {
+                    return Err(Problem::titled(
+                        400,
+                        "Missed file source",
+                        "If the file's source type is URL, send a JSON body with the \"source\" field, not a form.",
+                    ));
+                }
             }
         }
     }

@@ -33,6 +33,21 @@ int main(void) {
   CHECK_CONTAINS(mindlite_errmsg(db), "Unknown file format 'xml'");
   CHECK_STATUS(MINDLITE_MISUSE, mindlite_file_upload(db, "bad", NULL, 5, NULL, NULL));
 
+  /* A document becomes rows of its text's chunks. */
+  const char *html = "<html><body><h1>Title</h1><p>Body &amp; more</p><script>x()</script></body></html>";
+  CHECK_OK(db, mindlite_file_upload(db, "page", (const uint8_t *)html, strlen(html), "html", &rows));
+  CHECK(rows == 1);
+  CHECK_OK(db, mindlite_query(db, "SELECT content FROM files.page WHERE content = 'Title\nBody & more'", &r));
+  CHECK(mindlite_result_row_count(r, &count) == MINDLITE_OK && count == 1);
+  mindlite_result_free(r);
+
+  /* URLs: nothing listens on port 9; a URL that is none is refused before any connection. */
+  CHECK_STATUS(MINDLITE_UNAVAILABLE, mindlite_file_upload_url(db, "fetched", "http://127.0.0.1:9/x.csv", NULL, NULL));
+  CHECK_CONTAINS(mindlite_errmsg(db), "Error getting file");
+  CHECK_STATUS(MINDLITE_INVALID, mindlite_file_upload_url(db, "fetched", "ftp://x/y.csv", NULL, NULL));
+  CHECK_CONTAINS(mindlite_errmsg(db), "not valid");
+  CHECK_STATUS(MINDLITE_CONFLICT, mindlite_file_upload_url(db, "page", "http://127.0.0.1:9/x.csv", NULL, NULL));
+
   CHECK_OK(db, mindlite_file_delete(db, "pairs"));
   CHECK_STATUS(MINDLITE_NOT_FOUND, mindlite_file_delete(db, "pairs"));
   CHECK_CONTAINS(mindlite_errmsg(db), "'pairs'");

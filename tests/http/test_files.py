@@ -142,7 +142,7 @@ def test_bad_uploads_are_refused_by_name_and_store_nothing(server):
         assert r.status_code == 400 and named in r.json()["detail"], (body, r.text)
     url = requests.put(files_url(server, "bad"), timeout=10,
                        json={"source_type": "url", "source": "http://127.0.0.1:9/x.csv"})
-    assert url.status_code == 400 and "URL" in url.json()["detail"], url.text
+    assert url.status_code == 400 and url.json()["title"] == "Error getting file", url.text
     no_file = requests.put(files_url(server, "bad"), timeout=10,
                            files={"original_file_name": (None, "x.csv")})
     assert no_file.status_code == 400 and "'file'" in no_file.json()["detail"]
@@ -155,7 +155,7 @@ def test_bad_uploads_are_refused_by_name_and_store_nothing(server):
                          files={"file": ("x.csv", CSV, "text/csv")}, data={"separator": ";"})
     assert extra.json()["title"] == "Invalid request parameters", extra.text
     # A JSON object body is the upload's parameters, never the file.
-    for body, title in (({"source_type": "file"}, "Invalid request parameters"),
+    for body, title in (({"source_type": "file"}, "File field is missed"),
                         ({"a": 1, "b": 2}, "Invalid request parameters"),
                         ({"source_type": "ftp"}, "Wrong file source type")):
         r = requests.put(files_url(server, "bad"), json=body, timeout=10)

@@ -52,3 +52,39 @@ def test_parquet_files_keep_their_types(con, tmp_path):
     for name in ("measures", "measures_bytes"):
         cur = con.execute(f"SELECT at, value, arrow_typeof(at) FROM files.{name} ORDER BY at")
         assert cur.fetchall() == [(1, 0.5, "Int16"), (2, None, "Int16")]
+
+
+def test_documents_and_files_from_urls(con, tmp_path):
+    import http.server
+    import threading
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\n" + "A line of notes. " * 60)
+    assert con.upload_file("notes", notes) >= 2
+    cur = con.execute("SELECT content, metadata FROM files.notes")
+    rows = cur.fetchall()
+    assert rows[0][0].startswith("# Notes") and '"file_format":"md"' in rows[0][1]
+    assert con.upload_file("page", b"<p>Hello <b>there</b></p>", format="html") == 1
+    assert con.execute("SELECT content FROM files.page").fetchall() == [("Hello there",)]
+
+    class Serve(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b"k,v\n1,one\n2,two\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{host.server_address[1]}/pairs.csv"
+        assert con.upload_url("pairs", url) == 2
+        with pytest.raises(mindlite.ProgrammingError, match="already exists"):
+            con.upload_url("pairs", url)
+    finally:
+        host.shutdown()
+    assert con.execute("SELECT v FROM files.pairs ORDER BY k").fetchall() == [("one",), ("two",)]

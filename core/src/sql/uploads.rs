@@ -17,6 +17,13 @@ use super::request::LoadMode;
 use super::SqlRunner;
 use crate::services::files::{open, Caps, FileFormat, FileInfo};
 
+/// A URL's file over `http.max_body_bytes`.
+fn too_big(max: u64) -> Error {
+    Error::invalid(format!(
+        "The file at the URL is larger than {max} bytes, the most an upload may be (http.max_body_bytes)"
+    ))
+}
+
 impl SqlRunner {
     /// Reads `bytes` as a file (see `services::files::open`) and stores it as `files.<name>`,
     /// in one transaction: all rows or none. A file of that name is a Conflict. Returns the
@@ -70,6 +77,97 @@ impl SqlRunner {
                 other => other,
             };
         }
+    }
+
+    /// Fetches the file at `url` and stores it as `files.<name>` (as [`SqlRunner::upload_file`]
+    /// does), the format told by `file_name`, else the URL's last path segment, else the
+    /// answer's `Content-Type`, else the first bytes. The connection goes through the egress
+    /// policy, follows no redirect, and reads at most `http.max_body_bytes`, the most an
+    /// upload sent in a request may be.
+    pub(crate) async fn upload_url(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        url: &str,
+        file_name: Option<String>,
+    ) -> Result<u64> {
+        crate::catalog::namespace::validate_name("file", name)?;
+        let config = &self.services.config;
+        if !config.url_upload() {
+            return Err(Error::new(
+                crate::ErrorKind::Forbidden,
+                "URL file upload is disabled (files.url_upload)",
+            ));
+        }
+        // MindsDB refuses an existing name before it downloads anything; so does this.
+        if self
+            .list_files(tenant)?
+            .iter()
+            .any(|file| file.name.eq_ignore_ascii_case(name))
+        {
+            return Err(Error::conflict(format!(
+                "File with name '{name}' already exists"
+            )));
+        }
+        let parsed = url::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| Error::invalid(format!("The URL is not valid: {url}")))?;
+        let max = config.http.max_body_bytes;
+        let request = self
+            .services
+            .client
+            .get(parsed.as_str())
+            .map_err(Error::from)?;
+        let mut response = request.send().await.map_err(|e| {
+            crate::egress::refusal_in(&e).map_or_else(
+                || {
+                    Error::new(
+                        crate::ErrorKind::Unavailable,
+                        format!("Error getting file: {}", crate::egress::http_reason(&e)),
+                    )
+                },
+                |refused| Error::new(crate::ErrorKind::Forbidden, refused),
+            )
+        })?;
+        if response.status() != reqwest::StatusCode::OK {
+            return Err(Error::invalid(format!(
+                "Error getting file: got status code {}",
+                response.status().as_u16()
+            )));
+        }
+        if response.content_length().is_some_and(|length| length > max) {
+            return Err(too_big(max));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Unavailable,
+                format!("Error getting file: {}", crate::egress::http_reason(&e)),
+            )
+        })? {
+            if (bytes.len() + chunk.len()) as u64 > max {
+                return Err(too_big(max));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let from_path = parsed
+            .path_segments()
+            .and_then(|mut segments| segments.next_back())
+            .filter(|segment| segment.contains('.'))
+            .map(str::to_string);
+        let file_name = file_name.or(from_path);
+        let format = match file_name.as_deref().and_then(FileFormat::from_name) {
+            Some(_) => None,
+            None => content_type.as_deref().and_then(FileFormat::from_name),
+        };
+        self.upload_file(tenant, name, bytes, format, file_name)
+            .await
     }
 
     /// Every uploaded file, by name.

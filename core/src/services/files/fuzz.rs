@@ -1,6 +1,7 @@
 //! Fuzz targets for uploads (`files::open` and `FileRows::read_into`): random bytes in every
 //! format, and valid CSV, JSON and Parquet files (every codec, several row groups and pages,
-//! nested and dictionary columns) mutated. A file is read within the caps or refused with an
+//! nested and dictionary columns), documents (HTML, PDF, Word), workbooks and zip archives
+//! mutated. A file is read within the caps or refused with an
 //! error that names the problem; never a panic, and never an allocation past the child's
 //! limit (a Parquet page that claims or inflates to more than the caps must be refused).
 
@@ -62,6 +63,12 @@ fn format(u: &mut Unstructured<'_>) -> Draw<Option<FileFormat>> {
         Some(FileFormat::Csv),
         Some(FileFormat::Json),
         Some(FileFormat::Parquet),
+        Some(FileFormat::Text),
+        Some(FileFormat::Html),
+        Some(FileFormat::Pdf),
+        Some(FileFormat::Docx),
+        Some(FileFormat::Xlsx),
+        Some(FileFormat::Zip),
     ])?)
 }
 
@@ -116,6 +123,43 @@ fn mutated_text_uploads_are_read_or_refused() {
         } else {
             format(u)?
         };
+        reads_or_says_why(&bytes, format, None);
+        Ok(())
+    });
+}
+
+/// Documents, workbooks and archives that read: each of the other readers' formats.
+fn document_seeds() -> &'static [(Vec<u8>, FileFormat)] {
+    use super::samples;
+    static SEEDS: OnceLock<Vec<(Vec<u8>, FileFormat)>> = OnceLock::new();
+    SEEDS.get_or_init(|| {
+        let rows: &[&[&str]] = &[
+            &["id", "price", "name", "ok", "day"],
+            &["1", "2.5", "apple & pear", "TRUE", "=date:45292"],
+            &["2", "x", "", "FALSE", "=date:2958466"],
+        ];
+        vec![
+            (
+                b"<html><head><style>a{}</style></head><body><p>a &amp; b<br>c</p><script>x<y</script><table><tr><td>1</td></tr></table></body></html>".to_vec(),
+                FileFormat::Html,
+            ),
+            (samples::pdf(&[&["Hello (world)", "line two"], &["page two"]]), FileFormat::Pdf),
+            (samples::docx(&["one & two", "three"]), FileFormat::Docx),
+            (samples::xlsx(&[("Sheet1", rows)]), FileFormat::Xlsx),
+            (
+                samples::zip_of(&[("d/data.csv", b"a,b\n1,x\n")]),
+                FileFormat::Zip,
+            ),
+        ]
+    })
+}
+
+#[test]
+fn mutated_documents_are_read_or_refused() {
+    Target::new(10_000).run(|u| {
+        let (seed, kind) = u.choose(document_seeds())?;
+        let bytes = mutate(u, seed)?;
+        let format = if u.ratio(3, 4)? { Some(*kind) } else { None };
         reads_or_says_why(&bytes, format, None);
         Ok(())
     });

@@ -1,14 +1,19 @@
-//! Uploaded files (MindsDB's `files` database): a CSV, JSON or Parquet upload is read into
-//! Arrow here, with its column types inferred; `sql::uploads` stores it as a table of the
+//! Uploaded files (MindsDB's `files` database): a CSV, JSON, Parquet or spreadsheet upload is
+//! read into Arrow here, with its column types inferred, and a document (text, Markdown, HTML,
+//! PDF, Word) into rows of its text's chunks; `sql::uploads` stores it as a table of the
 //! `files` database, which SQL reads as `files.<name>`. Reading decides the format (given, or
 //! from the name's extension, or from the first bytes) and says what is wrong with a file that
-//! cannot be read. One decoder per format (`csv`, `json`, `parquet`), each handing its rows
-//! to `rows`, which counts them against the caps.
+//! cannot be read. One decoder per format (`csv`, `json`, `parquet`, `sheets`, `documents`;
+//! `archive` checks zip containers before anything reads them), each handing its rows to
+//! `rows`, which counts them against the caps.
 
+mod archive;
 mod csv;
+mod documents;
 mod json;
 mod parquet;
 mod rows;
+mod sheets;
 
 use serde_json::Value;
 
@@ -27,6 +32,18 @@ pub enum FileFormat {
     Json,
     /// Apache Parquet; its own column types are kept.
     Parquet,
+    /// Plain text or Markdown: rows of its text's chunks (`content`, `metadata`).
+    Text,
+    /// HTML: rows of its text's chunks.
+    Html,
+    /// PDF: rows of its text's chunks.
+    Pdf,
+    /// Word (`.docx`): rows of its text's chunks.
+    Docx,
+    /// An Excel workbook (`.xlsx`): a sheet's rows, typed by its cells.
+    Xlsx,
+    /// A zip archive holding one file of any other format.
+    Zip,
 }
 
 impl FileFormat {
@@ -39,6 +56,14 @@ impl FileFormat {
             "csv" => Some(FileFormat::Csv),
             "json" | "jsonl" | "ndjson" | "x-ndjson" | "jsonlines" => Some(FileFormat::Json),
             "parquet" | "x-parquet" | "vnd.apache.parquet" => Some(FileFormat::Parquet),
+            "txt" | "text" | "plain" | "md" | "markdown" | "x-markdown" => Some(FileFormat::Text),
+            "html" | "htm" | "xhtml" => Some(FileFormat::Html),
+            "pdf" => Some(FileFormat::Pdf),
+            // `application/vnd.openxmlformats-officedocument.wordprocessingml.document`
+            "docx" | "document" => Some(FileFormat::Docx),
+            // `application/vnd.openxmlformats-officedocument.spreadsheetml.sheet`
+            "xlsx" | "xlsm" | "sheet" => Some(FileFormat::Xlsx),
+            "zip" | "x-zip-compressed" | "x-zip" => Some(FileFormat::Zip),
             _ => None,
         }
     }
@@ -48,7 +73,7 @@ impl FileFormat {
     pub fn parse(name: &str) -> Result<FileFormat> {
         FileFormat::from_name(name).ok_or_else(|| {
             Error::invalid(format!(
-                "Unknown file format '{name}'; files are csv, json (an array of objects, or one object per line) or parquet"
+                "Unknown file format '{name}'; files are csv, json (an array of objects, or one object per line), parquet, xlsx, txt, md, html, pdf, docx, or a zip of one of them"
             ))
         })
     }
@@ -73,13 +98,23 @@ impl FileInfo {
 }
 
 /// Opens an uploaded file. `format` as given, else guessed from `file_name`'s extension, else
-/// from the first bytes (`[` or `{` is JSON, `PAR1` is Parquet, anything else CSV). The
-/// columns are known (and checked) when this returns; rows are decoded only as they are read.
+/// from the first bytes (see `sniff`). The columns are known (and checked) when this returns;
+/// rows are decoded only as they are read.
 pub(crate) fn open(
     bytes: Bytes,
     format: Option<FileFormat>,
     file_name: Option<&str>,
     caps: Caps,
+) -> Result<FileRows> {
+    open_in(bytes, format, file_name, caps, false)
+}
+
+fn open_in(
+    bytes: Bytes,
+    format: Option<FileFormat>,
+    file_name: Option<&str>,
+    caps: Caps,
+    in_archive: bool,
 ) -> Result<FileRows> {
     // A byte-order mark (spreadsheets write one) would become part of the first column's name.
     let bytes = if bytes.starts_with(b"\xEF\xBB\xBF") {
@@ -87,46 +122,114 @@ pub(crate) fn open(
     } else {
         bytes
     };
-    let named = file_name.and_then(|name| {
-        let extension = name.rsplit_once('.')?.1.to_ascii_lowercase();
-        matches!(extension.as_str(), "tsv" | "xlsx" | "xls" | "txt").then_some(extension)
-    });
-    if let (None, Some(extension)) = (format, named) {
+    let extension = file_name
+        .and_then(|name| name.rsplit_once('.'))
+        .map(|(_, extension)| extension.to_ascii_lowercase());
+    if let (None, Some(extension @ ("tsv" | "xls" | "doc" | "ppt" | "pptx" | "rtf"))) =
+        (format, extension.as_deref())
+    {
         return Err(Error::invalid(format!(
-            "'.{extension}' files cannot be uploaded; upload CSV (comma-separated, with a header line), JSON or Parquet"
+            "'.{extension}' files cannot be uploaded; upload CSV (comma-separated, with a header line), JSON, Parquet, .xlsx, text, Markdown, HTML, PDF or .docx"
         )));
     }
-    let format = match format.or_else(|| file_name.and_then(FileFormat::from_name)) {
+    let format = match format.or_else(|| extension.as_deref().and_then(FileFormat::from_name)) {
         Some(format) => format,
-        None => sniff(&bytes)?,
+        None => sniff(&bytes),
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::invalid("The file is empty"));
     }
+    // What a document's metadata says it was: the extension it came with, else the format.
+    let label = |default: &str| match extension.as_deref() {
+        Some(e) if FileFormat::from_name(e) == Some(format) => e.to_string(),
+        _ => default.to_string(),
+    };
+    let document = |kind, default: &str| {
+        documents::open_document(bytes.clone(), kind, &label(default), file_name, caps)
+    };
     match format {
         FileFormat::Csv => csv::open_csv(bytes),
         FileFormat::Json => json::open_json(bytes),
         FileFormat::Parquet => parquet::open_parquet(bytes, caps),
+        FileFormat::Text => document(documents::Kind::Text, "txt"),
+        FileFormat::Html => document(documents::Kind::Html, "html"),
+        FileFormat::Pdf => document(documents::Kind::Pdf, "pdf"),
+        FileFormat::Docx => document(documents::Kind::Docx, "docx"),
+        FileFormat::Xlsx => {
+            let workbook = sheets::open_workbook(bytes, caps)?;
+            match &workbook.sheets[..] {
+                [only] => {
+                    let only = only.clone();
+                    workbook.sheet(&only)
+                }
+                sheets => Err(Error::invalid(format!(
+                    "The workbook has {} sheets ({}); upload a workbook of one sheet",
+                    sheets.len(),
+                    sheets.join(", ")
+                ))),
+            }
+        }
+        FileFormat::Zip if in_archive => Err(Error::invalid(
+            "The archive holds another archive; archives inside archives are not read",
+        )),
+        FileFormat::Zip => {
+            let mut archive = archive::Archive::check(bytes, caps, "The archive")?;
+            let (member, content) = archive.only_file()?;
+            drop(archive);
+            open_in(Bytes::from(content), None, Some(&member), caps, true)
+        }
     }
 }
 
-fn sniff(bytes: &[u8]) -> Result<FileFormat> {
+/// The format the first bytes say: `PAR1` is Parquet, `%PDF-` PDF, a zip archive a Word
+/// document or workbook by what it holds (else an archive), `<!doctype html` or `<html` HTML,
+/// `[` or `{` JSON, anything else CSV.
+fn sniff(bytes: &Bytes) -> FileFormat {
     if bytes.starts_with(b"PAR1") {
-        return Ok(FileFormat::Parquet);
+        return FileFormat::Parquet;
+    }
+    if bytes.starts_with(b"%PDF-") {
+        return FileFormat::Pdf;
+    }
+    if bytes.starts_with(b"PK\x03\x04") {
+        // Only the archive's directory is read here; its entries are checked when opened.
+        let holds = zip::ZipArchive::new(std::io::Cursor::new(bytes.clone()))
+            .map(|zip| {
+                (
+                    zip.index_for_name("word/document.xml").is_some(),
+                    zip.index_for_name("xl/workbook.xml").is_some(),
+                )
+            })
+            .unwrap_or_default();
+        return match holds {
+            (true, _) => FileFormat::Docx,
+            (_, true) => FileFormat::Xlsx,
+            _ => FileFormat::Zip,
+        };
     }
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace());
-    Ok(match start.map(|i| bytes[i]) {
+    let head = &bytes[start.unwrap_or(0)..];
+    let starts_with = |prefix: &[u8]| {
+        head.len() >= prefix.len() && head[..prefix.len()].eq_ignore_ascii_case(prefix)
+    };
+    if starts_with(b"<!doctype html") || starts_with(b"<html") {
+        return FileFormat::Html;
+    }
+    match head.first() {
         Some(b'[' | b'{') => FileFormat::Json,
         _ => FileFormat::Csv,
-    })
+    }
 }
 
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod samples;
 
 #[cfg(test)]
 mod tests {
     use super::rows::{stored_size, MAX_COLUMNS};
+    use super::samples;
     use super::*;
     use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
     use datafusion::arrow::datatypes::DataType;
@@ -358,5 +461,213 @@ mod tests {
         );
         assert_eq!(FileFormat::from_name("rows.ndjson"), Some(FileFormat::Json));
         assert_eq!(FileFormat::from_name("application/octet-stream"), None);
+    }
+
+    fn texts(data: &FileData, column: usize) -> Vec<String> {
+        data.batches
+            .iter()
+            .flat_map(|b| {
+                let column = b
+                    .column(column)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .unwrap();
+                (0..datafusion::arrow::array::Array::len(column))
+                    .map(|i| column.value(i).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_and_markdown_become_rows_of_overlapping_chunks() {
+        let paragraph = "Mindlite stores everything in one file. ".repeat(10);
+        let text = format!("# Title\n\n{paragraph}\n\n{paragraph}\n\n{paragraph}");
+        let data = read(text.as_bytes(), None, Some("notes.md")).unwrap();
+        assert_eq!(names(&data), ["content", "metadata"]);
+        let chunks = texts(&data, 0);
+        assert!(chunks.len() >= 3, "{chunks:?}");
+        assert!(chunks.iter().all(|c| c.chars().count() <= 500));
+        assert!(chunks[0].starts_with("# Title"));
+        let metadata: Value = serde_json::from_str(&texts(&data, 1)[0]).unwrap();
+        assert_eq!(
+            metadata,
+            serde_json::json!({"source_file": "notes.md", "file_format": "md"})
+        );
+        // Not UTF-8: read as Windows-1252, as an old editor wrote it.
+        let latin = read(b"caf\xe9 cr\xe8me", Some(FileFormat::Text), None).unwrap();
+        assert_eq!(texts(&latin, 0), ["café crème"]);
+        let blank = read(b" \n ", Some(FileFormat::Text), None).err().unwrap();
+        assert!(blank.message().contains("empty"), "{blank}");
+    }
+
+    #[test]
+    fn html_keeps_its_text_only() {
+        let html = "<!DOCTYPE html><html><head><title>Tab</title><style>p { color: red }</style></head>\
+            <body><h1>Fish &amp; chips</h1><p>First  line</p><script>var s = '<p>not text</p>';</script>\
+            <div><p>Second</p></div><template><p>hidden</p></template></body></html>";
+        let data = read(html.as_bytes(), None, None).unwrap();
+        assert_eq!(texts(&data, 0), ["Fish & chips\nFirst  line\nSecond"]);
+        let metadata: Value = serde_json::from_str(&texts(&data, 1)[0]).unwrap();
+        assert_eq!(metadata["file_format"], "html");
+    }
+
+    #[test]
+    fn pdf_pages_are_read_and_a_bomb_is_refused() {
+        let pdf = samples::pdf(&[&["Hello from page one", "and more"], &["Page two says hi"]]);
+        let data = read(&pdf, None, Some("report.pdf")).unwrap();
+        let content = texts(&data, 0).join(" ");
+        assert!(content.contains("Hello from page one"), "{content}");
+        assert!(content.contains("Page two says hi"), "{content}");
+        // Sniffed without a name.
+        assert_eq!(
+            texts(&read(&pdf, None, None).unwrap(), 0).join(" "),
+            content
+        );
+        // A page stream that inflates past the per-stream bound (the caps' decoded size).
+        let long = "A".repeat(8 << 20);
+        let bomb = samples::pdf(&[&[long.as_str()]]);
+        assert!(bomb.len() < 200_000, "a small file: {}", bomb.len());
+        let caps = Caps {
+            max_rows: u64::MAX,
+            max_bytes: 1 << 20,
+        };
+        let err = open(Bytes::from(bomb), None, None, caps).err().unwrap();
+        assert!(
+            err.message().contains("decompresses to more than 1 MiB"),
+            "{err}"
+        );
+        let damaged = read(b"%PDF-1.5\n1 0 obj << /Type /Catalog >>", None, None)
+            .err()
+            .unwrap();
+        assert!(damaged.message().contains("PDF"), "{damaged}");
+    }
+
+    #[test]
+    fn docx_paragraphs_are_read() {
+        let docx = samples::docx(&["Terms & conditions", "Second paragraph"]);
+        for name in [Some("contract.docx"), None] {
+            let data = read(&docx, None, name).unwrap();
+            assert_eq!(
+                texts(&data, 0),
+                ["Terms & conditions\nSecond paragraph"],
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_workbook_sheet_becomes_a_typed_table() {
+        let rows: &[&[&str]] = &[
+            &["id", "price", "name", "ok", "day", "", "mixed"],
+            &["1", "2.5", "apple", "TRUE", "=date:45292", "x", "7"],
+            &["", "", "", "", "", "", ""],
+            &["2", "3", "pear", "FALSE", "=date:45293.5", "", "seven"],
+        ];
+        let xlsx = samples::xlsx(&[("Prices", rows)]);
+        for name in [Some("book.xlsx"), None] {
+            let data = read(&xlsx, None, name).unwrap();
+            assert_eq!(
+                names(&data),
+                ["id", "price", "name", "ok", "day", "Unnamed: 5", "mixed"]
+            );
+            let types: Vec<DataType> = data
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
+            use datafusion::arrow::datatypes::TimeUnit;
+            assert_eq!(
+                types,
+                [
+                    DataType::Int64,
+                    DataType::Float64,
+                    DataType::Utf8,
+                    DataType::Boolean,
+                    DataType::Timestamp(TimeUnit::Microsecond, None),
+                    DataType::Utf8,
+                    DataType::Utf8,
+                ]
+            );
+            let batch = &data.batches[0];
+            assert_eq!(batch.num_rows(), 2, "the empty row is skipped");
+            let shown = datafusion::arrow::util::pretty::pretty_format_batches(&data.batches)
+                .unwrap()
+                .to_string();
+            assert!(shown.contains("2024-01-01T00:00:00"), "{shown}");
+            assert!(shown.contains("2024-01-02T12:00:00"), "{shown}");
+            assert!(shown.contains("| seven"), "{shown}");
+        }
+        let two = samples::xlsx(&[("A", rows), ("B", rows)]);
+        let err = read(&two, None, None).err().unwrap();
+        assert!(err.message().contains("2 sheets (A, B)"), "{err}");
+    }
+
+    #[test]
+    fn a_zip_of_one_file_is_that_file() {
+        let zip = samples::zip_of(&[("folder/", b""), ("folder/data.csv", b"a,b\n1,x\n2,y\n")]);
+        let data = read(&zip, None, Some("upload.zip")).unwrap();
+        assert_eq!(names(&data), ["a", "b"]);
+        assert_eq!(data.batches[0].num_rows(), 2);
+        let docx = samples::docx(&["inside"]);
+        let zipped = samples::zip_of(&[("letter.docx", &docx), ("__MACOSX/._letter.docx", b"x")]);
+        let data = read(&zipped, None, None).unwrap();
+        let metadata: Value = serde_json::from_str(&texts(&data, 1)[0]).unwrap();
+        assert_eq!(metadata["source_file"], "letter.docx");
+        let two = samples::zip_of(&[("a.csv", b"a\n1\n"), ("b.csv", b"a\n2\n")]);
+        let err = read(&two, None, None).err().unwrap();
+        assert!(err.message().contains("only one data file"), "{err}");
+        let nested = samples::zip_of(&[("inner.zip", &zip)]);
+        let err = read(&nested, None, None).err().unwrap();
+        assert!(err.message().contains("archives inside archives"), "{err}");
+    }
+
+    #[test]
+    fn an_archive_that_inflates_or_lies_about_its_size_is_refused() {
+        let csv = format!("a\n{}", "1\n".repeat(4 << 20));
+        let zip = samples::zip_of(&[("big.csv", csv.as_bytes())]);
+        assert!(zip.len() < 100_000, "a small archive: {}", zip.len());
+        let caps = Caps {
+            max_rows: u64::MAX,
+            max_bytes: 1 << 20,
+        };
+        let err = open(Bytes::from(zip.clone()), None, None, caps)
+            .err()
+            .unwrap();
+        assert!(err.message().contains("files.max_decoded_mb"), "{err}");
+        // The central directory claims fewer bytes than the entry inflates to.
+        let mut lying = zip;
+        let at = lying
+            .windows(4)
+            .position(|w| w == b"PK\x01\x02")
+            .expect("a central directory");
+        lying[at + 24..at + 28].copy_from_slice(&100u32.to_le_bytes());
+        let err = read(&lying, None, None).err().unwrap();
+        assert!(err.message().contains("declare"), "{err}");
+    }
+
+    #[test]
+    fn document_formats_are_named_by_extension_or_media_type() {
+        for (name, format) in [
+            ("a.txt", FileFormat::Text),
+            ("README.MD", FileFormat::Text),
+            ("text/plain", FileFormat::Text),
+            ("page.htm", FileFormat::Html),
+            ("text/html; charset=utf-8", FileFormat::Html),
+            ("application/pdf", FileFormat::Pdf),
+            ("x.docx", FileFormat::Docx),
+            (
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                FileFormat::Xlsx,
+            ),
+            ("application/zip", FileFormat::Zip),
+        ] {
+            assert_eq!(FileFormat::from_name(name), Some(format), "{name}");
+        }
+        let xls = read(b"\xd0\xcf\x11\xe0", None, Some("old.xls"))
+            .err()
+            .unwrap();
+        assert!(xls.message().contains("'.xls'"), "{xls}");
     }
 }

@@ -32,7 +32,7 @@ pub(super) fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::invalid(format!("The file is not readable as Parquet: {e}"))
     };
-    let builder = contained(|| {
+    let builder = super::rows::contained("Parquet", || {
         ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| unreadable(&e))
     })?;
     let metadata = builder.metadata();
@@ -104,7 +104,7 @@ pub(super) fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     ));
     drop(builder);
     let options = ArrowReaderOptions::new().with_schema(Arc::clone(&as_read));
-    let mut reader = contained(|| {
+    let mut reader = super::rows::contained("Parquet", || {
         ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
             .map_err(|e| unreadable(&e))?
             .with_batch_size(batch_rows)
@@ -115,7 +115,7 @@ pub(super) fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
     Ok(FileRows {
         schema,
         rows: Box::new(move |sink: Sink<'_>| {
-            while let Some(batch) = contained(|| Ok(reader.next()))? {
+            while let Some(batch) = super::rows::contained("Parquet", || Ok(reader.next()))? {
                 let batch = batch.map_err(|e| unreadable(&e))?;
                 sink(RecordBatch::try_new(
                     Arc::clone(&target),
@@ -124,22 +124,5 @@ pub(super) fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
             }
             Ok(())
         }),
-    })
-}
-
-/// Runs a call into the Parquet reader, a panic in it becoming the error for a damaged file.
-/// The reader (parquet 59) panics on some damaged files where it should fail, such as a page
-/// of dictionary indexes in a column without a dictionary page; once it has panicked it is
-/// not used again.
-fn contained<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
-        let detail = panic
-            .downcast_ref::<&str>()
-            .map(|text| text.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(Error::invalid(format!(
-            "The file is not readable as Parquet: it is damaged (the reader failed: {detail})"
-        )))
     })
 }

@@ -179,3 +179,21 @@ pub(super) fn too_wide(columns: usize) -> Error {
         "The file has {columns} columns; at most {MAX_COLUMNS} are accepted"
     ))
 }
+
+/// Runs a call into a reader of outside bytes, a panic in it becoming the error for a damaged
+/// file (`what` names the format). Parquet's reader (parquet 59) panics on some damaged files
+/// where it should fail, such as a page of dictionary indexes in a column without a dictionary
+/// page; the document readers are held to the same rule. A reader that has panicked is not
+/// used again.
+pub(super) fn contained<T>(what: &str, call: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
+        let detail = panic
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::invalid(format!(
+            "The file is not readable as {what}: it is damaged (the reader failed: {detail})"
+        )))
+    })
+}

@@ -1,0 +1,369 @@
+//! Spreadsheets (`.xlsx`) uploaded as tables, as MindsDB reads them (pandas' `read_excel`): a
+//! sheet's first row names the columns, each column typed by what its cells hold (whole
+//! numbers `BIGINT`, numbers `DOUBLE`, booleans, dates and times `TIMESTAMP`, anything mixed
+//! text), an empty cell NULL, rows with no value skipped. A header cell left empty names its
+//! column `Unnamed: <n>`, as pandas does.
+//!
+//! calamine reads the workbook over an archive checked first (`archive`): its shared strings
+//! are held whole (counted against the statement's memory before they are read), the sheet is
+//! streamed cell by cell, twice: once to type the columns, once to make the rows.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use calamine::{DataRef, Reader, Xlsx};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::archive::Archive;
+use super::rows::Caps;
+use super::rows::{check_columns, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
+use crate::error::{Error, Result};
+
+/// A workbook, checked and opened.
+pub(super) struct Workbook {
+    bytes: Bytes,
+    /// Its sheets, in order.
+    pub(super) sheets: Vec<String>,
+}
+
+/// Opens an `.xlsx` file: the archive is checked, and what calamine holds whole (everything
+/// but the sheets' cells) must fit the statement's memory.
+pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
+    let archive = Archive::check(bytes.clone(), caps, "The .xlsx file")?;
+    let held: u64 = archive
+        .sizes()
+        .filter(|(name, _)| !name.starts_with("xl/worksheets/"))
+        .map(|(_, size)| size)
+        .sum();
+    // A short shared string takes a `String` (24 bytes) beside its text.
+    crate::capacity::check(held.saturating_mul(4), "the .xlsx file's shared strings")?;
+    drop(archive);
+    let workbook = reader(&bytes)?;
+    let sheets = workbook.sheet_names();
+    if sheets.is_empty() {
+        return Err(Error::invalid("The .xlsx file has no sheets"));
+    }
+    Ok(Workbook { bytes, sheets })
+}
+
+fn reader(bytes: &Bytes) -> Result<Xlsx<Cursor<Bytes>>> {
+    super::rows::contained("an .xlsx file", || {
+        Xlsx::new(Cursor::new(bytes.clone()))
+            .map_err(|e| Error::invalid(format!("The file is not a readable .xlsx workbook: {e}")))
+    })
+}
+
+fn damaged(sheet: &str, e: calamine::XlsxError) -> Error {
+    Error::invalid(format!(
+        "The sheet '{sheet}' of the .xlsx file cannot be read: {e}"
+    ))
+}
+
+/// What a column's cells have held so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    ints: bool,
+    floats: bool,
+    bools: bool,
+    times: bool,
+    texts: bool,
+}
+
+impl Seen {
+    fn add(&mut self, value: &DataRef<'_>) {
+        match value {
+            DataRef::Empty => {}
+            DataRef::Int(_) => self.ints = true,
+            DataRef::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => self.ints = true,
+            DataRef::Float(_) => self.floats = true,
+            DataRef::Bool(_) => self.bools = true,
+            DataRef::DateTime(d) if d.is_datetime() => self.times = true,
+            _ => self.texts = true,
+        }
+    }
+
+    fn data_type(self) -> DataType {
+        let kinds = [self.ints || self.floats, self.bools, self.times, self.texts];
+        match kinds.iter().filter(|k| **k).count() {
+            1 if self.floats => DataType::Float64,
+            1 if self.ints => DataType::Int64,
+            1 if self.bools => DataType::Boolean,
+            1 if self.times => DataType::Timestamp(TimeUnit::Microsecond, None),
+            _ => DataType::Utf8,
+        }
+    }
+}
+
+impl Workbook {
+    /// The sheet `name` as a table: its columns typed now (one pass over its cells), its rows
+    /// made as they are read (a second pass).
+    pub(super) fn sheet(self, name: &str) -> Result<FileRows> {
+        let mut workbook = reader(&self.bytes)?;
+        let mut header: Vec<Option<String>> = Vec::new();
+        let mut seen: Vec<Seen> = Vec::new();
+        let mut first_row = None;
+        {
+            let mut cells = workbook
+                .worksheet_cells_reader(name)
+                .map_err(|e| damaged(name, e))?;
+            let mut count = 0u64;
+            while let Some(cell) = cells.next_cell().map_err(|e| damaged(name, e))? {
+                count += 1;
+                if count.is_multiple_of(4096) {
+                    crate::cancel::check()?;
+                }
+                let (row, column) = cell.get_position();
+                let column = column as usize;
+                if column >= MAX_COLUMNS {
+                    return Err(too_wide(column + 1));
+                }
+                let value = cell.get_value();
+                if value == &DataRef::Empty {
+                    continue;
+                }
+                let first = *first_row.get_or_insert(row);
+                if row == first {
+                    if header.len() <= column {
+                        header.resize(column + 1, None); // bounded: column < MAX_COLUMNS
+                    }
+                    header[column] = Some(text_of(value));
+                } else {
+                    if seen.len() <= column {
+                        seen.resize(column + 1, Seen::default()); // bounded: column < MAX_COLUMNS
+                    }
+                    seen[column].add(value);
+                }
+            }
+        }
+        let Some(header_row) = first_row else {
+            return Err(Error::invalid(format!("The sheet '{name}' is empty")));
+        };
+        let width = header.len().max(seen.len());
+        seen.resize(width, Seen::default()); // bounded: width <= MAX_COLUMNS
+        let fields: Vec<Field> = (0..width)
+            .map(|i| {
+                let name = header
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| format!("Unnamed: {i}"));
+                Field::new(name, seen[i].data_type(), true)
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        check_columns(&schema)?;
+        let batch_schema = Arc::clone(&schema);
+        let sheet = name.to_string();
+        Ok(FileRows {
+            schema,
+            rows: Box::new(move |sink| {
+                let mut cells = workbook
+                    .worksheet_cells_reader(&sheet)
+                    .map_err(|e| damaged(&sheet, e))?;
+                let mut batch = Rows::new(&batch_schema);
+                let mut row_values: Vec<Option<Value>> = vec![None; width]; // bounded: width <= MAX_COLUMNS
+                let mut current = None;
+                let mut count = 0u64;
+                loop {
+                    let cell = cells.next_cell().map_err(|e| damaged(&sheet, e))?;
+                    count += 1;
+                    if count.is_multiple_of(4096) {
+                        crate::cancel::check()?;
+                    }
+                    let row = cell.as_ref().map(|c| c.get_position().0);
+                    if row != current {
+                        if current.is_some_and(|r| r != header_row)
+                            && row_values.iter().any(Option::is_some)
+                        {
+                            batch.push(&mut row_values);
+                            if batch.len() == BATCH_ROWS {
+                                sink(batch.finish(&batch_schema)?)?;
+                            }
+                        }
+                        row_values.iter_mut().for_each(|v| *v = None);
+                        current = row;
+                    }
+                    let Some(cell) = cell else { break };
+                    let column = cell.get_position().1 as usize;
+                    if column < width && cell.get_position().0 != header_row {
+                        row_values[column] = Value::of(cell.get_value());
+                    }
+                }
+                if batch.len() > 0 {
+                    sink(batch.finish(&batch_schema)?)?;
+                }
+                Ok(())
+            }),
+        })
+    }
+}
+
+/// A cell's value as the rows are made.
+#[derive(Debug, Clone)]
+enum Value {
+    Number(f64),
+    Int(i64),
+    Bool(bool),
+    /// Microseconds since 1970, or the text when the date is out of range.
+    Time(std::result::Result<i64, String>),
+    Text(String),
+}
+
+impl Value {
+    fn of(value: &DataRef<'_>) -> Option<Value> {
+        Some(match value {
+            DataRef::Empty => return None,
+            DataRef::Int(i) => Value::Int(*i),
+            DataRef::Float(f) => Value::Number(*f),
+            DataRef::Bool(b) => Value::Bool(*b),
+            DataRef::DateTime(d) if d.is_datetime() => {
+                Value::Time(micros(d).ok_or_else(|| text_of(value)))
+            }
+            other => Value::Text(text_of(other)),
+        })
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Value::Number(f) => number_text(*f),
+            Value::Int(i) => i.to_string(),
+            Value::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+            Value::Time(Ok(t)) => chrono::DateTime::from_timestamp_micros(*t)
+                .map(|t| t.naive_utc().to_string())
+                .unwrap_or_default(),
+            Value::Time(Err(text)) | Value::Text(text) => text.clone(),
+        }
+    }
+}
+
+/// A number as a spreadsheet shows it: whole numbers without a fraction.
+fn number_text(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        format!("{}", f as i64)
+    } else {
+        f.to_string()
+    }
+}
+
+/// A cell's text, for a header or a text column.
+fn text_of(value: &DataRef<'_>) -> String {
+    match value {
+        DataRef::Float(f) => number_text(*f),
+        DataRef::DateTime(d) => match micros(d) {
+            Some(t) => Value::Time(Ok(t)).text(),
+            None => d.as_f64().to_string(),
+        },
+        DataRef::Bool(b) => Value::Bool(*b).text(),
+        DataRef::Int(i) => i.to_string(),
+        DataRef::String(text) | DataRef::DateTimeIso(text) | DataRef::DurationIso(text) => {
+            text.clone()
+        }
+        DataRef::SharedString(text) => text.to_string(),
+        DataRef::Error(e) => e.to_string(),
+        DataRef::Empty => String::new(),
+    }
+}
+
+/// An Excel date's microseconds since 1970.
+fn micros(date: &calamine::ExcelDateTime) -> Option<i64> {
+    let (year, month, day, hour, minute, second, milli) = date.to_ymd_hms_milli();
+    let day = chrono::NaiveDate::from_ymd_opt(year.into(), month.into(), day.into())?;
+    let time = chrono::NaiveTime::from_hms_milli_opt(
+        hour.into(),
+        minute.into(),
+        second.into(),
+        milli.into(),
+    )?;
+    Some(day.and_time(time).and_utc().timestamp_micros())
+}
+
+/// A batch of rows being made, one builder per column of the type it was given.
+struct Rows {
+    columns: Vec<Column>,
+    len: usize,
+}
+
+enum Column {
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Bool(BooleanBuilder),
+    Time(TimestampMicrosecondBuilder),
+    Text(StringBuilder),
+}
+
+impl Rows {
+    fn new(schema: &Schema) -> Rows {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Int64 => Column::Int(Int64Builder::new()),
+                DataType::Float64 => Column::Float(Float64Builder::new()),
+                DataType::Boolean => Column::Bool(BooleanBuilder::new()),
+                DataType::Timestamp(_, _) => Column::Time(TimestampMicrosecondBuilder::new()),
+                _ => Column::Text(StringBuilder::new()),
+            })
+            .collect();
+        Rows { columns, len: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends one row (each column's value or None), taking the values.
+    fn push(&mut self, values: &mut [Option<Value>]) {
+        for (column, value) in self.columns.iter_mut().zip(values.iter_mut()) {
+            let value = value.take();
+            match column {
+                Column::Int(b) => b.append_option(match value {
+                    Some(Value::Int(i)) => Some(i),
+                    Some(Value::Number(f)) => Some(f as i64),
+                    _ => None,
+                }),
+                Column::Float(b) => b.append_option(match value {
+                    Some(Value::Int(i)) => Some(i as f64),
+                    Some(Value::Number(f)) => Some(f),
+                    _ => None,
+                }),
+                Column::Bool(b) => b.append_option(match value {
+                    Some(Value::Bool(v)) => Some(v),
+                    _ => None,
+                }),
+                Column::Time(b) => b.append_option(match value {
+                    Some(Value::Time(Ok(t))) => Some(t),
+                    _ => None,
+                }),
+                Column::Text(b) => b.append_option(value.map(|v| v.text())),
+            }
+        }
+        self.len += 1;
+    }
+
+    fn finish(&mut self, schema: &Arc<Schema>) -> Result<RecordBatch> {
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter_mut()
+            .map(|column| -> ArrayRef {
+                match column {
+                    Column::Int(b) => Arc::new(b.finish()),
+                    Column::Float(b) => Arc::new(b.finish()),
+                    Column::Bool(b) => Arc::new(b.finish()),
+                    Column::Time(b) => Arc::new(b.finish()),
+                    Column::Text(b) => Arc::new(b.finish()),
+                }
+            })
+            .collect();
+        self.len = 0;
+        RecordBatch::try_new(Arc::clone(schema), columns)
+            .map_err(|e| Error::internal(format!("a sheet's rows: {e}")))
+    }
+}

@@ -1,0 +1,249 @@
+"""Documents, workbooks, archives and URLs uploaded as tables (`PUT /api/files/{name}`), as
+MindsDB's editor and users' scripts send them: text, Markdown, HTML, PDF and Word files become
+rows of their text's chunks (`content`, `metadata`), an .xlsx sheet a typed table, a zip archive
+the one file it holds; `{"source_type": "url", "source": …}` fetches the file through the
+egress policy. Every file here is made by the test."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import threading
+import zipfile
+import zlib
+
+import pytest
+import requests
+
+from hosted import hosted_server, problem
+
+
+def files_url(server, name: str) -> str:
+    return f"{server.url}/api/files/{name}"
+
+
+def upload(server, name: str, file_name: str, body: bytes) -> requests.Response:
+    return requests.put(files_url(server, name), timeout=30,
+                        files={"file": (file_name, body, "application/octet-stream")})
+
+
+def pdf(pages: list[list[str]]) -> bytes:
+    """A PDF of `pages` of lines in Helvetica, each page's content deflated."""
+    objects: list[bytes] = []
+    kids = []
+    font, resources = 3, 4
+    for i, lines in enumerate(pages):
+        shown = b"".join(b"(" + line.encode("latin-1") + b") Tj 0 -14 Td " for line in lines)
+        content = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + shown + b"ET")
+        content_id, page_id = 5 + 2 * i, 6 + 2 * i
+        kids.append(page_id)
+        objects.append(b"%d 0 obj << /Length %d /Filter /FlateDecode >> stream\n" % (content_id, len(content))
+                       + content + b"\nendstream endobj\n")
+        objects.append(b"%d 0 obj << /Type /Page /Parent 2 0 R /Contents %d 0 R /Resources %d 0 R "
+                       b"/MediaBox [0 0 612 792] >> endobj\n" % (page_id, content_id, resources))
+    head = [
+        b"1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n",
+        b"2 0 obj << /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % k for k in kids)
+        + b"] /Count %d >> endobj\n" % len(kids),
+        b"3 0 obj << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> endobj\n",
+        b"4 0 obj << /Font << /F1 3 0 R >> >> endobj\n",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for obj in head + objects:
+        offsets.append(len(out))
+        out += obj
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(offsets) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    out += b"trailer << /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(offsets) + 1, xref)
+    return bytes(out)
+
+
+def docx(paragraphs: list[str]) -> bytes:
+    body = "".join(f'<w:p><w:r><w:t xml:space="preserve">{p.replace("&", "&amp;")}</w:t></w:r></w:p>'
+                   for p in paragraphs)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.'
+                   'openxmlformats.org/package/2006/content-types"/>')
+        z.writestr("word/document.xml", '<?xml version="1.0"?><w:document xmlns:w="http://schemas.'
+                   f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>')
+    return buffer.getvalue()
+
+
+def xlsx(rows: list[list[object]], sheets: tuple[str, ...] = ("Sheet1",)) -> bytes:
+    """A workbook whose sheets all hold `rows`: numbers as numbers, text as inline strings."""
+    def cell(ref: str, value: object) -> str:
+        if isinstance(value, bool):
+            return f'<c r="{ref}" t="b"><v>{int(value)}</v></c>'
+        if isinstance(value, (int, float)):
+            return f'<c r="{ref}"><v>{value}</v></c>'
+        return f'<c r="{ref}" t="inlineStr"><is><t>{value}</t></is></c>'
+    sheet = "".join(
+        f'<row r="{r + 1}">' + "".join(cell(f"{chr(65 + c)}{r + 1}", v) for c, v in enumerate(row)
+                                        if v is not None) + "</row>"
+        for r, row in enumerate(rows))
+    ns = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.'
+                   'openxmlformats.org/package/2006/content-types"/>')
+        z.writestr("_rels/.rels", '<?xml version="1.0"?><Relationships xmlns="http://schemas.'
+                   f'openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" '
+                   f'Type="{rel}/officeDocument" Target="xl/workbook.xml"/></Relationships>')
+        z.writestr("xl/workbook.xml", f'<?xml version="1.0"?><workbook {ns} xmlns:r="{rel}"><sheets>'
+                   + "".join(f'<sheet name="{s}" sheetId="{i + 1}" r:id="rId{i + 1}"/>'
+                             for i, s in enumerate(sheets)) + "</sheets></workbook>")
+        z.writestr("xl/_rels/workbook.xml.rels", '<?xml version="1.0"?><Relationships xmlns="http://'
+                   'schemas.openxmlformats.org/package/2006/relationships">'
+                   + "".join(f'<Relationship Id="rId{i + 1}" Type="{rel}/worksheet" '
+                             f'Target="worksheets/sheet{i + 1}.xml"/>' for i in range(len(sheets)))
+                   + "</Relationships>")
+        for i in range(len(sheets)):
+            z.writestr(f"xl/worksheets/sheet{i + 1}.xml",
+                       f'<?xml version="1.0"?><worksheet {ns}><sheetData>{sheet}</sheetData></worksheet>')
+    return buffer.getvalue()
+
+
+def zipped(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return buffer.getvalue()
+
+
+LONG = " ".join(f"Sentence number {i} tells the story of mindlite." for i in range(40))
+
+
+def test_documents_become_rows_of_their_text(server):
+    made = {
+        "notes": ("notes.txt", LONG.encode()),
+        "readme": ("README.md", b"# Mindlite\n\nAn *embeddable* engine.\n"),
+        "page": ("page.html", b"<html><head><title>t</title><script>var x='<b>no</b>'</script></head>"
+                              b"<body><h1>Fish &amp; chips</h1><p>Served hot</p></body></html>"),
+        "report": ("report.pdf", pdf([["Quarterly report", "Sales rose"], ["Page two: costs fell"]])),
+        "letter": ("letter.docx", docx(["Dear reader & friend", "Goodbye"])),
+    }
+    for name, (file_name, body) in made.items():
+        r = upload(server, name, file_name, body)
+        assert r.status_code == 200, (name, r.text)
+    listed = {f["name"]: f["columns"] for f in requests.get(f"{server.url}/api/files", timeout=10).json()}
+    assert all(listed[name] == ["content", "metadata"] for name in made), listed
+    notes = server.sql_ok("SELECT content, metadata FROM files.notes")["data"]
+    assert len(notes) > 2 and all(len(c) <= 500 for c, _ in notes)
+    assert json.loads(notes[0][1]) == {"source_file": "notes.txt", "file_format": "txt"}
+    assert server.sql_ok("SELECT content FROM files.readme")["data"] == [["# Mindlite\n\nAn *embeddable* engine."]]
+    assert server.sql_ok("SELECT content FROM files.page")["data"] == [["Fish & chips\nServed hot"]]
+    report = server.sql_ok("SELECT content, metadata FROM files.report")["data"]
+    assert "Quarterly report" in report[0][0] and "Page two: costs fell" in report[0][0], report
+    assert json.loads(report[0][1])["file_format"] == "pdf"
+    assert server.sql_ok("SELECT content FROM files.letter")["data"] == [["Dear reader & friend\nGoodbye"]]
+    # A raw body is told by its media type, or its first bytes.
+    raw = requests.put(files_url(server, "raw_pdf"), data=made["report"][1], timeout=30,
+                       headers={"Content-Type": "application/octet-stream"})
+    assert raw.status_code == 200, raw.text
+    plain = requests.put(files_url(server, "raw_text"), data=b"just words", timeout=30,
+                         headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 200, plain.text
+    assert server.sql_ok("SELECT content FROM files.raw_text")["data"] == [["just words"]]
+
+
+def test_a_sheet_becomes_a_typed_table_and_an_archive_its_one_file(server):
+    book = xlsx([["id", "price", "name", "in_stock"], [1, 2.5, "apple", True], [2, 3, "pear", False]])
+    assert upload(server, "prices", "prices.xlsx", book).status_code == 200
+    got = server.sql_ok("SELECT id, price, name, in_stock, arrow_typeof(id), arrow_typeof(price) "
+                        "FROM files.prices ORDER BY id")["data"]
+    assert got == [[1, 2.5, "apple", True, "Int64", "Float64"], [2, 3.0, "pear", False, "Int64", "Float64"]]
+    two = upload(server, "two", "two.xlsx", xlsx([["a"], [1]], sheets=("First", "Second")))
+    problem(two, 400, "2 sheets", "First", "Second")
+    archive = zipped({"export/": b"", "export/data.csv": b"a,b\n1,x\n2,y\n"})
+    assert upload(server, "from_zip", "data.zip", archive).status_code == 200
+    assert server.sql_ok("SELECT a, b FROM files.from_zip ORDER BY a")["data"] == [[1, "x"], [2, "y"]]
+    several = upload(server, "several", "two.zip", zipped({"a.csv": b"a\n1\n", "b.csv": b"a\n2\n"}))
+    problem(several, 400, "only one data file")
+
+
+def test_an_archive_bomb_is_refused_within_the_caps(start_server):
+    server = start_server("[files]\nmax_decoded_mb = 1\n")
+    bomb = zipped({"big.csv": b"a\n" + b"1\n" * (2 << 20)})
+    assert len(bomb) < 50_000, "a small archive that inflates past the 1 MiB cap"
+    problem(upload(server, "bomb", "bomb.zip", bomb), 400, "files.max_decoded_mb")
+    sheet_bomb = xlsx([["a"]] + [[i] for i in range(60_000)])
+    problem(upload(server, "sheet", "s.xlsx", sheet_bomb), 400, "files.max_decoded_mb")
+    assert requests.get(f"{server.url}/api/files", timeout=10).json() == []
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    """Serves the test's files by path; `/moved` redirects, anything else is 404."""
+
+    served: dict[str, tuple[str, bytes]] = {}
+
+    def do_GET(self):  # noqa: N802 (the handler's name)
+        if self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/data.csv")
+            self.end_headers()
+            return
+        found = self.served.get(self.path)
+        if found is None:
+            self.send_error(404)
+            return
+        content_type, body = found
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def file_host():
+    _Files.served = {
+        "/data.csv": ("text/csv", b"a,b\n1,x\n2,y\n"),
+        "/report": ("application/pdf", pdf([["Fetched from a URL"]])),
+    }
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{host.server_address[1]}"
+    host.shutdown()
+
+
+def test_files_are_fetched_from_urls_through_the_egress_policy(start_server, file_host):
+    server = start_server()
+    put = lambda name, body: requests.put(files_url(server, name), json=body, timeout=30)  # noqa: E731
+    assert put("fetched", {"source_type": "url", "source": f"{file_host}/data.csv"}).status_code == 200
+    assert server.sql_ok("SELECT a, b FROM files.fetched ORDER BY a")["data"] == [[1, "x"], [2, "y"]]
+    # No extension in the URL: the answer's Content-Type says PDF.
+    assert put("doc", {"source_type": "url", "source": f"{file_host}/report"}).status_code == 200
+    assert "Fetched from a URL" in server.sql_ok("SELECT content FROM files.doc")["data"][0][0]
+    exists = put("fetched", {"source_type": "url", "source": f"{file_host}/data.csv"})
+    assert exists.status_code == 400 and exists.json()["title"] == "File already exists", exists.text
+    missing = put("missing", {"source_type": "url", "source": f"{file_host}/nothing.csv"})
+    assert missing.status_code == 400 and "404" in missing.json()["detail"], missing.text
+    # Redirects are not followed: the URL checked is the URL fetched.
+    moved = put("moved", {"source_type": "url", "source": f"{file_host}/moved"})
+    assert moved.status_code == 400 and "302" in moved.json()["detail"], moved.text
+    no_source = put("x", {"source_type": "url"})
+    assert no_source.status_code == 400 and no_source.json()["title"] == "Missed file source"
+    bad = put("x", {"source_type": "url", "source": "not a url"})
+    assert bad.status_code == 400 and "not valid" in bad.json()["detail"], bad.text
+    # The hosted edition's egress policy keeps tenants off the operator's network.
+    hosted, keys = hosted_server(start_server, 'edition = "hosted"\n', "alice")
+    refused = requests.put(files_url(hosted, "f"), timeout=30,
+                           json={"source_type": "url", "source": f"{file_host}/data.csv"},
+                           headers={"Authorization": f"Bearer {keys['alice']}"})
+    assert refused.status_code == 400 and refused.json()["title"] == "Invalid URL", refused.text
+    assert "egress policy" in refused.json()["detail"]
+    # And the operator can turn URL uploads off.
+    off = start_server("[files]\nurl_upload = false\n")
+    disabled = requests.put(files_url(off, "f"), timeout=30,
+                            json={"source_type": "url", "source": f"{file_host}/data.csv"})
+    assert disabled.status_code == 400 and "files.url_upload" in disabled.json()["detail"], disabled.text
