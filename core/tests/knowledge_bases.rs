@@ -1919,6 +1919,60 @@ fn an_insert_in_batches_killed_midway_resumes_after_its_last_batch() {
 }
 
 #[test]
+fn evaluate_by_llm_relevancy_scores_the_chunks_found() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    // The fake reranker scores the chunk about tails 0.9 and every other 0.2.
+    let result = rows(
+        &engine,
+        "EVALUATE KNOWLEDGE_BASE kb USING test_table = mindsdb.rel_tests, \
+         version = 'llm_relevancy', generate_data = {'count': 4}, save_to = mindsdb.rel_scores",
+    );
+    let row = &result[0];
+    let number = |i: usize| row[i].as_f64().unwrap();
+    assert!(
+        (number(0) - (0.9 + 3.0 * 0.2) / 4.0).abs() < 1e-9,
+        "avg_relevancy: {row}"
+    );
+    let list = |i: usize| -> Vec<f64> { serde_json::from_str(row[i].as_str().unwrap()).unwrap() };
+    assert_eq!(list(1).len(), 4, "a score per position: {row}");
+    assert_eq!(
+        list(4).last(),
+        Some(&1.0),
+        "every question finds the relevant chunk: {row}"
+    );
+    let mrr = number(3);
+    assert!(mrr > 0.25 && mrr <= 1.0, "mean_mrr: {row}");
+    assert_eq!(row[10], "kb");
+    // The generated table: MindsDB's (text, question, answer, id), the id a row number.
+    assert_eq!(
+        rows(&engine, "SELECT count(*), min(id), max(id) FROM rel_tests"),
+        json!([[4, 0, 3]])
+    );
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT count(*), name FROM rel_scores GROUP BY name"
+        ),
+        json!([[1, "kb"]])
+    );
+    // Every found chunk of every question was scored.
+    let scored = embedder
+        .chats
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("Score the relevance"))
+        })
+        .count();
+    assert_eq!(scored, 16);
+}
+
+#[test]
 fn evaluate_generates_questions_finds_their_documents_and_saves_the_result() {
     let embedder = FakeEmbedder::start();
     let engine = Engine::open_in_memory(config(&embedder)).unwrap();
@@ -2015,7 +2069,7 @@ fn evaluate_generates_questions_finds_their_documents_and_saves_the_result() {
         ("test_table = qa", "database.table"),
         (
             "test_table = mindsdb.qa, version = 'llm_relevancy'",
-            "llm_relevancy",
+            "question and answer",
         ),
         (
             "test_table = mindsdb.qa, generate_data = {'count': 0}",

@@ -12,9 +12,15 @@
 //!   (JSON: position → share of questions found at or before it), `avg_query_time` (seconds),
 //!   `id`, `name`, `created_at`; `save_to = db.t` appends it to a table as well.
 //!
+//! - `version = 'llm_relevancy'` judges the found chunks instead of looking for one document:
+//!   the test table holds `(text, question, answer, id)`, each question's best 10 chunks are
+//!   scored by the LLM as the reranker scores them (0 to 1; 0.5 and above is relevant), and
+//!   the row is MindsDB's: `avg_relevancy`, `avg_relevance_score_by_k`,
+//!   `avg_first_relevant_position`, `mean_mrr`, `hit_at_k`, `bin_precision_at_k` (lists as
+//!   JSON), `avg_entropy`, `avg_ndcg`, `avg_query_time`, `id`, `name`, `created_at`.
+//!
 //! Every search and write is an ordinary statement of the caller's, the question bound as a
-//! parameter, never spliced. Only MindsDB's `version = 'doc_id'` is here; its
-//! `llm_relevancy` (the LLM scoring each found chunk) is refused by name.
+//! parameter, never spliced.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +41,10 @@ use crate::tenant::TenantId;
 
 /// Chunks searched per question (MindsDB's doc_id evaluator's).
 const TOP_K: usize = 20;
+/// Chunks searched and scored per question by the `llm_relevancy` evaluator (MindsDB's).
+const RELEVANCY_TOP_K: usize = 10;
+/// A chunk scored at least this is relevant (MindsDB's binary relevancy).
+const RELEVANT: f64 = 0.5;
 /// Questions generated when `count` is not given.
 const DEFAULT_COUNT: u64 = 20;
 /// Rows sampled from for generating at most.
@@ -80,8 +90,18 @@ pub(crate) fn names_as_text(words: &[&Token]) -> Vec<Token> {
     out
 }
 
+/// What an evaluation measures (`version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// Whether the document each question was written from is found.
+    DocId,
+    /// How relevant the LLM finds the chunks found.
+    LlmRelevancy,
+}
+
 /// The settings of one evaluation.
 struct Evaluation {
+    version: Version,
     test_table: String,
     generate: Option<(Option<String>, u64)>,
     evaluate: bool,
@@ -92,6 +112,7 @@ struct Evaluation {
 impl Evaluation {
     fn of(using: Vec<(String, Value)>) -> Result<Evaluation> {
         let mut evaluation = Evaluation {
+            version: Version::DocId,
             test_table: String::new(),
             generate: None,
             evaluate: true,
@@ -102,12 +123,11 @@ impl Evaluation {
             match (key.as_str(), value) {
                 ("test_table", Value::String(t)) => evaluation.test_table = table_name(&t)?,
                 ("save_to", Value::String(t)) => evaluation.save_to = Some(table_name(&t)?),
-                ("version", Value::String(v)) if v.eq_ignore_ascii_case("doc_id") => {}
+                ("version", Value::String(v)) if v.eq_ignore_ascii_case("doc_id") => {
+                    evaluation.version = Version::DocId
+                }
                 ("version", Value::String(v)) if v.eq_ignore_ascii_case("llm_relevancy") => {
-                    return Err(Error::invalid(
-                        "version = 'llm_relevancy' is not available here; version = 'doc_id' \
-                         (the default) is",
-                    ))
+                    evaluation.version = Version::LlmRelevancy
                 }
                 ("generate_data", Value::Bool(on)) => {
                     evaluation.generate = on.then_some((None, DEFAULT_COUNT))
@@ -139,7 +159,7 @@ impl Evaluation {
                 (key, value) => {
                     return Err(Error::invalid(format!(
                         "EVALUATE KNOWLEDGE_BASE takes test_table = db.table, version = \
-                         'doc_id', generate_data = true | {{…}}, evaluate = true | false, llm = \
+                         'doc_id' | 'llm_relevancy', generate_data = true | {{…}}, evaluate = true | false, llm = \
                          {{…}}, save_to = db.table; got {key} = {value}"
                     )))
                 }
@@ -191,20 +211,26 @@ impl SqlRunner {
             project.replace('`', "``"),
             kb.name.replace('`', "``")
         );
+        // The LLM that writes the questions and (llm_relevancy) scores the chunks.
+        let settings = evaluation
+            .llm
+            .clone()
+            .or_else(|| kb.reranking_model.clone())
+            .unwrap_or_default();
+        let relevancy = evaluation.version == Version::LlmRelevancy;
         if let Some((from_sql, count)) = &evaluation.generate {
-            let settings = evaluation
-                .llm
-                .clone()
-                .or_else(|| kb.reranking_model.clone())
-                .unwrap_or_default();
             // Columns by name, as MindsDB takes them: `from_sql` gives `id` and `content` in
             // any order, among others.
+            // llm_relevancy needs no document ids: the second column is the content again.
+            let id = if relevancy { "content" } else { "id" };
             let rows = match from_sql {
                 Some(sql) => self
                     .rows_of(
                         tenant,
                         context,
-                        &format!("SELECT content, id FROM ({sql}) AS __source LIMIT {SAMPLE_ROWS}"),
+                        &format!(
+                            "SELECT content, {id} FROM ({sql}) AS __source LIMIT {SAMPLE_ROWS}"
+                        ),
                         &[],
                     )
                     .await
@@ -212,7 +238,12 @@ impl SqlRunner {
                         Error::new(
                             e.kind(),
                             format!(
-                                "generate_data's from_sql must give the columns id and content: {}",
+                                "generate_data's from_sql must give the {}: {}",
+                                if relevancy {
+                                    "column content"
+                                } else {
+                                    "columns id and content"
+                                },
                                 e.message()
                             ),
                         )
@@ -228,7 +259,8 @@ impl SqlRunner {
             let connector = self.services.connector();
             let mut generated = Vec::new();
             let mut errors = 0;
-            for (content, id) in rows {
+            for (index, (content, id)) in rows.into_iter().enumerate() {
+                let id = if relevancy { index.to_string() } else { id };
                 let messages = [
                     json!({"role": "system", "content": QUESTION_PROMPT}),
                     json!({"role": "user", "content": format!("Text:\n{content}")}),
@@ -252,11 +284,16 @@ impl SqlRunner {
                 return Err(Error::invalid("No test question could be generated"));
             }
             let table = &evaluation.test_table;
+            let id_column = if relevancy {
+                "id BIGINT"
+            } else {
+                "doc_id TEXT"
+            };
             self.statement(
                 tenant,
                 context,
                 &format!(
-                    "CREATE OR REPLACE TABLE {table} (text TEXT, question TEXT, answer TEXT, doc_id TEXT)"
+                    "CREATE OR REPLACE TABLE {table} (text TEXT, question TEXT, answer TEXT, {id_column})"
                 ),
                 Map::new(),
             )
@@ -280,6 +317,11 @@ impl SqlRunner {
             return Ok(Outcome::Ok {
                 affected_rows: None,
             });
+        }
+        if relevancy {
+            return self
+                .evaluate_relevancy(tenant, context, &evaluation, &kb_table, &kb.name, &settings)
+                .await;
         }
         let questions = self
             .rows_of(
@@ -351,6 +393,96 @@ impl SqlRunner {
             .await?;
         }
         row.outcome()
+    }
+
+    /// The `llm_relevancy` evaluation of the test table's questions (`question`, `answer`):
+    /// each question's best chunks scored by the LLM, summed up as MindsDB sums them.
+    async fn evaluate_relevancy(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        evaluation: &Evaluation,
+        kb_table: &str,
+        name: &str,
+        settings: &Map<String, Value>,
+    ) -> Result<Outcome> {
+        let questions = self
+            .rows_of(
+                tenant,
+                context,
+                &format!(
+                    "SELECT CAST(question AS TEXT), CAST(answer AS TEXT) FROM {} LIMIT {}",
+                    evaluation.test_table,
+                    MAX_QUESTIONS + 1
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!(
+                        "The test table must have the columns question and answer: {}",
+                        e.message()
+                    ),
+                )
+            })?;
+        if questions.len() > MAX_QUESTIONS {
+            return Err(Error::invalid(format!(
+                "The test table has more than {MAX_QUESTIONS} questions, the most one evaluation asks"
+            )));
+        }
+        if questions.is_empty() {
+            return Err(Error::invalid("The test table has no questions"));
+        }
+        let connector = self.services.connector();
+        // bounded: at most MAX_QUESTIONS
+        let mut scored = Vec::with_capacity(questions.len());
+        let mut seconds = 0.0;
+        for (question, _answer) in &questions {
+            let started = Instant::now();
+            let found = self
+                .rows_of(
+                    tenant,
+                    context,
+                    &format!(
+                        "SELECT chunk_content, id FROM {kb_table} WHERE content = :q LIMIT {RELEVANCY_TOP_K}"
+                    ),
+                    &[("q", question)],
+                )
+                .await?;
+            seconds += started.elapsed().as_secs_f64();
+            let chunks: Vec<String> = found.into_iter().map(|(chunk, _)| chunk).collect();
+            let scores =
+                crate::services::reranker::scores(&connector, settings, question, &chunks).await?;
+            scored.push(scores);
+        }
+        let metrics = Relevancy::of(&scored, seconds, name);
+        if let Some(table) = &evaluation.save_to {
+            self.statement(
+                tenant,
+                context,
+                &format!(
+                    "CREATE TABLE IF NOT EXISTS {table} (avg_relevancy DOUBLE, \
+                     avg_relevance_score_by_k TEXT, avg_first_relevant_position DOUBLE, \
+                     mean_mrr DOUBLE, hit_at_k TEXT, bin_precision_at_k TEXT, avg_entropy DOUBLE, \
+                     avg_ndcg DOUBLE, avg_query_time DOUBLE, id BIGINT, name TEXT, created_at TEXT)"
+                ),
+                Map::new(),
+            )
+            .await?;
+            self.statement(
+                tenant,
+                context,
+                &format!(
+                    "INSERT INTO {table} VALUES (:relevancy, :by_k, :first, :mrr, :hits, \
+                     :precision, :entropy, :ndcg, :time, :id, :name, :created)"
+                ),
+                metrics.params(),
+            )
+            .await?;
+        }
+        metrics.outcome()
     }
 
     /// The rows of `sql` (two text columns), `params` bound as values.
@@ -536,6 +668,177 @@ impl Summary {
     }
 }
 
+/// One `llm_relevancy` evaluation's result row (MindsDB's `EvaluateRerank` metrics).
+#[derive(Debug)]
+struct Relevancy {
+    avg_relevancy: f64,
+    by_k: Vec<f64>,
+    first_position: Option<f64>,
+    mrr: f64,
+    hit_at_k: Vec<f64>,
+    precision_at_k: Vec<f64>,
+    entropy: f64,
+    ndcg: f64,
+    avg_time: f64,
+    id: i64,
+    name: String,
+    created_at: String,
+}
+
+/// Averages of `rows` column by column, as far as the shortest row goes (Python's `zip`),
+/// rounded to two places as MindsDB shows them.
+fn column_means(rows: &[Vec<f64>]) -> Vec<f64> {
+    let width = rows.iter().map(Vec::len).min().unwrap_or(0);
+    (0..width)
+        .map(|k| {
+            let mean = rows.iter().map(|row| row[k]).sum::<f64>() / rows.len() as f64;
+            (mean * 100.0).round() / 100.0
+        })
+        .collect()
+}
+
+impl Relevancy {
+    /// The metrics of questions whose found chunks scored `scores` (each question's, in the
+    /// order found), searches having taken `seconds` in all.
+    fn of(scores: &[Vec<f64>], seconds: f64, name: &str) -> Relevancy {
+        let (mut relevancy, mut mrr, mut entropy, mut ndcg) = (0.0, 0.0, 0.0, 0.0);
+        let mut firsts = Vec::new();
+        let (mut hits, mut precisions, mut by_k) = (Vec::new(), Vec::new(), Vec::new());
+        let mut queries = 0usize;
+        for question in scores {
+            let relevant: Vec<bool> = question.iter().map(|s| *s >= RELEVANT).collect();
+            let first = relevant.iter().position(|r| *r);
+            if let Some(first) = first {
+                firsts.push(first as f64);
+            }
+            mrr += first.map_or(0.0, |p| 1.0 / (p as f64 + 1.0));
+            let mut found = 0usize;
+            let (mut hit_row, mut precision_row) = (Vec::new(), Vec::new());
+            for (k, r) in relevant.iter().enumerate() {
+                found += usize::from(*r);
+                hit_row.push(if found > 0 { 1.0 } else { 0.0 });
+                precision_row.push(found as f64 / (k + 1) as f64);
+            }
+            hits.push(hit_row);
+            precisions.push(precision_row);
+            if question.is_empty() {
+                // No chunk found: MindsDB leaves such a question out of relevancy, entropy and
+                // nDCG, but counts it (with a reciprocal rank of 0) in MRR.
+                continue;
+            }
+            queries += 1;
+            relevancy += question.iter().sum::<f64>() / question.len() as f64;
+            by_k.push(question.clone());
+            entropy += if question.len() > 1 {
+                let total: f64 = question.iter().sum();
+                if total > 0.0 {
+                    -question
+                        .iter()
+                        .filter(|s| **s > 0.0)
+                        .map(|s| (s / total) * (s / total).ln())
+                        .sum::<f64>()
+                } else {
+                    0.0
+                }
+            } else {
+                0.0
+            };
+            let dcg = |scores: &[f64]| -> f64 {
+                scores
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| s / (i as f64 + 2.0).log2())
+                    .sum()
+            };
+            let mut ideal = question.clone();
+            ideal.sort_by(|a, b| b.total_cmp(a));
+            let best = dcg(&ideal);
+            ndcg += if best > 0.0 {
+                dcg(question) / best
+            } else {
+                0.0
+            };
+        }
+        let total = scores.len().max(1) as f64;
+        Relevancy {
+            avg_relevancy: relevancy / total,
+            by_k: column_means(&by_k),
+            first_position: (!firsts.is_empty())
+                .then(|| firsts.iter().sum::<f64>() / firsts.len() as f64),
+            mrr: mrr / total,
+            hit_at_k: column_means(&hits),
+            precision_at_k: column_means(&precisions),
+            entropy: entropy / queries.max(1) as f64,
+            ndcg: ndcg / queries.max(1) as f64,
+            avg_time: seconds / total,
+            id: crate::time::now_unix() as i64,
+            name: name.to_string(),
+            created_at: crate::time::now_text(),
+        }
+    }
+
+    fn params(&self) -> Map<String, Value> {
+        [
+            ("relevancy", json!(self.avg_relevancy)),
+            ("by_k", json!(json!(self.by_k).to_string())),
+            ("first", json!(self.first_position)),
+            ("mrr", json!(self.mrr)),
+            ("hits", json!(json!(self.hit_at_k).to_string())),
+            ("precision", json!(json!(self.precision_at_k).to_string())),
+            ("entropy", json!(self.entropy)),
+            ("ndcg", json!(self.ndcg)),
+            ("time", json!(self.avg_time)),
+            ("id", json!(self.id)),
+            ("name", json!(self.name)),
+            ("created", json!(self.created_at)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    fn outcome(self) -> Result<Outcome> {
+        let number = |name: &str| Field::new(name, DataType::Float64, false);
+        let text = |name: &str| Field::new(name, DataType::Utf8, false);
+        let schema = Arc::new(Schema::new(vec![
+            number("avg_relevancy"),
+            text("avg_relevance_score_by_k"),
+            Field::new("avg_first_relevant_position", DataType::Float64, true),
+            number("mean_mrr"),
+            text("hit_at_k"),
+            text("bin_precision_at_k"),
+            number("avg_entropy"),
+            number("avg_ndcg"),
+            number("avg_query_time"),
+            Field::new("id", DataType::Int64, false),
+            text("name"),
+            text("created_at"),
+        ]));
+        let list = |values: &[f64]| json!(values).to_string();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float64Array::from(vec![self.avg_relevancy])),
+            Arc::new(StringArray::from(vec![list(&self.by_k)])),
+            Arc::new(Float64Array::from(vec![self.first_position])),
+            Arc::new(Float64Array::from(vec![self.mrr])),
+            Arc::new(StringArray::from(vec![list(&self.hit_at_k)])),
+            Arc::new(StringArray::from(vec![list(&self.precision_at_k)])),
+            Arc::new(Float64Array::from(vec![self.entropy])),
+            Arc::new(Float64Array::from(vec![self.ndcg])),
+            Arc::new(Float64Array::from(vec![self.avg_time])),
+            Arc::new(Int64Array::from(vec![self.id])),
+            Arc::new(StringArray::from(vec![self.name])),
+            Arc::new(StringArray::from(vec![self.created_at])),
+        ];
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        let column_names = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+        Ok(Outcome::Table(TableResult {
+            column_names,
+            stream: Box::pin(stream),
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,6 +862,39 @@ mod tests {
         assert_eq!(recall["3"], 0.5);
         assert_eq!(recall["19"], 0.75);
         assert_eq!(s.avg_time, 0.5);
+    }
+
+    #[test]
+    fn relevancy_metrics_are_mindsdbs() {
+        // Question 1: relevant at positions 1 and 2 (0-based); question 2: nothing relevant.
+        let m = Relevancy::of(&[vec![0.2, 0.9, 0.6], vec![0.1, 0.0, 0.3]], 1.0, "kb");
+        assert!((m.mrr - 0.25).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.hit_at_k, [0.0, 0.5, 0.5]);
+        assert_eq!(m.precision_at_k, [0.0, 0.25, 0.33]);
+        assert_eq!(m.first_position, Some(1.0));
+        assert_eq!(m.by_k, [0.15, 0.45, 0.45]);
+        let expected_relevancy = ((0.2 + 0.9 + 0.6) / 3.0 + (0.1 + 0.0 + 0.3) / 3.0) / 2.0;
+        assert!((m.avg_relevancy - expected_relevancy).abs() < 1e-9);
+        // nDCG of the first question: its order against the best order.
+        let dcg = |s: &[f64]| -> f64 {
+            s.iter()
+                .enumerate()
+                .map(|(i, v)| v / (i as f64 + 2.0).log2())
+                .sum()
+        };
+        let first = dcg(&[0.2, 0.9, 0.6]) / dcg(&[0.9, 0.6, 0.2]);
+        let second = dcg(&[0.1, 0.0, 0.3]) / dcg(&[0.3, 0.1, 0.0]);
+        assert!((m.ndcg - (first + second) / 2.0).abs() < 1e-9);
+        // Scores all zero: no entropy to divide by zero (MindsDB's would raise).
+        let zero = Relevancy::of(&[vec![0.0, 0.0]], 0.0, "kb");
+        assert_eq!(
+            (zero.entropy, zero.ndcg, zero.first_position),
+            (0.0, 0.0, None)
+        );
+        assert_eq!(
+            Relevancy::of(&[vec![]], 0.0, "kb").hit_at_k,
+            Vec::<f64>::new()
+        );
     }
 
     #[test]
