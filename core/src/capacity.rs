@@ -37,6 +37,14 @@ pub(crate) fn check(bytes: u64, what: &str) -> Result<()> {
     Err(over(bytes, remaining, what, limit))
 }
 
+/// Bytes the running statement (or, outside one, the process) may still take.
+pub(crate) fn remaining() -> u64 {
+    let process = memory::ceiling()
+        .unwrap_or(u64::MAX)
+        .saturating_sub(memory::live_bytes());
+    memory::remaining(memory::current()).map_or(process, |own| own.min(process))
+}
+
 fn over(bytes: u64, remaining: u64, what: &str, limit: &str) -> Error {
     Error::new(
         ErrorKind::InvalidInput,

@@ -26,6 +26,7 @@ mod error;
 mod memory;
 mod progress;
 mod running;
+mod sandbox;
 mod spill;
 mod spool;
 mod tenant;

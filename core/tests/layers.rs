@@ -42,6 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "bm25",
             "progress",
             "running",
+            "sandbox",
         ],
     ),
     ("store", &["store"]),

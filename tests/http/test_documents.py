@@ -247,3 +247,83 @@ def test_files_are_fetched_from_urls_through_the_egress_policy(start_server, fil
     disabled = requests.put(files_url(off, "f"), timeout=30,
                             json={"source_type": "url", "source": f"{file_host}/data.csv"})
     assert disabled.status_code == 400 and "files.url_upload" in disabled.json()["detail"], disabled.text
+
+
+# What an attack on the readers found: each a small file that made one reader build far more
+# than the caps allow before any check ran. The server runs under an address-space limit, so
+# a runaway allocation kills it and fails the test.
+
+def _raw_pdf(objects: list[tuple[int, bytes]]) -> bytes:
+    out = bytearray(b"%PDF-1.5\n")
+    offsets = {}
+    for number, body in objects:
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    size = max(offsets) + 1
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    for i in range(1, size):
+        out += b"%010d 00000 n \n" % offsets[i] if i in offsets else b"0000000000 00000 f \n"
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    return bytes(out)
+
+
+def _stream(entries: bytes, data: bytes) -> bytes:
+    packed = zlib.compress(data, 9)
+    return (b"<< " + entries + b" /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed)
+            + packed + b"\nendstream")
+
+
+def _shared_strings_xlsx(strings: list[str], rows: int) -> bytes:
+    """One sheet whose every row names shared string 0."""
+    ns = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    cells = '<row r="1"><c r="A1" t="s"><v>1</v></c></row>' + "".join(
+        f'<row r="{r}"><c r="A{r}" t="s"><v>0</v></c></row>' for r in range(2, rows + 2))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("_rels/.rels", f'<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+                   f'relationships"><Relationship Id="rId1" Type="{rel}/officeDocument" '
+                   'Target="xl/workbook.xml"/></Relationships>')
+        z.writestr("xl/workbook.xml", f'<workbook {ns} xmlns:r="{rel}"><sheets><sheet name="S" sheetId="1" '
+                   'r:id="rId1"/></sheets></workbook>')
+        z.writestr("xl/_rels/workbook.xml.rels", '<Relationships xmlns="http://schemas.openxmlformats.org/'
+                   f'package/2006/relationships"><Relationship Id="rId1" Type="{rel}/worksheet" '
+                   f'Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="{rel}/sharedStrings" '
+                   'Target="sharedStrings.xml"/></Relationships>')
+        z.writestr("xl/worksheets/sheet1.xml", f"<worksheet {ns}><sheetData>{cells}</sheetData></worksheet>")
+        z.writestr("xl/sharedStrings.xml", f"<sst {ns}>" + "".join(f"<si><t>{s}</t></si>" for s in strings)
+                   + "</sst>")
+    return buffer.getvalue()
+
+
+def test_files_that_expand_inside_their_readers_are_refused(start_limited_server):
+    server = start_limited_server("[files]\nmax_decoded_mb = 64\n")
+    # A 1 MB shared string named by 20,000 cells: 20 GB if every cell were copied at once.
+    book = _shared_strings_xlsx(["A" * 1_000_000, "h"], 20_000)
+    assert len(book) < 200_000
+    problem(upload(server, "strings", "b.xlsx", book), 400, "files.max_decoded_mb")
+    # An object stream of 200 members at one offset, each a copy of a 500,000-number array.
+    header = " ".join(f"{10 + i} 0" for i in range(200)).encode() + b"\n"
+    members = _stream(b"/Type /ObjStm /N 200 /First %d" % len(header), header + b"[" + b"0 " * 500_000 + b"]")
+    objstm = _raw_pdf([(1, b"<< /Type /Catalog /Pages 2 0 R >>"),
+                       (2, b"<< /Type /Pages /Kids [] /Count 0 >>"), (3, members)])
+    problem(upload(server, "objstm", "o.pdf", objstm), 400, "PDF")
+    # A page whose content inflates to 30 million operands.
+    page = _raw_pdf([
+        (1, b"<< /Type /Catalog /Pages 2 0 R >>"), (2, b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>"),
+        (3, b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+            b"/Resources << /Font << /F1 5 0 R >> >> >>"),
+        (4, _stream(b"", b"BT /F1 12 Tf (Hello) Tj ET\n" + b"0 " * 30_000_000 + b"Tj\n")),
+        (5, b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")])
+    problem(upload(server, "operands", "p.pdf", page), 400, "PDF")
+    # A file name repeated in every chunk's metadata.
+    body = ("word " * 100_000).encode()
+    named = requests.put(files_url(server, "named"), timeout=60,
+                         files={"file": ("x.txt", body, "text/plain"),
+                                "original_file_name": (None, "\x01" * 200_000 + ".txt")})
+    assert named.status_code == 200, named.text
+    meta = json.loads(server.sql_ok("SELECT metadata FROM files.named LIMIT 1")["data"][0][0])
+    assert len(meta["source_file"]) == 255
+    assert server.death() is None
+    assert server.sql_ok("SELECT 1")["data"] == [[1]]

@@ -54,7 +54,7 @@ pub(super) fn open_document(
 ) -> Result<FileRows> {
     let text = match kind {
         Kind::Text => decode_text(&bytes).into_owned(),
-        Kind::Html => html_text(&decode_text(&bytes), caps)?,
+        Kind::Html => html_text_apart(&decode_text(&bytes), caps)?,
         Kind::Pdf => pdf_text(&bytes, caps)?,
         Kind::Docx => docx_text(bytes, caps)?,
     };
@@ -72,9 +72,9 @@ pub(super) fn open_document(
             _ => "The document holds no text",
         }));
     }
-    let metadata =
-        serde_json::json!({"source_file": file_name.unwrap_or_default(), "file_format": label})
-            .to_string();
+    // The name is repeated in every row: a name no file system would hold is cut.
+    let source: String = file_name.unwrap_or_default().chars().take(255).collect();
+    let metadata = serde_json::json!({"source_file": source, "file_format": label}).to_string();
     let schema = Arc::new(Schema::new(vec![
         Field::new("content", DataType::Utf8, true),
         Field::new("metadata", DataType::Utf8, true),
@@ -89,9 +89,14 @@ pub(super) fn open_document(
             while chunks.peek().is_some() {
                 crate::cancel::check()?;
                 let (mut content, mut meta) = (StringBuilder::new(), StringBuilder::new());
+                let mut bytes = 0;
                 for chunk in chunks.by_ref().take(BATCH_ROWS) {
                     content.append_value(chunk.text);
                     meta.append_value(&metadata);
+                    bytes += chunk.text.len() + metadata.len();
+                    if bytes > 8 << 20 {
+                        break;
+                    }
                 }
                 let columns: Vec<ArrayRef> =
                     vec![Arc::new(content.finish()), Arc::new(meta.finish())];
@@ -119,6 +124,25 @@ pub(super) fn decode_text(bytes: &[u8]) -> Cow<'_, str> {
                 .0
         }
     }
+}
+
+/// CPU seconds reading one HTML document may take: html5ever checks each attribute of a tag
+/// against the tag's others, so one tag of a million attributes is hours of work; the child
+/// process that reads it (see `sandbox`) is stopped at this.
+const HTML_SECONDS: u64 = 60;
+
+/// [`html_text`] in a child process under the statement's memory and [`HTML_SECONDS`].
+fn html_text_apart(html: &str, caps: Caps) -> Result<String> {
+    let limits = crate::sandbox::Limits {
+        memory: crate::capacity::remaining().min(PDF_MEMORY),
+        seconds: HTML_SECONDS,
+        max_output: caps.max_bytes,
+    };
+    let text = crate::sandbox::run("the HTML document", limits, || {
+        html_text(html, caps).map(String::into_bytes)
+    })?;
+    String::from_utf8(text)
+        .map_err(|_| Error::internal("an HTML document's text came back as no text"))
 }
 
 /// The text of an HTML document: character data outside `<script>`, `<style>`, `<template>`
@@ -281,8 +305,37 @@ fn keep_object(id: (u32, u16), object: &mut lopdf::Object) -> Option<((u32, u16)
     Some((id, object.clone()))
 }
 
-/// The text of a PDF's pages, a blank line between pages.
+/// What reading one PDF may use at most, in a process of its own (see `sandbox`): the
+/// statement's remaining memory up to this, and this much CPU.
+const PDF_MEMORY: u64 = 1 << 30;
+const PDF_SECONDS: u64 = 60;
+
+/// The text of a PDF's pages, a blank line between pages. lopdf builds each object a file
+/// describes whole (an array of millions of numbers from a few kilobytes inflated, or one
+/// object read many times over from an object stream's offsets) before anything of ours
+/// runs, so the reading happens in a child process under memory and CPU limits.
 fn pdf_text(bytes: &[u8], caps: Caps) -> Result<String> {
+    let memory = crate::capacity::remaining().min(PDF_MEMORY);
+    if memory < 64 << 20 {
+        return Err(Error::invalid(format!(
+            "Reading a PDF needs 64 MiB of memory and the statement has {} MiB left \
+             (query.statement_memory_mb, or the plan's max_memory_mb)",
+            memory >> 20
+        )));
+    }
+    let limits = crate::sandbox::Limits {
+        memory,
+        seconds: PDF_SECONDS,
+        max_output: caps.max_bytes,
+    };
+    let text = crate::sandbox::run("the PDF", limits, || {
+        pdf_text_here(bytes, caps).map(String::into_bytes)
+    })?;
+    String::from_utf8(text).map_err(|_| Error::internal("a PDF's text came back as no text"))
+}
+
+/// [`pdf_text`]'s work, done where it is called.
+fn pdf_text_here(bytes: &[u8], caps: Caps) -> Result<String> {
     // A stream (page contents, an object stream, a font's map) may decompress to at most this.
     let per_stream = caps.max_bytes.min(64 << 20) as usize;
     let damaged = |e: lopdf::Error| match e {

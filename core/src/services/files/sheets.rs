@@ -22,8 +22,15 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::archive::Archive;
 use super::rows::Caps;
-use super::rows::{check_columns, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
+use super::rows::{check_columns, contained, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
 use crate::error::{Error, Result};
+
+/// The longest column name a header cell may give.
+const MAX_NAME_BYTES: usize = 1024;
+/// Bytes of values one row may hold.
+const MAX_ROW_BYTES: usize = 64 << 20;
+/// A batch is handed on once its values take this many bytes, whatever its rows.
+const BATCH_BYTES: usize = 8 << 20;
 
 /// A workbook, checked and opened.
 pub(super) struct Workbook {
@@ -41,8 +48,8 @@ pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
         .filter(|(name, _)| !name.starts_with("xl/worksheets/"))
         .map(|(_, size)| size)
         .sum();
-    // A short shared string takes a `String` (24 bytes) beside its text.
-    crate::capacity::check(held.saturating_mul(4), "the .xlsx file's shared strings")?;
+    // An empty shared string (`<si/>`, 5 bytes) takes a 24-byte `String`.
+    crate::capacity::check(held.saturating_mul(8), "the .xlsx file's shared strings")?;
     drop(archive);
     let workbook = reader(&bytes)?;
     let sheets = workbook.sheet_names();
@@ -53,7 +60,7 @@ pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
 }
 
 fn reader(bytes: &Bytes) -> Result<Xlsx<Cursor<Bytes>>> {
-    super::rows::contained("an .xlsx file", || {
+    contained("an .xlsx file", || {
         Xlsx::new(Cursor::new(bytes.clone()))
             .map_err(|e| Error::invalid(format!("The file is not a readable .xlsx workbook: {e}")))
     })
@@ -104,6 +111,12 @@ impl Workbook {
     /// The sheet `name` as a table: its columns typed now (one pass over its cells), its rows
     /// made as they are read (a second pass).
     pub(super) fn sheet(self, name: &str) -> Result<FileRows> {
+        // calamine panics on some damaged sheets (a row number past u32): such a panic is the
+        // file's error.
+        contained("an .xlsx file", || self.sheet_in(name))
+    }
+
+    fn sheet_in(self, name: &str) -> Result<FileRows> {
         let mut workbook = reader(&self.bytes)?;
         let mut header: Vec<Option<String>> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
@@ -132,7 +145,13 @@ impl Workbook {
                     if header.len() <= column {
                         header.resize(column + 1, None); // bounded: column < MAX_COLUMNS
                     }
-                    header[column] = Some(text_of(value));
+                    let text = text_of(value);
+                    if text.len() > MAX_NAME_BYTES {
+                        return Err(Error::invalid(format!(
+                            "The sheet '{name}' has a column name longer than {MAX_NAME_BYTES} bytes"
+                        )));
+                    }
+                    header[column] = Some(text);
                 } else {
                     if seen.len() <= column {
                         seen.resize(column + 1, Seen::default()); // bounded: column < MAX_COLUMNS
@@ -165,42 +184,60 @@ impl Workbook {
         Ok(FileRows {
             schema,
             rows: Box::new(move |sink| {
-                let mut cells = workbook
-                    .worksheet_cells_reader(&sheet)
-                    .map_err(|e| damaged(&sheet, e))?;
-                let mut batch = Rows::new(&batch_schema);
-                let mut row_values: Vec<Option<Value>> = vec![None; width]; // bounded: width <= MAX_COLUMNS
-                let mut current = None;
-                let mut count = 0u64;
-                loop {
-                    let cell = cells.next_cell().map_err(|e| damaged(&sheet, e))?;
-                    count += 1;
-                    if count.is_multiple_of(4096) {
-                        crate::cancel::check()?;
-                    }
-                    let row = cell.as_ref().map(|c| c.get_position().0);
-                    if row != current {
-                        if current.is_some_and(|r| r != header_row)
-                            && row_values.iter().any(Option::is_some)
-                        {
-                            batch.push(&mut row_values);
-                            if batch.len() == BATCH_ROWS {
-                                sink(batch.finish(&batch_schema)?)?;
-                            }
+                contained("an .xlsx file", move || {
+                    let mut cells = workbook
+                        .worksheet_cells_reader(&sheet)
+                        .map_err(|e| damaged(&sheet, e))?;
+                    let mut batch = Rows::new(&batch_schema);
+                    let mut row_values: Vec<Option<Value>> = vec![None; width]; // bounded: width <= MAX_COLUMNS
+                    let mut current = None;
+                    let mut count = 0u64;
+                    // Bytes of the row being read and of the batch being made: a shared string
+                    // is copied into every cell that names it, so a small workbook can name a
+                    // long one millions of times; batches end by size as well as by rows.
+                    let (mut row_bytes, mut batch_bytes) = (0usize, 0usize);
+                    loop {
+                        let cell = cells.next_cell().map_err(|e| damaged(&sheet, e))?;
+                        count += 1;
+                        if count.is_multiple_of(4096) {
+                            crate::cancel::check()?;
                         }
-                        row_values.iter_mut().for_each(|v| *v = None);
-                        current = row;
+                        let row = cell.as_ref().map(|c| c.get_position().0);
+                        if row != current {
+                            if current.is_some_and(|r| r != header_row)
+                                && row_values.iter().any(Option::is_some)
+                            {
+                                batch.push(&mut row_values);
+                                batch_bytes += row_bytes;
+                                if batch.len() == BATCH_ROWS || batch_bytes > BATCH_BYTES {
+                                    crate::cancel::check()?;
+                                    sink(batch.finish(&batch_schema)?)?;
+                                    batch_bytes = 0;
+                                }
+                            }
+                            row_values.iter_mut().for_each(|v| *v = None);
+                            row_bytes = 0;
+                            current = row;
+                        }
+                        let Some(cell) = cell else { break };
+                        let column = cell.get_position().1 as usize;
+                        if column < width && cell.get_position().0 != header_row {
+                            let value = Value::of(cell.get_value());
+                            row_bytes += value.as_ref().map_or(0, Value::size);
+                            if row_bytes > MAX_ROW_BYTES {
+                                return Err(Error::invalid(format!(
+                                    "The sheet '{sheet}' has a row of more than {} MiB",
+                                    MAX_ROW_BYTES >> 20
+                                )));
+                            }
+                            row_values[column] = value;
+                        }
                     }
-                    let Some(cell) = cell else { break };
-                    let column = cell.get_position().1 as usize;
-                    if column < width && cell.get_position().0 != header_row {
-                        row_values[column] = Value::of(cell.get_value());
+                    if batch.len() > 0 {
+                        sink(batch.finish(&batch_schema)?)?;
                     }
-                }
-                if batch.len() > 0 {
-                    sink(batch.finish(&batch_schema)?)?;
-                }
-                Ok(())
+                    Ok(())
+                })
             }),
         })
     }
@@ -218,6 +255,14 @@ enum Value {
 }
 
 impl Value {
+    /// Bytes it takes in a batch.
+    fn size(&self) -> usize {
+        match self {
+            Value::Time(Err(text)) | Value::Text(text) => text.len() + 8,
+            _ => 8,
+        }
+    }
+
     fn of(value: &DataRef<'_>) -> Option<Value> {
         Some(match value {
             DataRef::Empty => return None,
