@@ -324,34 +324,8 @@ impl SqlRunner {
                 .await;
         }
         let questions = self
-            .rows_of(
-                tenant,
-                context,
-                &format!(
-                    "SELECT CAST(question AS TEXT), CAST(doc_id AS TEXT) FROM {} LIMIT {}",
-                    evaluation.test_table,
-                    MAX_QUESTIONS + 1
-                ),
-                &[],
-            )
-            .await
-            .map_err(|e| {
-                Error::new(
-                    e.kind(),
-                    format!(
-                        "The test table must have the columns question and doc_id: {}",
-                        e.message()
-                    ),
-                )
-            })?;
-        if questions.len() > MAX_QUESTIONS {
-            return Err(Error::invalid(format!(
-                "The test table has more than {MAX_QUESTIONS} questions, the most one evaluation asks"
-            )));
-        }
-        if questions.is_empty() {
-            return Err(Error::invalid("The test table has no questions"));
-        }
+            .test_questions(tenant, context, &evaluation.test_table, "doc_id")
+            .await?;
         // bounded: at most MAX_QUESTIONS
         let mut positions = Vec::with_capacity(questions.len());
         let mut seconds = 0.0;
@@ -370,27 +344,11 @@ impl SqlRunner {
         }
         let row = summary(&positions, seconds, &kb.name);
         if let Some(table) = &evaluation.save_to {
-            self.statement(
-                tenant,
-                context,
-                &format!(
-                    "CREATE TABLE IF NOT EXISTS {table} (total BIGINT, total_found BIGINT, \
-                     retrieved_in_top_10 BIGINT, cumulative_recall TEXT, avg_query_time DOUBLE, \
-                     id BIGINT, name TEXT, created_at TEXT)"
-                ),
-                Map::new(),
-            )
-            .await?;
-            self.statement(
-                tenant,
-                context,
-                &format!(
-                    "INSERT INTO {table} VALUES (:total, :found, :top10, :recall, :time, :id, \
-                     :name, :created)"
-                ),
-                row.params(),
-            )
-            .await?;
+            let columns = "total BIGINT, total_found BIGINT, retrieved_in_top_10 BIGINT, \
+                 cumulative_recall TEXT, avg_query_time DOUBLE, id BIGINT, name TEXT, created_at TEXT";
+            let values = ":total, :found, :top10, :recall, :time, :id, :name, :created";
+            self.save(tenant, context, table, columns, values, row.params())
+                .await?;
         }
         row.outcome()
     }
@@ -407,34 +365,8 @@ impl SqlRunner {
         settings: &Map<String, Value>,
     ) -> Result<Outcome> {
         let questions = self
-            .rows_of(
-                tenant,
-                context,
-                &format!(
-                    "SELECT CAST(question AS TEXT), CAST(answer AS TEXT) FROM {} LIMIT {}",
-                    evaluation.test_table,
-                    MAX_QUESTIONS + 1
-                ),
-                &[],
-            )
-            .await
-            .map_err(|e| {
-                Error::new(
-                    e.kind(),
-                    format!(
-                        "The test table must have the columns question and answer: {}",
-                        e.message()
-                    ),
-                )
-            })?;
-        if questions.len() > MAX_QUESTIONS {
-            return Err(Error::invalid(format!(
-                "The test table has more than {MAX_QUESTIONS} questions, the most one evaluation asks"
-            )));
-        }
-        if questions.is_empty() {
-            return Err(Error::invalid("The test table has no questions"));
-        }
+            .test_questions(tenant, context, &evaluation.test_table, "answer")
+            .await?;
         let connector = self.services.connector();
         // bounded: at most MAX_QUESTIONS
         let mut scored = Vec::with_capacity(questions.len());
@@ -459,30 +391,69 @@ impl SqlRunner {
         }
         let metrics = Relevancy::of(&scored, seconds, name);
         if let Some(table) = &evaluation.save_to {
-            self.statement(
-                tenant,
-                context,
-                &format!(
-                    "CREATE TABLE IF NOT EXISTS {table} (avg_relevancy DOUBLE, \
-                     avg_relevance_score_by_k TEXT, avg_first_relevant_position DOUBLE, \
-                     mean_mrr DOUBLE, hit_at_k TEXT, bin_precision_at_k TEXT, avg_entropy DOUBLE, \
-                     avg_ndcg DOUBLE, avg_query_time DOUBLE, id BIGINT, name TEXT, created_at TEXT)"
-                ),
-                Map::new(),
-            )
-            .await?;
-            self.statement(
-                tenant,
-                context,
-                &format!(
-                    "INSERT INTO {table} VALUES (:relevancy, :by_k, :first, :mrr, :hits, \
-                     :precision, :entropy, :ndcg, :time, :id, :name, :created)"
-                ),
-                metrics.params(),
-            )
-            .await?;
+            let columns = "avg_relevancy DOUBLE, avg_relevance_score_by_k TEXT, \
+                 avg_first_relevant_position DOUBLE, mean_mrr DOUBLE, hit_at_k TEXT, \
+                 bin_precision_at_k TEXT, avg_entropy DOUBLE, avg_ndcg DOUBLE, \
+                 avg_query_time DOUBLE, id BIGINT, name TEXT, created_at TEXT";
+            let values = ":relevancy, :by_k, :first, :mrr, :hits, :precision, :entropy, :ndcg, \
+                 :time, :id, :name, :created";
+            self.save(tenant, context, table, columns, values, metrics.params())
+                .await?;
         }
         metrics.outcome()
+    }
+
+    /// The test table's questions, each with its `column` (`doc_id`, `answer`) as text; at
+    /// most [`MAX_QUESTIONS`], at least one.
+    async fn test_questions(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        table: &str,
+        column: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let sql = format!(
+            "SELECT CAST(question AS TEXT), CAST({column} AS TEXT) FROM {table} LIMIT {}",
+            MAX_QUESTIONS + 1
+        );
+        let questions = self
+            .rows_of(tenant, context, &sql, &[])
+            .await
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!(
+                        "The test table must have the columns question and {column}: {}",
+                        e.message()
+                    ),
+                )
+            })?;
+        if questions.len() > MAX_QUESTIONS {
+            return Err(Error::invalid(format!(
+                "The test table has more than {MAX_QUESTIONS} questions, the most one evaluation asks"
+            )));
+        }
+        if questions.is_empty() {
+            return Err(Error::invalid("The test table has no questions"));
+        }
+        Ok(questions)
+    }
+
+    /// Appends one result row to `table` (`save_to`), making it with `columns` first when it
+    /// does not exist; `values` names `params` in the columns' order.
+    async fn save(
+        &self,
+        tenant: TenantId,
+        context: &ResultContext,
+        table: &str,
+        columns: &str,
+        values: &str,
+        params: Map<String, Value>,
+    ) -> Result<()> {
+        let create = format!("CREATE TABLE IF NOT EXISTS {table} ({columns})");
+        self.statement(tenant, context, &create, Map::new()).await?;
+        let insert = format!("INSERT INTO {table} VALUES ({values})");
+        self.statement(tenant, context, &insert, params).await
     }
 
     /// The rows of `sql` (two text columns), `params` bound as values.
@@ -638,7 +609,7 @@ impl Summary {
     fn outcome(self) -> Result<Outcome> {
         let int = |name: &str| Field::new(name, DataType::Int64, false);
         let text = |name: &str| Field::new(name, DataType::Utf8, false);
-        let schema = Arc::new(Schema::new(vec![
+        let fields = vec![
             int("total"),
             int("total_found"),
             int("retrieved_in_top_10"),
@@ -647,7 +618,7 @@ impl Summary {
             int("id"),
             text("name"),
             text("created_at"),
-        ]));
+        ];
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(vec![self.total])),
             Arc::new(Int64Array::from(vec![self.found])),
@@ -658,14 +629,19 @@ impl Summary {
             Arc::new(StringArray::from(vec![self.name])),
             Arc::new(StringArray::from(vec![self.created_at])),
         ];
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-        let column_names = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let stream = MemoryStream::try_new(vec![batch], schema, None)?;
-        Ok(Outcome::Table(TableResult {
-            column_names,
-            stream: Box::pin(stream),
-        }))
+        one_row(Arc::new(Schema::new(fields)), columns)
     }
+}
+
+/// A result of one row.
+fn one_row(schema: Arc<Schema>, columns: Vec<ArrayRef>) -> Result<Outcome> {
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    let column_names = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let stream = MemoryStream::try_new(vec![batch], schema, None)?;
+    Ok(Outcome::Table(TableResult {
+        column_names,
+        stream: Box::pin(stream),
+    }))
 }
 
 /// One `llm_relevancy` evaluation's result row (MindsDB's `EvaluateRerank` metrics).
@@ -800,7 +776,7 @@ impl Relevancy {
     fn outcome(self) -> Result<Outcome> {
         let number = |name: &str| Field::new(name, DataType::Float64, false);
         let text = |name: &str| Field::new(name, DataType::Utf8, false);
-        let schema = Arc::new(Schema::new(vec![
+        let fields = vec![
             number("avg_relevancy"),
             text("avg_relevance_score_by_k"),
             Field::new("avg_first_relevant_position", DataType::Float64, true),
@@ -813,7 +789,7 @@ impl Relevancy {
             Field::new("id", DataType::Int64, false),
             text("name"),
             text("created_at"),
-        ]));
+        ];
         let list = |values: &[f64]| json!(values).to_string();
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Float64Array::from(vec![self.avg_relevancy])),
@@ -829,13 +805,7 @@ impl Relevancy {
             Arc::new(StringArray::from(vec![self.name])),
             Arc::new(StringArray::from(vec![self.created_at])),
         ];
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-        let column_names = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let stream = MemoryStream::try_new(vec![batch], schema, None)?;
-        Ok(Outcome::Table(TableResult {
-            column_names,
-            stream: Box::pin(stream),
-        }))
+        one_row(Arc::new(Schema::new(fields)), columns)
     }
 }
 
