@@ -98,3 +98,44 @@ fn an_engine_dropped_mid_run_stops_the_run_and_frees_its_file() {
 fn datafusion_text(column: &dyn mindlite::arrow::array::Array) -> String {
     mindlite::arrow::util::display::array_value_to_string(column, 0).unwrap()
 }
+
+#[test]
+fn template_variables_are_each_runs_times() {
+    let engine = Engine::open_in_memory(fast()).unwrap();
+    engine
+        .sql_blocking("CREATE TABLE stamps (t TEXT, d TEXT, p TEXT)")
+        .unwrap();
+    engine
+        .sql_blocking(
+            "CREATE JOB stamp (INSERT INTO stamps VALUES ('{{START_DATETIME}}', '{{START_DATE}}', \
+             '{{PREVIOUS_START_DATETIME}}')) EVERY 1 second",
+        )
+        .unwrap();
+    wait("two runs", || count(&engine, "SELECT * FROM stamps") >= 2);
+    let rows = engine
+        .sql_blocking("SELECT t, d, p FROM stamps ORDER BY t LIMIT 2")
+        .unwrap();
+    let batch =
+        mindlite::arrow::compute::concat_batches(&rows.batches[0].schema(), &rows.batches).unwrap();
+    let text = |column: usize, row: usize| {
+        mindlite::arrow::util::display::array_value_to_string(batch.column(column), row).unwrap()
+    };
+    let parse =
+        |text: &str| chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S").unwrap();
+    let (first, second) = (parse(&text(0, 0)), parse(&text(0, 1)));
+    assert_eq!(text(1, 0), text(0, 0)[..10]);
+    // Before the first run: the job's creation; then the previous start less a minute.
+    assert!(parse(&text(2, 0)) <= first);
+    assert_eq!(parse(&text(2, 1)), first - chrono::Duration::seconds(60));
+    assert!(second > first);
+    let history = engine.job_history("mindsdb", "stamp").unwrap();
+    let ran = history[0]["query"].as_str().unwrap_or_default().to_string();
+    assert!(
+        !ran.contains("{{"),
+        "the history shows the values run: {ran}"
+    );
+    // MindsDB's `log` database shows the same runs.
+    assert!(count(&engine, "SELECT name, project, run_start, run_end, error, query FROM log.jobs_history WHERE name = 'stamp'") >= 2);
+    assert!(engine.sql_blocking("SELECT * FROM log.llm_log").is_err());
+    assert!(engine.sql_blocking("CREATE TABLE log.t (a INT)").is_err());
+}

@@ -47,7 +47,7 @@ fn default_project_exists_and_cannot_be_dropped() {
     let e = engine();
     assert_eq!(
         rows(&e, "SHOW DATABASES"),
-        json!([["information_schema"], ["mindsdb"], ["files"]])
+        json!([["information_schema"], ["log"], ["mindsdb"], ["files"]])
     );
     assert!(error(&e, "DROP DATABASE mindsdb").contains("cannot be dropped"));
     assert!(error(&e, "DROP PROJECT information_schema").contains("cannot be dropped"));
@@ -71,6 +71,7 @@ fn projects_are_created_listed_and_dropped_in_every_spelling() {
         rows(&e, "SHOW FULL DATABASES"),
         json!([
             ["information_schema", "system", null],
+            ["log", "system", null],
             ["mindsdb", "project", "mindsdb"],
             ["p1", "project", "mindsdb"],
             ["p2", "project", "mindsdb"],

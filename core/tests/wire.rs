@@ -117,14 +117,11 @@ fn cell_types_match_mindsdb_except_dates() {
     }
 }
 
-/// MindsDB also lists its `log` system database; mindlite has none.
 #[test]
-fn show_databases_matches_mindsdb_without_log() {
+fn show_databases_matches_mindsdb() {
     let engine = Engine::open_in_memory(Config::default()).unwrap();
     let (request, expected) = capture("sql_show_databases");
-    let expected = String::from_utf8(expected)
-        .unwrap()
-        .replace("[\"log\"],", "");
+    let expected = String::from_utf8(expected).unwrap();
     assert_eq!(
         String::from_utf8(answer(&engine, &request)).unwrap(),
         expected

@@ -66,7 +66,7 @@ def test_deleting_databases_follows_mindsdbs_rules(server):
     assert call(server, "DELETE", "/api/databases/gone").status_code == 204
     assert "gone" not in {d["name"] for d in call(server, "GET", "/api/databases").json()}
     problem(call(server, "DELETE", "/api/databases/gone"), 404, "Database not found")
-    for system in ("information_schema", "mindsdb", "files"):
+    for system in ("information_schema", "log", "mindsdb", "files"):
         problem(call(server, "DELETE", f"/api/databases/{system}"), 400, "Error")
 
 

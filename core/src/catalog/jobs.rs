@@ -155,6 +155,9 @@ pub(crate) struct Job {
     /// How many runs it has started.
     #[serde(default)]
     pub(crate) runs: u64,
+    /// When its latest run started (Unix seconds), for `{{PREVIOUS_START_DATETIME}}`.
+    #[serde(default)]
+    pub(crate) last_started_at: Option<u64>,
 }
 
 impl Job {
@@ -349,6 +352,7 @@ pub(crate) fn create(
         lasts: Map::new(),
         created_at: crate::time::now_text(),
         runs: 0,
+        last_started_at: None,
     };
     table.insert(
         (tenant.0, project.name.as_str(), key.as_str()),
@@ -484,6 +488,9 @@ pub(crate) fn start_run(txn: &WriteTransaction, due: &Due, now: u64) -> Result<O
         return Ok(None);
     }
     stored.runs += 1;
+    // The run is given the job as it was before this start (its previous start included).
+    let before = stored.clone();
+    stored.last_started_at = Some(now);
     let run = JobRun {
         job_id: stored.id,
         name: stored.name.clone(),
@@ -502,7 +509,7 @@ pub(crate) fn start_run(txn: &WriteTransaction, due: &Due, now: u64) -> Result<O
     }
     drop(runs);
     put(txn, tenant, &stored)?;
-    Ok(Some((number, stored)))
+    Ok(Some((number, before)))
 }
 
 /// What a finished run leaves: its error and the statements it ran, and the `LAST` values to

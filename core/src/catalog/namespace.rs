@@ -13,8 +13,12 @@ use crate::tenant::TenantId;
 pub(crate) const SYSTEM_DB: &str = "information_schema";
 /// The built-in data namespace for uploaded files.
 pub(crate) const FILES_DB: &str = "files";
-/// Names of built-in namespaces that no project or datasource may take (`log` is MindsDB's).
-pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, "log"];
+/// MindsDB's built-in log namespace, read-only: the runs of the user's jobs.
+pub(crate) const LOG_DB: &str = "log";
+/// Names of built-in namespaces that no project or datasource may take.
+pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, LOG_DB];
+/// The tables of `log` (MindsDB's `llm_log` is not kept here: LLM calls are not logged).
+pub(crate) const LOG_TABLES: [&str; 1] = ["jobs_history"];
 /// The tables of `information_schema`.
 pub(crate) const INFO_TABLES: [&str; 12] = [
     "databases",

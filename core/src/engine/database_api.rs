@@ -169,7 +169,10 @@ impl Engine {
     pub fn list_databases(&self) -> Result<Vec<Database>> {
         let txn = self.inner.services.store.read()?;
         let default = self.inner.sql.default_project();
-        let mut out = vec![Database::system(SYSTEM_DB, None)];
+        let mut out = vec![
+            Database::system(SYSTEM_DB, None),
+            Database::system(crate::catalog::namespace::LOG_DB, None),
+        ];
         for project in projects::all(&txn, self.tenant)? {
             out.push(Database::project(&project, default));
         }

@@ -515,6 +515,15 @@ impl SqlRunner {
                         FILES_DB
                     ));
                 }
+                Ok(Some(Namespace::Log))
+                    if !crate::catalog::namespace::LOG_TABLES
+                        .contains(&table.to_ascii_lowercase().as_str()) =>
+                {
+                    return Error::not_found(format!(
+                        "Table '{table}' not found in database: {}",
+                        crate::catalog::namespace::LOG_DB
+                    ));
+                }
                 _ => {}
             }
         }

@@ -216,6 +216,12 @@ impl SqlRunner {
         let mut objects = match snapshot.namespace(&db)? {
             None => return Err(Error::not_found(format!("Database '{db}' not found"))),
             Some(Namespace::System) => named(INFO_TABLES.map(String::from).to_vec(), "SYSTEM VIEW"),
+            Some(Namespace::Log) => named(
+                crate::catalog::namespace::LOG_TABLES
+                    .map(String::from)
+                    .to_vec(),
+                "SYSTEM VIEW",
+            ),
             Some(Namespace::Files) => named(
                 snapshot
                     .tables(FILES_DB)?

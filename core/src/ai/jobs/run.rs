@@ -156,10 +156,11 @@ async fn run(weak: &Weak<SqlRunner>, due: Due) {
     let mut ran = Vec::new();
     let mut lasts = Map::new();
     let mut outcome = Ok(());
+    let times = Times::of(&job, now);
     // The condition's last statement must return rows for the job's statements to run.
     let mut go = true;
     if let Some(condition) = &job.if_query {
-        match statements_of(weak, tenant, &job, condition, &mut ran, &mut lasts).await {
+        match statements_of(weak, tenant, &job, &times, condition, &mut ran, &mut lasts).await {
             Ok(rows) => go = rows > 0,
             Err(e) => {
                 outcome = Err(e);
@@ -168,7 +169,9 @@ async fn run(weak: &Weak<SqlRunner>, due: Due) {
         }
     }
     if go {
-        if let Err(e) = statements_of(weak, tenant, &job, &job.query, &mut ran, &mut lasts).await {
+        let query = &job.query;
+        if let Err(e) = statements_of(weak, tenant, &job, &times, query, &mut ran, &mut lasts).await
+        {
             outcome = Err(e);
         }
     }
@@ -205,19 +208,66 @@ fn closed() -> Error {
     )
 }
 
-/// Runs the statements of `text` in order, `LAST` filled in; stops at the first error. Returns
-/// the rows the last one returned; `ran` gets each statement as run, `lasts` the values to
-/// keep.
+/// MindsDB's job template variables, as the text each stands for in a run's statements:
+/// `{{START_DATETIME}}` and `{{START_DATE}}` (this run's start), `{{PREVIOUS_START_DATETIME}}`
+/// (the previous run's start less a minute, as MindsDB gives it; the job's creation before the
+/// first run). UTC, `YYYY-MM-DD HH:MM:SS`. The values are the engine's own timestamps, so
+/// putting them into the text cannot change a statement's shape.
+struct Times {
+    start: String,
+    start_date: String,
+    previous: String,
+}
+
+impl Times {
+    fn of(job: &Job, now: u64) -> Times {
+        let text = |seconds: u64| {
+            let mut text = crate::time::unix_text(seconds);
+            text.truncate("YYYY-MM-DD HH:MM:SS".len());
+            text
+        };
+        let start = text(now);
+        let previous = match job.last_started_at {
+            Some(at) => text(at.saturating_sub(60)),
+            None => job
+                .created_at
+                .get(.."YYYY-MM-DD HH:MM:SS".len())
+                .unwrap_or(&job.created_at)
+                .to_string(),
+        };
+        Times {
+            start_date: start[.."YYYY-MM-DD".len()].to_string(),
+            start,
+            previous,
+        }
+    }
+
+    /// `statement` with the variables it names filled in.
+    fn fill(&self, statement: &str) -> String {
+        if !statement.contains("{{") {
+            return statement.to_string();
+        }
+        statement
+            .replace("{{PREVIOUS_START_DATETIME}}", &self.previous)
+            .replace("{{START_DATETIME}}", &self.start)
+            .replace("{{START_DATE}}", &self.start_date)
+    }
+}
+
+/// Runs the statements of `text` in order, template variables and `LAST` filled in; stops at
+/// the first error. Returns the rows the last one returned; `ran` gets each statement as run,
+/// `lasts` the values to keep.
 async fn statements_of(
     weak: &Weak<SqlRunner>,
     tenant: TenantId,
     job: &Job,
+    times: &Times,
     text: &str,
     ran: &mut Vec<String>,
     lasts: &mut Map<String, Value>,
 ) -> Result<usize> {
     let mut rows = 0;
-    for statement in statements::split(text)? {
+    for statement in statements::split(&times.fill(text))? {
         let mut highs = HashMap::new();
         for use_ in last::uses(&statement)? {
             let (_, first) = execute(weak, tenant, job, &use_.max_query).await?;

@@ -16,7 +16,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::features::{Features, SystemRows};
 use super::names::DISPLAY_NAME;
 use super::snapshot::Snapshot;
-use crate::catalog::namespace::{INFO_TABLES, SYSTEM_DB};
+use crate::catalog::namespace::{INFO_TABLES, LOG_TABLES, SYSTEM_DB};
 use crate::catalog::tables::sql_type_name;
 use crate::error::Result;
 use serde_json::Value;
@@ -27,6 +27,29 @@ pub(crate) struct InformationSchema {
     pub(super) snapshot: Arc<Snapshot>,
     /// The features' tables, which build the system tables about their objects.
     pub(super) features: Features,
+}
+
+/// MindsDB's `log` database: `jobs_history`, the runs of every job of the user, as
+/// `information_schema.jobs_history` has them.
+#[derive(Debug)]
+pub(crate) struct LogSchema(pub(crate) InformationSchema);
+
+#[async_trait]
+impl SchemaProvider for LogSchema {
+    fn table_names(&self) -> Vec<String> {
+        LOG_TABLES.iter().map(|t| t.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if !self.table_exist(name) {
+            return Ok(None);
+        }
+        self.0.table(name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        LOG_TABLES.contains(&name.to_ascii_lowercase().as_str())
+    }
 }
 
 /// A system table read at planning like the others, but of a different type, so a plan that

@@ -14,7 +14,7 @@ use crate::catalog::agents::{self, Agent};
 use crate::catalog::datasources::{self, Datasource};
 use crate::catalog::knowledge_bases::{self, KnowledgeBase};
 use crate::catalog::models::{self, ModelVersion};
-use crate::catalog::namespace::{FILES_DB, SYSTEM_DB};
+use crate::catalog::namespace::{FILES_DB, LOG_DB, SYSTEM_DB};
 use crate::catalog::projects::{self, Project};
 use crate::catalog::tables::ReadTables;
 use crate::catalog::tables::{self, TableRecord};
@@ -47,6 +47,8 @@ impl fmt::Debug for Snapshot {
 /// What a database name refers to.
 pub(crate) enum Namespace {
     System,
+    /// MindsDB's `log` database.
+    Log,
     Files,
     Project(Project),
     Datasource(Datasource),
@@ -89,6 +91,7 @@ impl Snapshot {
         let lower = name.to_ascii_lowercase();
         Ok(match lower.as_str() {
             SYSTEM_DB => Some(Namespace::System),
+            LOG_DB => Some(Namespace::Log),
             FILES_DB => Some(Namespace::Files),
             _ => match projects::named(&self.txn, self.tenant, &lower)? {
                 Some(project) => Some(Namespace::Project(project)),
@@ -199,7 +202,10 @@ impl Snapshot {
             engine: engine.map(str::to_string),
             connection_data: "{}".to_string(),
         };
-        let mut out = vec![row(SYSTEM_DB.to_string(), "system", None)];
+        let mut out = vec![
+            row(SYSTEM_DB.to_string(), "system", None),
+            row(LOG_DB.to_string(), "system", None),
+        ];
         for project in self.projects()? {
             out.push(row(project.name, "project", Some("mindsdb")));
         }

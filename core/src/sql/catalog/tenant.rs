@@ -14,7 +14,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
 use super::features::Features;
-use super::information_schema::InformationSchema;
+use super::information_schema::{InformationSchema, LogSchema};
 use super::snapshot::{Namespace, Snapshot, CATALOG};
 use super::stored_table::StoredTable;
 use crate::catalog::datasources::Datasource;
@@ -56,6 +56,10 @@ impl CatalogProvider for TenantCatalog {
                 snapshot,
                 features: Arc::clone(&self.features),
             })),
+            Namespace::Log => Some(Arc::new(LogSchema(InformationSchema {
+                snapshot,
+                features: Arc::clone(&self.features),
+            }))),
             // Each uploaded file is a stored table kept under the name `files`.
             Namespace::Files => Some(Arc::new(ProjectSchema {
                 snapshot,

@@ -174,6 +174,10 @@ impl WriteJob {
             Some(Namespace::System) => Err(Error::invalid(format!(
                 "Database '{SYSTEM_DB}' is read-only: tables can only be written in a project"
             ))),
+            Some(Namespace::Log) => Err(Error::invalid(format!(
+                "Database '{}' is read-only: tables can only be written in a project",
+                crate::catalog::namespace::LOG_DB
+            ))),
             Some(Namespace::Datasource(source)) => Err(Error::invalid(format!(
                 "Datasource '{}' takes INSERT INTO and CREATE TABLE … (SELECT …); other changes to its tables are made in the datasource itself",
                 source.name
