@@ -5,11 +5,15 @@
 //! plus the budget) and a CPU-time limit, and hands its result back through a pipe: a reader
 //! that runs away dies alone, and the statement gets an error naming the limits.
 //!
-//! The parent waits on a blocking thread, checking the statement's deadline, memory and
-//! cancellation between reads, and kills the child when the statement must stop or the wall
-//! clock passes twice the CPU limit (a child stuck on a lock another thread held at the fork
-//! uses no CPU). The child only computes on memory it already has, writes to the pipe, and
-//! leaves with `_exit`: no destructor, no flush, no lock of the parent's is needed.
+//! The parent holds the child's memory budget for the statement while the child lives (the
+//! allocator cannot see a child's memory, so concurrent children are counted this way), waits
+//! on a blocking thread, checking the statement's deadline, memory and cancellation between
+//! reads, and kills the child when the statement must stop, when its CPU time stands still
+//! for 5 s (a child stuck on a lock another thread held at the fork: a panic message being
+//! printed, say), or when the wall clock passes twice the CPU limit. The child dies with its
+//! parent (`PR_SET_PDEATHSIG`), keeps none of the parent's descriptors but its pipe and
+//! stdio, writes no core file, only computes on memory it already has, writes to the pipe,
+//! and leaves with `_exit`: no destructor, no flush.
 //!
 //! Linux only; elsewhere the work runs in the calling thread, bounded as its own checks allow.
 
@@ -45,6 +49,22 @@ pub(crate) fn run(
         )));
     }
     let (read_end, write_end) = (fds[0], fds[1]);
+    // The child's memory is invisible to the allocator's accounts: it is held for the
+    // statement (and the process) while the child lives, so concurrent children cannot
+    // together pass what the process may use.
+    let _held = match crate::capacity::hold(limits.memory, &format!("reading {what}")) {
+        Ok(held) => held,
+        Err(e) => {
+            // SAFETY: both ends are ours.
+            unsafe {
+                libc::close(read_end);
+                libc::close(write_end);
+            }
+            return Err(e);
+        }
+    };
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: fork has no preconditions; the child below runs only `child`, which ends in
     // `_exit` and touches no lock another thread could hold (see the module's comment).
     let pid = unsafe { libc::fork() };
@@ -62,7 +82,7 @@ pub(crate) fn run(
     if pid == 0 {
         // SAFETY: the read end is the child's copy.
         unsafe { libc::close(read_end) };
-        child(write_end, limits, work);
+        child(parent, write_end, limits, work);
     }
     // SAFETY: the write end is the parent's copy; the child holds its own.
     unsafe { libc::close(write_end) };
@@ -77,6 +97,9 @@ pub(crate) fn run(
     };
     let started = Instant::now();
     let wall = Duration::from_secs(limits.seconds.saturating_mul(2).max(1));
+    // A child whose CPU time stands still is stuck (on a lock another thread held when it was
+    // forked, say): its work is computing and writing to the pipe, nothing else.
+    let (mut cpu, mut cpu_seen) = (cpu_ticks(pid), Instant::now());
     let mut output: Vec<u8> = Vec::new();
     let mut buffer = [0u8; 64 * 1024];
     loop {
@@ -88,6 +111,16 @@ pub(crate) fn run(
                 "Reading {what} took longer than {} s; it is refused",
                 wall.as_secs()
             )));
+        }
+        if cpu_seen.elapsed() > STALL {
+            let now = cpu_ticks(pid);
+            if now == cpu && now.is_some() {
+                return stop(Error::invalid(format!(
+                    "{} could not be read: its reader stopped making progress; it is refused",
+                    capitalized(what)
+                )));
+            }
+            (cpu, cpu_seen) = (now, Instant::now());
         }
         let mut poll = libc::pollfd {
             fd: read_end,
@@ -143,6 +176,24 @@ pub(crate) fn run(
     }
 }
 
+/// How long a child may use no CPU before it counts as stuck.
+#[cfg(target_os = "linux")]
+const STALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The CPU time `pid` has used, in clock ticks (`/proc/<pid>/stat`'s utime + stime); None
+/// once it is gone.
+#[cfg(target_os = "linux")]
+fn cpu_ticks(pid: libc::pid_t) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (in parentheses) may hold spaces; the fields after it do not.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of the file, utime 14 and stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// Elsewhere, the work runs here.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn run(
@@ -180,7 +231,39 @@ fn reap(pid: libc::pid_t) {
 /// The child's side: limits set, the work done, its outcome written (its length as 8 bytes,
 /// then `O` and the bytes, or `E` and the error's message), and out.
 #[cfg(target_os = "linux")]
-fn child(write_end: libc::c_int, limits: Limits, work: impl FnOnce() -> Result<Vec<u8>>) -> ! {
+fn child(
+    parent: libc::pid_t,
+    write_end: libc::c_int,
+    limits: Limits,
+    work: impl FnOnce() -> Result<Vec<u8>>,
+) -> ! {
+    // The child must not outlive the parent, nor keep what the parent holds open (its
+    // listening socket, its database file's lock, other requests' pipes) should the parent
+    // die first: it dies with the parent, and keeps only its pipe (as fd 3) and stdio.
+    // SAFETY: plain system calls on the child's own process and descriptors.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+        const PIPE: libc::c_int = 3;
+        if write_end != PIPE && libc::dup2(write_end, PIPE) != PIPE {
+            libc::_exit(1);
+        }
+        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) != 0 {
+            let open: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
+                .map(|dir| {
+                    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                        .filter(|fd| *fd > PIPE)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for fd in open {
+                libc::close(fd);
+            }
+        }
+    }
+    let write_end = 3;
     let limit = |resource, value: u64| {
         let mut current = libc::rlimit {
             rlim_cur: 0,
@@ -203,6 +286,8 @@ fn child(write_end: libc::c_int, limits: Limits, work: impl FnOnce() -> Result<V
         mapped_bytes().saturating_add(limits.memory),
     );
     limit(libc::RLIMIT_CPU, limits.seconds.max(1));
+    // A reader killed by a limit leaves no core file of its gigabyte behind.
+    limit(libc::RLIMIT_CORE, 0);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
     let (tag, body) = match outcome {
         Ok(Ok(bytes)) => (b'O', bytes),
@@ -287,5 +372,33 @@ mod tests {
         assert!(err.message().contains("within 256 MiB of memory"), "{err}");
         let err = run("x", LIMITS, || Ok(vec![b'a'; 2 << 20])).unwrap_err();
         assert!(err.message().contains("files.max_decoded_mb"), "{err}");
+    }
+
+    #[test]
+    fn a_stuck_child_is_stopped_and_keeps_nothing_of_the_parents() {
+        let started = std::time::Instant::now();
+        let err = run("x", LIMITS, || {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            Ok(Vec::new())
+        })
+        .unwrap_err();
+        assert!(err.message().contains("stopped making progress"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        // A socket the parent listens on is not the child's.
+        let _listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = run("x", LIMITS, || {
+            let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            Ok(fds.join(",").into_bytes())
+        })
+        .unwrap();
+        let open = String::from_utf8(open).unwrap();
+        // stdio, the pipe (3), and the directory being listed.
+        assert!(
+            open.split(',').all(|fd| fd.parse::<i32>().unwrap() <= 4),
+            "{open}"
+        );
     }
 }

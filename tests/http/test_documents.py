@@ -292,8 +292,8 @@ def _shared_strings_xlsx(strings: list[str], rows: int) -> bytes:
                    f'Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="{rel}/sharedStrings" '
                    'Target="sharedStrings.xml"/></Relationships>')
         z.writestr("xl/worksheets/sheet1.xml", f"<worksheet {ns}><sheetData>{cells}</sheetData></worksheet>")
-        z.writestr("xl/sharedStrings.xml", f"<sst {ns}>" + "".join(f"<si><t>{s}</t></si>" for s in strings)
-                   + "</sst>")
+        z.writestr("xl/sharedStrings.xml", f"<sst {ns}>" + "".join(f"<si><t>{s}</t></si>" if s else "<si/>"
+                                                                    for s in strings) + "</sst>")
     return buffer.getvalue()
 
 
@@ -326,4 +326,29 @@ def test_files_that_expand_inside_their_readers_are_refused(start_limited_server
     meta = json.loads(server.sql_ok("SELECT metadata FROM files.named LIMIT 1")["data"][0][0])
     assert len(meta["source_file"]) == 255
     assert server.death() is None
+    assert server.sql_ok("SELECT 1")["data"] == [[1]]
+
+
+def test_concurrent_workbooks_hold_their_memory_before_reading_it(start_limited_server):
+    """Each of these 100 KB workbooks has 12.5 million empty shared strings, about 500 MiB once
+    read: checked one by one they all fit, read at once they would not. The memory is held
+    for each before calamine reads it, so some are refused and the server stays up."""
+    server = start_limited_server()
+    book = _shared_strings_xlsx([""] * 12_500_000, 1)
+    assert len(book) < 500_000
+    statuses = []
+
+    def send(i: int) -> None:
+        r = requests.put(files_url(server, f"book{i}"), timeout=120,
+                         files={"file": ("b.xlsx", book, "application/octet-stream")})
+        statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert server.death() is None
+    assert len(statuses) == 8 and all(s in (200, 400, 429, 503) for s in statuses), statuses
+    assert any(s != 200 for s in statuses), statuses
     assert server.sql_ok("SELECT 1")["data"] == [[1]]

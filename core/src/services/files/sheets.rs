@@ -37,6 +37,8 @@ pub(super) struct Workbook {
     bytes: Bytes,
     /// Its sheets, in order.
     pub(super) sheets: Vec<String>,
+    /// Bytes its shared strings may take once read.
+    held: u64,
 }
 
 /// Opens an `.xlsx` file: the archive is checked, and what calamine holds whole (everything
@@ -49,17 +51,25 @@ pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
         .map(|(_, size)| size)
         .sum();
     // An empty shared string (`<si/>`, 5 bytes) takes a 24-byte `String`.
-    crate::capacity::check(held.saturating_mul(8), "the .xlsx file's shared strings")?;
+    let held = held.saturating_mul(8);
     drop(archive);
-    let workbook = reader(&bytes)?;
+    let workbook = reader(&bytes, held)?;
     let sheets = workbook.sheet_names();
     if sheets.is_empty() {
         return Err(Error::invalid("The .xlsx file has no sheets"));
     }
-    Ok(Workbook { bytes, sheets })
+    Ok(Workbook {
+        bytes,
+        sheets,
+        held,
+    })
 }
 
-fn reader(bytes: &Bytes) -> Result<Xlsx<Cursor<Bytes>>> {
+/// calamine's reader of the workbook: its shared strings are read whole, in one call, so the
+/// `held` bytes they may take are held for the statement first (two uploads cannot both pass
+/// a check and then together go past the limit).
+fn reader(bytes: &Bytes, held: u64) -> Result<Xlsx<Cursor<Bytes>>> {
+    let _held = crate::capacity::hold(held, "the .xlsx file's shared strings")?;
     contained("an .xlsx file", || {
         Xlsx::new(Cursor::new(bytes.clone()))
             .map_err(|e| Error::invalid(format!("The file is not a readable .xlsx workbook: {e}")))
@@ -117,7 +127,7 @@ impl Workbook {
     }
 
     fn sheet_in(self, name: &str) -> Result<FileRows> {
-        let mut workbook = reader(&self.bytes)?;
+        let mut workbook = reader(&self.bytes, self.held)?;
         let mut header: Vec<Option<String>> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
         let mut first_row = None;
