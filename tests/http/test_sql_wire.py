@@ -68,10 +68,8 @@ def test_context_db_is_echoed_in_the_result(server):
     assert_answers_like_capture(server, "sql_context_db")
 
 
-def test_show_databases_lists_the_builtin_databases_like_mindsdb_without_log(server):
-    # mindlite has no `log` system database (core/tests/wire.rs).
-    assert_answers_like_capture(server, "sql_show_databases",
-                                lambda body: body.replace(b'["log"],', b""))
+def test_show_databases_lists_the_builtin_databases_like_mindsdb(server):
+    assert_answers_like_capture(server, "sql_show_databases")
 
 
 def test_streamed_error_is_one_item_and_no_table_header(server):
