@@ -334,6 +334,120 @@ fn metadata_filters_apply_before_ranking_and_relevance_thresholds_after() {
 }
 
 #[test]
+fn content_like_in_not_like_and_or_search_as_mindsdb_26_reads_them() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    corpus(&engine);
+    // LIKE asks its pattern without the outer wildcards, as `=` does; so does chunk_content.
+    let asked = ids(&engine, "SELECT id FROM kb WHERE content = 'stock market'");
+    assert_eq!(asked[0], "3");
+    for like in [
+        "content LIKE '%stock market%'",
+        "content LIKE 'stock market'",
+        "chunk_content LIKE '% stock market %'",
+    ] {
+        assert_eq!(
+            ids(&engine, &format!("SELECT id FROM kb WHERE {like}")),
+            asked,
+            "{like}"
+        );
+    }
+    // NOT LIKE leaves out the chunks nearer it than the question: the one about dogs barking,
+    // and here the one about markets, which is about neither but a little nearer barking.
+    let before = embedder.requests.lock().unwrap().len();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content LIKE 'cats and dogs pets' \
+             AND content NOT LIKE 'dogs bark strangers'"
+        ),
+        ["4", "1"]
+    );
+    // The question and the excluded one are embedded in one request.
+    assert_eq!(embedder.requests.lock().unwrap()[before..], [2]);
+    for excluded in [
+        "content != 'dogs bark strangers'",
+        "NOT content LIKE 'dogs bark strangers'",
+        "content NOT IN ('dogs bark strangers', 'wag tails')",
+    ] {
+        assert_eq!(
+            ids(
+                &engine,
+                &format!("SELECT id FROM kb WHERE content = 'cats and dogs pets' AND {excluded}")
+            ),
+            ["4", "1"],
+            "{excluded}"
+        );
+    }
+    // IN and OR ask each question; the answers come once each, in the order asked.
+    for either in [
+        "content IN ('stock market', 'purr meow')",
+        "(content = 'stock market' OR content LIKE '%purr meow%')",
+    ] {
+        assert_eq!(
+            ids(
+                &engine,
+                &format!("SELECT id FROM kb WHERE {either} AND relevance > 0.6")
+            ),
+            ["3", "1"],
+            "{either}"
+        );
+    }
+    // A branch without a question reads the chunks its conditions keep, after the searches,
+    // without the chunks they answered.
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE (content = 'stock market' AND relevance > 0.6) \
+             OR year < 2000 OR category = 'finance'"
+        ),
+        ["3", "2"]
+    );
+    // Each branch keeps its own conditions; conditions beside the OR hold in every branch.
+    let mut both = ids(
+        &engine,
+        "SELECT id FROM kb WHERE ((content LIKE 'cats' AND year > 2010) \
+         OR (content LIKE 'market' AND category = 'finance')) AND relevance > 0.55",
+    );
+    both.sort();
+    assert_eq!(both, ["3", "4"]);
+    assert!(rows(&engine, "SELECT id FROM kb WHERE content IS NULL")
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content IS NOT NULL ORDER BY id"
+        ),
+        ["1", "2", "3", "4"]
+    );
+    let alone = error(&engine, "SELECT id FROM kb WHERE content NOT LIKE 'war'");
+    assert!(alone.contains("beside a question"), "{alone}");
+    let many = (0..17)
+        .map(|i| format!("'q{i}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let spread = error(
+        &engine,
+        &format!("SELECT id FROM kb WHERE content IN ({many})"),
+    );
+    assert!(spread.contains("more than 16 searches"), "{spread}");
+    // EXPLAIN names the searches and calls no model.
+    let before = embedder.requests.lock().unwrap().len();
+    let plan = rows(
+        &engine,
+        "EXPLAIN SELECT id FROM kb WHERE (content = 'a' AND content NOT LIKE 'b') OR year < 2000",
+    )
+    .to_string();
+    assert!(
+        plan.contains("limit=10 alpha=1 reranking=false excluding=1; then the chunks"),
+        "{plan}"
+    );
+    assert_eq!(embedder.requests.lock().unwrap().len(), before);
+}
+
+#[test]
 fn hybrid_search_mixes_keyword_scores_into_the_vector_ranking() {
     let embedder = FakeEmbedder::start();
     let engine = Engine::open_in_memory(config(&embedder)).unwrap();

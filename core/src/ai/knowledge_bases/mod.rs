@@ -1,11 +1,14 @@
 //! Knowledge bases in SQL: their statements and INSERT INTO one (`statements`), the table
-//! provider a knowledge base's name resolves to (`table`), how a search ranks (`search`) and
+//! provider a knowledge base's name resolves to (`table`), which searches a query's conditions
+//! ask for (`content` keeps them as written, `query` reads them), how a search ranks (`search`) and
 //! how documents are chunked, embedded and stored (`write`), and inserts in resumable batches
 //! (`batches`, `information_schema.queries`). The records and the vector index are
 //! `catalog::knowledge_bases` and `catalog::kb_index`.
 
 pub(crate) mod batches;
+pub(crate) mod content;
 pub(crate) mod evaluate;
+pub(crate) mod query;
 pub(crate) mod search;
 pub(crate) mod statements;
 pub(crate) mod table;
@@ -15,6 +18,7 @@ use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
 use datafusion::logical_expr::DmlStatement;
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::Insert;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::future::BoxFuture;
@@ -41,6 +45,10 @@ impl Extension for KnowledgeBases {
             return Ok(Some(Box::new(statement)));
         }
         Ok(batches::batch_command(words)?.map(|s| Box::new(s) as Box<dyn FeatureStatement>))
+    }
+
+    fn analyzer_rules(&self) -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+        vec![Arc::new(table::ContentConditions)]
     }
 
     fn insert<'a>(

@@ -1,5 +1,5 @@
-//! How a knowledge base search ranks, MindsDB's conditions read the way its users write them:
-//! `content = 'question'` searches; `hybrid_search = true` mixes keyword (BM25) scores into
+//! How a knowledge base search ranks (which searches a query's conditions ask for is
+//! `query`'s to read): the question is embedded; `hybrid_search = true` mixes keyword (BM25) scores into
 //! the vector distances, `hybrid_search_alpha = a` weighs them (1: vectors only, 0: keywords
 //! only; 0.5 when only `hybrid_search` is given); `reranking = false` skips the knowledge
 //! base's reranker. Conditions on `distance` or `relevance` hold for the final scores; every
@@ -25,8 +25,6 @@ use datafusion::arrow::compute::{
     concat_batches, filter_record_batch, interleave_record_batch, take_record_batch,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type};
-use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{Expr, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::catalog::kb_index::{self, KbIndex};
@@ -41,14 +39,14 @@ use crate::sql::catalog::snapshot::Snapshot;
 
 /// The search condition's column.
 pub(crate) const CONTENT: &str = "content";
+/// The chunk's text, which MindsDB also reads as the search condition's column.
+pub(crate) const CHUNK_CONTENT: &str = "chunk_content";
 /// Whether keyword scores are mixed in.
 pub(crate) const HYBRID_SEARCH: &str = "hybrid_search";
 /// The vector side's weight in a hybrid search.
 pub(crate) const HYBRID_SEARCH_ALPHA: &str = "hybrid_search_alpha";
 /// Whether the knowledge base's reranker scores the results.
 pub(crate) const RERANKING: &str = "reranking";
-/// The weight `hybrid_search = true` gives the vector side, as MindsDB's.
-const DEFAULT_ALPHA: f64 = 0.5;
 /// Candidates read back from the chunk table at a time while conditions on scores are checked.
 const WINDOW: usize = 256;
 /// Candidates each side of a mixed search brings, at least.
@@ -62,168 +60,6 @@ pub(crate) struct Search {
     pub(crate) alpha: f64,
     /// Whether the reranker (if the knowledge base has one) scores the results.
     pub(crate) reranking: bool,
-}
-
-/// A scan's conditions, sorted by what they are for.
-#[derive(Debug, Default)]
-pub(crate) struct Conditions {
-    pub(crate) search: Option<Search>,
-    /// Conditions selecting chunks before they are ranked.
-    pub(crate) rows: Vec<Expr>,
-    /// Conditions on `distance` or `relevance`, checked on the final scores.
-    pub(crate) scores: Vec<Expr>,
-}
-
-/// Sorts a knowledge base scan's conditions (qualifiers already dropped).
-pub(crate) fn conditions(kb: &str, filters: Vec<Expr>) -> Result<Conditions> {
-    let mut out = Conditions::default();
-    let mut question: Option<String> = None;
-    let mut hybrid: Option<bool> = None;
-    let mut alpha: Option<f64> = None;
-    let mut reranking = true;
-    for filter in filters {
-        if let Some(given) = question_of(&filter) {
-            if question.as_ref().is_some_and(|q| *q != given) {
-                return Err(Error::invalid(format!(
-                    "A search of knowledge base '{kb}' takes one content = '…' condition"
-                )));
-            }
-            question = Some(given);
-            continue;
-        }
-        if let Some((name, value)) = setting_of(&filter) {
-            match name.as_str() {
-                HYBRID_SEARCH => hybrid = Some(flag(kb, &name, &value)?),
-                RERANKING => reranking = flag(kb, &name, &value)?,
-                _ => alpha = Some(weight(kb, &value)?),
-            }
-            continue;
-        }
-        let columns = filter.column_refs();
-        if columns.iter().any(|c| is_setting(&c.name)) {
-            return Err(Error::invalid(format!(
-                "Knowledge base '{kb}': {HYBRID_SEARCH}, {HYBRID_SEARCH_ALPHA} and {RERANKING} are set with `name = value` conditions joined by AND, as in WHERE content = 'question' AND {HYBRID_SEARCH} = true"
-            )));
-        }
-        if columns
-            .iter()
-            .any(|c| c.name == "distance" || c.name == "relevance")
-        {
-            out.scores.push(filter);
-        } else {
-            out.rows.push(filter);
-        }
-    }
-    let alpha = match (hybrid, alpha) {
-        (_, Some(alpha)) => alpha,
-        (Some(true), None) => DEFAULT_ALPHA,
-        _ => 1.0,
-    };
-    out.search = match question {
-        Some(question) => Some(Search {
-            question,
-            alpha,
-            reranking,
-        }),
-        None if alpha < 1.0 => {
-            return Err(Error::invalid(format!(
-                "A hybrid search of knowledge base '{kb}' needs a content = '…' condition (the question)"
-            )))
-        }
-        None => None,
-    };
-    Ok(out)
-}
-
-fn is_setting(name: &str) -> bool {
-    matches!(name, HYBRID_SEARCH | HYBRID_SEARCH_ALPHA | RERANKING)
-}
-
-/// The question of a `content = 'text'` condition.
-fn question_of(expr: &Expr) -> Option<String> {
-    let (column, value) = column_equals(expr)?;
-    if column != CONTENT {
-        return None;
-    }
-    match value {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => Some(s),
-        _ => None,
-    }
-}
-
-/// A search setting's `name = value`, or a bare `name` / `NOT name` (what the planner makes
-/// of `name = true` / `name = false`).
-fn setting_of(expr: &Expr) -> Option<(String, ScalarValue)> {
-    let bare = |e: &Expr, value: bool| match e {
-        Expr::Column(c) if is_setting(&c.name) => {
-            Some((c.name.clone(), ScalarValue::Boolean(Some(value))))
-        }
-        _ => None,
-    };
-    match expr {
-        Expr::Column(_) => return bare(expr, true),
-        Expr::Not(inner) => return bare(inner, false),
-        _ => {}
-    }
-    let (column, value) = column_equals(expr)?;
-    is_setting(&column).then_some((column, value))
-}
-
-/// `column = literal` either way round, casts of the literal looked through.
-fn column_equals(expr: &Expr) -> Option<(String, ScalarValue)> {
-    let Expr::BinaryExpr(binary) = expr else {
-        return None;
-    };
-    if binary.op != Operator::Eq {
-        return None;
-    }
-    let literal = |e: &Expr| match e {
-        Expr::Literal(value, _) => Some(value.clone()),
-        Expr::Cast(cast) => match cast.expr.as_ref() {
-            Expr::Literal(value, _) => Some(value.clone()),
-            _ => None,
-        },
-        _ => None,
-    };
-    match (binary.left.as_ref(), binary.right.as_ref()) {
-        (Expr::Column(c), other) | (other, Expr::Column(c)) => {
-            Some((c.name.clone(), literal(other)?))
-        }
-        _ => None,
-    }
-}
-
-fn flag(kb: &str, name: &str, value: &ScalarValue) -> Result<bool> {
-    match value {
-        ScalarValue::Boolean(Some(b)) => Ok(*b),
-        ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s))
-            if s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false") =>
-        {
-            Ok(s.eq_ignore_ascii_case("true"))
-        }
-        ScalarValue::Int64(Some(n @ (0 | 1))) => Ok(*n == 1),
-        other => Err(Error::invalid(format!(
-            "Knowledge base '{kb}': {name} must be true or false, not {other}"
-        ))),
-    }
-}
-
-fn weight(kb: &str, value: &ScalarValue) -> Result<f64> {
-    let number = value
-        .cast_to(&DataType::Float64)
-        .ok()
-        .and_then(|v| match v {
-            ScalarValue::Float64(Some(n)) => Some(n),
-            _ => None,
-        })
-        .filter(|n| (0.0..=1.0).contains(n));
-    number.ok_or_else(|| {
-        Error::invalid(format!(
-            "Knowledge base '{kb}': {HYBRID_SEARCH_ALPHA} must be a number between 0 and 1, not {value}"
-        ))
-    })
 }
 
 /// Chunk rows as a search shows them: the stored columns but the node, then `distance`,
@@ -279,6 +115,8 @@ pub(crate) struct Ranking {
     /// The chunk table's id.
     pub(crate) table: u64,
     pub(crate) search: Search,
+    /// Questions whose relevant chunks are left out (see `query`).
+    pub(crate) excluded: Vec<String>,
     pub(crate) shown: Shown,
     /// Conditions selecting chunks before they are ranked.
     pub(crate) rows: Option<Arc<dyn PhysicalExpr>>,
@@ -293,6 +131,7 @@ impl fmt::Debug for Ranking {
         f.debug_struct("Ranking")
             .field("kb", &self.kb.name)
             .field("search", &self.search)
+            .field("excluded", &self.excluded)
             .field("limit", &self.limit)
             .finish()
     }
@@ -312,10 +151,21 @@ impl Ranking {
         self: Arc<Self>,
         connector: Arc<Connector>,
     ) -> Result<Vec<RecordBatch>> {
-        let query = match self.search.alpha > 0.0 {
-            true => Some(self.embed_question(&connector).await?),
-            false => None,
+        // The question and the excluded ones, embedded in one request.
+        let mut vectors = match self.search.alpha > 0.0 {
+            true => {
+                let mut texts = vec![self.search.question.clone()];
+                texts.extend(self.excluded.iter().cloned());
+                self.embed(&connector, texts)
+                    .await?
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            }
+            // bounded: one per condition of the parsed statement
+            false => vec![None; 1 + self.excluded.len()],
         };
+        let query = vectors.remove(0);
         let reranker = self
             .kb
             .reranking_model
@@ -333,7 +183,7 @@ impl Ranking {
         let this = Arc::clone(&self);
         let check = reranker.is_none();
         let found = crate::memory::spawn_blocking(move || {
-            this.best(query.as_deref(), wanted, check, &settings)
+            this.best(query.as_deref(), &vectors, wanted, check, &settings)
         })
         .await
         .map_err(|e| Error::internal(format!("a knowledge base search failed: {e}")))??;
@@ -377,22 +227,26 @@ impl Ranking {
         Ok(vec![ranked.slice(0, ranked.num_rows().min(self.limit))])
     }
 
-    /// The question's normalised vector, from the knowledge base's embedding model.
-    async fn embed_question(&self, connector: &Connector) -> Result<Vec<f32>> {
-        connector.meter.take(self.snapshot.tenant, 1).await?;
+    /// The questions' normalised vectors, from the knowledge base's embedding model.
+    async fn embed(&self, connector: &Connector, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        connector
+            .meter
+            .take(self.snapshot.tenant, texts.len() as u64)
+            .await?;
         let endpoint = embeddings::endpoint(&self.kb.embedding_model, &connector.embedding());
-        let question = [self.search.question.clone()];
-        let mut vectors = embeddings::embed(connector, &endpoint, &question).await?;
-        vectors
-            .pop()
-            .ok_or_else(|| Error::internal("no vector for the question"))
+        let vectors = embeddings::embed(connector, &endpoint, &texts).await?;
+        if vectors.len() != texts.len() {
+            return Err(Error::internal("no vector for the question"));
+        }
+        Ok(vectors)
     }
 
     /// The first `wanted` rows by final distance, as shown (those the score conditions keep,
-    /// with `check`).
+    /// with `check`), leaving out what the `excluded` questions (their vectors) find.
     fn best(
         &self,
         query: Option<&[f32]>,
+        excluded: &[Option<Vec<f32>>],
         wanted: usize,
         check: bool,
         settings: &KnowledgeBasesConfig,
@@ -401,12 +255,15 @@ impl Ranking {
         let Some(index) = kb_index::load(&self.snapshot.store, txn, self.table)? else {
             return Ok(Vec::new());
         };
-        if let Some(query) = query {
-            let dimensions = index.graph.params().dimensions;
-            if query.len() != dimensions {
+        let dimensions = index.graph.params().dimensions;
+        for vector in query
+            .into_iter()
+            .chain(excluded.iter().flatten().map(Vec::as_slice))
+        {
+            if vector.len() != dimensions {
                 return Err(Error::invalid(format!(
                     "The embedding model answered a vector of {} dimensions for the question; knowledge base '{}' holds vectors of {dimensions} (was its embedding model changed?)",
-                    query.len(),
+                    vector.len(),
                     self.kb.name
                 )));
             }
@@ -415,18 +272,50 @@ impl Ranking {
             Some(predicate) => Some(self.allowed(predicate, &index)?),
             None => None,
         };
-        let accept = |node: u32| allowed.as_ref().is_none_or(|a| a.contains(node));
+        let kept = |node: u32| allowed.as_ref().is_none_or(|a| a.contains(node));
         let count = allowed
             .as_ref()
             .map_or(index.graph.live() as usize, Bitset::count);
+        // A chunk nearer an excluded question than the asked one is left out: by vector
+        // distance, or without vectors (keywords only) by keyword score.
+        let vectors: Vec<&[f32]> = excluded.iter().flatten().map(Vec::as_slice).collect();
+        let mut left_out = Bitset::new(0);
+        if query.is_none() && !self.excluded.is_empty() {
+            left_out = Bitset::new(index.graph.nodes());
+            let scores = |question: &str| -> Result<HashMap<u32, f64>> {
+                let found =
+                    kb_index::keyword_search(&index, txn, self.table, question, count, &kept)?;
+                Ok(found.into_iter().collect())
+            };
+            let asked = scores(&self.search.question)?;
+            for question in &self.excluded {
+                for (node, score) in scores(question)? {
+                    if score > asked.get(&node).copied().unwrap_or(0.0) {
+                        left_out.insert(node);
+                    }
+                }
+            }
+        }
+        let accept = |node: u32| {
+            kept(node)
+                && !left_out.contains(node)
+                && query.is_none_or(|query| {
+                    let asked = index.graph.distance(query, node);
+                    vectors
+                        .iter()
+                        .all(|excluded| index.graph.distance(excluded, node) >= asked)
+                })
+        };
+        let filtered = allowed.is_some() || !self.excluded.is_empty();
         // Conditions on scores may drop any row: then every row is ranked.
         let scores = self.scores.as_ref().filter(|_| check);
         let exhaustive = scores.is_some() || count <= settings.exact_below;
         let candidates = self.candidates(
             &index,
+            &self.search.question,
             query,
             &accept,
-            allowed.is_some(),
+            filtered,
             count,
             wanted,
             exhaustive,
@@ -457,11 +346,13 @@ impl Ranking {
         Ok(allowed)
     }
 
-    /// The ranked candidates: nearest by vector, best by keywords, or both mixed.
+    /// The ranked candidates for `question` (its vector `query`): nearest by vector, best by
+    /// keywords, or both mixed.
     #[allow(clippy::too_many_arguments)]
     fn candidates(
         &self,
         index: &KbIndex,
+        question: &str,
         query: Option<&[f32]>,
         accept: &dyn Fn(u32) -> bool,
         filtered: bool,
@@ -499,7 +390,7 @@ impl Ranking {
             index,
             &self.snapshot.txn,
             self.table,
-            &self.search.question,
+            question,
             pool,
             accept,
         )?;

@@ -1,22 +1,28 @@
 //! Knowledge bases in SQL: [`KnowledgeBaseTable`], the table provider a knowledge base's name
 //! resolves to. It shows MindsDB's columns (`id, chunk_id, chunk_content, metadata, <metadata
-//! columns>, distance, relevance`, then `content` and the search's settings); a top-level
-//! `content = 'question'` condition makes a scan a search, which `kb_search` ranks when the
-//! plan executes and returns the best `LIMIT` (10 when not given). All conditions are exact,
-//! so DataFusion hands the LIMIT down. A scan without a question streams the chunk table.
-//! `kb_write` inserts and deletes.
+//! columns>, distance, relevance`, then `content` and the search's settings); conditions on
+//! the content make a scan one or more searches (`query` reads them), which `search` ranks
+//! when the plan executes, each returning its best `LIMIT` (10 when not given). All
+//! conditions are exact, so DataFusion hands the LIMIT down. A scan without a question
+//! streams the chunk table. `write` inserts and deletes.
 //!
 //! The chunk table holds `id, chunk_id, chunk_content, metadata`, the metadata columns, then
 //! `node`: the chunk's node in the knowledge base's indexes, which hold its vector.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::TableReference;
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -25,6 +31,7 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
     DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, TableProviderFilterPushDown, WriteOp,
 };
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::empty::EmptyExec;
@@ -35,9 +42,10 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::search::{self, Shown, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RERANKING};
+use super::{content, query};
 use crate::catalog::knowledge_bases::{chunk_db, KnowledgeBase};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, Result};
@@ -46,7 +54,7 @@ use crate::sql::catalog::stored_table::StoredTable;
 
 pub(crate) const ID: &str = "id";
 pub(crate) const CHUNK_ID: &str = "chunk_id";
-pub(crate) const CHUNK_CONTENT: &str = "chunk_content";
+pub(crate) use super::search::CHUNK_CONTENT;
 pub(crate) const METADATA: &str = "metadata";
 const DISTANCE: &str = "distance";
 const RELEVANCE: &str = "relevance";
@@ -208,30 +216,49 @@ impl TableProvider for KnowledgeBaseTable {
             .iter()
             .map(|f| unqualified(f.clone()))
             .collect::<Result<Vec<_>>>()?;
-        let conditions = search::conditions(&self.kb.name, filters)?;
+        let answer = query::answer(&self.kb.name, filters)?;
         let schema = DFSchema::try_from(self.shown.schema.as_ref().clone())?;
         let predicate = |exprs: Vec<Expr>| -> DfResult<_> {
             conjunction(exprs)
                 .map(|expr| state.create_physical_expr(expr, &schema))
                 .transpose()
         };
-        let shown: Arc<dyn ExecutionPlan> = match (conditions.search, &self.chunks) {
-            (_, None) => Arc::new(EmptyExec::new(Arc::clone(&self.shown.schema))),
-            (None, Some(record)) => {
-                let mut all = conditions.rows;
-                all.extend(conditions.scores);
-                self.rows(state, record, predicate(all)?).await?
+        let empty = || Arc::new(EmptyExec::new(Arc::clone(&self.shown.schema)));
+        let single = answer.is_single();
+        let shown: Arc<dyn ExecutionPlan> = match &self.chunks {
+            None => empty(),
+            Some(record) => {
+                let scan = match answer.scan {
+                    Some(condition) => Some(
+                        self.rows(state, record, predicate(condition.into_iter().collect())?)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                let mut rankings = Vec::new();
+                for searched in answer.searches {
+                    rankings.push(Arc::new(search::Ranking {
+                        kb: self.kb.clone(),
+                        snapshot: Arc::clone(&self.snapshot),
+                        table: record.id,
+                        search: searched.search,
+                        excluded: searched.excluded,
+                        shown: self.shown.clone(),
+                        rows: predicate(searched.rows)?,
+                        scores: predicate(searched.scores)?,
+                        limit: limit.unwrap_or(DEFAULT_LIMIT),
+                    }));
+                }
+                match (single, scan, rankings.pop()) {
+                    (true, Some(scan), None) => scan,
+                    (true, None, Some(ranking)) => Arc::new(SearchExec::new(vec![ranking], None)),
+                    (true, None, None) => empty(),
+                    (_, scan, last) => {
+                        rankings.extend(last);
+                        Arc::new(SearchExec::new(rankings, scan))
+                    }
+                }
             }
-            (Some(search), Some(record)) => Arc::new(SearchExec::new(search::Ranking {
-                kb: self.kb.clone(),
-                snapshot: Arc::clone(&self.snapshot),
-                table: record.id,
-                search,
-                shown: self.shown.clone(),
-                rows: predicate(conditions.rows)?,
-                scores: predicate(conditions.scores)?,
-                limit: limit.unwrap_or(DEFAULT_LIMIT),
-            })),
         };
         let Some(projection) = projection else {
             return Ok(shown);
@@ -251,24 +278,39 @@ impl TableProvider for KnowledgeBaseTable {
     }
 }
 
-/// A knowledge base search as a plan's leaf: one partition, computed when it executes (so
-/// planning, EXPLAIN included, never calls the embedding model).
+/// A knowledge base query's searches as a plan's leaf, computed when it executes (so
+/// planning, EXPLAIN included, never calls the embedding model): each search's rows in turn,
+/// then those of the chunk scan of the branches without a question, each chunk once.
 #[derive(Debug)]
 struct SearchExec {
-    ranking: Arc<search::Ranking>,
+    rankings: Vec<Arc<search::Ranking>>,
+    /// The chunk scan, when some branch has no question.
+    scan: Option<Arc<dyn ExecutionPlan>>,
+    schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
 
 impl SearchExec {
-    fn new(ranking: search::Ranking) -> SearchExec {
+    /// At least one of `rankings` and `scan`.
+    fn new(
+        rankings: Vec<Arc<search::Ranking>>,
+        scan: Option<Arc<dyn ExecutionPlan>>,
+    ) -> SearchExec {
+        let schema = rankings
+            .first()
+            .map(|r| Arc::clone(&r.shown.schema))
+            .or_else(|| scan.as_ref().map(|s| s.schema()))
+            .unwrap_or_else(|| Arc::new(Schema::empty()));
         let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&ranking.shown.schema)),
+            EquivalenceProperties::new(Arc::clone(&schema)),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Final,
             Boundedness::Bounded,
         );
         SearchExec {
-            ranking: Arc::new(ranking),
+            rankings,
+            scan,
+            schema,
             properties: Arc::new(properties),
         }
     }
@@ -276,16 +318,26 @@ impl SearchExec {
 
 impl DisplayAs for SearchExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let ranking = &self.ranking;
-        write!(
-            f,
-            "KnowledgeBaseSearchExec: {}.{} limit={} alpha={} reranking={}",
-            ranking.kb.project,
-            ranking.kb.name,
-            ranking.limit,
-            ranking.search.alpha,
-            ranking.search.reranking && ranking.kb.reranking_model.is_some()
-        )
+        write!(f, "KnowledgeBaseSearchExec:")?;
+        for (i, ranking) in self.rankings.iter().enumerate() {
+            write!(
+                f,
+                "{} {}.{} limit={} alpha={} reranking={}",
+                if i == 0 { "" } else { ";" },
+                ranking.kb.project,
+                ranking.kb.name,
+                ranking.limit,
+                ranking.search.alpha,
+                ranking.search.reranking && ranking.kb.reranking_model.is_some()
+            )?;
+            if !ranking.excluded.is_empty() {
+                write!(f, " excluding={}", ranking.excluded.len())?;
+            }
+        }
+        if self.scan.is_some() {
+            write!(f, "; then the chunks the other conditions keep")?;
+        }
+        Ok(())
     }
 }
 
@@ -299,7 +351,7 @@ impl ExecutionPlan for SearchExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        Vec::new()
+        self.scan.iter().collect()
     }
 
     fn apply_expressions(
@@ -311,15 +363,30 @@ impl ExecutionPlan for SearchExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
+        match (self.scan.is_some(), children.len()) {
+            (false, 0) => Ok(self),
+            (true, 1) => Ok(Arc::new(SearchExec::new(
+                self.rankings.clone(),
+                children.into_iter().next(),
+            ))),
+            _ => Err(DataFusionError::Internal(
+                "a knowledge base search has at most its chunk scan as a child".into(),
+            )),
+        }
     }
 
     fn partition_statistics(&self, _partition: Option<usize>) -> DfResult<Arc<Statistics>> {
-        // At most LIMIT rows, so a join builds its hash table from them.
-        let mut statistics = Statistics::new_unknown(&self.ranking.shown.schema);
-        statistics.num_rows = Precision::Inexact(self.ranking.limit);
+        let mut statistics = Statistics::new_unknown(&self.schema);
+        if self.scan.is_none() {
+            // At most LIMIT rows a search, so a join builds its hash table from them.
+            let rows = self
+                .rankings
+                .iter()
+                .fold(0usize, |sum, r| sum.saturating_add(r.limit));
+            statistics.num_rows = Precision::Inexact(rows);
+        }
         Ok(Arc::new(statistics))
     }
 
@@ -329,19 +396,126 @@ impl ExecutionPlan for SearchExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let connector = crate::sql::planning::session::connector(context.session_config())?;
-        let ranking = Arc::clone(&self.ranking);
+        let rankings = self.rankings.clone();
+        let scan = self.scan.clone();
+        let single = rankings.len() == 1 && scan.is_none();
         let found = futures::stream::once(async move {
-            match ranking.run(connector).await {
-                Ok(batches) => futures::stream::iter(batches.into_iter().map(Ok)).left_stream(),
-                Err(e) => futures::stream::iter([Err(DataFusionError::from(e))]).right_stream(),
+            // Chunk ids already answered: at most every search's LIMIT of them.
+            let mut seen: HashSet<String> = HashSet::new();
+            let mut batches = Vec::new();
+            for ranking in rankings {
+                for batch in ranking.run(Arc::clone(&connector)).await? {
+                    batches.push(match single {
+                        true => batch,
+                        false => first_seen(&batch, &mut seen)?,
+                    });
+                }
             }
+            let rest = match scan {
+                Some(scan) => {
+                    let seen = Arc::new(seen);
+                    datafusion::physical_plan::execute_stream(scan, context)?
+                        .map(move |batch| batch.and_then(|b| unseen(&b, &seen)))
+                        .boxed()
+                }
+                None => futures::stream::empty().boxed(),
+            };
+            Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(Ok)).chain(rest))
         })
-        .flatten();
+        .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.ranking.shown.schema),
+            Arc::clone(&self.schema),
             found,
         )))
     }
+}
+
+/// The rows of `batch` whose chunk was not seen before, now seen.
+fn first_seen(batch: &RecordBatch, seen: &mut HashSet<String>) -> DfResult<RecordBatch> {
+    let ids = batch.column(1).as_string::<i32>();
+    let keep: BooleanArray = ids
+        .iter()
+        .map(|id| Some(id.is_none_or(|id| seen.insert(id.to_string()))))
+        .collect();
+    Ok(filter_record_batch(batch, &keep)?)
+}
+
+/// The rows of `batch` whose chunk no search answered.
+fn unseen(batch: &RecordBatch, seen: &HashSet<String>) -> DfResult<RecordBatch> {
+    if seen.is_empty() {
+        return Ok(batch.clone());
+    }
+    let ids = batch.column(1).as_string::<i32>();
+    let keep: BooleanArray = ids
+        .iter()
+        .map(|id| Some(id.is_none_or(|id| !seen.contains(id))))
+        .collect();
+    Ok(filter_record_batch(batch, &keep)?)
+}
+
+/// The analyzer rule that puts conditions on a knowledge base's content into
+/// [`content::ContentCondition`] calls.
+#[derive(Debug)]
+pub(crate) struct ContentConditions;
+
+impl AnalyzerRule for ContentConditions {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        plan.transform_up_with_subqueries(|plan| {
+            let LogicalPlan::Filter(filter) = &plan else {
+                return Ok(Transformed::no(plan));
+            };
+            let relations = knowledge_bases_in(&filter.input)?;
+            if relations.is_empty() {
+                return Ok(Transformed::no(plan));
+            }
+            let LogicalPlan::Filter(mut filter) = plan else {
+                unreachable!("matched above")
+            };
+            let predicate = std::mem::replace(
+                &mut filter.predicate,
+                Expr::Literal(ScalarValue::Null, None),
+            );
+            let rewritten = content::mark(predicate, &relations)?;
+            filter.predicate = rewritten.data;
+            Ok(Transformed::new(
+                LogicalPlan::Filter(filter),
+                rewritten.transformed,
+                TreeNodeRecursion::Continue,
+            ))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "knowledge_base_content_conditions"
+    }
+}
+
+/// The names the knowledge bases read beneath a filter go by (their tables', or an alias
+/// given right above one).
+fn knowledge_bases_in(input: &LogicalPlan) -> DfResult<Vec<TableReference>> {
+    let is_kb = |plan: &LogicalPlan| match plan {
+        LogicalPlan::TableScan(scan) => source_as_provider(&scan.source)
+            .map(|p| p.downcast_ref::<KnowledgeBaseTable>().is_some())
+            .unwrap_or(false),
+        _ => false,
+    };
+    let mut out = Vec::new();
+    input.apply(|plan| {
+        match plan {
+            LogicalPlan::TableScan(scan) if is_kb(plan) => out.push(scan.table_name.clone()),
+            LogicalPlan::SubqueryAlias(alias) if is_kb(&alias.input) => {
+                out.push(alias.alias.clone())
+            }
+            // A join's or a subquery's filter is theirs to mark.
+            LogicalPlan::Filter(_) | LogicalPlan::Subquery(_) => {
+                return Ok(TreeNodeRecursion::Jump)
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(out)
 }
 
 /// `expr` with its columns' table qualifiers dropped (they name the scan, whose schema has none).
@@ -358,8 +532,7 @@ fn unqualified(expr: Expr) -> Result<Expr> {
 
 /// The knowledge base a write statement targets, if it does.
 pub(crate) fn target(dml: &DmlStatement) -> Option<KnowledgeBase> {
-    let provider =
-        datafusion::catalog::default_table_source::source_as_provider(&dml.target).ok()?;
+    let provider = source_as_provider(&dml.target).ok()?;
     provider
         .downcast_ref::<KnowledgeBaseTable>()
         .map(|t| t.kb.clone())
