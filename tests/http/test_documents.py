@@ -76,16 +76,22 @@ def docx(paragraphs: list[str]) -> bytes:
 
 def xlsx(rows: list[list[object]], sheets: tuple[str, ...] = ("Sheet1",)) -> bytes:
     """A workbook whose sheets all hold `rows`: numbers as numbers, text as inline strings."""
+    return book({name: rows for name in sheets})
+
+
+def book(sheets: dict[str, list[list[object]]]) -> bytes:
+    """A workbook of these sheets, in this order."""
     def cell(ref: str, value: object) -> str:
         if isinstance(value, bool):
             return f'<c r="{ref}" t="b"><v>{int(value)}</v></c>'
         if isinstance(value, (int, float)):
             return f'<c r="{ref}"><v>{value}</v></c>'
         return f'<c r="{ref}" t="inlineStr"><is><t>{value}</t></is></c>'
-    sheet = "".join(
-        f'<row r="{r + 1}">' + "".join(cell(f"{chr(65 + c)}{r + 1}", v) for c, v in enumerate(row)
-                                        if v is not None) + "</row>"
-        for r, row in enumerate(rows))
+    def sheet(rows: list[list[object]]) -> str:
+        return "".join(
+            f'<row r="{r + 1}">' + "".join(cell(f"{chr(65 + c)}{r + 1}", v) for c, v in enumerate(row)
+                                            if v is not None) + "</row>"
+            for r, row in enumerate(rows))
     ns = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
     rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
     buffer = io.BytesIO()
@@ -103,9 +109,9 @@ def xlsx(rows: list[list[object]], sheets: tuple[str, ...] = ("Sheet1",)) -> byt
                    + "".join(f'<Relationship Id="rId{i + 1}" Type="{rel}/worksheet" '
                              f'Target="worksheets/sheet{i + 1}.xml"/>' for i in range(len(sheets)))
                    + "</Relationships>")
-        for i in range(len(sheets)):
+        for i, rows in enumerate(sheets.values()):
             z.writestr(f"xl/worksheets/sheet{i + 1}.xml",
-                       f'<?xml version="1.0"?><worksheet {ns}><sheetData>{sheet}</sheetData></worksheet>')
+                       f'<?xml version="1.0"?><worksheet {ns}><sheetData>{sheet(rows)}</sheetData></worksheet>')
     return buffer.getvalue()
 
 
@@ -159,13 +165,55 @@ def test_a_sheet_becomes_a_typed_table_and_an_archive_its_one_file(server):
     got = server.sql_ok("SELECT id, price, name, in_stock, arrow_typeof(id), arrow_typeof(price) "
                         "FROM files.prices ORDER BY id")["data"]
     assert got == [[1, 2.5, "apple", True, "Int64", "Float64"], [2, 3.0, "pear", False, "Int64", "Float64"]]
-    two = upload(server, "two", "two.xlsx", xlsx([["a"], [1]], sheets=("First", "Second")))
-    problem(two, 400, "2 sheets", "First", "Second")
     archive = zipped({"export/": b"", "export/data.csv": b"a,b\n1,x\n2,y\n"})
     assert upload(server, "from_zip", "data.zip", archive).status_code == 200
     assert server.sql_ok("SELECT a, b FROM files.from_zip ORDER BY a")["data"] == [[1, "x"], [2, "y"]]
     several = upload(server, "several", "two.zip", zipped({"a.csv": b"a\n1\n", "b.csv": b"a\n2\n"}))
     problem(several, 400, "only one data file")
+
+
+def test_a_workbook_of_several_sheets_lists_them_and_each_sheet_is_a_table(server):
+    sheets = {"First": [["a", "b"], [1, "x"], [2, "y"]], "Sales 2024": [["region", "total"], ["north", 2.5]]}
+    assert upload(server, "book", "book.xlsx", book(sheets)).status_code == 200
+    listed = [f for f in requests.get(f"{server.url}/api/files", timeout=10).json() if f["name"] == "book"]
+    assert listed == [{"name": "book", "row_count": 2, "columns": ["Tables"]}], listed
+    # As MindsDB: the file lists its sheets; files.<file>.<sheet> reads one.
+    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"]]
+    assert server.sql_ok("SELECT a, b FROM files.book.First ORDER BY a")["data"] == [[1, "x"], [2, "y"]]
+    assert server.sql_ok("SELECT a FROM files.book.first ORDER BY a")["data"] == [[1], [2]]
+    assert server.sql_ok("SELECT region, total FROM files.book.`Sales 2024`")["data"] == [["north", 2.5]]
+    joined = server.sql_ok("SELECT f.b, s.region FROM files.book.First f "
+                           "CROSS JOIN files.book.`Sales 2024` s ORDER BY f.b")["data"]
+    assert joined == [["x", "north"], ["y", "north"]]
+    missing = server.sql("SELECT * FROM files.book.nope").json()
+    assert missing["type"] == "error" and "Sheet 'nope' not found" in missing["error_message"], missing
+    assert "First, Sales 2024" in missing["error_message"], missing
+    assert upload(server, "single", "s.xlsx", xlsx([["a"], [1]])).status_code == 200
+    plain = server.sql("SELECT * FROM files.single.Sheet1").json()
+    assert plain["type"] == "error" and "not a workbook of several sheets" in plain["error_message"], plain
+    # The sheets are no tables of their own in listings.
+    tables = [row[0] for row in server.sql_ok("SHOW TABLES FROM files")["data"]]
+    assert "book" in tables and not any(t.startswith("sheet_") for t in tables), tables
+    # Deleting or dropping the file takes its sheets: the name is free again, whole.
+    assert requests.delete(files_url(server, "book"), timeout=10).status_code == 200
+    gone = server.sql("SELECT * FROM files.book.First").json()
+    assert gone["type"] == "error", gone
+    again = {"Other": [["c"], [3]], "More": [["d"], [4]]}
+    assert upload(server, "book", "book.xlsx", book(again)).status_code == 200
+    assert server.sql_ok("SELECT c FROM files.book.Other")["data"] == [[3]]
+    assert server.sql("SELECT * FROM files.book.First").json()["type"] == "error"
+    server.sql_ok("DROP TABLE files.book")
+    assert upload(server, "book", "book.xlsx", book(sheets)).status_code == 200
+    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"]]
+
+
+def test_the_caps_hold_for_all_the_sheets_of_a_workbook_together(start_server):
+    server = start_server("[files]\nmax_rows = 100\n")
+    rows = [["n"]] + [[i] for i in range(60)]
+    assert upload(server, "one", "one.xlsx", xlsx(rows)).status_code == 200
+    problem(upload(server, "two", "two.xlsx", xlsx(rows, sheets=("A", "B"))), 400, "files.max_rows")
+    assert [f["name"] for f in requests.get(f"{server.url}/api/files", timeout=10).json()] == ["one"]
+    assert server.sql("SELECT * FROM files.two.A").json()["type"] == "error"
 
 
 def test_an_archive_bomb_is_refused_within_the_caps(start_server):

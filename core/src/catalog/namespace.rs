@@ -15,6 +15,19 @@ pub(crate) const SYSTEM_DB: &str = "information_schema";
 pub(crate) const FILES_DB: &str = "files";
 /// MindsDB's built-in log namespace, read-only: the runs of the user's jobs.
 pub(crate) const LOG_DB: &str = "log";
+/// The database holding the sheets of the uploaded workbook `file` (of several sheets), as
+/// tables `sheet_1`, `sheet_2`, … in the workbook's order; no project can be named so, and
+/// neither SQL's two-part names nor `SHOW TABLES` reach it (`files.book.sheet` does, by the
+/// sheet's name). The file's own table lists the sheets.
+pub(crate) fn sheets_db(file: &str) -> String {
+    format!("{FILES_DB}/{}", file.to_ascii_lowercase())
+}
+
+/// The table of `sheets_db` holding the sheet at `position` (from 1).
+pub(crate) fn sheet_table(position: usize) -> String {
+    format!("sheet_{position}")
+}
+
 /// Names of built-in namespaces that no project or datasource may take.
 pub(crate) const RESERVED: [&str; 3] = [SYSTEM_DB, FILES_DB, LOG_DB];
 /// The tables of `log` (MindsDB's `llm_log` is not kept here: LLM calls are not logged).

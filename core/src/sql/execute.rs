@@ -488,6 +488,10 @@ impl SqlRunner {
             }
             let Some((schema, table)) = snapshot::db_and_table(&reference, db) else {
                 let catalog = reference.catalog().unwrap_or_default();
+                // `files.book.sheet`: the workbook said what is missing.
+                if catalog.eq_ignore_ascii_case(FILES_DB) {
+                    return error;
+                }
                 return Error::not_found(format!("Database '{catalog}' not found"));
             };
             match snapshot.namespace(&schema) {

@@ -15,7 +15,6 @@ use super::write::constraints::Checks;
 use super::SqlRunner;
 use crate::catalog::constraints::Constraints;
 use crate::catalog::datasources;
-use crate::catalog::namespace::FILES_DB;
 use crate::catalog::projects;
 use crate::catalog::tables;
 use crate::error::{Error, Result};
@@ -155,7 +154,7 @@ impl SqlRunner {
         let db = db.unwrap_or(&self.default_project).to_string();
         self.load_into(
             tenant,
-            LoadTarget::Project(&db),
+            &db,
             table,
             schema,
             Box::new(move |sink| batches.into_iter().try_for_each(sink)),
@@ -164,30 +163,25 @@ impl SqlRunner {
         .await
     }
 
-    /// Loads the batches `rows` hands on into the table `table` of a project, or an uploaded
-    /// file, as [`SqlRunner::load`] describes. The rows are read and staged (on a blocking
+    /// Loads the batches `rows` hands on into the table `table` of the project `db`, as
+    /// [`SqlRunner::load`] describes. The rows are read and staged (on a blocking
     /// thread, so `rows` may parse as it goes) before the writer lock is taken; a table
     /// replaced or dropped meanwhile is an error, and nothing is written.
     pub(crate) async fn load_into(
         &self,
         tenant: TenantId,
-        target: LoadTarget<'_>,
+        db: &str,
         table: &str,
         schema: SchemaRef,
         rows: BatchSource,
         mode: LoadMode,
     ) -> Result<u64> {
-        let (db, files) = match target {
-            LoadTarget::Project(db) => (db, false),
-            LoadTarget::File => (FILES_DB, true),
-        };
         let db = db.to_ascii_lowercase();
         let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let state = self.session(Arc::clone(&snapshot), &db, 1)?;
         let job = self.job(tenant, &db, snapshot, state, None, None);
         let project = match job.snapshot.namespace(&db)? {
-            Some(Namespace::Project(p)) if !files => p.name,
-            Some(Namespace::Files) if files => FILES_DB.to_string(),
+            Some(Namespace::Project(p)) => p.name,
             Some(_) => {
                 return Err(Error::invalid(format!(
                     "Database '{db}' is read-only: tables can only be written in a project"
@@ -280,7 +274,7 @@ impl SqlRunner {
                         if existing.is_some() {
                             tables::drop_table(&guard.txn, job.tenant, &project, &table)?;
                         }
-                        if !files && projects::named(&guard.txn, job.tenant, &project)?.is_none() {
+                        if projects::named(&guard.txn, job.tenant, &project)?.is_none() {
                             return Err(Error::not_found(format!("Database '{project}' not found")));
                         }
                         tables::create(&guard.txn, job.tenant, &project, &table, &staged_schema, Constraints::default())?
@@ -296,6 +290,74 @@ impl SqlRunner {
         self.plans.clear();
         loaded
     }
+
+    /// Creates `tables` (none may exist) and loads their rows, in one transaction: all of
+    /// them or none. The rows are read and staged, table after table, before the writer lock
+    /// is taken. Returns the rows of the first.
+    pub(crate) async fn load_new(&self, tenant: TenantId, tables: Vec<NewTable>) -> Result<u64> {
+        let Some(first) = tables.first() else {
+            return Ok(0);
+        };
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
+        let state = self.session(Arc::clone(&snapshot), &first.db, 1)?;
+        let job = self.job(tenant, &first.db, snapshot, state, None, None);
+        let exists = |db: &str, name: &str| {
+            Error::conflict(format!("Table '{name}' already exists in database: {db}"))
+        };
+        for table in &tables {
+            if job.snapshot.table(&table.db, &table.name)?.is_some() {
+                return Err(exists(&table.db, &table.name));
+            }
+        }
+        let loaded = job
+            .run(move |job, handle| {
+                let mut staged = Vec::new();
+                for table in tables {
+                    let (schema, source) = (table.open)()?;
+                    let schema = Arc::new(Schema::new(
+                        schema
+                            .fields()
+                            .iter()
+                            .map(|f| {
+                                f.as_ref()
+                                    .clone()
+                                    .with_data_type(stored_type(f.data_type()))
+                            })
+                            .collect::<Vec<Field>>(),
+                    ));
+                    let mut rows = job.staged(&table.name, Arc::clone(&schema));
+                    source(&mut |batch| {
+                        job.check_cancelled()?;
+                        rows.push(batch).map(|_| ())
+                    })?;
+                    staged.push((table.db, table.name, schema, rows));
+                }
+                let guard = job.lock(handle)?;
+                let mut first = None;
+                for (db, name, schema, rows) in staged {
+                    if tables::record(&guard.txn, job.tenant, &db, &name)?.is_some() {
+                        return Err(exists(&db, &name));
+                    }
+                    let record = tables::create(
+                        &guard.txn,
+                        job.tenant,
+                        &db,
+                        &name,
+                        &schema,
+                        Constraints::default(),
+                    )?;
+                    first.get_or_insert(rows.rows());
+                    let mut writer = tables::TableWriter::append(&guard.txn, job.tenant, record)?;
+                    writer.push_staged(rows)?;
+                    writer.finish()?;
+                }
+                guard.commit()?;
+                Ok(first.unwrap_or(0))
+            })
+            .await;
+        self.plans.clear();
+        loaded
+    }
 }
 
 /// Batches to load, handed to the sink one at a time as they are read (an upload parses its
@@ -303,13 +365,13 @@ impl SqlRunner {
 pub(crate) type BatchSource =
     Box<dyn FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> + Send>;
 
-/// Where [`SqlRunner::load_into`] writes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LoadTarget<'a> {
-    /// A table of this project.
-    Project(&'a str),
-    /// An uploaded file, a table of the `files` database.
-    File,
+/// A table [`SqlRunner::load_new`] creates: in database `db` (a project's, `files`, or a
+/// workbook's sheets'), named `name`, its columns and rows what `open` gives when its turn
+/// comes.
+pub(crate) struct NewTable {
+    pub(crate) db: String,
+    pub(crate) name: String,
+    pub(crate) open: Box<dyn FnOnce() -> Result<(SchemaRef, BatchSource)> + Send>,
 }
 
 /// A write that goes to a datasource's table.

@@ -2,20 +2,19 @@
 //! database through the same load path as `CREATE TABLE … AS` (see `load`), listed, and
 //! removed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::catalog::namespace::FILES_DB;
+use crate::catalog::namespace::{sheet_table, sheets_db, FILES_DB};
 use crate::catalog::tables;
 use crate::catalog::tables::ReadTables;
 use crate::error::{Error, Result};
 use crate::tenant::TenantId;
 
-use super::load::LoadTarget;
-use super::request::LoadMode;
+use super::load::NewTable;
 use super::SqlRunner;
-use crate::services::files::{open, Caps, FileFormat, FileInfo};
+use crate::services::files::{open, Caps, FileFormat, FileInfo, FileRows};
 
 /// A URL's file over `http.max_body_bytes`.
 fn too_big(max: u64) -> Error {
@@ -26,8 +25,10 @@ fn too_big(max: u64) -> Error {
 
 impl SqlRunner {
     /// Reads `bytes` as a file (see `services::files::open`) and stores it as `files.<name>`,
-    /// in one transaction: all rows or none. A file of that name is a Conflict. Returns the
-    /// rows.
+    /// in one transaction: all rows or none. A workbook of several sheets is stored as a
+    /// table listing them and a table per sheet (`files.<name>.<sheet>`), in the same
+    /// transaction, the caps holding for all of them together. A file of that name is a
+    /// Conflict. Returns the rows of `files.<name>`.
     pub(crate) async fn upload_file(
         &self,
         tenant: TenantId,
@@ -44,25 +45,34 @@ impl SqlRunner {
         loop {
             let (bytes, file_name) = (bytes.clone(), file_name.clone());
             // Inferring the columns reads the file once: CPU work, off the async workers.
-            let file = crate::memory::spawn_blocking(move || {
+            let mut file = crate::memory::spawn_blocking(move || {
                 open(bytes, format, file_name.as_deref(), caps)
             })
             .await
             .map_err(|e| Error::internal(format!("reading the file stopped: {e}")))??;
-            let schema = Arc::clone(&file.schema);
-            // Decoded batch by batch into the staged table, within the caps: nothing is
-            // stored unless every row fits.
-            let rows: super::load::BatchSource = Box::new(move |sink| file.read_into(caps, sink));
-            let loaded = self
-                .load_into(
-                    tenant,
-                    LoadTarget::File,
-                    name,
-                    schema,
-                    rows,
-                    LoadMode::Create,
-                )
-                .await;
+            // What the file's tables have read so far, which the next one's caps leave out.
+            let used = Arc::new(Mutex::new((0u64, 0u64)));
+            let sheets = std::mem::take(&mut file.sheets);
+            let first = Arc::clone(&used);
+            let mut tables = vec![NewTable {
+                db: FILES_DB.to_string(),
+                name: name.to_string(),
+                open: Box::new(move || Ok((Arc::clone(&file.schema), counted(file, caps, &first)))),
+            }];
+            for (position, sheet) in sheets.into_iter().enumerate() {
+                // Each sheet's columns are typed as its turn comes (on the loading thread),
+                // so one sheet's cells are read at a time.
+                let used = Arc::clone(&used);
+                tables.push(NewTable {
+                    db: sheets_db(name),
+                    name: sheet_table(position + 1),
+                    open: Box::new(move || {
+                        let file = sheet.open()?;
+                        Ok((Arc::clone(&file.schema), counted(file, caps, &used)))
+                    }),
+                });
+            }
+            let loaded = self.load_new(tenant, tables).await;
             return match loaded {
                 Err(e) if e.kind() == crate::ErrorKind::Conflict => Err(Error::conflict(format!(
                     "File with name '{name}' already exists"
@@ -201,4 +211,21 @@ impl SqlRunner {
             })
             .await
     }
+}
+
+/// `file`'s rows as a load reads them, within what `caps` leave once `used` (the rows and
+/// bytes of the upload's tables read before) is taken off, adding its own to `used`.
+fn counted(file: FileRows, caps: Caps, used: &Arc<Mutex<(u64, u64)>>) -> super::load::BatchSource {
+    let used = Arc::clone(used);
+    Box::new(move |sink| {
+        let (rows, bytes) = *used
+            .lock()
+            .map_err(|_| Error::internal("a poisoned lock"))?;
+        let read = file.read_counted(caps.less(rows, bytes), sink)?;
+        let mut total = used
+            .lock()
+            .map_err(|_| Error::internal("a poisoned lock"))?;
+        *total = (total.0 + read.0, total.1 + read.1);
+        Ok(())
+    })
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::constraints::{column_index, Constraints, Index, PRIMARY_KEY, UNIQUE};
 use crate::catalog::indexes::{self};
 use crate::catalog::landing::{self, Landed};
-use crate::catalog::namespace::validate_name;
+use crate::catalog::namespace::{sheets_db, validate_name, FILES_DB};
 use crate::catalog::storage::{self, Change};
 use crate::error::{Error, Result};
 use crate::store::schema::{CHUNKS, CHUNK_ORDER, TABLES, TABLE_SCHEMAS};
@@ -272,6 +272,14 @@ pub(crate) fn drop_table(
     };
     let schema = unlink_content(txn, tenant, &record)?;
     storage::charge(txn, tenant, Change::removed(schema.len() as u64))?;
+    drop(tables);
+    // An uploaded workbook's sheets go with it, however it is dropped.
+    if project == FILES_DB {
+        let sheets = sheets_db(&key);
+        for sheet in records(txn, tenant, &sheets)? {
+            drop_table(txn, tenant, &sheets, &sheet.name)?;
+        }
+    }
     Ok(true)
 }
 

@@ -50,6 +50,7 @@ pub(super) fn open_csv(bytes: Bytes) -> Result<FileRows> {
                 }
                 Ok(())
             }),
+            sheets: Vec::new(),
         });
     }
     // Inference goes by the look of values: `2021-02-30` looks like a date and is none. Read
@@ -104,6 +105,7 @@ pub(super) fn open_csv(bytes: Bytes) -> Result<FileRows> {
             }
             Ok(())
         }),
+        sheets: Vec::new(),
     })
 }
 

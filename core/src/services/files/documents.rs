@@ -106,6 +106,7 @@ pub(super) fn open_document(
             }
             Ok(())
         }),
+        sheets: Vec::new(),
     })
 }
 

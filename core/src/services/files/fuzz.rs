@@ -1,4 +1,4 @@
-//! Fuzz targets for uploads (`files::open` and `FileRows::read_into`): random bytes in every
+//! Fuzz targets for uploads (`files::open` and `FileRows::read_counted`): random bytes in every
 //! format, and valid CSV, JSON and Parquet files (every codec, several row groups and pages,
 //! nested and dictionary columns), documents (HTML, PDF, Word), workbooks and zip archives
 //! mutated. A file is read within the caps or refused with an
@@ -35,16 +35,28 @@ const CAPS: Caps = Caps {
 fn reads_or_says_why(bytes: &[u8], format: Option<FileFormat>, name: Option<&str>) {
     note("format and name", &(format, name));
     note("bytes", &String::from_utf8_lossy(bytes));
-    let outcome = open(Bytes::copy_from_slice(bytes), format, name, CAPS).and_then(|file| {
+    let read = |file: super::FileRows| -> crate::error::Result<Vec<super::rows::Sheet>> {
         let columns = file.schema.fields().len();
         assert!(columns > 0, "a file of no columns was opened");
         let mut rows = 0u64;
-        file.read_into(CAPS, &mut |batch| {
+        let sheets = file.sheets;
+        let file = super::FileRows {
+            sheets: Vec::new(),
+            ..file
+        };
+        file.read_counted(CAPS, &mut |batch| {
             assert_eq!(batch.num_columns(), columns, "a batch of other columns");
             rows += batch.num_rows() as u64;
             Ok(())
         })?;
         assert!(rows <= CAPS.max_rows, "{rows} rows read past the cap");
+        Ok(sheets)
+    };
+    let outcome = open(Bytes::copy_from_slice(bytes), format, name, CAPS).and_then(|file| {
+        // A workbook's sheets read as uploads do, each a table of its own.
+        for sheet in read(file)? {
+            read(sheet.open()?)?;
+        }
         Ok(())
     });
     if let Err(e) = outcome {

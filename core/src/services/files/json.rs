@@ -84,6 +84,7 @@ pub(super) fn open_json(bytes: Bytes) -> Result<FileRows> {
                 }
             }
         }),
+        sheets: Vec::new(),
     })
 }
 

@@ -162,11 +162,7 @@ fn open_in(
                     let only = only.clone();
                     workbook.sheet(&only)
                 }
-                sheets => Err(Error::invalid(format!(
-                    "The workbook has {} sheets ({}); upload a workbook of one sheet",
-                    sheets.len(),
-                    sheets.join(", ")
-                ))),
+                _ => workbook.book(),
             }
         }
         FileFormat::Zip if in_archive => Err(Error::invalid(
@@ -251,7 +247,7 @@ mod tests {
         let file = open(Bytes::copy_from_slice(bytes), format, name, NO_CAPS)?;
         let schema = Arc::clone(&file.schema);
         let mut batches = Vec::new();
-        file.read_into(NO_CAPS, &mut |batch| {
+        file.read_counted(NO_CAPS, &mut |batch| {
             batches.push(batch);
             Ok(())
         })?;
@@ -270,7 +266,7 @@ mod tests {
         let file = open(Bytes::from(csv.clone()), None, None, caps).unwrap();
         let mut seen = 0;
         let err = file
-            .read_into(caps, &mut |batch| {
+            .read_counted(caps, &mut |batch| {
                 seen += batch.num_rows();
                 Ok(())
             })
@@ -285,7 +281,7 @@ mod tests {
             max_bytes: 1 << 20,
         };
         let file = open(Bytes::from(csv), None, None, caps).unwrap();
-        let err = file.read_into(caps, &mut |_| Ok(())).unwrap_err();
+        let err = file.read_counted(caps, &mut |_| Ok(())).unwrap_err();
         assert!(err.message().contains("files.max_decoded_mb"), "{err}");
     }
 
@@ -325,7 +321,7 @@ mod tests {
             let opened = open(Bytes::from(file), None, Some("bomb.parquet"), caps).unwrap();
             let mut expanded = 0u64;
             let err = opened
-                .read_into(caps, &mut |batch| {
+                .read_counted(caps, &mut |batch| {
                     expanded += stored_size(&batch);
                     Ok(())
                 })
@@ -599,9 +595,28 @@ mod tests {
             assert!(shown.contains("2024-01-02T12:00:00"), "{shown}");
             assert!(shown.contains("| seven"), "{shown}");
         }
-        let two = samples::xlsx(&[("A", rows), ("B", rows)]);
-        let err = read(&two, None, None).err().unwrap();
-        assert!(err.message().contains("2 sheets (A, B)"), "{err}");
+        // A workbook of several sheets lists them; each sheet reads as its own table.
+        let two = samples::xlsx(&[("A", rows), ("Sales 2024", &[&["x"], &["1"]])]);
+        let mut file = open(Bytes::from(two), None, None, NO_CAPS).unwrap();
+        assert_eq!(file.schema.field(0).name(), "Tables");
+        let mut sheets = std::mem::take(&mut file.sheets);
+        assert_eq!(sheets.len(), 2);
+        let mut listed = Vec::new();
+        file.read_counted(NO_CAPS, &mut |batch| {
+            listed.push(batch);
+            Ok(())
+        })
+        .unwrap();
+        let shown = datafusion::arrow::util::pretty::pretty_format_batches(&listed)
+            .unwrap()
+            .to_string();
+        assert!(
+            shown.contains("| A ") && shown.contains("| Sales 2024 |"),
+            "{shown}"
+        );
+        let second = sheets.pop().unwrap().open().unwrap();
+        assert_eq!(second.schema.field(0).name(), "x");
+        assert_eq!(second.schema.field(0).data_type(), &DataType::Int64);
     }
 
     #[test]

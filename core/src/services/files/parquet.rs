@@ -124,5 +124,6 @@ pub(super) fn open_parquet(bytes: Bytes, caps: Caps) -> Result<FileRows> {
             }
             Ok(())
         }),
+        sheets: Vec::new(),
     })
 }

@@ -30,6 +30,14 @@ impl Caps {
         }
     }
 
+    /// What is left of these caps once `rows` rows of `bytes` bytes were read.
+    pub(crate) fn less(self, rows: u64, bytes: u64) -> Caps {
+        Caps {
+            max_rows: self.max_rows.saturating_sub(rows),
+            max_bytes: self.max_bytes.saturating_sub(bytes),
+        }
+    }
+
     pub(super) fn rows_over(&self) -> Error {
         Error::invalid(format!(
             "The file holds more than {} rows, the most one upload may (files.max_rows); nothing was stored",
@@ -52,6 +60,21 @@ pub(super) type Sink<'a> = &'a mut dyn FnMut(RecordBatch) -> Result<()>;
 pub(crate) struct FileRows {
     pub(crate) schema: SchemaRef,
     pub(super) rows: Box<dyn FnOnce(Sink<'_>) -> Result<()> + Send>,
+    /// A workbook of several sheets: each sheet, opened when asked (the rows above then list
+    /// them).
+    pub(crate) sheets: Vec<Sheet>,
+}
+
+/// One sheet of a workbook of several (in the workbook's order), read as a table of its own.
+pub(crate) struct Sheet {
+    pub(super) open: Box<dyn FnOnce() -> Result<FileRows> + Send>,
+}
+
+impl Sheet {
+    /// The sheet's columns (typed now, one pass over its cells) and rows.
+    pub(crate) fn open(self) -> Result<FileRows> {
+        (self.open)()
+    }
 }
 
 impl FileRows {
@@ -59,7 +82,7 @@ impl FileRows {
     /// rows will be stored (a dictionary column counts each row's value, not its shared
     /// dictionary once). A batch that would be large once expanded goes on in slices, so no
     /// more than about [`SLICE_BYTES`] of it is ever expanded at once.
-    pub(crate) fn read_into(self, caps: Caps, sink: Sink<'_>) -> Result<()> {
+    pub(crate) fn read_counted(self, caps: Caps, sink: Sink<'_>) -> Result<(u64, u64)> {
         let (mut rows, mut bytes) = (0u64, 0u64);
         (self.rows)(&mut |batch: RecordBatch| {
             let size = stored_size(&batch);
@@ -82,7 +105,8 @@ impl FileRows {
                 at += length;
             }
             Ok(())
-        })
+        })?;
+        Ok((rows, bytes))
     }
 }
 

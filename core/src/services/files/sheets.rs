@@ -4,6 +4,9 @@
 //! text), an empty cell NULL, rows with no value skipped. A header cell left empty names its
 //! column `Unnamed: <n>`, as pandas does.
 //!
+//! A workbook of several sheets is a table listing them (`Tables`), each sheet a table of
+//! its own, as MindsDB's `files.book.sheet`.
+//!
 //! calamine reads the workbook over an archive checked first (`archive`): its shared strings
 //! are held whole (counted against the statement's memory before they are read), the sheet is
 //! streamed cell by cell, twice: once to type the columns, once to make the rows.
@@ -14,15 +17,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use calamine::{DataRef, Reader, Xlsx};
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringArray, StringBuilder,
     TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::archive::Archive;
-use super::rows::Caps;
 use super::rows::{check_columns, contained, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
+use super::rows::{Caps, Sheet};
 use crate::error::{Error, Result};
 
 /// The longest column name a header cell may give.
@@ -33,6 +36,7 @@ const MAX_ROW_BYTES: usize = 64 << 20;
 const BATCH_BYTES: usize = 8 << 20;
 
 /// A workbook, checked and opened.
+#[derive(Clone)]
 pub(super) struct Workbook {
     bytes: Bytes,
     /// Its sheets, in order.
@@ -117,7 +121,46 @@ impl Seen {
     }
 }
 
+/// Sheets one workbook may hold: each becomes a table.
+const MAX_SHEETS: usize = 1024;
+
 impl Workbook {
+    /// A workbook of several sheets as MindsDB reads one: a table listing the sheets (one
+    /// column, `Tables`), and each sheet opened when asked.
+    pub(super) fn book(self) -> Result<FileRows> {
+        if self.sheets.len() > MAX_SHEETS {
+            return Err(Error::invalid(format!(
+                "The workbook has {} sheets, more than the {MAX_SHEETS} one upload may hold",
+                self.sheets.len()
+            )));
+        }
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "Tables",
+            DataType::Utf8,
+            false,
+        )]));
+        let names = self.sheets.clone();
+        let listed = Arc::clone(&schema);
+        let sheets = self
+            .sheets
+            .iter()
+            .map(|name| {
+                let (workbook, name) = (self.clone(), name.clone());
+                Sheet {
+                    open: Box::new(move || workbook.sheet(&name)),
+                }
+            })
+            .collect();
+        Ok(FileRows {
+            schema,
+            rows: Box::new(move |sink| {
+                let names: ArrayRef = Arc::new(StringArray::from(names));
+                sink(RecordBatch::try_new(listed, vec![names])?)
+            }),
+            sheets,
+        })
+    }
+
     /// The sheet `name` as a table: its columns typed now (one pass over its cells), its rows
     /// made as they are read (a second pass).
     pub(super) fn sheet(self, name: &str) -> Result<FileRows> {
@@ -249,6 +292,7 @@ impl Workbook {
                     Ok(())
                 })
             }),
+            sheets: Vec::new(),
         })
     }
 }

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::DataType;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider, TableProvider};
 use datafusion::common::{Constraint, Constraints, DFSchema};
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -18,7 +20,8 @@ use super::information_schema::{InformationSchema, LogSchema};
 use super::snapshot::{Namespace, Snapshot, CATALOG};
 use super::stored_table::StoredTable;
 use crate::catalog::datasources::Datasource;
-use crate::catalog::namespace::FILES_DB;
+use crate::catalog::namespace::{sheet_table, sheets_db, FILES_DB};
+use crate::catalog::tables::ReadTables;
 use crate::catalog::views::View;
 use crate::error::{Error, Result};
 use crate::services::connectors::table::NATIVE;
@@ -356,6 +359,10 @@ impl CatalogProviderList for Catalogs {
         // `pg.schema.table`: a PostgreSQL datasource's other schemas, as MindsDB reads
         // three-part names.
         match catalog.snapshot.namespace(name).ok()?? {
+            // `files.book.sheet`: a sheet of an uploaded workbook of several.
+            Namespace::Files => Some(Arc::new(Workbooks {
+                snapshot: Arc::clone(&catalog.snapshot),
+            })),
             Namespace::Datasource(source)
                 if source.engine == crate::services::connectors::postgres::ENGINE =>
             {
@@ -366,5 +373,102 @@ impl CatalogProviderList for Catalogs {
             }
             _ => None,
         }
+    }
+}
+
+/// The uploaded workbooks of several sheets as a catalog: `files.book.sheet` is a schema per
+/// workbook and a table per sheet.
+#[derive(Debug)]
+struct Workbooks {
+    snapshot: Arc<Snapshot>,
+}
+
+impl CatalogProvider for Workbooks {
+    fn schema_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        Some(Arc::new(Workbook {
+            snapshot: Arc::clone(&self.snapshot),
+            file: name.to_string(),
+        }))
+    }
+}
+
+/// One uploaded workbook's sheets, by name.
+#[derive(Debug)]
+struct Workbook {
+    snapshot: Arc<Snapshot>,
+    file: String,
+}
+
+impl Workbook {
+    /// The sheets' names, in the workbook's order, as the file's own table lists them; `None`
+    /// when no file of that name holds several sheets.
+    fn sheets(&self) -> Result<Option<Vec<String>>> {
+        let Some(listing) = self.snapshot.table(FILES_DB, &self.file)? else {
+            return Ok(None);
+        };
+        if self.snapshot.tables(&sheets_db(&self.file))?.is_empty() {
+            return Ok(None);
+        }
+        let txn = &self.snapshot.txn;
+        let mut names = Vec::new();
+        for (_, chunk) in txn.chunk_order_of(listing.id)? {
+            let batch = txn.chunk(listing.id, chunk)?;
+            let column = datafusion::arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
+            names.extend(
+                column
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|n| n.unwrap_or_default().to_string()),
+            );
+        }
+        Ok(Some(names))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for Workbook {
+    fn table_names(&self) -> Vec<String> {
+        self.sheets().ok().flatten().unwrap_or_default()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(sheets) = self.sheets()? else {
+            return Err(Error::not_found(format!(
+                "File '{}' is not a workbook of several sheets: read it as files.{}",
+                self.file, self.file
+            ))
+            .into());
+        };
+        let Some(position) = sheets.iter().position(|s| s.eq_ignore_ascii_case(name)) else {
+            return Err(Error::not_found(format!(
+                "Sheet '{name}' not found in file '{}'; its sheets: {}",
+                self.file,
+                sheets.join(", ")
+            ))
+            .into());
+        };
+        let db = sheets_db(&self.file);
+        let record = self
+            .snapshot
+            .table(&db, &sheet_table(position + 1))?
+            .ok_or_else(|| {
+                Error::internal(format!("sheet '{name}' of file '{}' is missing", self.file))
+            })?;
+        let schema = self.snapshot.table_schema(record.id)?;
+        Ok(Some(Arc::new(StoredTable::plain(
+            Arc::clone(&self.snapshot),
+            record,
+            schema,
+        ))))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.table_names()
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(name))
     }
 }
