@@ -433,6 +433,11 @@ fn content_like_in_not_like_and_or_search_as_mindsdb_26_reads_them() {
         &format!("SELECT id FROM kb WHERE content IN ({many})"),
     );
     assert!(spread.contains("more than 16 searches"), "{spread}");
+    let excluded = error(
+        &engine,
+        &format!("SELECT id FROM kb WHERE content = 'a' AND content NOT IN ({many})"),
+    );
+    assert!(excluded.contains("more than 16 questions"), "{excluded}");
     // EXPLAIN names the searches and calls no model.
     let before = embedder.requests.lock().unwrap().len();
     let plan = rows(

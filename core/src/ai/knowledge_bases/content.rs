@@ -27,7 +27,7 @@ use datafusion::logical_expr::{
     Volatility,
 };
 
-use super::search::{CHUNK_CONTENT, CONTENT};
+use super::search::{CHUNK_CONTENT, CONTENT, MAX_QUESTIONS};
 
 /// The comparison a [`ContentCondition`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,7 +159,14 @@ pub(crate) fn mark(predicate: Expr, relations: &[TableReference]) -> DfResult<Tr
                     .map(|value| ContentCondition::call(*like.expr.clone(), op, value))
             }
             Expr::InList(list) if is_content(&list.expr) => {
-                let values = list.list.iter().map(text).collect::<Option<Vec<_>>>();
+                // A longer list is refused when the scan reads it (see `query`); marked, it
+                // would only be a deeper expression to walk.
+                let values = list
+                    .list
+                    .iter()
+                    .map(text)
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|values| values.len() <= MAX_QUESTIONS);
                 values.and_then(|values| {
                     let (op, join): (_, fn(Expr, Expr) -> Expr) = match list.negated {
                         false => (ContentOp::Eq, Expr::or),

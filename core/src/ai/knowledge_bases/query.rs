@@ -32,9 +32,7 @@ use crate::error::{Error, Result};
 
 /// The weight `hybrid_search = true` gives the vector side, as MindsDB's.
 const DEFAULT_ALPHA: f64 = 0.5;
-/// Branches (searches, and the scan) one query may spread into: each search embeds its
-/// question, so a query's cost stays a small multiple of one search's.
-pub(crate) const MAX_BRANCHES: usize = 16;
+use super::search::MAX_QUESTIONS as MAX_BRANCHES;
 
 /// One search of a query: its question, what it leaves out and its conditions.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,6 +149,12 @@ pub(crate) fn answer(kb: &str, filters: Vec<Expr>) -> Result<Answer> {
             rows,
             scores,
         });
+    }
+    let questions: usize = out.searches.iter().map(|s| 1 + s.excluded.len()).sum();
+    if questions > MAX_BRANCHES {
+        return Err(Error::invalid(format!(
+            "A knowledge base query asks more than {MAX_BRANCHES} questions (searches and exclusions), each embedded; ask fewer"
+        )));
     }
     if out.searches.is_empty() && alpha < 1.0 {
         return Err(Error::invalid(format!(

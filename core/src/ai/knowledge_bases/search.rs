@@ -47,6 +47,10 @@ pub(crate) const HYBRID_SEARCH: &str = "hybrid_search";
 pub(crate) const HYBRID_SEARCH_ALPHA: &str = "hybrid_search_alpha";
 /// Whether the knowledge base's reranker scores the results.
 pub(crate) const RERANKING: &str = "reranking";
+/// Questions one knowledge base query may ask, searches and exclusions together, and branches
+/// it may spread into (see `query`): each question is embedded and searched, so a query's cost
+/// stays a small multiple of one search's.
+pub(crate) const MAX_QUESTIONS: usize = 16;
 /// Candidates read back from the chunk table at a time while conditions on scores are checked.
 const WINDOW: usize = 256;
 /// Candidates each side of a mixed search brings, at least.

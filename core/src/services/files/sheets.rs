@@ -12,7 +12,7 @@
 //! streamed cell by cell, twice: once to type the columns, once to make the rows.
 
 use std::io::Cursor;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use calamine::{DataRef, Reader, Xlsx};
@@ -43,6 +43,10 @@ pub(super) struct Workbook {
     pub(super) sheets: Vec<String>,
     /// Bytes its shared strings may take once read.
     held: u64,
+    /// calamine's reader, its shared strings read, while no sheet is being read: the sheets of
+    /// a workbook are read one after another, and each takes it instead of reading the shared
+    /// strings again (a workbook of many sheets would otherwise read them once per sheet).
+    parsed: Arc<Mutex<Option<Xlsx<Cursor<Bytes>>>>>,
 }
 
 /// Opens an `.xlsx` file: the archive is checked, and what calamine holds whole (everything
@@ -66,6 +70,7 @@ pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
         bytes,
         sheets,
         held,
+        parsed: Arc::new(Mutex::new(Some(workbook))),
     })
 }
 
@@ -170,7 +175,12 @@ impl Workbook {
     }
 
     fn sheet_in(self, name: &str) -> Result<FileRows> {
-        let mut workbook = reader(&self.bytes, self.held)?;
+        let parsed = Arc::clone(&self.parsed);
+        let kept = parsed.lock().ok().and_then(|mut slot| slot.take());
+        let mut workbook = match kept {
+            Some(workbook) => workbook,
+            None => reader(&self.bytes, self.held)?,
+        };
         let mut header: Vec<Option<String>> = Vec::new();
         let mut seen: Vec<Seen> = Vec::new();
         let mut first_row = None;
@@ -288,6 +298,11 @@ impl Workbook {
                     }
                     if batch.len() > 0 {
                         sink(batch.finish(&batch_schema)?)?;
+                    }
+                    drop(cells);
+                    // The next sheet reads with it.
+                    if let Ok(mut slot) = parsed.lock() {
+                        *slot = Some(workbook);
                     }
                     Ok(())
                 })
