@@ -411,6 +411,55 @@ fn content_like_in_not_like_and_or_search_as_mindsdb_26_reads_them() {
     );
     both.sort();
     assert_eq!(both, ["3", "4"]);
+    // Through an alias, a join and a subquery that filters first.
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT k.id FROM (SELECT * FROM kb WHERE year > 1990) k \
+             WHERE k.content LIKE 'cats and dogs pets' AND k.content NOT LIKE 'dogs bark strangers'"
+        ),
+        ["4", "1"]
+    );
+    exec(
+        &engine,
+        "CREATE VIEW recent AS SELECT * FROM kb WHERE year > 1990",
+    );
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM recent WHERE content LIKE 'cats and dogs pets' \
+             AND content NOT LIKE 'dogs bark strangers'"
+        ),
+        ["4", "1"]
+    );
+    exec(&engine, "CREATE TABLE years (y INT)");
+    exec(&engine, "INSERT INTO years VALUES (2015), (2020)");
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT k.id FROM kb k JOIN years ON k.year = years.y \
+             WHERE k.content = 'stock market' AND k.content != 'cats dogs pets'"
+        ),
+        ["3"]
+    );
+    // A column a projection names `content`, and a table's own `content`, compare as SQL does.
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT s.id FROM (SELECT chunk_id AS content, id FROM kb) s \
+             WHERE s.content = '2:content:1of1:0to42'"
+        ),
+        ["2"]
+    );
+    exec(&engine, "CREATE TABLE pages (id TEXT, content TEXT)");
+    exec(&engine, "INSERT INTO pages VALUES ('a', 'x'), ('b', 'y')");
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM pages WHERE content LIKE 'x' OR content IN ('y', 'z')"
+        ),
+        ["a", "b"]
+    );
     assert!(rows(&engine, "SELECT id FROM kb WHERE content IS NULL")
         .as_array()
         .unwrap()

@@ -205,17 +205,7 @@ impl SqlRunner {
                     "Table '{table}' already exists in database: {project}"
                 )))
             }
-            (_, LoadMode::Create | LoadMode::Replace) => Arc::new(Schema::new(
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        f.as_ref()
-                            .clone()
-                            .with_data_type(stored_type(f.data_type()))
-                    })
-                    .collect::<Vec<Field>>(),
-            )),
+            (_, LoadMode::Create | LoadMode::Replace) => stored_schema(&schema),
         };
         let table = table.to_string();
         let loaded = job
@@ -314,17 +304,7 @@ impl SqlRunner {
                 let mut staged = Vec::new();
                 for table in tables {
                     let (schema, source) = (table.open)()?;
-                    let schema = Arc::new(Schema::new(
-                        schema
-                            .fields()
-                            .iter()
-                            .map(|f| {
-                                f.as_ref()
-                                    .clone()
-                                    .with_data_type(stored_type(f.data_type()))
-                            })
-                            .collect::<Vec<Field>>(),
-                    ));
+                    let schema = stored_schema(&schema);
                     let mut rows = job.staged(&table.name, Arc::clone(&schema));
                     source(&mut |batch| {
                         job.check_cancelled()?;
@@ -380,6 +360,21 @@ pub(crate) struct RemoteWrite {
     table: String,
     /// The columns an INSERT named, if it named any.
     columns: Option<Vec<String>>,
+}
+
+/// The schema loaded rows of `schema` are stored as (see [`stored_type`]).
+fn stored_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(stored_type(f.data_type()))
+            })
+            .collect::<Vec<Field>>(),
+    ))
 }
 
 /// The type a loaded column is stored as: dictionaries become their values; text becomes a

@@ -73,10 +73,13 @@ impl ContentCondition {
         ))
     }
 
-    /// The condition `expr` is a call of, if it is one.
-    pub(crate) fn of(expr: &Expr) -> Option<&ContentCondition> {
+    /// The condition `expr` is a call of, and the column it is called on, if it is one.
+    pub(crate) fn of(expr: &Expr) -> Option<(&ContentCondition, &Expr)> {
         match expr {
-            Expr::ScalarFunction(f) => f.func.inner().downcast_ref::<ContentCondition>(),
+            Expr::ScalarFunction(f) => Some((
+                f.func.inner().downcast_ref::<ContentCondition>()?,
+                f.args.first()?,
+            )),
             _ => None,
         }
     }

@@ -253,7 +253,8 @@ fn negated(node: Node) -> Node {
 /// A search condition on the content: `=`, `!=`, `LIKE`, `NOT LIKE`, `IN`, `NOT IN` with
 /// text, as written or as `content` marked it.
 fn content_node(expr: &Expr) -> Option<Node> {
-    if let Some(condition) = ContentCondition::of(expr) {
+    // Marked on a column a projection named `content`, it is a comparison of another column.
+    if let Some((condition, _)) = ContentCondition::of(expr).filter(|(_, c)| content_column(c)) {
         let pattern = || {
             condition
                 .value

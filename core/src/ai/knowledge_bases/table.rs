@@ -491,26 +491,35 @@ impl AnalyzerRule for ContentConditions {
     }
 }
 
-/// The names the knowledge bases read beneath a filter go by (their tables', or an alias
-/// given right above one).
-fn knowledge_bases_in(input: &LogicalPlan) -> DfResult<Vec<TableReference>> {
-    let is_kb = |plan: &LogicalPlan| match plan {
+/// Whether `plan` reads a knowledge base's rows as they are (filtered, projected, sorted or
+/// cut short).
+fn reads_kb(plan: &LogicalPlan) -> bool {
+    match plan {
         LogicalPlan::TableScan(scan) => source_as_provider(&scan.source)
             .map(|p| p.downcast_ref::<KnowledgeBaseTable>().is_some())
             .unwrap_or(false),
+        LogicalPlan::Projection(p) => reads_kb(&p.input),
+        LogicalPlan::Filter(f) => reads_kb(&f.input),
+        LogicalPlan::SubqueryAlias(a) => reads_kb(&a.input),
+        LogicalPlan::Limit(l) => reads_kb(&l.input),
+        LogicalPlan::Sort(s) => reads_kb(&s.input),
         _ => false,
-    };
+    }
+}
+
+/// The names the knowledge bases read beneath a filter go by: their tables', or an alias over
+/// a query that reads one (a projection there may name another column `content`: then the
+/// scan finds the marked condition on that column, and compares).
+fn knowledge_bases_in(input: &LogicalPlan) -> DfResult<Vec<TableReference>> {
     let mut out = Vec::new();
     input.apply(|plan| {
         match plan {
-            LogicalPlan::TableScan(scan) if is_kb(plan) => out.push(scan.table_name.clone()),
-            LogicalPlan::SubqueryAlias(alias) if is_kb(&alias.input) => {
+            LogicalPlan::TableScan(scan) if reads_kb(plan) => out.push(scan.table_name.clone()),
+            LogicalPlan::SubqueryAlias(alias) if reads_kb(&alias.input) => {
                 out.push(alias.alias.clone())
             }
-            // A join's or a subquery's filter is theirs to mark.
-            LogicalPlan::Filter(_) | LogicalPlan::Subquery(_) => {
-                return Ok(TreeNodeRecursion::Jump)
-            }
+            // A subquery's plan is marked on its own.
+            LogicalPlan::Subquery(_) => return Ok(TreeNodeRecursion::Jump),
             _ => {}
         }
         Ok(TreeNodeRecursion::Continue)
