@@ -21,11 +21,20 @@ pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .filter(|w| w.len() <= MAX_WORD_BYTES)
 }
 
-/// The distinct words of a question, in order of appearance.
+/// Distinct words of a question a keyword search looks up, at most: each is one lookup of its
+/// postings, and a question of more words ranks no better.
+pub(crate) const MAX_QUESTION_TERMS: usize = 1024;
+
+/// The distinct words of a question, in order of appearance, the first
+/// [`MAX_QUESTION_TERMS`].
 pub(crate) fn terms(question: &str) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
     let mut terms: Vec<String> = Vec::new();
     for word in words(question) {
-        if !terms.contains(&word) {
+        if terms.len() == MAX_QUESTION_TERMS {
+            break;
+        }
+        if seen.insert(word.clone()) {
             terms.push(word);
         }
     }
@@ -101,6 +110,11 @@ mod tests {
         let long = "a".repeat(MAX_WORD_BYTES + 1);
         assert_eq!(words(&format!("short {long} end")).count(), 2);
         assert_eq!(terms("the cat, THE dog"), ["the", "cat", "dog"]);
+        // A question of many words keeps the first MAX_QUESTION_TERMS, found in one pass.
+        let long: String = (0..200_000).map(|i| format!("w{i} ")).collect();
+        let kept = terms(&long);
+        assert_eq!(kept.len(), MAX_QUESTION_TERMS);
+        assert_eq!(kept[1023], "w1023");
         let (counts, length) = counts("purr purr cat");
         assert_eq!((counts["purr"], counts["cat"], length), (2, 1, 3));
     }

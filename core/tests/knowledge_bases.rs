@@ -481,12 +481,49 @@ fn content_like_in_not_like_and_or_search_as_mindsdb_26_reads_them() {
         &engine,
         &format!("SELECT id FROM kb WHERE content IN ({many})"),
     );
-    assert!(spread.contains("more than 16 searches"), "{spread}");
+    assert!(spread.contains("more than 16 questions"), "{spread}");
+    let crossed = error(
+        &engine,
+        "SELECT id FROM kb WHERE (content = 'a' OR content = 'b') AND (content = 'c' OR content = 'd') \
+         AND (content = 'e' OR content = 'f') AND (content = 'g' OR content = 'h') \
+         AND (content = 'i' OR content = 'j')",
+    );
+    assert!(crossed.contains("more than 16 searches"), "{crossed}");
     let excluded = error(
         &engine,
         &format!("SELECT id FROM kb WHERE content = 'a' AND content NOT IN ({many})"),
     );
     assert!(excluded.contains("more than 16 questions"), "{excluded}");
+    // Thousands of excluded texts are refused at once, not spread first.
+    let long = (0..8000)
+        .map(|i| format!("'w{i}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let refused = error(
+        &engine,
+        &format!("SELECT id FROM kb WHERE content = 'a' AND content NOT IN ({long})"),
+    );
+    assert!(refused.contains("more than 16 questions"), "{refused}");
+    // A search the knowledge base cannot answer (OR with another table's column, above the
+    // join) is an error naming it, never chunk text compared with the question.
+    let above = error(
+        &engine,
+        "SELECT k.id FROM kb k JOIN years ON k.year = years.y \
+         WHERE k.content = 'stock market' OR years.y = 2015",
+    );
+    assert!(
+        above.contains("content = 'stock market' cannot be answered by its knowledge base"),
+        "{above}"
+    );
+    // NOT over OR reads the conditions beneath (De Morgan's).
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats and dogs pets' \
+             AND NOT (content = 'dogs bark strangers' OR year > 2010)"
+        ),
+        ["1"]
+    );
     // EXPLAIN names the searches and calls no model.
     let before = embedder.requests.lock().unwrap().len();
     let plan = rows(

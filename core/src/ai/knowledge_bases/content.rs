@@ -6,17 +6,15 @@
 //! run before the optimizer) puts each `=`, `!=`, `LIKE`, `NOT LIKE`, `IN` and `NOT IN` on a knowledge
 //! base's `content` or `chunk_content` in a filter into a [`ContentCondition`] call, which
 //! the optimizer cannot see into, so the scan receives the conditions as the user wrote them.
-//! Evaluated on rows (where a condition stays above a join and never reaches the scan), the
-//! call means what the comparison means.
+//! A call evaluated on rows (a condition left above a join, joined by OR with another table's
+//! columns) is an error naming the condition: compared with the chunks' text it would answer
+//! wrongly, and silently.
 //!
 //! Upstream, a table provider could instead ask to receive its filters before simplification;
 //! DataFusion has no such hook.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Scalar, StringArray};
-use datafusion::arrow::compute::kernels::cmp::{eq, neq};
-use datafusion::arrow::compute::kernels::comparison::{like, nlike};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, ScalarValue, TableReference};
@@ -26,6 +24,8 @@ use datafusion::logical_expr::{
     ColumnarValue, Expr, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
+
+use crate::error::Error;
 
 use super::search::{CHUNK_CONTENT, CONTENT, MAX_QUESTIONS};
 
@@ -39,6 +39,16 @@ pub(crate) enum ContentOp {
 }
 
 impl ContentOp {
+    /// How SQL writes it.
+    fn sql(self) -> &'static str {
+        match self {
+            ContentOp::Eq => "=",
+            ContentOp::NotEq => "!=",
+            ContentOp::Like => "LIKE",
+            ContentOp::NotLike => "NOT LIKE",
+        }
+    }
+
     /// The function's name (its display in EXPLAIN).
     fn name(self) -> &'static str {
         match self {
@@ -73,6 +83,17 @@ impl ContentCondition {
         ))
     }
 
+    /// The comparison it stands for, on `column`.
+    pub(crate) fn comparison(&self, column: Expr) -> Expr {
+        let value = Expr::Literal(ScalarValue::Utf8(Some(self.value.clone())), None);
+        match self.op {
+            ContentOp::Eq => column.eq(value),
+            ContentOp::NotEq => column.not_eq(value),
+            ContentOp::Like => column.like(value),
+            ContentOp::NotLike => column.not_like(value),
+        }
+    }
+
     /// The condition `expr` is a call of, and the column it is called on, if it is one.
     pub(crate) fn of(expr: &Expr) -> Option<(&ContentCondition, &Expr)> {
         match expr {
@@ -98,21 +119,17 @@ impl ScalarUDFImpl for ContentCondition {
         Ok(DataType::Boolean)
     }
 
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let rows = args.number_rows;
-        let Some(content) = args.args.into_iter().next() else {
-            return Ok(ColumnarValue::Scalar(ScalarValue::Boolean(None)));
-        };
-        let content: ArrayRef = content.into_array(rows)?;
-        let content = datafusion::arrow::compute::cast(&content, &DataType::Utf8)?;
-        let value = Scalar::new(StringArray::from(vec![self.value.as_str()]));
-        let out = match self.op {
-            ContentOp::Eq => eq(&content, &value)?,
-            ContentOp::NotEq => neq(&content, &value)?,
-            ContentOp::Like => like(&content, &value)?,
-            ContentOp::NotLike => nlike(&content, &value)?,
-        };
-        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        // Reached only when the condition stayed above the knowledge base's scan: comparing
+        // chunk text with the question would answer wrongly and silently.
+        Err(Error::invalid(format!(
+            "The search condition content {} '{}' cannot be answered by its knowledge base: \
+             it is joined by OR with conditions on other tables, or compared after a join. \
+             Search in a subquery, as in SELECT … FROM (SELECT * FROM kb WHERE content = '…') AS k JOIN …",
+            self.op.sql(),
+            self.value.chars().take(200).collect::<String>()
+        ))
+        .into())
     }
 }
 

@@ -19,7 +19,10 @@
 //! The answer is every search's rows, then the scan's, each chunk once. The search settings
 //! (`hybrid_search`, `hybrid_search_alpha`, `reranking`) are conditions of the whole query.
 
+use std::collections::HashSet;
+
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::utils::disjunction;
 use datafusion::logical_expr::{Expr, Operator};
@@ -91,7 +94,15 @@ pub(crate) fn answer(kb: &str, filters: Vec<Expr>) -> Result<Answer> {
             }
             continue;
         }
-        nodes.push(node(filter));
+        nodes.push(node(unmarked_elsewhere(filter)?));
+    }
+    // Each distinct text is asked or excluded in some branch: count them before spreading.
+    let mut texts = HashSet::new();
+    for node in &nodes {
+        node.texts(&mut texts);
+    }
+    if texts.len() > MAX_BRANCHES {
+        return Err(too_many_questions());
     }
     let alpha = match (hybrid, alpha) {
         (_, Some(alpha)) => alpha,
@@ -152,9 +163,7 @@ pub(crate) fn answer(kb: &str, filters: Vec<Expr>) -> Result<Answer> {
     }
     let questions: usize = out.searches.iter().map(|s| 1 + s.excluded.len()).sum();
     if questions > MAX_BRANCHES {
-        return Err(Error::invalid(format!(
-            "A knowledge base query asks more than {MAX_BRANCHES} questions (searches and exclusions), each embedded; ask fewer"
-        )));
+        return Err(too_many_questions());
     }
     if out.searches.is_empty() && alpha < 1.0 {
         return Err(Error::invalid(format!(
@@ -175,7 +184,40 @@ pub(crate) fn answer(kb: &str, filters: Vec<Expr>) -> Result<Answer> {
     Ok(out)
 }
 
+fn too_many_questions() -> Error {
+    Error::invalid(format!(
+        "A knowledge base query asks more than {MAX_BRANCHES} questions (searches and exclusions), each embedded; ask fewer"
+    ))
+}
+
+/// `expr` with the marked conditions (see `content`) on columns other than the content put
+/// back as the comparisons they are: a projection may have named another column `content`.
+fn unmarked_elsewhere(expr: Expr) -> Result<Expr> {
+    Ok(expr
+        .transform_up(|e| match ContentCondition::of(&e) {
+            Some((condition, column)) if !content_column(column) => {
+                Ok(Transformed::yes(condition.comparison(column.clone())))
+            }
+            _ => Ok(Transformed::no(e)),
+        })?
+        .data)
+}
+
+impl Node {
+    /// The texts asked or excluded in it.
+    fn texts<'a>(&'a self, out: &mut HashSet<&'a str>) {
+        match self {
+            Node::Ask(text) | Node::Exclude(text) => {
+                out.insert(text);
+            }
+            Node::And(nodes) | Node::Or(nodes) => nodes.iter().for_each(|n| n.texts(out)),
+            Node::Never | Node::Row(_) => {}
+        }
+    }
+}
+
 /// The branches of `node` spread out: each a conjunction of leaves, at most [`MAX_BRANCHES`].
+/// Linear in the leaves but for the product of alternatives, which the cap bounds.
 fn branches(node: Node) -> Result<Vec<Vec<Node>>> {
     let too_many = || {
         Error::invalid(format!(
@@ -186,7 +228,20 @@ fn branches(node: Node) -> Result<Vec<Vec<Node>>> {
         Node::And(nodes) => {
             let mut out: Vec<Vec<Node>> = vec![Vec::new()];
             for node in nodes {
-                let alternatives = branches(node)?;
+                let mut alternatives = branches(node)?;
+                // One alternative: its leaves join every branch, moved where there is one.
+                if out.len() == 1 && out[0].is_empty() {
+                    out = alternatives;
+                    continue;
+                }
+                if alternatives.len() == 1 {
+                    let only = alternatives.pop().unwrap_or_default();
+                    match out.len() {
+                        1 => out[0].extend(only),
+                        _ => out.iter_mut().for_each(|b| b.extend(only.iter().cloned())),
+                    }
+                    continue;
+                }
                 if out.len().saturating_mul(alternatives.len()) > MAX_BRANCHES {
                     return Err(too_many());
                 }
@@ -229,16 +284,38 @@ fn node(expr: Expr) -> Node {
         Expr::BinaryExpr(binary) if binary.op == Operator::Or => {
             Node::Or(vec![node(*binary.left), node(*binary.right)])
         }
-        Expr::Not(inner) => match content_node(&inner) {
-            Some(Node::Ask(question)) => Node::Exclude(question),
-            Some(Node::Exclude(question)) => Node::Ask(question),
-            Some(Node::Or(asked)) => Node::And(asked.into_iter().map(negated).collect()),
-            Some(Node::And(excluded)) => Node::Or(excluded.into_iter().map(negated).collect()),
-            _ => Node::Row(Expr::Not(inner)),
+        // NOT over AND / OR: De Morgan's, so the conditions beneath are read.
+        Expr::Not(inner) => match *inner {
+            Expr::BinaryExpr(binary) if binary.op == Operator::And => Node::Or(vec![
+                node(Expr::Not(binary.left)),
+                node(Expr::Not(binary.right)),
+            ]),
+            Expr::BinaryExpr(binary) if binary.op == Operator::Or => Node::And(vec![
+                node(Expr::Not(binary.left)),
+                node(Expr::Not(binary.right)),
+            ]),
+            Expr::Not(inner) => node(*inner),
+            inner => negated_node(inner),
         },
         Expr::IsNull(inner) if content_column(&inner) => Node::Never,
         Expr::IsNotNull(inner) if content_column(&inner) => Node::And(Vec::new()),
         other => content_node(&other).unwrap_or(Node::Row(other)),
+    }
+}
+
+/// `NOT expr` as far as searching goes.
+fn negated_node(expr: Expr) -> Node {
+    match expr {
+        Expr::IsNull(inner) if content_column(&inner) => return Node::And(Vec::new()),
+        Expr::IsNotNull(inner) if content_column(&inner) => return Node::Never,
+        _ => {}
+    }
+    match content_node(&expr) {
+        Some(Node::Ask(question)) => Node::Exclude(question),
+        Some(Node::Exclude(question)) => Node::Ask(question),
+        Some(Node::Or(asked)) => Node::And(asked.into_iter().map(negated).collect()),
+        Some(Node::And(excluded)) => Node::Or(excluded.into_iter().map(negated).collect()),
+        _ => Node::Row(Expr::Not(Box::new(expr))),
     }
 }
 
