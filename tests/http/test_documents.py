@@ -207,11 +207,25 @@ def test_a_workbook_of_several_sheets_lists_them_and_each_sheet_is_a_table(serve
     assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"]]
 
 
+def test_empty_sheets_are_listed_and_sheet_names_must_differ(server):
+    sheets = {"Data": [["a"], [1]], "Sheet2": [], "Sheet3": []}
+    assert upload(server, "mostly_empty", "m.xlsx", book(sheets)).status_code == 200
+    assert server.sql_ok("SELECT * FROM files.mostly_empty")["data"] == [["Data"], ["Sheet2"], ["Sheet3"]]
+    assert server.sql_ok("SELECT a FROM files.mostly_empty.Data")["data"] == [[1]]
+    empty = server.sql("SELECT * FROM files.mostly_empty.Sheet2").json()
+    assert empty["type"] == "error" and "Sheet 'Sheet2' of file 'mostly_empty' is empty" in empty["error_message"]
+    problem(upload(server, "twice", "t.xlsx", book({"A": [["a"], [1]], "a": [["b"], [2]]})),
+            400, "two sheets named 'a'")
+    nothing = server.sql("SELECT * FROM files.nosuch.x").json()
+    assert nothing["type"] == "error" and "Table 'nosuch' not found in database: files" in nothing["error_message"]
+
+
 def test_the_caps_hold_for_all_the_sheets_of_a_workbook_together(start_server):
     server = start_server("[files]\nmax_rows = 100\n")
     rows = [["n"]] + [[i] for i in range(60)]
     assert upload(server, "one", "one.xlsx", xlsx(rows)).status_code == 200
-    problem(upload(server, "two", "two.xlsx", xlsx(rows, sheets=("A", "B"))), 400, "files.max_rows")
+    problem(upload(server, "two", "two.xlsx", xlsx(rows, sheets=("A", "B"))), 400,
+            "more than 100 rows", "files.max_rows")
     assert [f["name"] for f in requests.get(f"{server.url}/api/files", timeout=10).json()] == ["one"]
     assert server.sql("SELECT * FROM files.two.A").json()["type"] == "error"
 

@@ -303,7 +303,9 @@ impl SqlRunner {
             .run(move |job, handle| {
                 let mut staged = Vec::new();
                 for table in tables {
-                    let (schema, source) = (table.open)()?;
+                    let Some((schema, source)) = (table.open)()? else {
+                        continue;
+                    };
                     let schema = stored_schema(&schema);
                     let mut rows = job.staged(&table.name, Arc::clone(&schema));
                     source(&mut |batch| {
@@ -347,12 +349,15 @@ pub(crate) type BatchSource =
 
 /// A table [`SqlRunner::load_new`] creates: in database `db` (a project's, `files`, or a
 /// workbook's sheets'), named `name`, its columns and rows what `open` gives when its turn
-/// comes.
+/// comes (`None`: no table after all).
 pub(crate) struct NewTable {
     pub(crate) db: String,
     pub(crate) name: String,
-    pub(crate) open: Box<dyn FnOnce() -> Result<(SchemaRef, BatchSource)> + Send>,
+    pub(crate) open: TableSource,
 }
+
+/// What makes a [`NewTable`]'s columns and rows when its turn comes.
+pub(crate) type TableSource = Box<dyn FnOnce() -> Result<Option<(SchemaRef, BatchSource)>> + Send>;
 
 /// A write that goes to a datasource's table.
 pub(crate) struct RemoteWrite {

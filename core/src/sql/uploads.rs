@@ -57,7 +57,12 @@ impl SqlRunner {
             let mut tables = vec![NewTable {
                 db: FILES_DB.to_string(),
                 name: name.to_string(),
-                open: Box::new(move || Ok((Arc::clone(&file.schema), counted(file, caps, &first)))),
+                open: Box::new(move || {
+                    Ok(Some((
+                        Arc::clone(&file.schema),
+                        counted(file, caps, &first),
+                    )))
+                }),
             }];
             for (position, sheet) in sheets.into_iter().enumerate() {
                 // Each sheet's columns are typed as its turn comes (on the loading thread),
@@ -66,9 +71,11 @@ impl SqlRunner {
                 tables.push(NewTable {
                     db: sheets_db(name),
                     name: sheet_table(position + 1),
+                    // An empty sheet is listed, and stored as no table.
                     open: Box::new(move || {
-                        let file = sheet.open()?;
-                        Ok((Arc::clone(&file.schema), counted(file, caps, &used)))
+                        Ok(sheet
+                            .open()?
+                            .map(|file| (Arc::clone(&file.schema), counted(file, caps, &used))))
                     }),
                 });
             }
@@ -213,19 +220,18 @@ impl SqlRunner {
     }
 }
 
-/// `file`'s rows as a load reads them, within what `caps` leave once `used` (the rows and
-/// bytes of the upload's tables read before) is taken off, adding its own to `used`.
+/// `file`'s rows as a load reads them, counted against `caps` together with `used` (the rows
+/// and bytes of the upload's tables read before), which it then adds its own to.
 fn counted(file: FileRows, caps: Caps, used: &Arc<Mutex<(u64, u64)>>) -> super::load::BatchSource {
     let used = Arc::clone(used);
     Box::new(move |sink| {
-        let (rows, bytes) = *used
+        let before = *used
             .lock()
             .map_err(|_| Error::internal("a poisoned lock"))?;
-        let read = file.read_counted(caps.less(rows, bytes), sink)?;
-        let mut total = used
+        let total = file.read_after(caps, before, sink)?;
+        *used
             .lock()
-            .map_err(|_| Error::internal("a poisoned lock"))?;
-        *total = (total.0 + read.0, total.1 + read.1);
+            .map_err(|_| Error::internal("a poisoned lock"))? = total;
         Ok(())
     })
 }

@@ -55,7 +55,9 @@ fn reads_or_says_why(bytes: &[u8], format: Option<FileFormat>, name: Option<&str
     let outcome = open(Bytes::copy_from_slice(bytes), format, name, CAPS).and_then(|file| {
         // A workbook's sheets read as uploads do, each a table of its own.
         for sheet in read(file)? {
-            read(sheet.open()?)?;
+            if let Some(sheet) = sheet.open()? {
+                read(sheet)?;
+            }
         }
         Ok(())
     });

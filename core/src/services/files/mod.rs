@@ -614,7 +614,7 @@ mod tests {
             shown.contains("| A ") && shown.contains("| Sales 2024 |"),
             "{shown}"
         );
-        let second = sheets.pop().unwrap().open().unwrap();
+        let second = sheets.pop().unwrap().open().unwrap().unwrap();
         assert_eq!(second.schema.field(0).name(), "x");
         assert_eq!(second.schema.field(0).data_type(), &DataType::Int64);
     }

@@ -30,14 +30,6 @@ impl Caps {
         }
     }
 
-    /// What is left of these caps once `rows` rows of `bytes` bytes were read.
-    pub(crate) fn less(self, rows: u64, bytes: u64) -> Caps {
-        Caps {
-            max_rows: self.max_rows.saturating_sub(rows),
-            max_bytes: self.max_bytes.saturating_sub(bytes),
-        }
-    }
-
     pub(super) fn rows_over(&self) -> Error {
         Error::invalid(format!(
             "The file holds more than {} rows, the most one upload may (files.max_rows); nothing was stored",
@@ -67,12 +59,13 @@ pub(crate) struct FileRows {
 
 /// One sheet of a workbook of several (in the workbook's order), read as a table of its own.
 pub(crate) struct Sheet {
-    pub(super) open: Box<dyn FnOnce() -> Result<FileRows> + Send>,
+    pub(super) open: Box<dyn FnOnce() -> Result<Option<FileRows>> + Send>,
 }
 
 impl Sheet {
-    /// The sheet's columns (typed now, one pass over its cells) and rows.
-    pub(crate) fn open(self) -> Result<FileRows> {
+    /// The sheet's columns (typed now, one pass over its cells) and rows; `None` when it
+    /// holds no value.
+    pub(crate) fn open(self) -> Result<Option<FileRows>> {
         (self.open)()
     }
 }
@@ -82,8 +75,22 @@ impl FileRows {
     /// rows will be stored (a dictionary column counts each row's value, not its shared
     /// dictionary once). A batch that would be large once expanded goes on in slices, so no
     /// more than about [`SLICE_BYTES`] of it is ever expanded at once.
+    /// Returns the rows and bytes read.
+    #[cfg(test)]
     pub(crate) fn read_counted(self, caps: Caps, sink: Sink<'_>) -> Result<(u64, u64)> {
-        let (mut rows, mut bytes) = (0u64, 0u64);
+        self.read_after(caps, (0, 0), sink)
+    }
+
+    /// Reads every row into `sink` as [`FileRows::read_counted`] does, for a file read after
+    /// others of one upload, which read `before` (rows, bytes): they count against `caps`
+    /// together. Returns the totals.
+    pub(crate) fn read_after(
+        self,
+        caps: Caps,
+        before: (u64, u64),
+        sink: Sink<'_>,
+    ) -> Result<(u64, u64)> {
+        let (mut rows, mut bytes) = before;
         (self.rows)(&mut |batch: RecordBatch| {
             let size = stored_size(&batch);
             rows += batch.num_rows() as u64;

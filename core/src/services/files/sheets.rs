@@ -131,12 +131,23 @@ const MAX_SHEETS: usize = 1024;
 
 impl Workbook {
     /// A workbook of several sheets as MindsDB reads one: a table listing the sheets (one
-    /// column, `Tables`), and each sheet opened when asked.
+    /// column, `Tables`), and each sheet opened when asked (`None` for an empty one, which
+    /// pandas reads as a frame of nothing).
     pub(super) fn book(self) -> Result<FileRows> {
         if self.sheets.len() > MAX_SHEETS {
             return Err(Error::invalid(format!(
                 "The workbook has {} sheets, more than the {MAX_SHEETS} one upload may hold",
                 self.sheets.len()
+            )));
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(twice) = self
+            .sheets
+            .iter()
+            .find(|name| !names.insert(name.to_lowercase()))
+        {
+            return Err(Error::invalid(format!(
+                "The workbook has two sheets named '{twice}' (sheet names are told apart whatever their case)"
             )));
         }
         let schema = Arc::new(Schema::new(vec![Field::new(
@@ -152,7 +163,7 @@ impl Workbook {
             .map(|name| {
                 let (workbook, name) = (self.clone(), name.clone());
                 Sheet {
-                    open: Box::new(move || workbook.sheet(&name)),
+                    open: Box::new(move || workbook.sheet_if_any(&name)),
                 }
             })
             .collect();
@@ -169,12 +180,18 @@ impl Workbook {
     /// The sheet `name` as a table: its columns typed now (one pass over its cells), its rows
     /// made as they are read (a second pass).
     pub(super) fn sheet(self, name: &str) -> Result<FileRows> {
+        self.sheet_if_any(name)?
+            .ok_or_else(|| Error::invalid(format!("The sheet '{name}' is empty")))
+    }
+
+    /// [`Workbook::sheet`], `None` when the sheet holds no value.
+    fn sheet_if_any(self, name: &str) -> Result<Option<FileRows>> {
         // calamine panics on some damaged sheets (a row number past u32): such a panic is the
         // file's error.
         contained("an .xlsx file", || self.sheet_in(name))
     }
 
-    fn sheet_in(self, name: &str) -> Result<FileRows> {
+    fn sheet_in(self, name: &str) -> Result<Option<FileRows>> {
         let parsed = Arc::clone(&self.parsed);
         let kept = parsed.lock().ok().and_then(|mut slot| slot.take());
         let mut workbook = match kept {
@@ -224,7 +241,10 @@ impl Workbook {
             }
         }
         let Some(header_row) = first_row else {
-            return Err(Error::invalid(format!("The sheet '{name}' is empty")));
+            if let Ok(mut slot) = parsed.lock() {
+                *slot = Some(workbook);
+            }
+            return Ok(None);
         };
         let width = header.len().max(seen.len());
         seen.resize(width, Seen::default()); // bounded: width <= MAX_COLUMNS
@@ -244,7 +264,7 @@ impl Workbook {
         check_columns(&schema)?;
         let batch_schema = Arc::clone(&schema);
         let sheet = name.to_string();
-        Ok(FileRows {
+        Ok(Some(FileRows {
             schema,
             rows: Box::new(move |sink| {
                 contained("an .xlsx file", move || {
@@ -308,7 +328,7 @@ impl Workbook {
                 })
             }),
             sheets: Vec::new(),
-        })
+        }))
     }
 }
 

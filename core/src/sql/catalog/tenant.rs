@@ -405,13 +405,25 @@ struct Workbook {
 
 impl Workbook {
     /// The sheets' names, in the workbook's order, as the file's own table lists them; `None`
-    /// when no file of that name holds several sheets.
-    fn sheets(&self) -> Result<Option<Vec<String>>> {
+    /// when the file holds one sheet or none (an error names which, when `why`).
+    fn sheets(&self, why: bool) -> Result<Option<Vec<String>>> {
         let Some(listing) = self.snapshot.table(FILES_DB, &self.file)? else {
-            return Ok(None);
+            return match why {
+                true => Err(Error::not_found(format!(
+                    "Table '{}' not found in database: {FILES_DB}",
+                    self.file
+                ))),
+                false => Ok(None),
+            };
         };
         if self.snapshot.tables(&sheets_db(&self.file))?.is_empty() {
-            return Ok(None);
+            return match why {
+                true => Err(Error::not_found(format!(
+                    "File '{}' is not a workbook of several sheets: read it as files.{}",
+                    self.file, self.file
+                ))),
+                false => Ok(None),
+            };
         }
         let txn = &self.snapshot.txn;
         let mut names = Vec::new();
@@ -432,16 +444,12 @@ impl Workbook {
 #[async_trait]
 impl SchemaProvider for Workbook {
     fn table_names(&self) -> Vec<String> {
-        self.sheets().ok().flatten().unwrap_or_default()
+        self.sheets(false).ok().flatten().unwrap_or_default()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(sheets) = self.sheets()? else {
-            return Err(Error::not_found(format!(
-                "File '{}' is not a workbook of several sheets: read it as files.{}",
-                self.file, self.file
-            ))
-            .into());
+        let Some(sheets) = self.sheets(true)? else {
+            return Ok(None);
         };
         let Some(position) = sheets.iter().position(|s| s.eq_ignore_ascii_case(name)) else {
             return Err(Error::not_found(format!(
@@ -456,7 +464,10 @@ impl SchemaProvider for Workbook {
             .snapshot
             .table(&db, &sheet_table(position + 1))?
             .ok_or_else(|| {
-                Error::internal(format!("sheet '{name}' of file '{}' is missing", self.file))
+                Error::invalid(format!(
+                    "Sheet '{}' of file '{}' is empty: it holds no value",
+                    sheets[position], self.file
+                ))
             })?;
         let schema = self.snapshot.table_schema(record.id)?;
         Ok(Some(Arc::new(StoredTable::plain(
