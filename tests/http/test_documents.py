@@ -216,6 +216,16 @@ def test_empty_sheets_are_listed_and_sheet_names_must_differ(server):
     assert empty["type"] == "error" and "Sheet 'Sheet2' of file 'mostly_empty' is empty" in empty["error_message"]
     problem(upload(server, "twice", "t.xlsx", book({"A": [["a"], [1]], "a": [["b"], [2]]})),
             400, "two sheets named 'a'")
+    # Sheets sharing one worksheet part would read it once per sheet: refused.
+    shared = book({"A": [["a"], [1]], "B": [["a"], [2]]})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(shared)) as src, zipfile.ZipFile(buffer, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "xl/_rels/workbook.xml.rels":
+                data = data.replace(b"worksheets/sheet2.xml", b"worksheets/sheet1.xml")
+            dst.writestr(item, data)
+    problem(upload(server, "shared", "s.xlsx", buffer.getvalue()), 400, "share one worksheet part")
     nothing = server.sql("SELECT * FROM files.nosuch.x").json()
     assert nothing["type"] == "error" and "Table 'nosuch' not found in database: files" in nothing["error_message"]
 

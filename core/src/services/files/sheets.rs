@@ -52,7 +52,8 @@ pub(super) struct Workbook {
 /// Opens an `.xlsx` file: the archive is checked, and what calamine holds whole (everything
 /// but the sheets' cells) must fit the statement's memory.
 pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
-    let archive = Archive::check(bytes.clone(), caps, "The .xlsx file")?;
+    let mut archive = Archive::check(bytes.clone(), caps, "The .xlsx file")?;
+    one_part_per_sheet(&mut archive)?;
     let held: u64 = archive
         .sizes()
         .filter(|(name, _)| !name.starts_with("xl/worksheets/"))
@@ -72,6 +73,49 @@ pub(super) fn open_workbook(bytes: Bytes, caps: Caps) -> Result<Workbook> {
         held,
         parsed: Arc::new(Mutex::new(Some(workbook))),
     })
+}
+
+/// Refuses a workbook whose sheets share a worksheet part: each sheet is read on its own, so
+/// one part named by a thousand sheets would be read a thousand times (a small upload, much
+/// work and many rows).
+fn one_part_per_sheet(archive: &mut Archive) -> Result<()> {
+    use quick_xml::events::Event;
+
+    let Some(xml) = archive.read("xl/_rels/workbook.xml.rels")? else {
+        return Ok(());
+    };
+    let mut reader = quick_xml::Reader::from_reader(&xml[..]);
+    let mut buffer = Vec::new();
+    let mut targets = std::collections::HashSet::new();
+    loop {
+        let event = reader.read_event_into(&mut buffer).map_err(|e| {
+            Error::invalid(format!("The .xlsx file's relationships are damaged: {e}"))
+        })?;
+        match event {
+            Event::Start(e) | Event::Empty(e) if e.name().as_ref() == "Relationship" => {
+                let (mut kind, mut target) = (String::new(), String::new());
+                for attribute in e.attributes().flatten() {
+                    match attribute.key.as_ref() {
+                        "Type" => kind = attribute.value.into_owned(),
+                        "Target" => target = attribute.value.into_owned(),
+                        _ => {}
+                    }
+                }
+                if kind.ends_with("/worksheet") {
+                    let part = target.trim_start_matches('/').to_ascii_lowercase();
+                    let part = part.strip_prefix("xl/").unwrap_or(&part).to_string();
+                    if !targets.insert(part) {
+                        return Err(Error::invalid(format!(
+                            "The .xlsx file's sheets share one worksheet part ('{target}'); each sheet must have its own"
+                        )));
+                    }
+                }
+            }
+            Event::Eof => return Ok(()),
+            _ => {}
+        }
+        buffer.clear();
+    }
 }
 
 /// calamine's reader of the workbook: its shared strings are read whole, in one call, so the
