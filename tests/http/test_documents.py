@@ -173,13 +173,15 @@ def test_a_sheet_becomes_a_typed_table_and_an_archive_its_one_file(server):
 
 
 def test_a_workbook_of_several_sheets_lists_them_and_each_sheet_is_a_table(server):
-    sheets = {"First": [["a", "b"], [1, "x"], [2, "y"]], "Sales 2024": [["region", "total"], ["north", 2.5]]}
+    sheets = {"First": [["a", "b"], [1, "x"], [2, "y"]], "Sales 2024": [["region", "total"], ["north", 2.5]],
+              "Äpfel": [["kg"], [3]]}
     assert upload(server, "book", "book.xlsx", book(sheets)).status_code == 200
     listed = [f for f in requests.get(f"{server.url}/api/files", timeout=10).json() if f["name"] == "book"]
-    assert listed == [{"name": "book", "row_count": 2, "columns": ["Tables"]}], listed
+    assert listed == [{"name": "book", "row_count": 3, "columns": ["Tables"]}], listed
     # As MindsDB: the file lists its sheets; files.<file>.<sheet> reads one.
-    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"]]
+    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"], ["Äpfel"]]
     assert server.sql_ok("SELECT a, b FROM files.book.First ORDER BY a")["data"] == [[1, "x"], [2, "y"]]
+    assert server.sql_ok("SELECT kg FROM files.book.Äpfel")["data"] == [[3]]
     assert server.sql_ok("SELECT a FROM files.book.first ORDER BY a")["data"] == [[1], [2]]
     assert server.sql_ok("SELECT region, total FROM files.book.`Sales 2024`")["data"] == [["north", 2.5]]
     joined = server.sql_ok("SELECT f.b, s.region FROM files.book.First f "
@@ -187,7 +189,7 @@ def test_a_workbook_of_several_sheets_lists_them_and_each_sheet_is_a_table(serve
     assert joined == [["x", "north"], ["y", "north"]]
     missing = server.sql("SELECT * FROM files.book.nope").json()
     assert missing["type"] == "error" and "Sheet 'nope' not found" in missing["error_message"], missing
-    assert "First, Sales 2024" in missing["error_message"], missing
+    assert "First, Sales 2024, Äpfel" in missing["error_message"], missing
     assert upload(server, "single", "s.xlsx", xlsx([["a"], [1]])).status_code == 200
     plain = server.sql("SELECT * FROM files.single.Sheet1").json()
     assert plain["type"] == "error" and "not a workbook of several sheets" in plain["error_message"], plain
@@ -204,7 +206,7 @@ def test_a_workbook_of_several_sheets_lists_them_and_each_sheet_is_a_table(serve
     assert server.sql("SELECT * FROM files.book.First").json()["type"] == "error"
     server.sql_ok("DROP TABLE files.book")
     assert upload(server, "book", "book.xlsx", book(sheets)).status_code == 200
-    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"]]
+    assert server.sql_ok("SELECT * FROM files.book")["data"] == [["First"], ["Sales 2024"], ["Äpfel"]]
 
 
 def test_empty_sheets_are_listed_and_sheet_names_must_differ(server):

@@ -23,6 +23,9 @@ pub(crate) fn sheets_db(file: &str) -> String {
     format!("{FILES_DB}/{}", file.to_ascii_lowercase())
 }
 
+/// Sheets one uploaded workbook may hold: each becomes a table.
+pub(crate) const MAX_SHEETS: usize = 1024;
+
 /// The table of `sheets_db` holding the sheet at `position` (from 1).
 pub(crate) fn sheet_table(position: usize) -> String {
     format!("sheet_{position}")

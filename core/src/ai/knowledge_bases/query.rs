@@ -13,8 +13,9 @@
 //!   chunk has that relevance, so its rule drops the 100 nearest whatever they are about;
 //! - `content IS NULL` finds nothing; `content IS NOT NULL` holds for every chunk.
 //!
-//! `OR` and `AND` nest freely: the conditions are spread into branches, each a conjunction
-//! (at most [`MAX_BRANCHES`]). A branch with a question is a search among the chunks its other
+//! `OR`, `AND` and `NOT` nest freely: the conditions are spread into branches, each a
+//! conjunction (at most [`MAX_BRANCHES`], and as many distinct texts asked or excluded in all,
+//! counted before anything is spread, as each is embedded). A branch with a question is a search among the chunks its other
 //! conditions keep; the branches without one are read together as one scan of the chunks.
 //! The answer is every search's rows, then the scan's, each chunk once. The search settings
 //! (`hybrid_search`, `hybrid_search_alpha`, `reranking`) are conditions of the whole query.
@@ -28,6 +29,7 @@ use datafusion::logical_expr::utils::disjunction;
 use datafusion::logical_expr::{Expr, Operator};
 
 use super::content::{ContentCondition, ContentOp};
+use super::search::MAX_QUESTIONS as MAX_BRANCHES;
 use super::search::{
     Search, CHUNK_CONTENT, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RERANKING,
 };
@@ -35,7 +37,6 @@ use crate::error::{Error, Result};
 
 /// The weight `hybrid_search = true` gives the vector side, as MindsDB's.
 const DEFAULT_ALPHA: f64 = 0.5;
-use super::search::MAX_QUESTIONS as MAX_BRANCHES;
 
 /// One search of a query: its question, what it leaves out and its conditions.
 #[derive(Debug, Clone, PartialEq)]

@@ -71,19 +71,17 @@ impl Sheet {
 }
 
 impl FileRows {
-    /// Reads every row into `sink`, counting against `caps` as it goes: rows, and bytes as the
-    /// rows will be stored (a dictionary column counts each row's value, not its shared
-    /// dictionary once). A batch that would be large once expanded goes on in slices, so no
-    /// more than about [`SLICE_BYTES`] of it is ever expanded at once.
-    /// Returns the rows and bytes read.
+    /// [`FileRows::read_after`] for a file read alone.
     #[cfg(test)]
     pub(crate) fn read_counted(self, caps: Caps, sink: Sink<'_>) -> Result<(u64, u64)> {
         self.read_after(caps, (0, 0), sink)
     }
 
-    /// Reads every row into `sink` as [`FileRows::read_counted`] does, for a file read after
-    /// others of one upload, which read `before` (rows, bytes): they count against `caps`
-    /// together. Returns the totals.
+    /// Reads every row into `sink`, counting against `caps` as it goes, together with what
+    /// the files of the same upload read before (`before`: rows, bytes): rows, and bytes as
+    /// the rows will be stored (a dictionary column counts each row's value, not its shared
+    /// dictionary once). A batch that would be large once expanded goes on in slices, so no
+    /// more than about [`SLICE_BYTES`] of it is ever expanded at once. Returns the totals.
     pub(crate) fn read_after(
         self,
         caps: Caps,

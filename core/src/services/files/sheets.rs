@@ -26,6 +26,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::archive::Archive;
 use super::rows::{check_columns, contained, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
 use super::rows::{Caps, Sheet};
+use crate::catalog::namespace::MAX_SHEETS;
 use crate::error::{Error, Result};
 
 /// The longest column name a header cell may give.
@@ -169,9 +170,6 @@ impl Seen {
         }
     }
 }
-
-/// Sheets one workbook may hold: each becomes a table.
-const MAX_SHEETS: usize = 1024;
 
 impl Workbook {
     /// A workbook of several sheets as MindsDB reads one: a table listing the sheets (one

@@ -20,7 +20,7 @@ use super::information_schema::{InformationSchema, LogSchema};
 use super::snapshot::{Namespace, Snapshot, CATALOG};
 use super::stored_table::StoredTable;
 use crate::catalog::datasources::Datasource;
-use crate::catalog::namespace::{sheet_table, sheets_db, FILES_DB};
+use crate::catalog::namespace::{sheet_table, sheets_db, FILES_DB, MAX_SHEETS};
 use crate::catalog::tables::ReadTables;
 use crate::catalog::views::View;
 use crate::error::{Error, Result};
@@ -427,7 +427,11 @@ impl Workbook {
         }
         let txn = &self.snapshot.txn;
         let mut names = Vec::new();
+        // The listing could have been written to since: only a workbook's worth is read.
         for (_, chunk) in txn.chunk_order_of(listing.id)? {
+            if names.len() >= MAX_SHEETS {
+                break;
+            }
             let batch = txn.chunk(listing.id, chunk)?;
             let column = datafusion::arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
             names.extend(
@@ -437,6 +441,7 @@ impl Workbook {
                     .map(|n| n.unwrap_or_default().to_string()),
             );
         }
+        names.truncate(MAX_SHEETS);
         Ok(Some(names))
     }
 }
@@ -451,7 +456,9 @@ impl SchemaProvider for Workbook {
         let Some(sheets) = self.sheets(true)? else {
             return Ok(None);
         };
-        let Some(position) = sheets.iter().position(|s| s.eq_ignore_ascii_case(name)) else {
+        // Names match whatever their case, as unquoted SQL names are lower-cased.
+        let wanted = name.to_lowercase();
+        let Some(position) = sheets.iter().position(|s| s.to_lowercase() == wanted) else {
             return Err(Error::not_found(format!(
                 "Sheet '{name}' not found in file '{}'; its sheets: {}",
                 self.file,
@@ -478,8 +485,9 @@ impl SchemaProvider for Workbook {
     }
 
     fn table_exist(&self, name: &str) -> bool {
+        let wanted = name.to_lowercase();
         self.table_names()
             .iter()
-            .any(|s| s.eq_ignore_ascii_case(name))
+            .any(|s| s.to_lowercase() == wanted)
     }
 }
