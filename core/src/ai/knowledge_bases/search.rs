@@ -300,15 +300,21 @@ impl Ranking {
                 }
             }
         }
+        // Distances are computed only when there is something to exclude (a search without
+        // exclusions pays nothing here), and only for live nodes, which hold vectors.
+        let nearer_excluded = |query: &[f32], node: u32| {
+            if !index.graph.is_live(node) {
+                return true;
+            }
+            let asked = index.graph.distance(query, node);
+            vectors
+                .iter()
+                .any(|excluded| index.graph.distance(excluded, node) < asked)
+        };
         let accept = |node: u32| {
             kept(node)
                 && !left_out.contains(node)
-                && query.is_none_or(|query| {
-                    let asked = index.graph.distance(query, node);
-                    vectors
-                        .iter()
-                        .all(|excluded| index.graph.distance(excluded, node) >= asked)
-                })
+                && (vectors.is_empty() || query.is_none_or(|query| !nearer_excluded(query, node)))
         };
         let filtered = allowed.is_some() || !self.excluded.is_empty();
         // Conditions on scores may drop any row: then every row is ranked.

@@ -498,7 +498,15 @@ fn reads_kb(plan: &LogicalPlan) -> bool {
         LogicalPlan::TableScan(scan) => source_as_provider(&scan.source)
             .map(|p| p.downcast_ref::<KnowledgeBaseTable>().is_some())
             .unwrap_or(false),
-        LogicalPlan::Projection(p) => reads_kb(&p.input),
+        // A projection that names something else `content` makes it another column.
+        LogicalPlan::Projection(p) => {
+            p.expr.iter().all(|e| match e {
+                Expr::Alias(alias) if is_content_name(&alias.name) => {
+                    matches!(alias.expr.as_ref(), Expr::Column(c) if is_content_name(&c.name))
+                }
+                _ => true,
+            }) && reads_kb(&p.input)
+        }
         LogicalPlan::Filter(f) => reads_kb(&f.input),
         LogicalPlan::SubqueryAlias(a) => reads_kb(&a.input),
         LogicalPlan::Limit(l) => reads_kb(&l.input),
@@ -507,9 +515,12 @@ fn reads_kb(plan: &LogicalPlan) -> bool {
     }
 }
 
+fn is_content_name(name: &str) -> bool {
+    name == CONTENT || name == CHUNK_CONTENT
+}
+
 /// The names the knowledge bases read beneath a filter go by: their tables', or an alias over
-/// a query that reads one (a projection there may name another column `content`: then the
-/// scan finds the marked condition on that column, and compares).
+/// a query that passes one's rows through.
 fn knowledge_bases_in(input: &LogicalPlan) -> DfResult<Vec<TableReference>> {
     let mut out = Vec::new();
     input.apply(|plan| {
