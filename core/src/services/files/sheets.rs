@@ -9,7 +9,8 @@
 //!
 //! calamine reads the workbook over an archive checked first (`archive`): its shared strings
 //! are held whole (counted against the statement's memory before they are read), the sheet is
-//! streamed cell by cell, twice: once to type the columns, once to make the rows.
+//! streamed cell by cell, twice: once to type the columns ([`Columns`]), once to make the rows
+//! ([`Maker`]). `.xls` workbooks (`xls`) are typed and made by the same two.
 
 use std::io::Cursor;
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use super::archive::Archive;
 use super::rows::{check_columns, contained, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
-use super::rows::{Caps, Sheet};
+use super::rows::{Caps, Sheet, Sink};
 use crate::catalog::namespace::MAX_SHEETS;
 use crate::error::{Error, Result};
 
@@ -172,50 +173,15 @@ impl Seen {
 }
 
 impl Workbook {
-    /// A workbook of several sheets as MindsDB reads one: a table listing the sheets (one
-    /// column, `Tables`), and each sheet opened when asked (`None` for an empty one, which
-    /// pandas reads as a frame of nothing).
+    /// A workbook of several sheets (see [`book`]), each opened when asked (`None` for an
+    /// empty one, which pandas reads as a frame of nothing).
     pub(super) fn book(self) -> Result<FileRows> {
-        if self.sheets.len() > MAX_SHEETS {
-            return Err(Error::invalid(format!(
-                "The workbook has {} sheets, more than the {MAX_SHEETS} one upload may hold",
-                self.sheets.len()
-            )));
-        }
-        let mut names = std::collections::HashSet::new();
-        if let Some(twice) = self
-            .sheets
-            .iter()
-            .find(|name| !names.insert(name.to_lowercase()))
-        {
-            return Err(Error::invalid(format!(
-                "The workbook has two sheets named '{twice}' (sheet names are told apart whatever their case)"
-            )));
-        }
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "Tables",
-            DataType::Utf8,
-            false,
-        )]));
         let names = self.sheets.clone();
-        let listed = Arc::clone(&schema);
-        let sheets = self
-            .sheets
-            .iter()
-            .map(|name| {
-                let (workbook, name) = (self.clone(), name.clone());
-                Sheet {
-                    open: Box::new(move || workbook.sheet_if_any(&name)),
-                }
-            })
-            .collect();
-        Ok(FileRows {
-            schema,
-            rows: Box::new(move |sink| {
-                let names: ArrayRef = Arc::new(StringArray::from(names));
-                sink(RecordBatch::try_new(listed, vec![names])?)
-            }),
-            sheets,
+        book(names, |name| {
+            let (workbook, name) = (self.clone(), name.to_string());
+            Sheet {
+                open: Box::new(move || workbook.sheet_if_any(&name)),
+            }
         })
     }
 
@@ -240,59 +206,152 @@ impl Workbook {
             Some(workbook) => workbook,
             None => reader(&self.bytes, self.held)?,
         };
-        let mut header: Vec<Option<String>> = Vec::new();
-        let mut seen: Vec<Seen> = Vec::new();
-        let mut first_row = None;
+        let mut columns = Columns::default();
         {
             let mut cells = workbook
                 .worksheet_cells_reader(name)
                 .map_err(|e| damaged(name, e))?;
-            let mut count = 0u64;
             while let Some(cell) = cells.next_cell().map_err(|e| damaged(name, e))? {
-                count += 1;
-                if count.is_multiple_of(4096) {
-                    crate::cancel::check()?;
-                }
                 let (row, column) = cell.get_position();
-                let column = column as usize;
-                if column >= MAX_COLUMNS {
-                    return Err(too_wide(column + 1));
-                }
-                let value = cell.get_value();
-                if value == &DataRef::Empty {
-                    continue;
-                }
-                let first = *first_row.get_or_insert(row);
-                if row == first {
-                    if header.len() <= column {
-                        header.resize(column + 1, None); // bounded: column < MAX_COLUMNS
-                    }
-                    let text = text_of(value);
-                    if text.len() > MAX_NAME_BYTES {
-                        return Err(Error::invalid(format!(
-                            "The sheet '{name}' has a column name longer than {MAX_NAME_BYTES} bytes"
-                        )));
-                    }
-                    header[column] = Some(text);
-                } else {
-                    if seen.len() <= column {
-                        seen.resize(column + 1, Seen::default()); // bounded: column < MAX_COLUMNS
-                    }
-                    seen[column].add(value);
-                }
+                columns.add(name, row, column as usize, cell.get_value())?;
             }
         }
-        let Some(header_row) = first_row else {
+        let Some(layout) = columns.layout()? else {
             if let Ok(mut slot) = parsed.lock() {
                 *slot = Some(workbook);
             }
             return Ok(None);
         };
-        let width = header.len().max(seen.len());
+        let schema = Arc::clone(&layout.schema);
+        let sheet = name.to_string();
+        Ok(Some(FileRows {
+            schema,
+            rows: Box::new(move |sink| {
+                contained("an .xlsx file", move || {
+                    let mut cells = workbook
+                        .worksheet_cells_reader(&sheet)
+                        .map_err(|e| damaged(&sheet, e))?;
+                    let mut maker = Maker::new(&sheet, layout);
+                    while let Some(cell) = cells.next_cell().map_err(|e| damaged(&sheet, e))? {
+                        let (row, column) = cell.get_position();
+                        maker.add(row, column as usize, cell.get_value(), sink)?;
+                    }
+                    maker.finish(sink)?;
+                    drop(cells);
+                    // The next sheet reads with it.
+                    if let Ok(mut slot) = parsed.lock() {
+                        *slot = Some(workbook);
+                    }
+                    Ok(())
+                })
+            }),
+            sheets: Vec::new(),
+        }))
+    }
+}
+
+/// A workbook of several sheets as MindsDB reads one: a table listing the sheets `names` (one
+/// column, `Tables`), and each sheet opened when asked by what `open` makes of its name.
+pub(super) fn book(names: Vec<String>, mut open: impl FnMut(&str) -> Sheet) -> Result<FileRows> {
+    if names.len() > MAX_SHEETS {
+        return Err(Error::invalid(format!(
+            "The workbook has {} sheets, more than the {MAX_SHEETS} one upload may hold",
+            names.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = names.iter().find(|name| !seen.insert(name.to_lowercase())) {
+        return Err(Error::invalid(format!(
+            "The workbook has two sheets named '{twice}' (sheet names are told apart whatever their case)"
+        )));
+    }
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "Tables",
+        DataType::Utf8,
+        false,
+    )]));
+    let sheets = names.iter().map(|name| open(name)).collect();
+    let listed = Arc::clone(&schema);
+    Ok(FileRows {
+        schema,
+        rows: Box::new(move |sink| {
+            let names: ArrayRef = Arc::new(StringArray::from(names));
+            sink(RecordBatch::try_new(listed, vec![names])?)
+        }),
+        sheets,
+    })
+}
+
+/// A sheet's columns, found from its cells in a first pass: the first row with a value names
+/// them, the rows after it type them.
+#[derive(Default)]
+pub(super) struct Columns {
+    header: Vec<Option<String>>,
+    seen: Vec<Seen>,
+    first_row: Option<u32>,
+    cells: u64,
+}
+
+/// A sheet's columns once found: their names and types, where the header is, how wide a row is.
+pub(super) struct Layout {
+    pub(super) schema: Arc<Schema>,
+    header_row: u32,
+    width: usize,
+}
+
+impl Columns {
+    /// Takes the cell at `row`, `column` of the sheet `name` into account (cells come row by
+    /// row, left to right).
+    pub(super) fn add(
+        &mut self,
+        name: &str,
+        row: u32,
+        column: usize,
+        value: &DataRef<'_>,
+    ) -> Result<()> {
+        self.cells += 1;
+        if self.cells.is_multiple_of(4096) {
+            crate::cancel::check()?;
+        }
+        if column >= MAX_COLUMNS {
+            return Err(too_wide(column + 1));
+        }
+        if value == &DataRef::Empty {
+            return Ok(());
+        }
+        let first = *self.first_row.get_or_insert(row);
+        if row == first {
+            if self.header.len() <= column {
+                self.header.resize(column + 1, None); // bounded: column < MAX_COLUMNS
+            }
+            let text = text_of(value);
+            if text.len() > MAX_NAME_BYTES {
+                return Err(Error::invalid(format!(
+                    "The sheet '{name}' has a column name longer than {MAX_NAME_BYTES} bytes"
+                )));
+            }
+            self.header[column] = Some(text);
+        } else {
+            if self.seen.len() <= column {
+                self.seen.resize(column + 1, Seen::default()); // bounded: column < MAX_COLUMNS
+            }
+            self.seen[column].add(value);
+        }
+        Ok(())
+    }
+
+    /// The columns found; `None` when no cell held a value.
+    pub(super) fn layout(self) -> Result<Option<Layout>> {
+        let Some(header_row) = self.first_row else {
+            return Ok(None);
+        };
+        let mut seen = self.seen;
+        let width = self.header.len().max(seen.len());
         seen.resize(width, Seen::default()); // bounded: width <= MAX_COLUMNS
         let fields: Vec<Field> = (0..width)
             .map(|i| {
-                let name = header
+                let name = self
+                    .header
                     .get(i)
                     .cloned()
                     .flatten()
@@ -304,73 +363,99 @@ impl Workbook {
             .collect();
         let schema = Arc::new(Schema::new(fields));
         check_columns(&schema)?;
-        let batch_schema = Arc::clone(&schema);
-        let sheet = name.to_string();
-        Ok(Some(FileRows {
+        Ok(Some(Layout {
             schema,
-            rows: Box::new(move |sink| {
-                contained("an .xlsx file", move || {
-                    let mut cells = workbook
-                        .worksheet_cells_reader(&sheet)
-                        .map_err(|e| damaged(&sheet, e))?;
-                    let mut batch = Rows::new(&batch_schema);
-                    let mut row_values: Vec<Option<Value>> = vec![None; width]; // bounded: width <= MAX_COLUMNS
-                    let mut current = None;
-                    let mut count = 0u64;
-                    // Bytes of the row being read and of the batch being made: a shared string
-                    // is copied into every cell that names it, so a small workbook can name a
-                    // long one millions of times; batches end by size as well as by rows.
-                    let (mut row_bytes, mut batch_bytes) = (0usize, 0usize);
-                    loop {
-                        let cell = cells.next_cell().map_err(|e| damaged(&sheet, e))?;
-                        count += 1;
-                        if count.is_multiple_of(4096) {
-                            crate::cancel::check()?;
-                        }
-                        let row = cell.as_ref().map(|c| c.get_position().0);
-                        if row != current {
-                            if current.is_some_and(|r| r != header_row)
-                                && row_values.iter().any(Option::is_some)
-                            {
-                                batch.push(&mut row_values);
-                                batch_bytes += row_bytes;
-                                if batch.len() == BATCH_ROWS || batch_bytes > BATCH_BYTES {
-                                    crate::cancel::check()?;
-                                    sink(batch.finish(&batch_schema)?)?;
-                                    batch_bytes = 0;
-                                }
-                            }
-                            row_values.iter_mut().for_each(|v| *v = None);
-                            row_bytes = 0;
-                            current = row;
-                        }
-                        let Some(cell) = cell else { break };
-                        let column = cell.get_position().1 as usize;
-                        if column < width && cell.get_position().0 != header_row {
-                            let value = Value::of(cell.get_value());
-                            row_bytes += value.as_ref().map_or(0, Value::size);
-                            if row_bytes > MAX_ROW_BYTES {
-                                return Err(Error::invalid(format!(
-                                    "The sheet '{sheet}' has a row of more than {} MiB",
-                                    MAX_ROW_BYTES >> 20
-                                )));
-                            }
-                            row_values[column] = value;
-                        }
-                    }
-                    if batch.len() > 0 {
-                        sink(batch.finish(&batch_schema)?)?;
-                    }
-                    drop(cells);
-                    // The next sheet reads with it.
-                    if let Ok(mut slot) = parsed.lock() {
-                        *slot = Some(workbook);
-                    }
-                    Ok(())
-                })
-            }),
-            sheets: Vec::new(),
+            header_row,
+            width,
         }))
+    }
+}
+
+/// A sheet's rows made from its cells in a second pass, in batches of the layout's columns.
+pub(super) struct Maker<'a> {
+    sheet: &'a str,
+    layout: Layout,
+    batch: Rows,
+    row_values: Vec<Option<Value>>,
+    current: Option<u32>,
+    cells: u64,
+    /// Bytes of the row being read and of the batch being made: a shared string is copied
+    /// into every cell that names it, so a small workbook can name a long one millions of
+    /// times; batches end by size as well as by rows.
+    row_bytes: usize,
+    batch_bytes: usize,
+}
+
+impl<'a> Maker<'a> {
+    pub(super) fn new(sheet: &'a str, layout: Layout) -> Maker<'a> {
+        Maker {
+            sheet,
+            batch: Rows::new(&layout.schema),
+            row_values: vec![None; layout.width], // bounded: width <= MAX_COLUMNS
+            layout,
+            current: None,
+            cells: 0,
+            row_bytes: 0,
+            batch_bytes: 0,
+        }
+    }
+
+    /// Takes the next cell (row by row, left to right), handing on a batch when one is full.
+    pub(super) fn add(
+        &mut self,
+        row: u32,
+        column: usize,
+        value: &DataRef<'_>,
+        sink: Sink<'_>,
+    ) -> Result<()> {
+        self.cells += 1;
+        if self.cells.is_multiple_of(4096) {
+            crate::cancel::check()?;
+        }
+        if Some(row) != self.current {
+            self.end_row(sink)?;
+            self.current = Some(row);
+        }
+        if column < self.layout.width && row != self.layout.header_row {
+            let value = Value::of(value);
+            self.row_bytes += value.as_ref().map_or(0, Value::size);
+            if self.row_bytes > MAX_ROW_BYTES {
+                return Err(Error::invalid(format!(
+                    "The sheet '{}' has a row of more than {} MiB",
+                    self.sheet,
+                    MAX_ROW_BYTES >> 20
+                )));
+            }
+            self.row_values[column] = value;
+        }
+        Ok(())
+    }
+
+    /// The row being read ends: kept unless it is the header or holds no value.
+    fn end_row(&mut self, sink: Sink<'_>) -> Result<()> {
+        if self.current.is_some_and(|r| r != self.layout.header_row)
+            && self.row_values.iter().any(Option::is_some)
+        {
+            self.batch.push(&mut self.row_values);
+            self.batch_bytes += self.row_bytes;
+            if self.batch.len() == BATCH_ROWS || self.batch_bytes > BATCH_BYTES {
+                crate::cancel::check()?;
+                sink(self.batch.finish(&self.layout.schema)?)?;
+                self.batch_bytes = 0;
+            }
+        }
+        self.row_values.iter_mut().for_each(|v| *v = None);
+        self.row_bytes = 0;
+        Ok(())
+    }
+
+    /// The cells are all read: the last row and batch are handed on.
+    pub(super) fn finish(mut self, sink: Sink<'_>) -> Result<()> {
+        self.end_row(sink)?;
+        if self.batch.len() > 0 {
+            sink(self.batch.finish(&self.layout.schema)?)?;
+        }
+        Ok(())
     }
 }
 
