@@ -148,7 +148,8 @@ pub(crate) fn run(
         }
         if output.len() as u64 + n as u64 > limits.max_output.saturating_add(9) {
             return stop(Error::invalid(format!(
-                "The text of {what} is larger than {} MiB, the most one upload may decode to (files.max_decoded_mb); nothing was stored",
+                "{} decodes to more than {} MiB, the most one upload may (files.max_decoded_mb); nothing was stored",
+                capitalized(what),
                 limits.max_output >> 20
             )));
         }

@@ -1,11 +1,12 @@
 """Documents, workbooks, archives and URLs uploaded as tables (`PUT /api/files/{name}`), as
 MindsDB's editor and users' scripts send them: text, Markdown, HTML, PDF and Word files become
-rows of their text's chunks (`content`, `metadata`), an .xlsx sheet a typed table, a zip archive
+rows of their text's chunks (`content`, `metadata`), an .xlsx or .xls sheet a typed table, a zip archive
 the one file it holds; `{"source_type": "url", "source": …}` fetches the file through the
 egress policy. Every file here is made by the test."""
 
 from __future__ import annotations
 
+import datetime
 import http.server
 import io
 import json
@@ -250,6 +251,78 @@ def test_an_archive_bomb_is_refused_within_the_caps(start_server):
     sheet_bomb = xlsx([["a"]] + [[i] for i in range(60_000)])
     problem(upload(server, "sheet", "s.xlsx", sheet_bomb), 400, "files.max_decoded_mb")
     assert requests.get(f"{server.url}/api/files", timeout=10).json() == []
+
+
+def xls(sheets: dict[str, list[list[object]]]) -> bytes:
+    """An Excel 97-2003 workbook, written by xlwt (the writer pandas used for `.xls`)."""
+    import xlwt
+
+    workbook = xlwt.Workbook()
+    dates = xlwt.easyxf(num_format_str="yyyy-mm-dd hh:mm:ss")
+    for name, rows in sheets.items():
+        sheet = workbook.add_sheet(name)
+        for r, row in enumerate(rows):
+            for c, value in enumerate(row):
+                if value is None:
+                    continue
+                if isinstance(value, datetime.datetime):
+                    sheet.write(r, c, value, dates)
+                else:
+                    sheet.write(r, c, value)
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.filterwarnings("ignore:The xlrd engine is deprecated")
+def test_an_xls_workbook_reads_as_pandas_reads_it(server):
+    import pandas as pd
+
+    rows = [["id", "name", "price", "ok", "at", None, "mixed"],
+            [1, "apple", 1.5, True, datetime.datetime(2024, 1, 2, 3, 4, 5), "x", 7],
+            [2, "pear", 2, False, None, None, "seven"],
+            [3, None, 3.25, True, datetime.datetime(1999, 12, 31), "z", 8]]
+    body = xls({"Prices": rows})
+    assert upload(server, "old_prices", "prices.xls", body).status_code == 200
+    got = server.sql_ok("SELECT * FROM files.old_prices ORDER BY id")
+    # MindsDB reads an .xls with pandas; the same bytes, the same table.
+    frame = pd.read_excel(io.BytesIO(body), engine="xlrd")
+    assert got["column_names"] == list(frame.columns) == ["id", "name", "price", "ok", "at", "Unnamed: 5", "mixed"]
+    # A column of numbers and text is text, as MindsDB stores pandas' mixed column.
+    frame["mixed"] = frame["mixed"].astype(str)
+    want = [[None if pd.isna(v) else (v.strftime("%Y-%m-%d %H:%M:%S.%f") if isinstance(v, pd.Timestamp) else v)
+             for v in row] for row in frame.itertuples(index=False)]
+    assert got["data"] == want, (got["data"], want)
+    types = server.sql_ok("SELECT arrow_typeof(id), arrow_typeof(price), arrow_typeof(ok), "
+                          "arrow_typeof(at), arrow_typeof(mixed) FROM files.old_prices LIMIT 1")["data"]
+    assert types == [["Int64", "Float64", "Boolean", "Timestamp(µs)", "Utf8View"]], types
+    # Several sheets: listed, each a table, as an .xlsx workbook's.
+    body = xls({"First": [["a"], [1], [2]], "Sales 2024": [["region"], ["north"]], "Empty": []})
+    r = requests.put(files_url(server, "old_book"), timeout=30,
+                     files={"file": ("book", body, "application/vnd.ms-excel")})
+    assert r.status_code == 200, r.text
+    assert server.sql_ok("SELECT * FROM files.old_book")["data"] == [["First"], ["Sales 2024"], ["Empty"]]
+    assert server.sql_ok("SELECT region FROM files.old_book.`sales 2024`")["data"] == [["north"]]
+    empty = server.sql("SELECT * FROM files.old_book.Empty").json()
+    assert empty["type"] == "error" and "is empty" in empty["error_message"], empty
+    problem(upload(server, "doc", "letter.doc", body), 400, "'.doc' files cannot be uploaded")
+    problem(upload(server, "fake", "fake.xls", b"id,name\n1,x\n"), 400, "not a readable .xls workbook")
+
+
+def test_an_xls_file_that_claims_billions_of_rows_is_refused(start_limited_server):
+    """calamine reserves room for the rows a sheet's DIMENSIONS record claims before it reads a
+    cell: four billion rows from a 6 KB file. The reading happens in a process of its own, which
+    dies alone; the server refuses the file and goes on."""
+    server = start_limited_server()
+    body = bytearray(xls({"S": [["a"], [1]]}))
+    at = body.find(bytes([0x00, 0x02, 0x0E, 0x00]))
+    assert at > 0, "a DIMENSIONS record"
+    body[at + 8:at + 12] = (0xFFFFFFFF).to_bytes(4, "little")
+    body[at + 14:at + 16] = (255).to_bytes(2, "little")
+    problem(upload(server, "claims", "claims.xls", bytes(body)), 400, "could not be read within")
+    assert server.death() is None
+    assert upload(server, "fine", "fine.xls", xls({"S": [["a"], [1]]})).status_code == 200
+    assert server.sql_ok("SELECT a FROM files.fine")["data"] == [[1]]
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
