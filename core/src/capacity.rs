@@ -46,8 +46,15 @@ pub(crate) fn remaining() -> u64 {
 }
 
 fn over(bytes: u64, remaining: u64, what: &str, limit: &str) -> Error {
+    // The process's memory is everyone's: short of it, the statement may run later (503);
+    // short of its own limit, it never will (400).
+    let kind = if limit == "query.process_memory_mb" {
+        ErrorKind::Unavailable
+    } else {
+        ErrorKind::InvalidInput
+    };
     Error::new(
-        ErrorKind::InvalidInput,
+        kind,
         format!(
             "{what} needs {} MiB, more than the statement may still use ({} MiB under the limit {limit}); nothing was allocated",
             bytes.div_ceil(1 << 20),

@@ -30,6 +30,25 @@ pub(crate) struct Limits {
     pub(crate) max_output: u64,
 }
 
+/// The memory a child may map to read `input` bytes with a reader that needs about `base`
+/// plus `per_byte` per input byte, at most `cap`: no more than the statement and the process
+/// have left (less a margin for the parent's own work meanwhile), and at least [`FLOOR`] (when
+/// even that is not left, [`run`]'s hold of it fails naming the limit). The child's memory is
+/// held whole while it lives, whatever it uses, so it is sized by the input rather than at the
+/// most a reader could want: one small upload must not take the process's memory from the
+/// others.
+pub(crate) fn memory_for(input: u64, base: u64, per_byte: u64, cap: u64) -> u64 {
+    let wanted = base.saturating_add(input.saturating_mul(per_byte)).min(cap);
+    wanted
+        .min(crate::capacity::remaining().saturating_sub(MARGIN))
+        .max(FLOOR)
+}
+
+/// The least memory a child is given.
+pub(crate) const FLOOR: u64 = 32 << 20;
+/// What the parent keeps for itself beside a child.
+const MARGIN: u64 = 8 << 20;
+
 /// Runs `work` in a child process under `limits`, returning its bytes; `what` names the
 /// input in errors ("the PDF").
 #[cfg(target_os = "linux")]

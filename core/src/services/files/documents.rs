@@ -135,7 +135,7 @@ const HTML_SECONDS: u64 = 60;
 /// [`html_text`] in a child process under the statement's memory and [`HTML_SECONDS`].
 fn html_text_apart(html: &str, caps: Caps) -> Result<String> {
     let limits = crate::sandbox::Limits {
-        memory: crate::capacity::remaining().min(PDF_MEMORY),
+        memory: crate::sandbox::memory_for(html.len() as u64, 64 << 20, 32, PDF_MEMORY),
         seconds: HTML_SECONDS,
         max_output: caps.max_bytes,
     };
@@ -306,8 +306,8 @@ fn keep_object(id: (u32, u16), object: &mut lopdf::Object) -> Option<((u32, u16)
     Some((id, object.clone()))
 }
 
-/// What reading one PDF may use at most, in a process of its own (see `sandbox`): the
-/// statement's remaining memory up to this, and this much CPU.
+/// What reading one PDF may use at most, in a process of its own (see `sandbox`): memory by
+/// its size (lopdf's trees take about 100 times their text) up to this, and this much CPU.
 const PDF_MEMORY: u64 = 1 << 30;
 const PDF_SECONDS: u64 = 60;
 
@@ -316,16 +316,8 @@ const PDF_SECONDS: u64 = 60;
 /// object read many times over from an object stream's offsets) before anything of ours
 /// runs, so the reading happens in a child process under memory and CPU limits.
 fn pdf_text(bytes: &[u8], caps: Caps) -> Result<String> {
-    let memory = crate::capacity::remaining().min(PDF_MEMORY);
-    if memory < 64 << 20 {
-        return Err(Error::invalid(format!(
-            "Reading a PDF needs 64 MiB of memory and the statement has {} MiB left \
-             (query.statement_memory_mb, or the plan's max_memory_mb)",
-            memory >> 20
-        )));
-    }
     let limits = crate::sandbox::Limits {
-        memory,
+        memory: crate::sandbox::memory_for(bytes.len() as u64, 128 << 20, 100, PDF_MEMORY),
         seconds: PDF_SECONDS,
         max_output: caps.max_bytes,
     };

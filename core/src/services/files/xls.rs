@@ -20,9 +20,10 @@ use super::sheets::{book, Columns, Maker};
 use crate::catalog::namespace::MAX_SHEETS;
 use crate::error::{Error, Result};
 
-/// What reading one workbook may use at most, in a process of its own: the statement's
-/// remaining memory up to this, and this much CPU. A sheet holds at most 65,536 × 256 cells,
-/// which calamine keeps in about 512 MiB.
+/// What reading one workbook may use at most, in a process of its own: memory by its size
+/// (calamine keeps a sheet as a grid of 32-byte cells, its records take 10 bytes and more
+/// each) up to this, and this much CPU. A sheet holds at most 65,536 × 256 cells, about 512
+/// MiB as a grid: a file that spreads a few cells that wide is refused unless it is large.
 const XLS_MEMORY: u64 = 1 << 30;
 const XLS_SECONDS: u64 = 60;
 
@@ -37,14 +38,7 @@ pub(super) fn open_xls(bytes: Bytes, caps: Caps) -> Result<FileRows> {
             "The file is not a readable .xls workbook: it does not start as one (an OLE2 compound file)",
         ));
     }
-    let memory = crate::capacity::remaining().min(XLS_MEMORY);
-    if memory < 64 << 20 {
-        return Err(Error::invalid(format!(
-            "Reading an .xls workbook needs 64 MiB of memory and the statement has {} MiB left \
-             (query.statement_memory_mb, or the plan's max_memory_mb)",
-            memory >> 20
-        )));
-    }
+    let memory = crate::sandbox::memory_for(bytes.len() as u64, 128 << 20, 64, XLS_MEMORY);
     let limits = crate::sandbox::Limits {
         memory,
         seconds: XLS_SECONDS,
