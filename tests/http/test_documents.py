@@ -309,6 +309,30 @@ def test_an_xls_workbook_reads_as_pandas_reads_it(server):
     problem(upload(server, "fake", "fake.xls", b"id,name\n1,x\n"), 400, "not a readable .xls workbook")
 
 
+def test_xls_dates_out_of_range_are_numbers_and_durations_their_text(start_server):
+    """Read on a server whose statements may use 128 MiB: the reader's child process is sized
+    by the file, not by the most a reader could want, so small workbooks and PDFs fit."""
+    import xlwt
+
+    server = start_server("[query]\nstatement_memory_mb = 128\n")
+    book = xlwt.Workbook()
+    sheet = book.add_sheet("S")
+    date, took = xlwt.easyxf(num_format_str="yyyy-mm-dd"), xlwt.easyxf(num_format_str="[h]:mm:ss")
+    for column, name in enumerate(["day", "late", "took"]):
+        sheet.write(0, column, name)
+    for row, (day, late, duration) in enumerate([(45000, 3e6, 1.5), (45001, 1e10, 0.0625)], start=1):
+        sheet.write(row, 0, day, date)
+        sheet.write(row, 1, late, date)
+        sheet.write(row, 2, duration, took)
+    buffer = io.BytesIO()
+    book.save(buffer)
+    assert upload(server, "times", "times.xls", buffer.getvalue()).status_code == 200
+    got = server.sql_ok("SELECT day, late, took FROM files.times ORDER BY day")["data"]
+    assert got == [["2023-03-15 00:00:00.000000", 3e6, "36:00:00"],
+                   ["2023-03-16 00:00:00.000000", 1e10, "1:30:00"]], got
+    assert upload(server, "small_pdf", "s.pdf", pdf([["hello"]])).status_code == 200
+
+
 def test_an_xls_file_that_claims_billions_of_rows_is_refused(start_limited_server):
     """calamine reserves room for the rows a sheet's DIMENSIONS record claims before it reads a
     cell: four billion rows from a 6 KB file. The reading happens in a process of its own, which

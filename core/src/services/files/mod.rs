@@ -789,6 +789,18 @@ mod tests {
         );
     }
 
+    #[test]
+    fn sheets_must_have_names_sql_can_write() {
+        let open = |_: &str| rows::Sheet {
+            open: Box::new(|| Ok(None)),
+        };
+        for names in [vec!["", "b"], vec!["a", "\0\0"], vec!["a", " "]] {
+            let names = names.into_iter().map(String::from).collect();
+            let err = sheets::book(names, open).err().unwrap();
+            assert!(err.message().contains("without a name"), "{err}");
+        }
+    }
+
     /// A sheet whose DIMENSIONS record claims four billion rows: calamine reserves room for
     /// them before reading a cell, which in this process would abort it; the child that reads
     /// the workbook dies alone, and the upload is refused naming the limits.

@@ -25,7 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::archive::Archive;
-use super::rows::{check_columns, contained, too_wide, FileRows, BATCH_ROWS, MAX_COLUMNS};
+use super::rows::{check_columns, contained, FileRows, BATCH_ROWS, MAX_COLUMNS};
 use super::rows::{Caps, Sheet, Sink};
 use crate::catalog::namespace::MAX_SHEETS;
 use crate::error::{Error, Result};
@@ -155,7 +155,9 @@ impl Seen {
             DataRef::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => self.ints = true,
             DataRef::Float(_) => self.floats = true,
             DataRef::Bool(_) => self.bools = true,
-            DataRef::DateTime(d) if d.is_datetime() => self.times = true,
+            DataRef::DateTime(d) if d.is_datetime() && micros(d).is_some() => self.times = true,
+            // A date outside Excel's range is the number it holds.
+            DataRef::DateTime(d) if d.is_datetime() && !in_range(d) => self.floats = true,
             _ => self.texts = true,
         }
     }
@@ -259,6 +261,15 @@ pub(super) fn book(names: Vec<String>, mut open: impl FnMut(&str) -> Sheet) -> R
             names.len()
         )));
     }
+    // A name SQL cannot write (`files.book.``` is no name) would be a sheet no one can read.
+    if names
+        .iter()
+        .any(|name| name.trim_matches(['\0', ' ']).is_empty())
+    {
+        return Err(Error::invalid(
+            "The workbook has a sheet without a name; name every sheet",
+        ));
+    }
     let mut seen = std::collections::HashSet::new();
     if let Some(twice) = names.iter().find(|name| !seen.insert(name.to_lowercase())) {
         return Err(Error::invalid(format!(
@@ -314,7 +325,10 @@ impl Columns {
             crate::cancel::check()?;
         }
         if column >= MAX_COLUMNS {
-            return Err(too_wide(column + 1));
+            // Found cell by cell: the sheet is at least this wide.
+            return Err(Error::invalid(format!(
+                "The sheet '{name}' has more than {MAX_COLUMNS} columns; at most {MAX_COLUMNS} are accepted"
+            )));
         }
         if value == &DataRef::Empty {
             return Ok(());
@@ -485,6 +499,7 @@ impl Value {
             DataRef::Int(i) => Value::Int(*i),
             DataRef::Float(f) => Value::Number(*f),
             DataRef::Bool(b) => Value::Bool(*b),
+            DataRef::DateTime(d) if d.is_datetime() && !in_range(d) => Value::Number(d.as_f64()),
             DataRef::DateTime(d) if d.is_datetime() => {
                 Value::Time(micros(d).ok_or_else(|| text_of(value)))
             }
@@ -518,9 +533,15 @@ fn number_text(f: f64) -> String {
 fn text_of(value: &DataRef<'_>) -> String {
     match value {
         DataRef::Float(f) => number_text(*f),
+        DataRef::DateTime(d) if d.is_duration() => duration_text(d.as_f64()),
+        DataRef::DateTime(d) if !in_range(d) => number_text(d.as_f64()),
         DataRef::DateTime(d) => match micros(d) {
             Some(t) => Value::Time(Ok(t)).text(),
-            None => d.as_f64().to_string(),
+            // A date Excel shows but the calendar lacks (1900-02-29, of its leap year bug).
+            None => {
+                let (year, month, day, hour, minute, second, _) = d.to_ymd_hms_milli();
+                format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}")
+            }
         },
         DataRef::Bool(b) => Value::Bool(*b).text(),
         DataRef::Int(i) => i.to_string(),
@@ -533,8 +554,33 @@ fn text_of(value: &DataRef<'_>) -> String {
     }
 }
 
+/// Whether an Excel date is within what Excel shows (0 to 9999-12-31); calamine gives the
+/// nearest end for one outside.
+fn in_range(date: &calamine::ExcelDateTime) -> bool {
+    (0.0..2_958_466.0).contains(&date.as_f64())
+}
+
+/// A duration of `days` as a spreadsheet's `[h]:mm:ss` shows it.
+fn duration_text(days: f64) -> String {
+    if !days.is_finite() {
+        return number_text(days);
+    }
+    let millis = (days * 86_400_000.0).round();
+    let sign = if millis < 0.0 { "-" } else { "" };
+    let millis = millis.abs() as u64;
+    let (seconds, millis) = (millis / 1000, millis % 1000);
+    let (hours, minutes, seconds) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match millis {
+        0 => format!("{sign}{hours}:{minutes:02}:{seconds:02}"),
+        _ => format!("{sign}{hours}:{minutes:02}:{seconds:02}.{millis:03}"),
+    }
+}
+
 /// An Excel date's microseconds since 1970.
 fn micros(date: &calamine::ExcelDateTime) -> Option<i64> {
+    if !in_range(date) {
+        return None;
+    }
     let (year, month, day, hour, minute, second, milli) = date.to_ymd_hms_milli();
     let day = chrono::NaiveDate::from_ymd_opt(year.into(), month.into(), day.into())?;
     let time = chrono::NaiveTime::from_hms_milli_opt(
