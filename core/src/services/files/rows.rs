@@ -118,14 +118,19 @@ impl FileRows {
 /// The most bytes of a batch handed on at once, once its dictionaries are expanded.
 const SLICE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The bytes `batch` takes as it will be stored: dictionary columns expanded.
+/// The bytes `batch` takes as it will be stored: its values' bytes (not what the buffers that
+/// hold them have room for, which a reader that builds them grows by doubling), dictionary
+/// columns expanded.
 pub(super) fn stored_size(batch: &RecordBatch) -> u64 {
     batch
         .columns()
         .iter()
         .map(|column| match column.data_type() {
             DataType::Dictionary(_, _) => expanded_size(column.as_any_dictionary()),
-            _ => column.get_array_memory_size() as u64,
+            _ => column
+                .to_data()
+                .get_slice_memory_size()
+                .unwrap_or_else(|_| column.get_array_memory_size()) as u64,
         })
         .sum()
 }
