@@ -37,8 +37,10 @@ impl SqlRunner {
         format: Option<FileFormat>,
         file_name: Option<String>,
     ) -> Result<u64> {
-        // A bad name is refused before the file is read.
+        // A bad name, or one taken, is refused before the file is read (which may take a
+        // child process a minute).
         crate::catalog::namespace::validate_name("file", name)?;
+        self.refuse_existing(tenant, name)?;
         let caps = Caps::of(&self.services.config);
         let bytes = Bytes::from(bytes);
         let mut swept = false;
@@ -96,6 +98,20 @@ impl SqlRunner {
         }
     }
 
+    /// A Conflict when `files.<name>` exists (checked again when the file is stored).
+    fn refuse_existing(&self, tenant: TenantId, name: &str) -> Result<()> {
+        if self
+            .list_files(tenant)?
+            .iter()
+            .any(|file| file.name.eq_ignore_ascii_case(name))
+        {
+            return Err(Error::conflict(format!(
+                "File with name '{name}' already exists"
+            )));
+        }
+        Ok(())
+    }
+
     /// Fetches the file at `url` and stores it as `files.<name>` (as [`SqlRunner::upload_file`]
     /// does), the format told by `file_name`, else the URL's last path segment, else the
     /// answer's `Content-Type`, else the first bytes. The connection goes through the egress
@@ -117,15 +133,7 @@ impl SqlRunner {
             ));
         }
         // MindsDB refuses an existing name before it downloads anything; so does this.
-        if self
-            .list_files(tenant)?
-            .iter()
-            .any(|file| file.name.eq_ignore_ascii_case(name))
-        {
-            return Err(Error::conflict(format!(
-                "File with name '{name}' already exists"
-            )));
-        }
+        self.refuse_existing(tenant, name)?;
         let parsed = url::Url::parse(url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
