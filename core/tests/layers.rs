@@ -71,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "catalog::callbacks",
             "catalog::users",
             "catalog::auth",
+            "catalog::challenge",
             "catalog::quotas",
             "catalog::storage",
         ],

@@ -7,6 +7,7 @@ use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::catalog::challenge::Verifier;
 use crate::config::{AuthConfig, Edition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::schema::TOKENS;
@@ -50,8 +51,14 @@ pub(crate) struct Credentials {
 pub(crate) enum Password {
     /// As the config file gives it (empty: none, so no login succeeds).
     Plain(String),
-    /// SHA-256 of a random salt followed by the password, both in hex.
-    Salted { salt: String, sha256: String },
+    /// SHA-256 of a random salt followed by the password, both in hex, and what checks a
+    /// MySQL client's scrambled password (none for one set before MySQL logins were served).
+    Salted {
+        salt: String,
+        sha256: String,
+        #[serde(default)]
+        verifier: Option<Verifier>,
+    },
 }
 
 impl Credentials {
@@ -73,7 +80,11 @@ impl Password {
             .map_err(|e| Error::internal(format!("no randomness for a password's salt: {e}")))?;
         let salt = hex(&salt);
         let sha256 = hex(&salted_hash(&salt, password));
-        Ok(Password::Salted { salt, sha256 })
+        Ok(Password::Salted {
+            salt,
+            sha256,
+            verifier: Some(Verifier::of(password)),
+        })
     }
 
     /// Whether a password is set at all.
@@ -88,11 +99,45 @@ impl Password {
     fn matches(&self, given: &str) -> bool {
         match self {
             Password::Plain(expected) => constant_time_eq(given, expected) & !expected.is_empty(),
-            Password::Salted { salt, sha256 } => {
+            Password::Salted { salt, sha256, .. } => {
                 let given = hex(&salted_hash(salt, given));
                 constant_time_eq(&given, sha256)
             }
         }
+    }
+
+    /// What checks a MySQL client's scrambled password; `None` when there is none to check
+    /// (no password, or one set at run time before MySQL logins were served).
+    fn verifier(&self) -> Option<Verifier> {
+        match self {
+            Password::Plain(text) if text.is_empty() => None,
+            Password::Plain(text) => Some(Verifier::of(text)),
+            Password::Salted { verifier, .. } => verifier.clone(),
+        }
+    }
+}
+
+/// Checks a MySQL client's login against the local edition's credentials: `answer` is the
+/// password scrambled with `nonce` (see `challenge`). A mismatch is
+/// [`ErrorKind::Unauthorized`], as is a password set at run time by a build that kept no
+/// verifier for it (set it again).
+pub(crate) fn check_scrambled(
+    auth: &Credentials,
+    username: &str,
+    nonce: &[u8],
+    answer: &[u8],
+) -> Result<()> {
+    let user_ok = constant_time_eq(username, &auth.username);
+    let Some(verifier) = auth.password.verifier() else {
+        return Err(Error::new(
+            ErrorKind::Unauthorized,
+            "The password was set at run time by an older build, which kept nothing to check a MySQL login with; set it again (PUT /api/config)",
+        ));
+    };
+    if user_ok & verifier.accepts(nonce, answer) {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorKind::Unauthorized, BAD_CREDENTIALS))
     }
 }
 

@@ -15,6 +15,7 @@
 pub(crate) mod agents;
 pub(crate) mod auth;
 pub(crate) mod callbacks;
+pub(crate) mod challenge;
 pub(crate) mod constraints;
 pub(crate) mod datasources;
 pub(crate) mod indexes;

@@ -12,7 +12,7 @@ use crate::catalog::projects;
 use crate::config::{Edition, HostedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store;
-use crate::store::schema::{API_KEYS, USERS, USER_NAMES};
+use crate::store::schema::{API_KEYS, API_KEY_VERIFIERS, USERS, USER_NAMES};
 use crate::tenant::TenantId;
 
 /// Every API key starts so, which tells it from a login token (`pat_…`) at a glance.
@@ -74,6 +74,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(USERS)?;
     txn.open_table(USER_NAMES)?;
     txn.open_table(API_KEYS)?;
+    txn.open_table(API_KEY_VERIFIERS)?;
     Ok(())
 }
 
@@ -190,6 +191,7 @@ pub(crate) fn issue_key(txn: &WriteTransaction, name: &str) -> Result<IssuedApiK
     };
     txn.open_table(API_KEYS)?
         .insert(hash(&issued.key).as_slice(), (user.id, issued.id))?;
+    crate::catalog::challenge::keep_key(txn, issued.id, &issued.key)?;
     user.api_keys.push(ApiKeyInfo {
         id: issued.id,
         prefix: issued.key[..API_KEY_PREFIX.len() + 4].to_string(),
@@ -223,6 +225,7 @@ pub(crate) fn revoke_key(txn: &WriteTransaction, name: &str, key_id: u64) -> Res
         keys.remove(hash.as_slice())?;
     }
     drop(keys);
+    crate::catalog::challenge::forget_key(txn, key_id)?;
     crate::catalog::auth::revoke_tenant(txn, user.tenant())?;
     put(txn, &user)?;
     Ok(user)
@@ -260,6 +263,41 @@ pub(crate) fn login(
         return Err(wrong());
     }
     Ok(user.tenant())
+}
+
+/// The tenant a MySQL client logs in as: [`login`]'s rules, with the password scrambled with
+/// `nonce` (see `challenge`) instead of sent. In the hosted edition the password is one of
+/// the user's API keys; a key issued before MySQL logins were served cannot be used so.
+pub(crate) fn login_scrambled(
+    txn: &ReadTransaction,
+    edition: Edition,
+    local_login: &crate::catalog::auth::Credentials,
+    local: TenantId,
+    username: &str,
+    nonce: &[u8],
+    answer: &[u8],
+) -> Result<TenantId> {
+    if edition == Edition::Local {
+        crate::catalog::auth::check_scrambled(local_login, username, nonce, answer)?;
+        return Ok(local);
+    }
+    let wrong = || Error::new(ErrorKind::Unauthorized, "Invalid username or password");
+    let user = match read(txn, username) {
+        Ok(user) => enabled(user)?,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(wrong()),
+        Err(e) => return Err(e),
+    };
+    let mut accepted = false;
+    for key in &user.api_keys {
+        if let Some(verifier) = crate::catalog::challenge::of_key(txn, key.id)? {
+            accepted |= verifier.accepts(nonce, answer);
+        }
+    }
+    if accepted {
+        Ok(user.tenant())
+    } else {
+        Err(wrong())
+    }
 }
 
 /// The user an API key belongs to. An unknown key is [`ErrorKind::Unauthorized`]; a disabled

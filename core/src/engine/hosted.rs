@@ -124,6 +124,33 @@ impl Engine {
         Ok(self.scoped(tenant))
     }
 
+    /// The handle a MySQL client's login acts through: `username` with its password scrambled
+    /// with `nonce` (`mysql_native_password` or `caching_sha2_password`'s 20 or 32 bytes). A
+    /// server that needs no login takes anyone; the local edition checks its credentials; the
+    /// hosted edition takes a user's name with one of its API keys as the password. Wrong
+    /// ones are [`ErrorKind::Unauthorized`], a disabled user [`ErrorKind::Forbidden`].
+    pub fn authenticate_scrambled(
+        &self,
+        username: &str,
+        nonce: &[u8],
+        answer: &[u8],
+    ) -> Result<Engine> {
+        if !self.auth_required() {
+            return Ok(self.clone());
+        }
+        let services = &self.inner.services;
+        let tenant = users::login_scrambled(
+            &services.store.read()?,
+            services.config.edition,
+            &services.settings.current().credentials,
+            self.tenant,
+            username,
+            nonce,
+            answer,
+        )?;
+        Ok(self.scoped(tenant))
+    }
+
     fn scoped(&self, tenant: TenantId) -> Engine {
         Engine {
             inner: Arc::clone(&self.inner),

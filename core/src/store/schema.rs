@@ -129,6 +129,9 @@ pub(crate) const USERS: TableDefinition<u64, &str> = TableDefinition::new("users
 pub(crate) const USER_NAMES: TableDefinition<&str, u64> = TableDefinition::new("user_names");
 /// `api_keys` (users): SHA-256 of a key → (user id, key id).
 pub(crate) const API_KEYS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("api_keys");
+/// `api_key_verifiers` (challenge): API key id → its verifier for MySQL logins, as JSON.
+pub(crate) const API_KEY_VERIFIERS: TableDefinition<u64, &str> =
+    TableDefinition::new("api_key_verifiers");
 /// `auth_tokens` (auth): SHA-256 of a token → (tenant, expiry in Unix seconds).
 pub(crate) const TOKENS: TableDefinition<&[u8], (u64, u64)> = TableDefinition::new("auth_tokens");
 
