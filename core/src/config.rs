@@ -196,6 +196,64 @@ pub struct HttpConfig {
     pub trusted_tenant_headers: bool,
 }
 
+/// The MySQL wire protocol door of the server (`mysql`, pymysql, BI tools connect there as
+/// to MindsDB's port 47335).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MysqlConfig {
+    /// Bind address; empty: `http.host`'s.
+    pub host: String,
+    /// TCP port; MindsDB's is 47335. 0: no MySQL door.
+    pub port: u16,
+    /// Connections open at once; a newcomer past it takes the place of an idle connection (the
+    /// address holding the most first), and with none idle is refused (error 1040).
+    pub max_connections: usize,
+    /// Connections one client address (an IPv6 client's /64) may have open at once. Default:
+    /// a quarter of `max_connections`, at least 64 (or all of them when fewer).
+    pub max_connections_per_address: Option<usize>,
+    /// Seconds a new connection has to log in.
+    pub handshake_timeout_secs: u64,
+    /// Seconds a connection may wait for its next command (MySQL's `wait_timeout`).
+    pub idle_timeout_secs: u64,
+    /// Seconds a client has to send a whole command once it started one.
+    pub command_timeout_secs: u64,
+    /// Seconds a write to the client may make no progress (a client that does not read)
+    /// before the connection is closed and its statement stopped.
+    pub write_timeout_secs: u64,
+    /// The largest command a client may send, in MiB (MySQL's `max_allowed_packet`),
+    /// including a prepared statement's long data.
+    pub max_packet_mb: u64,
+    /// Prepared statements one connection may hold at once.
+    pub max_prepared_statements: usize,
+}
+
+impl Default for MysqlConfig {
+    fn default() -> Self {
+        MysqlConfig {
+            host: String::new(),
+            port: 47335,
+            max_connections: 1024,
+            max_connections_per_address: None,
+            handshake_timeout_secs: 10,
+            idle_timeout_secs: 28_800,
+            command_timeout_secs: 120,
+            write_timeout_secs: 30,
+            max_packet_mb: 64,
+            max_prepared_statements: 1024,
+        }
+    }
+}
+
+impl MysqlConfig {
+    /// Connections one client address may have open at once (see the field).
+    pub fn max_connections_per_address(&self) -> usize {
+        let total = self.max_connections.max(1);
+        self.max_connections_per_address
+            .unwrap_or((total / 4).max(total.min(64)))
+            .min(total)
+    }
+}
+
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
@@ -604,6 +662,8 @@ pub struct Config {
     pub query: QueryConfig,
     /// HTTP settings for the example server.
     pub http: HttpConfig,
+    /// The server's MySQL wire protocol door.
+    pub mysql: MysqlConfig,
     /// Authentication settings.
     pub auth: AuthConfig,
     /// The default model for agents.

@@ -86,10 +86,10 @@ pub use memory::RequestMemory;
 pub use mindlite_memory::{keep_malloc_trimmed, TrackingAllocator};
 pub use progress::{InsertProgress, ProgressCallback};
 pub use services::files::{FileFormat, FileInfo};
-pub use sql::encode::{encode_document, WireFormat, WireStream};
+pub use sql::encode::{encode_document, json_cells, WireFormat, WireStream};
 pub use sql::{
-    LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
-    TypedParam,
+    LoadMode, Outcome, Positional, PositionalValue, QueryContext, QueryRequest, QueryResult,
+    ResultContext, TableResult, TypedParam,
 };
 pub use tenant::TenantId;
 

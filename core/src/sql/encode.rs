@@ -533,6 +533,13 @@ fn formatted(array: &dyn Array, row: usize) -> String {
     }
 }
 
+/// Writes `array`'s cell at a row as a JSON value, as the JSON formats write it: for fronts
+/// that show lists, structs and maps as JSON text (the MySQL door's `JSON` columns). Chosen
+/// once per column and batch; the cell must not be NULL.
+pub fn json_cells(array: &dyn Array) -> impl Fn(usize, &mut Vec<u8>) + '_ {
+    cell_writer(array)
+}
+
 /// A batch's rows as JSON values, cell by cell as the wire formats write them (for the agent
 /// loop, which shows a few rows to a model).
 pub(crate) fn rows_as_json(batch: &RecordBatch) -> Vec<Vec<serde_json::Value>> {

@@ -34,8 +34,8 @@ mod variables;
 pub(crate) mod write;
 
 pub use self::request::{
-    LoadMode, Outcome, QueryContext, QueryRequest, QueryResult, ResultContext, TableResult,
-    TypedParam,
+    LoadMode, Outcome, Positional, PositionalValue, QueryContext, QueryRequest, QueryResult,
+    ResultContext, TableResult, TypedParam,
 };
 
 use std::any::Any;

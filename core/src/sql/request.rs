@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use datafusion::execution::SendableRecordBatchStream;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 
 /// A query as MindsDB's `POST /api/sql/query` takes it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,6 +54,75 @@ pub enum TypedParam {
     Decimal(String),
     /// Bytes.
     Bytes(Vec<u8>),
+}
+
+/// A statement with MySQL's positional parameters (`SELECT * FROM t WHERE a = ? AND b = ?`),
+/// as a prepared statement keeps it: the `?`s counted and named, so each execution binds its
+/// values as literals, never spliced into the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Positional {
+    query: String,
+    count: usize,
+}
+
+/// One value for a positional parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PositionalValue {
+    /// A JSON value (null, a boolean, a number, a text).
+    Json(serde_json::Value),
+    /// A value JSON cannot carry.
+    Typed(TypedParam),
+}
+
+impl Positional {
+    /// Reads `sql`'s positional parameters: each `?` outside quotes and comments.
+    pub fn parse(sql: &str) -> Result<Positional> {
+        let (query, count) = crate::sql::parse::name_positional(sql, Positional::name)?;
+        Ok(Positional { query, count })
+    }
+
+    /// How many values an execution takes.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The request that runs the statement with `values`, one per `?` in order, in `context`;
+    /// every statement commits on its own (a server's clients share one store).
+    pub fn request(
+        &self,
+        context: QueryContext,
+        values: Vec<PositionalValue>,
+    ) -> Result<QueryRequest> {
+        if values.len() != self.count {
+            return Err(Error::invalid(format!(
+                "The statement takes {} parameters and {} were given",
+                self.count,
+                values.len()
+            )));
+        }
+        let mut request = QueryRequest {
+            query: self.query.clone(),
+            context,
+            autocommit: true,
+            ..Default::default()
+        };
+        for (i, value) in values.into_iter().enumerate() {
+            let name = Positional::name(i + 1);
+            match value {
+                PositionalValue::Json(value) => request.params.insert(name, value),
+                PositionalValue::Typed(value) => {
+                    request.typed_params.insert(name, value);
+                    None
+                }
+            };
+        }
+        Ok(request)
+    }
+
+    /// The name the `index`-th `?` (from 1) is bound by.
+    fn name(index: usize) -> String {
+        format!("mysql_param_{index}")
+    }
 }
 
 impl QueryRequest {

@@ -408,6 +408,52 @@ fn is_space(token: &Token) -> bool {
     matches!(token, Token::Whitespace(_))
 }
 
+/// `sql` with each positional parameter (`?` outside quotes and comments) replaced by the
+/// named placeholder `:<name(n)>` (n from 1), and how many there were. The rest of the text is
+/// kept byte for byte.
+pub(crate) fn name_positional(
+    sql: &str,
+    name: impl Fn(usize) -> String,
+) -> Result<(String, usize)> {
+    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    // Where each line starts, to turn a token's line and column (in characters) into a byte.
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(sql.match_indices('\n').map(|(at, _)| at + 1))
+        .collect();
+    let offset = |line: u64, column: u64| -> Option<usize> {
+        let start = *line_starts.get((line as usize).checked_sub(1)?)?;
+        let rest = &sql[start..];
+        let chars = (column as usize).checked_sub(1)?;
+        Some(
+            start
+                + rest
+                    .char_indices()
+                    .nth(chars)
+                    .map_or(rest.len(), |(at, _)| at),
+        )
+    };
+    let mut text = String::with_capacity(sql.len()); // bounded: the statement's own length
+    let (mut copied, mut count) = (0usize, 0usize);
+    for token in &tokens {
+        if token.token != Token::Placeholder("?".to_string()) {
+            continue;
+        }
+        let at = offset(token.span.start.line, token.span.start.column)
+            .filter(|at| sql[*at..].starts_with('?'))
+            .ok_or_else(|| Error::internal("a positional parameter's place in the text"))?;
+        count += 1;
+        text.push_str(&sql[copied..at]);
+        text.push(':');
+        text.push_str(&name(count));
+        copied = at + 1;
+    }
+    text.push_str(&sql[copied..]);
+    Ok((text, count))
+}
+
 /// The tokens of `sql` as a statement's are read (spaces and comments left out), for a
 /// feature that rewrites stored statement text on tokens (a job's `LAST`) and writes it back
 /// with [`words::tokens_text`].
@@ -1413,6 +1459,21 @@ mod fuzz;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positional_parameters_are_named_where_they_stand_and_nowhere_else() {
+        let sql = "SELECT '?', `?`, \"?\" -- ?\nFROM t WHERE a = ? AND b IN (?, ?) /* ? */ AND c = 'é?'||?";
+        let (named, count) = name_positional(sql, |n| format!("p{n}")).unwrap();
+        assert_eq!(count, 4);
+        assert_eq!(
+            named,
+            "SELECT '?', `?`, \"?\" -- ?\nFROM t WHERE a = :p1 AND b IN (:p2, :p3) /* ? */ AND c = 'é?'||:p4"
+        );
+        assert_eq!(
+            name_positional("SELECT 1", |n| n.to_string()).unwrap(),
+            ("SELECT 1".to_string(), 0)
+        );
+    }
 
     fn sql_of(text: &str, params: serde_json::Value) -> String {
         let params: HashMap<String, serde_json::Value> = serde_json::from_value(params).unwrap();
