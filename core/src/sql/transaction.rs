@@ -52,8 +52,20 @@ impl SqlRunner {
     ) -> Result<Outcome> {
         let shown = statement_keyword(statement);
         if request.autocommit {
+            // Every statement here committed on its own, so there is nothing open to end:
+            // COMMIT and ROLLBACK do nothing, as MySQL's do with autocommit on (and MindsDB's
+            // always). Drivers send them unasked (PyMySQL's commit, SQLAlchemy's pool resetting
+            // a connection). A transaction cannot be opened: it would end with the request.
+            if steps
+                .iter()
+                .all(|step| matches!(step, Step::Commit | Step::Rollback))
+            {
+                return Ok(Outcome::Ok {
+                    affected_rows: None,
+                });
+            }
             return Err(Error::invalid(format!(
-                "{shown} is not supported over HTTP: the API commits every statement on its own, as MindsDB's does"
+                "{shown} is not supported over HTTP or MySQL: every statement commits on its own, as MindsDB's does"
             )));
         }
         if self.services.config.edition == Edition::Hosted {
