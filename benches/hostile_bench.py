@@ -406,7 +406,7 @@ class Server:
             with open(self.log, "ab") as log:
                 self.process = subprocess.Popen(
                     [self.binary, "--config", self.config, "--data", self.data,
-                     "--host", "127.0.0.1", "--port", str(self.port)],
+                     "--host", "127.0.0.1", "--port", str(self.port), "--mysql-port", "0"],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
                     cwd=self.workdir, preexec_fn=die_with_parent)
             deadline = time.monotonic() + 30

@@ -63,7 +63,7 @@ class Server:
         self.port = free_port()
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            [SERVER, "--data", data, "--port", str(self.port)],
+            [SERVER, "--data", data, "--port", str(self.port), "--mysql-port", "0"],
             stderr=open(log, "ab"),
             env={**os.environ, **(env or {})},
         )

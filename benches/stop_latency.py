@@ -35,7 +35,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         port = 18000 + os.getpid() % 1000
         server = subprocess.Popen([args.server, "--data", f"{data}/bench.redb",
-                                   "--host", "127.0.0.1", "--port", str(port)],
+                                   "--host", "127.0.0.1", "--port", str(port), "--mysql-port", "0"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:

@@ -169,6 +169,14 @@ impl Place {
         }
     }
 
+    /// Whether the connection waits for a request (or was closed to make room).
+    pub fn is_idle(&self) -> bool {
+        lock(&self.table)
+            .open
+            .get(&self.id)
+            .is_none_or(|entry| entry.idle_since.is_some())
+    }
+
     /// Completes when the connection has been chosen to make room.
     pub async fn evicted(&self) {
         self.evict.notified().await;

@@ -75,6 +75,14 @@ impl BodyBudget {
         }
     }
 
+    /// Room for `bytes` more if there is some now (`None` otherwise).
+    pub fn try_take(&self, bytes: u64) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total);
+        Arc::clone(&self.permits).try_acquire_many_owned(kib).ok()
+    }
+
     /// Room for `bytes` more. Taken when free; otherwise tried again now and then (not in
     /// line: one large body waiting must not hold up smaller ones behind it) until `until`,
     /// then 503.

@@ -12,6 +12,7 @@ mod jobs;
 mod knowledge_bases;
 mod minds;
 mod models;
+mod mysql;
 mod origin;
 mod reply;
 mod routes;
@@ -42,7 +43,7 @@ use crate::origin::Origins;
 const USAGE: &str = "\
 mindlite-server: MindsDB's HTTP API over an embedded mindlite database
 
-Usage: mindlite-server [--config FILE] [--data PATH] [--host HOST] [--port PORT]
+Usage: mindlite-server [--config FILE] [--data PATH] [--host HOST] [--port PORT] [--mysql-port PORT]
        mindlite-server users COMMAND … (hosted edition user administration; `users --help`)
 
 Options:
@@ -50,10 +51,12 @@ Options:
   --data PATH     the database file [default: ./mindlite-data/mindlite.redb, created if missing]
   --host HOST     address to listen on [default: 127.0.0.1]
   --port PORT     TCP port, 0 for any free one [default: 47334]
+  --mysql-port PORT
+                  the MySQL wire protocol's TCP port, 0 for none [default: 47335]
   -h, --help      print this help
   -V, --version   print the version
 
-One log line per request goes to stderr. SIGINT or SIGTERM stops accepting connections, lets
+One log line per HTTP request goes to stderr. SIGINT or SIGTERM stops accepting connections, lets
 requests in flight finish, and closes the database cleanly.";
 
 /// How long a request runs before the server starts watching for its client leaving.
@@ -68,6 +71,7 @@ struct Options {
     data: Option<PathBuf>,
     host: Option<String>,
     port: Option<u16>,
+    mysql_port: Option<u16>,
     /// `users …`: the command's words and its `--plan`.
     users: Option<(Vec<String>, Option<String>)>,
 }
@@ -169,6 +173,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         data: None,
         host: None,
         port: None,
+        mysql_port: None,
         users: None,
     };
     let mut args = args.peekable();
@@ -210,6 +215,13 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                     format!("--port must be a number from 0 to 65535, got '{text}'")
                 })?;
                 options.port = Some(port);
+            }
+            "--mysql-port" => {
+                let text = value()?;
+                let port = text.parse().map_err(|_| {
+                    format!("--mysql-port must be a number from 0 to 65535, got '{text}'")
+                })?;
+                options.mysql_port = Some(port);
             }
             "--plan" if options.users.is_some() => {
                 let plan = value()?;
@@ -274,6 +286,9 @@ fn load_config(options: &Options) -> Result<Config, String> {
     if let Some(port) = options.port {
         config.http.port = port;
     }
+    if let Some(port) = options.mysql_port {
+        config.mysql.port = port;
+    }
     Ok(config)
 }
 
@@ -301,15 +316,23 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let door = mysql::bind(&engine, &config, budget.clone()).await?;
     tracing::info!(
         "listening on http://{local} (database {}, auth {}, ready in {} ms)",
         path.display(),
         if engine.auth_required() { "on" } else { "off" },
         started.elapsed().as_millis()
     );
+    if let Some(door) = &door {
+        let address = door
+            .local_addr()
+            .map_err(|e| format!("cannot read the MySQL listening address: {e}"))?;
+        tracing::info!("MySQL protocol on {address}");
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let mysql = door.map(|door| tokio::spawn(door.serve(stop_rx.clone(), DRAIN_TIMEOUT)));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -355,6 +378,9 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
     if drained.is_err() {
         tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; closing anyway");
         tasks.shutdown().await;
+    }
+    if let Some(mysql) = mysql {
+        let _ = mysql.await;
     }
     drop(engine);
     Ok(())

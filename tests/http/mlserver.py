@@ -122,6 +122,7 @@ class Server:
             self.config_path.write_text(config_text)
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
+        self.mysql_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -136,8 +137,10 @@ class Server:
         assert self.process is None, "the server is already running"
         for _attempt in range(3):
             self.port = free_port()
+            # Every server opens its MySQL door too, on a port of its own.
+            self.mysql_port = free_port()
             args = [str(self.binary), "--data", str(self.data), "--host", "127.0.0.1",
-                    "--port", str(self.port)]
+                    "--port", str(self.port), "--mysql-port", str(self.mysql_port)]
             if self.config_path is not None:
                 args += ["--config", str(self.config_path)]
             with open(self.log_path, "ab") as log:

@@ -890,6 +890,6 @@ def test_trusted_tenant_headers_choose_the_tenant_only_when_the_operator_says_so
     config = tmp_path / "local.toml"
     config.write_text("[http]\ntrusted_tenant_headers = true\n")
     done = subprocess.run([str(server_bin), "--config", str(config), "--data", str(tmp_path / "db"),
-                           "--port", "0"], capture_output=True, text=True, timeout=60,
+                           "--port", "0", "--mysql-port", "0"], capture_output=True, text=True, timeout=60,
                           env=child_environment())
     assert done.returncode != 0 and "trusted_tenant_headers" in done.stderr, done

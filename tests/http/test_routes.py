@@ -232,7 +232,8 @@ def test_port_0_listens_on_a_free_port(server_bin, tmp_path):
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(server_bin), "--data", str(tmp_path / "db" / "m.redb"), "--port", "0"],
+            [str(server_bin), "--data", str(tmp_path / "db" / "m.redb"), "--port", "0",
+             "--mysql-port", "0"],
             stdout=log, stderr=log, env=child_environment())
     try:
         port = None
