@@ -124,10 +124,7 @@ pub(crate) fn parse_limited<F>(
     claim: &Claim<'_, F>,
     variables: &variables::Lookup<'_>,
 ) -> Result<Vec<Command<F>>> {
-    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
-        .with_unescape(false)
-        .tokenize_with_location()
-        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    let tokens = tokens_of(sql)?;
     let tokens = normalise_tokens(tokens);
     let mut commands = Vec::new();
     for statement in split_statements(tokens) {
@@ -408,6 +405,21 @@ fn is_space(token: &Token) -> bool {
     matches!(token, Token::Whitespace(_))
 }
 
+/// `sql`'s tokens with their places, raw (quoted texts as written). The tokenizer makes one
+/// token of about 90 bytes for every space, in one call nothing can stop: a statement of 16 MB
+/// of spaces is 1.4 GB of tokens. The most they can take (a token per byte, in a vector that
+/// grows by doubling) is held for the statement before they are made.
+pub(crate) fn tokens_of(sql: &str) -> Result<Vec<TokenWithSpan>> {
+    let most = (sql.len() as u64)
+        .saturating_mul(size_of::<TokenWithSpan>() as u64)
+        .saturating_mul(2);
+    let _held = crate::capacity::hold(most, "Reading the statement's words")?;
+    Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &e.to_string()))
+}
+
 /// `sql` with each positional parameter (`?` outside quotes and comments) replaced by the
 /// named placeholder `:<name(n)>` (n from 1), and how many there were. The rest of the text is
 /// kept byte for byte.
@@ -415,53 +427,58 @@ pub(crate) fn name_positional(
     sql: &str,
     name: impl Fn(usize) -> String,
 ) -> Result<(String, usize)> {
-    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
-        .with_unescape(false)
-        .tokenize_with_location()
-        .map_err(|e| syntax_error(sql, &e.to_string()))?;
-    // Where each line starts, to turn a token's line and column (in characters) into a byte.
-    let line_starts: Vec<usize> = std::iter::once(0)
-        .chain(sql.match_indices('\n').map(|(at, _)| at + 1))
-        .collect();
-    let offset = |line: u64, column: u64| -> Option<usize> {
-        let start = *line_starts.get((line as usize).checked_sub(1)?)?;
-        let rest = &sql[start..];
-        let chars = (column as usize).checked_sub(1)?;
-        Some(
-            start
-                + rest
-                    .char_indices()
-                    .nth(chars)
-                    .map_or(rest.len(), |(at, _)| at),
-        )
-    };
+    let tokens = tokens_of(sql)?;
     let mut text = String::with_capacity(sql.len()); // bounded: the statement's own length
     let (mut copied, mut count) = (0usize, 0usize);
+    // Where the walk through the text stands: a line and column (the tokenizer's, from 1, in
+    // characters) and its byte. Tokens come in order, so the walk is once through the text.
+    let (mut line, mut column, mut byte) = (1u64, 1u64, 0usize);
+    let mut chars = sql.char_indices().peekable();
     for token in &tokens {
         if token.token != Token::Placeholder("?".to_string()) {
             continue;
         }
-        let at = offset(token.span.start.line, token.span.start.column)
-            .filter(|at| sql[*at..].starts_with('?'))
-            .ok_or_else(|| Error::internal("a positional parameter's place in the text"))?;
+        let (want_line, want_column) = (token.span.start.line, token.span.start.column);
+        while (line, column) < (want_line, want_column) {
+            let Some((at, c)) = chars.next() else { break };
+            byte = at + c.len_utf8();
+            if c == '\n' {
+                (line, column) = (line + 1, 1);
+            } else {
+                column += 1;
+            }
+        }
+        if let Some(&(at, _)) = chars.peek() {
+            byte = at;
+        }
+        if !sql[byte..].starts_with('?') {
+            return Err(Error::internal(
+                "a positional parameter's place in the text",
+            ));
+        }
         count += 1;
-        text.push_str(&sql[copied..at]);
+        if count > MAX_POSITIONAL {
+            return Err(Error::invalid(format!(
+                "The statement has more than {MAX_POSITIONAL} parameters, the most MySQL's protocol can bind"
+            )));
+        }
+        text.push_str(&sql[copied..byte]);
         text.push(':');
         text.push_str(&name(count));
-        copied = at + 1;
+        copied = byte + 1;
     }
     text.push_str(&sql[copied..]);
     Ok((text, count))
 }
 
+/// The most positional parameters a statement may have: MySQL's protocol counts them in 16 bits.
+const MAX_POSITIONAL: usize = 65_535;
+
 /// The tokens of `sql` as a statement's are read (spaces and comments left out), for a
 /// feature that rewrites stored statement text on tokens (a job's `LAST`) and writes it back
 /// with [`words::tokens_text`].
 pub(crate) fn words_of(sql: &str) -> Result<Vec<Token>> {
-    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
-        .with_unescape(false)
-        .tokenize_with_location()
-        .map_err(|e| syntax_error(sql, &e.to_string()))?;
+    let tokens = tokens_of(sql)?;
     Ok(normalise_tokens(tokens)
         .into_iter()
         .map(|t| t.token)
