@@ -21,6 +21,8 @@ pub struct Connections {
 struct Table {
     max_total: usize,
     max_per_address: usize,
+    /// How long a connection must have waited before it may be closed to make room.
+    min_idle: std::time::Duration,
     next_id: u64,
     open: HashMap<u64, Entry>,
     per_address: HashMap<IpAddr, usize>,
@@ -58,11 +60,20 @@ impl Connections {
             table: Arc::new(Mutex::new(Table {
                 max_total: max_total.max(1),
                 max_per_address: max_per_address.clamp(1, max_total.max(1)),
+                min_idle: std::time::Duration::ZERO,
                 next_id: 0,
                 open: HashMap::new(),
                 per_address: HashMap::new(),
             })),
         }
+    }
+
+    /// This table, closing only connections that have waited at least `wait` to make room: a
+    /// MySQL session carries state (its database, its prepared statements) that a client
+    /// pool does not expect to lose the moment it stops, as an HTTP keep-alive may.
+    pub fn with_min_idle(self, wait: std::time::Duration) -> Connections {
+        lock(&self.table).min_idle = wait;
+        self
     }
 
     /// A place for a connection from `peer`, made by closing an idle connection when the
@@ -80,12 +91,14 @@ impl Connections {
         }
         if table.open.len() >= table.max_total {
             let counts = &table.per_address;
+            let settled = table.settled();
             let victim = table
                 .open
                 .iter()
                 .filter_map(|(id, entry)| {
                     let held = counts.get(&entry.address).copied().unwrap_or(0);
-                    Some((held, std::cmp::Reverse((entry.idle_since?, *id))))
+                    let since = entry.idle_since.filter(|since| *since <= settled)?;
+                    Some((held, std::cmp::Reverse((since, *id))))
                 })
                 // The address holding the most first, then its longest idle.
                 .max()
@@ -118,13 +131,20 @@ impl Table {
         self.per_address.get(&address).copied().unwrap_or(0)
     }
 
+    /// Connections idle since before this may be closed to make room.
+    fn settled(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_sub(self.min_idle).unwrap_or(now)
+    }
+
     /// The idle connection among those `chosen` that has waited longest.
     fn longest_idle(&self, chosen: impl Fn(&Entry) -> bool) -> Option<u64> {
+        let settled = self.settled();
         self.open
             .iter()
             .filter(|(_, entry)| chosen(entry))
             // Ties (one clock tick) go to the older connection.
-            .filter_map(|(id, entry)| Some((entry.idle_since?, *id)))
+            .filter_map(|(id, entry)| Some((entry.idle_since.filter(|s| *s <= settled)?, *id)))
             .min()
             .map(|(_, id)| id)
     }
@@ -220,6 +240,19 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("a test address")
+    }
+
+    #[test]
+    fn a_table_with_a_minimum_wait_closes_only_connections_that_waited_it() {
+        let connections =
+            Connections::new(1, 1).with_min_idle(std::time::Duration::from_secs(3600));
+        let idle = connections.admit(ip("127.0.0.1")).unwrap();
+        idle.idle();
+        assert_eq!(
+            connections.admit(ip("127.0.0.2")).err(),
+            Some(Refusal::Full(1))
+        );
+        assert!(idle.busy(), "it kept its place");
     }
 
     #[test]

@@ -87,6 +87,29 @@ def test_pymysql_reads_every_type_and_binds_quotes_as_values(server):
         rows(connection, "SELEC 1")
     assert failed.value.args[0] == 1149, failed.value.args
     assert rows(connection, "SELECT 2") == ((2,),)
+    # Stacked statements need the client's MULTI_STATEMENTS flag, as in MySQL: without it an
+    # injected "; DROP …" is a syntax error, not a second statement.
+    with pytest.raises(pymysql.err.MySQLError):
+        rows(connection, "SELECT 1; DROP TABLE people")
+    assert rows(connection, "SELECT count(*) FROM people") == ((5,),)
+    from pymysql.constants import CLIENT
+
+    stacked = connect(server, database="mindsdb", client_flag=CLIENT.MULTI_STATEMENTS)
+    assert rows(stacked, "SELECT 1; SELECT 2") == ((2,),)
+    stacked.close()
+    # Two commands in one write (as a client sends COM_STMT_CLOSE and its next query): each
+    # is answered in turn.
+    def packet(payload: bytes) -> bytes:
+        return struct.pack("<I", len(payload))[:3] + b"\x00" + payload
+
+    piped = connect(server)
+    piped._sock.sendall(packet(b"\x03SELECT 7 AS seven") + packet(b"\x0e"))  # noqa: SLF001
+    time.sleep(0.5)
+    answers = piped._sock.recv(65536)  # noqa: SLF001
+    # The query's rows, then the ping's OK packet (7 bytes, sequence 1, header 0).
+    assert b"seven" in answers and answers[-11:-6] == b"\x07\x00\x00\x01\x00", answers
+    piped.close()
+    assert server.death() is None
     # The clients' own statements on connect: versions, variables, SET NAMES.
     version = rows(connection, "SELECT VERSION()")[0][0]
     assert version.startswith("8.0"), version
@@ -205,6 +228,28 @@ def test_logins_are_checked_with_both_scrambles(start_server):
     assert rows(connect(server, user="admin", password="n3w"), "SELECT 3") == ((3,),)
     with pytest.raises(pymysql.err.OperationalError):
         connect(server, user="admin", password="secret")
+
+
+def test_logins_count_against_the_address_rate_and_change_user_is_refused(start_server):
+    import pymysql
+
+    server = start_server(AUTH_CONFIG + "\n[http]\nunauthenticated_per_minute = 3\n")
+    for _ in range(3):
+        with pytest.raises(pymysql.err.OperationalError):
+            connect(server, user="admin", password="wrong")
+    # Over the rate, even the right password waits, as HTTP's /api/login does.
+    with pytest.raises(pymysql.err.OperationalError):
+        connect(server, user="admin", password="secret")
+    assert "http.unauthenticated_per_minute" in server.log_text(), server.log_tail()
+
+    plain = start_server()
+    connection = connect(plain)
+    # COM_CHANGE_USER would be answered OK by the protocol crate without changing anything:
+    # the connection ends instead.
+    with pytest.raises(pymysql.err.MySQLError):
+        connection._execute_command(0x11, b"bob\x00\x00")  # noqa: SLF001
+        connection._read_ok_packet()  # noqa: SLF001
+    assert rows(connect(plain), "SELECT 1") == ((1,),)
 
 
 def test_each_hosted_user_logs_in_with_an_api_key_and_sees_its_own(start_server):

@@ -58,7 +58,10 @@ pub(crate) async fn bind(
     Ok(Some(Door {
         listener,
         engine: engine.clone(),
-        connections: Connections::new(mysql.max_connections, mysql.max_connections_per_address()),
+        // A session idle for a minute may give its place to a newcomer; one that just
+        // answered may not (a login that never completes is never idle).
+        connections: Connections::new(mysql.max_connections, mysql.max_connections_per_address())
+            .with_min_idle(Duration::from_secs(60)),
         limits: wire::Limits {
             max_packet: mysql.max_packet_mb.max(1) << 20,
             handshake: Duration::from_secs(mysql.handshake_timeout_secs.max(1)),
@@ -140,6 +143,7 @@ impl Connection {
         let session = match session::Session::new(
             self.engine,
             Arc::clone(&guarded.logged_in),
+            Arc::clone(&guarded.multi_statements),
             self.address.clone(),
             self.id,
             self.max_prepared,

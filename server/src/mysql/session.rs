@@ -29,6 +29,10 @@ pub(super) struct Session {
     engine: OnceLock<Engine>,
     /// Told when the login succeeded (the connection's guard then starts its idle timer).
     logged_in: Arc<AtomicBool>,
+    /// Whether the client's handshake allows several statements in one query (as the guard
+    /// read it); without it, a query is one statement, as MySQL takes it (stacked statements
+    /// are how an injection does more than it was given).
+    multi_statements: Arc<AtomicBool>,
     /// The client's address, for the rate of failed logins.
     address: String,
     id: u32,
@@ -44,6 +48,7 @@ impl Session {
     pub(super) fn new(
         root: Engine,
         logged_in: Arc<AtomicBool>,
+        multi_statements: Arc<AtomicBool>,
         address: String,
         id: u32,
         max_prepared: usize,
@@ -52,6 +57,7 @@ impl Session {
             root,
             engine: OnceLock::new(),
             logged_in,
+            multi_statements,
             address,
             id,
             nonce: nonce()?,
@@ -77,6 +83,7 @@ impl Session {
             // every other's writes, and outlive its connection. MindsDB's door commits every
             // statement too.
             autocommit: true,
+            one_statement: !self.multi_statements.load(Ordering::Relaxed),
             ..Default::default()
         }
     }
@@ -144,6 +151,17 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Session {
         answer: &[u8],
     ) -> bool {
         let username = String::from_utf8_lossy(username);
+        // A login is a request without credentials: counted against the address's rate
+        // (http.unauthenticated_per_minute), as HTTP's logins are, before it is checked.
+        if self.root.auth_required() {
+            if let Err(e) = self.root.throttle_unauthenticated(&self.address) {
+                tracing::info!(
+                    "MySQL login of '{username}' from {} refused: {e}",
+                    self.address
+                );
+                return false;
+            }
+        }
         match self.root.authenticate_scrambled(&username, nonce, answer) {
             Ok(engine) => {
                 let _ = self.engine.set(engine);
@@ -155,8 +173,6 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Session {
                     "MySQL login of '{username}' from {} refused: {e}",
                     self.address
                 );
-                // Failed logins count against the address's rate, as over HTTP.
-                let _ = self.root.throttle_unauthenticated(&self.address);
                 false
             }
         }
@@ -223,9 +239,16 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Session {
                 .error(Code::ER_MAX_PREPARED_STMT_COUNT_REACHED, message.as_bytes())
                 .await;
         }
-        let positional = match Positional::parse(query) {
-            Ok(positional) => positional,
-            Err(e) => return info.error(rows::code(&e), e.message().as_bytes()).await,
+        // Reading the text is CPU work as long as the text: off the async workers.
+        let text = query.to_string();
+        let parsed = tokio::task::spawn_blocking(move || Positional::parse(&text)).await;
+        let positional = match parsed {
+            Ok(Ok(positional)) => positional,
+            Ok(Err(e)) => return info.error(rows::code(&e), e.message().as_bytes()).await,
+            Err(e) => {
+                let message = format!("Preparing the statement stopped: {e}");
+                return info.error(Code::ER_UNKNOWN_ERROR, message.as_bytes()).await;
+            }
         };
         let id = self.next_statement;
         self.next_statement = self.next_statement.wrapping_add(1).max(1);

@@ -38,6 +38,10 @@ const EXECUTE: u8 = 0x17;
 const LONG_DATA: u8 = 0x18;
 const CLOSE: u8 = 0x19;
 const RESET: u8 = 0x1a;
+/// `COM_CHANGE_USER`, which opensrv-mysql answers OK without checking or changing anything.
+const CHANGE_USER: u8 = 0x11;
+/// The handshake's capability flag for several statements in one query.
+const MULTI_STATEMENTS: u32 = 0x0001_0000;
 
 /// The limits a connection is held to.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +61,14 @@ pub(super) struct Guarded {
     budget: BodyBudget,
     /// Set (by the session) once the client has logged in.
     pub(super) logged_in: Arc<AtomicBool>,
+    /// Set when the client's handshake allows several statements in one query.
+    pub(super) multi_statements: Arc<AtomicBool>,
     /// Whether the login has been seen here (the idle timer then starts).
     login_seen: bool,
+    /// Whether the client's handshake response has been read (its flags taken).
+    handshake_read: bool,
+    /// The sequence number of the last packet header read (an answer takes the next).
+    sequence: u8,
     /// The next packet's header, as far as read; `None` inside a payload.
     header: Option<([u8; 4], usize)>,
     /// Payload bytes of the packet being read still to come, and its length.
@@ -68,8 +78,9 @@ pub(super) struct Guarded {
     command_bytes: u64,
     /// The command's first five bytes (its kind and a statement id), for long data.
     command_head: Vec<u8>,
-    /// Long data sent per prepared statement id and not yet used.
+    /// Long data sent per prepared statement id and not yet used, and the budget it holds.
     long_data: HashMap<u32, u64>,
+    long_held: HashMap<u32, OwnedSemaphorePermit>,
     /// Budget held for the command being read or handled, and how much.
     held: Option<OwnedSemaphorePermit>,
     held_bytes: u64,
@@ -95,13 +106,17 @@ impl Guarded {
             place,
             budget,
             logged_in: Arc::new(AtomicBool::new(false)),
+            multi_statements: Arc::new(AtomicBool::new(false)),
             login_seen: false,
+            handshake_read: false,
+            sequence: 0,
             header: Some(([0; 4], 0)),
             payload_left: 0,
             payload_length: 0,
             command_bytes: 0,
             command_head: Vec::new(),
             long_data: HashMap::new(),
+            long_held: HashMap::new(),
             held: None,
             held_bytes: 0,
             budget_until: None,
@@ -150,9 +165,10 @@ impl Guarded {
                     continue;
                 }
                 let length = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+                self.sequence = header[3];
                 self.command_bytes += length as u64;
                 if self.command_bytes > self.limits.max_packet {
-                    return Err(too_large(self.limits.max_packet));
+                    return Err(self.refuse(PACKET_TOO_LARGE, too_large(self.limits.max_packet)));
                 }
                 self.header = None;
                 self.payload_left = length;
@@ -200,10 +216,28 @@ impl Guarded {
         );
     }
 
-    /// Long data kept per statement, as opensrv keeps it: grown by `COM_STMT_SEND_LONG_DATA`,
-    /// let go by the statement's execution, reset or close.
+    /// What a whole command means beyond its size. Before the login, the handshake says
+    /// whether several statements may come in one query. After it: long data is kept per
+    /// statement, as opensrv keeps it (grown by `COM_STMT_SEND_LONG_DATA`, let go by the
+    /// statement's execution, reset or close), within `mysql.max_packet_mb` and held from
+    /// the budget of bodies being received, as large commands are; `COM_CHANGE_USER` ends the
+    /// connection, as opensrv would answer it OK and change nothing.
     fn command_long_data(&mut self) -> io::Result<()> {
         let head = &self.command_head;
+        if !self.login_seen {
+            // The first packet is the handshake response; an auth switch's answer may follow.
+            if !self.handshake_read && head.len() >= 4 {
+                self.handshake_read = true;
+                let capabilities = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+                self.multi_statements
+                    .store(capabilities & MULTI_STATEMENTS != 0, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        if head.first() == Some(&CHANGE_USER) {
+            let why = refused("COM_CHANGE_USER is not supported: connect again as the other user");
+            return Err(self.refuse(NOT_SUPPORTED, why));
+        }
         if head.len() < 5 {
             return Ok(());
         }
@@ -212,12 +246,25 @@ impl Guarded {
             LONG_DATA => {
                 let total: u64 = self.long_data.values().sum::<u64>() + self.command_bytes;
                 if total > self.limits.max_packet {
-                    return Err(too_large(self.limits.max_packet));
+                    return Err(self.refuse(PACKET_TOO_LARGE, too_large(self.limits.max_packet)));
+                }
+                let Some(permit) = self.budget.try_take(self.command_bytes) else {
+                    let why = refused(
+                        "the server is receiving too much at once (http.max_buffered_body_mb)",
+                    );
+                    return Err(self.refuse(OUT_OF_RESOURCES, why));
+                };
+                match self.long_held.get_mut(&statement) {
+                    Some(held) => held.merge(permit),
+                    None => {
+                        self.long_held.insert(statement, permit);
+                    }
                 }
                 *self.long_data.entry(statement).or_insert(0) += self.command_bytes;
             }
             EXECUTE | RESET | CLOSE => {
                 self.long_data.remove(&statement);
+                self.long_held.remove(&statement);
             }
             _ => {}
         }
@@ -368,6 +415,28 @@ impl Guarded {
                 ready
             }
         }
+    }
+}
+
+/// Error codes and SQLSTATEs of the refusals a client is told of.
+const PACKET_TOO_LARGE: (u16, &[u8; 5]) = (1153, b"08S01");
+const OUT_OF_RESOURCES: (u16, &[u8; 5]) = (1041, b"HY000");
+const NOT_SUPPORTED: (u16, &[u8; 5]) = (1235, b"42000");
+
+impl Guarded {
+    /// `why`, after telling the client in an error packet (best effort: what the socket takes
+    /// now), so it sees the limit rather than a reset.
+    fn refuse(&mut self, (code, state): (u16, &[u8; 5]), why: io::Error) -> io::Error {
+        let mut payload = vec![0xFF];
+        payload.extend_from_slice(&code.to_le_bytes());
+        payload.push(b'#');
+        payload.extend_from_slice(state);
+        payload.extend_from_slice(why.to_string().as_bytes());
+        let mut packet = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+        packet.push(self.sequence.wrapping_add(1));
+        packet.extend_from_slice(&payload);
+        let _ = self.socket.try_write(&packet);
+        why
     }
 }
 
