@@ -406,13 +406,24 @@ fn is_space(token: &Token) -> bool {
 }
 
 /// `sql`'s tokens with their places, raw (quoted texts as written). The tokenizer makes one
-/// token of about 90 bytes for every space, in one call nothing can stop: a statement of 16 MB
-/// of spaces is 1.4 GB of tokens. The most they can take (a token per byte, in a vector that
-/// grows by doubling) is held for the statement before they are made.
+/// token of about 90 bytes for every space and sign, in one call nothing can stop: a statement
+/// of 16 MB of spaces is 1.4 GB of tokens. What they can take at most is held for the
+/// statement before they are made: one token per space or sign and per run of letters and
+/// digits (a long literal is one token; counting its signs and spaces only overestimates), in
+/// a vector that grows by doubling, and their texts.
 pub(crate) fn tokens_of(sql: &str) -> Result<Vec<TokenWithSpan>> {
-    let most = (sql.len() as u64)
+    let (mut tokens, mut in_word) = (1u64, false);
+    for byte in sql.bytes() {
+        let wordy = byte.is_ascii_alphanumeric() || byte == b'_' || byte >= 0x80;
+        if !wordy || !in_word {
+            tokens += 1;
+        }
+        in_word = wordy;
+    }
+    let most = tokens
         .saturating_mul(size_of::<TokenWithSpan>() as u64)
-        .saturating_mul(2);
+        .saturating_mul(2)
+        .saturating_add(sql.len() as u64);
     let _held = crate::capacity::hold(most, "Reading the statement's words")?;
     Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
