@@ -361,17 +361,20 @@ pub(super) fn code(error: &Error) -> Code {
 fn read_cells<'a>(
     arrays: &'a [ArrayRef],
     kinds: &[Kind],
-    rows: usize,
+    rows: std::ops::Range<usize>,
 ) -> Result<Vec<Value<'a>>, Error> {
     let cells: Vec<Cells<'a>> = arrays
         .iter()
         .zip(kinds)
         .map(|(array, kind)| Cells::new(array, *kind))
         .collect::<Result<_, Error>>()?;
-    Ok((0..rows)
+    Ok(rows
         .flat_map(|row| cells.iter().map(move |cells| cells.value(row)))
         .collect())
 }
+
+/// The most cells read ahead of sending them.
+const CELLS_AT_ONCE: usize = 16 * 1024;
 
 /// Ends a result whose rows were being sent with `error`.
 async fn failed<W: AsyncWrite + Unpin>(rows: RowWriter<'_, W>, error: Error) -> io::Result<()> {
@@ -423,20 +426,26 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
             Ok(arrays) => arrays,
             Err(e) => return failed(rows, e).await,
         };
-        // The batch's cells, read before any is sent: the readers of some types (a
-        // formatter, a JSON writer) cannot wait across a send, the cells can.
-        let values = read_cells(&arrays, &kinds, batch.num_rows());
-        let values = match values {
-            Ok(values) => values,
-            Err(e) => return failed(rows, e).await,
-        };
-        let mut values = values.into_iter();
-        for _ in 0..batch.num_rows() {
-            for column in &columns {
-                let value = values.next().unwrap_or(Value::Null);
-                write(&mut rows, value, column, binary)?;
+        // Cells are read a slice of rows at a time before the slice is sent: the readers of
+        // some types (a formatter, a JSON writer) cannot wait across a send, the cells can.
+        // A slice holds at most CELLS_AT_ONCE cells, however wide the result.
+        let step = (CELLS_AT_ONCE / columns.len().max(1)).max(1);
+        let mut start = 0;
+        while start < batch.num_rows() {
+            let end = (start + step).min(batch.num_rows());
+            let values = match read_cells(&arrays, &kinds, start..end) {
+                Ok(values) => values,
+                Err(e) => return failed(rows, e).await,
+            };
+            let mut values = values.into_iter();
+            for _ in start..end {
+                for column in &columns {
+                    let value = values.next().unwrap_or(Value::Null);
+                    write(&mut rows, value, column, binary)?;
+                }
+                rows.end_row().await?;
             }
-            rows.end_row().await?;
+            start = end;
         }
     }
     rows.finish().await
