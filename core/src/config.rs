@@ -254,6 +254,39 @@ impl MysqlConfig {
     }
 }
 
+/// The server's MCP (Model Context Protocol) endpoint on the HTTP port: `/mcp/` (streamable
+/// HTTP) and `/mcp/sse` (the older SSE transport), where AI assistants query the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Whether the endpoint is served; off, its paths are 404.
+    pub enabled: bool,
+    /// The most bytes of rows one tool answer carries, in KiB (as JSON). A larger result is
+    /// cut after the last row that fits, with a note saying so: an assistant's context holds
+    /// little, and the rest would only be sent to be dropped.
+    pub max_result_kb: u64,
+    /// Sessions remembered at once, over all users; a new one past it ends the session used
+    /// least recently (its client is told to start a new one).
+    pub max_sessions: usize,
+    /// Sessions one user may have at once; a new one past it ends that user's least recently
+    /// used.
+    pub max_sessions_per_user: usize,
+    /// Seconds a session may go unused before it ends.
+    pub session_idle_timeout_secs: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            max_result_kb: 1024,
+            max_sessions: 4096,
+            max_sessions_per_user: 64,
+            session_idle_timeout_secs: 3600,
+        }
+    }
+}
+
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
@@ -664,6 +697,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The server's MySQL wire protocol door.
     pub mysql: MysqlConfig,
+    /// The server's MCP endpoint.
+    pub mcp: McpConfig,
     /// Authentication settings.
     pub auth: AuthConfig,
     /// The default model for agents.

@@ -73,9 +73,9 @@ pub use catalog::views::View;
 pub use config::{
     AgentsConfig, AuthConfig, CallbacksConfig, Config, DatasourcesConfig, Edition, EgressConfig,
     EmbeddingConfig, FilesConfig, HostedConfig, HttpConfig, JobsConfig, KnowledgeBasesConfig,
-    LlmConfig, PlanConfig, QueryConfig, StorageConfig,
+    LlmConfig, McpConfig, MysqlConfig, PlanConfig, QueryConfig, StorageConfig,
 };
-pub use engine::database_api::{Database, DatabaseTable};
+pub use engine::database_api::{Database, DatabaseTable, TableColumn};
 pub use engine::hosted::HostedApi;
 pub use engine::query_api::Collected;
 pub use engine::reader::BlockingReader;
@@ -86,7 +86,9 @@ pub use memory::RequestMemory;
 pub use mindlite_memory::{keep_malloc_trimmed, TrackingAllocator};
 pub use progress::{InsertProgress, ProgressCallback};
 pub use services::files::{FileFormat, FileInfo};
-pub use sql::encode::{encode_document, json_cells, WireFormat, WireStream};
+pub use sql::encode::{
+    encode_document, encode_rows_capped, json_cells, CappedRows, WireFormat, WireStream,
+};
 pub use sql::{
     LoadMode, Outcome, Positional, PositionalValue, QueryContext, QueryRequest, QueryResult,
     ResultContext, TableResult, TypedParam,

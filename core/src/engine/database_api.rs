@@ -16,7 +16,7 @@ use crate::catalog::projects::{self, Project};
 use crate::catalog::views::{self, View};
 use crate::error::{Error, Result, Subject};
 use crate::sql::catalog::features::ProjectObject;
-use crate::sql::QueryRequest;
+use crate::sql::{Outcome, QueryRequest};
 
 use super::{require_project, Engine};
 
@@ -117,6 +117,15 @@ pub struct DatabaseTable {
     /// Whether it is one of a project's own objects, which the tree offers to delete (never
     /// the `models` listing, nor a datasource's or the system database's tables).
     pub deletable: bool,
+}
+
+/// One column of a table, as [`Engine::table_columns`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableColumn {
+    /// Its name.
+    pub name: String,
+    /// Its SQL type, as `information_schema.columns` names it (`BIGINT`, `VARCHAR`, …).
+    pub data_type: String,
 }
 
 impl DatabaseTable {
@@ -297,6 +306,38 @@ impl Engine {
             .into_iter()
             .find(|t| t.name.eq_ignore_ascii_case(name))
             .ok_or_else(|| table_missing(name))
+    }
+
+    /// The columns of `table` in database `db`, by name and SQL type, as `SELECT *` of it
+    /// gives them: a stored table's, a view's, a datasource's table's (asked of the datasource)
+    /// or a knowledge base's. Nothing is read; an unknown database or table is the error the
+    /// query would be.
+    pub async fn table_columns(&self, db: &str, table: &str) -> Result<Vec<TableColumn>> {
+        let quoted = |s: &str| format!("`{}`", s.replace('`', "``"));
+        let request = QueryRequest {
+            query: format!("SELECT * FROM {}.{} LIMIT 0", quoted(db), quoted(table)),
+            one_statement: true,
+            autocommit: true,
+            ..Default::default()
+        };
+        match self.query(request).await.outcome {
+            Outcome::Table(result) => {
+                let schema = result.stream.schema();
+                Ok(result
+                    .column_names
+                    .into_iter()
+                    .zip(schema.fields().iter())
+                    .map(|(name, field)| TableColumn {
+                        name,
+                        data_type: crate::catalog::tables::sql_type_name(field.data_type()),
+                    })
+                    .collect())
+            }
+            Outcome::Error(error) => Err(error),
+            Outcome::Ok { .. } => Err(Error::internal(format!(
+                "SELECT * FROM {db}.{table} gave no rows to describe"
+            ))),
+        }
     }
 
     /// Makes table `name` of `db` from the rows of `select` (a datasource's or a project's

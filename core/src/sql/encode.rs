@@ -272,25 +272,93 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 /// Appends the batch's rows as `[..],[..]`, with a leading comma unless `first`.
 fn write_rows(batch: &RecordBatch, out: &mut Vec<u8>, first: &mut bool) {
-    let writers: Vec<CellWriter<'_>> = batch
-        .columns()
-        .iter()
-        .map(|c| cell_writer(c.as_ref()))
-        .collect();
+    let writers = row_writers(batch);
     for row in 0..batch.num_rows() {
         if !*first {
             out.push(b',');
         }
         *first = false;
-        out.push(b'[');
-        for (i, write) in writers.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write(row, out);
-        }
-        out.push(b']');
+        write_row(&writers, row, out);
     }
+}
+
+/// The cell writers of a batch's columns, in order.
+fn row_writers(batch: &RecordBatch) -> Vec<CellWriter<'_>> {
+    batch
+        .columns()
+        .iter()
+        .map(|c| cell_writer(c.as_ref()))
+        .collect()
+}
+
+/// Writes one row as a JSON array.
+fn write_row(writers: &[CellWriter<'_>], row: usize, out: &mut Vec<u8>) {
+    out.push(b'[');
+    for (i, write) in writers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(row, out);
+    }
+    out.push(b']');
+}
+
+/// A result's rows as JSON, cut short at a size: what [`encode_rows_capped`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CappedRows {
+    /// The column names, as the result shows them.
+    pub column_names: Vec<String>,
+    /// The rows as one JSON array of arrays, cells written as the JSON document writes them.
+    pub rows: Vec<u8>,
+    /// How many rows `rows` holds.
+    pub count: u64,
+    /// Whether the result had more rows than fit.
+    pub truncated: bool,
+}
+
+/// Reads a table's rows as JSON until the next row would take them past `max_bytes`; the rest
+/// is not read (dropping the stream stops the statement) and the rows so far come back marked
+/// truncated. For readers that can take only so much of a result, such as an assistant's tool
+/// answer, where a `LIMIT` forgotten must not mean a result sent whole. An error met while
+/// reading is `Err`: a result is never returned half-read without saying so.
+pub async fn encode_rows_capped(table: TableResult, max_bytes: usize) -> Result<CappedRows> {
+    let TableResult {
+        column_names,
+        mut stream,
+    } = table;
+    let mut rows = vec![b'['];
+    let mut count = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(Error::from)?;
+        let writers = row_writers(&batch);
+        for row in 0..batch.num_rows() {
+            let mark = rows.len();
+            if count > 0 {
+                rows.push(b',');
+            }
+            write_row(&writers, row, &mut rows);
+            // One byte for the closing bracket. The row was written before it was measured:
+            // it is one row of a batch the statement's budget already holds.
+            if rows.len() + 1 > max_bytes {
+                rows.truncate(mark);
+                rows.push(b']');
+                return Ok(CappedRows {
+                    column_names,
+                    rows,
+                    count,
+                    truncated: true,
+                });
+            }
+            count += 1;
+        }
+    }
+    rows.push(b']');
+    Ok(CappedRows {
+        column_names,
+        rows,
+        count,
+        truncated: false,
+    })
 }
 
 /// Writes one column's cell at a row as a JSON value. Chosen once per column and batch, so the
@@ -626,7 +694,79 @@ impl QueryRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::write_float;
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::error::DataFusionError;
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+
+    use super::{encode_rows_capped, write_float, RecordBatch, TableResult};
+
+    /// A table of `batches` batches of 100 rows (`n`, `s`), then an error if `fail_after`.
+    fn table(batches: i64, fail_after: bool) -> TableResult {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let mut items: Vec<Result<RecordBatch, DataFusionError>> = (0..batches)
+            .map(|b| {
+                let n: Vec<i64> = (b * 100..(b + 1) * 100).collect();
+                let s: Vec<Option<String>> =
+                    n.iter().map(|i| Some(format!("row \"{i}\""))).collect();
+                RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        Arc::new(Int64Array::from(n)),
+                        Arc::new(StringArray::from(s)),
+                    ],
+                )
+                .map_err(DataFusionError::from)
+            })
+            .collect();
+        if fail_after {
+            items.push(Err(DataFusionError::Execution("read past the cut".into())));
+        }
+        TableResult {
+            column_names: vec!["n".into(), "s".into()],
+            stream: Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::iter(items),
+            )),
+        }
+    }
+
+    fn rows(bytes: &[u8]) -> Vec<serde_json::Value> {
+        serde_json::from_slice(bytes).expect("the rows are JSON")
+    }
+
+    #[tokio::test]
+    async fn rows_are_cut_at_the_last_whole_row_that_fits_and_the_rest_is_not_read() {
+        let whole = encode_rows_capped(table(3, false), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!((whole.count, whole.truncated), (300, false));
+        assert_eq!(rows(&whole.rows).len(), 300);
+        assert_eq!(rows(&whole.rows)[7], serde_json::json!([7, "row \"7\""]));
+        // Cut inside the second batch; the error after the third is never reached.
+        let cap = whole.rows.len() / 2;
+        let cut = encode_rows_capped(table(3, true), cap).await.unwrap();
+        assert!(cut.truncated);
+        assert!(cut.rows.len() <= cap, "{} > {cap}", cut.rows.len());
+        let kept = rows(&cut.rows);
+        assert_eq!(kept.len() as u64, cut.count);
+        assert!(cut.count > 100 && cut.count < 200, "{}", cut.count);
+        assert_eq!(kept.last().unwrap()[0], serde_json::json!(cut.count - 1));
+        // Not even one row fits: none, still JSON.
+        let none = encode_rows_capped(table(1, false), 4).await.unwrap();
+        assert_eq!(
+            (none.count, none.truncated, none.rows.as_slice()),
+            (0, true, &b"[]"[..])
+        );
+        // An error met before the cap is the answer.
+        let failed = encode_rows_capped(table(1, true), usize::MAX).await;
+        assert!(failed.unwrap_err().message().contains("read past the cut"));
+    }
 
     fn written(value: f64, as_f32: bool) -> String {
         let mut out = Vec::new();
