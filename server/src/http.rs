@@ -134,6 +134,8 @@ pub struct Request {
     pub method: String,
     /// The path, without the query string.
     pub path: String,
+    /// The query string, after the `?` (empty when there is none), not decoded.
+    pub query: String,
     /// Headers with lower-cased names.
     pub headers: Vec<(String, Vec<u8>)>,
     /// The whole body (bounded by [`Limits::max_body_bytes`]); empty until
@@ -152,6 +154,15 @@ pub struct Request {
 }
 
 impl Request {
+    /// The value of the query string's parameter `name`, percent-decoded; `None` when absent
+    /// or not UTF-8.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key == name).then(|| decode(value).ok()).flatten()
+        })
+    }
+
     /// The first header called `name` (lower case), if it is valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -684,7 +695,8 @@ fn parse_head(
     let version = parsed.version.unwrap_or(1);
     let method = parsed.method.unwrap_or_default().to_string();
     let target = parsed.path.unwrap_or_default();
-    let path = target.split('?').next().unwrap_or_default().to_string();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let (path, query) = (path.to_string(), query.to_string());
     let headers: Vec<(String, Vec<u8>)> = parsed
         .headers
         .iter()
@@ -693,6 +705,7 @@ fn parse_head(
     let mut request = Request {
         method,
         path,
+        query,
         headers,
         body: Vec::new(),
         keep_alive: version == 1,
@@ -800,6 +813,7 @@ pub fn reason(status: u16) -> &'static str {
         100 => "Continue",
         200 => "OK",
         201 => "Created",
+        202 => "Accepted",
         204 => "No Content",
         400 => "Bad Request",
         401 => "Unauthorized",

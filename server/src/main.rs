@@ -10,6 +10,7 @@ mod files;
 mod http;
 mod jobs;
 mod knowledge_bases;
+mod mcp;
 mod minds;
 mod models;
 mod mysql;
@@ -309,6 +310,7 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
         config.max_connections_per_address(),
     );
     let origins = Arc::new(Origins::new(&config));
+    let mcp_sessions = mcp::Sessions::new(&config.mcp);
     let path = &config.storage.path;
     let listener = TcpListener::bind(&address)
         .await
@@ -345,6 +347,7 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
                             address: peer.ip().to_string(),
                             budget: budget.clone(),
                             origins: Arc::clone(&origins),
+                            mcp: mcp_sessions.clone(),
                             place,
                         };
                         let stop = stop_rx.clone();
@@ -371,6 +374,8 @@ async fn serve(engine: Engine, config: Config, started: Instant) -> Result<(), S
     }
     drop(listener);
     let _ = stop_tx.send(true);
+    // Open MCP event streams end with their sessions, rather than hold up the drain.
+    mcp_sessions.end_all();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while tasks.join_next().await.is_some() {}
     })
@@ -410,6 +415,8 @@ struct Client {
     budget: BodyBudget,
     /// Which hosts and origins are answered.
     origins: Arc<Origins>,
+    /// The MCP sessions.
+    mcp: mcp::Sessions,
     /// Its place among the open connections, given back when it closes.
     place: Place,
 }
@@ -537,7 +544,7 @@ async fn serve_connection(
             Err(error) => reply::error_response(&error),
             Ok(()) => {
                 // Boxed, so the select below does not copy the handler's large future.
-                let handling = Box::pin(memory.run(routes::handle(&engine, &request)));
+                let handling = Box::pin(memory.run(routes::handle(&engine, &request, &client.mcp)));
                 // Watched only once a request has run for a moment: most answer sooner, and
                 // watching costs a read of the socket per request.
                 let gone = async {

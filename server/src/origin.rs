@@ -11,7 +11,8 @@ use crate::http::{Request, Response};
 use crate::reply::problem;
 
 /// The headers a page of an allowed origin may send (beyond the CORS-safelisted ones).
-const ALLOWED_HEADERS: &str = "authorization, content-type, x-api-key";
+const ALLOWED_HEADERS: &str =
+    "authorization, content-type, x-api-key, mcp-session-id, mcp-protocol-version, last-event-id";
 
 /// How long a browser may reuse a preflight's answer, in seconds.
 const PREFLIGHT_MAX_AGE: &str = "600";
@@ -104,6 +105,8 @@ pub fn with_cors(response: Response, origin: &str) -> Response {
     response
         .with_header("access-control-allow-origin", origin)
         .with_header("vary", "Origin")
+        // An MCP client in a page reads its session id from this header.
+        .with_header("access-control-expose-headers", "mcp-session-id")
 }
 
 /// The answer to a browser's preflight (`OPTIONS` with `Access-Control-Request-Method`) for a

@@ -11,6 +11,7 @@ use crate::files;
 use crate::http::{decode, Body, Request, Response};
 use crate::jobs;
 use crate::knowledge_bases;
+use crate::mcp::{self, McpRoute, Sessions};
 use crate::minds::{self, MindsRoute};
 use crate::models::{self, ModelAction};
 use crate::origin;
@@ -39,6 +40,12 @@ pub async fn admit(engine: &Engine, request: &Request, client: &str) -> Result<E
             ))
         }
     };
+    if matches!(route, Route::Mcp(_)) && !engine.config().mcp.enabled {
+        return Err(problem(
+            404,
+            "The MCP endpoint is off on this server (mcp.enabled)",
+        ));
+    }
     if origin::is_preflight(request) {
         return Err(origin::preflight(route.methods()));
     }
@@ -100,21 +107,26 @@ pub async fn admit(engine: &Engine, request: &Request, client: &str) -> Result<E
         .and_then(|credential| engine.authenticate(credential));
     authenticated.map_err(|e| {
         // Failed credentials count against the address's rate, so keys cannot be guessed fast.
-        match engine.throttle_unauthenticated(client) {
+        let refused = match engine.throttle_unauthenticated(client) {
             Err(throttled) => error_response(&throttled),
             Ok(()) => error_response(&e),
+        };
+        // MCP clients learn from this header that the endpoint wants a bearer token.
+        if refused.status == 401 && matches!(route, Route::Mcp(_)) {
+            return refused.with_header("www-authenticate", "Bearer");
         }
+        refused
     })
 }
 
 /// Answers a request that [`admit`] let through, acting through `engine` (the handle it
 /// returned).
-pub async fn handle(engine: &Engine, request: &Request) -> Response {
-    answer(dispatch(engine, request).await)
+pub async fn handle(engine: &Engine, request: &Request, sessions: &Sessions) -> Response {
+    answer(dispatch(engine, request, sessions).await)
 }
 
 /// Finds the request's route and hands it to its handler; a route family's module answers.
-async fn dispatch(engine: &Engine, request: &Request) -> Reply {
+async fn dispatch(engine: &Engine, request: &Request, sessions: &Sessions) -> Reply {
     let path = request.path.as_str();
     let method = request.method.as_str();
     let Some(route) = Route::find(path, &engine.config().http.minds_prefix) else {
@@ -205,6 +217,7 @@ async fn dispatch(engine: &Engine, request: &Request) -> Reply {
         }
         Route::Minds(route) => return minds::handle(engine, request, route).await,
         Route::Callbacks(route) => return callbacks::handle(engine, request, route).await,
+        Route::Mcp(route) => return mcp::handle(engine, request, route, sessions).await,
         Route::Agents(project) => {
             return agents::collection(engine, request, &decode(project)?).await
         }
@@ -284,6 +297,8 @@ enum Route<'a> {
     Minds(MindsRoute<'a>),
     /// `/cloud/callback/model_status[/{id}[/deliveries]]`
     Callbacks(CallbackRoute<'a>),
+    /// `/mcp/…`: the MCP endpoint.
+    Mcp(McpRoute),
 }
 
 impl<'a> Route<'a> {
@@ -296,6 +311,9 @@ impl<'a> Route<'a> {
         }
         if let Some(route) = DatabaseRoute::find(path) {
             return Some(Route::Databases(route));
+        }
+        if let Some(route) = McpRoute::find(path) {
+            return Some(Route::Mcp(route));
         }
         Some(match path {
             "/api/sql/query" | "/api/sql/query/" => Route::SqlQuery,
@@ -389,15 +407,19 @@ impl<'a> Route<'a> {
             Route::File(_) => &["PUT", "DELETE"],
             Route::Minds(route) => route.methods(),
             Route::Callbacks(route) => route.methods(),
+            Route::Mcp(route) => route.methods(),
         }
     }
 
     /// MindsDB leaves these open even with auth on (`docs/mindsdb-wire.md` §1).
     fn needs_auth(&self) -> bool {
-        !matches!(
-            self,
-            Route::Status | Route::Ping | Route::Login | Route::Logout | Route::CloudLogin
-        )
+        match self {
+            Route::Mcp(route) => route.needs_auth(),
+            _ => !matches!(
+                self,
+                Route::Status | Route::Ping | Route::Login | Route::Logout | Route::CloudLogin
+            ),
+        }
     }
 }
 
