@@ -261,12 +261,12 @@ impl MysqlConfig {
 pub struct McpConfig {
     /// Whether the endpoint is served; off, its paths are 404.
     pub enabled: bool,
-    /// The most bytes of rows one tool answer carries, in KiB (as JSON). A larger result is
-    /// cut after the last row that fits, with a note saying so: an assistant's context holds
-    /// little, and the rest would only be sent to be dropped.
+    /// The most bytes one answer carries, in KiB of JSON, whole. A larger result is cut after
+    /// the last row that fits, with a note saying so: an assistant's context holds little, and
+    /// the rest would only be sent to be dropped.
     pub max_result_kb: u64,
-    /// Sessions remembered at once, over all users; a new one past it ends the session used
-    /// least recently (its client is told to start a new one).
+    /// Sessions remembered at once, over all users; a new one past it ends the least recently
+    /// used session of the user holding the most (its client is told to start a new one).
     pub max_sessions: usize,
     /// Sessions one user may have at once; a new one past it ends that user's least recently
     /// used.

@@ -49,6 +49,9 @@ pub async fn admit(engine: &Engine, request: &Request, client: &str) -> Result<E
     if origin::is_preflight(request) {
         return Err(origin::preflight(route.methods()));
     }
+    if matches!(route, Route::Mcp(_)) {
+        mcp::check_size(request.declared_body_bytes())?;
+    }
     if !route.methods().contains(&method) {
         return Err(problem(
             405,

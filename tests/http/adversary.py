@@ -386,13 +386,15 @@ class Arena:
     keys: dict[str, str]
     llm: FakeLLM
     watchdog: Watchdog
+    mcp_session: str = ""
 
     @property
     def attacker(self) -> str:
         return self.keys[ATTACKER]
 
     def context(self) -> dict:
-        return {"llm_port": self.llm.port, "server_port": self.server.port}
+        return {"llm_port": self.llm.port, "server_port": self.server.port,
+                "mcp_session": self.mcp_session}
 
 
 def sql_as(server: Server, key: str, query: str, **fields) -> dict:
@@ -435,7 +437,17 @@ def start_arena(factory: ServerFactory, llm: FakeLLM, extra_config: str = "") ->
     llm.fallback(echo("echo: "))
     server, keys = hosted_server(factory, arena_config(llm, extra_config), ATTACKER, WATCHDOG)
     prepare(server, keys)
-    return Arena(server, keys, llm, Watchdog(server, keys[WATCHDOG]))
+    return Arena(server, keys, llm, Watchdog(server, keys[WATCHDOG]), mcp_session(server, keys[ATTACKER]))
+
+
+def mcp_session(server: Server, key: str) -> str:
+    """The attacker's MCP session, which the /mcp/ cases name (initialize is not a case: a
+    mutated one would end this session to make room for its own)."""
+    answer = requests.post(server.url + "/mcp/", timeout=30, headers={"Authorization": f"Bearer {key}"},
+                           json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                 "params": {"protocolVersion": "2025-11-25"}})
+    assert answer.status_code == 200, answer.text
+    return answer.headers["mcp-session-id"]
 
 
 # Cases: one request each, made from its seed alone.
@@ -959,13 +971,41 @@ ROUTES = [
     ("DELETE", "/api/projects/mindsdb/jobs/j1"),
     ("POST", "/api/sql/query/utils/parametrize_constants"),
     ("GET", "/api/config"), ("PUT", "/api/config"),
+    ("POST", "/mcp/"), ("POST", "/mcp/"), ("POST", "/mcp/messages/"), ("GET", "/mcp/status"),
 ]
+
+MCP_URIS = ["schema://databases", "schema://knowledge_bases", "schema://databases/mindsdb/tables",
+            "schema://databases/mindsdb/tables/t/columns", "schema://databases/files/tables/f1/columns",
+            "schema://databases/%2e%2e/tables", "schema://databases//tables", "schema://databases/"
+            + "x" * 10**5 + "/tables", "schema://databases/mindsdb/tables/kb/columns"]
 
 
 def route_template(rng: random.Random, method: str, path: str, ctx: dict) -> object:
     """A plausible body for the route, for mutations to start from."""
     sql = Sql(rng, ctx)
     messages = [{"role": "user", "content": sql.string().strip("'")}]
+    if path.startswith("/mcp/"):
+        method_name, params = rng.choice([
+            ("tools/call", {"name": "query", "arguments": {"query": sql.statement()[1],
+                                                           "context": {"db": "mindsdb"}}}),
+            ("tools/call", {"name": "search_knowledge_base",
+                            "arguments": {"knowledge_base": "kb", "query": sql.string().strip("'"),
+                                          "limit": rng.choice([1, 10, 10**6, 2**63]),
+                                          "filters": {"id": list(range(rng.choice([1, 100, 10**4])))}}}),
+            ("tools/call", {"name": "ask_agent", "arguments": {"agent": "a", "question": "hi"}}),
+            ("resources/read", {"uri": rng.choice(MCP_URIS)}),
+            ("completion/complete", {"ref": {"type": "ref/prompt", "name": "sample_table"},
+                                     "argument": {"name": "table_name", "value": sql.string().strip("'")},
+                                     "context": {"arguments": {"database_name": "mindsdb"}}}),
+            ("prompts/get", {"name": "sample_table",
+                             "arguments": {"database_name": "mindsdb", "table_name": "x" * size(rng, 1, 10**5)}}),
+            (rng.choice(["tools/list", "resources/list", "resources/templates/list", "prompts/list", "ping",
+                         "notifications/initialized", "logging/setLevel"]), {}),
+        ])
+        message = {"jsonrpc": "2.0", "method": method_name, "params": params}
+        if not method_name.startswith("notifications/"):
+            message["id"] = rng.choice([1, "x", 2**70, -1])
+        return message
     if path == "/api/sql/query/utils/parametrize_constants":
         return {"query": sql.statement()[1]}
     if path == "/api/config":
@@ -1098,6 +1138,13 @@ def json_case(rng: random.Random, ctx: dict) -> tuple[str, str, bytes, dict]:
         ["text/plain", "application/x-www-form-urlencoded", "",
          "application/json; charset=latin-1"])
     headers = {"Content-Type": content_type} if content_type else {}
+    if path.startswith("/mcp/") and rng.random() < 0.9:
+        if path == "/mcp/messages/":
+            path += "?session_id=" + ctx["mcp_session"]
+        else:
+            headers["Mcp-Session-Id"] = ctx["mcp_session"]
+        if rng.random() < 0.2:
+            headers["MCP-Protocol-Version"] = rng.choice(["2025-06-18", "1999-01-01", "x" * 1000])
     return method, path, body, headers
 
 

@@ -35,7 +35,8 @@ use rpc::{Message, RpcError, INVALID_REQUEST, UNSUPPORTED_PROTOCOL_VERSION};
 pub(crate) use sessions::Sessions;
 
 /// The largest message taken, in bytes: MCP messages are small (a tool call's SQL), and one
-/// waiting for its SSE stream must not hold much.
+/// waiting for its SSE stream must not hold much. A body declared larger is refused before it
+/// is read (`routes::admit`).
 const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// How often an SSE stream with nothing to send sends a comment, so a client that has gone is
@@ -98,7 +99,7 @@ pub(crate) async fn handle(
         McpRoute::Status => json_response(200, &json!({"status": "ok", "service": "mindlite-mcp"})),
         McpRoute::Endpoint if request.method == "DELETE" => end(engine, request, sessions),
         McpRoute::Endpoint => streamable(engine, request, sessions).await,
-        McpRoute::Sse => open_stream(engine, sessions),
+        McpRoute::Sse => open_stream(engine, request, sessions),
         McpRoute::Messages => message(engine, request, sessions).await,
     })
 }
@@ -134,6 +135,20 @@ async fn streamable(engine: &Engine, request: &Request, sessions: &Sessions) -> 
     let Some(found) = sessions.find(session, engine.tenant()) else {
         return session_missing();
     };
+    if let Some(version) = request.header("mcp-protocol-version").map(str::trim) {
+        if version != found.version {
+            return failure(
+                400,
+                &RpcError::new(
+                    INVALID_REQUEST,
+                    format!(
+                        "Bad Request: MCP-Protocol-Version {version} is not the version this session agreed ({})",
+                        found.version
+                    ),
+                ),
+            );
+        }
+    }
     match message {
         Message::Request { id, method, params } => {
             let context = Context {
@@ -166,7 +181,22 @@ fn end(engine: &Engine, request: &Request, sessions: &Sessions) -> Response {
 }
 
 /// GET `/mcp/sse`: a new session and the stream its answers go to.
-fn open_stream(engine: &Engine, sessions: &Sessions) -> Response {
+fn open_stream(engine: &Engine, request: &Request, sessions: &Sessions) -> Response {
+    // An event-stream client asks for one (the protocol says it must). A page's `<img>` or
+    // `<script>` cannot (and sends no Origin to refuse it by): without this, a page could open
+    // streams until they push out the user's own sessions.
+    let wants_events = request
+        .header("accept")
+        .is_some_and(|accept| accept.to_ascii_lowercase().contains("text/event-stream"));
+    if !wants_events {
+        return failure(
+            406,
+            &RpcError::new(
+                INVALID_REQUEST,
+                "Not Acceptable: GET /mcp/sse answers an event stream; send Accept: text/event-stream",
+            ),
+        );
+    }
     // One answer waits in the channel at most; the others wait in their own POSTs, each held
     // by its connection and budgets.
     let (outbox, inbox) = mpsc::channel(1);
@@ -239,20 +269,26 @@ async fn message(engine: &Engine, request: &Request, sessions: &Sessions) -> Res
     }
 }
 
-/// The message a POST carries, or the response that refuses it.
-fn read(request: &Request) -> Result<Message, Response> {
-    if request.body.len() > MAX_MESSAGE_BYTES {
+/// Refuses a message of `bytes` (declared, before its body is read; or read, when chunked)
+/// larger than an MCP message may be.
+pub(crate) fn check_size(bytes: u64) -> Result<(), Response> {
+    if bytes > MAX_MESSAGE_BYTES as u64 {
         return Err(failure(
             413,
             &RpcError::new(
                 INVALID_REQUEST,
                 format!(
-                    "The message is {} bytes, more than the {MAX_MESSAGE_BYTES} one MCP message may have",
-                    request.body.len()
+                    "The message is {bytes} bytes, more than the {MAX_MESSAGE_BYTES} one MCP message may have"
                 ),
             ),
         ));
     }
+    Ok(())
+}
+
+/// The message a POST carries, or the response that refuses it.
+fn read(request: &Request) -> Result<Message, Response> {
+    check_size(request.body.len() as u64)?;
     Message::parse(&request.body).map_err(|e| failure(400, &e))
 }
 

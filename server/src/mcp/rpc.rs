@@ -124,12 +124,18 @@ impl Message {
         };
         match id {
             None => Ok(Message::Notification { method }),
+            // An integer id beyond 64 bits would come back changed (as a float), and the
+            // client could not match the answer to its request.
+            Some(Value::Number(n)) if !(n.is_i64() || n.is_u64()) => Err(RpcError::new(
+                INVALID_REQUEST,
+                "A request's \"id\" must be a string or an integer of at most 64 bits",
+            )),
             Some(id @ (Value::String(_) | Value::Number(_))) => {
                 Ok(Message::Request { id, method, params })
             }
             Some(_) => Err(RpcError::new(
                 INVALID_REQUEST,
-                "A request's \"id\" must be a string or a number",
+                "A request's \"id\" must be a string or an integer",
             )),
         }
     }
@@ -214,6 +220,10 @@ mod tests {
             INVALID_REQUEST
         );
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), INVALID_REQUEST);
+        for id in ["1000000000000000000000000000000", "1.5", "-1e3"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            assert_eq!(code(&body), INVALID_REQUEST, "{id}");
+        }
     }
 
     #[test]

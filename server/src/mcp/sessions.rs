@@ -1,8 +1,10 @@
 //! The MCP sessions the server remembers: who started each (a session is found only by the
 //! user that started it, so an id seen by another user opens nothing), the protocol version it
 //! agreed, and, for the SSE transport, where its answers go. The table is bounded, in all and
-//! per user: a new session past either bound ends the least recently used one (its client is
-//! told to start again, as the protocol provides), and a session unused for
+//! per user: a new session past its user's share ends that user's least recently used one, and
+//! one past the total ends the least recently used session of the user holding the most (so
+//! one user's sessions never push out those of a user holding fewer); the client of an ended
+//! session is told to start again, as the protocol provides. A session unused for
 //! `mcp.session_idle_timeout_secs` ends. An id is 256 random bits.
 
 use std::collections::HashMap;
@@ -75,8 +77,13 @@ impl Sessions {
             }
         }
         if table.entries.len() >= table.max_total {
-            if let Some(oldest) = table.least_recent(|_| true) {
-                table.remove(&oldest);
+            // Room comes from the user holding the most sessions (this one first when it holds
+            // as many), never from one with fewer: a user cannot end others' sessions by
+            // opening its own, only its share of them.
+            if let Some(heaviest) = table.heaviest(user) {
+                if let Some(oldest) = table.least_recent(|entry| entry.user == heaviest) {
+                    table.remove(&oldest);
+                }
             }
         }
         table.entries.insert(
@@ -184,6 +191,17 @@ impl Table {
         }
     }
 
+    /// The user holding the most sessions; `user` when it holds as many as any.
+    fn heaviest(&self, user: TenantId) -> Option<TenantId> {
+        let own = self.per_user.get(&user).copied().unwrap_or(0);
+        let (other, most) = self
+            .per_user
+            .iter()
+            .max_by_key(|(id, count)| (**count, std::cmp::Reverse(**id)))
+            .map(|(id, count)| (*id, *count))?;
+        Some(if own >= most && own > 0 { user } else { other })
+    }
+
     /// The least recently used session among those `chosen`. A scan: it runs only when the
     /// table is full, and the table is bounded.
     fn least_recent(&self, chosen: impl Fn(&Entry) -> bool) -> Option<String> {
@@ -245,6 +263,24 @@ mod tests {
         assert!(!table.end(&id, bob));
         assert!(table.end(&id, alice));
         assert!(table.find(&id, alice).is_none());
+    }
+
+    #[test]
+    fn users_filling_the_table_end_their_own_sessions_not_a_light_users() {
+        let table = sessions(8, 4);
+        let alice = TenantId(1);
+        let hers = table.start(alice, "v", None).unwrap();
+        for user in [2, 3] {
+            for _ in 0..4 {
+                table.start(TenantId(user), "v", None).unwrap();
+            }
+        }
+        for _ in 0..20 {
+            table.start(TenantId(3), "v", None).unwrap();
+            table.start(TenantId(4), "v", None).unwrap();
+        }
+        assert_eq!(table.len(), 8);
+        assert!(table.find(&hers, alice).is_some());
     }
 
     #[test]
