@@ -21,8 +21,10 @@ use crate::views;
 const JSON: &str = "application/json";
 
 /// Judges a request on its head, before its body is read: the route and method must exist
-/// (404, 405), a browser's preflight is answered, the edition must serve the route (404), a
-/// body must be JSON except for uploads (415), a caller without valid credentials is refused
+/// (404, 405; the MCP endpoint only when `mcp.enabled`), a browser's preflight is answered, an
+/// MCP message must not declare more bytes than one may have (413), the edition must serve
+/// the route (404), a body must be JSON except for uploads (415), a caller without valid
+/// credentials is refused
 /// (401, 403), and requests without credentials (login, logout, failed ones, also on
 /// `/api/status`) are rate-limited per client address (429). A request carrying MindsDB's
 /// `company-id` / `user-id` headers acts as the tenant they name when the server sits behind a

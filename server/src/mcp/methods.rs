@@ -573,6 +573,7 @@ fn get_prompt(params: &Map<String, Value>) -> Result<Value, RpcError> {
     // it: a name with a fence or line breaks in it cannot end the block and speak as the
     // prompt (CommonMark closes a fence only with one at least as long).
     let longest = query.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    // bounded: a run of backticks in the names, which the message's 1 MiB bounds
     let fence = "`".repeat((longest + 1).max(3));
     let text = format!(
         "Use the `query` tool to fetch 5 sample rows from the table this query reads:\n\n{fence}sql\n{query}\n{fence}\n\nAfter getting the results, briefly describe the table structure and what kind of data it contains."

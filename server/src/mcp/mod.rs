@@ -15,7 +15,15 @@
 //! remembers sessions. Requests are admitted as every other route's are (credentials, the
 //! local edition's Host and Origin rules, rate limits, memory); a session belongs to the user
 //! that started it and is found by no other.
+//!
+//! The protocol is implemented here rather than with the official Rust SDK (`rmcp`): rmcp's
+//! server transports are hyper/tower services, and this server speaks HTTP with httparse and
+//! its own connection limits; rmcp's model types would have brought schemars and a service
+//! runtime to describe the few messages below, whose shapes the Python SDK's own schema
+//! checks in the tests (`tests/http/test_mcp.py` validates every answer for each version).
 
+#[cfg(test)]
+mod fuzz;
 mod methods;
 mod rpc;
 mod sessions;
