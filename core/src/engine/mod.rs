@@ -101,7 +101,15 @@ impl Drop for Inner {
         self.scheduler.stop();
         self.services.compute.close();
         if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+            // Off the runtime, wait (as `close` does) for its tasks to be dropped: a task
+            // still holding the store would keep the file open after the last handle went,
+            // and opening it again at once would fail. On the runtime (a handle dropped by
+            // async code) a runtime cannot wait for itself.
+            if Handle::try_current().is_err() {
+                runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+            } else {
+                runtime.shutdown_background();
+            }
         }
     }
 }
@@ -265,14 +273,8 @@ impl Engine {
     /// can be opened again) when this returns; otherwise the other handles keep it open. Called
     /// from async code it cannot wait, and the file closes shortly after.
     pub fn close(self) {
-        let Ok(mut inner) = Arc::try_unwrap(self.inner) else {
-            return;
-        };
-        if Handle::try_current().is_err() {
-            if let Some(runtime) = inner.runtime.take() {
-                runtime.shutdown_timeout(std::time::Duration::from_secs(10));
-            }
-        }
+        // Dropping the last handle does it (see `Drop for Inner`); this names the moment.
+        drop(self);
     }
 
     /// Runs `future` as a task on the engine's runtime, for blocking fronts that wait with a
