@@ -257,7 +257,7 @@ fn models_are_listed_shown_described_and_dropped() {
     assert_eq!(described["column_names"][0], "TABLES");
     assert_eq!(
         described["data"][0][0],
-        serde_json::json!(["info", "features"])
+        serde_json::json!(["info", "features", "model"])
     );
     assert!(error(&engine, "DESCRIBE mindsdb.m1.nosuch").contains("info, features"));
     // A table is still described as a table.
@@ -485,7 +485,15 @@ fn joining_a_table_with_a_model_predicts_every_row() {
     );
     assert_eq!(
         star["column_names"],
-        serde_json::json!(["rooms", "area", "price"])
+        serde_json::json!([
+            "rooms",
+            "area",
+            "price",
+            "price_confidence",
+            "price_min",
+            "price_max",
+            "price_explain"
+        ])
     );
     assert_eq!(star["data"][0][0], 2.0);
     assert!(
@@ -551,6 +559,112 @@ fn joining_a_table_with_a_model_predicts_every_row() {
         "SELECT m.price FROM homes AS t JOIN empty_model AS m",
     );
     assert!(failed.contains("model creation not completed"), "{failed}");
+}
+
+#[test]
+fn predictions_carry_confidence_an_interval_and_an_explanation() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    homes(&engine, 600);
+    table(
+        &engine,
+        "CREATE MODEL price_model FROM mindsdb (SELECT rooms, area, color, price FROM homes) PREDICT price",
+    );
+    assert_eq!(wait_done(&engine, "mindsdb", "price_model")[0], "complete");
+
+    let joined = table(
+        &engine,
+        "SELECT t.price, m.price, m.price_confidence, m.price_min, m.price_max, m.price_explain \
+         FROM homes AS t JOIN price_model AS m",
+    );
+    let rows = joined["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 600);
+    let mut inside = 0;
+    for row in rows {
+        let (truth, price) = (row[0].as_f64().unwrap(), row[1].as_f64().unwrap());
+        let (low, high) = (row[3].as_f64().unwrap(), row[4].as_f64().unwrap());
+        assert_eq!(row[2], 0.9, "{row:?}");
+        assert!(low < price && price < high, "{row:?}");
+        inside += usize::from(low <= truth && truth <= high);
+        let explained: Value = serde_json::from_str(row[5].as_str().unwrap()).unwrap();
+        assert_eq!(explained["predicted_value"], row[1], "{explained}");
+        assert_eq!(explained["confidence_lower_bound"], row[3], "{explained}");
+        let top = explained["top_inputs"][0]["column"].as_str().unwrap();
+        assert!(["rooms", "area"].contains(&top), "{explained}");
+    }
+    assert!(inside >= 540, "{inside} of 600 inside the 90 % interval");
+
+    // Predictions not asked to explain themselves skip the explanation's cost.
+    let plan = table(
+        &engine,
+        "EXPLAIN SELECT t.rooms, m.price, m.price_max FROM homes AS t JOIN price_model AS m",
+    );
+    assert!(plan.to_string().contains("without explanations"), "{plan}");
+    let plan = table(
+        &engine,
+        "EXPLAIN SELECT m.price_explain FROM homes AS t JOIN price_model AS m",
+    );
+    assert!(!plan.to_string().contains("without explanations"), "{plan}");
+    // A detail can be filtered on like any column.
+    let sure = table(
+        &engine,
+        "SELECT count(*) FROM homes AS t JOIN price_model AS m WHERE m.price_confidence > 0.5",
+    );
+    assert_eq!(sure["data"], serde_json::json!([[600]]));
+
+    let one = table(
+        &engine,
+        "SELECT price, price_confidence, price_explain FROM price_model WHERE rooms = 4 AND area = 'center'",
+    );
+    let explained: Value = serde_json::from_str(one["data"][0][2].as_str().unwrap()).unwrap();
+    assert_eq!(explained["predicted_value"], one["data"][0][0]);
+
+    let candidates = table(&engine, "DESCRIBE price_model.model");
+    assert_eq!(
+        candidates["column_names"],
+        serde_json::json!([
+            "NAME",
+            "PERFORMANCE",
+            "TRAINING_TIME",
+            "SELECTED",
+            "ACCURACY_FUNCTIONS",
+            "ERROR"
+        ])
+    );
+    let rows = candidates["data"].as_array().unwrap();
+    assert!(rows.len() >= 8, "{candidates}");
+    assert_eq!(
+        rows.iter().filter(|r| r[3] == true).count(),
+        1,
+        "{candidates}"
+    );
+    assert!(rows.iter().all(|r| r[4] == "r2_score"), "{candidates}");
+
+    // A classifier's confidence is its predicted class's probability; it has no interval.
+    engine
+        .sql_blocking("CREATE TABLE signals (x DOUBLE, label VARCHAR)")
+        .unwrap();
+    let values: Vec<String> = (0..300)
+        .map(|i| {
+            let x = noise(i) * 2.0 - 1.0;
+            format!("({x}, '{}')", if x > 0.0 { "up" } else { "down" })
+        })
+        .collect();
+    engine
+        .sql_blocking(&format!("INSERT INTO signals VALUES {}", values.join(", ")))
+        .unwrap();
+    table(
+        &engine,
+        "CREATE MODEL direction FROM mindsdb (SELECT x, label FROM signals) PREDICT label",
+    );
+    assert_eq!(wait_done(&engine, "mindsdb", "direction")[0], "complete");
+    let up = table(
+        &engine,
+        "SELECT label, label_confidence, label_min, label_max FROM direction WHERE x = 0.9",
+    );
+    let row = &up["data"][0];
+    assert_eq!(row[0], "up", "{up}");
+    assert!(row[1].as_f64().unwrap() > 0.8, "{up}");
+    assert_eq!((row[2].clone(), row[3].clone()), (Value::Null, Value::Null));
 }
 
 /// A training query that takes seconds to read: a filtered cross join of 9 million pairs,

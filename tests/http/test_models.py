@@ -66,7 +66,7 @@ def test_describe_answers_as_a_table(homes_server):
     assert wait_status(homes_server, "m2")[0] == "complete"
     described = homes_server.sql_ok("DESCRIBE mindsdb.m2")
     assert described["column_names"] == ["TABLES"] + INFO_COLUMNS
-    assert described["data"][0][0] == ["info", "features"]
+    assert described["data"][0][0] == ["info", "features", "model"]
     info = homes_server.sql_ok("DESCRIBE mindsdb.m2.info")
     assert info["column_names"] == ["ACCURACIES", "COLUMN_IMPORTANCES", "INPUTS", "OUTPUTS", "MODEL"]
     accuracies = json.loads(info["data"][0][0])
@@ -149,6 +149,9 @@ def test_rest_routes_create_list_get_predict_describe_delete(homes_server):
     rows = predicted.json()
     assert [r["rooms"] for r in rows] == [2, 5] and abs(rows[0]["price"] - 6) < 2
     assert abs(rows[1]["price"] - 25) < 3, rows
+    # MindsDB's prediction columns beside the target: a 90 % interval and an explanation.
+    assert all(r["price_min"] < r["price"] < r["price_max"] for r in rows), rows
+    assert json.loads(rows[0]["price_explain"])["confidence"] == rows[0]["price_confidence"] == 0.9
     as_text = requests.post(models_url(homes_server, "rest_m", "predict"), timeout=10,
                             json={"data": json.dumps([{"rooms": 1}])})
     assert as_text.status_code == 200 and len(as_text.json()) == 1

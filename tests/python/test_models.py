@@ -1,6 +1,8 @@
 """Models from Python: the typed helpers over the engine (create, wait, list, get, describe,
 predict, retrain, set active, drop), with the GIL released while the engine works."""
 
+import json
+
 import pytest
 
 import mindlite
@@ -30,6 +32,9 @@ def test_models_are_created_waited_for_described_predicted_and_dropped(con):
     assert described["outputs"] == ["price"] and max(described["column_importances"].values()) == 1.0
     [one] = con.predict("homes_model", {"rooms": 2, "area": "center"})
     assert abs(one["price"] - 16) < 2, one
+    # MindsDB's prediction columns: the interval holds 90 % of values; the explanation is JSON.
+    assert one["price_confidence"] == 0.9 and one["price_min"] < one["price"] < one["price_max"]
+    assert json.loads(one["price_explain"])["predicted_value"] == one["price"]
     many = con.predict("homes_model", [{"rooms": 1}, {"rooms": 6, "area": "north"}])
     assert len(many) == 2 and many[1]["price"] > many[0]["price"]
     retrained = con.retrain_model("homes_model", "SELECT * FROM homes WHERE area = 'north'")

@@ -13,8 +13,10 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -52,7 +54,7 @@ pub(crate) fn single_prediction(
     row: RecordBatch,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
     let schema = Arc::clone(&model.schema);
-    let input = MemorySourceConfig::try_new_exec(&[vec![row]], Arc::clone(&schema), None)?;
+    let input = MemorySourceConfig::try_new_exec(&[vec![row]], Arc::clone(&model.inputs), None)?;
     Ok(Arc::new(PredictExec::new(
         input,
         model,
@@ -67,10 +69,13 @@ pub(crate) struct PredictExec {
     input: Arc<dyn ExecutionPlan>,
     model: Arc<PredictModel>,
     layout: Layout,
-    /// For each model column, the input column of the same name, if any.
+    /// For each training column of the model, the input column of the same name, if any.
     sources: Vec<Option<usize>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
+    /// Whether `<target>_explain` is made: it costs a prediction per input column, so a
+    /// projection above that does not use it turns it off (see `try_swapping_with_projection`).
+    explain: bool,
 }
 
 impl PredictExec {
@@ -83,7 +88,7 @@ impl PredictExec {
         let input_schema = input.schema();
         let target = &model.model.predict;
         let mut sources = Vec::new();
-        for field in model.schema.fields() {
+        for field in model.inputs.fields() {
             if field.name().eq_ignore_ascii_case(target) {
                 sources.push(None);
                 continue;
@@ -105,7 +110,7 @@ impl PredictExec {
         }
         if sources.iter().all(Option::is_none) {
             let inputs: Vec<&str> = model
-                .schema
+                .inputs
                 .fields()
                 .iter()
                 .map(|f| f.name().as_str())
@@ -132,6 +137,20 @@ impl PredictExec {
             sources,
             schema,
             properties: Arc::new(properties),
+            explain: true,
+        })
+    }
+
+    /// Where `<target>_explain` is in the output, if the model makes one.
+    fn explain_column(&self) -> Option<usize> {
+        let name = format!("{}_explain", self.model.model.predict);
+        let within = self.model.schema.index_of(&name).ok()?;
+        if within < self.model.inputs.fields().len() {
+            return None;
+        }
+        Some(match self.layout {
+            Layout::Only | Layout::Before => within,
+            Layout::After => self.input.schema().fields().len() + within,
         })
     }
 }
@@ -143,7 +162,11 @@ impl DisplayAs for PredictExec {
             f,
             "PredictExec: {}.{} version {}",
             m.project, m.name, m.version
-        )
+        )?;
+        if !self.explain && self.explain_column().is_some() {
+            write!(f, ", without explanations")?;
+        }
+        Ok(())
     }
 }
 
@@ -173,12 +196,45 @@ impl ExecutionPlan for PredictExec {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let [input] = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children)
             .map_err(|_| DataFusionError::Internal("PredictExec takes one input".to_string()))?;
-        Ok(Arc::new(PredictExec::new(
+        let mut exec = PredictExec::new(
             input,
             Arc::clone(&self.model),
             self.layout,
             Arc::clone(&self.schema),
-        )?))
+        )?;
+        exec.explain = self.explain;
+        Ok(Arc::new(exec))
+    }
+
+    // A projection above that does not read `<target>_explain`: the same projection over this
+    // operator without the explanation (NULL in its place), which saves a prediction per
+    // input column of every row.
+    fn try_swapping_with_projection(
+        &self,
+        projection: &ProjectionExec,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(explain) = self.explain_column().filter(|_| self.explain) else {
+            return Ok(None);
+        };
+        let read = projection
+            .expr()
+            .iter()
+            .flat_map(|e| collect_columns(&e.expr))
+            .any(|column| column.index() == explain);
+        if read {
+            return Ok(None);
+        }
+        let mut without = PredictExec::new(
+            Arc::clone(&self.input),
+            Arc::clone(&self.model),
+            self.layout,
+            Arc::clone(&self.schema),
+        )?;
+        without.explain = false;
+        Ok(Some(Arc::new(ProjectionExec::try_new(
+            projection.expr().to_vec(),
+            Arc::new(without),
+        )?)))
     }
 
     fn execute(
@@ -188,11 +244,12 @@ impl ExecutionPlan for PredictExec {
     ) -> DfResult<SendableRecordBatchStream> {
         let llm = connector(context.session_config())?;
         let input = self.input.execute(partition, context)?;
-        let (model, sources, schema, layout) = (
+        let (model, sources, schema, layout, explain) = (
             Arc::clone(&self.model),
             self.sources.clone(),
             Arc::clone(&self.schema),
             self.layout,
+            self.explain,
         );
         let out_schema = Arc::clone(&schema);
         let batches = input.then(move |batch| {
@@ -206,7 +263,7 @@ impl ExecutionPlan for PredictExec {
                 let batch = batch?;
                 let inputs = model_inputs(&model, &sources, &batch)?;
                 let predicted = model
-                    .with_prediction(inputs, &llm)
+                    .with_prediction(inputs, &llm, explain)
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 let columns: Vec<ArrayRef> = match layout {
@@ -230,7 +287,7 @@ fn model_inputs(
     batch: &RecordBatch,
 ) -> DfResult<RecordBatch> {
     let columns = model
-        .schema
+        .inputs
         .fields()
         .iter()
         .zip(sources)
@@ -248,5 +305,5 @@ fn model_inputs(
             }
         })
         .collect::<DfResult<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(&model.schema), columns)?)
+    Ok(RecordBatch::try_new(Arc::clone(&model.inputs), columns)?)
 }

@@ -21,8 +21,12 @@ pub(crate) struct PredictModel {
     pub(crate) model: ModelVersion,
     /// Whose model it is: an LLM model's calls count against this tenant's plan.
     pub(crate) tenant: crate::tenant::TenantId,
-    /// The model's columns (inputs and target) with every column nullable.
+    /// The model's columns with every column nullable: its training columns (inputs and
+    /// target), then what a fitted model adds to a prediction (`<target>_confidence`, `_min`,
+    /// `_max`, `_explain`).
     pub(crate) schema: SchemaRef,
+    /// The training columns alone: the rows a prediction is made for.
+    pub(crate) inputs: SchemaRef,
     pub(crate) scorer: Scorer,
 }
 
@@ -39,19 +43,30 @@ impl PredictModel {
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
+        let scorer = crate::services::ml::scorer(&snapshot.txn, snapshot.tenant, &model)?;
+        let mut all = nullable.clone();
+        all.extend(scorer.detail_fields().into_iter().filter(|f| {
+            !nullable
+                .iter()
+                .any(|n| n.name().eq_ignore_ascii_case(f.name()))
+        }));
         Ok(PredictModel {
-            scorer: crate::services::ml::scorer(&snapshot.txn, snapshot.tenant, &model)?,
+            scorer,
             tenant: snapshot.tenant,
-            schema: Arc::new(Schema::new(nullable)),
+            schema: Arc::new(Schema::new(all)),
+            inputs: Arc::new(Schema::new(nullable)),
             model,
         })
     }
 
-    /// `inputs` (rows with every model column) with the target's column predicted.
+    /// `inputs` (rows of the training columns) with the target's column predicted and the
+    /// columns a fitted model adds after them (the explanation only when `explain`): a batch
+    /// of [`PredictModel::schema`].
     pub(crate) async fn with_prediction(
         &self,
         inputs: RecordBatch,
         llm: &Connector,
+        explain: bool,
     ) -> crate::error::Result<RecordBatch> {
         let schema = inputs.schema();
         let target = &self.model.predict;
@@ -68,10 +83,19 @@ impl PredictModel {
                 .take(self.tenant, inputs.num_rows() as u64)
                 .await?;
         }
-        let predicted = self.scorer.predict(&inputs, llm).await?;
+        let (predicted, details) = self.scorer.predict_detailed(&inputs, llm, explain).await?;
         let mut columns = inputs.columns().to_vec();
         columns[index] = cast(&predicted, schema.field(index).data_type())?;
-        Ok(RecordBatch::try_new(schema, columns)?)
+        // A training column named like a detail column keeps its own; the detail is dropped.
+        let fields = self.schema.fields();
+        for (field, detail) in self.scorer.detail_fields().iter().zip(details) {
+            if let Some(at) = fields.iter().position(|f| f.name() == field.name()) {
+                if at >= columns.len() {
+                    columns.push(cast(&detail, fields[at].data_type())?);
+                }
+            }
+        }
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
 }
 

@@ -60,7 +60,7 @@ impl TableProvider for ModelTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // Conditions are checked now; the prediction is made when the plan runs.
         let schema = &self.0.schema;
-        let row = input_row(schema, &self.0.model.predict, filters)?;
+        let row = input_row(&self.0.inputs, &self.0.model.predict, filters)?;
         let predicted = single_prediction(Arc::clone(&self.0), row)?;
         let Some(projection) = projection else {
             return Ok(predicted);
@@ -169,7 +169,7 @@ pub(crate) async fn predict_json(
         .as_array()
         .filter(|rows| rows.iter().all(Value::is_object))
         .ok_or_else(|| Error::invalid("'data' must be a list of {\"column\": value} objects"))?;
-    let schema = &model.schema;
+    let schema = &model.inputs;
     let mut columns: Vec<ArrayRef> = Vec::new();
     for field in schema.fields() {
         let texts: StringArray = rows
@@ -197,8 +197,8 @@ pub(crate) async fn predict_json(
         columns.push(column);
     }
     let inputs = RecordBatch::try_new(Arc::clone(schema), columns)?;
-    let batch = model.with_prediction(inputs, llm).await?;
-    let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+    let batch = model.with_prediction(inputs, llm, true).await?;
+    let names: Vec<&String> = model.schema.fields().iter().map(|f| f.name()).collect();
     let out = crate::sql::encode::rows_as_json(&batch)
         .into_iter()
         .map(|row| Value::Object(names.iter().map(|n| n.to_string()).zip(row).collect()))

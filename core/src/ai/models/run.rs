@@ -486,6 +486,7 @@ impl SqlRunner {
                 None => model_info(&[model], false, Some(&models::ATTRIBUTES))?,
                 Some("info") => describe_info(&model)?,
                 Some("features") => describe_features(&model)?,
+                Some("model") => describe_candidates(&model)?,
                 Some(other) => return Err(models::attribute_missing(&model.name, other)),
             };
             return table_outcome(batch).map(Some);
@@ -629,6 +630,44 @@ fn describe_info(model: &ModelVersion) -> Result<RecordBatch> {
         .owned_text("INPUTS", vec![json(&|d| serde_json::json!(d.inputs))])
         .owned_text("OUTPUTS", vec![json(&|d| serde_json::json!(d.outputs))])
         .owned_text("MODEL", vec![d.map(|d| d.model.clone())])
+        .build()
+}
+
+/// `DESCRIBE p.m.model`: every candidate the search tried (lightwood's model table): its
+/// name, out-of-fold score, seconds, whether it was selected, and why it failed if it did.
+fn describe_candidates(model: &ModelVersion) -> Result<RecordBatch> {
+    let rows = model.candidates();
+    let score_name = model
+        .description
+        .as_ref()
+        .and_then(|d| d.accuracies.keys().next().cloned());
+    SystemTable::default()
+        .owned_text("NAME", rows.iter().map(|c| Some(c.name.clone())).collect())
+        .column(
+            "PERFORMANCE",
+            Arc::new(rows.iter().map(|c| c.score).collect::<Float64Array>()),
+        )
+        .column(
+            "TRAINING_TIME",
+            Arc::new(
+                rows.iter()
+                    .map(|c| Some(c.seconds))
+                    .collect::<Float64Array>(),
+            ),
+        )
+        .column(
+            "SELECTED",
+            Arc::new(
+                rows.iter()
+                    .map(|c| Some(c.selected))
+                    .collect::<BooleanArray>(),
+            ),
+        )
+        .owned_text(
+            "ACCURACY_FUNCTIONS",
+            rows.iter().map(|_| score_name.clone()).collect(),
+        )
+        .owned_text("ERROR", rows.iter().map(|c| c.error.clone()).collect())
         .build()
 }
 

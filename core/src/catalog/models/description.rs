@@ -19,4 +19,24 @@ pub(crate) struct Description {
     pub(crate) mixer: String,
     /// Inferred kind per column, target included.
     pub(crate) column_types: BTreeMap<String, String>,
+    /// Every candidate the search tried, in the order tried (`DESCRIBE p.m.model`); empty for
+    /// models trained before the search kept them.
+    #[serde(default)]
+    pub(crate) candidates: Vec<CandidateScore>,
+}
+
+/// One candidate of the search: its cross-validated score and what it cost.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub(crate) struct CandidateScore {
+    /// The mixer and its setting, e.g. "ridge regression (alpha = 0.1)".
+    pub(crate) name: String,
+    /// The score the candidates are compared by (the accuracy's name), out of fold; `None`
+    /// when its fit failed.
+    pub(crate) score: Option<f64>,
+    /// Seconds spent fitting and scoring it across the folds.
+    pub(crate) seconds: f64,
+    /// Whether it won.
+    pub(crate) selected: bool,
+    /// Why its fit failed, if it did.
+    pub(crate) error: Option<String>,
 }

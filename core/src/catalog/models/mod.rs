@@ -8,7 +8,7 @@
 mod description;
 pub(crate) mod openai;
 
-pub(crate) use self::description::Description;
+pub(crate) use self::description::{CandidateScore, Description};
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,14 @@ impl ModelVersion {
     }
 
     /// Each column training saw, with its kind, importance and role; empty until complete.
+    /// The candidates training tried, with their scores (`DESCRIBE p.m.model`); none before
+    /// training completes, for an LLM model, or for a model trained before they were kept.
+    pub(crate) fn candidates(&self) -> &[CandidateScore] {
+        self.description
+            .as_ref()
+            .map_or(&[], |d| d.candidates.as_slice())
+    }
+
     pub(crate) fn features(&self) -> Vec<Feature> {
         let Some(d) = &self.description else {
             return Vec::new();
@@ -205,6 +213,17 @@ impl Model {
                     })
                     .collect(),
             )),
+            Some("model") => Ok(Value::Array(
+                self.0
+                    .candidates()
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({"name": c.name, "performance": c.score,
+                                           "training_time": c.seconds, "selected": c.selected,
+                                           "error": c.error})
+                    })
+                    .collect(),
+            )),
             Some(other) => Err(attribute_missing(&self.0.name, other)),
         }
     }
@@ -222,7 +241,7 @@ impl Model {
 }
 
 /// The attributes `DESCRIBE p.m.<attribute>` answers.
-pub(crate) const ATTRIBUTES: [&str; 2] = ["info", "features"];
+pub(crate) const ATTRIBUTES: [&str; 3] = ["info", "features", "model"];
 
 /// "Model 'm' has no attribute 'x'; it has: info, features".
 pub(crate) fn attribute_missing(name: &str, attribute: &str) -> Error {

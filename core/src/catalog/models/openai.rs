@@ -262,6 +262,7 @@ impl Prompted {
             model: format!("prompt template --> {model_name} chat completion --> text"),
             mixer: "llm".to_string(),
             column_types,
+            candidates: Vec::new(),
         }
     }
 }

@@ -44,6 +44,24 @@ impl Ridge {
         alpha: f64,
         check: &dyn Fn() -> Result<(), String>,
     ) -> Result<Ridge, String> {
+        Ridge::fit_path(x, width, y, &[alpha], check)?
+            .pop()
+            .ok_or_else(|| "ridge regression fitted nothing".to_owned())?
+    }
+
+    /// One fit per penalty in `alphas`, sharing the one pass over the rows that builds the
+    /// feature-by-feature matrix (the costly part): choosing the penalty by cross-validation
+    /// costs a solve per penalty, not a pass. A penalty of 0 is ordinary least squares; where
+    /// that has no unique solution (a constant or repeated feature) a penalty of 1e-12 of
+    /// the matrix's mean diagonal picks the smallest weights, so exact data still fits exactly.
+    /// The outer error is `check`'s or a bad shape; each inner one names why that penalty failed.
+    pub(super) fn fit_path(
+        x: &[f64],
+        width: usize,
+        y: &[f64],
+        alphas: &[f64],
+        check: &dyn Fn() -> Result<(), String>,
+    ) -> Result<Vec<Result<Ridge, String>>, String> {
         let rows = y.len();
         shaped(x, width, rows, "ridge regression")?;
         if !all_finite(y) {
@@ -60,12 +78,13 @@ impl Ridge {
         let y_mean = y.iter().sum::<f64>() / rows as f64;
 
         // The width × width Gram matrix: its size is the square of what the rows hold, so it
-        // is checked against the training's budget before it is taken.
+        // is checked against the training's budget before it is taken (twice: each penalty
+        // factors a copy).
         let cells = width
             .checked_mul(width)
             .ok_or("the ridge regression's feature matrix is too large")?;
         capacity::check(
-            (cells as u64).saturating_mul(8),
+            (cells as u64).saturating_mul(16),
             "the ridge regression's feature-by-feature matrix",
         )
         .map_err(|e| e.message().to_owned())?;
@@ -95,19 +114,35 @@ impl Ridge {
             }
         }
         for i in 0..width {
-            gram[i * width + i] += alpha;
             for j in i + 1..width {
                 gram[j * width + i] = gram[i * width + j];
             }
         }
-        let weights = cholesky_solve(&mut gram, width, &moment, check)?;
-        let intercept = y_mean - weights.iter().zip(&means).map(|(w, m)| w * m).sum::<f64>();
-        // Sums that overflowed (targets near f64's limits) leave infinities, which a stored
-        // predictor could not even be read back with.
-        if !intercept.is_finite() || !all_finite(&weights) {
-            return Err("ridge regression did not give finite weights on this data".to_owned());
+        let trace: f64 = (0..width).map(|i| gram[i * width + i]).sum();
+        let floor = (trace / width as f64).max(f64::MIN_POSITIVE) * 1e-12;
+        let mut fits = Vec::with_capacity(alphas.len()); // bounded: the caller's few penalties
+        let mut factor = vec![0.0; cells]; // bounded: checked above
+        for &alpha in alphas {
+            factor.copy_from_slice(&gram);
+            let penalty = alpha.max(floor);
+            for i in 0..width {
+                factor[i * width + i] += penalty;
+            }
+            let fit = cholesky_solve(&mut factor, width, &moment, check)?.and_then(|weights| {
+                let intercept =
+                    y_mean - weights.iter().zip(&means).map(|(w, m)| w * m).sum::<f64>();
+                // Sums that overflowed (targets near f64's limits) leave infinities, which a
+                // stored predictor could not even be read back with.
+                if !intercept.is_finite() || !all_finite(&weights) {
+                    return Err(
+                        "ridge regression did not give finite weights on this data".to_owned()
+                    );
+                }
+                Ok(Ridge { weights, intercept })
+            });
+            fits.push(fit);
         }
-        Ok(Ridge { weights, intercept })
+        Ok(fits)
     }
 
     /// One prediction per row of `x` (row-major, the fitted width).
@@ -120,13 +155,14 @@ impl Ridge {
 }
 
 /// Solves `a · w = b` for the symmetric positive definite `a` (row-major `n × n`,
-/// overwritten by its Cholesky factor), checking `check` once per column.
+/// overwritten by its Cholesky factor), checking `check` once per column: the outer error is
+/// `check`'s, the inner one says the equations have no unique solution.
 fn cholesky_solve(
     a: &mut [f64],
     n: usize,
     b: &[f64],
     check: &dyn Fn() -> Result<(), String>,
-) -> Result<Vec<f64>, String> {
+) -> Result<Result<Vec<f64>, String>, String> {
     // a = L·Lᵀ, L kept in the lower triangle: row i's first j cells are L[i][..j], and the
     // cells below the diagonal not yet reached still hold a's (mirrored) values.
     for j in 0..n {
@@ -134,7 +170,9 @@ fn cholesky_solve(
         let row_j = j * n;
         let diagonal = a[row_j + j] - dot(&a[row_j..row_j + j], &a[row_j..row_j + j]);
         if diagonal <= 0.0 || !diagonal.is_finite() {
-            return Err("the ridge regression's equations have no unique solution".to_owned());
+            return Ok(Err(
+                "the ridge regression's equations have no unique solution".to_owned(),
+            ));
         }
         let pivot = diagonal.sqrt();
         a[row_j + j] = pivot;
@@ -154,7 +192,7 @@ fn cholesky_solve(
         let later: f64 = (i + 1..n).map(|k| a[k * n + i] * w[k]).sum();
         w[i] = (z[i] - later) / a[i * n + i];
     }
-    Ok(w)
+    Ok(Ok(w))
 }
 
 /// Fails unless `x` holds `rows` rows of `width` finite features (at least one of each).
@@ -244,6 +282,41 @@ impl Logistic {
             width,
             weights: result.x,
         })
+    }
+
+    /// Each row's probability of each of `classes` class indices (row-major, `classes` per
+    /// row); a class not seen in training has probability 0.
+    pub(super) fn probabilities(&self, x: &[f64], classes: usize) -> Vec<f64> {
+        let width = self.width.max(1);
+        let stride = self.width + 1;
+        let rows = x.len() / width;
+        let mut out = vec![0.0; rows * classes]; // bounded: one per class of each row held
+        let mut z = vec![0.0; self.labels.len()]; // bounded: one per label
+        for (row, values) in x.chunks_exact(width).enumerate() {
+            let score = |class: usize| {
+                let w = &self.weights[class * stride..(class + 1) * stride];
+                dot(&w[..self.width], values) + w[self.width]
+            };
+            if self.labels.len() == 2 {
+                let p = 1.0 / (1.0 + (-score(0)).exp());
+                z[0] = 1.0 - p;
+                z[1] = p;
+            } else {
+                z.iter_mut()
+                    .enumerate()
+                    .for_each(|(class, cell)| *cell = score(class));
+                let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                z.iter_mut().for_each(|cell| *cell = (*cell - top).exp());
+                let sum: f64 = z.iter().sum();
+                z.iter_mut().for_each(|cell| *cell /= sum);
+            }
+            for (label, p) in self.labels.iter().zip(&z) {
+                if let Some(cell) = out.get_mut(row * classes + *label as usize) {
+                    *cell = *p;
+                }
+            }
+        }
+        out
     }
 
     /// The most likely label per row of `x` (row-major, the fitted width).

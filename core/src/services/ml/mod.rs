@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Field};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
@@ -34,14 +34,30 @@ pub(crate) enum Scorer {
 }
 
 impl Scorer {
-    /// One prediction per row of `inputs` (rows with the model's columns), as an array of the
-    /// target's type; `llm` serves LLM models.
-    pub(crate) async fn predict(&self, inputs: &RecordBatch, llm: &Connector) -> Result<ArrayRef> {
+    /// The columns a prediction adds beside the target (confidence, interval, explanation);
+    /// none for an LLM model.
+    pub(crate) fn detail_fields(&self) -> Vec<Field> {
+        match self {
+            Scorer::Fitted(predictor) => predictor.detail_fields(),
+            Scorer::Prompted(_) => Vec::new(),
+        }
+    }
+
+    /// One prediction per row of `inputs` (rows with the model's training columns), as an
+    /// array of the target's type, with the columns of [`Scorer::detail_fields`]; the
+    /// explanation is made only when `explain` (it costs a prediction per input column).
+    /// `llm` serves LLM models.
+    pub(crate) async fn predict_detailed(
+        &self,
+        inputs: &RecordBatch,
+        llm: &Connector,
+        explain: bool,
+    ) -> Result<(ArrayRef, Vec<ArrayRef>)> {
         match self {
             Scorer::Fitted(predictor) => predictor
-                .predict(inputs)
+                .predict_detailed(inputs, explain)
                 .map_err(|e| Error::invalid(format!("prediction failed: {e}"))),
-            Scorer::Prompted(prompted) => prompted.predict(inputs, llm).await,
+            Scorer::Prompted(prompted) => Ok((prompted.predict(inputs, llm).await?, Vec::new())),
         }
     }
 }

@@ -247,6 +247,22 @@ impl Features {
             .map_err(|e| format!("cannot build the feature matrix: {e}"))
     }
 
+    /// The rows at `rows` (positions), in that order; the copy's size is checked against the
+    /// training's memory first.
+    pub(super) fn select(&self, rows: &[usize]) -> Result<Features, String> {
+        let cells = rows.len().saturating_mul(self.width);
+        let mut values: Vec<f64> =
+            crate::capacity::vec(cells, "the training features").map_err(|e| e.to_string())?;
+        for &row in rows {
+            values.extend_from_slice(&self.values[row * self.width..(row + 1) * self.width]);
+        }
+        Ok(Features {
+            rows: rows.len(),
+            width: self.width,
+            values,
+        })
+    }
+
     pub(super) fn head(&self, rows: usize) -> Features {
         let rows = rows.min(self.rows);
         Features {

@@ -1,24 +1,21 @@
 //! The fitted models that map features to the target (a random forest fitted tree by tree, ridge
 //! and logistic regression), how the candidates are fitted, and the columns' importances.
 
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use smartcore::ensemble::random_forest_classifier::{
-    RandomForestClassifier, RandomForestClassifierParameters,
-};
-use smartcore::ensemble::random_forest_regressor::{
-    RandomForestRegressor, RandomForestRegressorParameters,
-};
+use smartcore::ensemble::random_forest_classifier::RandomForestClassifier;
+use smartcore::ensemble::random_forest_regressor::RandomForestRegressor;
 use smartcore::error::Failed;
 use smartcore::linear::logistic_regression::LogisticRegression;
 use smartcore::linear::ridge_regression::RidgeRegression;
 
 use crate::services::ml::linear;
 
+use super::boosting::Boosted;
 use super::columns::*;
 use super::encoders::*;
+use super::guard::guarded;
 use super::sampling::*;
 
 pub(super) const FOREST_TREES: u16 = 50;
@@ -26,8 +23,6 @@ pub(super) const FOREST_MAX_DEPTH: u16 = 12;
 /// The forest is the expensive mixer; a random subsample this large keeps training time bounded.
 pub(super) const FOREST_MAX_ROWS: usize = 20_000;
 pub(super) const IMPORTANCE_MAX_ROWS: usize = 5_000;
-pub(super) const RIDGE_ALPHA: f64 = 1.0;
-pub(super) const LOGISTIC_ALPHA: f64 = 0.01;
 /// Logistic regression's cost grows with classes × features × rows; past this the forest alone is fitted.
 pub(super) const LOGISTIC_MAX_CLASSES: usize = 50;
 /// One tree of a forest fitted a tree at a time: a one-tree smartcore forest.
@@ -60,6 +55,8 @@ pub(super) enum Mixer {
     LinearRegression(linear::Ridge),
     /// Logistic regression (`linear`).
     LinearClassifier(linear::Logistic),
+    /// Gradient-boosted trees (`boosting`).
+    Boosted(Boosted),
 }
 
 impl Mixer {
@@ -73,6 +70,7 @@ impl Mixer {
             Mixer::RegressionTrees(_) => "random forest regressor",
             Mixer::ClassificationTrees(_) => "random forest classifier",
             Mixer::LinearRegression(_) => "ridge regression",
+            Mixer::Boosted(_) => "boosted trees",
         }
     }
 
@@ -137,138 +135,74 @@ impl Mixer {
             }
             Mixer::LinearRegression(model) => Ok(model.predict(&features.values)),
             Mixer::LinearClassifier(model) => Ok(as_numbers(model.predict(&features.values))),
-        }
-    }
-}
-
-/// smartcore asserts on some inputs instead of returning `Err`; user data must never panic the engine.
-/// (Our own linear fits do not panic, but the line search of smartcore's L-BFGS they use does
-/// when it cannot converge.)
-pub(super) fn guarded<T, E: std::fmt::Display>(
-    what: &str,
-    run: impl FnOnce() -> Result<T, E>,
-) -> Result<T, String> {
-    match panic::catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
-        Err(_) => Err(format!("{what} failed on this data")),
-    }
-}
-
-/// A fitted mixer with the words used to describe it.
-pub(super) struct Candidate {
-    pub(super) mixer: Mixer,
-    pub(super) family: &'static str,
-    pub(super) stage: String,
-}
-
-pub(super) fn fit_candidates(
-    task: &Task,
-    train: &Features,
-    forest: &Features,
-    y_train: &[f64],
-    y_forest: &[f64],
-    check: &dyn Fn() -> Result<(), String>,
-) -> Result<Vec<Candidate>, String> {
-    let constant = |value: f64, stage: &str| {
-        Ok(vec![Candidate {
-            mixer: Mixer::Constant(value),
-            family: "constant",
-            stage: stage.to_owned(),
-        }])
-    };
-    let mut fits: Vec<Result<Candidate, String>> = Vec::new();
-    match task {
-        Task::Regression { .. } => {
-            if train.width == 0 {
-                let mean = y_train.iter().sum::<f64>() / y_train.len() as f64;
-                return constant(mean, "Constant (mean of the target)");
-            }
-            let x = forest.matrix()?;
-            let y = y_forest.to_vec();
-            fits.push(
-                fit_trees(check, "fitting the random forest regressor", |seed| {
-                    let params = RandomForestRegressorParameters::default()
-                        .with_n_trees(1)
-                        .with_max_depth(FOREST_MAX_DEPTH)
-                        .with_seed(seed);
-                    RandomForestRegressor::fit(&x, &y, params)
-                })
-                .map(|trees| Candidate {
-                    mixer: Mixer::RegressionTrees(Arc::new(trees)),
-                    family: "random forest",
-                    stage: format!("Random forest regressor ({FOREST_TREES} trees)"),
-                }),
-            );
-            drop(x);
-            check()?;
-            fits.push(
-                linear::Ridge::fit(&train.values, train.width, y_train, RIDGE_ALPHA, check)
-                    .map(|model| Candidate {
-                        mixer: Mixer::LinearRegression(model),
-                        family: "linear",
-                        stage: "Ridge regression".to_owned(),
-                    })
-                    .map_err(|e| format!("fitting the ridge regression failed: {e}")),
-            );
-        }
-        Task::Classification { classes } => {
-            if classes.len() == 1 {
-                return constant(0.0, "Constant (single class)");
-            }
-            // bounded: one per class, each a label of the rows in memory
-            let mut counts = vec![0usize; classes.len()];
-            for &class in y_train {
-                counts[class as usize] += 1;
-            }
-            let seen = counts.iter().filter(|&&count| count > 0).count();
-            if train.width == 0 || seen < 2 {
-                let majority = (0..counts.len())
-                    .max_by_key(|&class| (counts[class], std::cmp::Reverse(class)))
-                    .unwrap_or(0);
-                return constant(majority as f64, "Constant (most frequent class)");
-            }
-            let x = forest.matrix()?;
-            let y: Vec<u32> = y_forest.iter().map(|&class| class as u32).collect();
-            fits.push(
-                fit_trees(check, "fitting the random forest classifier", |seed| {
-                    let params = RandomForestClassifierParameters::default()
-                        .with_n_trees(1)
-                        .with_max_depth(FOREST_MAX_DEPTH)
-                        .with_seed(seed);
-                    RandomForestClassifier::fit(&x, &y, params)
-                })
-                .map(|trees| Candidate {
-                    mixer: Mixer::ClassificationTrees(Arc::new(trees)),
-                    family: "random forest",
-                    stage: format!("Random forest classifier ({FOREST_TREES} trees)"),
-                }),
-            );
-            drop(x);
-            check()?;
-            if seen <= LOGISTIC_MAX_CLASSES {
-                let y: Vec<u32> = y_train.iter().map(|&class| class as u32).collect();
-                fits.push(
-                    guarded("fitting the logistic regression", || {
-                        linear::Logistic::fit(&train.values, train.width, &y, LOGISTIC_ALPHA, check)
-                    })
-                    .map(|model| Candidate {
-                        mixer: Mixer::LinearClassifier(model),
-                        family: "linear",
-                        stage: "Logistic regression".to_owned(),
-                    }),
-                );
+            Mixer::Boosted(model) if model.is_regression() => model.predict_values(features),
+            Mixer::Boosted(model) => {
+                let classes = model.classes_bound();
+                let p = model.probabilities(features, classes)?;
+                Ok(argmax_rows(&p, classes))
             }
         }
     }
-    // A fit that failed because it was stopped is a stop, not a failed candidate.
-    check()?;
-    let (fitted, failed): (Vec<_>, Vec<_>) = fits.into_iter().partition(Result::is_ok);
-    if fitted.is_empty() {
-        let reasons: Vec<String> = failed.into_iter().filter_map(Result::err).collect();
-        return Err(format!("could not fit any model: {}", reasons.join("; ")));
+
+    /// Each row's probability of each of the task's `classes` class indices (row-major,
+    /// `classes` per row): the forest's share of votes, logistic regression's and the boosted
+    /// trees' probabilities; a mixer without them (a constant, the stored smartcore models)
+    /// gives its predicted class probability 1.
+    pub(super) fn probabilities(
+        &self,
+        features: &Features,
+        classes: usize,
+    ) -> Result<Vec<f64>, String> {
+        let cells = features.rows.saturating_mul(classes);
+        let mut out: Vec<f64> =
+            crate::capacity::vec(cells, "the class probabilities").map_err(|e| e.to_string())?;
+        match self {
+            Mixer::LinearClassifier(model) => {
+                return Ok(model.probabilities(&features.values, classes))
+            }
+            Mixer::Boosted(model) => return model.probabilities(features, classes),
+            Mixer::ClassificationTrees(trees) if features.rows > 0 => {
+                out.resize(cells, 0.0); // bounded: the capacity was checked above
+                let x = features.matrix()?;
+                let share = 1.0 / trees.len().max(1) as f64;
+                for tree in trees.iter() {
+                    let voted = guarded("predicting with the random forest classifier", || {
+                        tree.predict(&x)
+                    })?;
+                    for (row, class) in voted.into_iter().enumerate() {
+                        if let Some(cell) = out.get_mut(row * classes + class as usize) {
+                            *cell += share;
+                        }
+                    }
+                }
+            }
+            _ => {
+                out.resize(cells, 0.0); // bounded: the capacity was checked above
+                for (row, class) in self.predict(features)?.into_iter().enumerate() {
+                    if let Some(cell) = out.get_mut(row * classes + class as usize) {
+                        *cell = 1.0;
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
-    Ok(fitted.into_iter().filter_map(Result::ok).collect())
+}
+
+/// The most probable class index of each row of row-major probabilities, the lowest on a tie.
+pub(super) fn argmax_rows(probabilities: &[f64], classes: usize) -> Vec<f64> {
+    probabilities
+        .chunks_exact(classes.max(1))
+        .map(|row| {
+            let mut best = 0;
+            for (class, p) in row.iter().enumerate() {
+                if *p > row[best] {
+                    best = class;
+                }
+            }
+            best as f64
+        })
+        .collect()
 }
 
 /// Fits the forest's [`FOREST_TREES`] trees one at a time (tree `n` with seed `SEED + n`),

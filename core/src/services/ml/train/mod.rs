@@ -1,24 +1,32 @@
-//! The built-in trainer: infers a kind for every column, encodes the inputs, fits a random forest and a
-//! linear baseline with smartcore, keeps whichever scores better on a held-out split, and describes the
-//! result. A fitted [`Predictor`] is plain serde data; it owns everything needed to predict later.
+//! The built-in trainer: infers a kind for every column, encodes the inputs, holds a fifth of
+//! the rows out, picks the mixer (ridge or logistic regression over a grid of penalties, a
+//! random forest, gradient-boosted trees) by cross-validation on the rest (`search`), reports
+//! the winner's accuracy on the held-out rows, and describes the result and every candidate.
+//! A fitted [`Predictor`] is plain serde data; it owns everything needed to predict later,
+//! including the interval and importances its confidence and explanations come from.
 
+mod boosting;
 mod columns;
 mod describe;
 mod encoders;
+mod guard;
 mod metrics;
 mod mixers;
+#[cfg(test)]
+mod quality;
 mod sampling;
+mod search;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, Float64Array, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::models::Description;
+use crate::catalog::models::{CandidateScore, Description};
 
 use columns::*;
 use describe::*;
@@ -29,8 +37,13 @@ use sampling::*;
 /// Why [`train`] ended early: its `on_phase` or `stopped` said stop.
 pub(crate) const STOPPED: &str = "training stopped";
 const MIN_TARGET_ROWS: usize = 10;
-/// Below this many rows a held-out split is too small to mean anything, so all rows serve both roles.
+/// How many inputs an explanation names.
+const EXPLAINED_INPUTS: usize = 3;
+/// Below this many rows a held-out split is too small to mean anything: the accuracy reported
+/// is the search's out-of-fold score.
 const SMALL_DATA_ROWS: usize = 50;
+/// Up to this many rows the winner is fitted again on every row once it has been scored.
+const REFIT_MAX_ROWS: usize = 50_000;
 
 /// The result of [`train`]: the predictor to store and a description to show the user.
 pub(crate) struct Trained {
@@ -48,6 +61,13 @@ pub(crate) struct Predictor {
     inputs: Vec<String>,
     columns: Vec<InputColumn>,
     mixer: Mixer,
+    /// For a number: the half-width of the interval that held 90 % of the out-of-fold values
+    /// in training (`<target>_min` / `_max`); `None` for classes and older predictors.
+    #[serde(default)]
+    interval: Option<f64>,
+    /// Each input column's importance, in `columns`' order (for `<target>_explain`).
+    #[serde(default)]
+    importances: Vec<f64>,
 }
 
 impl Predictor {
@@ -67,7 +87,198 @@ impl Predictor {
     ///
     /// Inputs are looked up by name, ignoring case; a missing column or a NULL cell is imputed as in
     /// training, and extra columns are ignored.
+    #[cfg(test)]
     pub(crate) fn predict(&self, batch: &RecordBatch) -> Result<ArrayRef, String> {
+        let features = self.features(batch)?;
+        let predicted = self.mixer.predict(&features)?;
+        self.to_target_array(predicted)
+    }
+
+    /// The columns a prediction adds beside the target, in MindsDB's names: `<target>_confidence`
+    /// (the interval's coverage for a number, the predicted class's probability for a class),
+    /// `<target>_min` and `<target>_max` (the interval; NULL for a class or when there is none)
+    /// and `<target>_explain` (JSON).
+    pub(crate) fn detail_fields(&self) -> Vec<Field> {
+        let bound = match self.task {
+            Task::Regression { .. } => self.target_type.clone(),
+            Task::Classification { .. } => DataType::Float64,
+        };
+        vec![
+            Field::new(
+                format!("{}_confidence", self.target),
+                DataType::Float64,
+                true,
+            ),
+            Field::new(format!("{}_min", self.target), bound.clone(), true),
+            Field::new(format!("{}_max", self.target), bound, true),
+            Field::new(format!("{}_explain", self.target), DataType::Utf8, true),
+        ]
+    }
+
+    /// The prediction of each row of `batch` (as [`Predictor::predict`]) and the columns of
+    /// [`Predictor::detail_fields`]. The explanation names each row's inputs that moved its
+    /// prediction most (its value against the prediction with that input missing, which costs
+    /// one more prediction per input column), so it is made only when `explain`; otherwise
+    /// that column is NULL.
+    pub(crate) fn predict_detailed(
+        &self,
+        batch: &RecordBatch,
+        explain: bool,
+    ) -> Result<(ArrayRef, Vec<ArrayRef>), String> {
+        let features = self.features(batch)?;
+        let rows = features.rows;
+        let (values, confidence, bounds, probabilities) = match &self.task {
+            Task::Regression { .. } => {
+                let values = self.mixer.predict(&features)?;
+                let confidence: Float64Array = values
+                    .iter()
+                    .map(|_| self.interval.map(|_| search::COVERAGE))
+                    .collect();
+                let bounds = self.interval.map(|half| {
+                    let low = values.iter().map(|v| v - half).collect::<Vec<f64>>();
+                    let high = values.iter().map(|v| v + half).collect::<Vec<f64>>();
+                    (low, high)
+                });
+                (values, confidence, bounds, None)
+            }
+            Task::Classification { classes } => {
+                let count = classes.len().max(1);
+                let p = self.mixer.probabilities(&features, count)?;
+                let values = argmax_rows(&p, count);
+                let confidence: Float64Array = values
+                    .iter()
+                    .enumerate()
+                    .map(|(row, &class)| p.get(row * count + class as usize).copied())
+                    .collect();
+                (values, confidence, None, Some(p))
+            }
+        };
+        let bound_arrays = match &bounds {
+            Some((low, high)) => (
+                self.to_target_array(low.clone())?,
+                self.to_target_array(high.clone())?,
+            ),
+            None => {
+                let field = &self.detail_fields()[1];
+                (
+                    datafusion::arrow::array::new_null_array(field.data_type(), rows),
+                    datafusion::arrow::array::new_null_array(field.data_type(), rows),
+                )
+            }
+        };
+        let explanations: ArrayRef = if explain {
+            let contributions = self.contributions(&features, &values, probabilities.as_deref())?;
+            let target = self.to_target_array(values.clone())?;
+            let shown = datafusion::arrow::util::display::ArrayFormatter::try_new(
+                target.as_ref(),
+                &Default::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            Arc::new(StringArray::from_iter_values((0..rows).map(|row| {
+                let predicted = match &self.task {
+                    Task::Regression { .. } => serde_json::json!(values[row]),
+                    Task::Classification { .. } => serde_json::json!(shown.value(row).to_string()),
+                };
+                let mut top: Vec<(usize, f64)> = contributions
+                    .iter()
+                    .enumerate()
+                    .map(|(column, by_row)| (column, by_row[row]))
+                    .filter(|(_, c)| *c != 0.0 && c.is_finite())
+                    .collect();
+                top.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
+                top.truncate(EXPLAINED_INPUTS);
+                let top: Vec<serde_json::Value> = top
+                    .into_iter()
+                    .map(|(column, contribution)| {
+                        serde_json::json!({"column": self.columns[column].name, "contribution": contribution})
+                    })
+                    .collect();
+                let (low, high) = match &bounds {
+                    Some((low, high)) => (serde_json::json!(low[row]), serde_json::json!(high[row])),
+                    None => (serde_json::Value::Null, serde_json::Value::Null),
+                };
+                serde_json::json!({
+                    "predicted_value": predicted,
+                    "confidence": confidence.is_valid(row).then(|| confidence.value(row)),
+                    "anomaly": null,
+                    "truth": null,
+                    "confidence_lower_bound": low,
+                    "confidence_upper_bound": high,
+                    "top_inputs": top,
+                })
+                .to_string()
+            })))
+        } else {
+            Arc::new(StringArray::new_null(rows))
+        };
+        let target = self.to_target_array(values)?;
+        Ok((
+            target,
+            vec![
+                Arc::new(confidence),
+                bound_arrays.0,
+                bound_arrays.1,
+                explanations,
+            ],
+        ))
+    }
+
+    /// Per input column, per row: how much the prediction (a number, or the predicted class's
+    /// probability) moves when that column is missing, i.e. imputed as in training.
+    fn contributions(
+        &self,
+        features: &Features,
+        values: &[f64],
+        probabilities: Option<&[f64]>,
+    ) -> Result<Vec<Vec<f64>>, String> {
+        let classes = match &self.task {
+            Task::Classification { classes } => classes.len().max(1),
+            Task::Regression { .. } => 1,
+        };
+        let mut out = Vec::with_capacity(self.columns.len()); // bounded: one per input column
+        for (column, offset) in self.columns.iter().zip(block_offsets(&self.columns)) {
+            let width = column.encoder.width();
+            let Some(reading) = column.encoder.reading().filter(|_| width > 0) else {
+                out.push(vec![0.0; features.rows]); // bounded: one per row held
+                continue;
+            };
+            // The column's encoding when it is missing, written over its block in every row.
+            let mut missing = vec![0.0; width]; // bounded: the column's encoded width
+            column
+                .encoder
+                .write(&Values::missing(reading, 1), &[0], &mut missing, width, 0);
+            let mut occluded = features.select(&(0..features.rows).collect::<Vec<_>>())?;
+            for row in occluded.values.chunks_exact_mut(features.width) {
+                row[offset..offset + width].copy_from_slice(&missing);
+            }
+            let moved: Vec<f64> = match probabilities {
+                None => self
+                    .mixer
+                    .predict(&occluded)?
+                    .iter()
+                    .zip(values)
+                    .map(|(without, with)| with - without)
+                    .collect(),
+                Some(p) => {
+                    let without = self.mixer.probabilities(&occluded, classes)?;
+                    values
+                        .iter()
+                        .enumerate()
+                        .map(|(row, &class)| {
+                            let at = row * classes + class as usize;
+                            p.get(at).copied().unwrap_or(0.0)
+                                - without.get(at).copied().unwrap_or(0.0)
+                        })
+                        .collect()
+                }
+            };
+            out.push(moved);
+        }
+        Ok(out)
+    }
+
+    /// The encoded features of `batch`'s rows.
+    fn features(&self, batch: &RecordBatch) -> Result<Features, String> {
         let rows = batch.num_rows();
         let names: Vec<&str> = batch
             .schema_ref()
@@ -89,9 +300,7 @@ impl Predictor {
             )
             .collect::<Result<Vec<_>, String>>()?;
         let all_rows: Vec<usize> = (0..rows).collect();
-        let features = encode(&self.columns, &values, &all_rows)?;
-        let predicted = self.mixer.predict(&features)?;
-        self.to_target_array(predicted)
+        encode(&self.columns, &values, &all_rows)
     }
 
     fn to_target_array(&self, predicted: Vec<f64>) -> Result<ArrayRef, String> {
@@ -194,82 +403,143 @@ pub(crate) fn train(
     }
 
     phase(2, "Encoding")?;
+    // Rows in a seeded order: a fifth (from SMALL_DATA_ROWS rows on) is held out to report
+    // the accuracy on, the rest are the development rows the search cross-validates on.
     let order = shuffled(kept.len(), SEED);
-    let (train_rows, valid_rows) = if kept.len() < SMALL_DATA_ROWS {
-        (order.clone(), order)
+    let held_out = if kept.len() < SMALL_DATA_ROWS {
+        0
     } else {
-        let valid = kept.len() / 5;
-        (order[valid..].to_vec(), order[..valid].to_vec())
+        kept.len() / 5
     };
+    // The encoders learn no target: fitted on every row, they see every category.
     let columns: Vec<InputColumn> = columns
         .into_iter()
         .zip(&values)
         .map(|((name, kind), column_values)| InputColumn {
-            encoder: Encoder::fit(kind, column_values, &train_rows),
+            encoder: Encoder::fit(kind, column_values, &order),
             name,
             kind,
         })
         .collect();
-    let forest_rows = &train_rows[..train_rows.len().min(FOREST_MAX_ROWS)];
-    let train_features = encode(&columns, &values, &train_rows)?;
-    let forest_features = encode(&columns, &values, forest_rows)?;
-    let valid_features = encode(&columns, &values, &valid_rows)?;
-    let pick = |rows: &[usize]| -> Vec<f64> { rows.iter().map(|&row| y[row]).collect() };
-    let (y_train, y_forest, y_valid) = (pick(&train_rows), pick(forest_rows), pick(&valid_rows));
+    // Every row's features in the seeded order: the held-out fifth first.
+    let all = encode(&columns, &values, &order)?;
+    drop(values);
+    let positions: Vec<usize> = (0..all.rows).collect();
+    let (test_positions, dev_positions) = positions.split_at(held_out);
+    let (test, dev) = (all.select(test_positions)?, all.select(dev_positions)?);
+    let y_all: Vec<f64> = order.iter().map(|&row| y[row]).collect();
+    let (y_test, y_dev) = y_all.split_at(held_out);
+    let (y_test, y_dev) = (y_test.to_vec(), y_dev.to_vec());
 
     phase(3, "Fitting mixers")?;
-    let candidates = fit_candidates(
-        &task,
-        &train_features,
-        &forest_features,
-        &y_train,
-        &y_forest,
-        &check,
-    )?;
+    let labels = {
+        let mut seen: Vec<u64> = y_dev.iter().map(|&class| class as u64).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len()
+    };
+    let constant = constant_mixer(&task, &dev, &y_dev, labels);
+    let (mixer, stage, family, search, interval) = match constant {
+        Some((mixer, stage)) => (mixer, stage, "constant", None, None),
+        None => {
+            let specs = search::specs(&task, dev.rows, labels);
+            let found = search::search(&task, &specs, &dev, &y_dev, &check)?;
+            let Some(winner) = found.winner() else {
+                let reasons: Vec<String> = found
+                    .tried
+                    .iter()
+                    .filter_map(|tried| tried.error.clone())
+                    .collect();
+                return Err(format!("could not fit any model: {}", reasons.join("; ")));
+            };
+            let spec = winner.spec;
+            let interval = match task {
+                Task::Regression { .. } => found.interval(winner, &y_dev),
+                Task::Classification { .. } => None,
+            };
+            check()?;
+            let mixer = search::fit(spec, &task, &dev, &y_dev, &check)?;
+            (
+                mixer,
+                spec.stage(&task),
+                spec.family(),
+                Some(found),
+                interval,
+            )
+        }
+    };
 
     phase(4, "Evaluating")?;
-    let mut best: Option<(Candidate, f64)> = None;
-    let mut failures = Vec::new();
-    for candidate in candidates {
-        check()?;
-        match candidate.mixer.predict(&valid_features) {
-            Ok(predicted) => {
-                let score = task.score(predicted, &y_valid);
-                if best
-                    .as_ref()
-                    .is_none_or(|(_, best_score)| score > *best_score)
-                {
-                    best = Some((candidate, score));
-                }
-            }
-            Err(message) => failures.push(message),
-        }
-    }
-    let (winner, score) = best.ok_or_else(|| {
-        format!(
-            "could not evaluate any model for '{target_name}': {}",
-            failures.join("; ")
-        )
-    })?;
-    let score = if task.is_single_class() { 1.0 } else { score };
+    // The accuracy reported is the held-out rows' (never seen by the search or the fit); with
+    // too few rows to hold any out, the search's out-of-fold score.
+    let winner_score = search
+        .as_ref()
+        .and_then(|found| found.winner().and_then(|w| w.score));
+    let score = if task.is_single_class() {
+        1.0
+    } else if test.rows > 0 {
+        task.score(mixer.predict(&test)?, &y_test)
+    } else {
+        winner_score.unwrap_or_else(|| {
+            mixer
+                .predict(&dev)
+                .map(|predicted| task.score(predicted, &y_dev))
+                .unwrap_or(f64::NEG_INFINITY)
+        })
+    };
+    let (importance_rows, importance_y) = if test.rows > 0 {
+        (&test, &y_test)
+    } else {
+        (&dev, &y_dev)
+    };
     let importances = permutation_importances(
         &task,
-        &winner.mixer,
+        &mixer,
         &columns,
-        &valid_features,
-        &y_valid,
+        importance_rows,
+        importance_y,
         &check,
     )?;
+    // The stored mixer learns from the held-out rows too, once they have been scored: up to
+    // REFIT_MAX_ROWS rows, where a fifth more rows is worth a second fit.
+    let mixer = match (&search, test.rows) {
+        (Some(found), 1..) if kept.len() <= REFIT_MAX_ROWS => {
+            check()?;
+            let spec = found.winner().map(|w| w.spec);
+            match spec {
+                Some(spec) => search::fit(spec, &task, &all, &y_all, &check)?,
+                None => mixer,
+            }
+        }
+        _ => mixer,
+    };
 
     let inputs: Vec<String> = columns.iter().map(|column| column.name.clone()).collect();
+    let candidates = search
+        .map(|found| {
+            let chosen = found.winner().map(|w| w.spec);
+            found
+                .tried
+                .iter()
+                .map(|tried| CandidateScore {
+                    name: tried.spec.name(),
+                    score: tried.score,
+                    seconds: tried.seconds,
+                    selected: Some(tried.spec) == chosen,
+                    error: tried.error.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let description = Description {
         accuracies: BTreeMap::from([(task.score_name().to_owned(), score)]),
-        column_importances: inputs.iter().cloned().zip(importances).collect(),
+        column_importances: inputs.iter().cloned().zip(importances.clone()).collect(),
         inputs: inputs.clone(),
         outputs: vec![target_name.clone()],
-        model: model_text(&columns, &winner.stage),
-        mixer: winner.family.to_owned(),
+        model: model_text(&columns, &stage),
+        mixer: family.to_owned(),
         column_types,
+        candidates,
     };
     let predictor = Predictor {
         target: target_name,
@@ -277,12 +547,54 @@ pub(crate) fn train(
         task,
         inputs,
         columns,
-        mixer: winner.mixer,
+        mixer,
+        interval,
+        importances,
     };
     Ok(Trained {
         predictor,
         description,
     })
+}
+
+/// The mixer when there is nothing to learn: no usable input (the target's mean, or its most
+/// frequent class) or a single class.
+fn constant_mixer(
+    task: &Task,
+    dev: &Features,
+    y: &[f64],
+    labels: usize,
+) -> Option<(Mixer, String)> {
+    match task {
+        Task::Regression { .. } if dev.width == 0 => {
+            let mean = y.iter().sum::<f64>() / y.len().max(1) as f64;
+            Some((
+                Mixer::Constant(mean),
+                "Constant (mean of the target)".to_owned(),
+            ))
+        }
+        Task::Regression { .. } => None,
+        Task::Classification { classes } if classes.len() == 1 => {
+            Some((Mixer::Constant(0.0), "Constant (single class)".to_owned()))
+        }
+        Task::Classification { classes } if dev.width == 0 || labels < 2 => {
+            // bounded: one per class, each a label of the rows in memory
+            let mut counts = vec![0usize; classes.len()];
+            for &class in y {
+                if let Some(count) = counts.get_mut(class as usize) {
+                    *count += 1;
+                }
+            }
+            let majority = (0..counts.len())
+                .max_by_key(|&class| (counts[class], std::cmp::Reverse(class)))
+                .unwrap_or(0);
+            Some((
+                Mixer::Constant(majority as f64),
+                "Constant (most frequent class)".to_owned(),
+            ))
+        }
+        Task::Classification { .. } => None,
+    }
 }
 
 /// Arrow's `DataType` has serde only behind a feature; its text form parses back with `FromStr`.

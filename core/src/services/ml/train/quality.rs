@@ -1,0 +1,334 @@
+//! Known answers the trainer must get right: exact lines and planes fitted exactly, a step, a
+//! circle and an XOR learnt by trees, constant and all-missing columns ignored, intervals that
+//! hold about 90 % of new values, and the same predictor from the same rows.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{Float64Type, Int64Type};
+
+use super::sampling::SplitMix64;
+use super::*;
+
+fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+    RecordBatch::try_from_iter(columns).expect("test columns have equal lengths")
+}
+
+/// Uniform in [0, 1).
+fn uniform(rng: &mut SplitMix64) -> f64 {
+    (rng.next() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn floats(values: Vec<f64>) -> ArrayRef {
+    Arc::new(Float64Array::from(values))
+}
+
+fn trained(data: &RecordBatch, target: &str) -> Trained {
+    train(
+        std::slice::from_ref(data),
+        target,
+        &mut |_, _| true,
+        &|| false,
+    )
+    .expect("trains")
+}
+
+fn predicted_floats(predictor: &Predictor, probe: &RecordBatch) -> Vec<f64> {
+    let array = predictor.predict(probe).expect("predicts");
+    array.as_primitive::<Float64Type>().values().to_vec()
+}
+
+/// The first case: y = 3x + 2 for x = 0..59 beside a text column of 20 labels.
+#[test]
+fn an_exact_line_beside_a_text_column_is_fitted_exactly() {
+    let mut rng = SplitMix64(4);
+    let x: Vec<i64> = (0..60).collect();
+    let txt: Vec<String> = (0..60).map(|_| format!("t{}", rng.next() % 20)).collect();
+    let y: Vec<f64> = x.iter().map(|&x| 3.0 * x as f64 + 2.0).collect();
+    let data = batch(vec![
+        ("x", Arc::new(Int64Array::from(x)) as ArrayRef),
+        ("txt", Arc::new(StringArray::from(txt))),
+        ("y", floats(y)),
+    ]);
+    let trained = trained(&data, "y");
+    let description = &trained.description;
+    assert!(
+        description.accuracies["r2_score"] > 0.999_999,
+        "{description:?}"
+    );
+    assert_eq!(description.mixer, "linear", "{description:?}");
+    let probe = batch(vec![(
+        "x",
+        Arc::new(Int64Array::from(vec![0, 2, 100])) as ArrayRef,
+    )]);
+    let predicted = predicted_floats(&trained.predictor, &probe);
+    for (got, want) in predicted.iter().zip([2.0, 8.0, 302.0]) {
+        assert!((got - want).abs() < 1e-3, "{predicted:?}");
+    }
+}
+
+/// An integer target on an exact line: exact integers, not a shrunk slope rounded.
+#[test]
+fn an_exact_integer_line_predicts_exact_integers() {
+    let x: Vec<i64> = (0..80).collect();
+    let y: Vec<i64> = x.iter().map(|x| 3 * x + 2).collect();
+    let data = batch(vec![
+        ("x", Arc::new(Int64Array::from(x)) as ArrayRef),
+        ("y", Arc::new(Int64Array::from(y))),
+    ]);
+    let trained = trained(&data, "y");
+    assert_eq!(trained.description.accuracies["r2_score"], 1.0);
+    let probe = batch(vec![(
+        "x",
+        Arc::new(Int64Array::from(vec![5, 100])) as ArrayRef,
+    )]);
+    let predicted = trained.predictor.predict(&probe).expect("predicts");
+    assert_eq!(predicted.as_primitive::<Int64Type>().values(), &[17, 302]);
+}
+
+#[test]
+fn an_exact_plane_is_fitted_exactly() {
+    let mut rng = SplitMix64(8);
+    let a: Vec<f64> = (0..200).map(|_| uniform(&mut rng) * 10.0).collect();
+    let b: Vec<f64> = (0..200).map(|_| uniform(&mut rng) * 10.0 - 5.0).collect();
+    let y: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| 2.0 * a - 3.0 * b + 1.0)
+        .collect();
+    let data = batch(vec![("a", floats(a)), ("b", floats(b)), ("y", floats(y))]);
+    let trained = trained(&data, "y");
+    assert!(trained.description.accuracies["r2_score"] > 0.999_999);
+    let probe = batch(vec![
+        ("a", floats(vec![0.0, 1.0])),
+        ("b", floats(vec![0.0, 1.0])),
+    ]);
+    let predicted = predicted_floats(&trained.predictor, &probe);
+    assert!((predicted[0] - 1.0).abs() < 1e-6, "{predicted:?}");
+    assert!((predicted[1] - 0.0).abs() < 1e-6, "{predicted:?}");
+}
+
+#[test]
+fn a_step_is_learnt_by_trees() {
+    let mut rng = SplitMix64(9);
+    let x: Vec<f64> = (0..400).map(|_| uniform(&mut rng)).collect();
+    let y: Vec<f64> = x
+        .iter()
+        .map(|&x| if x > 0.5 { 10.0 } else { 0.0 })
+        .collect();
+    let data = batch(vec![("x", floats(x)), ("y", floats(y))]);
+    let trained = trained(&data, "y");
+    let description = &trained.description;
+    assert!(description.accuracies["r2_score"] > 0.95, "{description:?}");
+    assert_ne!(description.mixer, "linear", "{description:?}");
+    let probe = batch(vec![("x", floats(vec![0.2, 0.8]))]);
+    let predicted = predicted_floats(&trained.predictor, &probe);
+    assert!(predicted[0].abs() < 1.0 && (predicted[1] - 10.0).abs() < 1.0);
+}
+
+/// Classes no line separates: inside a circle, and an XOR of two signs.
+#[test]
+fn a_circle_and_an_xor_are_learnt() {
+    let mut rng = SplitMix64(10);
+    let rows = 800;
+    let a: Vec<f64> = (0..rows).map(|_| uniform(&mut rng) * 2.0 - 1.0).collect();
+    let b: Vec<f64> = (0..rows).map(|_| uniform(&mut rng) * 2.0 - 1.0).collect();
+    let circle: Vec<&str> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| if a * a + b * b < 0.5 { "in" } else { "out" })
+        .collect();
+    let xor: Vec<&str> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| {
+            if (*a > 0.0) != (*b > 0.0) {
+                "odd"
+            } else {
+                "even"
+            }
+        })
+        .collect();
+    for (target, column) in [("circle", circle), ("xor", xor)] {
+        let data = batch(vec![
+            ("a", floats(a.clone())),
+            ("b", floats(b.clone())),
+            (target, Arc::new(StringArray::from(column))),
+        ]);
+        let trained = trained(&data, target);
+        let description = &trained.description;
+        assert!(
+            description.accuracies["balanced_accuracy_score"] > 0.9,
+            "{target}: {description:?}"
+        );
+        assert_ne!(description.mixer, "linear", "{target}: {description:?}");
+    }
+}
+
+#[test]
+fn constant_and_all_missing_columns_are_ignored() {
+    let x: Vec<f64> = (0..120).map(f64::from).collect();
+    let y: Vec<f64> = x.iter().map(|x| 0.5 * x - 4.0).collect();
+    let data = batch(vec![
+        ("x", floats(x)),
+        ("constant", floats(vec![7.0; 120])),
+        (
+            "nothing",
+            Arc::new(Float64Array::from(vec![None::<f64>; 120])),
+        ),
+        (
+            "no_label",
+            Arc::new(StringArray::from(vec![None::<&str>; 120])),
+        ),
+        ("y", floats(y)),
+    ]);
+    let trained = trained(&data, "y");
+    let description = &trained.description;
+    assert!(
+        description.accuracies["r2_score"] > 0.999_999,
+        "{description:?}"
+    );
+    for ignored in ["constant", "nothing", "no_label"] {
+        assert_eq!(
+            description.column_importances[ignored], 0.0,
+            "{description:?}"
+        );
+    }
+}
+
+/// About 90 % of new values fall inside the 90 % interval, for a linear and a non-linear fit.
+#[test]
+fn intervals_hold_about_ninety_percent_of_new_values() {
+    let rows = 2_000;
+    let sample = |seed: u64| {
+        let mut rng = SplitMix64(seed);
+        let x: Vec<f64> = (0..rows).map(|_| uniform(&mut rng) * 10.0).collect();
+        let noise: Vec<f64> = (0..rows).map(|_| uniform(&mut rng) * 4.0 - 2.0).collect();
+        (x, noise)
+    };
+    let (x, noise) = sample(21);
+    let (x_new, noise_new) = sample(22);
+    type Shape = fn(f64) -> f64;
+    let shapes: [(&str, Shape); 2] = [("line", |x| 2.0 * x), ("wave", |x| (x * 1.3).sin() * 5.0)];
+    for (shape, f) in shapes {
+        let y: Vec<f64> = x.iter().zip(&noise).map(|(x, n)| f(*x) + n).collect();
+        let data = batch(vec![("x", floats(x.clone())), ("y", floats(y))]);
+        let trained = trained(&data, "y");
+        let probe = batch(vec![("x", floats(x_new.clone()))]);
+        let (_, details) = trained
+            .predictor
+            .predict_detailed(&probe, false)
+            .expect("predicts");
+        let confidence = details[0].as_primitive::<Float64Type>();
+        assert!(confidence.iter().all(|c| c == Some(0.9)));
+        let (low, high) = (
+            details[1].as_primitive::<Float64Type>(),
+            details[2].as_primitive::<Float64Type>(),
+        );
+        let inside = x_new
+            .iter()
+            .zip(&noise_new)
+            .enumerate()
+            .filter(|(row, (x, n))| {
+                let truth = f(**x) + **n;
+                low.value(*row) <= truth && truth <= high.value(*row)
+            })
+            .count();
+        let share = inside as f64 / rows as f64;
+        assert!(
+            (0.85..=0.95).contains(&share),
+            "{shape}: {share} inside the 90 % interval"
+        );
+    }
+}
+
+#[test]
+fn the_same_rows_train_the_same_predictor() {
+    let mut rng = SplitMix64(30);
+    let a: Vec<f64> = (0..300).map(|_| uniform(&mut rng)).collect();
+    let y: Vec<f64> = a.iter().map(|a| (a * 6.0).sin()).collect();
+    let data = batch(vec![("a", floats(a)), ("y", floats(y))]);
+    let first = serde_json::to_string(&trained(&data, "y").predictor).unwrap();
+    let second = serde_json::to_string(&trained(&data, "y").predictor).unwrap();
+    assert!(first == second, "two trainings on the same rows differ");
+}
+
+/// A class's confidence is its probability, and an explanation names the driving input.
+#[test]
+fn class_confidence_is_a_probability_and_the_explanation_names_the_driver() {
+    let mut rng = SplitMix64(31);
+    let x: Vec<f64> = (0..400).map(|_| uniform(&mut rng) * 2.0 - 1.0).collect();
+    let junk: Vec<f64> = (0..400).map(|_| uniform(&mut rng)).collect();
+    let label: Vec<&str> = x
+        .iter()
+        .map(|&x| if x > 0.0 { "pos" } else { "neg" })
+        .collect();
+    let data = batch(vec![
+        ("x", floats(x)),
+        ("junk", floats(junk)),
+        ("label", Arc::new(StringArray::from(label))),
+    ]);
+    let trained = trained(&data, "label");
+    let probe = batch(vec![
+        ("x", floats(vec![-0.9, 0.9, 0.0])),
+        ("junk", floats(vec![0.5, 0.5, 0.5])),
+    ]);
+    let (predicted, details) = trained
+        .predictor
+        .predict_detailed(&probe, true)
+        .expect("predicts");
+    let predicted = predicted.as_string::<i32>();
+    assert_eq!((predicted.value(0), predicted.value(1)), ("neg", "pos"));
+    let confidence = details[0].as_primitive::<Float64Type>();
+    assert!(
+        confidence.value(0) > 0.8 && confidence.value(1) > 0.8,
+        "{confidence:?}"
+    );
+    assert!((0.0..=1.0).contains(&confidence.value(2)));
+    assert_eq!(details[1].null_count(), 3, "a class has no interval");
+    let explained: serde_json::Value =
+        serde_json::from_str(details[3].as_string::<i32>().value(1)).unwrap();
+    assert_eq!(explained["predicted_value"], "pos");
+    assert_eq!(explained["top_inputs"][0]["column"], "x", "{explained}");
+    let fields = trained.predictor.detail_fields();
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "label_confidence",
+            "label_min",
+            "label_max",
+            "label_explain"
+        ]
+    );
+    // Without the explanation asked for, its column is NULL.
+    let (_, details) = trained.predictor.predict_detailed(&probe, false).unwrap();
+    assert_eq!(details[3].null_count(), 3);
+}
+
+/// Every candidate is described with its score, and exactly one is selected: the best.
+#[test]
+fn every_candidate_is_described_and_the_best_one_selected() {
+    let mut rng = SplitMix64(32);
+    let a: Vec<f64> = (0..300).map(|_| uniform(&mut rng)).collect();
+    let y: Vec<f64> = a
+        .iter()
+        .map(|a| 4.0 * a + uniform(&mut rng) * 0.1)
+        .collect();
+    let data = batch(vec![("a", floats(a)), ("y", floats(y))]);
+    let candidates = trained(&data, "y").description.candidates;
+    let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+    assert!(names.contains(&"ridge regression (alpha = 0)"), "{names:?}");
+    assert!(names.contains(&"gradient-boosted trees"), "{names:?}");
+    assert!(names.contains(&"random forest"), "{names:?}");
+    let selected: Vec<_> = candidates.iter().filter(|c| c.selected).collect();
+    assert_eq!(selected.len(), 1, "{candidates:?}");
+    let best = candidates
+        .iter()
+        .filter_map(|c| c.score)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(selected[0].score, Some(best));
+    assert!(selected[0].name.starts_with("ridge"), "{candidates:?}");
+}
