@@ -604,6 +604,17 @@ fn predictions_carry_confidence_an_interval_and_an_explanation() {
         "EXPLAIN SELECT m.price_explain FROM homes AS t JOIN price_model AS m",
     );
     assert!(!plan.to_string().contains("without explanations"), "{plan}");
+    // The target spelt in another case names the same columns.
+    table(
+        &engine,
+        "CREATE MODEL upper_model FROM mindsdb (SELECT rooms, area, price FROM homes) PREDICT PRICE",
+    );
+    assert_eq!(wait_done(&engine, "mindsdb", "upper_model")[0], "complete");
+    let plan = table(
+        &engine,
+        "EXPLAIN SELECT count(*) FROM homes AS t JOIN upper_model AS m",
+    );
+    assert!(plan.to_string().contains("without explanations"), "{plan}");
     // A detail can be filtered on like any column.
     let sure = table(
         &engine,
@@ -665,6 +676,108 @@ fn predictions_carry_confidence_an_interval_and_an_explanation() {
     assert_eq!(row[0], "up", "{up}");
     assert!(row[1].as_f64().unwrap() > 0.8, "{up}");
     assert_eq!((row[2].clone(), row[3].clone()), (Value::Null, Value::Null));
+}
+
+/// Two stores' daily sales from 2024-01-01: a level per store, a weekly season, a slow trend.
+fn sales_amount(store: &str, day: i64) -> f64 {
+    let level = if store == "north" { 100.0 } else { 40.0 };
+    let weekly = [0.0, 5.0, 8.0, 6.0, 2.0, -9.0, -12.0][(day % 7) as usize];
+    level + weekly + 0.05 * day as f64
+}
+
+#[test]
+fn a_time_series_model_forecasts_each_group_after_its_last_row() {
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    engine
+        .sql_blocking("CREATE TABLE sales (d DATE, store VARCHAR, amount DOUBLE)")
+        .unwrap();
+    let values: Vec<String> = ["north", "south"]
+        .iter()
+        .flat_map(|store| {
+            (0..84).map(move |day| {
+                format!(
+                    "(DATE '2024-01-01' + INTERVAL '{day} days', '{store}', {})",
+                    sales_amount(store, day)
+                )
+            })
+        })
+        .collect();
+    engine
+        .sql_blocking(&format!("INSERT INTO sales VALUES {}", values.join(", ")))
+        .unwrap();
+    table(
+        &engine,
+        "CREATE MODEL sales_model FROM mindsdb (SELECT * FROM sales) PREDICT amount ORDER BY d GROUP BY store WINDOW 14 HORIZON 5",
+    );
+    let done = wait_done(&engine, "mindsdb", "sales_model");
+    assert_eq!(done[0], "complete", "{done}");
+    assert!(done[2].as_f64().unwrap() > 0.9, "backtest r2 {done}");
+
+    // `> LATEST`: the five days after each store's last (2024-03-24), forecast.
+    let future = table(
+        &engine,
+        "SELECT t.d, t.store, m.amount, m.latest FROM mindsdb.sales AS t JOIN mindsdb.sales_model AS m \
+         WHERE t.d > LATEST ORDER BY t.store, t.d",
+    );
+    let rows = future["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 10, "{future}");
+    for (n, row) in rows.iter().enumerate() {
+        let (store, day) = (if n < 5 { "north" } else { "south" }, 84 + (n % 5) as i64);
+        assert_eq!(row[0], format!("2024-03-{}", 25 + n % 5), "{row:?}");
+        assert_eq!(row[1], store);
+        assert_eq!(row[3], "2024-03-24");
+        let (got, want) = (row[2].as_f64().unwrap(), sales_amount(store, day));
+        assert!((got - want).abs() < 3.0, "{row:?}: {got} for {want}");
+    }
+    // Without it: every row answered from the rows before it, then the future rows.
+    let all = table(
+        &engine,
+        "SELECT count(*), count(m.amount) FROM sales AS t JOIN sales_model AS m",
+    );
+    assert_eq!(all["data"], serde_json::json!([[178, 176]]));
+    // The rows joined are the history: one store's gives that store's forecast.
+    let north = table(
+        &engine,
+        "SELECT t.store, m.amount_min < m.amount FROM (SELECT * FROM sales WHERE store = 'north') AS t \
+         JOIN sales_model AS m WHERE t.d > LATEST",
+    );
+    assert_eq!(north["data"].as_array().unwrap().len(), 5, "{north}");
+    assert!(north["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r[0] == "north" && r[1] == true));
+
+    let alone = error(
+        &engine,
+        "SELECT amount FROM sales_model WHERE store = 'north'",
+    );
+    assert!(alone.contains("join it with them"), "{alone}");
+    let info = table(&engine, "DESCRIBE sales_model.info");
+    assert!(
+        info["data"][0][4]
+            .as_str()
+            .unwrap()
+            .starts_with("Time series: order by d, group by store, window 14, horizon 5"),
+        "{info}"
+    );
+    for (sql, says) in [
+        (
+            "CREATE MODEL bad FROM mindsdb (SELECT * FROM sales) PREDICT amount ORDER BY d",
+            "needs WINDOW n",
+        ),
+        (
+            "CREATE MODEL bad FROM mindsdb (SELECT * FROM sales) PREDICT amount ORDER BY d WINDOW 0",
+            "WINDOW must be a whole number from 1 to 512",
+        ),
+        (
+            "CREATE MODEL bad FROM mindsdb (SELECT * FROM sales) PREDICT amount ORDER BY d WINDOW 3 HORIZON 100000",
+            "HORIZON must be a whole number from 1 to 1000",
+        ),
+    ] {
+        let message = error(&engine, sql);
+        assert!(message.contains(says), "{sql}: {message}");
+    }
 }
 
 /// A training query that takes seconds to read: a filtered cross join of 9 million pairs,

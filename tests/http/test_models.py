@@ -409,3 +409,35 @@ def test_the_model_routes_answer_mindsdbs_codes_for_what_is_missing(server):
         "query": "CREATE MODEL mindsdb.m PREDICT y USING engine = 'nosuch'"})
     assert created.status_code == 404, created.text
     assert created.json()["title"] == "ML handler not found" and "nosuch" in created.json()["detail"]
+
+
+def test_a_time_series_model_forecasts_over_sql_and_rest(server):
+    """MindsDB's forecasting flow: ORDER BY … GROUP BY … WINDOW … HORIZON, then `t JOIN m`
+    with `WHERE t.d > LATEST` for the future rows, and the REST predict given the history."""
+    import requests
+
+    weekly = [0, 5, 8, 6, 2, -9, -12]
+    rows = [f"(DATE '2024-01-01' + INTERVAL '{day} days', '{store}', {level + weekly[day % 7]})"
+            for store, level in (("north", 100), ("south", 40)) for day in range(70)]
+    server.sql_ok("CREATE TABLE sales (d DATE, store VARCHAR, amount DOUBLE)")
+    server.sql_ok(f"INSERT INTO sales VALUES {', '.join(rows)}")
+    server.sql_ok("CREATE MODEL mindsdb.sales_m FROM mindsdb (SELECT * FROM sales) "
+                  "PREDICT amount ORDER BY d GROUP BY store WINDOW 14 HORIZON 3")
+    assert wait_status(server, "sales_m") == ["complete", None]
+    future = server.sql_ok("SELECT t.d, t.store, m.amount FROM mindsdb.sales AS t "
+                           "JOIN mindsdb.sales_m AS m WHERE t.d > LATEST ORDER BY t.store, t.d")
+    assert [r[:2] for r in future["data"]] == [
+        ["2024-03-11", "north"], ["2024-03-12", "north"], ["2024-03-13", "north"],
+        ["2024-03-11", "south"], ["2024-03-12", "south"], ["2024-03-13", "south"]]
+    for (_, store, amount), day in zip(future["data"], [70, 71, 72] * 2):
+        level = 100 if store == "north" else 40
+        assert abs(amount - (level + weekly[day % 7])) < 3, future
+    history = [{"d": f"2024-01-{day + 1:02d}", "store": "north", "amount": 100 + weekly[day % 7]}
+               for day in range(21)]
+    answered = requests.post(models_url(server, "sales_m", "predict"), timeout=30,
+                             json={"data": history})
+    assert answered.status_code == 200, answered.text
+    rows = answered.json()
+    assert len(rows) == 21 + 3 and [r["d"] for r in rows[-3:]] == ["2024-01-22", "2024-01-23",
+                                                                  "2024-01-24"]
+    assert all(r["latest"] == "2024-01-21" and r["store"] == "north" for r in rows[-3:]), rows[-3:]

@@ -608,6 +608,37 @@ pub fn json_cells(array: &dyn Array) -> impl Fn(usize, &mut Vec<u8>) + '_ {
     cell_writer(array)
 }
 
+/// As [`rows_as_json`], for rows a request sized: an error names `limit` (the largest
+/// document, in bytes, and the setting that sets it) once the rows' JSON text passes it,
+/// written a few rows at a time so the text never does by much, and the values parsed from it
+/// are checked against the statement's memory first.
+pub(crate) fn rows_as_json_within(
+    batch: &RecordBatch,
+    limit: u64,
+    what: &str,
+) -> Result<Vec<Vec<serde_json::Value>>> {
+    let mut out = vec![b'['];
+    let mut first = true;
+    let rows = batch.num_rows();
+    for offset in (0..rows).step_by(256) {
+        write_rows(
+            &batch.slice(offset, 256.min(rows - offset)),
+            &mut out,
+            &mut first,
+        );
+        if out.len() as u64 > limit {
+            return Err(Error::invalid(format!(
+                "{what} would be more than {} MiB of JSON (query.max_document_mb); ask about fewer rows",
+                limit / (1 << 20)
+            )));
+        }
+    }
+    out.push(b']');
+    // A parsed value takes several times its text (a map and a string per cell).
+    crate::capacity::check((out.len() as u64).saturating_mul(8), what)?;
+    Ok(serde_json::from_slice(&out).unwrap_or_default())
+}
+
 /// A batch's rows as JSON values, cell by cell as the wire formats write them (for the agent
 /// loop, which shows a few rows to a model).
 pub(crate) fn rows_as_json(batch: &RecordBatch) -> Vec<Vec<serde_json::Value>> {
@@ -701,7 +732,26 @@ mod tests {
     use datafusion::error::DataFusionError;
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 
-    use super::{encode_rows_capped, write_float, RecordBatch, TableResult};
+    use super::{encode_rows_capped, rows_as_json_within, write_float, RecordBatch, TableResult};
+
+    #[test]
+    fn rows_asked_for_as_json_stop_at_the_document_limit() {
+        let n: Vec<i64> = (0..10_000).collect();
+        let batch = RecordBatch::try_from_iter([(
+            "n",
+            Arc::new(Int64Array::from(n)) as datafusion::arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let all = rows_as_json_within(&batch, 1 << 20, "The answer").unwrap();
+        assert_eq!((all.len(), all[9_999][0].as_i64()), (10_000, Some(9_999)));
+        let message = rows_as_json_within(&batch, 4_096, "The answer")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("The answer would be more than 0 MiB of JSON (query.max_document_mb)"),
+            "{message}"
+        );
+    }
 
     /// A table of `batches` batches of 100 rows (`n`, `s`), then an error if `fail_after`.
     fn table(batches: i64, fail_after: bool) -> TableResult {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast_with_options;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -18,10 +19,11 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::Distribution;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::model::{PredictModel, STRICT};
 use crate::sql::planning::session::connector;
@@ -87,9 +89,12 @@ impl PredictExec {
     ) -> DfResult<Self> {
         let input_schema = input.schema();
         let target = &model.model.predict;
+        // A time-series model reads the target's past values (its history); any other model
+        // predicts the target from the other columns alone.
+        let reads_target = super::series::forecaster(&model).is_some();
         let mut sources = Vec::new();
         for field in model.inputs.fields() {
-            if field.name().eq_ignore_ascii_case(target) {
+            if field.name().eq_ignore_ascii_case(target) && !reads_target {
                 sources.push(None);
                 continue;
             }
@@ -122,12 +127,34 @@ impl PredictExec {
                 inputs.join(", ")
             )));
         }
+        // A time-series model answers its rows as a whole: one partition, emitted at the end.
+        let series = super::series::forecaster(&model);
+        if let Some(forecaster) = series {
+            let order = &forecaster.options().order;
+            let has_order = model
+                .inputs
+                .fields()
+                .iter()
+                .zip(&sources)
+                .any(|(f, source)| f.name().eq_ignore_ascii_case(order) && source.is_some());
+            if !has_order {
+                return Err(DataFusionError::Plan(format!(
+                    "The rows joined with time-series model '{}' have no '{order}' column (its ORDER BY); name it so",
+                    model.model.name
+                )));
+            }
+        }
+        let (partitions, emission) = match series {
+            Some(_) => (1, EmissionType::Final),
+            None => (
+                input.properties().output_partitioning().partition_count(),
+                EmissionType::Incremental,
+            ),
+        };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(
-                input.properties().output_partitioning().partition_count(),
-            ),
-            EmissionType::Incremental,
+            Partitioning::UnknownPartitioning(partitions),
+            emission,
             input.properties().boundedness,
         );
         Ok(PredictExec {
@@ -143,7 +170,16 @@ impl PredictExec {
 
     /// Where `<target>_explain` is in the output, if the model makes one.
     fn explain_column(&self) -> Option<usize> {
-        let name = format!("{}_explain", self.model.model.predict);
+        // Named after the training column (`PREDICT Y` of a column `y` gives `y_explain`).
+        let target = &self.model.model.predict;
+        let target = self
+            .model
+            .inputs
+            .fields()
+            .iter()
+            .find(|f| f.name().eq_ignore_ascii_case(target))
+            .map_or(target, |f| f.name());
+        let name = format!("{target}_explain");
         let within = self.model.schema.index_of(&name).ok()?;
         if within < self.model.inputs.fields().len() {
             return None;
@@ -181,6 +217,14 @@ impl ExecutionPlan for PredictExec {
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        if super::series::forecaster(&self.model).is_some() {
+            vec![Distribution::SinglePartition]
+        } else {
+            vec![Distribution::UnspecifiedDistribution]
+        }
     }
 
     fn apply_expressions(
@@ -243,7 +287,11 @@ impl ExecutionPlan for PredictExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let llm = connector(context.session_config())?;
+        let batch_size = context.session_config().batch_size().max(1);
         let input = self.input.execute(partition, context)?;
+        if super::series::forecaster(&self.model).is_some() {
+            return Ok(self.forecast(input, batch_size));
+        }
         let (model, sources, schema, layout, explain) = (
             Arc::clone(&self.model),
             self.sources.clone(),
@@ -278,9 +326,65 @@ impl ExecutionPlan for PredictExec {
     }
 }
 
+impl PredictExec {
+    /// A time-series model's answer to all of `input` (its history), in batches of
+    /// `batch_size` rows.
+    fn forecast(
+        &self,
+        input: SendableRecordBatchStream,
+        batch_size: usize,
+    ) -> SendableRecordBatchStream {
+        let (model, sources, schema, layout, explain) = (
+            Arc::clone(&self.model),
+            self.sources.clone(),
+            Arc::clone(&self.schema),
+            self.layout,
+            self.explain,
+        );
+        let out_schema = Arc::clone(&schema);
+        let answered = async move {
+            let input_schema = input.schema();
+            let batches: Vec<RecordBatch> = input.try_collect().await?;
+            let batch = concat_batches(&input_schema, &batches)?;
+            drop(batches);
+            let external = |e: crate::error::Error| DataFusionError::External(Box::new(e));
+            let forecaster = super::series::forecaster(&model)
+                .ok_or_else(|| DataFusionError::Internal("not a time-series model".into()))?;
+            let inputs = model_inputs(&model, &sources, &batch)?;
+            let forecast =
+                super::series::forecast(&model, forecaster, &inputs, explain).map_err(external)?;
+            let predicted = super::series::model_columns(&model, forecaster, &inputs, &forecast)
+                .map_err(external)?;
+            let roles = super::series::Roles::of(forecaster, &batch.schema());
+            let rows =
+                || super::series::answer_columns(&batch, &forecast, &roles).map_err(external);
+            let columns: Vec<ArrayRef> = match layout {
+                Layout::Only => predicted,
+                Layout::Before => [predicted, rows()?].concat(),
+                Layout::After => [rows()?, predicted].concat(),
+            };
+            Ok::<_, DataFusionError>(RecordBatch::try_new(out_schema, columns)?)
+        };
+        let batches = futures::stream::once(answered).flat_map(move |answer| {
+            let slices: Vec<DfResult<RecordBatch>> = match answer {
+                Ok(batch) => (0..batch.num_rows())
+                    .step_by(batch_size)
+                    .map(
+                        |offset| Ok(batch.slice(offset, batch_size.min(batch.num_rows() - offset))),
+                    )
+                    .collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(slices)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+}
+
 /// The model's columns for `batch`: each input from the column of the same name, cast to
 /// the type it was trained with (a value that does not fit is an error naming the column),
-/// NULL where the batch has no such column; the target NULL, to be predicted.
+/// NULL where the batch has no such column; the target NULL, to be predicted (a time-series
+/// model's target from the rows: the history it forecasts from).
 fn model_inputs(
     model: &PredictModel,
     sources: &[Option<usize>],

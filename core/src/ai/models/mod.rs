@@ -8,6 +8,7 @@ pub(crate) mod model;
 pub(crate) mod predict;
 pub(crate) mod predict_join;
 pub(crate) mod run;
+pub(crate) mod series;
 pub(crate) mod statements;
 
 use std::sync::Arc;

@@ -58,6 +58,16 @@ impl TableProvider for ModelTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if super::series::forecaster(&self.0).is_some() {
+            let m = &self.0.model;
+            return Err(DataFusionError::Plan(format!(
+                "Model '{}' forecasts from the rows before: join it with them (SELECT … FROM t JOIN {}.{} AS m [WHERE t.{} > LATEST])",
+                m.name,
+                m.project,
+                m.name,
+                super::series::forecaster(&self.0).map_or("", |f| f.options().order.as_str())
+            )));
+        }
         // Conditions are checked now; the prediction is made when the plan runs.
         let schema = &self.0.schema;
         let row = input_row(&self.0.inputs, &self.0.model.predict, filters)?;
@@ -146,11 +156,13 @@ fn equality(expr: &Expr) -> Option<(&str, &ScalarValue)> {
 /// `{column: value}` objects, or that list as JSON text. Each value is read as its text and
 /// cast to the column's training type (a value that does not fit is an error naming it);
 /// missing columns are missing inputs. Returns the rows with every training column, the
-/// target's filled in.
+/// target's filled in, and the columns a fitted model adds; an answer past `document_limit`
+/// bytes of JSON is an error.
 pub(crate) async fn predict_json(
     model: &PredictModel,
     rows: &serde_json::Value,
     llm: &Connector,
+    document_limit: u64,
 ) -> crate::error::Result<serde_json::Value> {
     use datafusion::arrow::array::StringArray;
     use serde_json::Value;
@@ -197,9 +209,13 @@ pub(crate) async fn predict_json(
         columns.push(column);
     }
     let inputs = RecordBatch::try_new(Arc::clone(schema), columns)?;
-    let batch = model.with_prediction(inputs, llm, true).await?;
+    let batch = match super::series::forecaster(model) {
+        // A time-series model's rows are its history: every row answered, the future added.
+        Some(forecaster) => super::series::model_rows(model, forecaster, &inputs)?,
+        None => model.with_prediction(inputs, llm, true).await?,
+    };
     let names: Vec<&String> = model.schema.fields().iter().map(|f| f.name()).collect();
-    let out = crate::sql::encode::rows_as_json(&batch)
+    let out = crate::sql::encode::rows_as_json_within(&batch, document_limit, "The prediction")?
         .into_iter()
         .map(|row| Value::Object(names.iter().map(|n| n.to_string()).zip(row).collect()))
         .collect();

@@ -188,9 +188,10 @@ impl UserDefinedLogicalNodeCore for PredictNode {
     }
 
     // One row out per row in: a LIMIT above may go below, so no more rows are predicted than
-    // are returned.
+    // are returned. Not for a time-series model: its rows are the history every forecast
+    // reads, and it adds rows of its own.
     fn supports_limit_pushdown(&self) -> bool {
-        true
+        super::series::forecaster(&self.model).is_none()
     }
 }
 

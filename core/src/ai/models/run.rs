@@ -361,7 +361,8 @@ impl SqlRunner {
         let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
         let model = super::model::PredictModel::of(&snapshot, model.clone())?;
         drop(snapshot);
-        super::predict::predict_json(&model, rows, &self.services.connector()).await
+        let limit = self.services.config.max_document_bytes();
+        super::predict::predict_json(&model, rows, &self.services.connector(), limit).await
     }
 
     /// `DROP MODEL|PREDICTOR`: the dropped versions' trainings stop at once.

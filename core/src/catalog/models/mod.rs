@@ -7,8 +7,10 @@
 
 mod description;
 pub(crate) mod openai;
+pub(crate) mod series;
 
 pub(crate) use self::description::{CandidateScore, Description};
+pub(crate) use self::series::SeriesOptions;
 
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -309,6 +311,8 @@ fn is_builtin(engine: &str) -> bool {
 fn check_engine_settings(engine: &str, using: &Map<String, Value>, target: &str) -> Result<()> {
     if engine == openai::ENGINE {
         openai::check(using)?.schema(target)?;
+    } else if is_builtin(engine) {
+        SeriesOptions::from_using(using)?;
     }
     Ok(())
 }

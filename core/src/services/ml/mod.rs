@@ -18,8 +18,10 @@ use crate::catalog::models::{self, ModelStatus, ModelVersion};
 use crate::error::{Error, Result};
 use crate::services::llm::{self, Connector};
 use crate::tenant::TenantId;
+use forecast::Forecaster;
 use train::Predictor;
 
+pub(crate) mod forecast;
 mod linear;
 pub(crate) mod train;
 pub(crate) mod worker;
@@ -29,6 +31,8 @@ pub(crate) mod worker;
 pub(crate) enum Scorer {
     /// A predictor fitted by the built-in engine.
     Fitted(Predictor),
+    /// A time-series model of the built-in engine: it answers rows as a whole.
+    Series(Forecaster),
     /// An LLM asked once per row.
     Prompted(Prompted),
 }
@@ -39,6 +43,7 @@ impl Scorer {
     pub(crate) fn detail_fields(&self) -> Vec<Field> {
         match self {
             Scorer::Fitted(predictor) => predictor.detail_fields(),
+            Scorer::Series(forecaster) => forecaster.detail_fields(),
             Scorer::Prompted(_) => Vec::new(),
         }
     }
@@ -57,10 +62,20 @@ impl Scorer {
             Scorer::Fitted(predictor) => predictor
                 .predict_detailed(inputs, explain)
                 .map_err(|e| Error::invalid(format!("prediction failed: {e}"))),
+            Scorer::Series(_) => Err(Error::internal(
+                "a time-series model answers rows as a whole, not one by one",
+            )),
             Scorer::Prompted(prompted) => Ok((prompted.predict(inputs, llm).await?, Vec::new())),
         }
     }
 }
+
+/// A forecaster as stored: `{"series": …}`, which [`scorer`] tells from a tabular predictor.
+pub(crate) fn stored_forecaster(forecaster: &Forecaster) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&serde_json::json!({ SERIES_KEY: forecaster }))
+}
+
+const SERIES_KEY: &str = "series";
 
 /// The scorer of a complete version; "model creation not completed" otherwise.
 pub(crate) fn scorer(
@@ -75,6 +90,12 @@ pub(crate) fn scorer(
         return Ok(Scorer::Prompted(models::openai::check(&model.using)?));
     }
     let stored = models::predictor(txn, tenant, model)?;
+    if stored.starts_with(format!("{{\"{SERIES_KEY}\":").as_bytes()) {
+        let mut wrapped: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&stored)?;
+        let forecaster = wrapped.remove(SERIES_KEY).unwrap_or_default();
+        return Ok(Scorer::Series(serde_json::from_value(forecaster)?));
+    }
     Ok(Scorer::Fitted(serde_json::from_slice(&stored)?))
 }
 

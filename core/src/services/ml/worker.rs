@@ -11,7 +11,7 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::train;
+use super::{forecast, train};
 use crate::admission::Ticket;
 use crate::catalog::models::openai;
 use crate::catalog::models::{self, ModelStatus, ModelVersion};
@@ -179,7 +179,30 @@ async fn run(
         // Between a fit's steps (a tree, a few milliseconds of a pass over the rows), the
         // same stops without a write: a drop ends a long fit there, not at its next phase.
         let stopped = || stop.is_cancelled() || crate::cancel::check().is_err();
-        train::train(&batches, &target, &mut on_phase, &stopped)
+        // ORDER BY … WINDOW makes a forecaster; anything else a tabular predictor. Either
+        // is stored as its JSON (`fitted` reads it back).
+        let series = models::SeriesOptions::from_using(&for_training.using)
+            .map_err(|e| e.message().to_owned())?;
+        match series {
+            Some(options) => {
+                forecast::train_series(&batches, &target, &options, &mut on_phase, &stopped)
+                    .and_then(|(forecaster, description)| {
+                        super::stored_forecaster(&forecaster)
+                            .map(|bytes| (bytes, description))
+                            .map_err(|e| e.to_string())
+                    })
+            }
+            None => train::train(&batches, &target, &mut on_phase, &stopped).and_then(
+                |train::Trained {
+                     predictor,
+                     description,
+                 }| {
+                    serde_json::to_vec(&predictor)
+                        .map(|bytes| (bytes, description))
+                        .map_err(|e| e.to_string())
+                },
+            ),
+        }
     })
     .await
     .map_err(|e| Error::internal(format!("training stopped: {e}")));
@@ -190,15 +213,12 @@ async fn run(
     let model = model.clone();
     store
         .write_detached(move |txn| {
-            let train::Trained {
-                predictor,
-                description,
-            } = trained;
+            let (predictor, description) = trained;
             models::complete(
                 txn,
                 tenant,
                 &model,
-                Some(&serde_json::to_vec(&predictor)?),
+                Some(&predictor),
                 description,
                 &schema,
                 seconds,

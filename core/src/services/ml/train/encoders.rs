@@ -51,9 +51,18 @@ pub(super) struct Scaler {
 }
 
 impl Scaler {
-    pub(super) fn fit(values: impl Iterator<Item = f64>) -> Scaler {
+    pub(super) fn fit(values: impl Iterator<Item = f64> + Clone) -> Scaler {
+        // Sums of values scaled to the largest: values near f64's limits (1e308) would
+        // overflow their squares, and a non-finite feature fails every fit.
+        let top = values.clone().fold(0.0_f64, |top, v| top.max(v.abs()));
+        let scale = if top.is_finite() && top > 0.0 {
+            top
+        } else {
+            1.0
+        };
         let (mut count, mut sum, mut sum_sq) = (0.0, 0.0, 0.0);
         for value in values {
+            let value = value / scale;
             count += 1.0;
             sum += value;
             sum_sq += value * value;
@@ -64,8 +73,8 @@ impl Scaler {
                 std: 1.0,
             };
         }
-        let mean = sum / count;
-        let std = (sum_sq / count - mean * mean).max(0.0).sqrt();
+        let mean = sum / count * scale;
+        let std = ((sum_sq / count - (sum / count).powi(2)).max(0.0).sqrt() * scale).min(f64::MAX);
         // A constant column would divide by zero; leaving it unscaled keeps it harmless.
         let std = if std.is_finite() && std > f64::EPSILON * mean.abs().max(1.0) {
             std
@@ -76,7 +85,13 @@ impl Scaler {
     }
 
     pub(super) fn apply(&self, value: Option<f64>) -> f64 {
-        value.map_or(0.0, |value| (value - self.mean) / self.std)
+        // Divided first: the difference of two values near f64's limits could overflow.
+        let scaled = value.map_or(0.0, |value| value / self.std - self.mean / self.std);
+        if scaled.is_finite() {
+            scaled
+        } else {
+            0.0
+        }
     }
 }
 
@@ -215,8 +230,21 @@ pub(super) fn calendar_parts(seconds: i64, hour: bool) -> Vec<f64> {
     parts
 }
 
+/// Days since 1970-01-01 of a civil date: Howard Hinnant's days-from-civil algorithm
+/// (proleptic Gregorian calendar), the inverse of [`civil_from_days`].
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 /// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
-pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z - era * 146_097;

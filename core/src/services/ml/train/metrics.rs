@@ -3,13 +3,24 @@
 
 use std::collections::BTreeMap;
 
+/// r², computed on values scaled to the largest truth, so that targets near f64's limits do
+/// not overflow the sums of squares (r² does not change with the scale).
 pub(super) fn r2_score(predicted: &[f64], actual: &[f64]) -> f64 {
-    let mean = actual.iter().sum::<f64>() / actual.len() as f64;
-    let total: f64 = actual.iter().map(|value| (value - mean).powi(2)).sum();
+    let top = actual.iter().fold(0.0_f64, |top, v| top.max(v.abs()));
+    let scale = if top.is_finite() && top > 0.0 {
+        top
+    } else {
+        1.0
+    };
+    let mean = actual.iter().map(|v| v / scale).sum::<f64>() / actual.len() as f64;
+    let total: f64 = actual
+        .iter()
+        .map(|value| (value / scale - mean).powi(2))
+        .sum();
     let residual: f64 = predicted
         .iter()
         .zip(actual)
-        .map(|(guess, value)| (value - guess).powi(2))
+        .map(|(guess, value)| (value / scale - guess / scale).powi(2))
         .sum();
     if total == 0.0 {
         if residual == 0.0 {

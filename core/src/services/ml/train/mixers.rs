@@ -164,17 +164,20 @@ impl Mixer {
             Mixer::ClassificationTrees(trees) if features.rows > 0 => {
                 out.resize(cells, 0.0); // bounded: the capacity was checked above
                 let x = features.matrix()?;
-                let share = 1.0 / trees.len().max(1) as f64;
                 for tree in trees.iter() {
                     let voted = guarded("predicting with the random forest classifier", || {
                         tree.predict(&x)
                     })?;
                     for (row, class) in voted.into_iter().enumerate() {
                         if let Some(cell) = out.get_mut(row * classes + class as usize) {
-                            *cell += share;
+                            *cell += 1.0;
                         }
                     }
                 }
+                // Votes counted whole and divided once: fractions summed tree by tree could
+                // pass 1 (50 × 0.02 = 1.0000000000000004).
+                let count = trees.len().max(1) as f64;
+                out.iter_mut().for_each(|cell| *cell /= count);
             }
             _ => {
                 out.resize(cells, 0.0); // bounded: the capacity was checked above

@@ -31,6 +31,7 @@ use crate::catalog::models::{CandidateScore, Description};
 use columns::*;
 use describe::*;
 use encoders::*;
+pub(crate) use encoders::{civil_from_days, days_from_civil};
 use mixers::*;
 use sampling::*;
 
@@ -39,6 +40,8 @@ pub(crate) const STOPPED: &str = "training stopped";
 const MIN_TARGET_ROWS: usize = 10;
 /// How many inputs an explanation names.
 const EXPLAINED_INPUTS: usize = 3;
+/// How many of the most important inputs an explanation weighs (each costs a prediction).
+const EXPLAINED_COLUMNS: usize = 32;
 /// Below this many rows a held-out split is too small to mean anything: the accuracy reported
 /// is the search's out-of-fold score.
 const SMALL_DATA_ROWS: usize = 50;
@@ -115,7 +118,7 @@ impl Predictor {
         ]
     }
 
-    /// The prediction of each row of `batch` (as [`Predictor::predict`]) and the columns of
+    /// The prediction of each row of `batch` (a value of the target's type) and the columns of
     /// [`Predictor::detail_fields`]. The explanation names each row's inputs that moved its
     /// prediction most (its value against the prediction with that input missing, which costs
     /// one more prediction per input column), so it is made only when `explain`; otherwise
@@ -132,7 +135,11 @@ impl Predictor {
                 let values = self.mixer.predict(&features)?;
                 let confidence: Float64Array = values
                     .iter()
-                    .map(|_| self.interval.map(|_| search::COVERAGE))
+                    .map(|v| {
+                        self.interval
+                            .filter(|_| v.is_finite())
+                            .map(|_| search::COVERAGE)
+                    })
                     .collect();
                 let bounds = self.interval.map(|half| {
                     let low = values.iter().map(|v| v - half).collect::<Vec<f64>>();
@@ -181,8 +188,7 @@ impl Predictor {
                 };
                 let mut top: Vec<(usize, f64)> = contributions
                     .iter()
-                    .enumerate()
-                    .map(|(column, by_row)| (column, by_row[row]))
+                    .map(|(column, by_row)| (*column, by_row[row]))
                     .filter(|(_, c)| *c != 0.0 && c.is_finite())
                     .collect();
                 top.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
@@ -223,44 +229,51 @@ impl Predictor {
         ))
     }
 
-    /// Per input column, per row: how much the prediction (a number, or the predicted class's
-    /// probability) moves when that column is missing, i.e. imputed as in training.
+    /// For the [`EXPLAINED_COLUMNS`] most important input columns, per row: how much the
+    /// prediction (a number, or the predicted class's probability) moves when that column is
+    /// missing, i.e. imputed as in training. Each costs a prediction of the rows, so wide
+    /// models explain their most important inputs only; the columns' blocks are swapped in
+    /// one working copy of the features, not copied per column.
     fn contributions(
         &self,
         features: &Features,
         values: &[f64],
         probabilities: Option<&[f64]>,
-    ) -> Result<Vec<Vec<f64>>, String> {
+    ) -> Result<Vec<(usize, Vec<f64>)>, String> {
         let classes = match &self.task {
             Task::Classification { classes } => classes.len().max(1),
             Task::Regression { .. } => 1,
         };
-        let mut out = Vec::with_capacity(self.columns.len()); // bounded: one per input column
-        for (column, offset) in self.columns.iter().zip(block_offsets(&self.columns)) {
-            let width = column.encoder.width();
-            let Some(reading) = column.encoder.reading().filter(|_| width > 0) else {
-                out.push(vec![0.0; features.rows]); // bounded: one per row held
+        let mut ranked: Vec<usize> = (0..self.columns.len())
+            .filter(|&column| self.columns[column].encoder.width() > 0)
+            .collect();
+        let importance = |column: usize| self.importances.get(column).copied().unwrap_or(0.0);
+        ranked.sort_by(|&a, &b| importance(b).total_cmp(&importance(a)).then(a.cmp(&b)));
+        ranked.truncate(EXPLAINED_COLUMNS);
+        let offsets = block_offsets(&self.columns);
+        let mut work = features.select(&(0..features.rows).collect::<Vec<_>>())?;
+        let mut out = Vec::with_capacity(ranked.len()); // bounded: EXPLAINED_COLUMNS
+        for column in ranked {
+            let encoder = &self.columns[column].encoder;
+            let (offset, width) = (offsets[column], encoder.width());
+            let Some(reading) = encoder.reading() else {
                 continue;
             };
             // The column's encoding when it is missing, written over its block in every row.
             let mut missing = vec![0.0; width]; // bounded: the column's encoded width
-            column
-                .encoder
-                .write(&Values::missing(reading, 1), &[0], &mut missing, width, 0);
-            let mut occluded = features.select(&(0..features.rows).collect::<Vec<_>>())?;
-            for row in occluded.values.chunks_exact_mut(features.width) {
+            encoder.write(&Values::missing(reading, 1), &[0], &mut missing, width, 0);
+            for row in work.values.chunks_exact_mut(features.width) {
                 row[offset..offset + width].copy_from_slice(&missing);
             }
-            let moved: Vec<f64> = match probabilities {
-                None => self
-                    .mixer
-                    .predict(&occluded)?
-                    .iter()
-                    .zip(values)
-                    .map(|(without, with)| with - without)
-                    .collect(),
-                Some(p) => {
-                    let without = self.mixer.probabilities(&occluded, classes)?;
+            let moved: Result<Vec<f64>, String> = match probabilities {
+                None => self.mixer.predict(&work).map(|without| {
+                    without
+                        .iter()
+                        .zip(values)
+                        .map(|(without, with)| with - without)
+                        .collect()
+                }),
+                Some(p) => self.mixer.probabilities(&work, classes).map(|without| {
                     values
                         .iter()
                         .enumerate()
@@ -270,9 +283,17 @@ impl Predictor {
                                 - without.get(at).copied().unwrap_or(0.0)
                         })
                         .collect()
-                }
+                }),
             };
-            out.push(moved);
+            // The block back as it was, for the next column.
+            for (row, original) in work
+                .values
+                .chunks_exact_mut(features.width)
+                .zip(features.values.chunks_exact(features.width))
+            {
+                row[offset..offset + width].copy_from_slice(&original[offset..offset + width]);
+            }
+            out.push((column, moved?));
         }
         Ok(out)
     }
@@ -438,34 +459,47 @@ pub(crate) fn train(
         seen.dedup();
         seen.len()
     };
-    let constant = constant_mixer(&task, &dev, &y_dev, labels);
-    let (mixer, stage, family, search, interval) = match constant {
-        Some((mixer, stage)) => (mixer, stage, "constant", None, None),
+    let constant = constant_mixer(&task, &dev, &y_dev, labels, false);
+    // `chosen` is the candidate the stored mixer is: none when nothing could be learnt, or
+    // when no candidate could be fitted (every fold, or the winner's own fit, failed on this
+    // data), where the constant stands in and DESCRIBE … .model shows why.
+    let (mixer, stage, family, search, interval, chosen) = match constant {
+        Some((mixer, stage)) => (mixer, stage, "constant", None, None, None),
         None => {
             let specs = search::specs(&task, dev.rows, labels);
             let found = search::search(&task, &specs, &dev, &y_dev, &check)?;
-            let Some(winner) = found.winner() else {
-                let reasons: Vec<String> = found
-                    .tried
-                    .iter()
-                    .filter_map(|tried| tried.error.clone())
-                    .collect();
-                return Err(format!("could not fit any model: {}", reasons.join("; ")));
+            let fitted = match found.winner() {
+                Some(winner) => {
+                    check()?;
+                    let fit = search::fit(winner.spec, &task, &dev, &y_dev, &check);
+                    check()?;
+                    fit.ok().map(|mixer| (mixer, winner))
+                }
+                None => None,
             };
-            let spec = winner.spec;
-            let interval = match task {
-                Task::Regression { .. } => found.interval(winner, &y_dev),
-                Task::Classification { .. } => None,
-            };
-            check()?;
-            let mixer = search::fit(spec, &task, &dev, &y_dev, &check)?;
-            (
-                mixer,
-                spec.stage(&task),
-                spec.family(),
-                Some(found),
-                interval,
-            )
+            match fitted {
+                Some((mixer, winner)) => {
+                    let spec = winner.spec;
+                    let interval = match task {
+                        Task::Regression { .. } => found.interval(winner, &y_dev),
+                        Task::Classification { .. } => None,
+                    };
+                    let stage = spec.stage(&task);
+                    (
+                        mixer,
+                        stage,
+                        spec.family(),
+                        Some(found),
+                        interval,
+                        Some(spec),
+                    )
+                }
+                None => {
+                    let (mixer, stage) = constant_mixer(&task, &dev, &y_dev, labels, true)
+                        .ok_or_else(|| "could not fit any model".to_owned())?;
+                    (mixer, stage, "constant", Some(found), None, None)
+                }
+            }
         }
     };
 
@@ -474,7 +508,8 @@ pub(crate) fn train(
     // too few rows to hold any out, the search's out-of-fold score.
     let winner_score = search
         .as_ref()
-        .and_then(|found| found.winner().and_then(|w| w.score));
+        .and_then(|found| found.winner().filter(|_| chosen.is_some()))
+        .and_then(|w| w.score);
     let score = if task.is_single_class() {
         1.0
     } else if test.rows > 0 {
@@ -502,22 +537,24 @@ pub(crate) fn train(
     )?;
     // The stored mixer learns from the held-out rows too, once they have been scored: up to
     // REFIT_MAX_ROWS rows, where a fifth more rows is worth a second fit.
-    let mixer = match (&search, test.rows) {
-        (Some(found), 1..) if kept.len() <= REFIT_MAX_ROWS => {
+    // A refit that fails (a class only the held-out rows had, past what a mixer takes)
+    // keeps the fit that was scored.
+    let mixer = match (chosen, test.rows) {
+        (Some(spec), 1..) if kept.len() <= REFIT_MAX_ROWS => {
             check()?;
-            let spec = found.winner().map(|w| w.spec);
-            match spec {
-                Some(spec) => search::fit(spec, &task, &all, &y_all, &check)?,
-                None => mixer,
-            }
+            let refit = search::fit(spec, &task, &all, &y_all, &check);
+            check()?;
+            refit.unwrap_or(mixer)
         }
         _ => mixer,
     };
+    // Scores past f64's range (targets near its limits) are no score; JSON could not keep
+    // them either.
+    let score = if score.is_finite() { score } else { 0.0 };
 
     let inputs: Vec<String> = columns.iter().map(|column| column.name.clone()).collect();
     let candidates = search
         .map(|found| {
-            let chosen = found.winner().map(|w| w.spec);
             found
                 .tried
                 .iter()
@@ -558,16 +595,27 @@ pub(crate) fn train(
 }
 
 /// The mixer when there is nothing to learn: no usable input (the target's mean, or its most
-/// frequent class) or a single class.
+/// frequent class) or a single class; when `forced`, the same whatever the inputs (no
+/// candidate could be fitted).
 fn constant_mixer(
     task: &Task,
     dev: &Features,
     y: &[f64],
     labels: usize,
+    forced: bool,
 ) -> Option<(Mixer, String)> {
+    let width = if forced { 0 } else { dev.width };
     match task {
-        Task::Regression { .. } if dev.width == 0 => {
-            let mean = y.iter().sum::<f64>() / y.len().max(1) as f64;
+        Task::Regression { .. } if width == 0 => {
+            // The mean of the values scaled to their largest, so that huge targets do not
+            // overflow the sum.
+            let top = y.iter().fold(0.0_f64, |top, v| top.max(v.abs()));
+            let scale = if top.is_finite() && top > 0.0 {
+                top
+            } else {
+                1.0
+            };
+            let mean = y.iter().map(|v| v / scale).sum::<f64>() / y.len().max(1) as f64 * scale;
             Some((
                 Mixer::Constant(mean),
                 "Constant (mean of the target)".to_owned(),
@@ -577,7 +625,7 @@ fn constant_mixer(
         Task::Classification { classes } if classes.len() == 1 => {
             Some((Mixer::Constant(0.0), "Constant (single class)".to_owned()))
         }
-        Task::Classification { classes } if dev.width == 0 || labels < 2 => {
+        Task::Classification { classes } if width == 0 || labels < 2 => {
             // bounded: one per class, each a label of the rows in memory
             let mut counts = vec![0usize; classes.len()];
             for &class in y {
@@ -598,18 +646,20 @@ fn constant_mixer(
 }
 
 /// Arrow's `DataType` has serde only behind a feature; its text form parses back with `FromStr`.
-mod data_type_text {
+pub(crate) mod data_type_text {
     use datafusion::arrow::datatypes::DataType;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(
+    /// `data_type` as its text.
+    pub(crate) fn serialize<S: Serializer>(
         data_type: &DataType,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         serializer.collect_str(data_type)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+    /// A data type from its text.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<DataType, D::Error> {
         let text = String::deserialize(deserializer)?;

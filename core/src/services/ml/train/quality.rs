@@ -332,3 +332,75 @@ fn every_candidate_is_described_and_the_best_one_selected() {
     assert_eq!(selected[0].score, Some(best));
     assert!(selected[0].name.starts_with("ridge"), "{candidates:?}");
 }
+
+/// A class so rare that a fold's training rows lack it, or one only the held-out rows have,
+/// still trains: the fold is skipped, the refit keeps the scored fit.
+#[test]
+fn rare_classes_do_not_fail_training() {
+    let x: Vec<f64> = (1..=200).map(f64::from).collect();
+    let rare: Vec<&str> = (1..=200).map(|v| if v == 77 { "b" } else { "a" }).collect();
+    let data = batch(vec![
+        ("x", floats(x.clone())),
+        ("c", Arc::new(StringArray::from(rare))),
+    ]);
+    let fitted = trained(&data, "c");
+    assert!(fitted.predictor.predict(&data).is_ok());
+    // 21 classes, the 21st in one row only: boosting takes 20, so a refit with it would fail.
+    let x: Vec<f64> = (1..=420).map(|v| f64::from(v % 20)).collect();
+    let many: Vec<String> = (1..=420)
+        .map(|v| {
+            if v == 12 {
+                "zz".to_owned()
+            } else {
+                format!("c{}", (v - 1) % 20)
+            }
+        })
+        .collect();
+    let data = batch(vec![
+        ("x", floats(x)),
+        ("c", Arc::new(StringArray::from(many))),
+    ]);
+    let fitted = trained(&data, "c");
+    assert!(fitted.predictor.predict(&data).is_ok());
+}
+
+/// Values near f64's limits: inputs whose squares overflow, targets whose r² sums would.
+#[test]
+fn values_near_the_limits_of_f64_train_and_score() {
+    let x: Vec<f64> = (1..=200).map(|v| f64::from(v) * 8e305).collect();
+    let y: Vec<f64> = (1..=200).map(|v| f64::from(v % 3)).collect();
+    let z: Vec<f64> = (1..=200).map(f64::from).collect();
+    let data = batch(vec![("x", floats(x)), ("z", floats(z)), ("y", floats(y))]);
+    let fitted = trained(&data, "y");
+    assert!(fitted.description.accuracies["r2_score"].is_finite());
+    let x: Vec<f64> = (1..=200).map(f64::from).collect();
+    let y: Vec<f64> = x.iter().map(|x| x * 1e200).collect();
+    let data = batch(vec![("x", floats(x)), ("y", floats(y))]);
+    let fitted = trained(&data, "y");
+    let r2 = fitted.description.accuracies["r2_score"];
+    assert!(r2 > 0.999, "{r2}");
+    // What is stored must read back.
+    let json = serde_json::to_string(&fitted.description).unwrap();
+    let _: Description = serde_json::from_str(&json).unwrap();
+}
+
+/// A forest's votes make probabilities within [0, 1], however many trees agree.
+#[test]
+fn class_confidence_never_passes_one() {
+    let x: Vec<f64> = (1..=20).map(f64::from).collect();
+    let c: Vec<String> = (1..=20).map(|v| format!("k{}", (v - 1) / 2)).collect();
+    let data = batch(vec![
+        ("x", floats(x)),
+        ("c", Arc::new(StringArray::from(c))),
+    ]);
+    let trained = trained(&data, "c");
+    let (_, details) = trained.predictor.predict_detailed(&data, false).unwrap();
+    let confidence = details[0].as_primitive::<Float64Type>();
+    assert!(
+        confidence
+            .iter()
+            .flatten()
+            .all(|c| (0.0..=1.0).contains(&c)),
+        "{confidence:?}"
+    );
+}

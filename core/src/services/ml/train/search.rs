@@ -221,6 +221,14 @@ pub(super) fn search(
         if train_rows.is_empty() || valid_rows.is_empty() {
             continue;
         }
+        // A fold whose training rows hold one class (a rare class all in the held-out fold)
+        // teaches no classifier anything: it is skipped, its rows left unscored.
+        if matches!(task, Task::Classification { .. }) {
+            let first = y[train_rows[0]];
+            if train_rows.iter().all(|&row| y[row] == first) {
+                continue;
+            }
+        }
         let train = features.select(&train_rows)?;
         let valid = features.select(&valid_rows)?;
         let y_train: Vec<f64> = train_rows.iter().map(|&row| y[row]).collect();
@@ -236,9 +244,15 @@ pub(super) fn search(
         let mut ridges = if alphas.is_empty() {
             Vec::new()
         } else {
-            // Its outer error is a stop, or rows without features, which no other candidate
-            // could fit either.
-            linear::Ridge::fit_path(&train.values, train.width, &y_train, &alphas, check)?
+            // Its outer error is a stop (passed on) or data it cannot take (every penalty
+            // failed; the other candidates may still fit).
+            match linear::Ridge::fit_path(&train.values, train.width, &y_train, &alphas, check) {
+                Ok(fits) => fits,
+                Err(e) => {
+                    check()?;
+                    alphas.iter().map(|_| Err(e.clone())).collect()
+                }
+            }
         }
         .into_iter();
         let ridge_seconds = started.elapsed().as_secs_f64() / alphas.len().max(1) as f64;
@@ -273,12 +287,24 @@ pub(super) fn search(
             }
         }
     }
-    let truth: Vec<f64> = scored.iter().map(|&row| y[row]).collect();
+    // Rows of a skipped fold were predicted by nobody; the rest by every candidate that fitted.
+    let kept: Vec<usize> = (0..scored.len())
+        .filter(|&at| {
+            tried
+                .iter()
+                .any(|c| c.error.is_none() && !c.predicted[at].is_nan())
+        })
+        .collect();
+    let truth: Vec<f64> = kept.iter().map(|&at| y[scored[at]]).collect();
     for candidate in &mut tried {
-        if candidate.error.is_none() {
-            candidate.score = Some(task.score(candidate.predicted.clone(), &truth));
+        if candidate.error.is_none() && !kept.is_empty() {
+            let predicted: Vec<f64> = kept.iter().map(|&at| candidate.predicted[at]).collect();
+            let score = task.score(predicted, &truth);
+            candidate.score = score.is_finite().then_some(score);
         }
+        candidate.predicted = kept.iter().map(|&at| candidate.predicted[at]).collect();
     }
+    let scored = kept.iter().map(|&at| scored[at]).collect();
     Ok(Search { tried, scored })
 }
 
