@@ -1,6 +1,9 @@
 """The built-in ML engine (`CREATE MODEL … PREDICT y`, then `t JOIN m`) against scikit-learn's
 defaults (scaled Ridge / LogisticRegression, RandomForest, HistGradientBoosting) on the same
-75/25 splits: held-out r2 or accuracy and training wall time, as a Markdown table.
+75/25 splits: held-out r2 or accuracy and training wall time, as a Markdown table. The seasonal
+forecast compares a time-series model (`ORDER BY d GROUP BY g WINDOW … HORIZON …`, then
+`WHERE t.d > LATEST`) with the same baselines fitted on the same direct lag design, and with
+the seasonal naive forecast.
 
     python benches/models_vs_sklearn.py [--big] [--only NAME[,NAME]]
 
@@ -61,6 +64,99 @@ def exact_line():
     return Dataset("exact_line", "regression", {"x": x, "txt": txt}, 3 * x + 2)
 
 
+# The forecasting dataset: GROUPS series of DAYS days with a weekly and a yearly season, a
+# trend and noise; the last HORIZON days of each are forecast from the rest.
+GROUPS, DAYS, WINDOW, HORIZON = 3, 400, 28, 14
+
+
+class Forecasting:
+    """A seasonal daily series per group, forecast HORIZON days past its training rows."""
+
+    name = "seasonal_forecast"
+    task = "regression"
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        day = np.arange(DAYS)
+        self.series = {}
+        for g in range(GROUPS):
+            level = 50.0 + 30.0 * g
+            self.series[f"g{g}"] = (level + 0.02 * day + 10.0 * np.sin(2 * np.pi * day / 7)
+                                    + 20.0 * np.sin(2 * np.pi * day / 365.25)
+                                    + rng.normal(0.0, 1.0, DAYS))
+        self.columns = {"d": None, "g": None}
+
+    def truth(self):
+        return np.concatenate([y[-HORIZON:] for y in self.series.values()])
+
+
+def forecast_features(series, origin, step, group, groups):
+    """The direct design the engine uses: the WINDOW values to the origin (most recent first),
+    the step, the forecast day's weekday and day of year, and the group one-hot."""
+    day = origin + step
+    lags = series[origin - WINDOW + 1:origin + 1][::-1]
+    return np.concatenate([lags, [step, day % 7, day % 365], [1.0 * (group == g) for g in groups]])
+
+
+def run_sklearn_forecast(data):
+    """{baseline: (r2 of the forecasts, fit seconds)}: each baseline fitted on every (origin,
+    step) pair of the training days, and the seasonal naive forecast (the last week again)."""
+    groups = list(data.series)
+    train_days = DAYS - HORIZON
+    x, y = [], []
+    for g, series in data.series.items():
+        for origin in range(WINDOW - 1, train_days - 1):
+            for step in range(1, HORIZON + 1):
+                if origin + step < train_days:
+                    x.append(forecast_features(series, origin, step, g, groups))
+                    y.append(series[origin + step])
+    x, y = np.array(x), np.array(y)
+    queries = np.array([forecast_features(series, train_days - 1, step, g, groups)
+                        for g, series in data.series.items() for step in range(1, HORIZON + 1)])
+    results = {}
+    for name, make in baselines("regression"):
+        model = make()
+        start = time.perf_counter()
+        model.fit(x, y)
+        seconds = time.perf_counter() - start
+        results[name] = (r2_score(data.truth(), model.predict(queries)), seconds)
+    naive = np.concatenate([np.resize(series[train_days - 7:train_days], HORIZON)
+                            for series in data.series.values()])
+    results["seasonal_naive"] = (r2_score(data.truth(), naive), 0.0)
+    return results
+
+
+def run_mindlite_forecast(con, data):
+    """(r2 of the forecasts, CREATE → complete seconds, description): `ORDER BY d GROUP BY g
+    WINDOW … HORIZON …`, then the training rows joined with the model `WHERE t.d > LATEST`."""
+    start_day = np.datetime64("2024-01-01")
+    train_days = DAYS - HORIZON
+    d, g, y = [], [], []
+    for name, series in data.series.items():
+        d.extend(start_day + np.arange(train_days))
+        g.extend([name] * train_days)
+        y.extend(series[:train_days])
+    con.register("train_forecast", pa.table({
+        "d": pa.array(np.array(d, dtype="datetime64[D]")), "g": g, "y": np.array(y)}))
+    con.sql("DROP MODEL IF EXISTS mindsdb.m_forecast")
+    start = time.perf_counter()
+    con.sql("CREATE MODEL mindsdb.m_forecast FROM mindsdb (SELECT * FROM train_forecast) "
+            f"PREDICT y ORDER BY d GROUP BY g WINDOW {WINDOW} HORIZON {HORIZON}")
+    accuracy, engine_seconds = wait_complete(con, "m_forecast")
+    seconds = time.perf_counter() - start
+    described = con.describe_model("m_forecast")
+    rows = con.sql("SELECT t.g, t.d, m.y FROM train_forecast AS t JOIN mindsdb.m_forecast AS m "
+                   "WHERE t.d > LATEST ORDER BY t.g, t.d").fetchall()
+    if len(rows) != GROUPS * HORIZON:
+        raise RuntimeError(f"{len(rows)} forecasts for {GROUPS * HORIZON}")
+    predicted = np.array([row[2] for row in rows], dtype=np.float64)
+    return r2_score(data.truth(), predicted), seconds, {
+        "validation": described.get("accuracies") or {"accuracy": accuracy},
+        "model": described.get("model", "?"),
+        "engine_training_s": engine_seconds,
+    }
+
+
 def all_datasets(big):
     """(name, builder) in the order reported; builders run only for the datasets chosen."""
     shipped = [
@@ -80,6 +176,7 @@ def all_datasets(big):
     found.append(("classification20", lambda: numbered(
         "classification20", "classification", *skdata.make_classification(
             n_samples=2000, n_features=20, n_informative=10, random_state=0))))
+    found.append(("seasonal_forecast", Forecasting))
     if big:
         found.append(("friedman1_100k", lambda: numbered(
             "friedman1_100k", "regression", *skdata.make_friedman1(n_samples=100_000, noise=1.0, random_state=0))))
@@ -223,13 +320,22 @@ def main():
     rows, details = [], []
     for name, build in chosen:
         data = build()
-        train, test = split(data)
-        print(f"{name}: {len(train)} train / {len(test)} test rows, {len(data.columns)} inputs",
-              file=sys.stderr, flush=True)
-        base = run_sklearn(data, train, test)
+        forecasting = isinstance(data, Forecasting)
+        if forecasting:
+            print(f"{name}: {GROUPS} series of {DAYS - HORIZON} days, {HORIZON} forecast",
+                  file=sys.stderr, flush=True)
+            base = run_sklearn_forecast(data)
+        else:
+            train, test = split(data)
+            print(f"{name}: {len(train)} train / {len(test)} test rows, {len(data.columns)} inputs",
+                  file=sys.stderr, flush=True)
+            base = run_sklearn(data, train, test)
         best_name, (best_score, _) = max(base.items(), key=lambda item: item[1][0])
         try:
-            ml_score, ml_seconds, info = run_mindlite(con, data, train, test)
+            if forecasting:
+                ml_score, ml_seconds, info = run_mindlite_forecast(con, data)
+            else:
+                ml_score, ml_seconds, info = run_mindlite(con, data, train, test)
             error = None
         except Exception as e:  # a benchmark reports a failure and goes on
             ml_score, ml_seconds, info, error = float("nan"), None, None, f"{type(e).__name__}: {e}"

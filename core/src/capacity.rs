@@ -18,6 +18,34 @@ use std::hash::{BuildHasher, Hash};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory;
 
+/// Fails unless the rows `take` would copy out of `array` (a row at each `Some` index, NULL at
+/// each `None`) fit, as [`check`] says: a row repeated many times (a group's text value copied
+/// into every forecast of the group) is counted every time, its text's length each time.
+pub(crate) fn check_taken(
+    array: &dyn datafusion::arrow::array::Array,
+    rows: impl Iterator<Item = Option<usize>>,
+    what: &str,
+) -> Result<()> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::DataType;
+    let width = |row: usize| -> u64 {
+        let text = match array.data_type() {
+            DataType::Utf8 => array.as_string::<i32>().value(row).len(),
+            DataType::LargeUtf8 => array.as_string::<i64>().value(row).len(),
+            DataType::Utf8View => array.as_string_view().value(row).len(),
+            DataType::Binary => array.as_binary::<i32>().value(row).len(),
+            DataType::LargeBinary => array.as_binary::<i64>().value(row).len(),
+            DataType::BinaryView => array.as_binary_view().value(row).len(),
+            _ => 0,
+        };
+        text as u64 + 16
+    };
+    let bytes = rows
+        .map(|row| row.filter(|&row| row < array.len()).map_or(16, width))
+        .fold(0u64, u64::saturating_add);
+    check(bytes, what)
+}
+
 /// Fails unless `bytes` more fit in what the running statement (or, outside one, the
 /// process) may still hold; `what` names the thing being sized in the error.
 pub(crate) fn check(bytes: u64, what: &str) -> Result<()> {

@@ -748,6 +748,40 @@ fn a_time_series_model_forecasts_each_group_after_its_last_row() {
         .iter()
         .all(|r| r[0] == "north" && r[1] == true));
 
+    // NOT NULL columns of the rows still take the future rows' NULLs.
+    engine
+        .sql_blocking(
+            "CREATE TABLE sales_nn (d DATE NOT NULL, store VARCHAR NOT NULL, amount DOUBLE NOT NULL)",
+        )
+        .unwrap();
+    engine
+        .sql_blocking("INSERT INTO sales_nn SELECT * FROM sales")
+        .unwrap();
+    let strict = table(
+        &engine,
+        "SELECT count(*) FROM sales_nn AS t JOIN sales_model AS m WHERE t.d > LATEST",
+    );
+    assert_eq!(strict["data"], serde_json::json!([[10]]));
+    // A history shifted in time and level is forecast at its own level.
+    let shifted = table(
+        &engine,
+        "SELECT m.amount FROM (SELECT d + INTERVAL '400 days' AS d, store, amount + 1000 AS amount \
+         FROM sales WHERE store = 'north') AS t JOIN sales_model AS m WHERE t.d > LATEST",
+    );
+    for row in shifted["data"].as_array().unwrap() {
+        let amount = row[0].as_f64().unwrap();
+        assert!((1080.0..1130.0).contains(&amount), "{shifted}");
+    }
+    // Without a GROUP BY column the series would merge: refused.
+    let merged = error(
+        &engine,
+        "SELECT count(*) FROM (SELECT d, amount FROM sales) AS t JOIN sales_model AS m",
+    );
+    assert!(
+        merged.contains("no 'store' column (its GROUP BY)"),
+        "{merged}"
+    );
+
     let alone = error(
         &engine,
         "SELECT amount FROM sales_model WHERE store = 'north'",

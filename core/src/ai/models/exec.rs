@@ -130,18 +130,26 @@ impl PredictExec {
         // A time-series model answers its rows as a whole: one partition, emitted at the end.
         let series = super::series::forecaster(&model);
         if let Some(forecaster) = series {
-            let order = &forecaster.options().order;
-            let has_order = model
-                .inputs
-                .fields()
-                .iter()
-                .zip(&sources)
-                .any(|(f, source)| f.name().eq_ignore_ascii_case(order) && source.is_some());
-            if !has_order {
-                return Err(DataFusionError::Plan(format!(
-                    "The rows joined with time-series model '{}' have no '{order}' column (its ORDER BY); name it so",
-                    model.model.name
-                )));
+            // The history needs every column the series are read from: without a GROUP BY
+            // column all groups would merge into one series, without the target there is
+            // nothing to forecast from.
+            let options = forecaster.options();
+            let needed = std::iter::once((&options.order, "its ORDER BY"))
+                .chain(options.groups.iter().map(|g| (g, "its GROUP BY")))
+                .chain(std::iter::once((target, "the values forecast from")));
+            for (column, role) in needed {
+                let found = model
+                    .inputs
+                    .fields()
+                    .iter()
+                    .zip(&sources)
+                    .any(|(f, source)| f.name().eq_ignore_ascii_case(column) && source.is_some());
+                if !found {
+                    return Err(DataFusionError::Plan(format!(
+                        "The rows joined with time-series model '{}' have no '{column}' column ({role}); name it so",
+                        model.model.name
+                    )));
+                }
             }
         }
         let (partitions, emission) = match series {

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::DFSchemaRef;
+use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -61,11 +61,31 @@ impl AnalyzerRule for PredictJoinRule {
             } else {
                 join.left.as_ref().clone()
             };
+            // A time-series model adds future rows whose columns of the rows are NULL but
+            // for the group and order: every column may be NULL there.
+            let schema = if super::series::forecaster(&model).is_some() {
+                let fields = join
+                    .schema
+                    .iter()
+                    .map(|(qualifier, field)| {
+                        (
+                            qualifier.cloned(),
+                            Arc::new(field.as_ref().clone().with_nullable(true)),
+                        )
+                    })
+                    .collect();
+                Arc::new(DFSchema::new_with_metadata(
+                    fields,
+                    join.schema.metadata().clone(),
+                )?)
+            } else {
+                Arc::clone(&join.schema)
+            };
             let node = PredictNode {
                 input,
                 model,
                 model_first,
-                schema: Arc::clone(&join.schema),
+                schema,
             };
             Ok(Transformed::yes(LogicalPlan::Extension(Extension {
                 node: Arc::new(node),

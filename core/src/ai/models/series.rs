@@ -90,6 +90,17 @@ pub(crate) fn answer_columns(
         .collect();
     let mut columns = Vec::with_capacity(batch.num_columns()); // bounded: the batch's columns
     for (at, column) in batch.columns().iter().enumerate() {
+        // A group's values go into each of its future rows: their text counts each time.
+        let rows = if roles.groups.contains(&at) {
+            &grouped
+        } else {
+            &own
+        };
+        crate::capacity::check_taken(
+            column.as_ref(),
+            rows.iter().map(|row| row.map(|row| row as usize)),
+            "the forecast's rows",
+        )?;
         let out = if roles.order == Some(at) {
             let own = take(column.as_ref(), &own, None)?;
             let computed = cast(&forecast.order, column.data_type())?;

@@ -44,8 +44,10 @@ const BACKTEST_ORIGINS: usize = 3;
 enum Step {
     /// A fixed gap, in the order column's ticks (days, milliseconds, … or units).
     Ticks(i64),
-    /// Whole calendar months (1, 3 or 12).
+    /// Whole calendar months (1, 3 or 12), the day of the month kept (within the month).
     Months(i32),
+    /// Whole calendar months from one month's last day to another's.
+    MonthEnds(i32),
 }
 
 /// A trained forecaster: the series' shape and the tabular model every forecast is made by.
@@ -63,6 +65,9 @@ struct Shape {
     /// The order column's type in training (what `latest` and forecast rows are given as).
     #[serde(with = "super::train::data_type_text")]
     order_type: DataType,
+    /// The target's type in training (forecasts are given as it).
+    #[serde(with = "super::train::data_type_text")]
+    target_type: DataType,
     /// The type it is computed in: a date, a timestamp, or Int64.
     #[serde(with = "super::train::data_type_text")]
     read_type: DataType,
@@ -97,6 +102,8 @@ struct Query {
     group_row: usize,
     step: usize,
     ticks: i64,
+    /// The value at the origin: the model predicts the change from it.
+    base: f64,
 }
 
 /// One input split into series.
@@ -118,7 +125,11 @@ impl Forecaster {
     /// explanation), then `latest`, the group's last order value.
     pub(crate) fn detail_fields(&self) -> Vec<Field> {
         let mut fields = self.inner.detail_fields();
-        fields.push(Field::new("latest", self.shape.order_type.clone(), true));
+        // The interval in the target's type (the model inside predicts changes, as Float64).
+        for bound in fields.iter_mut().skip(1).take(2) {
+            *bound = bound.clone().with_data_type(self.shape.target_type.clone());
+        }
+        fields.push(Field::new(LATEST, self.shape.order_type.clone(), true));
         fields
     }
 
@@ -139,10 +150,12 @@ impl Forecaster {
         let horizon = shape.options.horizon;
         let future = series.groups.len().saturating_mul(horizon);
         let rows = batch.num_rows().saturating_add(future);
+        // Per answer: its window of lags, the features they encode to and the columns the
+        // answer takes, several times over as they are built (measured about 6× the lags).
         capacity::check(
             (rows as u64)
-                .saturating_mul(shape.options.window as u64 + 16)
-                .saturating_mul(8),
+                .saturating_mul(shape.options.window as u64 + 32)
+                .saturating_mul(48),
             "the forecast's rows",
         )
         .map_err(|e| e.to_string())?;
@@ -158,16 +171,17 @@ impl Forecaster {
                     last: group.last().copied(),
                     ticks: series.ticks[row],
                 });
-                let ask = position > 0
-                    && shape
-                        .history(&series, group, position - 1, &mut lags)
-                        .is_some();
-                asked.push(ask.then_some(queries.len() as u32));
-                if ask {
+                let base = match position {
+                    0 => None,
+                    _ => shape.history(&series, group, position - 1, &mut lags),
+                };
+                asked.push(base.map(|_| queries.len() as u32));
+                if let Some(base) = base {
                     queries.push(Query {
                         group_row: row,
                         step: 1,
                         ticks: series.ticks[row].unwrap_or_default(),
+                        base,
                     });
                 }
             }
@@ -181,16 +195,17 @@ impl Forecaster {
                     ticks,
                 });
                 // Every step reads the same history, written once per query.
-                let ask = ticks.is_some()
-                    && shape
-                        .history(&series, group, group.len() - 1, &mut lags)
-                        .is_some();
-                asked.push(ask.then_some(queries.len() as u32));
-                if ask {
+                let base = match ticks {
+                    Some(_) => shape.history(&series, group, group.len() - 1, &mut lags),
+                    None => None,
+                };
+                asked.push(base.map(|_| queries.len() as u32));
+                if let Some(base) = base {
                     queries.push(Query {
                         group_row: last,
                         step,
                         ticks: ticks.unwrap_or_default(),
+                        base,
                     });
                 }
             }
@@ -206,7 +221,28 @@ impl Forecaster {
             asked.push(None);
         }
         let features = shape.features(batch, &columns, &queries, &lags, None)?;
-        let (predicted, details) = self.inner.predict_detailed(&features, explain)?;
+        let bases: Vec<f64> = queries.iter().map(|q| q.base).collect();
+        let (predicted, mut details) = self
+            .inner
+            .predict_detailed_from(&features, explain, &bases)?;
+        // The model's numbers are Float64; a whole-number target gets whole numbers (its
+        // interval too), rounded rather than cut by the cast to its type.
+        let whole = |array: &ArrayRef| -> Result<ArrayRef, String> {
+            if !shape.target_type.is_integer() {
+                return Ok(Arc::clone(array));
+            }
+            let numbers = cast(array, &DataType::Float64).map_err(|e| e.to_string())?;
+            let rounded: Float64Array = numbers
+                .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+                .iter()
+                .map(|v| v.map(f64::round))
+                .collect();
+            Ok(Arc::new(rounded))
+        };
+        let predicted = whole(&predicted)?;
+        for bound in details.iter_mut().skip(1).take(2) {
+            *bound = whole(bound)?;
+        }
         let indices: UInt32Array = asked.into_iter().collect();
         let take_all = |array: &ArrayRef| take(array.as_ref(), &indices, None);
         let target = take_all(&predicted).map_err(|e| e.to_string())?;
@@ -240,16 +276,22 @@ impl Shape {
         group: &[usize],
         origin: usize,
         lags: &mut Vec<f64>,
-    ) -> Option<()> {
+    ) -> Option<f64> {
         let first = series.values[group[0]]?;
-        for back in 0..self.options.window {
-            let value = origin
+        let value = |back: usize| {
+            origin
                 .checked_sub(back)
                 .and_then(|at| series.values[group[at]])
-                .unwrap_or(first);
-            lags.push(value);
+                .unwrap_or(first)
+        };
+        // The origin's own value as it is (the level), the ones before it as changes from
+        // it: a series shifted in level is the same series to the model.
+        let base = value(0);
+        lags.push(base);
+        for back in 1..self.options.window {
+            lags.push(value(back) - base);
         }
-        Some(())
+        Some(base)
     }
 
     /// `ticks` moved `steps` steps on; `None` past the type's range.
@@ -263,14 +305,14 @@ impl Shape {
     }
 
     /// The tabular model's input rows for `queries` (`lags` holding `window` values per
-    /// query), with the target taken from `target` rows when training.
+    /// query), with the target (each query's change from its base) when training.
     fn features(
         &self,
         batch: &RecordBatch,
         columns: &Columns,
         queries: &[Query],
         lags: &[f64],
-        target: Option<&[usize]>,
+        target: Option<&[f64]>,
     ) -> Result<RecordBatch, String> {
         features(
             &self.options,
@@ -448,7 +490,7 @@ fn advance(read_type: &DataType, step: Step, ticks: i64, steps: usize) -> Option
     let steps = i64::try_from(steps).ok()?;
     match step {
         Step::Ticks(gap) => ticks.checked_add(gap.checked_mul(steps)?),
-        Step::Months(months) => {
+        Step::Months(months) | Step::MonthEnds(months) => {
             let per_day = ticks_per_day(read_type)?;
             let (days, rest) = (ticks.div_euclid(per_day), ticks.rem_euclid(per_day));
             let (year, month, day) = civil_from_days(days);
@@ -458,7 +500,11 @@ fn advance(read_type: &DataType, step: Step, ticks: i64, steps: usize) -> Option
                 .checked_add(i64::from(months).checked_mul(steps)?)?;
             let (year, month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
             let length = days_in_month(year, month);
-            let days = days_from_civil(year, month, day.min(length));
+            let day = match step {
+                Step::MonthEnds(_) => length,
+                _ => day.min(length),
+            };
+            let days = days_from_civil(year, month, day);
             days.checked_mul(per_day)?.checked_add(rest)
         }
     }
@@ -511,8 +557,9 @@ fn infer_step(series: &Series, read_type: &DataType, name: &str) -> Result<Step,
     for group in &series.groups {
         for pair in group.windows(2) {
             if let (Some(a), Some(b)) = (series.ticks[pair[0]], series.ticks[pair[1]]) {
-                if b > a {
-                    *gaps.entry(b - a).or_default() += 1;
+                // Gaps past i64's range (order values at both of its ends) are not steps.
+                if let Some(gap) = b.checked_sub(a).filter(|gap| *gap > 0) {
+                    *gaps.entry(gap).or_default() += 1;
                     total += 1;
                 }
             }
@@ -534,7 +581,24 @@ fn infer_step(series: &Series, read_type: &DataType, name: &str) -> Result<Step,
                 .map(|(_, count)| count)
                 .sum();
             if within * 10 >= total * 9 {
-                return Ok(Step::Months(months));
+                // Rows on their months' last days (nine in ten) stay on them: a series of
+                // month ends past a 29 February goes on to 31 March, not 29 March.
+                let rows = series
+                    .groups
+                    .iter()
+                    .flatten()
+                    .filter_map(|&row| series.ticks[row]);
+                let (mut ends, mut all) = (0usize, 0usize);
+                for ticks in rows {
+                    let (year, month, day) = civil_from_days(ticks.div_euclid(per_day));
+                    all += 1;
+                    ends += usize::from(day == days_in_month(year, month));
+                }
+                return Ok(if ends * 10 >= all * 9 {
+                    Step::MonthEnds(months)
+                } else {
+                    Step::Months(months)
+                });
             }
         }
     }
@@ -550,7 +614,7 @@ fn features(
     columns: &Columns,
     queries: &[Query],
     lags: &[f64],
-    target_rows: Option<&[usize]>,
+    changes: Option<&[f64]>,
 ) -> Result<RecordBatch, String> {
     let window = options.window;
     let group_rows: UInt32Array = queries.iter().map(|q| Some(q.group_row as u32)).collect();
@@ -558,6 +622,13 @@ fn features(
     let mut arrays: Vec<ArrayRef> = Vec::new();
     let schema = batch.schema();
     for &at in &columns.groups {
+        // A group's value is copied into every forecast of the group: its text counts each time.
+        capacity::check_taken(
+            batch.column(at).as_ref(),
+            queries.iter().map(|q| Some(q.group_row)),
+            "the forecasts' group values",
+        )
+        .map_err(|e| e.to_string())?;
         fields.push(schema.field(at).clone().with_nullable(true));
         arrays.push(take(batch.column(at).as_ref(), &group_rows, None).map_err(|e| e.to_string())?);
     }
@@ -578,10 +649,9 @@ fn features(
     arrays.push(Arc::new(Int64Array::from_iter_values(
         queries.iter().map(|q| q.step as i64),
     )));
-    if let (Some(rows), Some(at)) = (target_rows, columns.target) {
-        let rows: UInt32Array = rows.iter().map(|&row| Some(row as u32)).collect();
-        fields.push(schema.field(at).clone().with_nullable(true));
-        arrays.push(take(batch.column(at).as_ref(), &rows, None).map_err(|e| e.to_string())?);
+    if let Some(changes) = changes {
+        fields.push(Field::new(target, DataType::Float64, true));
+        arrays.push(Arc::new(Float64Array::from(changes.to_vec())));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(|e| e.to_string())
 }
@@ -593,6 +663,9 @@ fn lag_name(target: &str, back: usize) -> String {
 
 /// The feature of how many steps ahead a forecast is.
 const STEP: &str = "horizon_step";
+
+/// The column with each group's last order value (`WHERE t.d > LATEST`).
+const LATEST: &str = "latest";
 
 /// Trains a forecaster for `target` from `batches` (all with the same schema), as
 /// [`train`] trains a tabular model: `on_phase` and `stopped` are the final training's.
@@ -633,6 +706,17 @@ pub(crate) fn train_series(
             ));
         }
     }
+    if batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.name().eq_ignore_ascii_case(LATEST))
+    {
+        return Err(format!(
+            "the training data has a column '{LATEST}', the name of the column a time-series model adds (each group's last '{}'); rename it",
+            options.order
+        ));
+    }
     let order_type = batch.column(columns.order).data_type().clone();
     let read_type = read_type(batch.column(columns.order), &options.order)?;
     let series = split(&batch, &columns, &read_type, options)?;
@@ -640,6 +724,7 @@ pub(crate) fn train_series(
     let base = Shape {
         options: options.clone(),
         target: target_name.clone(),
+        target_type: target_type.clone(),
         order_type,
         read_type,
         step,
@@ -648,11 +733,15 @@ pub(crate) fn train_series(
     // The backtest: trained on each series but its last BACKTEST_ORIGINS·h rows, scored on
     // the h rows after each of the origins that follow.
     let horizon = options.horizon;
-    let held = BACKTEST_ORIGINS * horizon;
+    // As many origins as each series holds, up to BACKTEST_ORIGINS: a series of at least
+    // h + 2 rows has one (a cutoff of 0 means none).
     let cutoffs: Vec<usize> = series
         .groups
         .iter()
-        .map(|group| group.len().saturating_sub(held + 1))
+        .map(|group| {
+            let origins = (group.len().saturating_sub(2) / horizon).min(BACKTEST_ORIGINS);
+            group.len().saturating_sub(origins * horizon + 1) * usize::from(origins > 0)
+        })
         .collect();
     let backtest = examples(&base, &batch, &columns, &series, Some(&cutoffs))
         .and_then(|(features, _)| {
@@ -693,6 +782,8 @@ pub(crate) fn train_series(
         Step::Ticks(gap) => format!("{gap} {}", unit_name(&base.read_type)),
         Step::Months(1) => "1 month".to_owned(),
         Step::Months(n) => format!("{n} months"),
+        Step::MonthEnds(1) => "1 month (month ends)".to_owned(),
+        Step::MonthEnds(n) => format!("{n} months (month ends)"),
     };
     let groups = if options.groups.is_empty() {
         String::new()
@@ -772,18 +863,19 @@ fn examples(
                 let Some(ticks) = series.ticks[group[at]] else {
                     continue;
                 };
-                if forecaster
-                    .history(series, group, origin, &mut lags)
-                    .is_none()
-                {
+                let (Some(base), Some(value)) = (
+                    forecaster.history(series, group, origin, &mut lags),
+                    series.values[group[at]],
+                ) else {
                     continue;
-                }
+                };
                 queries.push(Query {
                     group_row: group[origin],
                     step,
                     ticks,
+                    base,
                 });
-                targets.push(group[at]);
+                targets.push(value - base);
             }
         }
     }
@@ -811,7 +903,8 @@ fn backtest_score(
         if cutoff == 0 {
             continue;
         }
-        for round in 0..BACKTEST_ORIGINS {
+        let origins = (group.len() - 1 - cutoff) / horizon;
+        for round in 0..origins {
             let origin = cutoff + round * horizon;
             for step in 1..=horizon {
                 let at = origin + step;
@@ -823,13 +916,14 @@ fn backtest_score(
                 else {
                     continue;
                 };
-                if shape.history(series, group, origin, &mut lags).is_none() {
+                let Some(base) = shape.history(series, group, origin, &mut lags) else {
                     continue;
-                }
+                };
                 queries.push(Query {
                     group_row: group[origin],
                     step,
                     ticks,
+                    base,
                 });
                 truth.push(value);
             }
@@ -839,7 +933,10 @@ fn backtest_score(
         return Ok(None);
     }
     let features = shape.features(batch, columns, &queries, &lags, None)?;
-    let (predicted, _) = tester.inner.predict_detailed(&features, false)?;
+    let bases: Vec<f64> = queries.iter().map(|q| q.base).collect();
+    let (predicted, _) = tester
+        .inner
+        .predict_detailed_from(&features, false, &bases)?;
     let predicted = cast(&predicted, &DataType::Float64).map_err(|e| e.to_string())?;
     let predicted = predicted.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
     let mean = truth.iter().sum::<f64>() / truth.len() as f64;
@@ -990,13 +1087,28 @@ mod tests {
             &|| false,
         )
         .unwrap();
-        assert_eq!(forecaster.shape.step, Step::Months(1));
+        assert_eq!(forecaster.shape.step, Step::MonthEnds(1));
         let forecast = forecaster.forecast(&batch, false).unwrap();
         let dates = forecast.order.as_primitive::<Date32Type>();
         let n = forecast.answers.len();
         // The last row is 2023-12-31: then 2024-01-31 and 2024-02-29 (a leap year).
         assert_eq!(dates.value(n - 2), days_from_civil(2024, 1, 31) as i32);
         assert_eq!(dates.value(n - 1), days_from_civil(2024, 2, 29) as i32);
+        // From a month end on the 29th (February), month ends go on: 31 March, 30 April.
+        let feb = days_from_civil(2024, 2, 29);
+        let read = DataType::Date32;
+        assert_eq!(
+            advance(&read, Step::MonthEnds(1), feb, 1),
+            Some(days_from_civil(2024, 3, 31))
+        );
+        assert_eq!(
+            advance(&read, Step::MonthEnds(1), feb, 2),
+            Some(days_from_civil(2024, 4, 30))
+        );
+        assert_eq!(
+            advance(&read, Step::Months(1), days_from_civil(2024, 1, 30), 1),
+            Some(days_from_civil(2024, 2, 29))
+        );
     }
 
     #[test]

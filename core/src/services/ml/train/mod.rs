@@ -128,11 +128,27 @@ impl Predictor {
         batch: &RecordBatch,
         explain: bool,
     ) -> Result<(ArrayRef, Vec<ArrayRef>), String> {
+        self.predict_detailed_from(batch, explain, &[])
+    }
+
+    /// As [`Predictor::predict_detailed`], a number's prediction (and its interval) moved by
+    /// each row's `offsets` value when there are any: a forecaster's model predicts the change
+    /// from the last value, which it adds back.
+    pub(crate) fn predict_detailed_from(
+        &self,
+        batch: &RecordBatch,
+        explain: bool,
+        offsets: &[f64],
+    ) -> Result<(ArrayRef, Vec<ArrayRef>), String> {
         let features = self.features(batch)?;
         let rows = features.rows;
         let (values, confidence, bounds, probabilities) = match &self.task {
             Task::Regression { .. } => {
-                let values = self.mixer.predict(&features)?;
+                let mut values = self.mixer.predict(&features)?;
+                values
+                    .iter_mut()
+                    .zip(offsets)
+                    .for_each(|(value, offset)| *value += offset);
                 let confidence: Float64Array = values
                     .iter()
                     .map(|v| {
@@ -174,6 +190,21 @@ impl Predictor {
             }
         };
         let explanations: ArrayRef = if explain {
+            // Each explanation names up to EXPLAINED_INPUTS columns (names are as long as the
+            // training data made them) beside a few numbers and, for a class, its label: its
+            // size is known before any is written.
+            let longest = self.columns.iter().map(|c| c.name.len()).max().unwrap_or(0);
+            let label = match &self.task {
+                Task::Classification { classes } => classes.iter().map(String::len).max(),
+                Task::Regression { .. } => None,
+            };
+            let per_row =
+                (EXPLAINED_INPUTS * (longest * 6 + 64) + label.unwrap_or(0) * 6 + 256) as u64;
+            crate::capacity::check(
+                (rows as u64).saturating_mul(per_row),
+                "the predictions' explanations",
+            )
+            .map_err(|e| e.to_string())?;
             let contributions = self.contributions(&features, &values, probabilities.as_deref())?;
             let target = self.to_target_array(values.clone())?;
             let shown = datafusion::arrow::util::display::ArrayFormatter::try_new(
