@@ -64,6 +64,18 @@ def exact_line():
     return Dataset("exact_line", "regression", {"x": x, "txt": txt}, 3 * x + 2)
 
 
+def many_categories():
+    """y = the level of one of 300 shops + 2x + noise: the engine's target means against
+    scikit-learn's one-hot of every shop (20 rows per shop in the training part)."""
+    rng = np.random.default_rng(1)
+    levels = rng.uniform(0.0, 100.0, 300)
+    shop = rng.integers(0, 300, 8000)
+    x = rng.uniform(0.0, 10.0, 8000)
+    y = levels[shop] + 2.0 * x + rng.normal(0.0, 1.0, 8000)
+    return Dataset("many_categories", "regression",
+                   {"shop": np.array([f"s{k}" for k in shop]), "x": x}, y)
+
+
 # The forecasting dataset: GROUPS series of DAYS days with a weekly and a yearly season, a
 # trend and noise; the last HORIZON days of each are forecast from the rest.
 GROUPS, DAYS, WINDOW, HORIZON = 3, 400, 28, 14
@@ -171,6 +183,7 @@ def all_datasets(big):
         for name, task, load in shipped
     ]
     found.append(("exact_line", exact_line))
+    found.append(("many_categories", many_categories))
     found.append(("friedman1", lambda: numbered(
         "friedman1", "regression", *skdata.make_friedman1(n_samples=2000, noise=1.0, random_state=0))))
     found.append(("classification20", lambda: numbered(

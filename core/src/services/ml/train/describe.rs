@@ -28,6 +28,16 @@ pub(super) fn model_text(columns: &[InputColumn], mixer_stage: &str) -> String {
             names(&|c| matches!(c.encoder, Encoder::OneHot { .. })),
         ),
         (
+            "Target means (",
+            ")",
+            names(&|c| matches!(c.encoder, Encoder::TargetMean { .. })),
+        ),
+        (
+            "Hashed words and word pairs (",
+            ")",
+            names(&|c| matches!(c.encoder, Encoder::HashedWords { .. })),
+        ),
+        (
             "Binary (",
             ")",
             names(&|c| matches!(c.encoder, Encoder::Flag)),

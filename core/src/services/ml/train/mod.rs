@@ -463,18 +463,35 @@ pub(crate) fn train(
     } else {
         kept.len() / 5
     };
-    // The encoders learn no target: fitted on every row, they see every category.
+    // The encoders are fitted on every row, so that they see every category; those that
+    // learn from the target (target means) are cross-fitted below.
+    let target_view = TargetView {
+        y: &y,
+        classes: match &task {
+            Task::Regression { .. } => None,
+            Task::Classification { classes } => Some(classes.len()),
+        },
+    };
+    let text_columns = columns
+        .iter()
+        .filter(|(_, kind)| *kind == ColumnKind::Text)
+        .count();
+    let context = FitContext {
+        target: target_view,
+        text_buckets: text_buckets(kept.len(), text_columns),
+    };
     let columns: Vec<InputColumn> = columns
         .into_iter()
         .zip(&values)
         .map(|((name, kind), column_values)| InputColumn {
-            encoder: Encoder::fit(kind, column_values, &order),
+            encoder: Encoder::fit(kind, column_values, &order, &context),
             name,
             kind,
         })
         .collect();
     // Every row's features in the seeded order: the held-out fifth first.
-    let all = encode(&columns, &values, &order)?;
+    let mut all = encode(&columns, &values, &order)?;
+    cross_fit_target_means(&columns, &values, &order, &context.target, &mut all);
     drop(values);
     let positions: Vec<usize> = (0..all.rows).collect();
     let (test_positions, dev_positions) = positions.split_at(held_out);
@@ -1177,16 +1194,18 @@ mod tests {
     #[test]
     fn inputs_with_no_usable_features_fall_back_to_a_constant() {
         let rows = 40;
-        let text: Vec<String> = (0..rows).map(|row| format!("free text {row}")).collect();
         let data = batch(vec![
-            ("note", Arc::new(StringArray::from(text))),
+            (
+                "note",
+                Arc::new(StringArray::from(vec![None::<&str>; rows])),
+            ),
             ("y", Arc::new(Float64Array::from(vec![2.5; rows]))),
         ]);
         let trained = train_quietly(&data, "y").expect("trains");
         assert_eq!(trained.description.mixer, "constant");
         assert_eq!(
             trained.description.model,
-            "excluded (free text): note --> Constant (mean of the target)"
+            "One-hot (note) --> Constant (mean of the target)"
         );
         assert_eq!(trained.description.accuracies["r2_score"], 1.0);
         let predicted = trained.predictor.predict(&data).expect("predicts");

@@ -404,3 +404,127 @@ fn class_confidence_never_passes_one() {
         "{confidence:?}"
     );
 }
+
+/// 300 categories, each its own level: target means carry every category in one feature (a
+/// one-hot of the 50 most frequent would miss most of them).
+#[test]
+fn many_categories_are_learnt_through_their_target_means() {
+    let mut rng = SplitMix64(21);
+    let levels: Vec<f64> = (0..300).map(|_| uniform(&mut rng) * 100.0).collect();
+    let (mut shop, mut y) = (Vec::new(), Vec::new());
+    for _ in 0..6_000 {
+        let category = (rng.next() % 300) as usize;
+        shop.push(format!("shop-{category}"));
+        y.push(levels[category] + uniform(&mut rng));
+    }
+    let data = batch(vec![
+        ("shop", Arc::new(StringArray::from(shop)) as ArrayRef),
+        ("y", floats(y)),
+    ]);
+    let trained = trained(&data, "y");
+    let description = &trained.description;
+    assert!(
+        description.model.starts_with("Target means (shop)"),
+        "{description:?}"
+    );
+    assert!(description.accuracies["r2_score"] > 0.95, "{description:?}");
+    let probe = batch(vec![(
+        "shop",
+        Arc::new(StringArray::from(vec!["shop-7", "shop-250"])) as ArrayRef,
+    )]);
+    let predicted = predicted_floats(&trained.predictor, &probe);
+    for (got, want) in predicted.iter().zip([levels[7], levels[250]]) {
+        assert!((got - want).abs() < 3.0, "{predicted:?} vs {want}");
+    }
+}
+
+/// A high-cardinality column that says nothing of the target: were a row's own target in its
+/// category's mean, the search would see a strong feature and the reported score would be
+/// far above the truth (zero).
+#[test]
+fn target_means_do_not_leak_the_target_into_the_score() {
+    let mut rng = SplitMix64(22);
+    let (mut code, mut y) = (Vec::new(), Vec::new());
+    for _ in 0..3_000 {
+        code.push(format!("c{}", rng.next() % 400));
+        y.push(uniform(&mut rng));
+    }
+    let data = batch(vec![
+        ("code", Arc::new(StringArray::from(code)) as ArrayRef),
+        ("y", floats(y)),
+    ]);
+    let description = trained(&data, "y").description;
+    assert!(
+        description.model.contains("Target means (code)"),
+        "{description:?}"
+    );
+    assert!(description.accuracies["r2_score"] < 0.05, "{description:?}");
+}
+
+/// A class among many decided by the words a text holds: hashed words carry them.
+#[test]
+fn free_text_is_learnt_through_its_words() {
+    let mut rng = SplitMix64(23);
+    let filler = [
+        "the", "a", "order", "was", "my", "it", "and", "very", "item", "today",
+    ];
+    let good = ["great", "excellent", "love", "perfect"];
+    let bad = ["broken", "awful", "refund", "late"];
+    let (mut review, mut verdict) = (Vec::new(), Vec::new());
+    for row in 0..1_500 {
+        let positive = rng.next().is_multiple_of(2);
+        let mut words: Vec<&str> = (0..6)
+            .map(|_| filler[(rng.next() % filler.len() as u64) as usize])
+            .collect();
+        let cue = if positive { &good } else { &bad };
+        words.insert(
+            (rng.next() % 6) as usize,
+            cue[(rng.next() % cue.len() as u64) as usize],
+        );
+        // Every review distinct, as free text is.
+        review.push(format!("{} #{row}", words.join(" ")));
+        verdict.push(if positive { "positive" } else { "negative" });
+    }
+    let data = batch(vec![
+        ("review", Arc::new(StringArray::from(review)) as ArrayRef),
+        ("verdict", Arc::new(StringArray::from(verdict))),
+    ]);
+    let trained = trained(&data, "verdict");
+    let description = &trained.description;
+    assert_eq!(description.column_types["review"], "text");
+    assert!(
+        description
+            .model
+            .starts_with("Hashed words and word pairs (review)"),
+        "{description:?}"
+    );
+    assert!(
+        description.accuracies["balanced_accuracy_score"] > 0.95,
+        "{description:?}"
+    );
+    let probe = batch(vec![(
+        "review",
+        Arc::new(StringArray::from(vec![
+            "My order was PERFECT, love it",
+            "item arrived broken and late",
+        ])) as ArrayRef,
+    )]);
+    let array = trained.predictor.predict(&probe).expect("predicts");
+    let labels: Vec<&str> = array.as_string::<i32>().iter().flatten().collect();
+    assert_eq!(labels, ["positive", "negative"]);
+}
+
+/// The hashing is a pure function of the words (not of a per-process seed) and of unit length.
+#[test]
+fn hashed_words_are_stable_and_of_unit_length() {
+    let mut first = vec![0.0; 64];
+    let mut second = vec![0.0; 64];
+    hash_words("The quick brown fox", &mut first);
+    hash_words("the QUICK  brown, fox!", &mut second);
+    assert_eq!(first, second);
+    let length: f64 = first.iter().map(|v| v * v).sum::<f64>().sqrt();
+    assert!((length - 1.0).abs() < 1e-12, "{length}");
+    let mut empty = vec![0.0; 64];
+    hash_words(" ,; ", &mut empty);
+    assert!(empty.iter().all(|v| *v == 0.0));
+}
