@@ -57,6 +57,12 @@ pub(super) enum Mixer {
     LinearClassifier(linear::Logistic),
     /// Gradient-boosted trees (`boosting`).
     Boosted(Boosted),
+    /// The mean of its members' predictions (numbers) or class probabilities (classes), over
+    /// `classes` classes.
+    Ensemble {
+        members: Vec<Mixer>,
+        classes: usize,
+    },
 }
 
 impl Mixer {
@@ -71,6 +77,7 @@ impl Mixer {
             Mixer::ClassificationTrees(_) => "random forest classifier",
             Mixer::LinearRegression(_) => "ridge regression",
             Mixer::Boosted(_) => "boosted trees",
+            Mixer::Ensemble { .. } => "ensemble",
         }
     }
 
@@ -141,6 +148,24 @@ impl Mixer {
                 let p = model.probabilities(features, classes)?;
                 Ok(argmax_rows(&p, classes))
             }
+            Mixer::Ensemble {
+                members,
+                classes: 0,
+            } => {
+                let mut sums = vec![0.0; features.rows]; // bounded: one per row held
+                for member in members {
+                    let predicted = member.predict(features)?;
+                    sums.iter_mut()
+                        .zip(predicted)
+                        .for_each(|(sum, p)| *sum += p);
+                }
+                let count = members.len().max(1) as f64;
+                Ok(sums.into_iter().map(|sum| sum / count).collect())
+            }
+            Mixer::Ensemble { classes, .. } => {
+                let p = self.probabilities(features, *classes)?;
+                Ok(argmax_rows(&p, *classes))
+            }
         }
     }
 
@@ -161,6 +186,15 @@ impl Mixer {
                 return Ok(model.probabilities(&features.values, classes))
             }
             Mixer::Boosted(model) => return model.probabilities(features, classes),
+            Mixer::Ensemble { members, .. } if !members.is_empty() => {
+                out.resize(cells, 0.0); // bounded: the capacity was checked above
+                for member in members {
+                    let p = member.probabilities(features, classes)?;
+                    out.iter_mut().zip(p).for_each(|(sum, p)| *sum += p);
+                }
+                let count = members.len() as f64;
+                out.iter_mut().for_each(|cell| *cell /= count);
+            }
             Mixer::ClassificationTrees(trees) if features.rows > 0 => {
                 out.resize(cells, 0.0); // bounded: the capacity was checked above
                 let x = features.matrix()?;

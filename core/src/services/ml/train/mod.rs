@@ -508,39 +508,47 @@ pub(crate) fn train(
         seen.len()
     };
     let constant = constant_mixer(&task, &dev, &y_dev, labels, false);
-    // `chosen` is the candidate the stored mixer is: none when nothing could be learnt, or
-    // when no candidate could be fitted (every fold, or the winner's own fit, failed on this
-    // data), where the constant stands in and DESCRIBE … .model shows why.
+    // `chosen` is what the stored mixer is (a candidate or an ensemble): none when nothing
+    // could be learnt, or when no candidate could be fitted (every fold, or the chosen one's
+    // own fit, failed on this data), where the constant stands in and DESCRIBE … .model shows
+    // why.
     let (mixer, stage, family, search, interval, chosen) = match constant {
         Some((mixer, stage)) => (mixer, stage, "constant", None, None, None),
         None => {
             let specs = search::specs(&task, dev.rows, labels);
-            let found = search::search(&task, &specs, &dev, &y_dev, &check)?;
-            let fitted = match found.winner() {
-                Some(winner) => {
+            // Past REFIT_MAX_ROWS rows the held-out fifth is rows enough to choose on, and
+            // the candidates' fits on the development rows are the ones kept: the chosen one
+            // is not fitted again (nor refitted on every row below).
+            let validation = if kept.len() > REFIT_MAX_ROWS && test.rows > 0 {
+                search::Validation::HeldOut {
+                    features: &test,
+                    y: &y_test,
+                }
+            } else {
+                search::Validation::Folds
+            };
+            let found = search::search(&task, &specs, &dev, &y_dev, validation, &check)?;
+            let fitted = match found.choice(&task) {
+                Some(mut choice) => {
                     check()?;
-                    let fit = search::fit(winner.spec, &task, &dev, &y_dev, &check);
+                    let fit = match choice.take_fitted() {
+                        Some(mixer) => Ok(mixer),
+                        None => choice.fit(&task, &dev, &y_dev, &check),
+                    };
                     check()?;
-                    fit.ok().map(|mixer| (mixer, winner))
+                    fit.ok().map(|mixer| (mixer, choice))
                 }
                 None => None,
             };
             match fitted {
-                Some((mixer, winner)) => {
-                    let spec = winner.spec;
+                Some((mixer, choice)) => {
                     let interval = match task {
-                        Task::Regression { .. } => found.interval(winner, &y_dev),
+                        Task::Regression { .. } => found.interval(&choice),
                         Task::Classification { .. } => None,
                     };
-                    let stage = spec.stage(&task);
-                    (
-                        mixer,
-                        stage,
-                        spec.family(),
-                        Some(found),
-                        interval,
-                        Some(spec),
-                    )
+                    let stage = choice.stage(&task);
+                    let family = choice.family();
+                    (mixer, stage, family, Some(found), interval, Some(choice))
                 }
                 None => {
                     let (mixer, stage) = constant_mixer(&task, &dev, &y_dev, labels, true)
@@ -554,10 +562,7 @@ pub(crate) fn train(
     phase(4, "Evaluating")?;
     // The accuracy reported is the held-out rows' (never seen by the search or the fit); with
     // too few rows to hold any out, the search's out-of-fold score.
-    let winner_score = search
-        .as_ref()
-        .and_then(|found| found.winner().filter(|_| chosen.is_some()))
-        .and_then(|w| w.score);
+    let winner_score = chosen.as_ref().and_then(|choice| choice.score);
     let score = if task.is_single_class() {
         1.0
     } else if test.rows > 0 {
@@ -587,10 +592,10 @@ pub(crate) fn train(
     // REFIT_MAX_ROWS rows, where a fifth more rows is worth a second fit.
     // A refit that fails (a class only the held-out rows had, past what a mixer takes)
     // keeps the fit that was scored.
-    let mixer = match (chosen, test.rows) {
-        (Some(spec), 1..) if kept.len() <= REFIT_MAX_ROWS => {
+    let mixer = match (&chosen, test.rows) {
+        (Some(choice), 1..) if kept.len() <= REFIT_MAX_ROWS => {
             check()?;
-            let refit = search::fit(spec, &task, &all, &y_all, &check);
+            let refit = choice.fit(&task, &all, &y_all, &check);
             check()?;
             refit.unwrap_or(mixer)
         }
@@ -601,7 +606,8 @@ pub(crate) fn train(
     let score = if score.is_finite() { score } else { 0.0 };
 
     let inputs: Vec<String> = columns.iter().map(|column| column.name.clone()).collect();
-    let candidates = search
+    let chosen_specs = chosen.as_ref().map_or(&[][..], |choice| &choice.specs[..]);
+    let mut candidates: Vec<CandidateScore> = search
         .map(|found| {
             found
                 .tried
@@ -610,12 +616,28 @@ pub(crate) fn train(
                     name: tried.spec.name(),
                     score: tried.score,
                     seconds: tried.seconds,
-                    selected: Some(tried.spec) == chosen,
+                    selected: chosen_specs == [tried.spec],
                     error: tried.error.clone(),
                 })
                 .collect()
         })
         .unwrap_or_default();
+    // An ensemble is listed after its members, its time theirs.
+    if let Some(choice) = chosen.as_ref().filter(|choice| choice.specs.len() > 1) {
+        let seconds = choice
+            .specs
+            .iter()
+            .filter_map(|spec| candidates.iter().find(|c| c.name == spec.name()))
+            .map(|c| c.seconds)
+            .sum();
+        candidates.push(CandidateScore {
+            name: choice.name(),
+            score: choice.score,
+            seconds,
+            selected: true,
+            error: None,
+        });
+    }
     let description = Description {
         accuracies: BTreeMap::from([(task.score_name().to_owned(), score)]),
         column_importances: inputs.iter().cloned().zip(importances.clone()).collect(),

@@ -528,3 +528,49 @@ fn hashed_words_are_stable_and_of_unit_length() {
     hash_words(" ,; ", &mut empty);
     assert!(empty.iter().all(|v| *v == 0.0));
 }
+
+/// A smooth trend plus a step: a line gets the trend, trees the step, and their mean beats
+/// either. The ensemble is fitted, described, stored and predicts as it was scored.
+#[test]
+fn an_ensemble_of_a_line_and_trees_is_described_stored_and_predicts() {
+    let mut rng = SplitMix64(24);
+    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let (x1, x2) = (uniform(&mut rng) * 10.0, uniform(&mut rng));
+        a.push(x1);
+        b.push(x2);
+        let step = if x2 > 0.5 { 20.0 } else { 0.0 };
+        y.push(10.0 * x1 + step + uniform(&mut rng) * 2.0);
+    }
+    let data = batch(vec![("a", floats(a)), ("b", floats(b)), ("y", floats(y))]);
+    let trained = trained(&data, "y");
+    let description = &trained.description;
+    assert_eq!(description.mixer, "ensemble", "{description:?}");
+    let selected: Vec<&CandidateScore> = description
+        .candidates
+        .iter()
+        .filter(|c| c.selected)
+        .collect();
+    assert_eq!(selected.len(), 1, "{description:?}");
+    assert!(
+        selected[0].name.starts_with("ensemble (mean of "),
+        "{selected:?}"
+    );
+    let best_single = description
+        .candidates
+        .iter()
+        .filter(|c| !c.selected)
+        .filter_map(|c| c.score)
+        .fold(f64::MIN, f64::max);
+    assert!(selected[0].score.expect("scored") > best_single);
+    assert!(
+        description.model.contains("Ensemble, the mean of: "),
+        "{description:?}"
+    );
+    let json = serde_json::to_string(&trained.predictor).expect("serialises");
+    let stored: Predictor = serde_json::from_str(&json).expect("deserialises");
+    assert_eq!(
+        predicted_floats(&stored, &data),
+        predicted_floats(&trained.predictor, &data)
+    );
+}
