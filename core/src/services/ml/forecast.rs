@@ -743,6 +743,11 @@ pub(crate) fn train_series(
             group.len().saturating_sub(origins * horizon + 1) * usize::from(origins > 0)
         })
         .collect();
+    // The backtest's training is a whole training of its own: the model's phase says so, and
+    // a drop seen there stops it.
+    if !on_phase(0, "Backtesting on each series' last rows") {
+        return Err(super::train::STOPPED.to_owned());
+    }
     let backtest = examples(&base, &batch, &columns, &series, Some(&cutoffs))
         .and_then(|(features, _)| {
             train(
