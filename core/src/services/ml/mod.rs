@@ -70,9 +70,29 @@ impl Scorer {
     }
 }
 
-/// A forecaster as stored: `{"series": …}`, which [`scorer`] tells from a tabular predictor.
-pub(crate) fn stored_forecaster(forecaster: &Forecaster) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(&serde_json::json!({ SERIES_KEY: forecaster }))
+/// A forecaster as stored: `{"series": …}`, which [`scorer`] tells from a tabular predictor;
+/// read back once, as [`stored_predictor`] is.
+pub(crate) fn stored_forecaster(forecaster: &Forecaster) -> Result<Vec<u8>, String> {
+    let bytes = serde_json::to_vec(&serde_json::json!({ SERIES_KEY: forecaster }))
+        .map_err(|e| e.to_string())?;
+    let mut wrapped: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(unstorable)?;
+    let forecaster = wrapped.remove(SERIES_KEY).unwrap_or_default();
+    serde_json::from_value::<Forecaster>(forecaster).map_err(unstorable)?;
+    Ok(bytes)
+}
+
+/// A tabular predictor as stored, read back once: a value JSON cannot hold (a number past
+/// f64's range stores as null) would make a model reported complete fail every prediction;
+/// it fails the training instead, saying why.
+pub(crate) fn stored_predictor(predictor: &Predictor) -> Result<Vec<u8>, String> {
+    let bytes = serde_json::to_vec(predictor).map_err(|e| e.to_string())?;
+    serde_json::from_slice::<Predictor>(&bytes).map_err(unstorable)?;
+    Ok(bytes)
+}
+
+fn unstorable(e: serde_json::Error) -> String {
+    format!("the trained model could not be stored and read back ({e}); its data may hold values past what a 64-bit float holds")
 }
 
 const SERIES_KEY: &str = "series";

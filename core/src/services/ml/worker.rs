@@ -187,9 +187,7 @@ async fn run(
             Some(options) => {
                 forecast::train_series(&batches, &target, &options, &mut on_phase, &stopped)
                     .and_then(|(forecaster, description)| {
-                        super::stored_forecaster(&forecaster)
-                            .map(|bytes| (bytes, description))
-                            .map_err(|e| e.to_string())
+                        super::stored_forecaster(&forecaster).map(|bytes| (bytes, description))
                     })
             }
             None => train::train(&batches, &target, &mut on_phase, &stopped).and_then(
@@ -197,9 +195,7 @@ async fn run(
                      predictor,
                      description,
                  }| {
-                    serde_json::to_vec(&predictor)
-                        .map(|bytes| (bytes, description))
-                        .map_err(|e| e.to_string())
+                    super::stored_predictor(&predictor).map(|bytes| (bytes, description))
                 },
             ),
         }

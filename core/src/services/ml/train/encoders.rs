@@ -25,9 +25,13 @@ pub(super) const MAX_ONE_HOT_CATEGORIES: usize = 50;
 /// Categorical columns with at most this many categories are one-hot encoded; more get target
 /// means.
 pub(super) const ONE_HOT_MAX_DISTINCT: usize = 16;
-/// A target-mean encoder keeps the means of at most this many categories, the most frequent;
-/// the rest, as unseen ones, get the prior.
+/// A target-mean encoder keeps the means of at most this many categories (and
+/// [`TARGET_CATEGORY_BYTES`] of their text), the most frequent; the rest, as unseen ones, get
+/// the prior.
 pub(super) const MAX_TARGET_CATEGORIES: usize = 10_000;
+/// The text a target-mean encoder keeps, all its categories together: it is stored with the
+/// model and read by every prediction, so long labels keep fewer categories.
+const TARGET_CATEGORY_BYTES: usize = 1 << 20;
 /// Target means are one feature per class: past this many classes a column is one-hot.
 pub(super) const MAX_TARGET_CLASSES: usize = 8;
 /// A category's mean is shrunk towards the prior as if it had `m` more rows at the prior,
@@ -41,8 +45,11 @@ const TARGET_FOLDS: usize = 5;
 /// The features all free-text columns may take together, in cells (rows × buckets), and the
 /// least and most buckets of one column: more buckets collide less, and cost memory per row.
 const TEXT_FEATURE_CELLS: usize = 8_000_000;
-const TEXT_MIN_BUCKETS: usize = 16;
+const TEXT_MIN_BUCKETS: usize = 8;
 const TEXT_MAX_BUCKETS: usize = 256;
+/// The features all free-text columns may take together, whatever the rows: the linear
+/// candidates' cost grows with the cube of the features.
+const TEXT_MAX_FEATURES: usize = 512;
 /// Free text averaging fewer words than this is an identifier or a label with many values
 /// (codes, names), better summarised by its target means than by its words.
 const TEXT_MIN_MEAN_WORDS: f64 = 2.0;
@@ -140,9 +147,12 @@ pub(super) struct FitContext<'a> {
 
 /// The buckets each of `text_columns` free-text columns gets over `rows` rows: a power of two
 /// within [`TEXT_MIN_BUCKETS`]..=[`TEXT_MAX_BUCKETS`], together at most about
-/// [`TEXT_FEATURE_CELLS`] cells.
+/// [`TEXT_FEATURE_CELLS`] cells and [`TEXT_MAX_FEATURES`] features (unless the columns are so
+/// many that the least each gets passes that).
 pub(super) fn text_buckets(rows: usize, text_columns: usize) -> usize {
-    let per_column = TEXT_FEATURE_CELLS / rows.max(1).saturating_mul(text_columns.max(1));
+    let columns = text_columns.max(1);
+    let per_column =
+        (TEXT_FEATURE_CELLS / rows.max(1).saturating_mul(columns)).min(TEXT_MAX_FEATURES / columns);
     let mut buckets = TEXT_MIN_BUCKETS;
     while buckets * 2 <= per_column.min(TEXT_MAX_BUCKETS) {
         buckets *= 2;
@@ -273,6 +283,15 @@ impl Encoder {
         let outputs = target.outputs()?;
         let mut kept = by_frequency(cells, rows);
         kept.truncate(MAX_TARGET_CATEGORIES);
+        let mut bytes = 0usize;
+        let within = kept
+            .iter()
+            .take_while(|(label, _)| {
+                bytes += label.len();
+                bytes <= TARGET_CATEGORY_BYTES
+            })
+            .count();
+        kept.truncate(within);
         let index: HashMap<&str, usize> = kept
             .iter()
             .enumerate()
@@ -758,6 +777,21 @@ pub(super) fn encode(
     values: &[Values],
     rows: &[usize],
 ) -> Result<Features, String> {
+    encode_checked(columns, values, rows, &|| Ok(()))
+}
+
+/// Rows a column is encoded in at a time, `check` asked between them: free text of megabytes
+/// a cell takes seconds per few thousand rows.
+const ENCODE_ROWS: usize = 4_096;
+
+/// As [`encode`], asking `check` between columns and every [`ENCODE_ROWS`] rows, so that a
+/// stop is seen within a long encoding.
+pub(super) fn encode_checked(
+    columns: &[InputColumn],
+    values: &[Values],
+    rows: &[usize],
+    check: &dyn Fn() -> Result<(), String>,
+) -> Result<Features, String> {
     let width: usize = columns.iter().map(|column| column.encoder.width()).sum();
     let cells = rows.len().saturating_mul(width);
     let mut out: Vec<f64> =
@@ -766,9 +800,13 @@ pub(super) fn encode(
     out.resize(cells, 0.0);
     for ((column, column_values), offset) in columns.iter().zip(values).zip(block_offsets(columns))
     {
-        column
-            .encoder
-            .write(column_values, rows, &mut out, width, offset);
+        for (chunk, chunk_rows) in rows.chunks(ENCODE_ROWS).enumerate() {
+            check()?;
+            let out = &mut out[chunk * ENCODE_ROWS * width..];
+            column
+                .encoder
+                .write(column_values, chunk_rows, out, width, offset);
+        }
     }
     Ok(Features {
         rows: rows.len(),

@@ -47,6 +47,9 @@ const EXPLAINED_COLUMNS: usize = 32;
 const SMALL_DATA_ROWS: usize = 50;
 /// Up to this many rows the winner is fitted again on every row once it has been scored.
 const REFIT_MAX_ROWS: usize = 50_000;
+/// The most feature cells a prediction makes at once (8 MiB of them): a batch past it is
+/// predicted a slice of rows at a time.
+const PREDICT_MAX_CELLS: usize = 1 << 20;
 
 /// The result of [`train`]: the predictor to store and a description to show the user.
 pub(crate) struct Trained {
@@ -92,9 +95,31 @@ impl Predictor {
     /// training, and extra columns are ignored.
     #[cfg(test)]
     pub(crate) fn predict(&self, batch: &RecordBatch) -> Result<ArrayRef, String> {
-        let features = self.features(batch)?;
-        let predicted = self.mixer.predict(&features)?;
-        self.to_target_array(predicted)
+        let parts = self
+            .slices(batch)
+            .map(|(slice, _)| {
+                let features = self.features(&slice)?;
+                let predicted = self.mixer.predict(&features)?;
+                self.to_target_array(predicted)
+            })
+            .collect::<Result<Vec<ArrayRef>, String>>()?;
+        concatenated(&parts)
+    }
+
+    /// `batch` in slices of rows whose features take at most [`PREDICT_MAX_CELLS`] cells
+    /// (zero-copy), each with its first row's position: a wide model (hashed text, many
+    /// categories) would otherwise make one matrix of a whole batch's rows × its width.
+    fn slices<'a>(
+        &self,
+        batch: &'a RecordBatch,
+    ) -> impl Iterator<Item = (RecordBatch, usize)> + 'a {
+        let width: usize = self.columns.iter().map(|c| c.encoder.width()).sum();
+        let step = (PREDICT_MAX_CELLS / width.max(1)).max(1);
+        let rows = batch.num_rows();
+        // One (empty) slice for no rows, so that the answer still has its arrays.
+        (0..rows.max(1))
+            .step_by(step)
+            .map(move |from| (batch.slice(from, step.min(rows - from)), from))
     }
 
     /// The columns a prediction adds beside the target, in MindsDB's names: `<target>_confidence`
@@ -135,6 +160,31 @@ impl Predictor {
     /// each row's `offsets` value when there are any: a forecaster's model predicts the change
     /// from the last value, which it adds back.
     pub(crate) fn predict_detailed_from(
+        &self,
+        batch: &RecordBatch,
+        explain: bool,
+        offsets: &[f64],
+    ) -> Result<(ArrayRef, Vec<ArrayRef>), String> {
+        let mut targets = Vec::new();
+        let mut details: Vec<Vec<ArrayRef>> = Vec::new();
+        for (slice, from) in self.slices(batch) {
+            let offsets = offsets.get(from..from + slice.num_rows()).unwrap_or(&[]);
+            let (target, detail) = self.predict_slice(&slice, explain, offsets)?;
+            targets.push(target);
+            details.resize(detail.len(), Vec::new()); // bounded: the detail columns, four
+            for (column, array) in details.iter_mut().zip(detail) {
+                column.push(array);
+            }
+        }
+        let details = details
+            .iter()
+            .map(|parts| concatenated(parts))
+            .collect::<Result<Vec<ArrayRef>, String>>()?;
+        Ok((concatenated(&targets)?, details))
+    }
+
+    /// [`Predictor::predict_detailed_from`] for one slice of rows.
+    fn predict_slice(
         &self,
         batch: &RecordBatch,
         explain: bool,
@@ -465,11 +515,28 @@ pub(crate) fn train(
     };
     // The encoders are fitted on every row, so that they see every category; those that
     // learn from the target (target means) are cross-fitted below.
-    let target_view = TargetView {
-        y: &y,
-        classes: match &task {
-            Task::Regression { .. } => None,
-            Task::Classification { classes } => Some(classes.len()),
+    // A number's target means are computed over the target divided by its largest value:
+    // the features are ratios (means less the prior, over the deviation), which the unit
+    // leaves alone, and sums and squares of values near f64's limits (1e200, 1e-300) would
+    // overflow or vanish.
+    let unit_y: Vec<f64>;
+    let target_view = match &task {
+        Task::Regression { .. } => {
+            let top = y.iter().fold(0.0_f64, |top, v| top.max(v.abs()));
+            let unit = if top.is_finite() && top > 0.0 {
+                top
+            } else {
+                1.0
+            };
+            unit_y = y.iter().map(|v| v / unit).collect(); // bounded: one per target row
+            TargetView {
+                y: &unit_y,
+                classes: None,
+            }
+        }
+        Task::Classification { classes } => TargetView {
+            y: &y,
+            classes: Some(classes.len()),
         },
     };
     let text_columns = columns
@@ -480,17 +547,19 @@ pub(crate) fn train(
         target: target_view,
         text_buckets: text_buckets(kept.len(), text_columns),
     };
-    let columns: Vec<InputColumn> = columns
-        .into_iter()
-        .zip(&values)
-        .map(|((name, kind), column_values)| InputColumn {
+    let mut fitted = Vec::with_capacity(columns.len()); // bounded: one per input column
+    for ((name, kind), column_values) in columns.into_iter().zip(&values) {
+        check()?;
+        fitted.push(InputColumn {
             encoder: Encoder::fit(kind, column_values, &order, &context),
             name,
             kind,
-        })
-        .collect();
+        });
+    }
+    let columns = fitted;
     // Every row's features in the seeded order: the held-out fifth first.
-    let mut all = encode(&columns, &values, &order)?;
+    let mut all = encode_checked(&columns, &values, &order, &check)?;
+    check()?;
     cross_fit_target_means(&columns, &values, &order, &context.target, &mut all);
     drop(values);
     let positions: Vec<usize> = (0..all.rows).collect();
@@ -515,7 +584,7 @@ pub(crate) fn train(
     let (mixer, stage, family, search, interval, chosen) = match constant {
         Some((mixer, stage)) => (mixer, stage, "constant", None, None, None),
         None => {
-            let specs = search::specs(&task, dev.rows, labels);
+            let specs = search::specs(&task, dev.rows, dev.width, labels);
             // Past REFIT_MAX_ROWS rows the held-out fifth is rows enough to choose on, and
             // the candidates' fits on the development rows are the ones kept: the chosen one
             // is not fitted again (nor refitted on every row below).
@@ -712,6 +781,17 @@ fn constant_mixer(
             ))
         }
         Task::Classification { .. } => None,
+    }
+}
+
+/// One array of `parts` in order (the parts themselves when there is one).
+fn concatenated(parts: &[ArrayRef]) -> Result<ArrayRef, String> {
+    match parts {
+        [one] => Ok(Arc::clone(one)),
+        parts => {
+            let arrays: Vec<&dyn Array> = parts.iter().map(|part| part.as_ref()).collect();
+            datafusion::arrow::compute::concat(&arrays).map_err(|e| e.to_string())
+        }
     }
 }
 
@@ -1285,19 +1365,21 @@ mod tests {
 
     #[test]
     fn training_stops_between_the_steps_of_a_fit() {
-        // `stopped` says stop on its fifth look, inside the forest: training ends with STOPPED
-        // without looking again, and no phase after fitting starts.
+        // `stopped` says stop on its fifth look once fitting has begun, inside the forest:
+        // training ends with STOPPED without looking again, and no phase after fitting starts.
         let looks = std::cell::Cell::new(0);
+        let fitting = std::cell::Cell::new(false);
         let mut phases = Vec::new();
         let stopped = train(
             &[regression_batch(300)],
             "y",
             &mut |phase, _| {
                 phases.push(phase);
+                fitting.set(phase >= 3);
                 true
             },
             &|| {
-                looks.set(looks.get() + 1);
+                looks.set(looks.get() + u32::from(fitting.get()));
                 looks.get() >= 5
             },
         );

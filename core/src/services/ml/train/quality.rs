@@ -574,3 +574,100 @@ fn an_ensemble_of_a_line_and_trees_is_described_stored_and_predicts() {
         predicted_floats(&trained.predictor, &data)
     );
 }
+
+/// Targets at 1e200 or 1e-300 (whose squares overflow or vanish) still learn their
+/// categories' means; at 1e306, whose sums overflow, the model still stores and reads back (a
+/// non-finite prior stored as null made every prediction of a "complete" model fail).
+#[test]
+fn target_means_hold_targets_near_the_limits_of_f64() {
+    let data = |unit: f64| {
+        let code: Vec<String> = (0..3_000).map(|row| format!("c{}", row % 100)).collect();
+        let y: Vec<f64> = (0..3_000).map(|row| (row % 100) as f64 * unit).collect();
+        batch(vec![
+            ("code", Arc::new(StringArray::from(code)) as ArrayRef),
+            ("y", floats(y)),
+        ])
+    };
+    let probe = batch(vec![(
+        "code",
+        Arc::new(StringArray::from(vec!["c7", "c93"])) as ArrayRef,
+    )]);
+    for unit in [1e200, 1e-300] {
+        let trained = trained(&data(unit), "y");
+        let description = &trained.description;
+        assert!(
+            description.accuracies["r2_score"] > 0.99,
+            "{unit}: {description:?}"
+        );
+        let predicted = predicted_floats(&trained.predictor, &probe);
+        for (got, want) in predicted.iter().zip([7.0, 93.0]) {
+            assert!((got / unit - want).abs() < 1.0, "{unit}: {predicted:?}");
+        }
+    }
+    let trained = trained(&data(1e306), "y");
+    let stored = super::super::stored_predictor(&trained.predictor).expect("stores");
+    let read: Predictor = serde_json::from_slice(&stored).expect("reads back");
+    assert_eq!(predicted_floats(&read, &probe).len(), 2);
+}
+
+/// Many text columns share a bounded number of features, and past the linear candidates'
+/// limit only trees are tried.
+#[test]
+fn text_features_are_bounded_however_many_columns() {
+    assert_eq!(text_buckets(200, 1), 256);
+    assert_eq!(text_buckets(200, 4), 128);
+    assert_eq!(text_buckets(300, 48), 8);
+    assert_eq!(text_buckets(1_000_000, 1), 8);
+    for columns in 1..=64 {
+        assert!(text_buckets(200, columns) * columns <= 512, "{columns}");
+    }
+    let task = Task::Regression { integer: false };
+    assert!(search::specs(&task, 200, 512, 0).contains(&search::Spec::Ridge(0.0)));
+    let wide = search::specs(&task, 200, 513, 0);
+    assert!(
+        wide.iter().all(|spec| spec.family() != "linear"),
+        "{wide:?}"
+    );
+}
+
+/// A wide model predicts a batch a slice of rows at a time; the answers are those of the
+/// rows predicted alone.
+#[test]
+fn wide_models_predict_large_batches_in_slices() {
+    let mut rng = SplitMix64(25);
+    let words = [
+        "red", "green", "blue", "cyan", "plum", "teal", "gold", "rose",
+    ];
+    let text = |rng: &mut SplitMix64| -> String {
+        (0..5)
+            .map(|_| words[(rng.next() % words.len() as u64) as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let notes: Vec<String> = (0..400).map(|_| text(&mut rng)).collect();
+    let y: Vec<f64> = notes
+        .iter()
+        .map(|note| note.matches("red").count() as f64 * 3.0 + uniform(&mut rng))
+        .collect();
+    let data = batch(vec![
+        ("note", Arc::new(StringArray::from(notes)) as ArrayRef),
+        ("y", floats(y)),
+    ]);
+    let predictor = trained(&data, "y").predictor;
+    let width: usize = predictor.columns.iter().map(|c| c.encoder.width()).sum();
+    let rows = PREDICT_MAX_CELLS / width * 2 + 17;
+    let probe_notes: Vec<String> = (0..rows).map(|_| text(&mut rng)).collect();
+    let probe = batch(vec![(
+        "note",
+        Arc::new(StringArray::from(probe_notes)) as ArrayRef,
+    )]);
+    let whole = predicted_floats(&predictor, &probe);
+    assert_eq!(whole.len(), rows);
+    let (detailed, details) = predictor.predict_detailed(&probe, false).expect("predicts");
+    assert_eq!(detailed.len(), rows);
+    assert!(details.iter().all(|column| column.len() == rows));
+    for from in [0, rows / 2, rows - 3] {
+        let alone = predicted_floats(&predictor, &probe.slice(from, 3));
+        assert_eq!(alone, whole[from..from + 3], "rows {from}..");
+    }
+}

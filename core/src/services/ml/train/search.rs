@@ -36,6 +36,10 @@ pub(super) const CV_MAX_ROWS: usize = 20_000;
 const RIDGE_ALPHAS: [f64; 6] = [0.0, 0.01, 0.1, 1.0, 10.0, 100.0];
 /// The logistic penalties tried (1 is scikit-learn's default, C = 1).
 const LOGISTIC_ALPHAS: [f64; 4] = [0.01, 0.1, 1.0, 10.0];
+/// Past this many features the linear candidates are not tried: each fit solves a system of
+/// features × features, whose cost grows with their cube (1,024 hashed-text features took
+/// minutes on 200 rows).
+const LINEAR_MAX_FEATURES: usize = 512;
 /// The coverage of the numeric intervals.
 pub(super) const COVERAGE: f64 = 0.9;
 /// An ensemble is chosen when it closes at least this share of the gap between the best
@@ -92,11 +96,12 @@ impl Spec {
     }
 }
 
-/// The candidates for `task` on `rows` development rows with `labels` distinct classes
-/// among them (classification), simplest first: a tie goes to the simpler.
-pub(super) fn specs(task: &Task, rows: usize, labels: usize) -> Vec<Spec> {
+/// The candidates for `task` on `rows` development rows of `width` features with `labels`
+/// distinct classes among them (classification), simplest first: a tie goes to the simpler.
+pub(super) fn specs(task: &Task, rows: usize, width: usize, labels: usize) -> Vec<Spec> {
     let mut specs = Vec::new();
     match task {
+        _ if width > LINEAR_MAX_FEATURES => {}
         Task::Regression { .. } => specs.extend(RIDGE_ALPHAS.map(Spec::Ridge)),
         Task::Classification { .. } => {
             if labels <= LOGISTIC_MAX_CLASSES {
@@ -574,6 +579,13 @@ pub(super) fn search(
             let predicted: Vec<f64> = kept.iter().map(|&at| candidate.predicted[at]).collect();
             let score = task.score(predicted, &truth);
             candidate.score = score.is_finite().then_some(score);
+            if candidate.score.is_none() {
+                candidate.error = Some(
+                    "its predictions could not be scored: they, or the target's spread, \
+                     pass what a 64-bit float holds"
+                        .to_owned(),
+                );
+            }
         }
         candidate.predicted = kept.iter().map(|&at| candidate.predicted[at]).collect();
         if kept_classes > 0 {
