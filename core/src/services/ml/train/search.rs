@@ -160,7 +160,7 @@ pub(super) struct Tried {
     pub(super) seconds: f64,
     /// Why it failed, if it did.
     pub(super) error: Option<String>,
-    /// Its out-of-fold prediction of each scored row (see [`Search::scored`]).
+    /// Its out-of-fold prediction of each scored row (see [`Search`]'s truth).
     predicted: Vec<f64>,
     /// For classes (up to [`ENSEMBLE_MAX_CLASSES`]), its out-of-fold probabilities of each
     /// class, row-major per scored row; empty otherwise.
@@ -663,6 +663,17 @@ mod tests {
         }
     }
 
+    /// A two-class classifier's probabilities (P(a), P(b)) for a row of `class`: 0.9 on it
+    /// when `sure`, else 0.45 (barely wrong).
+    fn lean(sure: bool, class: f64) -> [f64; 2] {
+        let right = if sure { 0.9 } else { 0.45 };
+        if class == 0.0 {
+            [right, 1.0 - right]
+        } else {
+            [1.0 - right, right]
+        }
+    }
+
     /// Two candidates wrong in opposite directions: their mean is exact, and chosen.
     #[test]
     fn an_ensemble_is_chosen_when_its_mean_scores_better() {
@@ -726,14 +737,6 @@ mod tests {
         // Rows alternate a, b. The first is sure and right on rows 0–19, barely wrong on
         // 20–39; the second the other way round.
         let y: Vec<f64> = (0..40).map(|row| f64::from(row % 2)).collect();
-        let lean = |sure: bool, class: f64| -> [f64; 2] {
-            let right = if sure { 0.9 } else { 0.45 };
-            if class == 0.0 {
-                [right, 1.0 - right]
-            } else {
-                [1.0 - right, right]
-            }
-        };
         let first: Vec<f64> = (0..40)
             .flat_map(|row| lean(row < 20, y[row as usize]))
             .collect();
@@ -760,14 +763,6 @@ mod tests {
             classes: vec!["a".into(), "b".into()],
         };
         let y: Vec<f64> = (0..40).map(|row| f64::from(row % 2)).collect();
-        let lean = |sure: bool, class: f64| -> [f64; 2] {
-            let right = if sure { 0.9 } else { 0.45 };
-            if class == 0.0 {
-                [right, 1.0 - right]
-            } else {
-                [1.0 - right, right]
-            }
-        };
         // The first is wrong on row 0 only, the second on row 1 only.
         let first: Vec<f64> = (0..40).flat_map(|row| lean(row != 0, y[row])).collect();
         let second: Vec<f64> = (0..40).flat_map(|row| lean(row != 1, y[row])).collect();
