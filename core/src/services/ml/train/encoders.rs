@@ -780,12 +780,13 @@ pub(super) fn encode(
     encode_checked(columns, values, rows, &|| Ok(()))
 }
 
-/// Rows a column is encoded in at a time, `check` asked between them: free text of megabytes
-/// a cell takes seconds per few thousand rows.
+/// Rows a column is encoded in at a time, `check` asked between them, and the rows of free
+/// text (megabytes a cell take seconds per few thousand rows).
 const ENCODE_ROWS: usize = 4_096;
+const ENCODE_TEXT_ROWS: usize = 16;
 
-/// As [`encode`], asking `check` between columns and every [`ENCODE_ROWS`] rows, so that a
-/// stop is seen within a long encoding.
+/// As [`encode`], asking `check` between columns and every [`ENCODE_ROWS`] rows
+/// ([`ENCODE_TEXT_ROWS`] of free text), so that a stop is seen within a long encoding.
 pub(super) fn encode_checked(
     columns: &[InputColumn],
     values: &[Values],
@@ -800,9 +801,14 @@ pub(super) fn encode_checked(
     out.resize(cells, 0.0);
     for ((column, column_values), offset) in columns.iter().zip(values).zip(block_offsets(columns))
     {
-        for (chunk, chunk_rows) in rows.chunks(ENCODE_ROWS).enumerate() {
+        // Free text is hashed a few rows at a time: a cell may hold megabytes.
+        let step = match column.encoder {
+            Encoder::HashedWords { .. } => ENCODE_TEXT_ROWS,
+            _ => ENCODE_ROWS,
+        };
+        for (chunk, chunk_rows) in rows.chunks(step).enumerate() {
             check()?;
-            let out = &mut out[chunk * ENCODE_ROWS * width..];
+            let out = &mut out[chunk * step * width..];
             column
                 .encoder
                 .write(column_values, chunk_rows, out, width, offset);
