@@ -913,3 +913,27 @@ fn a_training_query_stops_at_the_statement_deadline() {
     // Generous: the deadline is 1 s; reading all of it would take far longer.
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+#[test]
+fn a_training_fit_stops_at_the_statement_deadline() {
+    let mut config = Config::default();
+    config.query.statement_timeout_secs = Some(1);
+    let engine = Engine::open_in_memory(config).unwrap();
+    let started = Instant::now();
+    // Read in well under a second; fitted (five folds of ridge, boosted trees and a forest over
+    // 16,000 rows of a debug build) in far more.
+    engine
+        .sql_blocking(
+            "CREATE MODEL slow FROM mindsdb (SELECT random() AS a, random() AS b, random() AS c, \
+             random() AS d, random() AS e, random() AS y FROM generate_series(1, 20000)) PREDICT y",
+        )
+        .unwrap();
+    let row = wait_done(&engine, "mindsdb", "slow");
+    assert_eq!(row[0], "error", "{row}");
+    let error = row[1].as_str().unwrap();
+    assert!(
+        error.contains("after fitting") && error.contains("query.statement_timeout_secs"),
+        "{row}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

@@ -33,13 +33,14 @@ pub(crate) enum Job {
 }
 
 /// How a training may be stopped: by dropping its model (the registration's token), and its
-/// training query by the statement deadline (`query.statement_timeout_secs`), counted from
-/// when the query starts to be read.
+/// training query and then its fit each by the statement deadline
+/// (`query.statement_timeout_secs`), counted from when the query starts to be read and from
+/// when the fit starts.
 pub(crate) struct Stops {
     /// The training's place among the work of its model, cancelled by DROP MODEL (or DROP
     /// PROJECT): registered in the transaction that recorded the version.
     pub(crate) running: Registration,
-    /// How long reading the training query's rows may take.
+    /// How long reading the training query's rows may take, and then how long the fit may.
     pub(crate) read_limit: Option<Duration>,
     /// The training's memory account (`query.statement_memory_mb`, within its user's
     /// `max_memory_mb`): over it, reading or fitting stops and the version is set to error.
@@ -156,6 +157,10 @@ async fn run(
     let (target, for_training) = (model.predict.clone(), model.clone());
     let (store_for_phases, handle) = (Arc::clone(store), tokio::runtime::Handle::current());
     let stop = stop.clone();
+    // The fit has a statement's time too (the reading above had its own): past it, it stops
+    // at its next step as a drop would, and the error says why.
+    let fit_deadline = read_limit.map(|limit| Instant::now() + limit);
+    let past_deadline = move || fit_deadline.is_some_and(|deadline| Instant::now() >= deadline);
     // Fits are capped by the plan's `max_running_trainings`, not the blocking share.
     let trained = crate::memory::spawn_blocking_unshared(move || {
         let mut on_phase = |number: u32, name: &str| {
@@ -163,7 +168,7 @@ async fn run(
             // store that cannot record progress (the engine is closing), since it could not
             // record the result either: the version is then set to error when next opened.
             // So does a training over its memory budget.
-            if stop.is_cancelled() || crate::cancel::check().is_err() {
+            if stop.is_cancelled() || crate::cancel::check().is_err() || past_deadline() {
                 return false;
             }
             handle
@@ -178,7 +183,7 @@ async fn run(
         };
         // Between a fit's steps (a tree, a few milliseconds of a pass over the rows), the
         // same stops without a write: a drop ends a long fit there, not at its next phase.
-        let stopped = || stop.is_cancelled() || crate::cancel::check().is_err();
+        let stopped = || stop.is_cancelled() || crate::cancel::check().is_err() || past_deadline();
         // ORDER BY … WINDOW makes a forecaster; anything else a tabular predictor. Either
         // is stored as its JSON (`fitted` reads it back).
         let series = models::SeriesOptions::from_using(&for_training.using)
@@ -202,8 +207,17 @@ async fn run(
     })
     .await
     .map_err(|e| Error::internal(format!("training stopped: {e}")));
-    // Stopped for its memory: say so, rather than that a phase stopped it.
+    // Stopped for its memory or its time: say so, rather than that a phase stopped it.
     crate::cancel::check()?;
+    if let (Some(limit), true) = (read_limit, past_deadline()) {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the training was stopped after fitting for {} s, the time limit of a statement (query.statement_timeout_secs)",
+                limit.as_secs_f64()
+            ),
+        ));
+    }
     let trained = trained?.map_err(Error::invalid)?;
     let seconds = started.elapsed().as_secs_f64();
     let model = model.clone();
