@@ -10,6 +10,7 @@ mod auth;
 mod callbacks;
 mod crash;
 mod directory;
+mod federation;
 mod hosted;
 mod indexes;
 mod jobs;

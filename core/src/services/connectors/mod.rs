@@ -8,6 +8,7 @@ pub(crate) mod directory;
 mod net;
 pub(crate) mod postgres;
 pub(crate) mod pushdown;
+pub(crate) mod remote_plan;
 pub(crate) mod table;
 
 pub(crate) use self::net::Net;

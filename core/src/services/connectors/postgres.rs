@@ -297,6 +297,15 @@ impl Settings {
         });
     }
 
+    /// What identifies the server, database, role and schema its statements run in: two
+    /// datasources with the same key run one statement over tables of both.
+    pub(crate) fn server_key(&self) -> String {
+        format!(
+            "{}@{}:{}/{}/{}",
+            self.user, self.host, self.port, self.database, self.schema
+        )
+    }
+
     /// The table `table` of the datasource's schema, quoted.
     pub(crate) fn qualified(&self, table: &str) -> String {
         format!("{}.{}", quote(&self.schema), quote(table))
@@ -452,6 +461,53 @@ impl Kind {
         }
     }
 
+    /// The kind that reads a value PostgreSQL sends for `data_type`, when a statement casts
+    /// its result to [`Kind::type_name`]; `None` for types a computed result is not read as.
+    pub(crate) fn for_result(data_type: &DataType) -> Option<Kind> {
+        Some(match data_type {
+            DataType::Boolean => Kind::Bool,
+            DataType::Int16 => Kind::Int16,
+            DataType::Int32 => Kind::Int32,
+            // Counts and ranks (UInt64 here) are read as bigint and cast back.
+            DataType::Int64 | DataType::UInt64 => Kind::Int64,
+            DataType::Float64 => Kind::Float64,
+            DataType::Decimal128(p, s) if (1..=38).contains(p) && (0..=*p as i8).contains(s) => {
+                Kind::Decimal(*p, *s)
+            }
+            DataType::Utf8 => Kind::Text,
+            DataType::Date32 => Kind::Date,
+            DataType::Timestamp(TimeUnit::Microsecond, None) => Kind::Timestamp,
+            DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC" => {
+                Kind::TimestampTz
+            }
+            _ => return None,
+        })
+    }
+
+    /// The PostgreSQL type a computed result is cast to so that it is read as this kind
+    /// (see [`Kind::for_result`]).
+    pub(crate) fn type_name(self) -> String {
+        match self {
+            Kind::Bool => "boolean".into(),
+            Kind::Int16 => "smallint".into(),
+            Kind::Int32 => "integer".into(),
+            Kind::Int64 => "bigint".into(),
+            Kind::Oid => "oid".into(),
+            Kind::Float32 => "real".into(),
+            Kind::Float64 | Kind::Numeric => "double precision".into(),
+            Kind::Decimal(p, s) => format!("numeric({p}, {s})"),
+            Kind::Text | Kind::AsText => "text".into(),
+            Kind::Bpchar => "bpchar".into(),
+            Kind::Json => "json".into(),
+            Kind::Jsonb => "jsonb".into(),
+            Kind::Date => "date".into(),
+            Kind::Timestamp => "timestamp".into(),
+            Kind::TimestampTz => "timestamptz".into(),
+            Kind::Uuid => "uuid".into(),
+            Kind::Bytes => "bytea".into(),
+        }
+    }
+
     /// Whether SQL comparing this column in PostgreSQL means what it means in DataFusion: not
     /// for types whose remote operators differ from their Arrow form's (padding, case, no `=`,
     /// unsigned), nor for unbounded numerics read as doubles.
@@ -471,6 +527,38 @@ impl Kind {
                 | Kind::TimestampTz
         )
     }
+}
+
+/// A value sent in PostgreSQL's text format, which the server parses as the type its
+/// placeholder has: Arrow's text form of every type we hold is one PostgreSQL reads.
+#[derive(Debug)]
+pub(crate) struct TextParam<'a>(pub(crate) Option<&'a str>);
+
+impl ToSql for TextParam<'_> {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    {
+        match self.0 {
+            Some(text) => {
+                out.extend_from_slice(text.as_bytes());
+                Ok(tokio_postgres::types::IsNull::No)
+            }
+            None => Ok(tokio_postgres::types::IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _ty: &Type) -> tokio_postgres::types::Format {
+        tokio_postgres::types::Format::Text
+    }
+
+    tokio_postgres::types::to_sql_checked!();
 }
 
 /// A remote column: its name and how it is read.
@@ -614,6 +702,7 @@ impl<'a> FromSql<'a> for Raw<'a> {
 pub(crate) fn read_rows(
     settings: Settings,
     sql: String,
+    params: Arc<[Option<String>]>,
     schema: SchemaRef,
     kinds: Vec<Kind>,
     batch_size: usize,
@@ -628,12 +717,18 @@ pub(crate) fn read_rows(
     futures::stream::try_unfold(State::Start(settings, sql), move |state| {
         let schema = Arc::clone(&schema);
         let kinds = kinds.clone();
+        let params = Arc::clone(&params);
         async move {
             let mut open = match state {
                 State::Start(settings, sql) => {
                     let (client, received) = settings.open_metered(true).await?;
+                    let values: Vec<TextParam> =
+                        params.iter().map(|p| TextParam(p.as_deref())).collect();
                     let rows = client
-                        .query_raw(sql.as_str(), std::iter::empty::<&(dyn ToSql + Sync)>())
+                        .query_raw(
+                            sql.as_str(),
+                            values.iter().map(|v| v as &(dyn ToSql + Sync)),
+                        )
                         .await
                         .map_err(|e| received.error(&e))?;
                     Open {

@@ -24,9 +24,9 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::StreamExt;
-use tokio_postgres::types::{Format, IsNull, ToSql, Type};
+use tokio_postgres::types::ToSql;
 
-use super::postgres::{self, query_error, quote, Column, Kind, Settings};
+use super::postgres::{self, query_error, quote, Column, Kind, Settings, TextParam};
 use super::pushdown;
 use crate::error::{Error, Result};
 
@@ -44,6 +44,21 @@ pub(crate) struct RemoteTable {
 }
 
 impl RemoteTable {
+    /// The datasource's settings.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The table's name in the datasource's schema.
+    pub(crate) fn name(&self) -> &str {
+        &self.table
+    }
+
+    /// Its columns, as read.
+    pub(crate) fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
     /// The table `name` of the datasource, or `None` when the remote schema has no such table.
     pub(crate) async fn open(settings: Settings, name: &str) -> Result<Option<RemoteTable>> {
         let Some(columns) = postgres::table_columns(&settings, name).await? else {
@@ -123,6 +138,7 @@ impl TableProvider for RemoteTable {
         Ok(Arc::new(RemoteScanExec::new(
             self.settings.clone(),
             sql,
+            Arc::from([]),
             schema,
             columns.iter().map(|c| c.kind).collect(),
             None,
@@ -173,6 +189,7 @@ impl TableProvider for NativeQuery {
         Ok(Arc::new(RemoteScanExec::new(
             self.settings.clone(),
             self.sql.clone(),
+            Arc::from([]),
             Arc::clone(&self.schema),
             self.kinds.clone(),
             projection.cloned(),
@@ -185,18 +202,25 @@ impl TableProvider for NativeQuery {
 pub(crate) struct RemoteScanExec {
     settings: Settings,
     sql: String,
+    /// Values for the statement's `$1`, `$2`, … placeholders, as text.
+    params: Arc<[Option<String>]>,
     /// The statement's columns, before `projection`.
     read_schema: SchemaRef,
     kinds: Vec<Kind>,
     projection: Option<Vec<usize>>,
+    /// The types the rows are cast to after reading, when they differ from how they are read.
+    output: Option<SchemaRef>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl RemoteScanExec {
-    fn new(
+    /// Reads the rows of `sql` with `params`; `read_schema` and `kinds` say how its columns
+    /// are read, and `projection` which are kept.
+    pub(crate) fn new(
         settings: Settings,
         sql: String,
+        params: Arc<[Option<String>]>,
         read_schema: SchemaRef,
         kinds: Vec<Kind>,
         projection: Option<Vec<usize>>,
@@ -209,21 +233,33 @@ impl RemoteScanExec {
             ),
             None => Arc::clone(&read_schema),
         };
-        let properties = PlanProperties::new(
+        RemoteScanExec {
+            settings,
+            sql,
+            params,
+            read_schema,
+            kinds,
+            projection,
+            output: None,
+            properties: Arc::new(Self::properties_of(schema)),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn properties_of(schema: SchemaRef) -> PlanProperties {
+        PlanProperties::new(
             EquivalenceProperties::new(schema),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        );
-        RemoteScanExec {
-            settings,
-            sql,
-            read_schema,
-            kinds,
-            projection,
-            properties: Arc::new(properties),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
+        )
+    }
+
+    /// The same scan with its rows cast to `output` (as many columns, types Arrow casts to).
+    pub(crate) fn cast_to(mut self, output: SchemaRef) -> Self {
+        self.properties = Arc::new(Self::properties_of(Arc::clone(&output)));
+        self.output = Some(output);
+        self
     }
 }
 
@@ -233,7 +269,20 @@ impl DisplayAs for RemoteScanExec {
             f,
             "PostgresScan: {}:{}/{} sql={}",
             self.settings.host, self.settings.port, self.settings.database, self.sql
-        )
+        )?;
+        if !self.params.is_empty() {
+            // Shown as SQL literals would be, so the line reads as what the server runs.
+            let shown: Vec<String> = self
+                .params
+                .iter()
+                .map(|p| match p {
+                    Some(text) => format!("'{}'", text.replace('\'', "''")),
+                    None => "NULL".to_string(),
+                })
+                .collect();
+            write!(f, " params=[{}]", shown.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -277,9 +326,11 @@ impl ExecutionPlan for RemoteScanExec {
     ) -> DfResult<SendableRecordBatchStream> {
         let rows_read = MetricBuilder::new(&self.metrics).output_rows(partition);
         let projection = self.projection.clone();
+        let output = self.output.clone();
         let batches = postgres::read_rows(
             self.settings.clone(),
             self.sql.clone(),
+            Arc::clone(&self.params),
             Arc::clone(&self.read_schema),
             self.kinds.clone(),
             context.session_config().batch_size(),
@@ -287,8 +338,12 @@ impl ExecutionPlan for RemoteScanExec {
         .map(move |batch| {
             let batch = batch?;
             rows_read.add(batch.num_rows());
-            Ok(match &projection {
+            let batch = match &projection {
                 Some(p) => batch.project(p)?,
+                None => batch,
+            };
+            Ok(match &output {
+                Some(output) => cast_batch(batch, output)?,
                 None => batch,
             })
         });
@@ -303,35 +358,27 @@ impl ExecutionPlan for RemoteScanExec {
     }
 }
 
-/// A value sent in PostgreSQL's text format, which the server parses as the column's type:
-/// Arrow's text form of every type we hold is one PostgreSQL reads.
-#[derive(Debug)]
-struct TextParam<'a>(Option<&'a str>);
-
-impl ToSql for TextParam<'_> {
-    fn to_sql(
-        &self,
-        _ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self.0 {
-            Some(text) => {
-                out.extend_from_slice(text.as_bytes());
-                Ok(IsNull::No)
-            }
-            None => Ok(IsNull::Yes),
-        }
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    fn encode_format(&self, _ty: &Type) -> Format {
-        Format::Text
-    }
-
-    tokio_postgres::types::to_sql_checked!();
+/// `batch` with each column cast to `output`'s type for it.
+fn cast_batch(
+    batch: datafusion::arrow::array::RecordBatch,
+    output: &SchemaRef,
+) -> DfResult<datafusion::arrow::array::RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(output.fields())
+        .map(
+            |(column, field)| match column.data_type() == field.data_type() {
+                true => Ok(Arc::clone(column)),
+                false => cast(column, field.data_type()),
+            },
+        )
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(datafusion::arrow::array::RecordBatch::try_new_with_options(
+        Arc::clone(output),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// Parameters per INSERT statement are capped by the protocol's 65,535.

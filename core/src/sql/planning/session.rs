@@ -26,6 +26,7 @@ use datafusion::prelude::SessionConfig;
 use super::spill_shares::SpillShares;
 use crate::catalog::users;
 use crate::error::Result;
+use crate::services::connectors::remote_plan;
 use crate::services::llm::Connector;
 use crate::sql::catalog::features::Features;
 use crate::sql::catalog::snapshot::{Snapshot, CATALOG};
@@ -86,15 +87,19 @@ impl Sessions {
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, "");
         config.options_mut().sql_parser.enable_ident_normalization = true;
+        let mut planners = plugins.planners;
+        planners.push(Arc::new(remote_plan::RemoteQueryPlanner));
         let mut base = SessionStateBuilder::new()
             .with_default_features()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(Catalogs(None)))
-            .with_query_planner(Arc::new(Planner(plugins.planners)))
+            .with_query_planner(Arc::new(Planner(planners)))
             .with_optimizer_rule(Arc::new(super::unnest::UnnestSubqueries))
             .with_optimizer_rule(Arc::new(super::bounded::broadcast_literals(max_value)))
             .with_optimizer_rule(Arc::new(super::bounded::StopCheck))
+            // Last: the parts it sends are written after filters and limits moved down.
+            .with_optimizer_rule(Arc::new(remote_plan::PushDownPlans))
             .with_physical_optimizer_rule(Arc::new(super::sort_keys::SortKeysAsColumns))
             .with_physical_optimizer_rule(Arc::new(super::view_groups::ViewGroups))
             .with_physical_optimizer_rule(Arc::new(super::join_stop::JoinStopCheck))

@@ -1,0 +1,902 @@
+//! Whole sub-plans sent to a PostgreSQL datasource as one statement. When a part of a query
+//! reads only tables of one server (same host, port, database, role and schema), an optimizer
+//! rule ([`PushDownPlans`]) replaces that part with a [`RemoteQuery`] node holding the SQL that
+//! computes it there — joins, aggregates with GROUP BY and HAVING, ORDER BY with LIMIT,
+//! DISTINCT, UNION, window functions and the joins DataFusion makes of subqueries — and the
+//! node's operator reads only the rows that part returns. The text is DataFusion's unparser's
+//! (PostgreSQL dialect); text literals become placeholders whose values are bound, never
+//! spliced into the text.
+//!
+//! A part is sent only when PostgreSQL computes exactly what DataFusion would, so what comes
+//! back needs no second look; everything else stays local, above the part that was sent:
+//! - **Functions and operators** from a short list whose PostgreSQL meaning is DataFusion's
+//!   (comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN, BETWEEN, LIKE, CASE, `+ - *` on numbers,
+//!   `/` and `%` on integers and doubles, `coalesce`, `nullif`, `abs`, `character_length`;
+//!   `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`, `dense_rank`). Our own
+//!   functions (models, knowledge-base conditions), and every other, stay local.
+//! - **No ordering of text**: a remote collation may sort differently from DataFusion's byte
+//!   order, so ORDER BY, `<` and `min`/`max` over text stay local (equality, GROUP BY and joins
+//!   on text are sent: PostgreSQL's collations are deterministic by default).
+//! - **Columns compared alike** only (`Kind::compares_alike`): a table with `char(n)`, `json`,
+//!   `uuid`, unbounded `numeric` or types read as text is read by its own scan, as before.
+//! - **Casts** that cannot round differently: widening numbers, dates to timestamps, numbers
+//!   to text.
+//! - **Results** of types read back exactly: each output column is cast in the statement to
+//!   the PostgreSQL type of the Arrow type DataFusion planned for it (so `sum(bigint)`, which
+//!   PostgreSQL makes `numeric`, comes back `bigint` as DataFusion computes it).
+//!
+//! A part that is only a table's scan (with its projection, filters and limit) keeps the
+//! scan's own statement (`table::RemoteTable`). `EXPLAIN` shows each statement and its
+//! bound values in the `PostgresScan` line. A datasource with `"push_down": false` sends
+//! neither.
+//!
+//! Upstream: DataFusion could let a table source say which sub-plans its system computes
+//! (what `datafusion-federation` does with a provider per source, though it sends every
+//! expression, our functions included).
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{
+    Column as DfColumn, DFSchema, DFSchemaRef, NullEquality, ScalarValue, TableReference,
+};
+use datafusion::datasource::source_as_provider;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::expr::{
+    AggregateFunction, Placeholder, WindowFunction, WindowFunctionDefinition,
+};
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{
+    BinaryExpr, Cast, Distinct, Expr, ExprSchemable, Extension, FetchType, JoinType, Limit,
+    LogicalPlan, Operator, SkipType, SubqueryAlias, TableScanBuilder, UserDefinedLogicalNode,
+    UserDefinedLogicalNodeCore,
+};
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
+use datafusion::sql::unparser::dialect::PostgreSqlDialect;
+use datafusion::sql::unparser::Unparser;
+
+use super::postgres::{Kind, Settings};
+use super::table::{RemoteScanExec, RemoteTable};
+
+/// Placeholders a statement may bind: the protocol counts them in 16 bits.
+const MAX_PARAMS: usize = 65_535;
+
+/// Replaces each largest part of a plan that one PostgreSQL server can compute with a
+/// [`RemoteQuery`].
+#[derive(Debug)]
+pub(crate) struct PushDownPlans;
+
+impl OptimizerRule for PushDownPlans {
+    fn name(&self) -> &str {
+        "mindlite_push_down_plans"
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        if !plan.exists(|p| Ok(remote_scan(p).is_some()))? {
+            return Ok(Transformed::no(plan));
+        }
+        let (plan, changed, whole) = visit(plan)?;
+        if let Some(server) = whole {
+            let (plan, sent) = send_or_split(plan, &server)?;
+            return Ok(if sent {
+                Transformed::yes(plan)
+            } else {
+                Transformed::no(plan)
+            });
+        }
+        Ok(if changed {
+            Transformed::yes(plan)
+        } else {
+            Transformed::no(plan)
+        })
+    }
+}
+
+/// A server that can compute a part: the settings of one of its tables, and their key.
+#[derive(Clone)]
+struct Server {
+    key: String,
+    settings: Settings,
+}
+
+/// The server of `plan` when it is a scan of a remote table that can take part in a sent
+/// statement.
+fn remote_scan(plan: &LogicalPlan) -> Option<Server> {
+    let LogicalPlan::TableScan(scan) = plan else {
+        return None;
+    };
+    let provider = source_as_provider(&scan.source).ok()?;
+    let table = provider.downcast_ref::<RemoteTable>()?;
+    let settings = table.settings();
+    if !settings.push_down {
+        return None;
+    }
+    let read = match &scan.projection {
+        Some(p) => p.iter().map(|&i| &table.columns()[i]).collect::<Vec<_>>(),
+        None => table.columns().iter().collect(),
+    };
+    if !read.iter().all(|c| c.kind.compares_alike()) {
+        return None;
+    }
+    Some(Server {
+        key: settings.server_key(),
+        settings: settings.clone(),
+    })
+}
+
+/// Walks `plan` bottom-up. Returns the plan (with its sendable parts replaced when it is not
+/// sendable whole), whether it changed, and its server when the whole plan can be sent.
+fn visit(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool, Option<Server>)> {
+    crate::cancel::check()?;
+    if let Some(server) = remote_scan(&plan) {
+        return Ok((plan, false, Some(server)));
+    }
+    let inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
+    if inputs.is_empty() {
+        return Ok((plan, false, None));
+    }
+    // bounded: one per input of a plan node
+    let mut children = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        children.push(visit(input)?);
+    }
+    let first = children[0].2.as_ref().map(|s| s.key.clone());
+    let same = first.is_some()
+        && children
+            .iter()
+            .all(|(_, _, s)| s.as_ref().map(|s| &s.key) == first.as_ref());
+    if same && node_sendable(&plan)? {
+        let server = children.swap_remove(0).2;
+        return Ok((plan, false, server));
+    }
+    let mut changed = false;
+    // bounded: one per input of a plan node
+    let mut inputs = Vec::with_capacity(children.len());
+    for (child, child_changed, server) in children {
+        changed |= child_changed;
+        match &server {
+            Some(server) => {
+                let (child, sent) = send_or_split(child, server)?;
+                changed |= sent;
+                inputs.push(child);
+            }
+            None => inputs.push(child),
+        }
+    }
+    if !changed {
+        return Ok((plan, false, None));
+    }
+    let exprs = plan.expressions();
+    Ok((plan.with_new_exprs(exprs, inputs)?, true, None))
+}
+
+/// `plan` (sendable whole to `server`) as a [`RemoteQuery`] when it can be written so, else
+/// its inputs each so, recursively; and whether anything is sent.
+fn send_or_split(plan: LogicalPlan, server: &Server) -> DfResult<(LogicalPlan, bool)> {
+    if let Some(remote) = into_remote(&plan, server)? {
+        return Ok((remote, true));
+    }
+    let inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
+    if inputs.is_empty() {
+        return Ok((plan, false));
+    }
+    let mut sent = false;
+    // bounded: one per input of a plan node
+    let mut split = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let (input, input_sent) = send_or_split(input, server)?;
+        sent |= input_sent;
+        split.push(input);
+    }
+    if !sent {
+        return Ok((plan, false));
+    }
+    let exprs = plan.expressions();
+    Ok((plan.with_new_exprs(exprs, split)?, true))
+}
+
+/// Whether a node whose inputs are all sendable to one server can be sent with them.
+fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
+    let input_schema = || Arc::clone(plan.inputs()[0].schema());
+    Ok(match plan {
+        LogicalPlan::Projection(p) => p.expr.iter().all(|e| sendable(e, p.input.schema())),
+        LogicalPlan::Filter(f) => sendable(&f.predicate, f.input.schema()),
+        LogicalPlan::SubqueryAlias(_) | LogicalPlan::Union(_) => true,
+        LogicalPlan::Distinct(Distinct::All(_)) => true,
+        LogicalPlan::Limit(limit) => {
+            matches!(limit.get_skip_type()?, SkipType::Literal(_))
+                && matches!(limit.get_fetch_type()?, FetchType::Literal(_))
+        }
+        LogicalPlan::Sort(sort) => {
+            let schema = input_schema();
+            sort.expr
+                .iter()
+                .all(|s| orderable(&s.expr, &schema) && sendable(&s.expr, &schema))
+        }
+        LogicalPlan::Aggregate(agg) => {
+            let schema = agg.input.schema();
+            agg.group_expr
+                .iter()
+                .all(|e| !matches!(e, Expr::GroupingSet(_)) && sendable(e, schema))
+                && agg.aggr_expr.iter().all(|e| aggregate_sendable(e, schema))
+        }
+        // Windows over windows stay here: the unparser names the inner one's results by
+        // their plan text.
+        LogicalPlan::Window(window)
+            if window
+                .input
+                .exists(|p| Ok(matches!(p, LogicalPlan::Window(_))))? =>
+        {
+            false
+        }
+        LogicalPlan::Window(window) => {
+            let schema = window.input.schema();
+            window
+                .window_expr
+                .iter()
+                .all(|e| window_sendable(e, schema))
+        }
+        LogicalPlan::Join(join) => {
+            let kind_ok = matches!(
+                join.join_type,
+                JoinType::Inner | JoinType::Left | JoinType::Right
+            );
+            // FULL joins, and semi and anti joins (EXISTS, IN), stay here: the unparser loses their select
+            // lists and misplaces their inputs' filters. Their inputs are sent each.
+            // Keys that match NULLs (INTERSECT, EXCEPT) would be written as `=`.
+            let both = join.left.schema().join(join.right.schema())?;
+            kind_ok
+                && join.null_equality == NullEquality::NullEqualsNothing
+                && join
+                    .on
+                    .iter()
+                    .all(|(l, r)| sendable(l, &both) && sendable(r, &both))
+                && join.filter.as_ref().is_none_or(|f| sendable(f, &both))
+        }
+        _ => false,
+    })
+}
+
+fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
+    matches!(
+        expr.get_type(schema),
+        Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) | Err(_)
+    )
+}
+
+fn type_of(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
+    expr.get_type(schema).ok()
+}
+
+fn is_integer(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    )
+}
+
+/// Whether ordering by `expr` means the same remotely: not for text (collations).
+fn orderable(expr: &Expr, schema: &DFSchema) -> bool {
+    !is_text(expr, schema)
+}
+
+fn literal_sendable(value: &ScalarValue) -> bool {
+    match value {
+        ScalarValue::Null
+        | ScalarValue::Boolean(_)
+        | ScalarValue::Int8(_)
+        | ScalarValue::Int16(_)
+        | ScalarValue::Int32(_)
+        | ScalarValue::Int64(_)
+        | ScalarValue::Utf8(_)
+        | ScalarValue::LargeUtf8(_)
+        | ScalarValue::Utf8View(_)
+        | ScalarValue::Date32(_)
+        | ScalarValue::Decimal128(_, _, _) => true,
+        // NaN and infinities compare differently in PostgreSQL.
+        ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
+        ScalarValue::TimestampMicrosecond(_, None) => true,
+        _ => false,
+    }
+}
+
+/// Whether PostgreSQL casts `from` to `to` as DataFusion does (no rounding that differs).
+fn cast_sendable(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    match (from, to) {
+        (a, b) if a == b => true,
+        (a, Int16 | Int32 | Int64 | Float64) if is_integer(a) => true,
+        (a, Decimal128(_, s)) if is_integer(a) => *s >= 0,
+        (a, Utf8 | LargeUtf8 | Utf8View) if is_integer(a) => true,
+        (Float64, Float64) => true,
+        (Decimal128(_, s1), Decimal128(_, s2)) => s2 >= s1,
+        (Decimal128(..), Float64) => true,
+        (Date32, Timestamp(TimeUnit::Microsecond | TimeUnit::Nanosecond, None)) => true,
+        (Timestamp(_, None), Timestamp(_, None)) => true,
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+        _ => false,
+    }
+}
+
+/// Whether `expr` (over `schema`) means the same in PostgreSQL.
+fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
+    let ok = |e: &Expr| sendable(e, schema);
+    match expr {
+        Expr::Alias(a) => ok(&a.expr),
+        Expr::Column(_) => true,
+        Expr::Literal(value, _) => literal_sendable(value),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let result = type_of(expr, schema);
+            let allowed = match op {
+                Operator::Eq
+                | Operator::NotEq
+                | Operator::And
+                | Operator::Or
+                | Operator::IsDistinctFrom
+                | Operator::IsNotDistinctFrom => true,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
+                    orderable(left, schema) && orderable(right, schema)
+                }
+                Operator::Plus | Operator::Minus | Operator::Multiply => matches!(
+                    result,
+                    Some(
+                        DataType::Int16
+                            | DataType::Int32
+                            | DataType::Int64
+                            | DataType::Float64
+                            | DataType::Decimal128(..)
+                    )
+                ),
+                // Decimal division rounds differently; integer and double division agree.
+                Operator::Divide | Operator::Modulo => matches!(
+                    result,
+                    Some(DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Float64)
+                ),
+                _ => false,
+            };
+            allowed && ok(left) && ok(right)
+        }
+        Expr::Not(e)
+        | Expr::IsNull(e)
+        | Expr::IsNotNull(e)
+        | Expr::IsTrue(e)
+        | Expr::IsFalse(e)
+        | Expr::IsUnknown(e)
+        | Expr::IsNotTrue(e)
+        | Expr::IsNotFalse(e)
+        | Expr::IsNotUnknown(e) => ok(e),
+        Expr::Negative(e) => {
+            matches!(
+                type_of(e, schema),
+                Some(
+                    DataType::Int16
+                        | DataType::Int32
+                        | DataType::Int64
+                        | DataType::Float64
+                        | DataType::Decimal128(..)
+                )
+            ) && ok(e)
+        }
+        Expr::Between(b) => orderable(&b.expr, schema) && ok(&b.expr) && ok(&b.low) && ok(&b.high),
+        Expr::InList(list) => ok(&list.expr) && list.list.iter().all(ok),
+        Expr::Like(like) => {
+            !like.case_insensitive
+                && like.escape_char.is_none()
+                && ok(&like.expr)
+                && ok(&like.pattern)
+        }
+        Expr::Case(case) => {
+            case.expr.as_deref().is_none_or(ok)
+                && case.when_then_expr.iter().all(|(w, t)| ok(w) && ok(t))
+                && case.else_expr.as_deref().is_none_or(ok)
+        }
+        Expr::Cast(Cast { expr: inner, field }) => {
+            type_of(inner, schema).is_some_and(|from| cast_sendable(&from, field.data_type()))
+                && ok(inner)
+        }
+        Expr::ScalarFunction(f) => {
+            let args_ok = f.args.iter().all(ok);
+            args_ok
+                && match f.func.name() {
+                    "coalesce" | "nullif" => true,
+                    "abs" => f.args.iter().all(|a| {
+                        matches!(
+                            type_of(a, schema),
+                            Some(
+                                DataType::Int16
+                                    | DataType::Int32
+                                    | DataType::Int64
+                                    | DataType::Float64
+                                    | DataType::Decimal128(..)
+                            )
+                        )
+                    }),
+                    "character_length" => true,
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
+}
+
+/// Whether an aggregate (maybe aliased) means the same in PostgreSQL.
+fn aggregate_sendable(expr: &Expr, schema: &DFSchema) -> bool {
+    match expr {
+        Expr::Alias(a) => aggregate_sendable(&a.expr, schema),
+        Expr::AggregateFunction(AggregateFunction { func, params }) => {
+            if !params.order_by.is_empty() || params.null_treatment.is_some() {
+                return false;
+            }
+            let args_ok = params.args.iter().all(|a| sendable(a, schema))
+                && params.filter.as_deref().is_none_or(|f| sendable(f, schema));
+            args_ok && aggregate_name_sendable(func.name(), &params.args, schema)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the aggregate `name` over `args` computes alike.
+fn aggregate_name_sendable(name: &str, args: &[Expr], schema: &DFSchema) -> bool {
+    let arg = || args.first().and_then(|a| type_of(a, schema));
+    match name {
+        "count" => true,
+        "sum" => matches!(
+            arg(),
+            Some(t) if is_integer(&t) || matches!(t, DataType::Float64 | DataType::Decimal128(..))
+        ),
+        // The mean of decimals rounds differently; of integers and doubles it is a double.
+        "avg" => matches!(arg(), Some(t) if is_integer(&t) || t == DataType::Float64),
+        "min" | "max" => matches!(
+            arg(),
+            Some(t) if is_integer(&t) || matches!(
+                t,
+                DataType::Float64 | DataType::Decimal128(..) | DataType::Date32 | DataType::Timestamp(_, None)
+            )
+        ),
+        _ => false,
+    }
+}
+
+/// Whether a window function (maybe aliased) means the same in PostgreSQL.
+fn window_sendable(expr: &Expr, schema: &DFSchema) -> bool {
+    match expr {
+        Expr::Alias(a) => window_sendable(&a.expr, schema),
+        Expr::WindowFunction(window) => {
+            let WindowFunction { fun, params } = window.as_ref();
+            if params.null_treatment.is_some() || params.filter.is_some() || params.distinct {
+                return false;
+            }
+            let parts_ok = params.args.iter().all(|a| sendable(a, schema))
+                && params.partition_by.iter().all(|e| sendable(e, schema))
+                && params
+                    .order_by
+                    .iter()
+                    .all(|s| orderable(&s.expr, schema) && sendable(&s.expr, schema));
+            parts_ok
+                && match fun {
+                    WindowFunctionDefinition::AggregateUDF(f) => {
+                        aggregate_name_sendable(f.name(), &params.args, schema)
+                    }
+                    WindowFunctionDefinition::WindowUDF(f) => {
+                        matches!(f.name(), "row_number" | "rank" | "dense_rank")
+                    }
+                }
+        }
+        _ => false,
+    }
+}
+
+/// Whether sending `plan` saves anything over its scans' own statements: it holds a node
+/// other than scans, projections and aliases.
+fn worth_sending(plan: &LogicalPlan) -> bool {
+    plan.exists(|p| {
+        Ok(!matches!(
+            p,
+            LogicalPlan::TableScan(_) | LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_)
+        ))
+    })
+    .unwrap_or(false)
+}
+
+/// `plan` (sendable whole to `server`) as a [`RemoteQuery`], or `None` when it is not worth
+/// sending or cannot be written as SQL (it then runs as before).
+fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPlan>> {
+    if !worth_sending(plan) {
+        return Ok(None);
+    }
+    let Some(kinds) = plan
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| Kind::for_result(f.data_type()))
+        .collect::<Option<Vec<Kind>>>()
+    else {
+        return Ok(None);
+    };
+    let mut renamed = Vec::new();
+    let remote = match rename_tables(plan, true, false, &mut renamed) {
+        Ok(remote) => remote,
+        Err(_) => return Ok(None),
+    };
+    let mut params = Vec::new();
+    let remote = remote
+        .transform_up(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| match e {
+                    Expr::Literal(
+                        ScalarValue::Utf8(Some(text))
+                        | ScalarValue::LargeUtf8(Some(text))
+                        | ScalarValue::Utf8View(Some(text)),
+                        _,
+                    ) => {
+                        params.push(Some(text));
+                        let slot = Expr::Placeholder(Placeholder::new_with_field(
+                            format!("${}", params.len()),
+                            None,
+                        ));
+                        Ok(Transformed::yes(Expr::Cast(Cast::new(
+                            Box::new(slot),
+                            DataType::Utf8,
+                        ))))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })
+            })
+        })?
+        .data;
+    if params.len() > MAX_PARAMS {
+        return Ok(None);
+    }
+    let inner = match Unparser::new(&PostgreSqlDialect {}).plan_to_sql(&remote) {
+        Ok(statement) => statement.to_string(),
+        Err(_) => return Ok(None),
+    };
+    // Each result column is renamed by position (the part's own names may repeat) and cast
+    // to the type DataFusion planned for it, so it is read as that type.
+    let sql = if kinds.is_empty() {
+        format!("SELECT FROM ({inner}) AS q")
+    } else {
+        let names: Vec<String> = (0..kinds.len()).map(|i| format!("c{i}")).collect();
+        let casts: Vec<String> = kinds
+            .iter()
+            .zip(&names)
+            .map(|(kind, name)| format!("CAST(q.{name} AS {})", kind.type_name()))
+            .collect();
+        format!(
+            "SELECT {} FROM ({inner}) AS q({})",
+            casts.join(", "),
+            names.join(", ")
+        )
+    };
+    Ok(Some(LogicalPlan::Extension(Extension {
+        node: Arc::new(RemoteQuery {
+            settings: server.settings.clone(),
+            key: server.key.clone(),
+            sql,
+            params: Arc::from(params),
+            kinds,
+            schema: Arc::clone(plan.schema()),
+        }),
+    })))
+}
+
+/// `plan` with each table scan naming the remote table (`"schema"."table"`) instead of its
+/// name here (`pg.t`, `mindlite.pg.t`). A scan not directly under an alias gets one (its
+/// table's name, made unique), and column references to it follow; `renamed` collects
+/// (name here, alias) pairs as the walk goes up. `top` is true for the part's root, whose
+/// columns are read by position.
+fn rename_tables(
+    plan: &LogicalPlan,
+    top: bool,
+    under_alias: bool,
+    renamed: &mut Vec<(TableReference, TableReference)>,
+) -> DfResult<LogicalPlan> {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let provider = source_as_provider(&scan.source)?;
+            let table = provider
+                .downcast_ref::<RemoteTable>()
+                .ok_or_else(|| DataFusionError::Internal("not a remote table".into()))?;
+            let remote = TableReference::partial(table.settings().schema.as_str(), table.name());
+            let filters = scan
+                .filters
+                .iter()
+                .map(|f| requalify(f.clone(), &[(scan.table_name.clone(), remote.clone())]))
+                .collect::<DfResult<Vec<_>>>()?;
+            let new_scan = LogicalPlan::TableScan(
+                TableScanBuilder::new(remote, Arc::clone(&scan.source))
+                    .with_projection(scan.projection.clone())
+                    .with_filters(filters)
+                    .with_fetch(scan.fetch)
+                    .build()?,
+            );
+            if under_alias {
+                return Ok(new_scan);
+            }
+            let base = table.name().to_string();
+            let mut alias = base.clone();
+            let mut n = 1;
+            while renamed.iter().any(|(_, a)| a.table() == alias) {
+                n += 1;
+                alias = format!("{base}_{n}");
+            }
+            let alias = TableReference::bare(alias);
+            renamed.push((scan.table_name.clone(), alias.clone()));
+            Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+                Arc::new(new_scan),
+                alias,
+            )?))
+        }
+        LogicalPlan::SubqueryAlias(a) => {
+            let mut input = rename_tables(&a.input, false, true, renamed)?;
+            // An alias over anything but a scan is written as a derived table: written in
+            // place, the unparser gives the alias to the table below and loses the names its
+            // filters use.
+            if !matches!(input, LogicalPlan::TableScan(_)) {
+                input = LogicalPlan::Limit(Limit {
+                    skip: None,
+                    fetch: None,
+                    input: Arc::new(input),
+                });
+            }
+            Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+                Arc::new(input),
+                a.alias.clone(),
+            )?))
+        }
+        other => {
+            let mut inputs = other
+                .inputs()
+                .into_iter()
+                .map(|i| rename_tables(i, false, false, renamed))
+                .collect::<DfResult<Vec<_>>>()?;
+            if let LogicalPlan::Join(join) = other {
+                if join.join_type != JoinType::Inner {
+                    inputs = inputs
+                        .into_iter()
+                        .map(derived)
+                        .collect::<DfResult<Vec<_>>>()?;
+                }
+            }
+            let mut exprs = other
+                .expressions()
+                .into_iter()
+                .map(|e| requalify(e, renamed))
+                .collect::<DfResult<Vec<_>>>()?;
+            // A projection over ORDER BY … LIMIT is written over a derived table the unparser
+            // names itself, while the columns keep their tables' names: where the names are
+            // unique below, they go unqualified.
+            if let (true, LogicalPlan::Projection(_), [input]) = (top, other, inputs.as_slice()) {
+                let names: Vec<&String> =
+                    input.schema().fields().iter().map(|f| f.name()).collect();
+                let unique =
+                    names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
+                if unique {
+                    exprs = exprs
+                        .into_iter()
+                        .map(unqualified)
+                        .collect::<DfResult<Vec<_>>>()?;
+                }
+            }
+            other.with_new_exprs(exprs, inputs)
+        }
+    }
+}
+
+/// `input` of an outer, semi or anti join as a derived table under its own name, so the
+/// unparser writes its filters inside it. Written in place, the unparser moves them into the
+/// join's ON (or the statement's WHERE), which for such joins changes which rows are kept:
+/// a filter of a LEFT JOIN's left side in its ON keeps every left row. An input of several
+/// tables (a join) has no one name and is not sent.
+fn derived(input: LogicalPlan) -> DfResult<LogicalPlan> {
+    let qualifiers: Vec<Option<TableReference>> =
+        input.schema().iter().map(|(q, _)| q.cloned()).collect();
+    let Some(Some(name)) = qualifiers.first().cloned() else {
+        return Err(DataFusionError::Plan("a join input without a name".into()));
+    };
+    if qualifiers.iter().any(|q| q.as_ref() != Some(&name)) {
+        return Err(DataFusionError::Plan(
+            "a join input of several tables".into(),
+        ));
+    }
+    // A LIMIT of nothing is how the unparser is told to write a derived table.
+    let limit = LogicalPlan::Limit(Limit {
+        skip: None,
+        fetch: None,
+        input: Arc::new(input),
+    });
+    Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+        Arc::new(limit),
+        name,
+    )?))
+}
+
+/// `expr` with its columns unqualified, named as they were.
+fn unqualified(expr: Expr) -> DfResult<Expr> {
+    let name = match &expr {
+        Expr::Column(c) => Some(c.name.clone()),
+        _ => None,
+    };
+    let bare = expr
+        .transform_up(|e| match e {
+            Expr::Column(c) => Ok(Transformed::yes(Expr::Column(DfColumn::new_unqualified(
+                c.name,
+            )))),
+            other => Ok(Transformed::no(other)),
+        })?
+        .data;
+    Ok(match name {
+        Some(name) => bare.alias(name),
+        None => bare,
+    })
+}
+
+/// `expr` with columns of each first table of `renamed` qualified by its second.
+fn requalify(expr: Expr, renamed: &[(TableReference, TableReference)]) -> DfResult<Expr> {
+    Ok(expr
+        .transform_up(|e| match e {
+            Expr::Column(c) => {
+                let to = c
+                    .relation
+                    .as_ref()
+                    .and_then(|r| renamed.iter().find(|(from, _)| from == r))
+                    .map(|(_, to)| to.clone());
+                match to {
+                    Some(to) => Ok(Transformed::yes(Expr::Column(DfColumn::new(
+                        Some(to),
+                        c.name,
+                    )))),
+                    None => Ok(Transformed::no(Expr::Column(c))),
+                }
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
+}
+
+/// A part of a plan computed by a PostgreSQL server: its statement, bound values, and how
+/// each result column is read.
+pub(crate) struct RemoteQuery {
+    settings: Settings,
+    /// The server's key (`Settings::server_key`), for equality.
+    key: String,
+    sql: String,
+    params: Arc<[Option<String>]>,
+    kinds: Vec<Kind>,
+    schema: DFSchemaRef,
+}
+
+impl fmt::Debug for RemoteQuery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteQuery")
+            .field("server", &self.key)
+            .field("sql", &self.sql)
+            .finish()
+    }
+}
+
+impl PartialEq for RemoteQuery {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.sql == other.sql
+            && self.params == other.params
+            && self.schema == other.schema
+    }
+}
+
+impl Eq for RemoteQuery {}
+
+impl Hash for RemoteQuery {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+        self.sql.hash(state);
+        self.params.hash(state);
+    }
+}
+
+impl PartialOrd for RemoteQuery {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some((&self.key, &self.sql, &self.params).cmp(&(&other.key, &other.sql, &other.params)))
+    }
+}
+
+impl UserDefinedLogicalNodeCore for RemoteQuery {
+    fn name(&self) -> &str {
+        "PostgresQuery"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        Vec::new()
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        Vec::new()
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "PostgresQuery: {}:{}/{} sql={}",
+            self.settings.host, self.settings.port, self.settings.database, self.sql
+        )
+    }
+
+    fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, inputs: Vec<LogicalPlan>) -> DfResult<Self> {
+        if !inputs.is_empty() {
+            return Err(DataFusionError::Internal(
+                "PostgresQuery has no inputs".to_string(),
+            ));
+        }
+        Ok(RemoteQuery {
+            settings: self.settings.clone(),
+            key: self.key.clone(),
+            sql: self.sql.clone(),
+            params: Arc::clone(&self.params),
+            kinds: self.kinds.clone(),
+            schema: Arc::clone(&self.schema),
+        })
+    }
+}
+
+/// Plans a [`RemoteQuery`] into the scan that reads its statement's rows.
+#[derive(Debug)]
+pub(crate) struct RemoteQueryPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for RemoteQueryPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        _physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(query) = node.as_any().downcast_ref::<RemoteQuery>() else {
+            return Ok(None);
+        };
+        let output = Arc::new(query.schema.as_arrow().clone());
+        // Read as the kinds say (nullable: PostgreSQL does not say), then cast to the plan's
+        // types where they differ (counts and ranks).
+        let read = Arc::new(Schema::new(
+            output
+                .fields()
+                .iter()
+                .zip(&query.kinds)
+                .map(|(f, kind)| Field::new(f.name(), kind.data_type(), true))
+                .collect::<Vec<_>>(),
+        ));
+        Ok(Some(Arc::new(
+            RemoteScanExec::new(
+                query.settings.clone(),
+                query.sql.clone(),
+                Arc::clone(&query.params),
+                read,
+                query.kinds.clone(),
+                None,
+            )
+            .cast_to(output),
+        )))
+    }
+}
