@@ -300,9 +300,18 @@ impl Settings {
     /// What identifies the server, database, role and schema its statements run in: two
     /// datasources with the same key run one statement over tables of both.
     pub(crate) fn server_key(&self) -> String {
+        // Debug quotes and escapes each part, so no two different settings read alike (a
+        // `/` in a name cannot shift a part into the next). The password is in it, never shown.
         format!(
-            "{}@{}:{}/{}/{}",
-            self.user, self.host, self.port, self.database, self.schema
+            "{:?}",
+            (
+                &self.user,
+                &self.host,
+                self.port,
+                &self.database,
+                &self.schema,
+                &self.password
+            )
         )
     }
 
@@ -392,6 +401,8 @@ pub(crate) enum Kind {
     /// `numeric` without a precision: as a double.
     Numeric,
     Text,
+    /// Text under a non-deterministic collation: equal remotely when it differs here.
+    LooseText,
     /// `char(n)`: blank-padded, compared ignoring the padding remotely.
     Bpchar,
     /// `json` and `xml`: text with no `=` of their own remotely.
@@ -451,9 +462,13 @@ impl Kind {
             Kind::Float32 => DataType::Float32,
             Kind::Float64 | Kind::Numeric => DataType::Float64,
             Kind::Decimal(p, s) => DataType::Decimal128(p, s),
-            Kind::Text | Kind::Bpchar | Kind::Json | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
-                DataType::Utf8
-            }
+            Kind::Text
+            | Kind::LooseText
+            | Kind::Bpchar
+            | Kind::Json
+            | Kind::Jsonb
+            | Kind::Uuid
+            | Kind::AsText => DataType::Utf8,
             Kind::Date => DataType::Date32,
             Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Kind::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
@@ -496,7 +511,7 @@ impl Kind {
             Kind::Float32 => "real".into(),
             Kind::Float64 | Kind::Numeric => "double precision".into(),
             Kind::Decimal(p, s) => format!("numeric({p}, {s})"),
-            Kind::Text | Kind::AsText => "text".into(),
+            Kind::Text | Kind::LooseText | Kind::AsText => "text".into(),
             Kind::Bpchar => "bpchar".into(),
             Kind::Json => "json".into(),
             Kind::Jsonb => "jsonb".into(),
@@ -584,7 +599,12 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
     let (client, received) = settings.open_metered(true).await?;
     let rows = client
         .query_raw(
-            "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull \
+            // A column under a non-deterministic collation (case-insensitive ICU, say) does
+            // not compare as its text does; read through `to_jsonb` so servers before 12,
+            // which have no such collations, answer too.
+            "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull, \
+               COALESCE((SELECT to_jsonb(l) ->> 'collisdeterministic' = 'false' \
+                         FROM pg_catalog.pg_collation l WHERE l.oid = a.attcollation), false) \
              FROM pg_catalog.pg_attribute a \
              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -607,9 +627,13 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
         let field = |e: tokio_postgres::Error| query_error(&e);
         let oid = row.try_get::<_, i64>(1).map_err(field)? as u32;
         let ty = Type::from_oid(oid).unwrap_or(Type::UNKNOWN);
+        let kind = match Kind::of(&ty, row.try_get(2).map_err(field)?) {
+            Kind::Text if row.try_get::<_, bool>(4).map_err(field)? => Kind::LooseText,
+            kind => kind,
+        };
         columns.push(Column {
             name: row.try_get(0).map_err(field)?,
-            kind: Kind::of(&ty, row.try_get(2).map_err(field)?),
+            kind,
             nullable: !row.try_get::<_, bool>(3).map_err(field)?,
         });
     }
@@ -722,6 +746,12 @@ pub(crate) fn read_rows(
             let mut open = match state {
                 State::Start(settings, sql) => {
                     let (client, received) = settings.open_metered(true).await?;
+                    // A statement that computes before its first row (an aggregate, a join)
+                    // answers nothing until it ends: if the reader goes meanwhile, this guard
+                    // cancels it on the server.
+                    let mut pending = Pending {
+                        cancel: Some((settings.clone(), client.cancel_token())),
+                    };
                     let values: Vec<TextParam> =
                         params.iter().map(|p| TextParam(p.as_deref())).collect();
                     let rows = client
@@ -731,6 +761,7 @@ pub(crate) fn read_rows(
                         )
                         .await
                         .map_err(|e| received.error(&e))?;
+                    pending.cancel = None;
                     Open {
                         client,
                         rows: Box::pin(rows),
@@ -766,6 +797,20 @@ pub(crate) fn read_rows(
             Ok(Some((batch, next)))
         }
     })
+}
+
+/// A statement sent whose first row has not come: dropped before then, it cancels the
+/// statement.
+struct Pending {
+    cancel: Option<(Settings, CancelToken)>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some((settings, token)) = self.cancel.take() {
+            settings.cancel(token);
+        }
+    }
 }
 
 /// A statement whose rows are being read; the client is kept with them (its connection
@@ -998,7 +1043,13 @@ impl Builder {
                     .expect("precision 1..=38 and scale ≤ precision were checked"),
                 s,
             ),
-            Kind::Text | Kind::Bpchar | Kind::Json | Kind::Jsonb | Kind::Uuid | Kind::AsText => {
+            Kind::Text
+            | Kind::LooseText
+            | Kind::Bpchar
+            | Kind::Json
+            | Kind::Jsonb
+            | Kind::Uuid
+            | Kind::AsText => {
                 // bounded: rows already received
                 Builder::Text(StringBuilder::with_capacity(rows, rows * 16), kind)
             }

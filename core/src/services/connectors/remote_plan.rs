@@ -1,38 +1,58 @@
 //! Whole sub-plans sent to a PostgreSQL datasource as one statement. When a part of a query
-//! reads only tables of one server (same host, port, database, role and schema), an optimizer
-//! rule ([`PushDownPlans`]) replaces that part with a [`RemoteQuery`] node holding the SQL that
-//! computes it there — joins, aggregates with GROUP BY and HAVING, ORDER BY with LIMIT,
-//! DISTINCT, UNION, window functions and the joins DataFusion makes of subqueries — and the
-//! node's operator reads only the rows that part returns. The text is DataFusion's unparser's
-//! (PostgreSQL dialect); text literals become placeholders whose values are bound, never
+//! reads only tables of one server (same host, port, database, role, password and schema),
+//! an optimizer rule ([`PushDownPlans`]) replaces that part with a [`RemoteQuery`] node
+//! holding the SQL that computes it there — inner, outer, semi (EXISTS) and anti joins,
+//! aggregates with GROUP BY and HAVING, ORDER BY with LIMIT/OFFSET, DISTINCT, UNION, window
+//! functions and the joins DataFusion makes of subqueries — and the node's operator reads
+//! only the rows that part returns.
+//!
+//! **The SQL** is written by [`Writer`]: one SELECT per plan node over its inputs as derived
+//! tables, every column named by position, so nothing depends on names (DataFusion's, the
+//! user's, or two tables' equal ones). DataFusion's unparser writes the expressions; its
+//! whole-plan writer was tried first and is not used: the query generator of
+//! `core/tests/federation.rs` and an attack found it writing a LEFT JOIN's kept-side filter
+//! into the ON clause, an aggregate's values before its keys, a sort's fetch (LIMIT + OFFSET)
+//! as the LIMIT, semi joins without select lists, and names of derived tables it made itself
+//! that the columns above did not follow — each a silently wrong answer or an error, and
+//! worth reporting upstream. Text literals become placeholders whose values are bound, never
 //! spliced into the text.
 //!
 //! A part is sent only when PostgreSQL computes exactly what DataFusion would, so what comes
 //! back needs no second look; everything else stays local, above the part that was sent:
 //! - **Functions and operators** from a short list whose PostgreSQL meaning is DataFusion's
 //!   (comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN, BETWEEN, LIKE, CASE, `+ - *` on numbers,
-//!   `/` and `%` on integers and doubles, `coalesce`, `nullif`, `abs`, `character_length`;
-//!   `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`, `dense_rank`). Our own
-//!   functions (models, knowledge-base conditions), and every other, stay local.
+//!   `/` on integers and doubles, `%` on integers, `coalesce`, `nullif`, `abs`,
+//!   `character_length`; `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`,
+//!   `dense_rank`). Our own functions (models, knowledge-base conditions), and every other,
+//!   stay local.
 //! - **No ordering of text**: a remote collation may sort differently from DataFusion's byte
-//!   order, so ORDER BY, `<` and `min`/`max` over text stay local (equality, GROUP BY and joins
-//!   on text are sent: PostgreSQL's collations are deterministic by default).
+//!   order, so ORDER BY, `<` and `min`/`max` over text stay local. Equality, GROUP BY and
+//!   joins on text are sent, except on columns under a non-deterministic collation
+//!   (`Kind::LooseText`: `'a' = 'A'` there).
 //! - **Columns compared alike** only (`Kind::compares_alike`): a table with `char(n)`, `json`,
 //!   `uuid`, unbounded `numeric` or types read as text is read by its own scan, as before.
 //! - **Casts** that cannot round differently: widening numbers, dates to timestamps, numbers
 //!   to text.
+//! - **`NOT IN`**: its anti join treats a NULL on the right as "no rows", which NOT EXISTS
+//!   does not; it stays local.
 //! - **Results** of types read back exactly: each output column is cast in the statement to
 //!   the PostgreSQL type of the Arrow type DataFusion planned for it (so `sum(bigint)`, which
 //!   PostgreSQL makes `numeric`, comes back `bigint` as DataFusion computes it).
+//!
+//! One difference is kept on purpose: where DataFusion's integer arithmetic wraps and its
+//! doubles overflow to infinity, PostgreSQL raises `bigint out of range` (passed through):
+//! an error, never a different number.
 //!
 //! A part that is only a table's scan (with its projection, filters and limit) keeps the
 //! scan's own statement (`table::RemoteTable`). `EXPLAIN` shows each statement and its
 //! bound values in the `PostgresScan` line. A datasource with `"push_down": false` sends
 //! neither.
 //!
-//! Upstream: DataFusion could let a table source say which sub-plans its system computes
-//! (what `datafusion-federation` does with a provider per source, though it sends every
-//! expression, our functions included).
+//! `datafusion-federation` (0.5.8, for DataFusion 55) was read as the alternative: it finds
+//! the same largest parts, but sends every expression in them (our functions included, with
+//! no veto per expression) and writes them with the unparser's whole-plan writer above.
+//! Upstream, DataFusion could let a table source say which expressions its system computes
+//! alike.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -53,9 +73,8 @@ use datafusion::logical_expr::expr::{
 };
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    BinaryExpr, Cast, Distinct, Expr, ExprSchemable, Extension, FetchType, JoinType, Limit,
-    LogicalPlan, Operator, SkipType, SubqueryAlias, TableScanBuilder, UserDefinedLogicalNode,
-    UserDefinedLogicalNodeCore,
+    BinaryExpr, Cast, Distinct, Expr, ExprSchemable, Extension, FetchType, Join, JoinType,
+    LogicalPlan, Operator, SkipType, SortExpr, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
@@ -63,7 +82,7 @@ use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use datafusion::sql::unparser::dialect::PostgreSqlDialect;
 use datafusion::sql::unparser::Unparser;
 
-use super::postgres::{Kind, Settings};
+use super::postgres::{quote, Kind, Settings};
 use super::table::{RemoteScanExec, RemoteTable};
 
 /// Placeholders a statement may bind: the protocol counts them in 16 bits.
@@ -255,13 +274,19 @@ fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
         LogicalPlan::Join(join) => {
             let kind_ok = matches!(
                 join.join_type,
-                JoinType::Inner | JoinType::Left | JoinType::Right
+                JoinType::Inner
+                    | JoinType::Left
+                    | JoinType::Right
+                    | JoinType::Full
+                    | JoinType::LeftSemi
+                    | JoinType::LeftAnti
             );
-            // FULL joins, and semi and anti joins (EXISTS, IN), stay here: the unparser loses their select
-            // lists and misplaces their inputs' filters. Their inputs are sent each.
+            // `NOT IN`'s anti join stays here: its NULLs mean "no rows", not NOT EXISTS's
+            // "keep".
             // Keys that match NULLs (INTERSECT, EXCEPT) would be written as `=`.
             let both = join.left.schema().join(join.right.schema())?;
             kind_ok
+                && !join.null_aware
                 && join.null_equality == NullEquality::NullEqualsNothing
                 && join
                     .on
@@ -364,9 +389,14 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
                     )
                 ),
                 // Decimal division rounds differently; integer and double division agree.
-                Operator::Divide | Operator::Modulo => matches!(
+                Operator::Divide => matches!(
                     result,
                     Some(DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Float64)
+                ),
+                // PostgreSQL has no `%` of doubles.
+                Operator::Modulo => matches!(
+                    result,
+                    Some(DataType::Int16 | DataType::Int32 | DataType::Int64)
                 ),
                 _ => false,
             };
@@ -529,245 +559,380 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
     else {
         return Ok(None);
     };
-    let mut renamed = Vec::new();
-    let remote = match rename_tables(plan, true, false, &mut renamed) {
-        Ok(remote) => remote,
+    let mut writer = Writer {
+        unparser: Unparser::new(&PostgreSqlDialect {}),
+        params: Vec::new(),
+        aliases: 0,
+    };
+    let inner = match writer.select(plan) {
+        Ok(sql) => sql,
         Err(_) => return Ok(None),
     };
-    let mut params = Vec::new();
-    let remote = remote
-        .transform_up(|node| {
-            node.map_expressions(|e| {
-                e.transform_up(|e| match e {
-                    Expr::Literal(
-                        ScalarValue::Utf8(Some(text))
-                        | ScalarValue::LargeUtf8(Some(text))
-                        | ScalarValue::Utf8View(Some(text)),
-                        _,
-                    ) => {
-                        params.push(Some(text));
-                        let slot = Expr::Placeholder(Placeholder::new_with_field(
-                            format!("${}", params.len()),
-                            None,
-                        ));
-                        Ok(Transformed::yes(Expr::Cast(Cast::new(
-                            Box::new(slot),
-                            DataType::Utf8,
-                        ))))
-                    }
-                    other => Ok(Transformed::no(other)),
-                })
-            })
-        })?
-        .data;
-    if params.len() > MAX_PARAMS {
+    if writer.params.len() > MAX_PARAMS {
         return Ok(None);
     }
-    let inner = match Unparser::new(&PostgreSqlDialect {}).plan_to_sql(&remote) {
-        Ok(statement) => statement.to_string(),
-        Err(_) => return Ok(None),
-    };
-    // Each result column is renamed by position (the part's own names may repeat) and cast
-    // to the type DataFusion planned for it, so it is read as that type.
-    let sql = if kinds.is_empty() {
-        format!("SELECT FROM ({inner}) AS q")
-    } else {
-        let names: Vec<String> = (0..kinds.len()).map(|i| format!("c{i}")).collect();
-        let casts: Vec<String> = kinds
-            .iter()
-            .zip(&names)
-            .map(|(kind, name)| format!("CAST(q.{name} AS {})", kind.type_name()))
-            .collect();
-        format!(
-            "SELECT {} FROM ({inner}) AS q({})",
-            casts.join(", "),
-            names.join(", ")
-        )
-    };
+    // Each result column cast to the type DataFusion planned for it, so it is read as that
+    // type (PostgreSQL's `sum(int8)` is `numeric`).
+    let casts: Vec<String> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| format!("CAST(q.c{i} AS {})", kind.type_name()))
+        .collect();
+    let sql = format!("SELECT {} FROM ({inner}) AS q", casts.join(", "));
     Ok(Some(LogicalPlan::Extension(Extension {
         node: Arc::new(RemoteQuery {
             settings: server.settings.clone(),
             key: server.key.clone(),
             sql,
-            params: Arc::from(params),
+            params: Arc::from(writer.params),
             kinds,
             schema: Arc::clone(plan.schema()),
         }),
     })))
 }
 
-/// `plan` with each table scan naming the remote table (`"schema"."table"`) instead of its
-/// name here (`pg.t`, `mindlite.pg.t`). A scan not directly under an alias gets one (its
-/// table's name, made unique), and column references to it follow; `renamed` collects
-/// (name here, alias) pairs as the walk goes up. `top` is true for the part's root, whose
-/// columns are read by position.
-fn rename_tables(
-    plan: &LogicalPlan,
-    top: bool,
-    under_alias: bool,
-    renamed: &mut Vec<(TableReference, TableReference)>,
-) -> DfResult<LogicalPlan> {
-    match plan {
-        LogicalPlan::TableScan(scan) => {
-            let provider = source_as_provider(&scan.source)?;
-            let table = provider
-                .downcast_ref::<RemoteTable>()
-                .ok_or_else(|| DataFusionError::Internal("not a remote table".into()))?;
-            let remote = TableReference::partial(table.settings().schema.as_str(), table.name());
-            let filters = scan
-                .filters
-                .iter()
-                .map(|f| requalify(f.clone(), &[(scan.table_name.clone(), remote.clone())]))
-                .collect::<DfResult<Vec<_>>>()?;
-            let new_scan = LogicalPlan::TableScan(
-                TableScanBuilder::new(remote, Arc::clone(&scan.source))
-                    .with_projection(scan.projection.clone())
-                    .with_filters(filters)
-                    .with_fetch(scan.fetch)
-                    .build()?,
-            );
-            if under_alias {
-                return Ok(new_scan);
-            }
-            let base = table.name().to_string();
-            let mut alias = base.clone();
-            let mut n = 1;
-            while renamed.iter().any(|(_, a)| a.table() == alias) {
-                n += 1;
-                alias = format!("{base}_{n}");
-            }
-            let alias = TableReference::bare(alias);
-            renamed.push((scan.table_name.clone(), alias.clone()));
-            Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
-                Arc::new(new_scan),
-                alias,
-            )?))
-        }
-        LogicalPlan::SubqueryAlias(a) => {
-            let mut input = rename_tables(&a.input, false, true, renamed)?;
-            // An alias over anything but a scan is written as a derived table: written in
-            // place, the unparser gives the alias to the table below and loses the names its
-            // filters use.
-            if !matches!(input, LogicalPlan::TableScan(_)) {
-                input = LogicalPlan::Limit(Limit {
-                    skip: None,
-                    fetch: None,
-                    input: Arc::new(input),
-                });
-            }
-            Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
-                Arc::new(input),
-                a.alias.clone(),
-            )?))
-        }
-        other => {
-            let mut inputs = other
-                .inputs()
-                .into_iter()
-                .map(|i| rename_tables(i, false, false, renamed))
-                .collect::<DfResult<Vec<_>>>()?;
-            if let LogicalPlan::Join(join) = other {
-                if join.join_type != JoinType::Inner {
-                    inputs = inputs
-                        .into_iter()
-                        .map(derived)
-                        .collect::<DfResult<Vec<_>>>()?;
+/// Writes a sendable plan as SQL, one SELECT per node over its inputs as derived tables
+/// `t1`, `t2`, …, each result column named by position (`c0`, `c1`, …). DataFusion's
+/// unparser writes the expressions; its whole-plan writer is not used: it merges nodes into
+/// one SELECT by rules that lose names and move conditions (a LEFT JOIN's kept-side filter
+/// into its ON, an aggregate's keys after its values, a sort's fetch over a LIMIT's, the
+/// select lists of semi joins). PostgreSQL flattens the derived tables when it plans.
+struct Writer<'a> {
+    unparser: Unparser<'a>,
+    /// Text values, bound as `$1`, `$2`, … in order.
+    params: Vec<Option<String>>,
+    aliases: usize,
+}
+
+impl Writer<'_> {
+    fn alias(&mut self) -> String {
+        self.aliases += 1;
+        format!("t{}", self.aliases)
+    }
+
+    /// `expr` over inputs whose columns are `sides` (each: its alias and schema, in order),
+    /// as SQL: columns become `tN.cI`, text values placeholders.
+    fn expr(&mut self, expr: &Expr, sides: &[(&str, &DFSchema)]) -> DfResult<String> {
+        let params = &mut self.params;
+        let rewritten = expr
+            .clone()
+            .transform_up(|e| match e {
+                Expr::Column(c) => {
+                    for (alias, schema) in sides {
+                        if let Some(i) = schema.maybe_index_of_column(&c) {
+                            return Ok(Transformed::yes(Expr::Column(DfColumn::new(
+                                Some(TableReference::bare(*alias)),
+                                format!("c{i}"),
+                            ))));
+                        }
+                    }
+                    Err(DataFusionError::Plan(format!(
+                        "column {c} is not an input's"
+                    )))
                 }
-            }
-            let mut exprs = other
-                .expressions()
-                .into_iter()
-                .map(|e| requalify(e, renamed))
-                .collect::<DfResult<Vec<_>>>()?;
-            // A projection over ORDER BY … LIMIT is written over a derived table the unparser
-            // names itself, while the columns keep their tables' names: where the names are
-            // unique below, they go unqualified.
-            if let (true, LogicalPlan::Projection(_), [input]) = (top, other, inputs.as_slice()) {
-                let names: Vec<&String> =
-                    input.schema().fields().iter().map(|f| f.name()).collect();
-                let unique =
-                    names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
-                if unique {
-                    exprs = exprs
-                        .into_iter()
-                        .map(unqualified)
-                        .collect::<DfResult<Vec<_>>>()?;
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(text))
+                    | ScalarValue::LargeUtf8(Some(text))
+                    | ScalarValue::Utf8View(Some(text)),
+                    _,
+                ) => {
+                    params.push(Some(text));
+                    let slot = Expr::Placeholder(Placeholder::new_with_field(
+                        format!("${}", params.len()),
+                        None,
+                    ));
+                    Ok(Transformed::yes(Expr::Cast(Cast::new(
+                        Box::new(slot),
+                        DataType::Utf8,
+                    ))))
                 }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        // An alias names a result column; the writer names them by position.
+        Ok(self
+            .unparser
+            .expr_to_sql(&rewritten.unalias_nested().data)?
+            .to_string())
+    }
+
+    /// The sort keys of `sorts` over the input `side`.
+    fn order_by(&mut self, sorts: &[SortExpr], side: (&str, &DFSchema)) -> DfResult<String> {
+        let keys = sorts
+            .iter()
+            .map(|s| {
+                Ok(format!(
+                    "{} {} {}",
+                    self.expr(&s.expr, &[side])?,
+                    if s.asc { "ASC" } else { "DESC" },
+                    if s.nulls_first {
+                        "NULLS FIRST"
+                    } else {
+                        "NULLS LAST"
+                    }
+                ))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        Ok(keys.join(", "))
+    }
+
+    /// `plan` as a SELECT whose columns are `c0`, `c1`, … in its schema's order.
+    fn select(&mut self, plan: &LogicalPlan) -> DfResult<String> {
+        crate::cancel::check()?;
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                let provider = source_as_provider(&scan.source)?;
+                let table = provider
+                    .downcast_ref::<RemoteTable>()
+                    .ok_or_else(|| DataFusionError::Plan("not a remote table".into()))?;
+                let alias = self.alias();
+                let all = provider.schema();
+                let indices: Vec<usize> = match &scan.projection {
+                    Some(p) => p.clone(),
+                    None => (0..all.fields().len()).collect(),
+                };
+                let columns: Vec<String> = indices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &at)| format!("{alias}.{} AS c{i}", quote(all.field(at).name())))
+                    .collect();
+                // The scan's filters name the table's columns; here they are its columns by
+                // position in the whole table.
+                let whole = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &all)?;
+                let mut sql = format!(
+                    "SELECT {} FROM {} AS {alias}",
+                    columns.join(", "),
+                    table.settings().qualified(table.name())
+                );
+                if !scan.filters.is_empty() {
+                    let conditions = scan
+                        .filters
+                        .iter()
+                        .map(|f| self.scan_condition(f, &alias, &whole))
+                        .collect::<DfResult<Vec<_>>>()?;
+                    sql.push_str(&format!(" WHERE {}", conditions.join(" AND ")));
+                }
+                if let Some(fetch) = scan.fetch {
+                    sql.push_str(&format!(" LIMIT {fetch}"));
+                }
+                Ok(sql)
             }
-            other.with_new_exprs(exprs, inputs)
+            LogicalPlan::SubqueryAlias(a) => self.select(&a.input),
+            LogicalPlan::Projection(p) => {
+                let input = self.select(&p.input)?;
+                let alias = self.alias();
+                let schema = p.input.schema();
+                let columns = p
+                    .expr
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| Ok(format!("{} AS c{i}", self.expr(e, &[(&alias, schema)])?)))
+                    .collect::<DfResult<Vec<_>>>()?;
+                Ok(format!(
+                    "SELECT {} FROM ({input}) AS {alias}",
+                    columns.join(", ")
+                ))
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.select(&f.input)?;
+                let alias = self.alias();
+                let condition = self.expr(&f.predicate, &[(&alias, f.input.schema())])?;
+                Ok(format!(
+                    "SELECT * FROM ({input}) AS {alias} WHERE {condition}"
+                ))
+            }
+            LogicalPlan::Sort(sort) => {
+                let input = self.select(&sort.input)?;
+                let alias = self.alias();
+                let keys = self.order_by(&sort.expr, (&alias, sort.input.schema()))?;
+                let mut sql = format!("SELECT * FROM ({input}) AS {alias} ORDER BY {keys}");
+                if let Some(fetch) = sort.fetch {
+                    sql.push_str(&format!(" LIMIT {fetch}"));
+                }
+                Ok(sql)
+            }
+            LogicalPlan::Limit(limit) => {
+                let input = self.select(&limit.input)?;
+                let alias = self.alias();
+                let mut sql = format!("SELECT * FROM ({input}) AS {alias}");
+                if let FetchType::Literal(Some(fetch)) = limit.get_fetch_type()? {
+                    sql.push_str(&format!(" LIMIT {fetch}"));
+                }
+                if let SkipType::Literal(skip) = limit.get_skip_type()? {
+                    if skip > 0 {
+                        sql.push_str(&format!(" OFFSET {skip}"));
+                    }
+                }
+                Ok(sql)
+            }
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let inner = self.select(input)?;
+                let alias = self.alias();
+                Ok(format!("SELECT DISTINCT * FROM ({inner}) AS {alias}"))
+            }
+            LogicalPlan::Union(union) => {
+                let parts = union
+                    .inputs
+                    .iter()
+                    .map(|i| Ok(format!("({})", self.select(i)?)))
+                    .collect::<DfResult<Vec<_>>>()?;
+                Ok(parts.join(" UNION ALL "))
+            }
+            LogicalPlan::Aggregate(agg) => {
+                let input = self.select(&agg.input)?;
+                let alias = self.alias();
+                let schema = agg.input.schema();
+                let side = [(alias.as_str(), schema.as_ref())];
+                let groups = agg
+                    .group_expr
+                    .iter()
+                    .map(|e| self.expr(e, &side))
+                    .collect::<DfResult<Vec<_>>>()?;
+                let values = agg
+                    .aggr_expr
+                    .iter()
+                    .map(|e| self.expr(e, &side))
+                    .collect::<DfResult<Vec<_>>>()?;
+                let columns: Vec<String> = groups
+                    .iter()
+                    .chain(&values)
+                    .enumerate()
+                    .map(|(i, e)| format!("{e} AS c{i}"))
+                    .collect();
+                let mut sql = format!("SELECT {} FROM ({input}) AS {alias}", columns.join(", "));
+                if !groups.is_empty() {
+                    sql.push_str(&format!(" GROUP BY {}", groups.join(", ")));
+                }
+                Ok(sql)
+            }
+            LogicalPlan::Window(window) => {
+                let input = self.select(&window.input)?;
+                let alias = self.alias();
+                let schema = window.input.schema();
+                let width = schema.fields().len();
+                let mut columns: Vec<String> = (0..width)
+                    .map(|i| format!("{alias}.c{i} AS c{i}"))
+                    .collect();
+                for (j, e) in window.window_expr.iter().enumerate() {
+                    let sql = self.expr(e, &[(&alias, schema)])?;
+                    columns.push(format!("{sql} AS c{}", width + j));
+                }
+                Ok(format!(
+                    "SELECT {} FROM ({input}) AS {alias}",
+                    columns.join(", ")
+                ))
+            }
+            LogicalPlan::Join(join) => self.join(join),
+            other => Err(DataFusionError::Plan(format!(
+                "{} is not written as SQL",
+                other.display()
+            ))),
         }
     }
-}
 
-/// `input` of an outer, semi or anti join as a derived table under its own name, so the
-/// unparser writes its filters inside it. Written in place, the unparser moves them into the
-/// join's ON (or the statement's WHERE), which for such joins changes which rows are kept:
-/// a filter of a LEFT JOIN's left side in its ON keeps every left row. An input of several
-/// tables (a join) has no one name and is not sent.
-fn derived(input: LogicalPlan) -> DfResult<LogicalPlan> {
-    let qualifiers: Vec<Option<TableReference>> =
-        input.schema().iter().map(|(q, _)| q.cloned()).collect();
-    let Some(Some(name)) = qualifiers.first().cloned() else {
-        return Err(DataFusionError::Plan("a join input without a name".into()));
-    };
-    if qualifiers.iter().any(|q| q.as_ref() != Some(&name)) {
-        return Err(DataFusionError::Plan(
-            "a join input of several tables".into(),
-        ));
-    }
-    // A LIMIT of nothing is how the unparser is told to write a derived table.
-    let limit = LogicalPlan::Limit(Limit {
-        skip: None,
-        fetch: None,
-        input: Arc::new(input),
-    });
-    Ok(LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
-        Arc::new(limit),
-        name,
-    )?))
-}
-
-/// `expr` with its columns unqualified, named as they were.
-fn unqualified(expr: Expr) -> DfResult<Expr> {
-    let name = match &expr {
-        Expr::Column(c) => Some(c.name.clone()),
-        _ => None,
-    };
-    let bare = expr
-        .transform_up(|e| match e {
-            Expr::Column(c) => Ok(Transformed::yes(Expr::Column(DfColumn::new_unqualified(
-                c.name,
-            )))),
-            other => Ok(Transformed::no(other)),
-        })?
-        .data;
-    Ok(match name {
-        Some(name) => bare.alias(name),
-        None => bare,
-    })
-}
-
-/// `expr` with columns of each first table of `renamed` qualified by its second.
-fn requalify(expr: Expr, renamed: &[(TableReference, TableReference)]) -> DfResult<Expr> {
-    Ok(expr
-        .transform_up(|e| match e {
-            Expr::Column(c) => {
-                let to = c
-                    .relation
-                    .as_ref()
-                    .and_then(|r| renamed.iter().find(|(from, _)| from == r))
-                    .map(|(_, to)| to.clone());
-                match to {
-                    Some(to) => Ok(Transformed::yes(Expr::Column(DfColumn::new(
-                        Some(to),
-                        c.name,
-                    )))),
-                    None => Ok(Transformed::no(Expr::Column(c))),
+    /// A scan's filter over the whole table's columns (`whole`), as a condition on `alias`'s
+    /// columns by name.
+    fn scan_condition(&mut self, filter: &Expr, alias: &str, whole: &DFSchema) -> DfResult<String> {
+        let named = filter
+            .clone()
+            .transform_up(|e| match e {
+                Expr::Column(c) => {
+                    let i = whole.index_of_column(&c)?;
+                    Ok(Transformed::yes(Expr::Column(DfColumn::new(
+                        Some(TableReference::bare(alias)),
+                        whole.field(i).name(),
+                    ))))
                 }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        // Written with the table's own column names, not positions: no `sides` rewrite.
+        let params = &mut self.params;
+        let bound = named
+            .transform_up(|e| match e {
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(text))
+                    | ScalarValue::LargeUtf8(Some(text))
+                    | ScalarValue::Utf8View(Some(text)),
+                    _,
+                ) => {
+                    params.push(Some(text));
+                    Ok(Transformed::yes(Expr::Cast(Cast::new(
+                        Box::new(Expr::Placeholder(Placeholder::new_with_field(
+                            format!("${}", params.len()),
+                            None,
+                        ))),
+                        DataType::Utf8,
+                    ))))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        Ok(self.unparser.expr_to_sql(&bound)?.to_string())
+    }
+
+    fn join(&mut self, join: &Join) -> DfResult<String> {
+        let left = self.select(&join.left)?;
+        let l = self.alias();
+        let right = self.select(&join.right)?;
+        let r = self.alias();
+        let sides = [
+            (l.as_str(), join.left.schema().as_ref()),
+            (r.as_str(), join.right.schema().as_ref()),
+        ];
+        let mut conditions = join
+            .on
+            .iter()
+            .map(|(a, b)| {
+                Ok(format!(
+                    "{} = {}",
+                    self.expr(a, &sides)?,
+                    self.expr(b, &sides)?
+                ))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        if let Some(filter) = &join.filter {
+            conditions.push(self.expr(filter, &sides)?);
+        }
+        let on = if conditions.is_empty() {
+            "TRUE".to_string()
+        } else {
+            conditions.join(" AND ")
+        };
+        let left_width = join.left.schema().fields().len();
+        let kind = match join.join_type {
+            JoinType::LeftSemi | JoinType::LeftAnti => {
+                let not = if join.join_type == JoinType::LeftAnti {
+                    "NOT "
+                } else {
+                    ""
+                };
+                return Ok(format!(
+                    "SELECT * FROM ({left}) AS {l} WHERE {not}EXISTS (SELECT 1 FROM ({right}) AS {r} WHERE {on})"
+                ));
             }
-            other => Ok(Transformed::no(other)),
-        })?
-        .data)
+            JoinType::Inner => "INNER JOIN",
+            JoinType::Left => "LEFT JOIN",
+            JoinType::Right => "RIGHT JOIN",
+            JoinType::Full => "FULL JOIN",
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "a {other} join is not written as SQL"
+                )))
+            }
+        };
+        let columns: Vec<String> = (0..left_width)
+            .map(|i| format!("{l}.c{i} AS c{i}"))
+            .chain(
+                (0..join.right.schema().fields().len())
+                    .map(|i| format!("{r}.c{i} AS c{}", left_width + i)),
+            )
+            .collect();
+        Ok(format!(
+            "SELECT {} FROM ({left}) AS {l} {kind} ({right}) AS {r} ON {on}",
+            columns.join(", ")
+        ))
+    }
 }
 
 /// A part of a plan computed by a PostgreSQL server: its statement, bound values, and how
@@ -784,8 +949,9 @@ pub(crate) struct RemoteQuery {
 
 impl fmt::Debug for RemoteQuery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the key: it holds the password.
         f.debug_struct("RemoteQuery")
-            .field("server", &self.key)
+            .field("settings", &self.settings)
             .field("sql", &self.sql)
             .finish()
     }
