@@ -307,3 +307,26 @@ fn an_upload_stops_at_the_statement_deadline_and_stores_nothing() {
     std::thread::sleep(Duration::from_millis(1500));
     assert!(engine.list_files().unwrap().is_empty());
 }
+
+#[test]
+fn a_long_chain_of_unions_is_answered_without_exhausting_a_stack() {
+    // Just inside `query.max_expression_depth` (1,000): each UNION is a level. Cloning the
+    // parsed chain on a runtime thread overflowed its stack at about 450, aborting the process.
+    let engine = Engine::open_in_memory(Config::default()).unwrap();
+    let sql = (0..990)
+        .map(|i| format!("SELECT {i} AS x"))
+        .collect::<Vec<_>>()
+        .join(" UNION ");
+    let d = doc(
+        &engine,
+        QueryRequest::new(format!("SELECT count(*) FROM ({sql}) u")),
+    );
+    assert_eq!(d["data"], serde_json::json!([[990]]), "{d}");
+    // Past the limit, a clear refusal.
+    let sql = (0..1200)
+        .map(|i| format!("SELECT {i} AS x"))
+        .collect::<Vec<_>>()
+        .join(" UNION ");
+    let message = error_of(&engine, QueryRequest::new(sql));
+    assert!(message.contains("query.max_expression_depth"), "{message}");
+}

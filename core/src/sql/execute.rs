@@ -250,20 +250,24 @@ impl SqlRunner {
         };
         let state = self.session(Arc::clone(&snapshot), &context.db, partitions)?;
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
-        let planning = df_statement.clone();
-        let (state, planned) = self
+        // The statement is cloned (for the error's explanation) on the planning pool: cloning
+        // is recursive, and a chain of 500 UNIONs overflowed a runtime thread's stack. Only a
+        // statement that failed to plan comes back.
+        let (state, planned, failed) = self
             .plan_on_pool(tenant, async move {
-                let planned = state.statement_to_plan(planning).await;
-                (state, planned)
+                let planned = state.statement_to_plan(df_statement.clone()).await;
+                let failed = planned.is_err().then_some(df_statement);
+                (state, planned, failed)
             })
             .await?;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
+        let plan = match (planned, failed) {
+            (Ok(plan), _) => plan,
+            (Err(e), Some(df_statement)) => {
                 return Err(self
                     .explain_plan_error(&state, &snapshot, &df_statement, &context.db, e)
                     .await)
             }
+            (Err(e), None) => return Err(e.into()),
         };
         if let Some(target) = remote {
             drop(snapshot);
