@@ -3,7 +3,7 @@
 //! scripts beside this crate build it in release mode and run one benchmark each:
 //!
 //! ```text
-//! mindlite-bench callbacks|datasources|groupby|index|kb|minilm|models [ARGS]
+//! mindlite-bench callbacks|datasources|groupby|index|kb|minilm|models|tpch [ARGS]
 //! ```
 
 // Tests and benchmarks unwrap: a failure is the test's answer, with its message.
@@ -16,9 +16,10 @@ mod index;
 mod kb;
 mod minilm;
 mod models;
+mod tpch;
 
 fn main() {
-    let benchmarks: [(&str, fn()); 7] = [
+    let benchmarks: [(&str, fn()); 8] = [
         ("callbacks", callbacks::main),
         ("datasources", datasources::main),
         ("groupby", groupby::main),
@@ -26,6 +27,7 @@ fn main() {
         ("kb", kb::main),
         ("minilm", minilm::main),
         ("models", models::main),
+        ("tpch", tpch::main),
     ];
     let name = std::env::args().nth(1).unwrap_or_default();
     match benchmarks.iter().find(|(known, _)| *known == name) {
