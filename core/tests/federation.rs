@@ -131,8 +131,8 @@ fn joins_aggregates_windows_topk_and_subqueries_go_to_postgres_whole() {
         "INNER JOIN",
         "FROM \"fed_shapes\".\"fd_customers\"",
         "GROUP BY",
-        "count(1)",
-        "> 10)",
+        "count(CAST(1 AS BIGINT))",
+        "> CAST(10 AS BIGINT))",
     ] {
         assert!(sent.contains(part), "{part} not in {sent}");
     }
@@ -283,6 +283,13 @@ fn what_an_attack_found_answers_as_computed_here() {
         // A scalar subquery in the select list (a join to a named aggregate).
         "SELECT id, (SELECT max(qty) FROM pg.fd_orders o WHERE o.customer_id = c.id) AS m FROM pg.fd_customers c",
         "SELECT qty / id AS q, qty % id AS m FROM pg.fd_orders ORDER BY id LIMIT 10",
+        // Numbers keep their types: 0.1 a double (PostgreSQL reads numeric), 2000000000 a
+        // bigint (PostgreSQL reads integer).
+        "SELECT id FROM pg.fd_orders WHERE CASE WHEN id > 3 THEN 0.1 ELSE 0.7 END + 0.2 = 0.3",
+        "SELECT qty, sum(CASE WHEN id > 0 THEN 0.1 ELSE 0 END) FROM pg.fd_orders GROUP BY qty",
+        "SELECT qty, sum(CASE WHEN id > 0 THEN 2000000000 END * 2) FROM pg.fd_orders GROUP BY qty",
+        // A FULL JOIN without an equality (PostgreSQL refuses it): joined here.
+        "SELECT c.id, o.id FROM pg.fd_customers c FULL JOIN pg.fd_orders o ON c.id > o.customer_id + 60",
     ] {
         compared(&engine, sql, true);
     }
@@ -400,7 +407,14 @@ impl Gen {
         let k = self.below(10);
         match self.below(17) {
             0 => {
-                let g = self.pick(&["o.qty", "o.status", "o.placed", "o.customer_id % 4"]);
+                let g = self.pick(&[
+                    "o.qty",
+                    "o.status",
+                    "o.placed",
+                    "o.customer_id % 4",
+                    "extract(year FROM o.placed)",
+                    "date_part('month', o.at)",
+                ]);
                 format!(
                     "SELECT {g} AS g, count(*), sum(o.qty), min(o.amount), max(o.amount), avg(o.qty) \
                      FROM pg.fd_orders o WHERE {cond} GROUP BY {g} HAVING count(*) > {k}"

@@ -22,7 +22,7 @@
 //! - **Functions and operators** from a short list whose PostgreSQL meaning is DataFusion's
 //!   (comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN, BETWEEN, LIKE, CASE, `+ - *` on numbers,
 //!   `/` on integers and doubles, `%` on integers, `coalesce`, `nullif`, `abs`,
-//!   `character_length`; `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`,
+//!   `character_length`, the year, month or day of a date or timestamp; `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`,
 //!   `dense_rank`). Our own functions (models, knowledge-base conditions), and every other,
 //!   stay local.
 //! - **No ordering of text**: a remote collation may sort differently from DataFusion's byte
@@ -87,6 +87,11 @@ use super::table::{RemoteScanExec, RemoteTable};
 
 /// Placeholders a statement may bind: the protocol counts them in 16 bits.
 const MAX_PARAMS: usize = 65_535;
+
+/// Bytes a written statement may have. Each join lists the columns of both sides, so the
+/// text grows with the square of the tables joined (a 100-table join wrote 586 KB); past
+/// this the part is split into smaller ones.
+const MAX_STATEMENT: usize = 256 * 1024;
 
 /// Replaces each largest part of a plan that one PostgreSQL server can compute with a
 /// [`RemoteQuery`].
@@ -285,7 +290,10 @@ fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
             // "keep".
             // Keys that match NULLs (INTERSECT, EXCEPT) would be written as `=`.
             let both = join.left.schema().join(join.right.schema())?;
+            // PostgreSQL runs a FULL JOIN only with an equality to merge or hash on.
+            let full_ok = join.join_type != JoinType::Full || !join.on.is_empty();
             kind_ok
+                && full_ok
                 && !join.null_aware
                 && join.null_equality == NullEquality::NullEqualsNothing
                 && join
@@ -302,6 +310,13 @@ fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
     matches!(
         expr.get_type(schema),
         Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) | Err(_)
+    )
+}
+
+fn is_double(expr: &Expr, schema: &DFSchema) -> bool {
+    matches!(
+        expr.get_type(schema),
+        Ok(DataType::Float64 | DataType::Float32) | Err(_)
     )
 }
 
@@ -458,6 +473,18 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
                         )
                     }),
                     "character_length" => true,
+                    // A date's year, month or day: whole numbers alike (finer parts and
+                    // epochs differ in fractions and types).
+                    "date_part" => {
+                        matches!(
+                            f.args.first(),
+                            Some(Expr::Literal(ScalarValue::Utf8(Some(part)), _))
+                                if ["year", "month", "day"].contains(&part.to_ascii_lowercase().as_str())
+                        ) && matches!(
+                            f.args.get(1).and_then(|a| type_of(a, schema)),
+                            Some(DataType::Date32 | DataType::Timestamp(_, None))
+                        )
+                    }
                     _ => false,
                 }
         }
@@ -494,9 +521,11 @@ fn aggregate_name_sendable(name: &str, args: &[Expr], schema: &DFSchema) -> bool
         "avg" => matches!(arg(), Some(t) if is_integer(&t) || t == DataType::Float64),
         "min" | "max" => matches!(
             arg(),
+            // Not of doubles: PostgreSQL ranks NaN above infinity and -0 with 0, which
+            // DataFusion's min and max do not.
             Some(t) if is_integer(&t) || matches!(
                 t,
-                DataType::Float64 | DataType::Decimal128(..) | DataType::Date32 | DataType::Timestamp(_, None)
+                DataType::Decimal128(..) | DataType::Date32 | DataType::Timestamp(_, None)
             )
         ),
         _ => false,
@@ -513,7 +542,11 @@ fn window_sendable(expr: &Expr, schema: &DFSchema) -> bool {
                 return false;
             }
             let parts_ok = params.args.iter().all(|a| sendable(a, schema))
-                && params.partition_by.iter().all(|e| sendable(e, schema))
+                // Partitions of doubles: PostgreSQL puts -0 with 0, DataFusion apart.
+                && params
+                    .partition_by
+                    .iter()
+                    .all(|e| sendable(e, schema) && !is_double(e, schema))
                 && params
                     .order_by
                     .iter()
@@ -568,7 +601,7 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
         Ok(sql) => sql,
         Err(_) => return Ok(None),
     };
-    if writer.params.len() > MAX_PARAMS {
+    if writer.params.len() > MAX_PARAMS || inner.len() > MAX_STATEMENT {
         return Ok(None);
     }
     // Each result column cast to the type DataFusion planned for it, so it is read as that
@@ -613,23 +646,34 @@ impl Writer<'_> {
     /// `expr` over inputs whose columns are `sides` (each: its alias and schema, in order),
     /// as SQL: columns become `tN.cI`, text values placeholders.
     fn expr(&mut self, expr: &Expr, sides: &[(&str, &DFSchema)]) -> DfResult<String> {
+        self.write(expr, |c| {
+            for (alias, schema) in sides {
+                if let Some(i) = schema.maybe_index_of_column(c) {
+                    return Ok(DfColumn::new(
+                        Some(TableReference::bare(*alias)),
+                        format!("c{i}"),
+                    ));
+                }
+            }
+            Err(DataFusionError::Plan(format!(
+                "column {c} is not an input's"
+            )))
+        })
+    }
+
+    /// `expr` as SQL with each column as `column` names it and each text value bound as a
+    /// placeholder. An alias names a result column, which the writer names by position, so
+    /// aliases are dropped.
+    fn write(
+        &mut self,
+        expr: &Expr,
+        column: impl Fn(&DfColumn) -> DfResult<DfColumn>,
+    ) -> DfResult<String> {
         let params = &mut self.params;
         let rewritten = expr
             .clone()
             .transform_up(|e| match e {
-                Expr::Column(c) => {
-                    for (alias, schema) in sides {
-                        if let Some(i) = schema.maybe_index_of_column(&c) {
-                            return Ok(Transformed::yes(Expr::Column(DfColumn::new(
-                                Some(TableReference::bare(*alias)),
-                                format!("c{i}"),
-                            ))));
-                        }
-                    }
-                    Err(DataFusionError::Plan(format!(
-                        "column {c} is not an input's"
-                    )))
-                }
+                Expr::Column(c) => Ok(Transformed::yes(Expr::Column(column(&c)?))),
                 Expr::Literal(
                     ScalarValue::Utf8(Some(text))
                     | ScalarValue::LargeUtf8(Some(text))
@@ -646,10 +690,21 @@ impl Writer<'_> {
                         DataType::Utf8,
                     ))))
                 }
+                // PostgreSQL reads `0.1` as numeric (exact) and `2000000000` as a 32-bit
+                // integer: a number is written with its type, as DataFusion computes with it.
+                Expr::Literal(
+                    value @ (ScalarValue::Float64(Some(_)) | ScalarValue::Int64(Some(_))),
+                    _,
+                ) => {
+                    let data_type = value.data_type();
+                    Ok(Transformed::yes(Expr::Cast(Cast::new(
+                        Box::new(Expr::Literal(value, None)),
+                        data_type,
+                    ))))
+                }
                 other => Ok(Transformed::no(other)),
             })?
             .data;
-        // An alias names a result column; the writer names them by position.
         Ok(self
             .unparser
             .expr_to_sql(&rewritten.unalias_nested().data)?
@@ -831,44 +886,15 @@ impl Writer<'_> {
     }
 
     /// A scan's filter over the whole table's columns (`whole`), as a condition on `alias`'s
-    /// columns by name.
+    /// columns by their names in the table.
     fn scan_condition(&mut self, filter: &Expr, alias: &str, whole: &DFSchema) -> DfResult<String> {
-        let named = filter
-            .clone()
-            .transform_up(|e| match e {
-                Expr::Column(c) => {
-                    let i = whole.index_of_column(&c)?;
-                    Ok(Transformed::yes(Expr::Column(DfColumn::new(
-                        Some(TableReference::bare(alias)),
-                        whole.field(i).name(),
-                    ))))
-                }
-                other => Ok(Transformed::no(other)),
-            })?
-            .data;
-        // Written with the table's own column names, not positions: no `sides` rewrite.
-        let params = &mut self.params;
-        let bound = named
-            .transform_up(|e| match e {
-                Expr::Literal(
-                    ScalarValue::Utf8(Some(text))
-                    | ScalarValue::LargeUtf8(Some(text))
-                    | ScalarValue::Utf8View(Some(text)),
-                    _,
-                ) => {
-                    params.push(Some(text));
-                    Ok(Transformed::yes(Expr::Cast(Cast::new(
-                        Box::new(Expr::Placeholder(Placeholder::new_with_field(
-                            format!("${}", params.len()),
-                            None,
-                        ))),
-                        DataType::Utf8,
-                    ))))
-                }
-                other => Ok(Transformed::no(other)),
-            })?
-            .data;
-        Ok(self.unparser.expr_to_sql(&bound)?.to_string())
+        self.write(filter, |c| {
+            let i = whole.index_of_column(c)?;
+            Ok(DfColumn::new(
+                Some(TableReference::bare(alias)),
+                whole.field(i).name(),
+            ))
+        })
     }
 
     fn join(&mut self, join: &Join) -> DfResult<String> {
