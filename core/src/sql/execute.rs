@@ -271,7 +271,7 @@ impl SqlRunner {
         };
         if let Some(target) = remote {
             drop(snapshot);
-            return self.write_remote(state, plan, target).await;
+            return self.write_remote(tenant, state, plan, target).await;
         }
         let db = context.db.clone();
         let job = |state| self.job(tenant, &db, snapshot, state, held, claim);

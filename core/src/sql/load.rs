@@ -76,6 +76,7 @@ impl SqlRunner {
     /// remote transaction; the store is not touched. `DROP TABLE pg.t` drops it there.
     pub(crate) async fn write_remote(
         &self,
+        tenant: TenantId,
         state: Session,
         plan: LogicalPlan,
         target: RemoteWrite,
@@ -114,7 +115,15 @@ impl SqlRunner {
                 )))
             }
         };
-        let physical = state.create_physical_plan(&input).await?;
+        // Optimizing (push-down writes the remote statement) and physical planning are
+        // data-sized work: on the planning pool, not an async worker.
+        let (state, physical) = self
+            .plan_on_pool(tenant, async move {
+                let physical = state.create_physical_plan(&input).await;
+                (state, physical)
+            })
+            .await?;
+        let physical = physical?;
         let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
         let written = match existing {
             Some(existing) => {

@@ -601,7 +601,7 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
         Ok(sql) => sql,
         Err(_) => return Ok(None),
     };
-    if writer.params.len() > MAX_PARAMS || inner.len() > MAX_STATEMENT {
+    if writer.params.len() > MAX_PARAMS {
         return Ok(None);
     }
     // Each result column cast to the type DataFusion planned for it, so it is read as that
@@ -731,9 +731,21 @@ impl Writer<'_> {
         Ok(keys.join(", "))
     }
 
-    /// `plan` as a SELECT whose columns are `c0`, `c1`, … in its schema's order.
+    /// `plan` as a SELECT whose columns are `c0`, `c1`, … in its schema's order; an error as
+    /// soon as the text passes [`MAX_STATEMENT`], so a part too large to send costs no more
+    /// than that to find out, at each level its parent tries.
     fn select(&mut self, plan: &LogicalPlan) -> DfResult<String> {
         crate::cancel::check()?;
+        let sql = self.select_node(plan)?;
+        if sql.len() > MAX_STATEMENT {
+            return Err(DataFusionError::Plan(format!(
+                "a statement of more than {MAX_STATEMENT} bytes"
+            )));
+        }
+        Ok(sql)
+    }
+
+    fn select_node(&mut self, plan: &LogicalPlan) -> DfResult<String> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let provider = source_as_provider(&scan.source)?;
