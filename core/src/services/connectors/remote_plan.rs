@@ -83,6 +83,7 @@ use datafusion::sql::unparser::dialect::PostgreSqlDialect;
 use datafusion::sql::unparser::Unparser;
 
 use super::postgres::{quote, Kind, Settings};
+use super::remote::Remote;
 use super::table::{RemoteScanExec, RemoteTable};
 
 /// Placeholders a statement may bind: the protocol counts them in 16 bits.
@@ -147,7 +148,8 @@ fn remote_scan(plan: &LogicalPlan) -> Option<Server> {
     };
     let provider = source_as_provider(&scan.source).ok()?;
     let table = provider.downcast_ref::<RemoteTable>()?;
-    let settings = table.settings();
+    // Whole sub-plans go to PostgreSQL only; MySQL tables are read by their own scans.
+    let settings = table.remote().postgres()?;
     if !settings.push_down {
         return None;
     }
@@ -769,7 +771,7 @@ impl Writer<'_> {
                 let mut sql = format!(
                     "SELECT {} FROM {} AS {alias}",
                     columns.join(", "),
-                    table.settings().qualified(table.name())
+                    table.remote().qualified(table.name())
                 );
                 if !scan.filters.is_empty() {
                     let conditions = scan
@@ -1093,7 +1095,7 @@ impl ExtensionPlanner for RemoteQueryPlanner {
         ));
         Ok(Some(Arc::new(
             RemoteScanExec::new(
-                query.settings.clone(),
+                Remote::Postgres(query.settings.clone()),
                 query.sql.clone(),
                 Arc::clone(&query.params),
                 read,

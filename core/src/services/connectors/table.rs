@@ -26,8 +26,9 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio_postgres::types::ToSql;
 
-use super::postgres::{self, query_error, quote, Column, Kind, Settings, TextParam};
-use super::pushdown;
+use super::postgres::{query_error, quote, Column, Kind, TextParam};
+use super::remote::Remote;
+use super::{mysql, postgres};
 use crate::error::{Error, Result};
 
 /// Marks a table name that is really a native query's text: `FROM pg (SELECT …)` reaches the
@@ -37,16 +38,16 @@ pub(crate) const NATIVE: char = '\u{1}';
 /// A table of a datasource.
 #[derive(Debug)]
 pub(crate) struct RemoteTable {
-    settings: Settings,
+    remote: Remote,
     table: String,
     columns: Vec<Column>,
     schema: SchemaRef,
 }
 
 impl RemoteTable {
-    /// The datasource's settings.
-    pub(crate) fn settings(&self) -> &Settings {
-        &self.settings
+    /// The datasource's server.
+    pub(crate) fn remote(&self) -> &Remote {
+        &self.remote
     }
 
     /// The table's name in the datasource's schema.
@@ -60,13 +61,13 @@ impl RemoteTable {
     }
 
     /// The table `name` of the datasource, or `None` when the remote schema has no such table.
-    pub(crate) async fn open(settings: Settings, name: &str) -> Result<Option<RemoteTable>> {
-        let Some(columns) = postgres::table_columns(&settings, name).await? else {
+    pub(crate) async fn open(remote: Remote, name: &str) -> Result<Option<RemoteTable>> {
+        let Some(columns) = remote.table_columns(name).await? else {
             return Ok(None);
         };
         Ok(Some(RemoteTable {
             schema: postgres::schema_of(&columns),
-            settings,
+            remote,
             table: name.to_string(),
             columns,
         }))
@@ -90,7 +91,7 @@ impl TableProvider for RemoteTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if self.settings.push_down && pushdown::remote_filter(f, &self.columns).is_some() {
+                if self.remote.push_down() && self.remote.filter(f, &self.columns).is_some() {
                     TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -111,18 +112,22 @@ impl TableProvider for RemoteTable {
             None => (0..self.columns.len()).collect(),
         };
         let columns: Vec<&Column> = indices.iter().map(|&i| &self.columns[i]).collect();
-        // An empty select list is valid PostgreSQL: rows without columns, for count(*).
-        let select: Vec<String> = columns.iter().map(|c| c.select_item()).collect();
+        // An empty select list is valid PostgreSQL (rows without columns, for count(*));
+        // MySQL needs one item.
+        let mut select: Vec<String> = columns.iter().map(|c| self.remote.select_item(c)).collect();
+        if select.is_empty() && matches!(self.remote, Remote::MySql(_)) {
+            select.push("1".to_string());
+        }
         let mut sql = format!(
             "SELECT {} FROM {}",
             select.join(", "),
-            self.settings.qualified(&self.table)
+            self.remote.qualified(&self.table)
         );
         // bounded: one per condition of the parsed statement
         let mut conditions = Vec::with_capacity(filters.len());
         for filter in filters {
             // Only filters accepted as exact arrive here, and each of those renders.
-            let condition = pushdown::remote_filter(filter, &self.columns).ok_or_else(|| {
+            let condition = self.remote.filter(filter, &self.columns).ok_or_else(|| {
                 DataFusionError::Internal(format!("filter {filter} cannot be sent"))
             })?;
             conditions.push(condition);
@@ -131,25 +136,36 @@ impl TableProvider for RemoteTable {
             sql.push_str(" WHERE ");
             sql.push_str(&conditions.join(" AND "));
         }
-        if let (Some(n), true) = (limit, self.settings.push_down) {
+        if let (Some(n), true) = (limit, self.remote.push_down()) {
             sql.push_str(&format!(" LIMIT {n}"));
         }
         let schema = Arc::new(self.schema.project(&indices)?);
+        // MySQL's stand-in column for an empty select list is read and dropped.
+        let (read_schema, kinds, projection) = match (columns.is_empty(), &self.remote) {
+            (true, Remote::MySql(_)) => (
+                Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+                    datafusion::arrow::datatypes::Field::new("one", DataType::Int64, true),
+                ])),
+                vec![Kind::Int64],
+                Some(Vec::new()),
+            ),
+            _ => (schema, columns.iter().map(|c| c.kind).collect(), None),
+        };
         Ok(Arc::new(RemoteScanExec::new(
-            self.settings.clone(),
+            self.remote.clone(),
             sql,
             Arc::from([]),
-            schema,
-            columns.iter().map(|c| c.kind).collect(),
-            None,
+            read_schema,
+            kinds,
+            projection,
         )))
     }
 }
 
-/// A native query: raw PostgreSQL text whose result is a table.
+/// A native query: raw SQL text in the datasource's dialect whose result is a table.
 #[derive(Debug)]
 pub(crate) struct NativeQuery {
-    settings: Settings,
+    remote: Remote,
     sql: String,
     kinds: Vec<Kind>,
     schema: SchemaRef,
@@ -157,12 +173,12 @@ pub(crate) struct NativeQuery {
 
 impl NativeQuery {
     /// Describes `sql` on the server (nothing runs yet) to learn its columns.
-    pub(crate) async fn prepare(settings: Settings, sql: &str) -> Result<NativeQuery> {
-        let columns = postgres::query_columns(&settings, sql).await?;
+    pub(crate) async fn prepare(remote: Remote, sql: &str) -> Result<NativeQuery> {
+        let columns = remote.query_columns(sql).await?;
         Ok(NativeQuery {
             schema: postgres::schema_of(&columns),
             kinds: columns.iter().map(|c| c.kind).collect(),
-            settings,
+            remote,
             sql: sql.to_string(),
         })
     }
@@ -187,7 +203,7 @@ impl TableProvider for NativeQuery {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // The text runs as written; columns the query does not need are dropped after reading.
         Ok(Arc::new(RemoteScanExec::new(
-            self.settings.clone(),
+            self.remote.clone(),
             self.sql.clone(),
             Arc::from([]),
             Arc::clone(&self.schema),
@@ -200,7 +216,7 @@ impl TableProvider for NativeQuery {
 /// Reads the rows of one remote statement, as one partition.
 #[derive(Debug)]
 pub(crate) struct RemoteScanExec {
-    settings: Settings,
+    remote: Remote,
     sql: String,
     /// Values for the statement's `$1`, `$2`, … placeholders, as text.
     params: Arc<[Option<String>]>,
@@ -218,7 +234,7 @@ impl RemoteScanExec {
     /// Reads the rows of `sql` with `params`; `read_schema` and `kinds` say how its columns
     /// are read, and `projection` which are kept.
     pub(crate) fn new(
-        settings: Settings,
+        remote: Remote,
         sql: String,
         params: Arc<[Option<String>]>,
         read_schema: SchemaRef,
@@ -234,7 +250,7 @@ impl RemoteScanExec {
             None => Arc::clone(&read_schema),
         };
         RemoteScanExec {
-            settings,
+            remote,
             sql,
             params,
             read_schema,
@@ -265,11 +281,8 @@ impl RemoteScanExec {
 
 impl DisplayAs for RemoteScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "PostgresScan: {}:{}/{} sql={}",
-            self.settings.host, self.settings.port, self.settings.database, self.sql
-        )?;
+        let (name, place) = self.remote.describe();
+        write!(f, "{name}: {place} sql={}", self.sql)?;
         if !self.params.is_empty() {
             // Shown as SQL literals would be, so the line reads as what the server runs.
             let shown: Vec<String> = self
@@ -288,7 +301,7 @@ impl DisplayAs for RemoteScanExec {
 
 impl ExecutionPlan for RemoteScanExec {
     fn name(&self) -> &str {
-        "PostgresScan"
+        self.remote.describe().0
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -313,9 +326,10 @@ impl ExecutionPlan for RemoteScanExec {
         if children.is_empty() {
             Ok(self)
         } else {
-            Err(DataFusionError::Internal(
-                "PostgresScan has no inputs".to_string(),
-            ))
+            Err(DataFusionError::Internal(format!(
+                "{} has no inputs",
+                self.remote.describe().0
+            )))
         }
     }
 
@@ -327,26 +341,27 @@ impl ExecutionPlan for RemoteScanExec {
         let rows_read = MetricBuilder::new(&self.metrics).output_rows(partition);
         let projection = self.projection.clone();
         let output = self.output.clone();
-        let batches = postgres::read_rows(
-            self.settings.clone(),
-            self.sql.clone(),
-            Arc::clone(&self.params),
-            Arc::clone(&self.read_schema),
-            self.kinds.clone(),
-            context.session_config().batch_size(),
-        )
-        .map(move |batch| {
-            let batch = batch?;
-            rows_read.add(batch.num_rows());
-            let batch = match &projection {
-                Some(p) => batch.project(p)?,
-                None => batch,
-            };
-            Ok(match &output {
-                Some(output) => cast_batch(batch, output)?,
-                None => batch,
-            })
-        });
+        let batches = self
+            .remote
+            .read_rows(
+                self.sql.clone(),
+                Arc::clone(&self.params),
+                Arc::clone(&self.read_schema),
+                self.kinds.clone(),
+                context.session_config().batch_size(),
+            )
+            .map(move |batch| {
+                let batch = batch?;
+                rows_read.add(batch.num_rows());
+                let batch = match &projection {
+                    Some(p) => batch.project(p)?,
+                    None => batch,
+                };
+                Ok(match &output {
+                    Some(output) => cast_batch(batch, output)?,
+                    None => batch,
+                })
+            });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
             batches,
@@ -498,7 +513,7 @@ fn text_column(array: &dyn Array) -> Result<StringArray> {
 /// transaction. Only the columns the statement named are sent (all when it named none), so
 /// PostgreSQL's defaults apply to the others. Returns the rows written.
 pub(crate) async fn insert(
-    settings: &Settings,
+    remote: &Remote,
     table: &str,
     columns: Option<Vec<String>>,
     data: SendableRecordBatchStream,
@@ -524,6 +539,10 @@ pub(crate) async fn insert(
         Arc::clone(&projected),
         data.map(move |batch| Ok(batch?.project(&indices)?)),
     ));
+    let settings = match remote {
+        Remote::Postgres(settings) => settings,
+        Remote::MySql(settings) => return mysql::insert(settings, table, data).await,
+    };
     let mut client = settings.connect_for_writes().await?;
     let txn = client.transaction().await.map_err(|e| query_error(&e))?;
     let written = insert_batches(&txn, &settings.qualified(table), &projected, data).await?;
@@ -562,7 +581,11 @@ fn remote_type(data_type: &DataType) -> Result<String> {
 
 /// Drops `table` of the datasource's schema (`DROP TABLE pg.t`); the datasource's own error
 /// when it does not exist, unless `if_exists`.
-pub(crate) async fn drop_table(settings: &Settings, table: &str, if_exists: bool) -> Result<()> {
+pub(crate) async fn drop_table(remote: &Remote, table: &str, if_exists: bool) -> Result<()> {
+    let settings = match remote {
+        Remote::Postgres(settings) => settings,
+        Remote::MySql(settings) => return mysql::drop_table(settings, table, if_exists).await,
+    };
     let qualified = settings.qualified(table);
     let client = settings.connect_for_writes().await?;
     let statement = match if_exists {
@@ -587,11 +610,31 @@ pub(crate) enum Existing {
 /// the query's columns and fills it, in one remote transaction (so a failure leaves nothing).
 /// Returns the rows written, `None` when the table existed and was kept.
 pub(crate) async fn create_table(
-    settings: &Settings,
+    remote: &Remote,
     table: &str,
     existing: Existing,
     data: SendableRecordBatchStream,
 ) -> Result<Option<u64>> {
+    let settings = match remote {
+        Remote::Postgres(settings) => settings,
+        Remote::MySql(settings) => {
+            let exists = mysql::table_columns(settings, table).await?.is_some();
+            match (exists, existing) {
+                (true, Existing::Keep) => return Ok(None),
+                (true, Existing::Fail) => {
+                    return Err(Error::conflict(format!(
+                        "Table '{table}' already exists in MySQL database '{}'",
+                        settings.database
+                    )))
+                }
+                _ => {
+                    return mysql::create_table(settings, table, exists, data)
+                        .await
+                        .map(Some)
+                }
+            }
+        }
+    };
     let schema = data.schema();
     // bounded: one per column of the table
     let mut definitions = Vec::with_capacity(schema.fields().len());
