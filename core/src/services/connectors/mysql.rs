@@ -74,6 +74,12 @@ const KEYS: [&str; 8] = [
 /// How long a connection attempt may take unless `connect_timeout` says otherwise.
 const DEFAULT_CONNECT_TIMEOUT: u64 = 10;
 
+/// Bytes of the RSA key (PEM) a server may send for `caching_sha2_password` (8,192 bits).
+const MAX_RSA_KEY: usize = 2048;
+
+/// How long a packet may stay half-received: once a packet has begun, its bytes flow.
+const PACKET_IDLE: Duration = Duration::from_secs(30);
+
 /// Error codes meaning "no such table" (`ER_NO_SUCH_TABLE`, `ER_BAD_TABLE_ERROR`).
 const NO_SUCH_TABLE: [u16; 2] = [1146, 1051];
 
@@ -197,6 +203,34 @@ impl Settings {
         self.open(false).await
     }
 
+    /// Opens a reading session for a catalog lookup, which waits for no lock longer than
+    /// `connect_timeout` (MySQL's own default is a day, behind an ALTER or LOCK TABLES).
+    async fn connect_for_lookups(&self) -> Result<Conn> {
+        let mut conn = self.open(true).await?;
+        conn.execute(&format!(
+            "SET SESSION lock_wait_timeout = {}",
+            self.connect_timeout.as_secs().max(1)
+        ))
+        .await?;
+        Ok(conn)
+    }
+
+    /// `lookup` (a catalog question, asked while planning on a shared pool) within
+    /// `connect_timeout`: a server that does not answer must not hold a planning thread.
+    async fn lookup<T>(&self, lookup: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        // Connecting has its own bound; the question gets as long again.
+        match tokio::time::timeout(self.connect_timeout * 2, lookup).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.named(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "no answer to a catalog lookup within {} s (twice connect_timeout)",
+                    self.connect_timeout.as_secs() * 2
+                ),
+            ))),
+        }
+    }
+
     async fn open(&self, read_only: bool) -> Result<Conn> {
         let connecting = async {
             let stream = self
@@ -262,6 +296,24 @@ impl Settings {
                 let _ = conn.execute(&format!("KILL QUERY {id}")).await;
             }
         });
+    }
+
+    /// What identifies the server, database and account its statements run as: two
+    /// datasources with the same key run one statement over tables of both.
+    pub(crate) fn server_key(&self) -> String {
+        // Debug quotes each part, so no two different settings read alike; the password is in
+        // it, never shown.
+        format!(
+            "{:?}",
+            (
+                "mysql",
+                &self.user,
+                &self.host,
+                self.port,
+                &self.database,
+                &self.password
+            )
+        )
     }
 
     /// The table `table` of the datasource's database, quoted.
@@ -372,13 +424,29 @@ impl Conn {
                 )));
             }
             self.seq = header[3].wrapping_add(1);
-            let start = payload.len();
-            // bounded: checked against datasources.max_message_mb above
-            payload.resize(start + length, 0);
-            self.stream
-                .read_exact(&mut payload[start..])
-                .await
-                .map_err(|e| broken(crate::egress::io_reason(&e)))?;
+            // Grown as bytes arrive (a server that declares 16 MiB and stalls holds what it
+            // sent, not what it declared), and given up when it stalls mid-packet.
+            let mut left = length;
+            while left > 0 {
+                let start = payload.len();
+                // bounded: within the length checked against datasources.max_message_mb
+                payload.resize(start + left.min(64 * 1024), 0);
+                let read =
+                    tokio::time::timeout(PACKET_IDLE, self.stream.read(&mut payload[start..]))
+                        .await
+                        .map_err(|_| {
+                            broken(format!(
+                                "the server stopped sending for {} s in the middle of a packet",
+                                PACKET_IDLE.as_secs()
+                            ))
+                        })?
+                        .map_err(|e| broken(crate::egress::io_reason(&e)))?;
+                if read == 0 {
+                    return Err(broken("the server closed the connection"));
+                }
+                payload.truncate(start + read);
+                left -= read;
+            }
             if length < 0xff_ffff {
                 return Ok(payload);
             }
@@ -497,6 +565,15 @@ impl Conn {
                     Some(0x04) => self.write(&[0x02]).await?,
                     _ => {
                         let key = &packet[1..];
+                        // A 4,096-bit key's PEM is about 800 bytes. Larger ones are refused
+                        // before any arithmetic: RSA with a server's modulus and exponent of
+                        // any size is work of any length.
+                        if key.len() > MAX_RSA_KEY {
+                            return Err(broken(format!(
+                                "the server sent an RSA key of {} bytes; at most {MAX_RSA_KEY} are taken",
+                                key.len()
+                            )));
+                        }
                         let mut secret = settings.password.as_bytes().to_vec();
                         secret.push(0);
                         for (i, b) in secret.iter_mut().enumerate() {
@@ -746,6 +823,9 @@ fn row_values(packet: &[u8], columns: usize) -> Result<Vec<Option<&[u8]>>> {
             }
         }
     }
+    if !rest.is_empty() {
+        return Err(broken("a row with more values than its columns"));
+    }
     Ok(values)
 }
 
@@ -842,19 +922,26 @@ fn kind_of(column: &WireColumn) -> Kind {
 /// Columns named as the result names them, repeated names suffixed `_1`, `_2`… so every
 /// column can be addressed.
 fn columns_of(wire: &[WireColumn]) -> Vec<Column> {
+    // bounded: at most MAX_COLUMNS
     let mut columns: Vec<Column> = Vec::with_capacity(wire.len());
+    // Names taken so far, and the next suffix to try for each base name: linear in the
+    // columns however many share a name.
+    let mut taken = std::collections::HashSet::new();
+    let mut next = std::collections::HashMap::<String, usize>::new();
     for c in wire {
         let base = c.name_str().to_string();
         let mut name = base.clone();
-        let mut n = 0;
-        while columns.iter().any(|seen| seen.name == name) {
-            n += 1;
+        while taken.contains(&name) {
+            let n = next.entry(base.clone()).or_insert(0);
+            *n += 1;
             name = format!("{base}_{n}");
         }
+        taken.insert(name.clone());
         columns.push(Column {
             name,
             kind: kind_of(c),
             nullable: !c.flags().contains(ColumnFlags::NOT_NULL_FLAG),
+            unsigned: c.flags().contains(ColumnFlags::UNSIGNED_FLAG),
         });
     }
     columns
@@ -863,7 +950,11 @@ fn columns_of(wire: &[WireColumn]) -> Vec<Column> {
 /// The tables and views of the datasource's database, by name: at most
 /// `datasources.max_tables` of them.
 pub(crate) async fn table_names(settings: &Settings) -> Result<Vec<String>> {
-    let mut conn = settings.connect().await?;
+    settings.lookup(list_tables(settings)).await
+}
+
+async fn list_tables(settings: &Settings) -> Result<Vec<String>> {
+    let mut conn = settings.connect_for_lookups().await?;
     let sql = format!(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = {} ORDER BY table_name",
         text_literal(&settings.database)
@@ -900,7 +991,11 @@ fn text_literal(text: &str) -> String {
 
 /// The columns of `table`; `None` when the database has no such table.
 pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Option<Vec<Column>>> {
-    let mut conn = settings.connect().await?;
+    settings.lookup(describe_table(settings, table)).await
+}
+
+async fn describe_table(settings: &Settings, table: &str) -> Result<Option<Vec<Column>>> {
+    let mut conn = settings.connect_for_lookups().await?;
     // The server's own description of the table's result: the types a read gets.
     let sql = format!("SELECT * FROM {} LIMIT 0", settings.qualified(table));
     match conn.query(&sql).await {
@@ -922,18 +1017,32 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
 
 /// The error MySQL gives for reading `table`.
 pub(crate) async fn read_error(settings: &Settings, table: &str) -> Option<Error> {
-    let mut conn = match settings.connect().await {
-        Ok(conn) => conn,
-        Err(e) => return Some(e),
-    };
-    let probe = format!("SELECT * FROM {} LIMIT 0", settings.qualified(table));
-    conn.execute(&probe).await.err()
+    settings
+        .lookup(async {
+            let mut conn = settings.connect_for_lookups().await?;
+            let probe = format!("SELECT * FROM {} LIMIT 0", settings.qualified(table));
+            conn.execute(&probe).await
+        })
+        .await
+        .err()
 }
 
 /// The columns a native query returns, from the server's description of it prepared
 /// (nothing runs).
 pub(crate) async fn query_columns(settings: &Settings, sql: &str) -> Result<Vec<Column>> {
-    let mut conn = settings.connect().await?;
+    // MariaDB runs the text of `/*M! … */` and MySQL of `/*! … */`, which mindlite's parser
+    // reads as comments: `SET STATEMENT tx_read_only=0 FOR …` inside one would write through
+    // the read-only session.
+    if sql.contains("/*!") || sql.contains("/*M!") || sql.contains("/*m!") {
+        return Err(Error::invalid(
+            "A MySQL native query may not hold executable comments (/*! … */, /*M! … */): their text would run outside the read-only session",
+        ));
+    }
+    settings.lookup(describe_query(settings, sql)).await
+}
+
+async fn describe_query(settings: &Settings, sql: &str) -> Result<Vec<Column>> {
+    let mut conn = settings.connect_for_lookups().await?;
     let (id, params, wire) = conn.prepare(sql).await?;
     conn.close_prepared(id).await?;
     if params > 0 {
@@ -1333,44 +1442,92 @@ pub(crate) async fn create_table(
             remote_type(field.data_type())?
         ));
     }
-    let qualified = settings.qualified(table);
     let mut conn = settings.connect_for_writes().await?;
-    let building = format!("{table}__mindlite_{}", std::process::id());
+    // A name of this statement's own: a leftover of another (a crash) cannot block it.
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let building = format!("{table}__mindlite_{}_{n}", std::process::id());
     let building_qualified = settings.qualified(&building);
     conn.execute(&format!(
         "CREATE TABLE {building_qualified} ({})",
         definitions.join(", ")
     ))
     .await?;
-    let filled = async {
-        conn.execute("START TRANSACTION").await?;
-        let written = insert_batches(&mut conn, &building_qualified, &schema, data).await?;
-        conn.execute("COMMIT").await?;
-        if exists {
-            let old = settings.qualified(&format!("{table}__mindlite_old_{}", std::process::id()));
-            conn.execute(&format!(
-                "RENAME TABLE {qualified} TO {old}, {building_qualified} TO {qualified}"
-            ))
-            .await?;
-            conn.execute(&format!("DROP TABLE {old}")).await?;
-        } else {
-            conn.execute(&format!("RENAME TABLE {building_qualified} TO {qualified}"))
-                .await?;
+    // Dropped unfinished (the statement cancelled mid-fill), it drops the new table.
+    let mut guard = Building {
+        settings: settings.clone(),
+        table: building_qualified.clone(),
+        done: false,
+    };
+    let filled = fill(&mut conn, settings, table, exists, &building, data).await;
+    if filled.is_err() {
+        // On this session, which holds the new table's lock: another would wait for it.
+        let cleaned = async {
+            conn.execute("ROLLBACK").await?;
+            conn.execute(&format!("DROP TABLE IF EXISTS {building_qualified}"))
+                .await
         }
-        Ok::<u64, Error>(written)
+        .await;
+        guard.done = cleaned.is_ok();
+    } else {
+        guard.done = true;
     }
-    .await;
-    match filled {
-        Ok(written) => Ok(written),
-        Err(e) => {
-            // Best effort on a fresh session: this one may be what failed.
-            if let Ok(mut cleanup) = settings.connect_for_writes().await {
-                let _ = cleanup
-                    .execute(&format!("DROP TABLE IF EXISTS {building_qualified}"))
-                    .await;
-            }
-            Err(e)
+    filled
+}
+
+/// Fills the table being built and renames it into place (see [`create_table`]).
+async fn fill(
+    conn: &mut Conn,
+    settings: &Settings,
+    table: &str,
+    exists: bool,
+    building: &str,
+    data: datafusion::execution::SendableRecordBatchStream,
+) -> Result<u64> {
+    let schema = data.schema();
+    let qualified = settings.qualified(table);
+    let old = settings.qualified(&format!("{building}_old"));
+    let building = settings.qualified(building);
+    conn.execute("START TRANSACTION").await?;
+    let written = insert_batches(conn, &building, &schema, data).await?;
+    conn.execute("COMMIT").await?;
+    if exists {
+        conn.execute(&format!(
+            "RENAME TABLE {qualified} TO {old}, {building} TO {qualified}"
+        ))
+        .await?;
+        conn.execute(&format!("DROP TABLE {old}")).await?;
+    } else {
+        conn.execute(&format!("RENAME TABLE {building} TO {qualified}"))
+            .await?;
+    }
+    Ok(written)
+}
+
+/// A table being built for `CREATE TABLE my.t (SELECT …)`; dropped before it is done, it
+/// drops the table over a new session (the statement's own closes with it, releasing its
+/// locks).
+struct Building {
+    settings: Settings,
+    table: String,
+    done: bool,
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        if self.done {
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let settings = self.settings.clone();
+        let statement = format!("DROP TABLE IF EXISTS {}", self.table);
+        crate::memory::spawn_detached(&runtime, async move {
+            if let Ok(mut conn) = settings.connect_for_writes().await {
+                let _ = conn.execute(&statement).await;
+            }
+        });
     }
 }
 

@@ -583,6 +583,9 @@ pub(crate) struct Column {
     pub(crate) name: String,
     pub(crate) kind: Kind,
     pub(crate) nullable: bool,
+    /// An unsigned integer (MySQL's): compared alike, but its arithmetic raises where
+    /// DataFusion's signed arithmetic goes below zero, so no computed plan reads it.
+    pub(crate) unsigned: bool,
 }
 
 impl Column {
@@ -636,6 +639,7 @@ pub(crate) async fn table_columns(settings: &Settings, table: &str) -> Result<Op
             name: row.try_get(0).map_err(field)?,
             kind,
             nullable: !row.try_get::<_, bool>(3).map_err(field)?,
+            unsigned: false,
         });
     }
     Ok((!columns.is_empty()).then_some(columns))
@@ -689,6 +693,7 @@ pub(crate) async fn query_columns(settings: &Settings, sql: &str) -> Result<Vec<
             name,
             kind,
             nullable: true,
+            unsigned: false,
         });
     }
     Ok(columns)

@@ -149,6 +149,7 @@ mod tests {
             name: name.into(),
             kind,
             nullable: true,
+            unsigned: false,
         };
         vec![
             c("id", Kind::Int64),

@@ -34,11 +34,20 @@ impl Remote {
         }
     }
 
-    /// The PostgreSQL settings, when it is PostgreSQL (whole sub-plans go only there).
-    pub(crate) fn postgres(&self) -> Option<&postgres::Settings> {
+    /// What identifies the server and account its statements run as: parts of a plan over
+    /// tables of one key are sent as one statement.
+    pub(crate) fn server_key(&self) -> String {
         match self {
-            Remote::Postgres(s) => Some(s),
-            Remote::MySql(_) => None,
+            Remote::Postgres(s) => s.server_key(),
+            Remote::MySql(s) => s.server_key(),
+        }
+    }
+
+    /// `name` quoted as an identifier.
+    pub(crate) fn quote(&self, name: &str) -> String {
+        match self {
+            Remote::Postgres(_) => postgres::quote(name),
+            Remote::MySql(_) => mysql::quote(name),
         }
     }
 

@@ -1,5 +1,5 @@
-//! Whole sub-plans sent to a PostgreSQL datasource as one statement. When a part of a query
-//! reads only tables of one server (same host, port, database, role, password and schema),
+//! Whole sub-plans sent to a PostgreSQL or MySQL datasource as one statement. When a part of a
+//! query reads only tables of one server (same host, port, database, role, password and schema),
 //! an optimizer rule ([`PushDownPlans`]) replaces that part with a [`RemoteQuery`] node
 //! holding the SQL that computes it there — inner, outer, semi (EXISTS) and anti joins,
 //! aggregates with GROUP BY and HAVING, ORDER BY with LIMIT/OFFSET, DISTINCT, UNION, window
@@ -38,6 +38,11 @@
 //! - **Results** of types read back exactly: each output column is cast in the statement to
 //!   the PostgreSQL type of the Arrow type DataFusion planned for it (so `sum(bigint)`, which
 //!   PostgreSQL makes `numeric`, comes back `bigint` as DataFusion computes it).
+//!
+//! MySQL computes more differently (see [`engine_sendable`]): no text, division, `%`, `avg`,
+//! FILTER, FULL joins, windows or unsigned columns go there, and as it keeps no order of a
+//! derived table, a part sent there ends at its outermost sort, written as the statement's own
+//! ORDER BY with NULL ordering spelled out (`(x IS NULL) ASC, x`).
 //!
 //! One difference is kept on purpose: where DataFusion's integer arithmetic wraps and its
 //! doubles overflow to infinity, PostgreSQL raises `bigint out of range` (passed through):
@@ -79,10 +84,10 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
-use datafusion::sql::unparser::dialect::PostgreSqlDialect;
+use datafusion::sql::unparser::dialect::{MySqlDialect, PostgreSqlDialect};
 use datafusion::sql::unparser::Unparser;
 
-use super::postgres::{quote, Kind, Settings};
+use super::postgres::Kind;
 use super::remote::Remote;
 use super::table::{RemoteScanExec, RemoteTable};
 
@@ -133,11 +138,11 @@ impl OptimizerRule for PushDownPlans {
     }
 }
 
-/// A server that can compute a part: the settings of one of its tables, and their key.
+/// A server that can compute a part: one of its tables' server, and its key.
 #[derive(Clone)]
 struct Server {
     key: String,
-    settings: Settings,
+    remote: Remote,
 }
 
 /// The server of `plan` when it is a scan of a remote table that can take part in a sent
@@ -148,21 +153,20 @@ fn remote_scan(plan: &LogicalPlan) -> Option<Server> {
     };
     let provider = source_as_provider(&scan.source).ok()?;
     let table = provider.downcast_ref::<RemoteTable>()?;
-    // Whole sub-plans go to PostgreSQL only; MySQL tables are read by their own scans.
-    let settings = table.remote().postgres()?;
-    if !settings.push_down {
+    let remote = table.remote();
+    if !remote.push_down() {
         return None;
     }
     let read = match &scan.projection {
         Some(p) => p.iter().map(|&i| &table.columns()[i]).collect::<Vec<_>>(),
         None => table.columns().iter().collect(),
     };
-    if !read.iter().all(|c| c.kind.compares_alike()) {
+    if !read.iter().all(|c| c.kind.compares_alike() && !c.unsigned) {
         return None;
     }
     Some(Server {
-        key: settings.server_key(),
-        settings: settings.clone(),
+        key: remote.server_key(),
+        remote: remote.clone(),
     })
 }
 
@@ -187,7 +191,11 @@ fn visit(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool, Option<Server>)> {
         && children
             .iter()
             .all(|(_, _, s)| s.as_ref().map(|s| &s.key) == first.as_ref());
-    if same && node_sendable(&plan)? {
+    let engine_ok = match &children[0].2 {
+        Some(server) if same => engine_sendable(&plan, server)?,
+        _ => false,
+    };
+    if same && engine_ok && node_sendable(&plan)? {
         let server = children.swap_remove(0).2;
         return Ok((plan, false, server));
     }
@@ -306,6 +314,63 @@ fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
         }
         _ => false,
     })
+}
+
+/// Whether a node that PostgreSQL would compute as DataFusion does (`node_sendable`) is also
+/// computed alike by `server`'s engine. MySQL differs in more: it has no FULL JOIN and no
+/// `NULLS FIRST/LAST` in window orderings (windows stay here), it divides integers into
+/// decimals and gives NULL for `% 0`, it averages into decimals of four places, it has no
+/// aggregate FILTER, and it compares text under its collation (no text at all is sent).
+fn engine_sendable(plan: &LogicalPlan, server: &Server) -> DfResult<bool> {
+    if let Remote::Postgres(_) = server.remote {
+        return Ok(true);
+    }
+    let text =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    if plan.schema().fields().iter().any(|f| text(f.data_type())) {
+        return Ok(false);
+    }
+    let schema = match plan {
+        LogicalPlan::Join(join) => Arc::new(join.left.schema().join(join.right.schema())?),
+        LogicalPlan::Window(_) => return Ok(false),
+        other => match other.inputs().first() {
+            Some(input) => Arc::clone(input.schema()),
+            None => return Ok(false),
+        },
+    };
+    if let LogicalPlan::Join(join) = plan {
+        if join.join_type == JoinType::Full {
+            return Ok(false);
+        }
+    }
+    // Nor does it keep a derived table's order: what keeps its input's order (a projection,
+    // a filter, a LIMIT) over a sort runs here, on the sorted rows the part returns.
+    if matches!(
+        plan,
+        LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::SubqueryAlias(_)
+            | LogicalPlan::Limit(_)
+    ) && matches!(plan.inputs().first(), Some(LogicalPlan::Sort(_)))
+    {
+        return Ok(false);
+    }
+    Ok(plan.expressions().iter().all(|e| {
+        !e.exists(|e| {
+            Ok(match e {
+                Expr::Literal(value, _) => text(&value.data_type()),
+                Expr::BinaryExpr(b) => matches!(b.op, Operator::Divide | Operator::Modulo),
+                Expr::Like(_) | Expr::SimilarTo(_) => true,
+                Expr::ScalarFunction(f) => {
+                    matches!(f.func.name(), "date_part" | "character_length")
+                }
+                Expr::AggregateFunction(a) => a.func.name() == "avg" || a.params.filter.is_some(),
+                Expr::Alias(_) | Expr::Column(_) => false,
+                other => is_text(other, &schema),
+            })
+        })
+        .unwrap_or(true)
+    }))
 }
 
 fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
@@ -594,29 +659,58 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
     else {
         return Ok(None);
     };
+    let mysql = matches!(server.remote, Remote::MySql(_));
     let mut writer = Writer {
-        unparser: Unparser::new(&PostgreSqlDialect {}),
+        unparser: if mysql {
+            Unparser::new(&MySqlDialect {})
+        } else {
+            Unparser::new(&PostgreSqlDialect {})
+        },
+        remote: &server.remote,
         params: Vec::new(),
         aliases: 0,
     };
-    let inner = match writer.select(plan) {
+    // MySQL keeps no order of a derived table: a part that ends in a sort is written as its
+    // input, ordered by the outermost SELECT.
+    let (body, order) = match plan {
+        LogicalPlan::Sort(sort) if mysql => (sort.input.as_ref(), Some(sort)),
+        other => (other, None),
+    };
+    let inner = match writer.select(body) {
         Ok(sql) => sql,
         Err(_) => return Ok(None),
     };
-    if writer.params.len() > MAX_PARAMS {
+    let order = match order {
+        None => String::new(),
+        Some(sort) => {
+            let Ok(keys) = writer.order_by(&sort.expr, ("q", sort.input.schema())) else {
+                return Ok(None);
+            };
+            match sort.fetch {
+                Some(fetch) => format!(" ORDER BY {keys} LIMIT {fetch}"),
+                None => format!(" ORDER BY {keys}"),
+            }
+        }
+    };
+    // MySQL reads are not prepared: nothing may be bound (no text is sent there).
+    if writer.params.len() > MAX_PARAMS || (mysql && !writer.params.is_empty()) {
         return Ok(None);
     }
     // Each result column cast to the type DataFusion planned for it, so it is read as that
-    // type (PostgreSQL's `sum(int8)` is `numeric`).
-    let casts: Vec<String> = kinds
+    // type (PostgreSQL's `sum(int8)` is `numeric`). MySQL's text results are parsed into the
+    // planned types as they are read.
+    let columns: Vec<String> = kinds
         .iter()
         .enumerate()
-        .map(|(i, kind)| format!("CAST(q.c{i} AS {})", kind.type_name()))
+        .map(|(i, kind)| match mysql {
+            true => format!("q.c{i}"),
+            false => format!("CAST(q.c{i} AS {})", kind.type_name()),
+        })
         .collect();
-    let sql = format!("SELECT {} FROM ({inner}) AS q", casts.join(", "));
+    let sql = format!("SELECT {} FROM ({inner}) AS q{order}", columns.join(", "));
     Ok(Some(LogicalPlan::Extension(Extension {
         node: Arc::new(RemoteQuery {
-            settings: server.settings.clone(),
+            remote: server.remote.clone(),
             key: server.key.clone(),
             sql,
             params: Arc::from(writer.params),
@@ -634,6 +728,8 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
 /// select lists of semi joins). PostgreSQL flattens the derived tables when it plans.
 struct Writer<'a> {
     unparser: Unparser<'a>,
+    /// Whose SQL is written (quoting, NULL ordering, LIMIT forms).
+    remote: &'a Remote,
     /// Text values, bound as `$1`, `$2`, … in order.
     params: Vec<Option<String>>,
     aliases: usize,
@@ -715,22 +811,32 @@ impl Writer<'_> {
 
     /// The sort keys of `sorts` over the input `side`.
     fn order_by(&mut self, sorts: &[SortExpr], side: (&str, &DFSchema)) -> DfResult<String> {
+        let mysql = matches!(self.remote, Remote::MySql(_));
         let keys = sorts
             .iter()
             .map(|s| {
-                Ok(format!(
-                    "{} {} {}",
-                    self.expr(&s.expr, &[side])?,
-                    if s.asc { "ASC" } else { "DESC" },
-                    if s.nulls_first {
-                        "NULLS FIRST"
-                    } else {
-                        "NULLS LAST"
-                    }
-                ))
+                let key = self.expr(&s.expr, &[side])?;
+                let direction = if s.asc { "ASC" } else { "DESC" };
+                Ok(match (mysql, s.nulls_first) {
+                    // MySQL has no NULLS FIRST/LAST (it puts NULLs first when ascending):
+                    // a key of whether it is NULL goes before.
+                    (true, true) => format!("({key} IS NULL) DESC, {key} {direction}"),
+                    (true, false) => format!("({key} IS NULL) ASC, {key} {direction}"),
+                    (false, true) => format!("{key} {direction} NULLS FIRST"),
+                    (false, false) => format!("{key} {direction} NULLS LAST"),
+                })
             })
             .collect::<DfResult<Vec<_>>>()?;
         Ok(keys.join(", "))
+    }
+
+    /// A select list of `columns`: PostgreSQL takes an empty one (rows without columns, for
+    /// `count(*)`), MySQL needs an item, which no one above reads (columns go by position).
+    fn select_list(&self, columns: &[String]) -> String {
+        match (columns.is_empty(), self.remote) {
+            (true, Remote::MySql(_)) => "1 AS c_".to_string(),
+            _ => columns.join(", "),
+        }
     }
 
     /// `plan` as a SELECT whose columns are `c0`, `c1`, … in its schema's order; an error as
@@ -763,14 +869,19 @@ impl Writer<'_> {
                 let columns: Vec<String> = indices
                     .iter()
                     .enumerate()
-                    .map(|(i, &at)| format!("{alias}.{} AS c{i}", quote(all.field(at).name())))
+                    .map(|(i, &at)| {
+                        format!(
+                            "{alias}.{} AS c{i}",
+                            self.remote.quote(all.field(at).name())
+                        )
+                    })
                     .collect();
                 // The scan's filters name the table's columns; here they are its columns by
                 // position in the whole table.
                 let whole = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &all)?;
                 let mut sql = format!(
                     "SELECT {} FROM {} AS {alias}",
-                    columns.join(", "),
+                    self.select_list(&columns),
                     table.remote().qualified(table.name())
                 );
                 if !scan.filters.is_empty() {
@@ -799,7 +910,7 @@ impl Writer<'_> {
                     .collect::<DfResult<Vec<_>>>()?;
                 Ok(format!(
                     "SELECT {} FROM ({input}) AS {alias}",
-                    columns.join(", ")
+                    self.select_list(&columns)
                 ))
             }
             LogicalPlan::Filter(f) => {
@@ -829,6 +940,12 @@ impl Writer<'_> {
                 }
                 if let SkipType::Literal(skip) = limit.get_skip_type()? {
                     if skip > 0 {
+                        // MySQL takes an OFFSET only after a LIMIT.
+                        if matches!(self.remote, Remote::MySql(_))
+                            && !matches!(limit.get_fetch_type()?, FetchType::Literal(Some(_)))
+                        {
+                            sql.push_str(&format!(" LIMIT {}", u64::MAX));
+                        }
                         sql.push_str(&format!(" OFFSET {skip}"));
                     }
                 }
@@ -868,7 +985,10 @@ impl Writer<'_> {
                     .enumerate()
                     .map(|(i, e)| format!("{e} AS c{i}"))
                     .collect();
-                let mut sql = format!("SELECT {} FROM ({input}) AS {alias}", columns.join(", "));
+                let mut sql = format!(
+                    "SELECT {} FROM ({input}) AS {alias}",
+                    self.select_list(&columns)
+                );
                 if !groups.is_empty() {
                     sql.push_str(&format!(" GROUP BY {}", groups.join(", ")));
                 }
@@ -975,10 +1095,10 @@ impl Writer<'_> {
     }
 }
 
-/// A part of a plan computed by a PostgreSQL server: its statement, bound values, and how
-/// each result column is read.
+/// A part of a plan computed by a remote server: its statement, bound values, and how each
+/// result column is read.
 pub(crate) struct RemoteQuery {
-    settings: Settings,
+    remote: Remote,
     /// The server's key (`Settings::server_key`), for equality.
     key: String,
     sql: String,
@@ -991,7 +1111,7 @@ impl fmt::Debug for RemoteQuery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Not the key: it holds the password.
         f.debug_struct("RemoteQuery")
-            .field("settings", &self.settings)
+            .field("remote", &self.remote)
             .field("sql", &self.sql)
             .finish()
     }
@@ -1024,7 +1144,10 @@ impl PartialOrd for RemoteQuery {
 
 impl UserDefinedLogicalNodeCore for RemoteQuery {
     fn name(&self) -> &str {
-        "PostgresQuery"
+        match self.remote {
+            Remote::Postgres(_) => "PostgresQuery",
+            Remote::MySql(_) => "MySqlQuery",
+        }
     }
 
     fn inputs(&self) -> Vec<&LogicalPlan> {
@@ -1042,19 +1165,22 @@ impl UserDefinedLogicalNodeCore for RemoteQuery {
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "PostgresQuery: {}:{}/{} sql={}",
-            self.settings.host, self.settings.port, self.settings.database, self.sql
+            "{}: {} sql={}",
+            UserDefinedLogicalNodeCore::name(self),
+            self.remote.describe().1,
+            self.sql
         )
     }
 
     fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, inputs: Vec<LogicalPlan>) -> DfResult<Self> {
         if !inputs.is_empty() {
-            return Err(DataFusionError::Internal(
-                "PostgresQuery has no inputs".to_string(),
-            ));
+            return Err(DataFusionError::Internal(format!(
+                "{} has no inputs",
+                UserDefinedLogicalNodeCore::name(self)
+            )));
         }
         Ok(RemoteQuery {
-            settings: self.settings.clone(),
+            remote: self.remote.clone(),
             key: self.key.clone(),
             sql: self.sql.clone(),
             params: Arc::clone(&self.params),
@@ -1095,7 +1221,7 @@ impl ExtensionPlanner for RemoteQueryPlanner {
         ));
         Ok(Some(Arc::new(
             RemoteScanExec::new(
-                Remote::Postgres(query.settings.clone()),
+                query.remote.clone(),
                 query.sql.clone(),
                 Arc::clone(&query.params),
                 read,
