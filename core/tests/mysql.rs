@@ -795,6 +795,27 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         whole * 10 >= count * 6,
         "only {whole} of {count} were sent whole"
     );
+    // What an attack found MySQL computing differently, or refusing: each stays here (or is
+    // split) and answers as computed here.
+    let joined: String = (1..21)
+        .map(|i| format!(" JOIN {{db}}.gp_b x{i} ON x{i}.id = x0.id"))
+        .collect();
+    for query in [
+        "SELECT count(*) FROM {db}.gp_a CROSS JOIN {db}.gp_b".to_string(),
+        "SELECT count(*) FROM {db}.gp_a a LEFT JOIN {db}.gp_b b ON true".to_string(),
+        "SELECT max(day) - min(day) FROM {db}.gp_a".to_string(),
+        "SELECT count(*) FROM {db}.gp_a WHERE v < 1e100 OR v > 1e-100".to_string(),
+        "SELECT g, count(*) FROM {db}.gp_a WHERE v * 1.0 < 1e100 GROUP BY g ORDER BY g".to_string(),
+        "SELECT CAST(v AS DECIMAL(20, 0)), count(*) FROM {db}.gp_a GROUP BY 1 ORDER BY 1 LIMIT 3"
+            .to_string(),
+        format!("SELECT count(*), sum(x20.w) FROM {{db}}.gp_b x0{joined}"),
+    ] {
+        assert_eq!(
+            rows(&engine, &query.replace("{db}", "my")),
+            rows(&engine, &query.replace("{db}", "myoff")),
+            "{query}"
+        );
+    }
     // EXPLAIN shows the statement; text and windows stay here.
     let plan = doc(
         &engine,

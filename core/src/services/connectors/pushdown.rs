@@ -28,7 +28,7 @@ pub(crate) fn remote_filter(filter: &Expr, columns: &[Column], dialect: Dialect)
     if !supported(filter, columns) {
         return None;
     }
-    if dialect == Dialect::MySql && has_text(filter, columns) {
+    if dialect == Dialect::MySql && (has_text(filter, columns) || has_long_double(filter)) {
         return None;
     }
     // Columns unqualified: the remote statement reads one table under its own name.
@@ -75,6 +75,15 @@ fn has_text(expr: &Expr, columns: &[Column]) -> bool {
             ),
             _ => false,
         })
+    })
+    .unwrap_or(true)
+}
+
+/// Whether `expr` holds a double the unparser writes in more than 30 characters: MySQL reads
+/// it as DECIMAL, clipped past 65 digits (1e100 becomes 1e65, 1e-100 zero).
+fn has_long_double(expr: &Expr) -> bool {
+    expr.exists(|e| {
+        Ok(matches!(e, Expr::Literal(ScalarValue::Float64(Some(v)), _) if v.to_string().len() > 30))
     })
     .unwrap_or(true)
 }
@@ -204,5 +213,9 @@ mod tests {
         assert_eq!(sql(col("name").eq(lit("a"))), None);
         assert_eq!(sql(col("id").eq(lit("1"))), None);
         assert!(sql(col("id").is_null()).is_some());
+        // Doubles past 30 digits would be read as clipped decimals there.
+        assert!(sql(col("id").gt(lit(1e20))).is_some());
+        assert_eq!(sql(col("id").gt(lit(1e100))), None);
+        assert_eq!(sql(col("id").gt(lit(1e-100))), None);
     }
 }
