@@ -721,6 +721,7 @@ impl Conn {
         body.push(0); // no cursor
         body.extend_from_slice(&1u32.to_le_bytes()); // iteration count
         if !values.is_empty() {
+            // bounded: one bit per value of one statement, already in memory
             let mut nulls = vec![0u8; values.len().div_ceil(8)];
             for (i, v) in values.iter().enumerate() {
                 if v.is_none() {
@@ -1350,10 +1351,12 @@ async fn insert_batches(
     let width = names.len().max(1);
     let per_statement = ROWS_PER_INSERT.min(MAX_PARAMS / width).max(1);
     let statement_for = |rows: usize| {
+        // bounded: one per column of the table
         let row = format!("({})", vec!["?"; names.len()].join(", "));
         format!(
             "INSERT INTO {table} ({}) VALUES {}",
             names.join(", "),
+            // bounded: at most ROWS_PER_INSERT
             vec![row; rows].join(", ")
         )
     };
