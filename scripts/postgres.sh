@@ -4,7 +4,8 @@
 #   scripts/postgres.sh start DIR PORT   prints "export PGTEST_URL=…" lines for eval
 #   scripts/postgres.sh stop DIR
 # Every statement the server receives goes to DIR/postgres.log (log_statement = all): the tests
-# read it to prove what was pushed down.
+# read it to prove what was pushed down. PG_BIN names other server binaries (scripts/pgvector.sh
+# passes those of PostgreSQL with pgvector).
 set -euo pipefail
 
 find_bin() {
@@ -15,7 +16,7 @@ find_bin() {
   return 1
 }
 
-bin=$(find_bin || true)
+bin=${PG_BIN:-$(find_bin || true)}
 if [ -z "$bin" ] && [ "${1:-}" = start ]; then
   echo "installing PostgreSQL from Debian's packages" >&2
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

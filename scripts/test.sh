@@ -7,8 +7,10 @@ started=$SECONDS
 step() { printf '\n==> %s  [%ds]\n' "$*" "$((SECONDS - started))"; }
 
 tmp=$(mktemp -d)
+pgvector_cache="${CARGO_TARGET_DIR:-target}/pgvector"
 cleanup() {
   bash scripts/postgres.sh stop "$tmp/pg" 2>/dev/null || true
+  bash scripts/pgvector.sh stop "$pgvector_cache" "$tmp/pgv" 2>/dev/null || true
   bash scripts/mariadb.sh stop "$tmp/my" 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -85,6 +87,21 @@ pg_env=$(bash scripts/postgres.sh start "$tmp/pg" "$pg_port") || { echo "Postgre
 eval "$pg_env"
 export PGTEST_URL PGTEST_LOG
 echo "PostgreSQL at $PGTEST_URL"
+
+step "Python environment (.venv) for the tests that need Python's packages"
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+
+step "PostgreSQL with pgvector for knowledge bases kept there (scripts/pgvector.sh, data in $tmp/pgv)"
+# The knowledge base tests run a second time with every knowledge base in it.
+pgv_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pgv_env=$(PYTHON="$venv/bin/python" bash scripts/pgvector.sh start "$pgvector_cache" "$tmp/pgv" "$pgv_port") \
+  || { echo "PostgreSQL with pgvector did not start"; exit 1; }
+eval "$pgv_env"
+export PGVECTOR_TEST_URL PGVECTOR_TEST_LOG
+echo "PostgreSQL with pgvector at $PGVECTOR_TEST_URL"
 
 step "MariaDB for the MySQL datasource tests (scripts/mariadb.sh, 127.0.0.1, data in $tmp/my)"
 my_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -179,11 +196,7 @@ run_pytest() {
   echo "$passed"
 }
 
-step "Python environment for the HTTP and Python tests (.venv)"
-venv=.venv
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
+step "Python packages for the HTTP and Python tests (.venv)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r tests/http/requirements.txt -r tests/python/requirements.txt
 

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 /// The longest word kept, in bytes.
 pub(crate) const MAX_WORD_BYTES: usize = 64;
 /// Term-frequency saturation.
-const K1: f64 = 1.2;
+pub(crate) const K1: f64 = 1.2;
 /// Length normalisation.
-const B: f64 = 0.75;
+pub(crate) const B: f64 = 0.75;
 
 /// The lower-case words of `text`, in order.
 pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {

@@ -669,6 +669,13 @@ pub struct KnowledgeBasesConfig {
     /// a small one over a long text would otherwise make millions of chunks (and embedding
     /// requests) before anything refused it.
     pub max_chunks_per_document: usize,
+    /// A PostgreSQL server with pgvector (`postgresql://user:password@host:port/database`)
+    /// where knowledge bases created without `storage` keep their chunks, each in a table of
+    /// its own that goes when it is dropped (MindsDB's `knowledge_bases.storage = pgvector`).
+    /// Empty: they live in the engine's file. The hosted edition keeps them in the file all
+    /// the same: there a user's bytes count against their plan's `max_storage_mb`, which the
+    /// operator's server would escape.
+    pub storage_url: String,
 }
 
 impl Default for KnowledgeBasesConfig {
@@ -679,6 +686,7 @@ impl Default for KnowledgeBasesConfig {
             ef_search: 64,
             exact_below: 10_000,
             max_chunks_per_document: 100_000,
+            storage_url: String::new(),
         }
     }
 }
@@ -827,7 +835,8 @@ impl Config {
         Ok(())
     }
 
-    fn is_hosted(&self) -> bool {
+    /// Whether this is the hosted edition.
+    pub(crate) fn is_hosted(&self) -> bool {
         self.edition == Edition::Hosted
     }
 

@@ -574,6 +574,32 @@ impl Egress {
         })
     }
 
+    /// This egress with the host (and port) of `url` reachable: a server the operator
+    /// configured (`knowledge_bases.storage_url`), trusted as the model endpoints are.
+    pub(crate) fn with_configured_server(&self, url: &str) -> Egress {
+        let mut policy = Policy {
+            deny_internal: self.policy.deny_internal,
+            allow: self.policy.allow.clone(),
+            deny: self.policy.deny.clone(),
+        };
+        // A URL of another scheme than http(s) keeps its host as written (an address too).
+        if let Some(url) = url::Url::parse(url).ok().filter(|u| u.has_host()) {
+            let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
+            policy.allow.0.push(match host.parse::<IpAddr>() {
+                Ok(ip) => address_rule(ip, url.port()),
+                Err(_) => Rule {
+                    target: Target::Host(normal_name(host)),
+                    port: url.port(),
+                },
+            });
+        }
+        Egress {
+            policy: Arc::new(policy),
+            endpoint_policy: Arc::clone(&self.endpoint_policy),
+            endpoints: Arc::clone(&self.endpoints),
+        }
+    }
+
     /// An HTTP client whose every connection is checked: names resolve here, URLs that
     /// write an address are checked before sending, no redirect is followed and no proxy used.
     pub(crate) fn http_client(&self, user_agent: &str) -> Result<HttpClient> {

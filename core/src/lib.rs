@@ -62,7 +62,7 @@ pub use catalog::callbacks::{
     RegisteredCallback,
 };
 pub use catalog::datasources::DatasourceInfo;
-pub use catalog::knowledge_bases::KnowledgeBase;
+pub use catalog::knowledge_bases::{KbStorage, KnowledgeBase};
 pub use catalog::minds::{Mind, MindDatasource};
 pub use catalog::models::Model;
 pub use catalog::projects::Project;

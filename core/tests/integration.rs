@@ -15,6 +15,11 @@ mod hosted;
 mod indexes;
 mod jobs;
 mod knowledge_bases;
+/// The knowledge base tests again, every knowledge base kept in PostgreSQL with pgvector:
+/// the file is loaded twice on purpose.
+#[allow(clippy::duplicate_mod)]
+#[path = "knowledge_bases.rs"]
+mod knowledge_bases_pgvector;
 mod layers;
 mod limits;
 mod models;

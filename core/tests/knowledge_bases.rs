@@ -165,8 +165,46 @@ fn serve(
     let _ = stream.write_all(body.as_bytes());
 }
 
+/// Whether this copy of the suite keeps its knowledge bases in PostgreSQL with pgvector
+/// (`integration.rs` includes this file twice).
+fn on_pgvector() -> bool {
+    module_path!().ends_with("_pgvector")
+}
+
+/// The pgvector server `scripts/pgvector.sh` started (its URL in `PGVECTOR_TEST_URL`), for the
+/// copy of the suite that keeps its knowledge bases there; `None` for the other.
+fn pgvector_url() -> Option<String> {
+    if !on_pgvector() {
+        return None;
+    }
+    match std::env::var("PGVECTOR_TEST_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            // The test command always starts one; so must CI.
+            assert!(
+                std::env::var("CI").is_err(),
+                "PGVECTOR_TEST_URL is not set: run scripts/test.sh, which starts PostgreSQL with pgvector"
+            );
+            eprintln!("SKIPPED pgvector: PGVECTOR_TEST_URL is not set (scripts/pgvector.sh start CACHE DIR PORT); the suite runs on the file");
+            None
+        }
+    }
+}
+
+/// The name a child process runs test `name` of this copy of the suite by.
+fn child_test(name: &str) -> String {
+    let module = module_path!();
+    format!(
+        "{}::{name}",
+        module.strip_prefix("integration::").unwrap_or(module)
+    )
+}
+
 fn config(embedder: &FakeEmbedder) -> Config {
     let mut config = Config::default();
+    if let Some(url) = pgvector_url() {
+        config.knowledge_bases.storage_url = url;
+    }
     config.embedding.base_url = embedder.base_url.clone();
     config.embedding.model_name = "fake-embedder".into();
     config.embedding.batch_size = 4;
@@ -1040,7 +1078,7 @@ fn a_killed_insert_leaves_every_document_whole_at_one_version() {
         let mut child = Command::new(&me)
             .args([
                 "--exact",
-                "knowledge_bases::kb_crash_writer_child",
+                &child_test("kb_crash_writer_child"),
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -2057,7 +2095,7 @@ fn an_insert_in_batches_killed_midway_resumes_after_its_last_batch() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "knowledge_bases::kb_batch_writer_child",
+                &child_test("kb_batch_writer_child"),
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -2293,4 +2331,234 @@ fn evaluate_generates_questions_finds_their_documents_and_saves_the_result() {
         "EVALUATE KNOWLEDGE_BASE nope USING test_table = mindsdb.qa"
     )
     .contains("nope"));
+}
+
+/// Runs `sql` on the pgvector server directly; each row's values as text.
+fn pg_admin(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    crate::postgres::admin(&config, sql)
+}
+
+/// Statements the pgvector server logged that mention `needle`, since `from` lines.
+fn pg_logged(from: usize, needle: &str) -> Vec<String> {
+    let log = std::env::var("PGVECTOR_TEST_LOG").expect("PGVECTOR_TEST_LOG goes with the URL");
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .skip(from)
+        .filter(|l| l.contains(needle) && (l.contains("statement: ") || l.contains("execute ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Lines the pgvector server has logged so far.
+fn pg_log_lines() -> usize {
+    let log = std::env::var("PGVECTOR_TEST_LOG").expect("PGVECTOR_TEST_LOG goes with the URL");
+    std::fs::read_to_string(log).unwrap().lines().count()
+}
+
+#[test]
+fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches() {
+    // Only the copy of the suite on PostgreSQL has a server to look into.
+    let Some(url) = pgvector_url() else {
+        return;
+    };
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    let table = format!("kb docs {}", std::process::id());
+    pg_admin(&url, &format!("DROP TABLE IF EXISTS \"{table}\""));
+    exec(
+        &engine,
+        &format!(
+            "CREATE DATABASE vec WITH ENGINE = 'postgres', PARAMETERS = {{\"url\": \"{url}\"}}"
+        ),
+    );
+    // MindsDB's syntax: the table by its datasource's name (an odd name quoted as text).
+    exec(
+        &engine,
+        &format!(
+            "CREATE KNOWLEDGE_BASE kb USING storage = 'vec.{table}', metadata_columns = ['category', 'year']"
+        ),
+    );
+    let described = engine.get_knowledge_base("mindsdb", "kb").unwrap().wire();
+    assert_eq!(described["vector_database"], "vec");
+    assert_eq!(described["vector_database_table"], table.as_str());
+    exec(
+        &engine,
+        "INSERT INTO kb (id, content, category, year) VALUES \
+         (1, 'Cats purr when they are content and meow at people', 'pets', 2001), \
+         (2, 'Dogs bark at strangers and wag their tails', 'pets', 1999), \
+         (3, 'The stock market fell as interest rates rose', 'finance', 2020), \
+         (4, 'Cats and dogs can live together as pets', 'pets', 2015)",
+    );
+    let count = |sql: &str| pg_admin(&url, sql)[0][0].clone().unwrap();
+    assert_eq!(count(&format!("SELECT count(*) FROM \"{table}\"")), "4");
+    // The vectors are pgvector's, under an HNSW index; the words under a GIN one.
+    assert_eq!(
+        count(&format!(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = '\"{table}\"'::regclass AND attname = 'embedding'"
+        )),
+        "vector(64)"
+    );
+    let indexes = pg_admin(
+        &url,
+        &format!("SELECT indexdef FROM pg_indexes WHERE tablename = '{table}'"),
+    );
+    let indexes = format!("{indexes:?}");
+    assert!(
+        indexes.contains("USING hnsw (embedding vector_cosine_ops)"),
+        "{indexes}"
+    );
+    assert!(indexes.contains("USING gin (content_tsv)"), "{indexes}");
+    assert_eq!(
+        count(&format!("SELECT year FROM \"{table}\" WHERE id = '3'")),
+        "2020"
+    );
+    // Inserted again, a document replaces its chunks: nothing doubles.
+    exec(
+        &engine,
+        "INSERT INTO kb (id, content, category, year) VALUES (1, 'Cats purr and sleep all day', 'pets', 2002)",
+    );
+    assert_eq!(count(&format!("SELECT count(*) FROM \"{table}\"")), "4");
+    assert_eq!(
+        count(&format!(
+            "SELECT chunk_content FROM \"{table}\" WHERE id = '1'"
+        )),
+        "Cats purr and sleep all day"
+    );
+    // A search without conditions walks the index, with as many rows as asked.
+    let from = pg_log_lines();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' LIMIT 2"
+        )[0],
+        "1"
+    );
+    let sent = pg_logged(from, "<=>");
+    assert!(
+        sent.iter()
+            .any(|s| s.contains("ORDER BY t.\"embedding\" <=> $1::vector LIMIT 2")),
+        "{sent:?}"
+    );
+    // A metadata condition goes into the same statement, which ranks every row it keeps.
+    let from = pg_log_lines();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats' AND category = 'finance'"
+        ),
+        ["3"]
+    );
+    let sent = pg_logged(from, "<=>");
+    assert!(
+        sent.iter()
+            .any(|s| s.contains("\"category\" = 'finance'") && s.contains("ORDER BY ml_distance")),
+        "{sent:?}"
+    );
+    // Keywords rank in PostgreSQL's full text search.
+    let from = pg_log_lines();
+    let found = ids(
+        &engine,
+        "SELECT id FROM kb WHERE content = 'stock market' AND hybrid_search_alpha = 0 LIMIT 1",
+    );
+    assert_eq!(found, ["3"]);
+    assert!(!pg_logged(from, "ml_idf").is_empty());
+    // EXPLAIN says where the search runs.
+    let plan = format!(
+        "{}",
+        rows(&engine, "EXPLAIN SELECT id FROM kb WHERE content = 'cats'")
+    );
+    assert!(plan.contains("in pgvector at 127.0.0.1"), "{plan}");
+    // A condition PostgreSQL would compute otherwise (arithmetic) is checked here, on rows
+    // the statement ranks without a LIMIT, so none is lost to it.
+    let from = pg_log_lines();
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats' AND year + 1 > 2016 LIMIT 1"
+        ),
+        ["3"]
+    );
+    let sent = pg_logged(from, "<=>");
+    assert!(
+        sent.iter()
+            .any(|s| s.contains("ORDER BY ml_distance") && !s.contains("LIMIT")),
+        "{sent:?}"
+    );
+    // Conditions on scores hold for the final distances.
+    let near = rows(
+        &engine,
+        "SELECT id, distance FROM kb WHERE content = 'cats purr' AND distance < 0.5 LIMIT 10",
+    );
+    let near = near.as_array().unwrap();
+    assert_eq!(near.len(), 1, "{near:?}");
+    assert_eq!(near[0][0], "1");
+    assert!(near[0][1].as_f64().unwrap() < 0.5, "{near:?}");
+    // DELETE removes the document's rows there.
+    exec(&engine, "DELETE FROM kb WHERE id = '2'");
+    assert_eq!(count(&format!("SELECT count(*) FROM \"{table}\"")), "3");
+    // The datasource's table is the user's: dropping the knowledge base leaves it.
+    exec(&engine, "DROP KNOWLEDGE_BASE kb");
+    assert_eq!(count(&format!("SELECT count(*) FROM \"{table}\"")), "3");
+    // A table there whose vectors are not the model's is refused by name.
+    pg_admin(&url, &format!("DROP TABLE \"{table}\""));
+    pg_admin(
+        &url,
+        &format!("CREATE TABLE \"{table}\" (id text, chunk_id text PRIMARY KEY, chunk_content text, metadata text, embedding vector(3), content_tsv tsvector)"),
+    );
+    exec(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE small USING storage = 'vec.{table}'"),
+    );
+    let e = error(
+        &engine,
+        "INSERT INTO small (id, content) VALUES (1, 'cats')",
+    );
+    assert!(e.contains("vector(3)") && e.contains("vector(64)"), "{e}");
+    pg_admin(&url, &format!("DROP TABLE \"{table}\""));
+    // What storage names must be a PostgreSQL datasource's table.
+    for (using, says) in [
+        (
+            "storage = nosuch.t",
+            "datasource 'nosuch', which does not exist",
+        ),
+        ("storage = 'vec'", "datasource.table"),
+        ("vector_store = 'vec'", "storage = datasource.table"),
+    ] {
+        let e = error(&engine, &format!("CREATE KNOWLEDGE_BASE bad USING {using}"));
+        assert!(e.contains(says), "{using}: {e}");
+    }
+    // Without storage, knowledge_bases.storage_url gives each its own table, dropped with it.
+    exec(&engine, "CREATE KNOWLEDGE_BASE own");
+    exec(
+        &engine,
+        "INSERT INTO own (id, content) VALUES (1, 'Cats purr')",
+    );
+    let own = engine.get_knowledge_base("mindsdb", "own").unwrap();
+    let own_table = own.storage.unwrap().table;
+    assert!(own_table.starts_with("mindlite_own_"), "{own_table}");
+    let exists = |name: &str| {
+        pg_admin(
+            &url,
+            &format!("SELECT to_regclass('\"{name}\"') IS NOT NULL"),
+        )[0][0]
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(exists(&own_table), "t");
+    exec(&engine, "DROP KNOWLEDGE_BASE own");
+    assert_eq!(exists(&own_table), "f");
+    // So do those of a dropped project.
+    exec(&engine, "CREATE PROJECT elsewhere");
+    exec(&engine, "CREATE KNOWLEDGE_BASE elsewhere.notes");
+    exec(
+        &engine,
+        "INSERT INTO elsewhere.notes (id, content) VALUES (1, 'Dogs bark')",
+    );
+    let notes = engine.get_knowledge_base("elsewhere", "notes").unwrap();
+    let notes_table = notes.storage.unwrap().table;
+    assert_eq!(exists(&notes_table), "t");
+    exec(&engine, "DROP PROJECT elsewhere");
+    assert_eq!(exists(&notes_table), "f");
 }

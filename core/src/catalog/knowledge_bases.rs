@@ -3,7 +3,8 @@
 //! are rows of a stored table named like it in the database `{project}/kb` (see
 //! [`chunk_db`]), made at its first insert, so they share the tables' storage, transactions
 //! and crash safety; their vectors and words are in its indexes (`kb_index`), keyed by that
-//! table. Knowledge bases share the names of a project's tables and views.
+//! table. One kept in PostgreSQL (its `storage`) has the chunk table's record here, never its
+//! rows, and no indexes here. Knowledge bases share the names of a project's tables and views.
 
 use std::sync::Arc;
 
@@ -23,6 +24,17 @@ use crate::store;
 use crate::store::schema::{KNOWLEDGE_BASES, TABLES, TABLE_SCHEMAS};
 use crate::store::Reads;
 use crate::tenant::TenantId;
+
+/// The chunk table's column of each chunk's document id.
+pub(crate) const ID: &str = "id";
+/// The chunk table's column of each chunk's id (`{id}:{column}:{n}of{total}:{start}to{end}`).
+pub(crate) const CHUNK_ID: &str = "chunk_id";
+/// The chunk's text, which MindsDB also reads as the search condition's column.
+pub(crate) const CHUNK_CONTENT: &str = "chunk_content";
+/// The chunk table's column of each chunk's metadata as one JSON object.
+pub(crate) const METADATA: &str = "metadata";
+/// Columns of the chunk table before its metadata columns.
+pub(crate) const LEADING: usize = 4;
 
 /// MindsDB's default chunk size, in characters.
 const DEFAULT_CHUNK_SIZE: usize = 1000;
@@ -80,6 +92,69 @@ pub struct KnowledgeBase {
     pub chunk_overlap: usize,
     /// Creation time, `YYYY-MM-DD HH:MM:SS.ffffff` UTC.
     pub created_at: String,
+    /// Where its chunks and vectors live when not in this file: a PostgreSQL table with
+    /// pgvector's `vector` type (`USING storage = pg.table`, or the configured
+    /// `knowledge_bases.storage_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<KbStorage>,
+}
+
+/// A knowledge base's PostgreSQL table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KbStorage {
+    /// The datasource holding it; `None`: the server of `knowledge_bases.storage_url`, where
+    /// the table is the knowledge base's own and is dropped with it (a datasource's table is
+    /// the user's, and stays).
+    pub database: Option<String>,
+    /// The table's name in the datasource's schema.
+    pub table: String,
+}
+
+impl KbStorage {
+    /// `USING storage = db.table`: a datasource's table, named as MindsDB names it (its REST
+    /// body's `{"database": …, "table": …}` too).
+    fn parse(value: Value) -> Result<KbStorage> {
+        let text = match value {
+            Value::String(text) => text,
+            Value::Object(parts) => match (parts.get("database"), parts.get("table")) {
+                (Some(Value::String(database)), Some(Value::String(table))) if parts.len() == 2 => {
+                    format!("{database}.{table}")
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "storage must be {\"database\": \"<datasource>\", \"table\": \"<table>\"}",
+                    ))
+                }
+            },
+            other => {
+                return Err(Error::invalid(format!(
+                    "storage must name a PostgreSQL datasource's table as datasource.table, not {other}"
+                )))
+            }
+        };
+        match text.split_once('.') {
+            // PostgreSQL cuts longer names to 63 bytes, which would then name another table.
+            Some((_, table)) if table.len() > 63 => Err(Error::invalid(format!(
+                "storage: table name '{table}' is longer than PostgreSQL's 63 bytes"
+            ))),
+            Some((database, table))
+                if !database.is_empty() && !table.is_empty() && !table.contains('.') =>
+            {
+                Ok(KbStorage {
+                    database: Some(database.to_ascii_lowercase()),
+                    table: table.to_string(),
+                })
+            }
+            _ => Err(Error::invalid(format!(
+                "storage must name a PostgreSQL datasource's table as datasource.table, not '{text}'"
+            ))),
+        }
+    }
+
+    /// Whether the table is the knowledge base's own, dropped with it.
+    pub fn owned(&self) -> bool {
+        self.database.is_none()
+    }
 }
 
 impl KnowledgeBase {
@@ -103,6 +178,7 @@ impl KnowledgeBase {
             chunk_size: DEFAULT_CHUNK_SIZE,
             chunk_overlap: DEFAULT_CHUNK_OVERLAP,
             created_at: crate::time::now_text(),
+            storage: None,
         };
         for (key, value) in pairs {
             match key.as_str() {
@@ -112,14 +188,15 @@ impl KnowledgeBase {
                 "metadata_columns" => kb.metadata_columns = names(&key, value, true)?,
                 "id_column" => kb.id_column = text(&key, value)?,
                 "preprocessing" => (kb.chunk_size, kb.chunk_overlap) = preprocessing(value)?,
-                "storage" | "vector_store" => {
-                    return Err(Error::invalid(format!(
-                        "{key}: knowledge bases keep their vectors in the engine's own file; leave {key} out"
-                    )))
+                "storage" => kb.storage = Some(KbStorage::parse(value)?),
+                "vector_store" => {
+                    return Err(Error::invalid(
+                        "vector_store: name a PostgreSQL datasource's table with storage = datasource.table, or leave it out to keep the vectors in the engine's own file",
+                    ))
                 }
                 other => {
                     return Err(Error::invalid(format!(
-                        "Unknown knowledge base parameter '{other}' (known: embedding_model, reranking_model, content_columns, metadata_columns, id_column, preprocessing)"
+                        "Unknown knowledge base parameter '{other}' (known: embedding_model, reranking_model, content_columns, metadata_columns, id_column, preprocessing, storage)"
                     )))
                 }
             }
@@ -187,6 +264,12 @@ impl KnowledgeBase {
                 }
                 "id_column" => kb.id_column = text(&key, value)?,
                 "preprocessing" => (kb.chunk_size, kb.chunk_overlap) = preprocessing(value)?,
+                "storage" => {
+                    return Err(Error::invalid(format!(
+                        "Knowledge base parameter 'storage' cannot be altered: the chunks and vectors of '{}' are kept there (create a new knowledge base for another)",
+                        kb.name
+                    )))
+                }
                 other => {
                     return Err(Error::invalid(format!(
                         "Knowledge base parameter '{other}' cannot be altered (known: embedding_model, reranking_model, content_columns, metadata_columns, id_column, preprocessing)"
@@ -293,8 +376,8 @@ impl KnowledgeBase {
         json!({
             "name": self.name,
             "project": self.project,
-            "vector_database": null,
-            "vector_database_table": null,
+            "vector_database": self.storage.as_ref().and_then(|s| s.database.clone()),
+            "vector_database_table": self.storage.as_ref().map(|s| s.table.clone()),
             "embedding_model": self.shown_embedding_model(),
             "reranking_model": self.shown_reranking_model(),
             "metadata_columns": self.metadata_columns,
@@ -707,8 +790,18 @@ fn drop_chunks(txn: &WriteTransaction, tenant: TenantId, project: &str, key: &st
 }
 
 /// Drops every knowledge base of a project and their chunks (when the project is dropped).
-pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) -> Result<()> {
+/// Returns the PostgreSQL tables of their own they leave (`knowledge_bases.storage_url`'s),
+/// for the caller to drop once this has committed.
+pub(crate) fn drop_all(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    project: &str,
+) -> Result<Vec<String>> {
     let project = project.to_ascii_lowercase();
+    let owned = list(&txn.open_table(KNOWLEDGE_BASES)?, tenant, &project)?
+        .into_iter()
+        .filter_map(|kb| kb.storage.filter(KbStorage::owned).map(|s| s.table))
+        .collect();
     txn.open_table(KNOWLEDGE_BASES)?.retain_in(
         (tenant.0, project.as_str(), "")..(tenant.0, project.as_str(), "\u{10FFFF}"),
         |_, _| false,
@@ -717,7 +810,7 @@ pub(crate) fn drop_all(txn: &WriteTransaction, tenant: TenantId, project: &str) 
     for record in chunk_tables {
         drop_chunks(txn, tenant, &project, &record.name.to_ascii_lowercase())?;
     }
-    Ok(())
+    Ok(owned)
 }
 
 #[cfg(test)]

@@ -17,15 +17,16 @@ use crate::tenant::TenantId;
 /// `DROP DATABASE` / `DROP PROJECT name`: a datasource goes with its record alone (nothing is
 /// stored under it); a project goes with its tables, views, knowledge bases, agents and models. The default project and
 /// the built-in namespaces cannot be dropped; a missing name is an error unless `if_exists`.
+/// Returns the PostgreSQL tables its knowledge bases leave (see `knowledge_bases::drop_all`).
 pub(crate) fn drop_database(
     txn: &WriteTransaction,
     tenant: TenantId,
     name: &str,
     if_exists: bool,
     default_project: &str,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     if remove_datasource(txn, tenant, name)? {
-        return Ok(());
+        return Ok(Vec::new());
     }
     for kb in knowledge_bases::list(&txn.open_table(KNOWLEDGE_BASES)?, tenant, name)? {
         minds::check_knowledge_base_unused(txn, tenant, name, &kb.name)?;
@@ -33,12 +34,13 @@ pub(crate) fn drop_database(
     if projects::remove(txn, tenant, name, if_exists, default_project)? {
         tables::drop_all(txn, tenant, name)?;
         views::drop_all(txn, tenant, name)?;
-        knowledge_bases::drop_all(txn, tenant, name)?;
+        let owned = knowledge_bases::drop_all(txn, tenant, name)?;
         agents::drop_all(txn, tenant, name)?;
         models::drop_all(txn, tenant, name)?;
         jobs::drop_all(txn, tenant, name)?;
+        return Ok(owned);
     }
-    Ok(())
+    Ok(Vec::new())
 }
 
 /// Stores a view (see [`views::create`]); a table of its name in its project is a conflict,

@@ -258,15 +258,9 @@ impl Engine {
                 database.name
             )));
         }
-        let (tenant, key) = (self.tenant, database.name.clone());
-        let default = self.inner.sql.default_project().to_string();
-        let object = crate::running::Object::project(tenant, &key);
         self.inner
-            .services
-            .store
-            .write_dropping(object, move |txn| {
-                crate::catalog::rules::drop_database(txn, tenant, &key, false, &default)
-            })
+            .sql
+            .drop_database(self.tenant, &database.name, false)
             .await
     }
 

@@ -33,12 +33,7 @@ impl Engine {
         self.list_knowledge_bases(project)?;
         let kb =
             KnowledgeBase::from_body(project, body, &self.inner.services.settings.embedding())?;
-        let created = kb.clone();
-        self.inner
-            .sql
-            .store_knowledge_base(tenant, kb, false)
-            .await?;
-        Ok(created)
+        self.inner.sql.store_knowledge_base(tenant, kb, false).await
     }
 
     /// The knowledge bases of `project`, by name.
@@ -60,15 +55,9 @@ impl Engine {
     pub async fn delete_knowledge_base(&self, project: &str, name: &str) -> Result<()> {
         let tenant = self.tenant;
         self.get_knowledge_base(project, name)?;
-        let (project, name) = (project.to_string(), name.to_string());
-        // Inserts into it stop at once (no more embedding calls).
-        let object = crate::running::Object::knowledge_base(tenant, &project, &name);
         self.inner
-            .services
-            .store
-            .write_dropping(object, move |txn| {
-                crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, false)
-            })
+            .sql
+            .drop_knowledge_base(tenant, project, name, false)
             .await
     }
 

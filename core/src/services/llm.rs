@@ -107,6 +107,8 @@ pub(crate) struct Connector {
     pub(crate) knowledge_bases: crate::config::KnowledgeBasesConfig,
     /// Embedding models run in process, shared by the engine's connectors.
     pub(crate) sentence_models: std::sync::Arc<super::sentence_models::SentenceModels>,
+    /// How datasources are reached: knowledge bases kept in PostgreSQL connect through it.
+    pub(crate) net: super::connectors::Net,
 }
 
 impl Connector {
@@ -117,6 +119,7 @@ impl Connector {
         store: &std::sync::Arc<crate::store::Store>,
         sentence_models: &std::sync::Arc<super::sentence_models::SentenceModels>,
         settings: &std::sync::Arc<super::settings::Settings>,
+        net: &super::connectors::Net,
     ) -> Connector {
         Connector {
             client,
@@ -124,6 +127,7 @@ impl Connector {
             meter: crate::catalog::quotas::ModelCalls::new(store, &config.hosted),
             knowledge_bases: config.knowledge_bases.clone(),
             sentence_models: std::sync::Arc::clone(sentence_models),
+            net: net.clone(),
         }
     }
 }

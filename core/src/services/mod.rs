@@ -94,6 +94,7 @@ impl Services {
             &self.store,
             &self.sentence_models,
             &self.settings,
+            &self.net,
         )
     }
 

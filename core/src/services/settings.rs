@@ -157,7 +157,11 @@ impl Settings {
                 &embedding.api_key,
             ),
             "knowledge_bases": {
-                "storage": "file",
+                // Where new knowledge bases keep their chunks (the URL holds a password).
+                "storage": match kb.storage_url.is_empty() || self.edition == Edition::Hosted {
+                    true => "file",
+                    false => "pgvector",
+                },
                 "hnsw_m": kb.hnsw_m,
                 "hnsw_ef_construction": kb.hnsw_ef_construction,
                 "ef_search": kb.ef_search,

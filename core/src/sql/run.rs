@@ -21,6 +21,39 @@ use crate::error::{Error, Result};
 use crate::tenant::TenantId;
 
 impl SqlRunner {
+    /// `DROP DATABASE` / `DROP PROJECT` (see `rules::drop_database`): the trainings and
+    /// knowledge-base inserts of its objects stop at once; its knowledge bases' own tables on
+    /// the server of `knowledge_bases.storage_url` are dropped once its records have gone
+    /// (a server that cannot be reached then keeps them; the statement has landed).
+    pub(crate) async fn drop_database(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        if_exists: bool,
+    ) -> Result<()> {
+        let default = self.default_project.clone();
+        let object = crate::running::Object::project(tenant, name);
+        let name = name.to_string();
+        let owned = self
+            .services
+            .store
+            .write_dropping(object, move |txn| {
+                crate::catalog::rules::drop_database(txn, tenant, &name, if_exists, &default)
+            })
+            .await?;
+        if owned.is_empty() {
+            return Ok(());
+        }
+        let url = &self.services.config.knowledge_bases.storage_url;
+        let settings =
+            crate::services::connectors::postgres::storage_settings(url, &self.services.net)?;
+        let remote = crate::services::connectors::remote::Remote::Postgres(settings);
+        for table in owned {
+            crate::services::connectors::table::drop_table(&remote, &table, true).await?;
+        }
+        Ok(())
+    }
+
     /// Runs every statement of `request` in order and returns the last result; the first
     /// failure stops the request and is its result.
     pub(crate) async fn run(&self, tenant: TenantId, request: &QueryRequest) -> QueryResult {
@@ -337,17 +370,7 @@ impl SqlRunner {
                 ok(None)
             }
             Command::DropProject { name, if_exists } => {
-                let default = self.default_project.clone();
-                // The trainings and knowledge-base inserts of its objects stop at once.
-                let object = crate::running::Object::project(tenant, &name);
-                self.services
-                    .store
-                    .write_dropping(object, move |txn| {
-                        crate::catalog::rules::drop_database(
-                            txn, tenant, &name, if_exists, &default,
-                        )
-                    })
-                    .await?;
+                self.drop_database(tenant, &name, if_exists).await?;
                 ok(None)
             }
             Command::Use(name) => {

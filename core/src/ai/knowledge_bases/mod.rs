@@ -1,13 +1,15 @@
 //! Knowledge bases in SQL: their statements and INSERT INTO one (`statements`), the table
 //! provider a knowledge base's name resolves to (`table`), which searches a query's conditions
 //! ask for (`content` keeps them as written, `query` reads them), how a search ranks (`search`) and
-//! how documents are chunked, embedded and stored (`write`), and inserts in resumable batches
-//! (`batches`, `information_schema.queries`). The records and the vector index are
+//! how documents are chunked, embedded and stored (`write`), knowledge bases kept in PostgreSQL
+//! with pgvector (`pgvector`), and inserts in resumable batches (`batches`,
+//! `information_schema.queries`). The records and the vector index are
 //! `catalog::knowledge_bases` and `catalog::kb_index`.
 
 pub(crate) mod batches;
 pub(crate) mod content;
 pub(crate) mod evaluate;
+pub(crate) mod pgvector;
 pub(crate) mod query;
 pub(crate) mod search;
 pub(crate) mod statements;

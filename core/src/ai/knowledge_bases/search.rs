@@ -27,6 +27,10 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type};
 use datafusion::physical_expr::PhysicalExpr;
 
+use datafusion::logical_expr::Expr;
+use futures::StreamExt;
+
+use super::pgvector::{PgSearch, PgStore};
 use crate::catalog::kb_index::{self, KbIndex};
 use crate::catalog::knowledge_bases::KnowledgeBase;
 use crate::catalog::tables::ReadTables;
@@ -39,8 +43,7 @@ use crate::sql::catalog::snapshot::Snapshot;
 
 /// The search condition's column.
 pub(crate) const CONTENT: &str = "content";
-/// The chunk's text, which MindsDB also reads as the search condition's column.
-pub(crate) const CHUNK_CONTENT: &str = "chunk_content";
+pub(crate) use crate::catalog::knowledge_bases::CHUNK_CONTENT;
 /// Whether keyword scores are mixed in.
 pub(crate) const HYBRID_SEARCH: &str = "hybrid_search";
 /// The vector side's weight in a hybrid search.
@@ -122,6 +125,10 @@ pub(crate) struct Ranking {
     /// Questions whose relevant chunks are left out (see `query`).
     pub(crate) excluded: Vec<String>,
     pub(crate) shown: Shown,
+    /// Where the chunks are when in PostgreSQL: the search runs there.
+    pub(crate) store: Option<PgStore>,
+    /// Conditions selecting chunks before they are ranked, as written (for PostgreSQL).
+    pub(crate) row_filters: Vec<Expr>,
     /// Conditions selecting chunks before they are ranked.
     pub(crate) rows: Option<Arc<dyn PhysicalExpr>>,
     /// Conditions on the final `distance` and `relevance`.
@@ -186,11 +193,17 @@ impl Ranking {
         let settings = connector.knowledge_bases.clone();
         let this = Arc::clone(&self);
         let check = reranker.is_none();
-        let found = crate::memory::spawn_blocking(move || {
-            this.best(query.as_deref(), &vectors, wanted, check, &settings)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("a knowledge base search failed: {e}")))??;
+        let found = match &self.store {
+            Some(store) => {
+                self.remote_best(store, query.as_deref(), &vectors, wanted, check, &settings)
+                    .await?
+            }
+            None => crate::memory::spawn_blocking(move || {
+                this.best(query.as_deref(), &vectors, wanted, check, &settings)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("a knowledge base search failed: {e}")))??,
+        };
         let Some(settings) = reranker else {
             return Ok(found);
         };
@@ -243,6 +256,70 @@ impl Ranking {
             return Err(Error::internal("no vector for the question"));
         }
         Ok(vectors)
+    }
+
+    /// [`Ranking::best`] of a knowledge base kept in PostgreSQL: ranked there in one
+    /// statement, its rows streamed back until `wanted` pass the conditions checked here.
+    async fn remote_best(
+        &self,
+        store: &PgStore,
+        query: Option<&[f32]>,
+        excluded: &[Option<Vec<f32>>],
+        wanted: usize,
+        check: bool,
+        settings: &KnowledgeBasesConfig,
+    ) -> Result<Vec<RecordBatch>> {
+        let stored = self.snapshot.table_schema(self.table)?;
+        let columns = PgStore::columns(&stored);
+        let scores = self.scores.as_ref().filter(|_| check);
+        let excluded_vectors: Vec<Vec<f32>> = excluded.iter().flatten().cloned().collect();
+        let pool = match self.search.alpha < 1.0 {
+            true => wanted.max(HYBRID_POOL),
+            false => wanted,
+        };
+        let found = PgSearch {
+            store,
+            columns: &columns,
+            query,
+            question: &self.search.question,
+            excluded_vectors: &excluded_vectors,
+            excluded_texts: &self.excluded,
+            alpha: self.search.alpha,
+            filters: &self.row_filters,
+            exhaustive: scores.is_some(),
+            pool,
+            ef_search: settings.ef_search,
+        }
+        .statement();
+        let local = self.rows.as_ref().filter(|_| !found.all_pushed);
+        let mut rows = std::pin::pin!(found.rows(stored, WINDOW.max(wanted.min(8192))));
+        let mut out = Vec::new();
+        let mut got = 0;
+        // Dropping the stream once enough rows came cancels the rest on the server.
+        while got < wanted {
+            let Some(next) = rows.next().await else {
+                break;
+            };
+            let (chunk, distance) = next?;
+            let relevance: Float64Array = distance
+                .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+                .iter()
+                .map(|d| d.map(|d| 1.0 / (1.0 + d)))
+                .collect();
+            let mut shown =
+                self.shown
+                    .batch(&chunk, distance, Arc::new(relevance), Some(&self.search))?;
+            if let Some(local) = local {
+                shown = filter(local, &shown)?;
+            }
+            if let Some(scores) = scores {
+                shown = filter(scores, &shown)?;
+            }
+            let take = shown.num_rows().min(wanted - got);
+            got += take;
+            out.push(shown.slice(0, take));
+        }
+        Ok(out)
     }
 
     /// The first `wanted` rows by final distance, as shown (those the score conditions keep,

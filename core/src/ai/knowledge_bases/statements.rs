@@ -14,8 +14,9 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use super::pgvector::PgStore;
 use super::write;
-use crate::catalog::knowledge_bases::{self, KnowledgeBase};
+use crate::catalog::knowledge_bases::{self, KbStorage, KnowledgeBase};
 use crate::error::{Error, Result};
 use crate::progress::{ProgressCallback, Tracker};
 use crate::services::embeddings;
@@ -202,15 +203,7 @@ impl SqlRunner {
                 if_exists,
             } => {
                 let project = project_or_current(project);
-                // Inserts into it stop at once (no more embedding calls).
-                let object = crate::running::Object::knowledge_base(tenant, &project, &name);
-                self.services
-                    .store
-                    .write_dropping(object, move |txn| {
-                        crate::catalog::rules::drop_knowledge_base(
-                            txn, tenant, &project, &name, if_exists,
-                        )
-                    })
+                self.drop_knowledge_base(tenant, &project, &name, if_exists)
                     .await?;
                 Ok(Outcome::Ok {
                     affected_rows: None,
@@ -245,18 +238,35 @@ impl SqlRunner {
     }
 
     /// Stores a new knowledge base (see `rules::create_knowledge_base`), once what can be
-    /// checked before its first insert is: a model run in process must be one this engine has.
+    /// checked before its first insert is: a model run in process must be one this engine
+    /// has, a storage must be a PostgreSQL datasource's. Without a storage, with
+    /// `knowledge_bases.storage_url` set, it is given its own table there. Returns it as stored.
     pub(crate) async fn store_knowledge_base(
         &self,
         tenant: TenantId,
-        kb: KnowledgeBase,
+        mut kb: KnowledgeBase,
         if_not_exists: bool,
-    ) -> Result<()> {
+    ) -> Result<KnowledgeBase> {
         let endpoint =
             embeddings::endpoint(&kb.embedding_model, &self.services.settings.embedding());
         if endpoint.local {
             self.services.sentence_models.check(&endpoint.model)?;
         }
+        let storage_url = &self.services.config.knowledge_bases.storage_url;
+        // A hosted user's bytes count against their plan, which the operator's server would
+        // escape: their knowledge bases stay in the file unless they name a server of theirs.
+        let hosted = self.services.config.is_hosted();
+        if kb.storage.is_none() && !storage_url.is_empty() && !hosted {
+            kb.storage = Some(KbStorage {
+                database: None,
+                table: owned_table(&kb.name)?,
+            });
+        }
+        if kb.storage.is_some() {
+            let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
+            PgStore::of(&kb, &snapshot, &self.services.net, storage_url)?;
+        }
+        let stored = kb.clone();
         let egress = self.services.net.egress.clone();
         self.services
             .store
@@ -269,7 +279,44 @@ impl SqlRunner {
                     &egress,
                 )
             })
-            .await
+            .await?;
+        Ok(stored)
+    }
+
+    /// Drops the knowledge base `project.name` (a missing one is fine with `if_exists`):
+    /// inserts into it stop at once (no more embedding calls), and a table of its own in
+    /// PostgreSQL goes with it, once its record has gone (a datasource's table stays).
+    pub(crate) async fn drop_knowledge_base(
+        &self,
+        tenant: TenantId,
+        project: &str,
+        name: &str,
+        if_exists: bool,
+    ) -> Result<()> {
+        let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
+        let owned = match snapshot.knowledge_base(project, name)? {
+            Some(kb) if kb.storage.as_ref().is_some_and(KbStorage::owned) => PgStore::of(
+                &kb,
+                &snapshot,
+                &self.services.net,
+                &self.services.config.knowledge_bases.storage_url,
+            )
+            .ok()
+            .flatten(),
+            _ => None,
+        };
+        let object = crate::running::Object::knowledge_base(tenant, project, name);
+        let (project, name) = (project.to_string(), name.to_string());
+        self.services
+            .store
+            .write_dropping(object, move |txn| {
+                crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, if_exists)
+            })
+            .await?;
+        if let Some(store) = owned {
+            store.drop_table().await?;
+        }
+        Ok(())
     }
 
     /// The knowledge base an INSERT writes into, as (project, name), if it names one.
@@ -480,6 +527,16 @@ fn db_and_object(name: &ObjectName, current: &str) -> Option<(String, String)> {
 }
 
 /// MindsDB's `SHOW KNOWLEDGE_BASES` columns, secrets masked.
+/// The name of a knowledge base's own table on the server of `knowledge_bases.storage_url`:
+/// its name and random hex, so engines sharing the server never take one another's.
+fn owned_table(kb: &str) -> Result<String> {
+    let mut bytes = [0u8; 6];
+    getrandom::fill(&mut bytes).map_err(|e| Error::internal(format!("no randomness: {e}")))?;
+    let prefix: String = kb.to_ascii_lowercase().chars().take(40).collect();
+    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("mindlite_{prefix}_{suffix}"))
+}
+
 fn knowledge_base_rows(kbs: &[KnowledgeBase]) -> Result<Outcome> {
     let rows: Vec<[String; 8]> = kbs.iter().map(KnowledgeBase::system_row).collect();
     text_table(

@@ -44,24 +44,21 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
+use super::pgvector::PgStore;
 use super::search::{self, Shown, CONTENT, HYBRID_SEARCH, HYBRID_SEARCH_ALPHA, RERANKING};
 use super::{content, query};
 use crate::catalog::knowledge_bases::{chunk_db, KnowledgeBase};
 use crate::catalog::tables::TableRecord;
 use crate::error::{Error, Result};
+use crate::services::connectors::table::RemoteScanExec;
 use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::catalog::stored_table::StoredTable;
 
-pub(crate) const ID: &str = "id";
-pub(crate) const CHUNK_ID: &str = "chunk_id";
-pub(crate) use super::search::CHUNK_CONTENT;
-pub(crate) const METADATA: &str = "metadata";
+pub(crate) use crate::catalog::knowledge_bases::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA};
 const DISTANCE: &str = "distance";
 const RELEVANCE: &str = "relevance";
 /// The chunk table's last column: each chunk's node in the indexes (never shown).
 pub(crate) const NODE: &str = "node";
-/// Columns of the chunk table before its metadata columns.
-pub(crate) const LEADING: usize = 4;
 /// Names a metadata column cannot take: the knowledge base's own columns.
 pub(crate) const RESERVED: [&str; 11] = [
     ID,
@@ -115,13 +112,40 @@ impl KnowledgeBaseTable {
         &self,
         state: &dyn Session,
         record: &TableRecord,
+        store: Option<&PgStore>,
+        filters: &[Expr],
         predicate: Option<Arc<dyn PhysicalExpr>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let stored = self.snapshot.table_schema(record.id)?;
         let chunk_columns = stored.fields().len() - 1;
-        let table = StoredTable::plain(Arc::clone(&self.snapshot), record.clone(), stored);
         let all_but_node: Vec<usize> = (0..chunk_columns).collect();
-        let input = table.scan(state, Some(&all_but_node), &[], None).await?;
+        let input = match store {
+            // The conditions PostgreSQL computes alike are sent; all are checked again here.
+            Some(store) => {
+                let columns = PgStore::columns(&stored);
+                let read = Schema::new(
+                    columns
+                        .iter()
+                        .map(|c| Field::new(&c.name, c.kind.data_type(), true))
+                        .collect::<Vec<_>>(),
+                );
+                Arc::new(
+                    RemoteScanExec::new(
+                        store.remote(),
+                        store.scan_sql(&columns, filters),
+                        Arc::from([]),
+                        Arc::new(read),
+                        columns.iter().map(|c| c.kind).collect(),
+                        None,
+                    )
+                    .cast_to(Arc::new(stored.project(&all_but_node)?)),
+                )
+            }
+            None => {
+                let table = StoredTable::plain(Arc::clone(&self.snapshot), record.clone(), stored);
+                table.scan(state, Some(&all_but_node), &[], None).await?
+            }
+        };
         let schema = &self.shown.schema;
         let null = |i: usize| -> DfResult<(Arc<dyn PhysicalExpr>, String)> {
             let field = schema.field(i);
@@ -225,14 +249,35 @@ impl TableProvider for KnowledgeBaseTable {
         };
         let empty = || Arc::new(EmptyExec::new(Arc::clone(&self.shown.schema)));
         let single = answer.is_single();
+        let store = match &self.kb.storage {
+            Some(_) => {
+                let connector = crate::sql::planning::session::connector(state.config())?;
+                PgStore::of(
+                    &self.kb,
+                    &self.snapshot,
+                    &connector.net,
+                    &connector.knowledge_bases.storage_url,
+                )?
+            }
+            None => None,
+        };
         let shown: Arc<dyn ExecutionPlan> = match &self.chunks {
             None => empty(),
             Some(record) => {
                 let scan = match answer.scan {
-                    Some(condition) => Some(
-                        self.rows(state, record, predicate(condition.into_iter().collect())?)
+                    Some(condition) => {
+                        let filters: Vec<Expr> = condition.into_iter().collect();
+                        Some(
+                            self.rows(
+                                state,
+                                record,
+                                store.as_ref(),
+                                &filters,
+                                predicate(filters.clone())?,
+                            )
                             .await?,
-                    ),
+                        )
+                    }
                     None => None,
                 };
                 let mut rankings = Vec::new();
@@ -244,6 +289,8 @@ impl TableProvider for KnowledgeBaseTable {
                         search: searched.search,
                         excluded: searched.excluded,
                         shown: self.shown.clone(),
+                        store: store.clone(),
+                        row_filters: searched.rows.clone(),
                         rows: predicate(searched.rows)?,
                         scores: predicate(searched.scores)?,
                         limit: limit.unwrap_or(DEFAULT_LIMIT),
@@ -336,6 +383,10 @@ impl DisplayAs for SearchExec {
         }
         if self.scan.is_some() {
             write!(f, "; then the chunks the other conditions keep")?;
+        }
+        if let Some(store) = self.rankings.first().and_then(|r| r.store.as_ref()) {
+            let (_, place) = store.remote().describe();
+            write!(f, "; in pgvector at {place} table={}", store.table)?;
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::sync::OwnedRwLockWriteGuard;
 
+use super::pgvector::{PgStore, PgWriter};
 use super::table::{CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA, NODE, RESERVED};
 use crate::catalog::constraints::Constraints;
 use crate::catalog::kb_index::{self, IndexRecord, IndexWriter, ReadIndex};
@@ -34,6 +35,7 @@ use crate::progress::{InsertProgress, Tracker};
 use crate::services::chunking;
 use crate::services::embeddings;
 use crate::services::llm::Connector;
+use crate::sql::catalog::snapshot::Snapshot;
 use crate::sql::write::job::{Staged, WriteJob};
 use mindlite_vectors::hnsw::Params;
 
@@ -66,6 +68,13 @@ pub(crate) fn insert(
     let _writer = lock_knowledge_base(job, handle, &kb)?;
     let base = Base::read(job, &kb)?;
     let settings = &connector.knowledge_bases;
+    let remote = match pg_store(job, &kb, &connector)? {
+        Some(store) => Some(
+            crate::memory::wait(handle, job.unless_cancelled(PgWriter::open(store)))
+                .ok_or_else(crate::store::cancelled)??,
+        ),
+        None => None,
+    };
     let mut ingest = Ingest {
         endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding()),
         kb: &kb,
@@ -81,6 +90,9 @@ pub(crate) fn insert(
         documents: 0,
         staged: None,
         progress: &progress,
+        remote,
+        options,
+        cleared: HashSet::new(),
         stored: base
             .record
             .as_ref()
@@ -100,9 +112,17 @@ pub(crate) fn insert(
         staged,
         schema,
         index,
+        remote,
         ..
     } = ingest;
     progress.lock().report(|p| p.status = "storing".into());
+    // The remote rows land first: inserting them again (if the knowledge base changed
+    // meanwhile and this starts over) replaces them, ids and chunk ids being the same.
+    let is_remote = remote.is_some();
+    if let Some(writer) = remote {
+        crate::memory::wait(handle, job.unless_cancelled(writer.commit()))
+            .ok_or_else(crate::store::cancelled)??;
+    }
     let guard = job.lock(handle)?;
     if !base.is_current(&guard.txn, job, &kb)? {
         // Dropped, made anew or changed by a rollback meanwhile: again from the start.
@@ -122,7 +142,7 @@ pub(crate) fn insert(
     let key = kb.name.to_ascii_lowercase();
     let record = match (base.record, &schema) {
         (Some(record), _) => Some(record),
-        (None, Some(schema)) if staged.is_some() => Some(tables::create(
+        (None, Some(schema)) if staged.is_some() || is_remote => Some(tables::create(
             &guard.txn,
             job.tenant,
             &db,
@@ -132,7 +152,7 @@ pub(crate) fn insert(
         )?),
         _ => None,
     };
-    let (Some(record), Some(mut index)) = (record, index) else {
+    let (Some(record), Some(mut index), false) = (record, index, is_remote) else {
         guard.commit()?;
         return Ok(Staged::Done(documents));
     };
@@ -173,6 +193,12 @@ pub(crate) fn delete(
         Ok(())
     })?;
     let _writer = lock_knowledge_base(job, handle, &kb)?;
+    let connector = crate::sql::planning::session::connector(job.state.config())?;
+    if let Some(store) = pg_store(job, &kb, &connector)? {
+        crate::memory::wait(handle, job.unless_cancelled(store.delete(&found)))
+            .ok_or_else(crate::store::cancelled)??;
+        return Ok(Staged::Done(found.len() as u64));
+    }
     let base = Base::read(job, &kb)?;
     let guard = job.lock(handle)?;
     if !base.is_current(&guard.txn, job, &kb)? {
@@ -186,6 +212,20 @@ pub(crate) fn delete(
         kb_index::publish(&job.store, record.id, &saved);
     }
     Ok(Staged::Done(found.len() as u64))
+}
+
+/// Where `kb` keeps its chunks when in PostgreSQL.
+fn pg_store(job: &WriteJob, kb: &KnowledgeBase, connector: &Connector) -> Result<Option<PgStore>> {
+    if kb.storage.is_none() {
+        return Ok(None);
+    }
+    let snapshot = Snapshot::new(Arc::clone(&job.store), job.tenant)?;
+    PgStore::of(
+        kb,
+        &snapshot,
+        &connector.net,
+        &connector.knowledge_bases.storage_url,
+    )
 }
 
 /// Takes the knowledge base's writer lock. Inside an explicit transaction, or holding the
@@ -432,6 +472,11 @@ struct Ingest<'a> {
     documents: u64,
     staged: Option<StagedRows>,
     progress: &'a Mutex<Tracker>,
+    /// The remote transaction the chunks go into, for a knowledge base kept in PostgreSQL.
+    remote: Option<PgWriter>,
+    options: InsertOptions,
+    /// Documents whose old remote chunks were deleted already.
+    cleared: HashSet<String>,
     /// The chunk table whose documents are left out (`kb_skip_existing`), if any.
     stored: Option<u64>,
 }
@@ -439,11 +484,16 @@ impl Ingest<'_> {
     /// Chunks, embeds and stages the documents of one source batch, less those stored
     /// already when they are to be skipped.
     fn add(&mut self, handle: &Handle, job: &WriteJob, batch: &RecordBatch) -> Result<()> {
-        let Some(table) = self.stored else {
-            return self.add_rows(handle, job, batch);
+        let stored = match (&mut self.remote, self.stored) {
+            (Some(writer), _) if self.options.skip_existing => {
+                let ids = document_ids(self.kb, batch)?;
+                crate::memory::wait(handle, job.unless_cancelled(writer.stored_ids(&ids)))
+                    .ok_or_else(crate::store::cancelled)??
+            }
+            (None, Some(table)) => stored_ids(job, table, &document_ids(self.kb, batch)?)?,
+            _ => return self.add_rows(handle, job, batch),
         };
         let ids = document_ids(self.kb, batch)?;
-        let stored = stored_ids(job, table, &ids)?;
         if stored.is_empty() {
             return self.add_rows(handle, job, batch);
         }
@@ -627,6 +677,37 @@ impl Ingest<'_> {
                 schema
             }
         };
+        if let Some(writer) = self.remote.as_mut() {
+            let documents = take(&source.ids, &rows, None)?;
+            let mut columns: Vec<ArrayRef> = vec![
+                Arc::clone(&documents),
+                Arc::new(StringArray::from(chunk_ids)),
+                Arc::new(StringArray::from(texts)),
+                Arc::new(metadata_json(&metadata_columns, rows.len())?),
+            ];
+            columns.extend(metadata_columns.into_iter().map(|(_, array)| array));
+            columns.push(new_null_array(&DataType::UInt32, rows.len()));
+            let chunk_rows = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            // A document's old chunks go before its first new ones are written.
+            let fresh: Vec<String> = match self.options.no_upsert {
+                true => Vec::new(),
+                false => documents
+                    .as_string::<i32>()
+                    .iter()
+                    .flatten()
+                    .filter(|id| self.cleared.insert(id.to_string()))
+                    .map(str::to_string)
+                    .collect(),
+            };
+            let written = async {
+                writer.clear(&fresh).await?;
+                writer.write(&chunk_rows, &vectors).await
+            };
+            crate::memory::wait(handle, job.unless_cancelled(written))
+                .ok_or_else(crate::store::cancelled)??;
+            self.report(job, |p| p.indexed += chunk_rows.num_rows() as u64);
+            return Ok(());
+        }
         let (m, ef_construction) = self.params;
         let index = self.index.get_or_insert_with(|| {
             IndexWriter::new(

@@ -6,6 +6,7 @@
 //! records themselves are `datasources`'s.
 
 pub(crate) mod directory;
+mod dsn;
 pub(crate) mod mysql;
 mod net;
 pub(crate) mod postgres;

@@ -120,7 +120,7 @@ impl Settings {
         let parameters = match parameters.get("url") {
             None => parameters,
             Some(url) => {
-                from_url = with_url(parameters, url)?;
+                from_url = super::dsn::with_url("MySQL", &["mysql", "mariadb"], parameters, url)?;
                 &from_url
             }
         };
@@ -320,49 +320,6 @@ impl Settings {
     pub(crate) fn qualified(&self, table: &str) -> String {
         format!("{}.{}", quote(&self.database), quote(table))
     }
-}
-
-/// `parameters` with what `url` (`mysql://user:password@host:port/database`, as MindsDB
-/// takes it) says, where they do not say it themselves.
-fn with_url(parameters: &Map<String, Value>, url: &Value) -> Result<Map<String, Value>> {
-    let bad = |why: &str| Error::invalid(format!("MySQL parameter 'url' {why}"));
-    let Value::String(text) = url else {
-        return Err(bad("must be text"));
-    };
-    let url = url::Url::parse(text).map_err(|e| bad(&format!("is not a URL ({e})")))?;
-    if !matches!(url.scheme(), "mysql" | "mariadb") {
-        return Err(bad("must start with mysql://"));
-    }
-    let decode = |s: &str| {
-        url::form_urlencoded::parse(format!("x={s}").as_bytes())
-            .next()
-            .map(|(_, v)| v.into_owned())
-            .unwrap_or_default()
-    };
-    let mut out = parameters.clone();
-    out.remove("url");
-    let mut put = |key: &str, value: Option<Value>| {
-        if let (Some(value), false) = (value, out.contains_key(key)) {
-            out.insert(key.to_string(), value);
-        }
-    };
-    put(
-        "host",
-        url.host_str()
-            .map(|h| Value::from(h.trim_matches(['[', ']']))),
-    );
-    put("port", url.port().map(Value::from));
-    put(
-        "user",
-        (!url.username().is_empty()).then(|| Value::from(decode(url.username()))),
-    );
-    put("password", url.password().map(|p| Value::from(decode(p))));
-    let database = url.path().trim_start_matches('/');
-    put(
-        "database",
-        (!database.is_empty()).then(|| Value::from(decode(database))),
-    );
-    Ok(out)
 }
 
 /// `name` as a MySQL identifier, always quoted with backticks (doubled inside), which every

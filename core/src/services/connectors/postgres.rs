@@ -43,7 +43,8 @@ const MAX_COLUMNS: usize = 1600;
 pub(crate) const ENGINE: &str = "postgres";
 
 /// The PARAMETERS keys a PostgreSQL datasource takes.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
+    "url",
     "host",
     "port",
     "database",
@@ -73,6 +74,9 @@ pub(crate) struct Settings {
     pub(crate) push_down: bool,
     /// Where connections may go, and what the server may send.
     net: Net,
+    /// `hnsw.ef_search` for the session, when a knowledge base search sets it (pgvector
+    /// returns at most that many rows from its index).
+    ef_search: Option<usize>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -94,6 +98,19 @@ impl Settings {
     /// them (clients send `type` and the like), except the TLS settings (`sslmode`, `ssl…`):
     /// ignoring one would connect less safely than asked, so they are refused.
     pub(crate) fn from_parameters(parameters: &Map<String, Value>, net: &Net) -> Result<Self> {
+        let from_url;
+        let parameters = match parameters.get("url") {
+            None => parameters,
+            Some(url) => {
+                from_url = super::dsn::with_url(
+                    "PostgreSQL",
+                    &["postgresql", "postgres"],
+                    parameters,
+                    url,
+                )?;
+                &from_url
+            }
+        };
         if let Some(tls) = parameters
             .keys()
             .find(|k| !KEYS.contains(&k.as_str()) && k.starts_with("ssl"))
@@ -154,7 +171,14 @@ impl Settings {
             )?),
             push_down,
             net: net.clone(),
+            ef_search: None,
         })
+    }
+
+    /// The same settings with pgvector's `hnsw.ef_search` set for each session.
+    pub(crate) fn with_ef_search(mut self, ef_search: usize) -> Settings {
+        self.ef_search = Some(ef_search.clamp(1, 1000));
+        self
     }
 
     /// Opens a connection for reading: every transaction on it is READ ONLY, so neither a
@@ -183,11 +207,7 @@ impl Settings {
             // Literals in pushed-down filters are written with standard string escapes, which
             // a server configured otherwise would read differently. No JIT: compiling a large
             // pushed statement took 20 s and a GiB in the server, deaf to cancellation.
-            .options(if read_only {
-                "-c standard_conforming_strings=on -c jit=off -c default_transaction_read_only=on"
-            } else {
-                "-c standard_conforming_strings=on -c jit=off"
-            });
+            .options(self.startup_options(read_only));
         if !self.password.is_empty() {
             config.password(&self.password);
         }
@@ -218,6 +238,19 @@ impl Settings {
                 ),
             ))),
         }
+    }
+
+    /// The settings every session starts with.
+    fn startup_options(&self, read_only: bool) -> String {
+        let mut options = String::from("-c standard_conforming_strings=on -c jit=off");
+        if read_only {
+            options.push_str(" -c default_transaction_read_only=on");
+        }
+        // A placeholder until pgvector loads, which then takes it (1 to 1,000, its range).
+        if let Some(ef) = self.ef_search {
+            options.push_str(&format!(" -c hnsw.ef_search={ef}"));
+        }
+        options
     }
 
     /// Starts a session over `stream` with what the server sends metered into `received`; the
@@ -320,6 +353,19 @@ impl Settings {
     pub(crate) fn qualified(&self, table: &str) -> String {
         format!("{}.{}", quote(&self.schema), quote(table))
     }
+}
+
+/// The server of `knowledge_bases.storage_url` (`postgresql://…`): the operator's, not a
+/// tenant's, so reachable whatever the egress policy says of internal addresses.
+pub(crate) fn storage_settings(url: &str, net: &Net) -> Result<Settings> {
+    let mut parameters = Map::new();
+    parameters.insert("url".into(), url.into());
+    let net = Net {
+        egress: net.egress.with_configured_server(url),
+        ..net.clone()
+    };
+    Settings::from_parameters(&parameters, &net)
+        .map_err(|e| Error::invalid(format!("knowledge_bases.storage_url: {}", e.message())))
 }
 
 /// A PostgreSQL error as its server message (with detail) or the client's own text, shortened:

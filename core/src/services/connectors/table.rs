@@ -410,10 +410,35 @@ async fn insert_batches(
     mut data: SendableRecordBatchStream,
 ) -> Result<u64> {
     let names: Vec<String> = schema.fields().iter().map(|f| quote(f.name())).collect();
-    let width = names.len().max(1);
+    let head = format!("INSERT INTO {table} ({}) VALUES ", names.join(", "));
+    let mut full = None;
+    let mut written = 0u64;
+    while let Some(batch) = data.next().await {
+        let batch = batch?;
+        let texts: Vec<StringArray> = batch
+            .columns()
+            .iter()
+            .map(|c| text_column(c.as_ref()))
+            .collect::<Result<_>>()?;
+        written += insert_texts(client, &mut full, (&head, ""), &texts, query_error).await?;
+    }
+    Ok(written)
+}
+
+/// Runs `head VALUES (…), (…) tail` on `client` for the rows of `texts` (one column each,
+/// as text PostgreSQL parses), as many rows a statement as the protocol takes; `full` keeps
+/// the prepared statement of a full one across calls. Returns the rows written.
+pub(crate) async fn insert_texts<C: tokio_postgres::GenericClient + Sync>(
+    client: &C,
+    full: &mut Option<tokio_postgres::Statement>,
+    (head, tail): (&str, &str),
+    texts: &[StringArray],
+    error: impl Fn(&tokio_postgres::Error) -> Error,
+) -> Result<u64> {
+    let width = texts.len().max(1);
     let per_statement = ROWS_PER_INSERT.min(MAX_PARAMS / width).max(1);
     let statement_for = |rows: usize| {
-        let mut sql = format!("INSERT INTO {table} ({}) VALUES ", names.join(", "));
+        let mut sql = head.to_string();
         for r in 0..rows {
             if r > 0 {
                 sql.push_str(", ");
@@ -425,63 +450,57 @@ async fn insert_batches(
             sql.push_str(&slots.join(", "));
             sql.push(')');
         }
+        sql.push_str(tail);
         sql
     };
-    let mut full = None;
+    let total = texts.first().map_or(0, |t| t.len());
     let mut written = 0u64;
-    while let Some(batch) = data.next().await {
-        let batch = batch?;
-        let texts: Vec<StringArray> = batch
-            .columns()
-            .iter()
-            .map(|c| text_column(c.as_ref()))
-            .collect::<Result<_>>()?;
-        let mut start = 0;
-        while start < batch.num_rows() {
-            let rows = per_statement.min(batch.num_rows() - start);
-            let statement = if rows == per_statement {
-                match &full {
-                    Some(s) => s,
-                    None => full.insert(
+    let mut start = 0;
+    while start < total {
+        let rows = per_statement.min(total - start);
+        let statement = if rows == per_statement {
+            match full {
+                Some(s) => s.clone(),
+                None => full
+                    .insert(
                         client
                             .prepare(&statement_for(rows))
                             .await
-                            .map_err(|e| query_error(&e))?,
-                    ),
-                }
-                .clone()
-            } else {
-                client
-                    .prepare(&statement_for(rows))
-                    .await
-                    .map_err(|e| query_error(&e))?
-            };
-            // bounded: one per cell of a batch in memory
-            let mut params: Vec<TextParam> = Vec::with_capacity(rows * width);
-            for r in start..start + rows {
-                for column in &texts {
-                    params.push(TextParam(if column.is_null(r) {
-                        None
-                    } else {
-                        Some(column.value(r))
-                    }));
-                }
+                            .map_err(|e| error(&e))?,
+                    )
+                    .clone(),
             }
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            written += client
-                .execute(&statement, &refs)
+        } else {
+            client
+                .prepare(&statement_for(rows))
                 .await
-                .map_err(|e| query_error(&e))?;
-            start += rows;
+                .map_err(|e| error(&e))?
+        };
+        // bounded: one per cell of a batch in memory
+        let mut params: Vec<TextParam> = Vec::with_capacity(rows * width);
+        for r in start..start + rows {
+            for column in texts {
+                params.push(TextParam(if column.is_null(r) {
+                    None
+                } else {
+                    Some(column.value(r))
+                }));
+            }
         }
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        written += client
+            .execute(&statement, &refs)
+            .await
+            .map_err(|e| error(&e))?;
+        start += rows;
     }
     Ok(written)
 }
 
 /// A column as text PostgreSQL parses: booleans `true`/`false`, times in ISO form, bytes in
 /// bytea's hex form (`\x0102`).
-fn text_column(array: &dyn Array) -> Result<StringArray> {
+pub(crate) fn text_column(array: &dyn Array) -> Result<StringArray> {
     if matches!(
         array.data_type(),
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView
@@ -551,7 +570,7 @@ pub(crate) async fn insert(
 }
 
 /// The PostgreSQL column type for an Arrow type, for `CREATE TABLE pg.t (SELECT …)`.
-fn remote_type(data_type: &DataType) -> Result<String> {
+pub(crate) fn remote_type(data_type: &DataType) -> Result<String> {
     Ok(match data_type {
         DataType::Boolean => "boolean".into(),
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),

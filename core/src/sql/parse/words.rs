@@ -161,6 +161,18 @@ fn nested_value(words: &[&Token], k: &mut usize, depth: usize) -> Result<Value> 
             }
             _ => Err(Error::invalid("Expected a number after '-'")),
         },
+        // `db.table` (MindsDB's `storage = pg.kb_table`): a dotted name, as text.
+        Token::Word(w) if matches!(words.get(*k), Some(Token::Period)) => {
+            let mut name = w.value.clone();
+            while let (Some(Token::Period), Some(Token::Word(part))) =
+                (words.get(*k), words.get(*k + 1))
+            {
+                name.push('.');
+                name.push_str(&part.value);
+                *k += 2;
+            }
+            Ok(Value::String(name))
+        }
         Token::Word(w) => match w.value.to_ascii_lowercase().as_str() {
             "true" => Ok(Value::Bool(true)),
             "false" => Ok(Value::Bool(false)),
