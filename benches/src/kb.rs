@@ -24,7 +24,12 @@
 //! ```text
 //! kb --dir benches/data/kb [--n 1000000] [--d 384] [--queries 1000] [--m 16]
 //!    [--ef-construction 128] [--docs 100000] [--skip-engine] [--hybrid-only] [--rounds 1]
+//!    [--engine-only] [--storage-url postgresql://…]
 //! ```
+//!
+//! `--storage-url` keeps the engine's knowledge bases in PostgreSQL with pgvector (the server's
+//! HNSW index and full-text search; `knowledge_bases.storage_url`); `--engine-only` skips the
+//! index on its own and the hybrid corpus.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -47,6 +52,14 @@ fn arg(name: &str, default: u64) -> u64 {
 
 fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
+}
+
+fn text_arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn dir_arg() -> PathBuf {
@@ -248,76 +261,79 @@ pub fn main() {
     );
 
     // 2. The index alone.
-    let params = Params {
-        dimensions: d,
-        m,
-        ef_construction,
-    };
-    let nodes: Vec<(u32, &[f32])> = base
-        .chunks_exact(d)
-        .enumerate()
-        .map(|(i, v)| (i as u32, v))
-        .collect();
-    let mut graph = Graph::new(params);
-    for threads in [1usize, 2] {
-        graph = Graph::new(params);
-        let start = Instant::now();
-        graph.insert_many(&nodes, threads).expect("insert");
-        let build_s = start.elapsed().as_secs_f64();
-        report(json!({"phase": "index_build", "engine": "mindlite", "m": m,
+    let engine_only = flag("--engine-only");
+    if !engine_only {
+        let params = Params {
+            dimensions: d,
+            m,
+            ef_construction,
+        };
+        let nodes: Vec<(u32, &[f32])> = base
+            .chunks_exact(d)
+            .enumerate()
+            .map(|(i, v)| (i as u32, v))
+            .collect();
+        let mut graph = Graph::new(params);
+        for threads in [1usize, 2] {
+            graph = Graph::new(params);
+            let start = Instant::now();
+            graph.insert_many(&nodes, threads).expect("insert");
+            let build_s = start.elapsed().as_secs_f64();
+            report(json!({"phase": "index_build", "engine": "mindlite", "m": m,
             "ef_construction": ef_construction, "seconds": build_s,
             "vectors_per_s": n as f64 / build_s, "threads": threads}));
-    }
-    drop(nodes);
-    let tenth = |node: u32| node.is_multiple_of(10);
-    for ef in [16usize, 32, 64, 128, 256] {
-        for (filter, truth) in [("none", &truth_all), ("10%", &truth_tenth)] {
-            for threads in [1usize, 2] {
-                let search = |query: &[f32]| -> Vec<u32> {
-                    let accept: Option<&dyn Fn(u32) -> bool> = match filter {
-                        "none" => None,
-                        _ => Some(&tenth),
+        }
+        drop(nodes);
+        let tenth = |node: u32| node.is_multiple_of(10);
+        for ef in [16usize, 32, 64, 128, 256] {
+            for (filter, truth) in [("none", &truth_all), ("10%", &truth_tenth)] {
+                for threads in [1usize, 2] {
+                    let search = |query: &[f32]| -> Vec<u32> {
+                        let accept: Option<&dyn Fn(u32) -> bool> = match filter {
+                            "none" => None,
+                            _ => Some(&tenth),
+                        };
+                        graph
+                            .search(query, 10, ef, accept)
+                            .iter()
+                            .map(|f| f.node)
+                            .collect()
                     };
-                    graph
-                        .search(query, 10, ef, accept)
-                        .iter()
-                        .map(|f| f.node)
-                        .collect()
-                };
-                let (found, p50, qps) = run_queries(&queries, d, threads, &search);
-                report(
-                    json!({"phase": "index_search", "engine": "mindlite", "ef": ef,
+                    let (found, p50, qps) = run_queries(&queries, d, threads, &search);
+                    report(
+                        json!({"phase": "index_search", "engine": "mindlite", "ef": ef,
                     "filter": filter, "threads": threads, "recall_at_10": recall(&found, truth, 10),
                     "p50_ms": p50, "qps": qps}),
-                );
+                    );
+                }
             }
         }
-    }
-    // Exact search, one thread, against one read of every vector.
-    let exact_queries = 20.min(q);
-    let start = Instant::now();
-    for j in 0..exact_queries {
-        std::hint::black_box(graph.exact(&queries[j * d..(j + 1) * d], 10, None));
-    }
-    let exact_ms = start.elapsed().as_secs_f64() * 1000.0 / exact_queries as f64;
-    // The bound: one pass over as many bytes as the vectors hold, by one thread, at the
-    // memory bandwidth a plain integer reduction (which the compiler vectorises) reaches.
-    let words: Vec<u64> = (0..n * d / 2).map(|i| i as u64).collect();
-    let start = Instant::now();
-    let mut folded = 0u64;
-    for _ in 0..3 {
-        folded ^= words.iter().fold(0u64, |a, w| a ^ w);
-    }
-    std::hint::black_box(folded);
-    let read_ms = start.elapsed().as_secs_f64() * 1000.0 / 3.0;
-    drop(words);
-    let bytes = (n * d * 4) as f64;
-    report(
-        json!({"phase": "exact_search", "engine": "mindlite", "threads": 1,
+        // Exact search, one thread, against one read of every vector.
+        let exact_queries = 20.min(q);
+        let start = Instant::now();
+        for j in 0..exact_queries {
+            std::hint::black_box(graph.exact(&queries[j * d..(j + 1) * d], 10, None));
+        }
+        let exact_ms = start.elapsed().as_secs_f64() * 1000.0 / exact_queries as f64;
+        // The bound: one pass over as many bytes as the vectors hold, by one thread, at the
+        // memory bandwidth a plain integer reduction (which the compiler vectorises) reaches.
+        let words: Vec<u64> = (0..n * d / 2).map(|i| i as u64).collect();
+        let start = Instant::now();
+        let mut folded = 0u64;
+        for _ in 0..3 {
+            folded ^= words.iter().fold(0u64, |a, w| a ^ w);
+        }
+        std::hint::black_box(folded);
+        let read_ms = start.elapsed().as_secs_f64() * 1000.0 / 3.0;
+        drop(words);
+        let bytes = (n * d * 4) as f64;
+        report(
+            json!({"phase": "exact_search", "engine": "mindlite", "threads": 1,
         "ms_per_query": exact_ms, "bandwidth_bound_ms": read_ms,
         "bandwidth_gb_s": bytes / read_ms / 1e6, "times_the_bound": exact_ms / read_ms}),
-    );
-    drop(graph);
+        );
+        drop(graph);
+    }
 
     if flag("--skip-engine") {
         return;
@@ -332,6 +348,14 @@ pub fn main() {
     config.embedding.batch_size = 1000;
     config.knowledge_bases.hnsw_m = m;
     config.knowledge_bases.hnsw_ef_construction = ef_construction;
+    let storage = text_arg("--storage-url");
+    let engine_name = match &storage {
+        Some(_) => "mindlite+pgvector",
+        None => "mindlite",
+    };
+    if let Some(url) = storage {
+        config.knowledge_bases.storage_url = url;
+    }
     let engine = Engine::open(data.path().join("kb.redb"), config).expect("open");
     engine
         .sql_blocking("CREATE KNOWLEDGE_BASE kb USING metadata_columns = ['shard']")
@@ -349,7 +373,7 @@ pub fn main() {
         .map(|m| m.len() as f64 / 1e6)
         .unwrap_or(0.0);
     report(
-        json!({"phase": "ingest", "engine": "mindlite", "rows": n, "seconds": insert_s,
+        json!({"phase": "ingest", "engine": engine_name, "rows": n, "seconds": insert_s,
         "rows_per_s": n as f64 / insert_s, "peak_rss_mb": peak_rss_mb(), "file_mb": file_mb}),
     );
     for (filter, truth) in [("none", &truth_all), ("10%", &truth_tenth)] {
@@ -376,12 +400,15 @@ pub fn main() {
             );
         }
         report(
-            json!({"phase": "sql_search", "engine": "mindlite", "filter": filter,
+            json!({"phase": "sql_search", "engine": engine_name, "filter": filter,
             "threads": 1, "recall_at_10": recall(&found, truth, 10),
             "p50_ms": percentile(&times, 0.5), "qps": q as f64 / start.elapsed().as_secs_f64()}),
         );
     }
     drop(engine);
+    if engine_only {
+        return;
+    }
 
     // 4. Hybrid search on text documents.
     hybrid(docs, &embedder);

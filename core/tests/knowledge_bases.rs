@@ -2453,7 +2453,7 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     let sent = pg_logged(from, "<=>");
     assert!(
         sent.iter()
-            .any(|s| s.contains("\"category\" = 'finance'") && s.contains("ORDER BY ml_distance")),
+            .any(|s| s.contains("\"category\" = 'finance'") && s.contains("ORDER BY 7, ")),
         "{sent:?}"
     );
     // Keywords rank in PostgreSQL's full text search.
@@ -2483,7 +2483,7 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     let sent = pg_logged(from, "<=>");
     assert!(
         sent.iter()
-            .any(|s| s.contains("ORDER BY ml_distance") && !s.contains("LIMIT")),
+            .any(|s| s.contains("ORDER BY 7, ") && !s.contains("LIMIT")),
         "{sent:?}"
     );
     // Conditions on scores hold for the final distances.
@@ -2517,6 +2517,55 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     );
     assert!(e.contains("vector(3)") && e.contains("vector(64)"), "{e}");
     pg_admin(&url, &format!("DROP TABLE \"{table}\""));
+    // Metadata named oddly is quoted wherever it goes (PostgreSQL reads `\` in a name as
+    // itself); the table's own names are refused.
+    pg_admin(&url, &format!("DROP TABLE IF EXISTS \"{table}\""));
+    exec(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE odd USING storage = 'vec.{table}'"),
+    );
+    let odd = r#"a\") text); drop table x; --"#;
+    let mut first = serde_json::Map::new();
+    first.insert("id".into(), json!(1));
+    first.insert("content".into(), json!("Cats purr"));
+    first.insert(odd.into(), json!("q"));
+    first.insert("tag".into(), json!("it's"));
+    let inserted = engine.block_on(engine.insert_into_knowledge_base(
+        "mindsdb",
+        "odd",
+        json!({"rows": [first, {"id": 2, "content": "Dogs bark", odd: "r", "tag": "a''b"}]}),
+        None,
+    ));
+    assert_eq!(inserted.unwrap(), 2);
+    assert_eq!(
+        count(&format!(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"{table}\"'::regclass AND attname = 'a\\\") text); drop table x; --'"
+        )),
+        "1"
+    );
+    // Text the unparser would write wrongly is compared here, not sent.
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM odd WHERE content = 'cats' AND tag = 'a''''b'"
+        ),
+        ["2"]
+    );
+    pg_admin(&url, &format!("DROP TABLE \"{table}\""));
+    for column in ["embedding", "ml_score"] {
+        exec(
+            &engine,
+            &format!("CREATE KNOWLEDGE_BASE {column}_kb USING storage = 'vec.{table}'"),
+        );
+        let e = error(
+            &engine,
+            &format!("INSERT INTO {column}_kb (id, content, {column}) VALUES (1, 'Cats', 'x')"),
+        );
+        assert!(
+            e.contains(&format!("Column '{column}' cannot be a metadata column")),
+            "{e}"
+        );
+    }
     // What storage names must be a PostgreSQL datasource's table.
     for (using, says) in [
         (

@@ -9,9 +9,11 @@
 //! `content_tsv`, a generated `tsvector` under a GIN index for the keyword side. A search is
 //! one statement: `ORDER BY embedding <=> question LIMIT n` when nothing filters (the index,
 //! its `hnsw.ef_search` raised to the rows asked for), else every distance (pgvector 0.6
-//! filters after its index walk, which would lose rows); keywords rank by `ts_rank_cd`, the
-//! best of them scaled to 1 as BM25 scores are here; metadata conditions PostgreSQL computes
-//! alike go into the same statement, others are checked on the rows as they stream back.
+//! filters after its index walk, which would lose rows); keywords are scored by BM25 written
+//! in SQL (see [`bm25`]); metadata conditions PostgreSQL computes alike go into the same
+//! statement, others are checked on the rows as they stream back. Every name the statements
+//! use of their own starts `ml_` and is qualified, and such names are refused as metadata
+//! columns, so a user's column never stands in for one.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
 use datafusion::logical_expr::Expr;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
@@ -45,7 +47,11 @@ const IDS_PER_STATEMENT: usize = 1000;
 /// pgvector's largest `hnsw.ef_search`: more rows than this are ranked without the index.
 const MAX_EF_SEARCH: usize = 1000;
 /// Columns a table may have (PostgreSQL's limit), read at most when checking one.
-const MAX_COLUMNS: i64 = 1600;
+const MAX_COLUMNS: usize = 1600;
+/// Bytes of a PostgreSQL name; a longer one is cut, and would name another column.
+const MAX_NAME_BYTES: usize = 63;
+/// Dimensions pgvector's HNSW index takes at most.
+const MAX_INDEXED_DIMENSIONS: usize = 2000;
 
 /// A knowledge base's PostgreSQL table and the server it is on.
 #[derive(Debug, Clone)]
@@ -214,6 +220,18 @@ pub(crate) struct PgWriter {
     ready: bool,
     /// The INSERT for a full statement of rows, once prepared.
     full: Option<tokio_postgres::Statement>,
+    /// Whether the transaction was committed.
+    committed: bool,
+}
+
+impl Drop for PgWriter {
+    /// A writer given up (an error, a cancel) cancels the statement it may be waiting for:
+    /// closing the connection alone rolls back only once that statement has run its course.
+    fn drop(&mut self) {
+        if !self.committed {
+            self.store.settings.cancel(self.client.cancel_token());
+        }
+    }
 }
 
 impl PgWriter {
@@ -229,6 +247,7 @@ impl PgWriter {
             client,
             ready: false,
             full: None,
+            committed: false,
         })
     }
 
@@ -247,7 +266,13 @@ impl PgWriter {
             let list = text_array(part);
             let rows = self
                 .client
-                .query(&sql, &[&TextParam(Some(&list)) as &(dyn ToSql + Sync)])
+                .query_raw(&sql, [TextParam(Some(&list))])
+                .await
+                .map_err(|e| self.store.error(&e))?;
+            // At most one row per id asked: a server answering more is not read further.
+            let rows: Vec<tokio_postgres::Row> = rows
+                .take(part.len())
+                .try_collect()
                 .await
                 .map_err(|e| self.store.error(&e))?;
             found.extend(rows.iter().map(|row| row.get::<_, String>(0)));
@@ -275,20 +300,61 @@ impl PgWriter {
         Ok(())
     }
 
-    /// Whether the table exists (made by this writer, or before).
+    /// Whether the table exists (made by this writer, or before), checking that one there is
+    /// a knowledge base's: a DELETE must never remove rows of some other table.
     async fn exists(&mut self) -> Result<bool> {
         if self.ready {
             return Ok(true);
         }
-        let found = self
+        let found = self.columns().await?;
+        if found.is_empty() {
+            return Ok(false);
+        }
+        self.check_layout(
+            &found,
+            &[ID, CHUNK_ID, CHUNK_CONTENT, EMBEDDING, CONTENT_TSV],
+        )?;
+        Ok(true)
+    }
+
+    /// The table's columns and their types as PostgreSQL writes them; none when it is missing.
+    async fn columns(&self) -> Result<Vec<(String, String)>> {
+        let store = &self.store;
+        let rows = self
             .client
-            .query_opt(
-                "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
-                &[&self.store.settings.schema, &self.store.table],
+            .query_raw(
+                "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
+                 FROM pg_catalog.pg_attribute a \
+                 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attnum",
+                [&store.settings.schema, &store.table],
             )
             .await
-            .map_err(|e| self.store.error(&e))?;
-        Ok(found.is_some())
+            .map_err(|e| store.error(&e))?;
+        // A server may answer more rows than a table has columns: no more are read.
+        let rows: Vec<tokio_postgres::Row> = rows
+            .take(MAX_COLUMNS)
+            .try_collect()
+            .await
+            .map_err(|e| store.error(&e))?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
+    /// Checks that the table's columns `found` include `needed`, its vectors pgvector's.
+    fn check_layout(&self, found: &[(String, String)], needed: &[&str]) -> Result<()> {
+        let store = &self.store;
+        for name in needed {
+            if !found.iter().any(|(column, _)| column == name) {
+                return Err(Error::invalid(format!(
+                    "Knowledge base '{}': PostgreSQL table {} has no column '{name}' (a knowledge base's table holds id, chunk_id, chunk_content, metadata, its metadata columns, embedding and content_tsv)",
+                    store.kb,
+                    store.qualified()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Makes the table for chunks of `schema` (the chunk table's, node last) and vectors of
@@ -298,6 +364,23 @@ impl PgWriter {
             return Ok(());
         }
         let store = &self.store;
+        let last = schema.fields().len() - 1;
+        let chunk_columns = &schema.fields()[..last];
+        for field in &chunk_columns[LEADING..] {
+            let name = field.name();
+            if name == EMBEDDING || name == CONTENT_TSV || name.starts_with("ml_") {
+                return Err(Error::invalid(format!(
+                    "Column '{name}' cannot be a metadata column of knowledge base '{}', kept in PostgreSQL: {EMBEDDING}, {CONTENT_TSV} and names starting ml_ are the table's and its searches' own",
+                    store.kb
+                )));
+            }
+            if name.len() > MAX_NAME_BYTES {
+                return Err(Error::invalid(format!(
+                    "Metadata column '{name}' of knowledge base '{}' is longer than PostgreSQL's {MAX_NAME_BYTES} bytes for a name",
+                    store.kb
+                )));
+            }
+        }
         let has_vector = self
             .client
             .query_opt(
@@ -321,23 +404,9 @@ impl PgWriter {
                     ))
                 })?;
         }
-        let rows = self
-            .client
-            .query(
-                "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
-                 FROM pg_catalog.pg_attribute a \
-                 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
-                 ORDER BY a.attnum LIMIT $3",
-                &[&store.settings.schema, &store.table, &MAX_COLUMNS],
-            )
-            .await
-            .map_err(|e| store.error(&e))?;
-        let last = schema.fields().len() - 1;
-        let chunk_columns = &schema.fields()[..last];
+        let found = self.columns().await?;
         let vector_type = format!("vector({dimensions})");
-        if rows.is_empty() {
+        if found.is_empty() {
             let mut definitions = vec![
                 format!("{} text NOT NULL", quote(ID)),
                 format!("{} text PRIMARY KEY", quote(CHUNK_ID)),
@@ -358,51 +427,44 @@ impl PgWriter {
                 quote(CHUNK_CONTENT)
             ));
             let table = store.qualified();
-            let index = |suffix: &str| quote(&format!("{}_{suffix}", store.table));
-            self.client
-                .batch_execute(&format!(
-                    "CREATE TABLE {table} ({}); \
-                     CREATE INDEX {} ON {table} USING hnsw ({} vector_cosine_ops); \
-                     CREATE INDEX {} ON {table} USING gin ({}); \
-                     CREATE INDEX {} ON {table} ({})",
-                    definitions.join(", "),
-                    index("embedding"),
-                    quote(EMBEDDING),
-                    index("tsv"),
-                    quote(CONTENT_TSV),
-                    index("id"),
-                    quote(ID),
-                ))
-                .await
-                .map_err(|e| store.error(&e))?;
+            // Indexes unnamed: PostgreSQL picks free names (a table's name and a suffix may
+            // pass its 63 bytes, or name another index). pgvector indexes vectors of up to
+            // 2,000 dimensions; longer ones are searched by computing every distance.
+            let mut statements = vec![format!("CREATE TABLE {table} ({})", definitions.join(", "))];
+            if dimensions <= MAX_INDEXED_DIMENSIONS {
+                statements.push(format!(
+                    "CREATE INDEX ON {table} USING hnsw ({} vector_cosine_ops)",
+                    quote(EMBEDDING)
+                ));
+            }
+            statements.push(format!(
+                "CREATE INDEX ON {table} USING gin ({})",
+                quote(CONTENT_TSV)
+            ));
+            statements.push(format!("CREATE INDEX ON {table} ({})", quote(ID)));
+            for statement in statements {
+                self.client
+                    .execute(statement.as_str(), &[])
+                    .await
+                    .map_err(|e| store.error(&e))?;
+            }
         } else {
-            let found: Vec<(String, String)> =
-                rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-            let type_of = |name: &str| {
-                found
-                    .iter()
-                    .find(|(column, _)| column == name)
-                    .map(|(_, t)| t.as_str())
-            };
-            let needed = chunk_columns
+            let needed: Vec<&str> = chunk_columns
                 .iter()
                 .map(|f| f.name().as_str())
-                .chain([EMBEDDING, CONTENT_TSV]);
-            for name in needed {
-                if type_of(name).is_none() {
-                    return Err(Error::invalid(format!(
-                        "Knowledge base '{}': PostgreSQL table {} has no column '{name}' (a knowledge base's table holds id, chunk_id, chunk_content, metadata, its metadata columns, embedding and content_tsv)",
-                        store.kb,
-                        store.qualified()
-                    )));
-                }
-            }
-            if type_of(EMBEDDING) != Some(vector_type.as_str()) {
+                .chain([EMBEDDING, CONTENT_TSV])
+                .collect();
+            self.check_layout(&found, &needed)?;
+            let embedding_type = found
+                .iter()
+                .find(|(column, _)| column == EMBEDDING)
+                .map(|(_, t)| t.as_str());
+            if embedding_type != Some(vector_type.as_str()) {
                 return Err(Error::invalid(format!(
                     "Knowledge base '{}': column embedding of PostgreSQL table {} is {}, not the {vector_type} its embedding model answers",
                     store.kb,
                     store.qualified(),
-                    type_of(EMBEDDING).unwrap_or("?")
+                    embedding_type.unwrap_or("?")
                 )));
             }
         }
@@ -453,11 +515,13 @@ impl PgWriter {
     }
 
     /// Commits the transaction: the chunks written show at once.
-    pub(crate) async fn commit(self) -> Result<()> {
+    pub(crate) async fn commit(mut self) -> Result<()> {
         self.client
             .batch_execute("COMMIT")
             .await
-            .map_err(|e| self.store.error(&e))
+            .map_err(|e| self.store.error(&e))?;
+        self.committed = true;
+        Ok(())
     }
 }
 
@@ -553,13 +617,15 @@ impl PgSearch<'_> {
             false => format!(" LIMIT {}", self.pool),
         };
         let chunk_id = quote(CHUNK_ID);
+        // The distance by its position: a metadata column may share its name.
+        let distance = self.columns.len() + 1;
         let keywords = question
             .as_ref()
             .map(|question| bm25(question, &table, &rows, &limit));
         let sql = match (&vector, &keywords) {
             (Some(vector), None) => {
                 let order = match exact {
-                    true => format!("ml_distance, t.{chunk_id}"),
+                    true => format!("{distance}, t.{chunk_id}"),
                     false => format!("t.{embedding} <=> {vector}::vector"),
                 };
                 format!(
@@ -570,7 +636,7 @@ impl PgSearch<'_> {
             (None, Some(keywords)) => format!(
                 "WITH {keywords} \
                  SELECT {}, (CASE WHEN max(k.ml_score) OVER () > 0 THEN 1 - k.ml_score / max(k.ml_score) OVER () ELSE 1 END)::float8 AS ml_distance \
-                 FROM k JOIN {table} t ON t.{chunk_id} = k.{chunk_id} ORDER BY ml_distance, t.{chunk_id}",
+                 FROM k JOIN {table} t ON t.{chunk_id} = k.{chunk_id} ORDER BY {distance}, t.{chunk_id}",
                 select_list(self.columns, Some("t")),
             ),
             (Some(vector), Some(keywords)) => {
@@ -582,12 +648,12 @@ impl PgSearch<'_> {
                 format!(
                     "WITH {keywords}, \
                      v AS (SELECT t.{chunk_id} FROM {rows} ORDER BY {nearest}{limit}), \
-                     b AS (SELECT max(ml_score) AS ml_best FROM k), \
-                     c AS (SELECT {chunk_id} FROM v UNION SELECT {chunk_id} FROM k) \
+                     b AS (SELECT max(k.ml_score) AS ml_best FROM k), \
+                     c AS (SELECT v.{chunk_id} FROM v UNION SELECT k.{chunk_id} FROM k) \
                      SELECT {items}, ({alpha}::float8 * (t.{embedding} <=> {vector}::vector) + (1 - {alpha}::float8) * \
                        CASE WHEN b.ml_best > 0 THEN 1 - coalesce(k.ml_score, 0) / b.ml_best ELSE 1 END)::float8 AS ml_distance \
                      FROM c JOIN {table} t ON t.{chunk_id} = c.{chunk_id} LEFT JOIN k ON k.{chunk_id} = c.{chunk_id} CROSS JOIN b \
-                     ORDER BY ml_distance, t.{chunk_id}",
+                     ORDER BY {distance}, t.{chunk_id}",
                     items = select_list(self.columns, Some("t")),
                 )
             }
@@ -638,12 +704,12 @@ fn bm25(question: &str, table: &str, rows: &str, limit: &str) -> String {
     format!(
         "ml_terms AS (SELECT DISTINCT l AS ml_term FROM unnest(tsvector_to_array(to_tsvector('simple', {question}::text))) l \
            WHERE strpos(l, E'\\\\') = 0 LIMIT {MAX_TERMS}), \
-         ml_query AS (SELECT to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(ml_term), ' | ') FROM ml_terms), '')) AS ml_q), \
+         ml_query AS (SELECT to_tsquery('simple', coalesce((SELECT string_agg(quote_literal(ml_terms.ml_term), ' | ') FROM ml_terms), '')) AS ml_q), \
          ml_stats AS (SELECT (SELECT count(*) FROM {table})::float8 AS ml_n, \
-           greatest(coalesce((SELECT avg(ml_len) FROM (SELECT {length} AS ml_len FROM {table} LIMIT 1000) s), 1), 1)::float8 AS ml_avglen), \
-         ml_idf AS (SELECT ml_term, ln(1 + (ml_n - ml_df + 0.5) / (ml_df + 0.5)) AS ml_w FROM \
-           (SELECT ml_term, (SELECT count(*) FROM {table} WHERE {tsv} @@ to_tsquery('simple', quote_literal(ml_term)))::float8 AS ml_df FROM ml_terms) d, ml_stats), \
-         k AS (SELECT t.{chunk_id}, (SELECT sum(ml_w * x.ml_tf * {k1_1} / (x.ml_tf + {k1} * (1 - {b} + {b} * ml_len.ml_dl / ml_avglen))) \
+           greatest(coalesce((SELECT avg(s.ml_len) FROM (SELECT {length} AS ml_len FROM {table} LIMIT 1000) s), 1), 1)::float8 AS ml_avglen), \
+         ml_idf AS (SELECT d.ml_term, ln(1 + (ml_stats.ml_n - d.ml_df + 0.5) / (d.ml_df + 0.5)) AS ml_w FROM \
+           (SELECT ml_terms.ml_term, (SELECT count(*) FROM {table} s WHERE s.{tsv} @@ to_tsquery('simple', quote_literal(ml_terms.ml_term)))::float8 AS ml_df FROM ml_terms) d, ml_stats), \
+         k AS (SELECT t.{chunk_id}, (SELECT sum(ml_idf.ml_w * x.ml_tf * {k1_1} / (x.ml_tf + {k1} * (1 - {b} + {b} * ml_len.ml_dl / ml_stats.ml_avglen))) \
              FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS ml_tf FROM unnest(t.{tsv}) u) x \
              JOIN ml_idf ON ml_idf.ml_term = x.lexeme)::float8 AS ml_score \
            FROM {rows} CROSS JOIN ml_query CROSS JOIN ml_stats \

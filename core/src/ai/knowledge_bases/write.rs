@@ -68,13 +68,11 @@ pub(crate) fn insert(
     let _writer = lock_knowledge_base(job, handle, &kb)?;
     let base = Base::read(job, &kb)?;
     let settings = &connector.knowledge_bases;
-    let remote = match pg_store(job, &kb, &connector)? {
-        Some(store) => Some(
-            crate::memory::wait(handle, job.unless_cancelled(PgWriter::open(store)))
-                .ok_or_else(crate::store::cancelled)??,
-        ),
-        None => None,
-    };
+    // The remote transaction opens at the first write, not before the rows are read.
+    let remote = pg_store(job, &kb, &connector)?.map(|store| RemoteWrite {
+        store,
+        writer: None,
+    });
     let mut ingest = Ingest {
         endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding()),
         kb: &kb,
@@ -119,7 +117,7 @@ pub(crate) fn insert(
     // The remote rows land first: inserting them again (if the knowledge base changed
     // meanwhile and this starts over) replaces them, ids and chunk ids being the same.
     let is_remote = remote.is_some();
-    if let Some(writer) = remote {
+    if let Some(writer) = remote.and_then(|r| r.writer) {
         crate::memory::wait(handle, job.unless_cancelled(writer.commit()))
             .ok_or_else(crate::store::cancelled)??;
     }
@@ -431,6 +429,28 @@ fn stored_ids(job: &WriteJob, table: u64, ids: &[String]) -> Result<HashSet<Stri
     Ok(found)
 }
 
+/// A knowledge base's PostgreSQL table, and the insert's transaction there once it wrote.
+struct RemoteWrite {
+    store: PgStore,
+    writer: Option<PgWriter>,
+}
+
+impl RemoteWrite {
+    /// The insert's remote transaction, begun at its first use.
+    fn writer(&mut self, handle: &Handle, job: &WriteJob) -> Result<&mut PgWriter> {
+        if self.writer.is_none() {
+            let opened = PgWriter::open(self.store.clone());
+            self.writer = Some(
+                crate::memory::wait(handle, job.unless_cancelled(opened))
+                    .ok_or_else(crate::store::cancelled)??,
+            );
+        }
+        self.writer
+            .as_mut()
+            .ok_or_else(|| Error::internal("a remote transaction went missing"))
+    }
+}
+
 /// Chunks embedded, indexed and staged at once: a document's chunks go in groups, so its
 /// size, not the memory, bounds how many it may have.
 const GROUP_CHUNKS: usize = 1024;
@@ -472,8 +492,8 @@ struct Ingest<'a> {
     documents: u64,
     staged: Option<StagedRows>,
     progress: &'a Mutex<Tracker>,
-    /// The remote transaction the chunks go into, for a knowledge base kept in PostgreSQL.
-    remote: Option<PgWriter>,
+    /// Where the chunks go, for a knowledge base kept in PostgreSQL.
+    remote: Option<RemoteWrite>,
     options: InsertOptions,
     /// Documents whose old remote chunks were deleted already.
     cleared: HashSet<String>,
@@ -485,8 +505,9 @@ impl Ingest<'_> {
     /// already when they are to be skipped.
     fn add(&mut self, handle: &Handle, job: &WriteJob, batch: &RecordBatch) -> Result<()> {
         let stored = match (&mut self.remote, self.stored) {
-            (Some(writer), _) if self.options.skip_existing => {
+            (Some(remote), _) if self.options.skip_existing => {
                 let ids = document_ids(self.kb, batch)?;
+                let writer = remote.writer(handle, job)?;
                 crate::memory::wait(handle, job.unless_cancelled(writer.stored_ids(&ids)))
                     .ok_or_else(crate::store::cancelled)??
             }
@@ -677,7 +698,8 @@ impl Ingest<'_> {
                 schema
             }
         };
-        if let Some(writer) = self.remote.as_mut() {
+        if let Some(remote) = self.remote.as_mut() {
+            let writer = remote.writer(handle, job)?;
             let documents = take(&source.ids, &rows, None)?;
             let mut columns: Vec<ArrayRef> = vec![
                 Arc::clone(&documents),

@@ -51,5 +51,10 @@ pub(crate) fn with_url(
         "database",
         (!database.is_empty()).then(|| Value::from(decode(database))),
     );
+    // `?sslmode=require` and the like are parameters too: the engine's own check refuses
+    // what it does not take (TLS settings above all), rather than dropping them unread.
+    for (key, value) in url.query_pairs() {
+        put(&key, Some(Value::from(value.into_owned())));
+    }
     Ok(out)
 }

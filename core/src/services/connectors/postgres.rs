@@ -22,7 +22,6 @@ use datafusion::arrow::array::{
     RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::sql::sqlparser::ast::Ident;
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -310,7 +309,7 @@ impl Settings {
 
     /// Cancels the statement `token` belongs to, over a new connection under the same policy.
     /// Best effort: errors are dropped (the statement's own connection closes either way).
-    fn cancel(&self, token: CancelToken) {
+    pub(crate) fn cancel(&self, token: CancelToken) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -399,9 +398,12 @@ pub(crate) fn query_error(e: &tokio_postgres::Error) -> Error {
     Error::new(kind, format!("PostgreSQL: {}", error_text(e)))
 }
 
-/// `name` as a PostgreSQL identifier, always quoted (so case and odd characters survive).
+/// `name` as a PostgreSQL identifier, always quoted (so case and odd characters survive):
+/// every `"` doubled. Not sqlparser's `Ident` display, which leaves a `"` after a backslash
+/// (MySQL's escape) and a `""` as they are: PostgreSQL reads neither so, and a name holding
+/// `\"` would end the identifier early.
 pub(crate) fn quote(name: &str) -> String {
-    Ident::with_quote('"', name).to_string()
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The tables and views of the datasource's schema, by name: at most
@@ -1297,6 +1299,17 @@ impl Numeric {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn identifiers_double_every_quote_whatever_precedes_it() {
+        assert_eq!(quote("plain"), "\"plain\"");
+        assert_eq!(quote("a\\\"b"), "\"a\\\"\"b\"");
+        assert_eq!(quote("a\"\"b"), "\"a\"\"\"\"b\"");
+        assert_eq!(
+            quote("m\\\" text); drop table t; --"),
+            "\"m\\\"\" text); drop table t; --\""
+        );
+    }
 
     fn numeric_bytes(weight: i16, sign: u16, dscale: u16, digits: &[u16]) -> Vec<u8> {
         let mut out = Vec::new();

@@ -99,11 +99,14 @@ fn literal_ok(value: &ScalarValue) -> bool {
         | ScalarValue::UInt8(_)
         | ScalarValue::UInt16(_)
         | ScalarValue::UInt32(_)
-        | ScalarValue::Utf8(_)
-        | ScalarValue::LargeUtf8(_)
-        | ScalarValue::Utf8View(_)
         | ScalarValue::Date32(_)
         | ScalarValue::Decimal128(_, _, _) => true,
+        // The unparser writes text inline with sqlparser's escaping, which leaves a quote
+        // after a backslash, and a doubled quote, as they are: the server would read another
+        // value (or, from `\'`, the rest as SQL). Such text is compared here.
+        ScalarValue::Utf8(v) | ScalarValue::LargeUtf8(v) | ScalarValue::Utf8View(v) => v
+            .as_deref()
+            .is_none_or(|text| !text.contains("''") && !text.contains("\\'")),
         // NaN and infinities compare differently in PostgreSQL. A real (f32) literal would be
         // written as a decimal that PostgreSQL compares as numeric, not as real.
         ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
@@ -114,7 +117,12 @@ fn literal_ok(value: &ScalarValue) -> bool {
 fn supported(expr: &Expr, columns: &[Column]) -> bool {
     let ok = |e: &Expr| supported(e, columns);
     match expr {
-        Expr::Column(_) => column_kind(expr, columns).is_some_and(Kind::compares_alike),
+        // A name holding a quote would be written with sqlparser's escaping (see
+        // `literal_ok`): compared here.
+        Expr::Column(c) => {
+            !c.name.contains(['"', '`'])
+                && column_kind(expr, columns).is_some_and(Kind::compares_alike)
+        }
         Expr::Literal(value, _) => literal_ok(value),
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let allowed = match op {
@@ -182,6 +190,24 @@ mod tests {
             Some(r#""name" IN ('it''s')"#)
         );
         assert!(sql(col("name").like(lit("a%"))).is_some());
+    }
+
+    #[test]
+    fn text_the_unparser_would_escape_wrongly_stays_local() {
+        let mut cols = columns();
+        cols.push(Column {
+            name: "odd\\\"name".into(),
+            kind: Kind::Int64,
+            nullable: true,
+            unsigned: false,
+        });
+        let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
+        // sqlparser leaves a quote after a backslash, and a doubled one, unescaped.
+        assert_eq!(sql(col("name").eq(lit("x\\' OR true OR '"))), None);
+        assert_eq!(sql(col("name").eq(lit("a''b"))), None);
+        let odd = Expr::Column(DfColumn::new_unqualified("odd\\\"name"));
+        assert_eq!(sql(odd.eq(lit(1i64))), None);
+        assert!(sql(col("name").eq(lit("back\\slash"))).is_some());
     }
 
     #[test]
