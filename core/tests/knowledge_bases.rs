@@ -2406,7 +2406,9 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     );
     let indexes = format!("{indexes:?}");
     assert!(
-        indexes.contains("USING hnsw (embedding vector_cosine_ops)"),
+        indexes.contains(
+            "USING hnsw (embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+        ),
         "{indexes}"
     );
     assert!(indexes.contains("USING gin (content_tsv)"), "{indexes}");

@@ -158,7 +158,8 @@ impl PgStore {
 
     /// Removes every chunk of the documents `ids`, in one remote transaction.
     pub(crate) async fn delete(&self, ids: &HashSet<String>) -> Result<()> {
-        let mut writer = PgWriter::open(self.clone()).await?;
+        // Never makes the table, so no index parameters.
+        let mut writer = PgWriter::open(self.clone(), (0, 0)).await?;
         let ids: Vec<String> = ids.iter().cloned().collect();
         writer.clear(&ids).await?;
         writer.commit().await
@@ -222,6 +223,8 @@ pub(crate) struct PgWriter {
     full: Option<tokio_postgres::Statement>,
     /// Whether the transaction was committed.
     committed: bool,
+    /// HNSW's M and efConstruction for an index this writer makes.
+    hnsw: (usize, usize),
 }
 
 impl Drop for PgWriter {
@@ -235,8 +238,9 @@ impl Drop for PgWriter {
 }
 
 impl PgWriter {
-    /// Opens a connection to `store`'s server and starts the transaction.
-    pub(crate) async fn open(store: PgStore) -> Result<PgWriter> {
+    /// Opens a connection to `store`'s server and starts the transaction; `hnsw` is M and
+    /// efConstruction for an index it makes.
+    pub(crate) async fn open(store: PgStore, hnsw: (usize, usize)) -> Result<PgWriter> {
         let client = store.settings.connect_for_writes().await?;
         client
             .batch_execute("BEGIN")
@@ -248,6 +252,7 @@ impl PgWriter {
             ready: false,
             full: None,
             committed: false,
+            hnsw,
         })
     }
 
@@ -432,9 +437,13 @@ impl PgWriter {
             // 2,000 dimensions; longer ones are searched by computing every distance.
             let mut statements = vec![format!("CREATE TABLE {table} ({})", definitions.join(", "))];
             if dimensions <= MAX_INDEXED_DIMENSIONS {
+                // `[knowledge_bases]`'s M and efConstruction, in pgvector's ranges.
+                let (m, ef_construction) = self.hnsw;
+                let m = m.clamp(2, 100);
                 statements.push(format!(
-                    "CREATE INDEX ON {table} USING hnsw ({} vector_cosine_ops)",
-                    quote(EMBEDDING)
+                    "CREATE INDEX ON {table} USING hnsw ({} vector_cosine_ops) WITH (m = {m}, ef_construction = {})",
+                    quote(EMBEDDING),
+                    ef_construction.clamp(2 * m, 1000)
                 ));
             }
             statements.push(format!(

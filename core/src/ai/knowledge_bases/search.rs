@@ -306,18 +306,10 @@ impl Ranking {
                 .iter()
                 .map(|d| d.map(|d| 1.0 / (1.0 + d)))
                 .collect();
-            let mut shown =
+            let shown =
                 self.shown
                     .batch(&chunk, distance, Arc::new(relevance), Some(&self.search))?;
-            if let Some(local) = local {
-                shown = filter(local, &shown)?;
-            }
-            if let Some(scores) = scores {
-                shown = filter(scores, &shown)?;
-            }
-            let take = shown.num_rows().min(wanted - got);
-            got += take;
-            out.push(shown.slice(0, take));
+            out.push(kept(shown, &[local, scores], wanted, &mut got)?);
         }
         Ok(out)
     }
@@ -568,18 +560,13 @@ impl Ranking {
                 .iter()
                 .map(|c| Some(1.0 / (1.0 + c.distance)))
                 .collect();
-            let mut shown = self.shown.batch(
+            let shown = self.shown.batch(
                 &stored,
                 Arc::new(distance),
                 Arc::new(relevance),
                 Some(&self.search),
             )?;
-            if let Some(scores) = scores {
-                shown = filter(scores, &shown)?;
-            }
-            let take = shown.num_rows().min(wanted - found);
-            found += take;
-            out.push(shown.slice(0, take));
+            out.push(kept(shown, &[scores], wanted, &mut found)?);
         }
         Ok(out)
     }
@@ -605,6 +592,22 @@ fn pairs(found: &[mindlite_vectors::hnsw::Neighbour]) -> Vec<(u32, f64)> {
         .iter()
         .map(|n| (n.node, f64::from(n.distance)))
         .collect()
+}
+
+/// The rows of `shown` that every one of `conditions` holds for, no more than are still
+/// `wanted` beyond the `found` ones (which they are counted into).
+fn kept(
+    mut shown: RecordBatch,
+    conditions: &[Option<&Arc<dyn PhysicalExpr>>],
+    wanted: usize,
+    found: &mut usize,
+) -> Result<RecordBatch> {
+    for condition in conditions.iter().flatten() {
+        shown = filter(condition, &shown)?;
+    }
+    let take = shown.num_rows().min(wanted.saturating_sub(*found));
+    *found += take;
+    Ok(shown.slice(0, take))
 }
 
 /// The rows of `batch` that `predicate` holds for.

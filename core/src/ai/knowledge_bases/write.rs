@@ -72,6 +72,7 @@ pub(crate) fn insert(
     let remote = pg_store(job, &kb, &connector)?.map(|store| RemoteWrite {
         store,
         writer: None,
+        hnsw: (settings.hnsw_m, settings.hnsw_ef_construction),
     });
     let mut ingest = Ingest {
         endpoint: embeddings::endpoint(&kb.embedding_model, &connector.embedding()),
@@ -433,13 +434,15 @@ fn stored_ids(job: &WriteJob, table: u64, ids: &[String]) -> Result<HashSet<Stri
 struct RemoteWrite {
     store: PgStore,
     writer: Option<PgWriter>,
+    /// M and efConstruction for the HNSW index of a table the insert makes.
+    hnsw: (usize, usize),
 }
 
 impl RemoteWrite {
     /// The insert's remote transaction, begun at its first use.
     fn writer(&mut self, handle: &Handle, job: &WriteJob) -> Result<&mut PgWriter> {
         if self.writer.is_none() {
-            let opened = PgWriter::open(self.store.clone());
+            let opened = PgWriter::open(self.store.clone(), self.hnsw);
             self.writer = Some(
                 crate::memory::wait(handle, job.unless_cancelled(opened))
                     .ok_or_else(crate::store::cancelled)??,
