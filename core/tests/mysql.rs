@@ -9,6 +9,8 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mindlite::{Config, Engine, QueryRequest};
@@ -467,11 +469,21 @@ fn the_egress_policy_and_the_message_cap_hold_for_mysql() {
 /// A server that greets, accepts any login, then answers every command with `answer` (raw
 /// packets, each with its length and sequence number written here).
 fn hostile(answer: Answer) -> u16 {
+    hostile_counting(move |_| answer(), Arc::default())
+}
+
+/// [`hostile`] answering each command (its packet) as `answer` says, counting into `killed`
+/// the sessions whose client went away after sending a `KILL`.
+fn hostile_counting(
+    answer: impl Fn(&[u8]) -> Vec<Vec<u8>> + Send + Sync + Copy + 'static,
+    killed: Arc<AtomicUsize>,
+) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
+            let killed = Arc::clone(&killed);
             std::thread::spawn(move || {
                 let send = |stream: &mut std::net::TcpStream, seq: u8, payload: &[u8]| {
                     let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
@@ -504,16 +516,21 @@ fn hostile(answer: Answer) -> u16 {
                 }
                 let _ = send(&mut stream, 2, &[0, 0, 0, 2, 0, 0, 0]);
                 // The session's setup statements get OKs; the query after them the answer.
+                let mut kill = false;
                 while let Some(command) = read(&mut stream) {
+                    kill = command.starts_with(b"\x03KILL");
                     if command.starts_with(b"\x03SET ") {
                         let _ = send(&mut stream, 1, &[0, 0, 0, 2, 0, 0, 0]);
                         continue;
                     }
-                    for (i, packet) in answer().iter().enumerate() {
+                    for (i, packet) in answer(&command).iter().enumerate() {
                         if stream.write_all(&packet_with(packet, i as u8 + 1)).is_err() {
                             return;
                         }
                     }
+                }
+                if kill {
+                    killed.fetch_add(1, Ordering::SeqCst);
                 }
             });
         }
@@ -588,6 +605,60 @@ fn hostile_servers_are_refused_before_they_are_believed() {
     }
     // The engine is still here.
     assert_eq!(rows(&engine, "SELECT 1 + 1"), json!([[2]]));
+}
+
+/// A statement stopped by its deadline is stopped on the server with `KILL QUERY` over a new
+/// session; a server that takes that session and never answers the KILL (the statement gets
+/// a result's header and then nothing) does not keep it: it is given up after
+/// `connect_timeout`, as is the stopped statement's own session.
+#[test]
+fn a_kill_gives_up_on_a_server_that_never_answers_it() {
+    let mut config = Config::default();
+    config.query.statement_timeout_secs = Some(1);
+    let engine = Engine::open_in_memory(config).unwrap();
+    let killed = Arc::new(AtomicUsize::new(0));
+    let port = hostile_counting(
+        |command| {
+            let mut column = Vec::new();
+            for part in ["def", "", "", "", "n", ""] {
+                column.push(part.len() as u8);
+                column.extend_from_slice(part.as_bytes());
+            }
+            column.extend_from_slice(&[0x0c, 45, 0, 10, 0, 0, 0, 0xfd, 0, 0, 0, 0, 0]);
+            match command.first() {
+                // PREPARE (describing the query): one column, no parameters.
+                Some(0x16) => vec![
+                    vec![0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+                    column,
+                    vec![0xfe, 0, 0, 2, 0],
+                ],
+                // Closing a prepared statement has no answer; the KILL gets none.
+                Some(0x19) => Vec::new(),
+                _ if command.starts_with(b"\x03KILL") => Vec::new(),
+                // The statement: a result's header, then nothing.
+                _ => vec![vec![1], column, vec![0xfe, 0, 0, 2, 0]],
+            }
+        },
+        Arc::clone(&killed),
+    );
+    let params = json!({"host": "127.0.0.1", "port": port, "user": "u", "password": "p",
+        "database": "d", "connect_timeout": 1});
+    ok(
+        &engine,
+        &format!("CREATE DATABASE stall WITH ENGINE = 'mysql', PARAMETERS = {params}"),
+    );
+    let message = error(&engine, "SELECT * FROM stall (SELECT 1)");
+    assert!(message.contains("statement_timeout"), "{message}");
+    // The KILL's session closes, well within this bound.
+    let start = Instant::now();
+    while killed.load(Ordering::SeqCst) < 1 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        killed.load(Ordering::SeqCst),
+        1,
+        "the KILL's session stayed open"
+    );
 }
 
 /// Seeded random filters over one MariaDB table (numbers, decimals, dates, NULLs and text with

@@ -285,16 +285,21 @@ impl Settings {
     }
 
     /// Stops the statement running on connection `id`, over a new connection under the same
-    /// policy. Best effort: errors are dropped (the statement's own connection closes anyway).
+    /// policy. Best effort: errors are dropped (the statement's own connection closes anyway),
+    /// and the attempt gives up after `connect_timeout`: a server that never answers must not
+    /// keep a task and a socket for every statement stopped.
     fn kill(&self, id: u32) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let settings = self.clone();
         crate::memory::spawn_detached(&runtime, async move {
-            if let Ok(mut conn) = settings.open(false).await {
-                let _ = conn.execute(&format!("KILL QUERY {id}")).await;
-            }
+            let killing = async {
+                if let Ok(mut conn) = settings.open(false).await {
+                    let _ = conn.execute(&format!("KILL QUERY {id}")).await;
+                }
+            };
+            let _ = tokio::time::timeout(settings.connect_timeout, killing).await;
         });
     }
 
