@@ -2359,12 +2359,39 @@ fn pg_log_lines() -> usize {
 
 #[test]
 fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches() {
+    let embedder = FakeEmbedder::start();
+    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
+    // What storage names must be a PostgreSQL datasource's table (checked without a server).
+    let dir = tempfile::tempdir().unwrap();
+    exec(
+        &engine,
+        &format!(
+            "CREATE DATABASE files_ds WITH ENGINE = 'files', PARAMETERS = {{\"path\": \"{}\"}}",
+            dir.path().display()
+        ),
+    );
+    for (using, says) in [
+        (
+            "storage = nosuch.t",
+            "datasource 'nosuch', which does not exist",
+        ),
+        (
+            "storage = files_ds.t",
+            "datasource 'files_ds' is not PostgreSQL",
+        ),
+        ("storage = 'vec'", "datasource.table"),
+        ("vector_store = 'vec'", "storage = datasource.table"),
+    ] {
+        let e = error(&engine, &format!("CREATE KNOWLEDGE_BASE bad USING {using}"));
+        assert!(e.contains(says), "{using}: {e}");
+    }
+    assert!(!rows(&engine, "SHOW KNOWLEDGE_BASES")
+        .to_string()
+        .contains("bad"));
     // Only the copy of the suite on PostgreSQL has a server to look into.
     let Some(url) = pgvector_url() else {
         return;
     };
-    let embedder = FakeEmbedder::start();
-    let engine = Engine::open_in_memory(config(&embedder)).unwrap();
     let table = format!("kb docs {}", std::process::id());
     pg_admin(&url, &format!("DROP TABLE IF EXISTS \"{table}\""));
     exec(
@@ -2567,18 +2594,6 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
             e.contains(&format!("Column '{column}' cannot be a metadata column")),
             "{e}"
         );
-    }
-    // What storage names must be a PostgreSQL datasource's table.
-    for (using, says) in [
-        (
-            "storage = nosuch.t",
-            "datasource 'nosuch', which does not exist",
-        ),
-        ("storage = 'vec'", "datasource.table"),
-        ("vector_store = 'vec'", "storage = datasource.table"),
-    ] {
-        let e = error(&engine, &format!("CREATE KNOWLEDGE_BASE bad USING {using}"));
-        assert!(e.contains(says), "{using}: {e}");
     }
     // Without storage, knowledge_bases.storage_url gives each its own table, dropped with it.
     exec(&engine, "CREATE KNOWLEDGE_BASE own");

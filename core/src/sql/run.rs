@@ -49,7 +49,17 @@ impl SqlRunner {
             crate::services::connectors::postgres::storage_settings(url, &self.services.net)?;
         let remote = crate::services::connectors::remote::Remote::Postgres(settings);
         for table in owned {
-            crate::services::connectors::table::drop_table(&remote, &table, true).await?;
+            crate::services::connectors::table::drop_table(&remote, &table, true)
+                .await
+                .map_err(|e| {
+                    Error::new(
+                        e.kind(),
+                        format!(
+                            "Project dropped, but its knowledge base table {table} stays on the storage server: {}",
+                            e.message()
+                        ),
+                    )
+                })?;
         }
         Ok(())
     }

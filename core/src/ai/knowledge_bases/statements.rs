@@ -306,15 +306,30 @@ impl SqlRunner {
             _ => None,
         };
         let object = crate::running::Object::knowledge_base(tenant, project, name);
-        let (project, name) = (project.to_string(), name.to_string());
+        let (dropped_project, dropped) = (project.to_string(), name.to_string());
         self.services
             .store
             .write_dropping(object, move |txn| {
-                crate::catalog::rules::drop_knowledge_base(txn, tenant, &project, &name, if_exists)
+                crate::catalog::rules::drop_knowledge_base(
+                    txn,
+                    tenant,
+                    &dropped_project,
+                    &dropped,
+                    if_exists,
+                )
             })
             .await?;
         if let Some(store) = owned {
-            store.drop_table().await?;
+            store.drop_table().await.map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!(
+                        "Knowledge base '{name}' was dropped, but its table {} stays on the storage server: {}",
+                        store.table,
+                        e.message()
+                    ),
+                )
+            })?;
         }
         Ok(())
     }
