@@ -2482,7 +2482,7 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     let sent = pg_logged(from, "<=>");
     assert!(
         sent.iter()
-            .any(|s| s.contains("\"category\" = 'finance'") && s.contains("ORDER BY 7, ")),
+            .any(|s| s.contains("\"category\" = E'finance'") && s.contains("ORDER BY 7, ")),
         "{sent:?}"
     );
     // Keywords rank in PostgreSQL's full text search.

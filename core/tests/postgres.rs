@@ -159,7 +159,7 @@ fn filters_projections_and_limits_reach_postgres() {
     );
     assert!(!last.contains("item 7"), "{last}");
 
-    // Text order depends on collation: that filter runs here, and the answer is still right.
+    // Text is ordered by its bytes, as here, whatever the database's collation.
     let got = rows(
         &engine,
         "SELECT count(*) FROM pg.pd_items WHERE name < 'item 2' AND id <= 20",
@@ -167,7 +167,7 @@ fn filters_projections_and_limits_reach_postgres() {
     assert_eq!(got, json!([[11]]));
     let last = logged(&log, "pd_items").pop().unwrap();
     assert!(
-        last.contains("WHERE (\"id\" <= 20)") && !last.contains("'item 2'"),
+        last.contains("((\"t1\".\"name\") COLLATE \"C\" < (CAST($1 AS VARCHAR)) COLLATE \"C\")"),
         "{last}"
     );
 

@@ -5,6 +5,7 @@
 //! (`directory`). Every connection goes through the egress policy (`Net`). The datasource
 //! records themselves are `datasources`'s.
 
+pub(crate) mod dialect;
 pub(crate) mod directory;
 mod dsn;
 pub(crate) mod mysql;

@@ -867,7 +867,8 @@ fn kind_of(column: &WireColumn) -> Kind {
             Kind::Bytes
         }
         // Text compares under a collation (case-insensitive, trailing spaces ignored by
-        // default): equal remotely where it differs here, so no condition on it is sent.
+        // default): equal remotely where it differs here, so conditions on it are sent
+        // comparing its bytes (`dialect`).
         ColumnType::MYSQL_TYPE_VARCHAR
         | ColumnType::MYSQL_TYPE_VAR_STRING
         | ColumnType::MYSQL_TYPE_STRING

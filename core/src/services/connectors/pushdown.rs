@@ -1,34 +1,27 @@
 //! Which filters of a query go to the remote database, and their SQL text. A filter is sent
 //! only when the remote database would compute exactly what DataFusion computes, so the rows
 //! that come back need no second check: comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN lists,
-//! BETWEEN and LIKE over columns and literals. Ordering comparisons of text stay local (a remote
-//! collation may sort differently from DataFusion's byte order), as do arithmetic and columns
-//! whose remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's
-//! unparser's, in the server's dialect. MySQL compares text under a collation (case and
-//! trailing spaces ignored by default) and reads backslashes in string literals unless its
-//! `sql_mode` says otherwise, so no condition with text is sent to it.
+//! BETWEEN and LIKE over columns and literals. Arithmetic stays local, as do columns whose
+//! remote comparison differs (see `Kind::compares_alike`). The text is DataFusion's
+//! unparser's in the server's dialect, with text literals and text comparisons written by
+//! `dialect` so they compare by bytes as DataFusion does (PostgreSQL orders text under
+//! `COLLATE "C"`; MySQL compares every text as its UTF-8 bytes).
 
+use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column as DfColumn, ScalarValue};
+use datafusion::common::{Column as DfColumn, DFSchema, ScalarValue};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
-use datafusion::sql::unparser::dialect::{MySqlDialect, PostgreSqlDialect};
-use datafusion::sql::unparser::Unparser;
 
+pub(crate) use super::dialect::Dialect;
+use super::dialect::{exact_text, mysql_like_pattern};
 use super::postgres::{Column, Kind};
-
-/// Whose SQL a condition is written in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Dialect {
-    Postgres,
-    MySql,
-}
 
 /// The SQL condition for `filter` over `columns`, or `None` when it must run locally.
 pub(crate) fn remote_filter(filter: &Expr, columns: &[Column], dialect: Dialect) -> Option<String> {
-    if !supported(filter, columns) {
+    if !supported(filter, columns, dialect) {
         return None;
     }
-    if dialect == Dialect::MySql && (has_text(filter, columns) || has_long_double(filter)) {
+    if dialect == Dialect::MySql && has_long_double(filter) {
         return None;
     }
     // Columns unqualified: the remote statement reads one table under its own name.
@@ -44,11 +37,14 @@ pub(crate) fn remote_filter(filter: &Expr, columns: &[Column], dialect: Dialect)
         })
         .ok()?
         .data;
-    let sql = match dialect {
-        Dialect::Postgres => Unparser::new(&PostgreSqlDialect {}).expr_to_sql(&bare),
-        Dialect::MySql => Unparser::new(&MySqlDialect {}).expr_to_sql(&bare),
-    }
-    .ok()?;
+    // bounded: one field per column of the table, which `datasources.max_columns` bounds
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|c| Field::new(&c.name, c.kind.data_type(), true))
+        .collect();
+    let schema = DFSchema::try_from(Schema::new(fields)).ok()?;
+    let exact = exact_text(bare, &schema, dialect).ok()?;
+    let sql = dialect.unparser().expr_to_sql(&exact).ok()?;
     Some(sql.to_string())
 }
 
@@ -62,21 +58,19 @@ fn column_kind(expr: &Expr, columns: &[Column]) -> Option<Kind> {
     }
 }
 
-/// Whether `expr` holds text: a text column or a text literal anywhere in it.
-fn has_text(expr: &Expr, columns: &[Column]) -> bool {
-    expr.exists(|e| {
-        Ok(match e {
-            Expr::Column(_) => {
-                matches!(column_kind(e, columns), Some(Kind::Text | Kind::LooseText))
-            }
-            Expr::Literal(v, _) => matches!(
-                v,
-                ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_)
-            ),
-            _ => false,
-        })
-    })
-    .unwrap_or(true)
+/// Whether `expr` is a text column or a text literal.
+fn is_text(expr: &Expr, columns: &[Column]) -> bool {
+    match expr {
+        Expr::Column(_) => matches!(
+            column_kind(expr, columns),
+            Some(Kind::Text | Kind::LooseText)
+        ),
+        Expr::Literal(v, _) => matches!(
+            v,
+            ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_)
+        ),
+        _ => false,
+    }
 }
 
 /// Whether `expr` holds a double the unparser writes in more than 30 characters: MySQL reads
@@ -101,12 +95,8 @@ fn literal_ok(value: &ScalarValue) -> bool {
         | ScalarValue::UInt32(_)
         | ScalarValue::Date32(_)
         | ScalarValue::Decimal128(_, _, _) => true,
-        // The unparser writes text inline with sqlparser's escaping, which leaves a quote
-        // after a backslash, and a doubled quote, as they are: the server would read another
-        // value (or, from `\'`, the rest as SQL). Such text is compared here.
-        ScalarValue::Utf8(v) | ScalarValue::LargeUtf8(v) | ScalarValue::Utf8View(v) => v
-            .as_deref()
-            .is_none_or(|text| !text.contains("''") && !text.contains("\\'")),
+        // Written by `dialect`, escaped for the server whatever it holds.
+        ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_) => true,
         // NaN and infinities compare differently in PostgreSQL. A real (f32) literal would be
         // written as a decimal that PostgreSQL compares as numeric, not as real.
         ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
@@ -114,27 +104,40 @@ fn literal_ok(value: &ScalarValue) -> bool {
     }
 }
 
-fn supported(expr: &Expr, columns: &[Column]) -> bool {
-    let ok = |e: &Expr| supported(e, columns);
+fn supported(expr: &Expr, columns: &[Column], dialect: Dialect) -> bool {
+    let ok = |e: &Expr| supported(e, columns, dialect);
     match expr {
-        // A name holding a quote would be written with sqlparser's escaping (see
-        // `literal_ok`): compared here.
+        // A name holding a quote would be written with sqlparser's escaping, which leaves a
+        // quote after a backslash as it is: compared here.
         Expr::Column(c) => {
             !c.name.contains(['"', '`'])
-                && column_kind(expr, columns).is_some_and(Kind::compares_alike)
+                && column_kind(expr, columns).is_some_and(|kind| {
+                    kind.compares_alike()
+                        // MySQL's text is compared by its bytes (`dialect`).
+                        || (dialect == Dialect::MySql && kind == Kind::LooseText)
+                })
         }
         Expr::Literal(value, _) => literal_ok(value),
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            let allowed = match op {
-                Operator::Eq | Operator::NotEq | Operator::And | Operator::Or => true,
-                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
-                    !has_text(left, columns) && !has_text(right, columns)
-                }
-                // Arithmetic stays local: PostgreSQL raises on integer overflow where Arrow
-                // kernels differ, and literal types (numeric vs double) change results.
-                _ => false,
-            };
-            allowed && ok(left) && ok(right)
+            // Arithmetic stays local: PostgreSQL raises on integer overflow where Arrow
+            // kernels differ, and literal types (numeric vs double) change results.
+            let allowed = matches!(
+                op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::And
+                    | Operator::Or
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+            );
+            // MySQL compares text with a number as numbers (`'1abc' = 1`), where DataFusion
+            // casts the text and fails: only text with text goes there.
+            let mixed = dialect == Dialect::MySql
+                && !matches!(op, Operator::And | Operator::Or)
+                && is_text(left, columns) != is_text(right, columns);
+            allowed && !mixed && ok(left) && ok(right)
         }
         Expr::Not(e)
         | Expr::IsNull(e)
@@ -143,7 +146,7 @@ fn supported(expr: &Expr, columns: &[Column]) -> bool {
         | Expr::IsFalse(e)
         | Expr::IsNotTrue(e)
         | Expr::IsNotFalse(e) => ok(e),
-        Expr::Between(b) => !has_text(&b.expr, columns) && ok(&b.expr) && ok(&b.low) && ok(&b.high),
+        Expr::Between(b) => ok(&b.expr) && ok(&b.low) && ok(&b.high),
         Expr::InList(list) => {
             ok(&list.expr)
                 && list
@@ -151,7 +154,13 @@ fn supported(expr: &Expr, columns: &[Column]) -> bool {
                     .iter()
                     .all(|e| matches!(e, Expr::Literal(v, _) if literal_ok(v) && !v.is_null()))
         }
-        Expr::Like(like) => like.escape_char.is_none() && ok(&like.expr) && ok(&like.pattern),
+        Expr::Like(like) => {
+            like.escape_char.is_none()
+                && (dialect == Dialect::Postgres
+                    || (!like.case_insensitive && mysql_like_pattern(&like.pattern)))
+                && ok(&like.expr)
+                && ok(&like.pattern)
+        }
         _ => false,
     }
 }
@@ -183,17 +192,17 @@ mod tests {
         let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
         assert_eq!(
             sql(col("id").gt(lit(5i64)).and(col("name").eq(lit("a")))).as_deref(),
-            Some(r#"(("id" > 5) AND ("name" = 'a'))"#)
+            Some(r#"(("id" > 5) AND ("name" = E'a'))"#)
         );
         assert_eq!(
             sql(col("name").in_list(vec![lit("it's")], false)).as_deref(),
-            Some(r#""name" IN ('it''s')"#)
+            Some(r#""name" IN (E'it''s')"#)
         );
         assert!(sql(col("name").like(lit("a%"))).is_some());
     }
 
     #[test]
-    fn text_the_unparser_would_escape_wrongly_stays_local() {
+    fn text_is_escaped_for_the_server_and_odd_names_stay_local() {
         let mut cols = columns();
         cols.push(Column {
             name: "odd\\\"name".into(),
@@ -202,9 +211,15 @@ mod tests {
             unsigned: false,
         });
         let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
-        // sqlparser leaves a quote after a backslash, and a doubled one, unescaped.
-        assert_eq!(sql(col("name").eq(lit("x\\' OR true OR '"))), None);
-        assert_eq!(sql(col("name").eq(lit("a''b"))), None);
+        // sqlparser would leave a quote after a backslash, and a doubled one, unescaped.
+        assert_eq!(
+            sql(col("name").eq(lit("x\\' OR true OR '"))).as_deref(),
+            Some(r#"("name" = E'x\\'' OR true OR ''')"#)
+        );
+        assert_eq!(
+            sql(col("name").eq(lit("a''b"))).as_deref(),
+            Some(r#"("name" = E'a''''b')"#)
+        );
         let odd = Expr::Column(DfColumn::new_unqualified("odd\\\"name"));
         assert_eq!(sql(odd.eq(lit(1i64))), None);
         assert!(sql(col("name").eq(lit("back\\slash"))).is_some());
@@ -214,8 +229,11 @@ mod tests {
     fn filters_that_could_differ_stay_local() {
         let cols = columns();
         let sql = |e: Expr| remote_filter(&e, &cols, Dialect::Postgres);
-        // Text order depends on the remote collation.
-        assert_eq!(sql(col("name").lt(lit("m"))), None);
+        // Text order is byte order there too.
+        assert_eq!(
+            sql(col("name").lt(lit("m"))).as_deref(),
+            Some(r#"(("name") COLLATE "C" < (E'm') COLLATE "C")"#)
+        );
         // A column read as text is not the remote type.
         assert_eq!(sql(col("span").eq(lit("1 day"))), None);
         assert_eq!(sql(col("id").gt(lit(f64::NAN))), None);
@@ -228,15 +246,21 @@ mod tests {
     }
 
     #[test]
-    fn mysql_gets_backticks_and_no_text() {
+    fn mysql_gets_backticks_and_text_as_bytes() {
         let cols = columns();
         let sql = |e: Expr| remote_filter(&e, &cols, Dialect::MySql);
         assert_eq!(
             sql(col("id").gt(lit(5i64)).and(col("id").lt_eq(lit(9i64)))).as_deref(),
             Some("((`id` > 5) AND (`id` <= 9))")
         );
-        // Text compares under a collation there, and literals read backslashes.
-        assert_eq!(sql(col("name").eq(lit("a"))), None);
+        // Text compares by its bytes there, and literals are hexadecimal.
+        assert_eq!(
+            sql(col("name").eq(lit("a\\"))).as_deref(),
+            Some("(CAST(CONVERT((`name`) USING utf8mb4) AS BINARY) = CAST(CONVERT((_utf8mb4 X'615C') USING utf8mb4) AS BINARY))")
+        );
+        assert!(sql(col("name").like(lit("%a%"))).is_some());
+        assert_eq!(sql(col("name").like(lit("a_"))), None);
+        assert_eq!(sql(col("name").like(lit("a\\%"))), None);
         assert_eq!(sql(col("id").eq(lit("1"))), None);
         assert!(sql(col("id").is_null()).is_some());
         // Doubles past 30 digits would be read as clipped decimals there.

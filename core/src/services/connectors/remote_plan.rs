@@ -15,20 +15,22 @@
 //! as the LIMIT, semi joins without select lists, and names of derived tables it made itself
 //! that the columns above did not follow — each a silently wrong answer or an error, and
 //! worth reporting upstream. Text literals become placeholders whose values are bound, never
-//! spliced into the text.
+//! spliced into the text (MySQL's reads are not prepared: there they are hexadecimal).
+//! `dialect` holds the unparser's dialects.
 //!
 //! A part is sent only when PostgreSQL computes exactly what DataFusion would, so what comes
 //! back needs no second look; everything else stays local, above the part that was sent:
 //! - **Functions and operators** from a short list whose PostgreSQL meaning is DataFusion's
 //!   (comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN, BETWEEN, LIKE, CASE, `+ - *` on numbers,
 //!   `/` on integers and doubles, `%` on integers, `coalesce`, `nullif`, `abs`,
-//!   `character_length`, the year, month or day of a date or timestamp; `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`,
-//!   `dense_rank`). Our own functions (models, knowledge-base conditions), and every other,
-//!   stay local.
-//! - **No ordering of text**: a remote collation may sort differently from DataFusion's byte
-//!   order, so ORDER BY, `<` and `min`/`max` over text stay local. Equality, GROUP BY and
-//!   joins on text are sent, except on columns under a non-deterministic collation
-//!   (`Kind::LooseText`: `'a' = 'A'` there).
+//!   `character_length`, the year, month or day of a date or timestamp; `count`, `sum`,
+//!   `min`, `max`, `avg` and `row_number`, `rank`, `dense_rank`). Our own functions (models,
+//!   knowledge-base conditions), and every other, stay local.
+//! - **Text in byte order**: a remote collation may sort differently from DataFusion's byte
+//!   order, so ORDER BY, `<`, BETWEEN and window orderings over text are written under
+//!   `COLLATE "C"` (`dialect::exact_text`); `min`/`max` over text stay local. Equality, GROUP
+//!   BY and joins on text are sent as they are, except on columns under a non-deterministic
+//!   collation (`Kind::LooseText`: `'a' = 'A'` there), which stay local.
 //! - **Columns compared alike** only (`Kind::compares_alike`): a table with `char(n)`, `json`,
 //!   `uuid`, unbounded `numeric` or types read as text is read by its own scan, as before.
 //! - **Casts** that cannot round differently: widening numbers, dates to timestamps, numbers
@@ -39,10 +41,14 @@
 //!   the PostgreSQL type of the Arrow type DataFusion planned for it (so `sum(bigint)`, which
 //!   PostgreSQL makes `numeric`, comes back `bigint` as DataFusion computes it).
 //!
-//! MySQL computes more differently (see [`engine_sendable`]): no text, division, `%`, `avg`,
-//! FILTER, FULL joins, windows or unsigned columns go there, and as it keeps no order of a
-//! derived table, a part sent there ends at its outermost sort, written as the statement's own
-//! ORDER BY with NULL ordering spelled out (`(x IS NULL) ASC, x`).
+//! MySQL computes more differently (see [`engine_sendable`]): no division, `%`, `avg`, FILTER,
+//! FULL joins, windows or unsigned columns go there; its collations call `'a'`, `'A'` and
+//! `'a '` equal, so every comparison of text there — conditions, LIKE, IN, CASE, join keys,
+//! ORDER BY — compares the text's UTF-8 bytes, and a text GROUP BY key is grouped by its
+//! bytes too (`dialect`); DISTINCT rows of text, `count(DISTINCT text)`, `nullif` of text and
+//! LIKE patterns with `_` or a backslash stay local. As MySQL keeps no order of a derived
+//! table, a part sent there ends at its outermost sort, written as the statement's own ORDER
+//! BY with NULL ordering spelled out (`(x IS NULL) ASC, x`).
 //!
 //! One difference is kept on purpose: where DataFusion's integer arithmetic wraps and its
 //! doubles overflow to infinity, PostgreSQL raises `bigint out of range` (passed through):
@@ -84,9 +90,9 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
-use datafusion::sql::unparser::dialect::{MySqlDialect, PostgreSqlDialect};
 use datafusion::sql::unparser::Unparser;
 
+use super::dialect::{exact, exact_text, is_text_type, mysql_like_pattern, Dialect};
 use super::postgres::Kind;
 use super::remote::Remote;
 use super::table::{RemoteScanExec, RemoteTable};
@@ -161,7 +167,12 @@ fn remote_scan(plan: &LogicalPlan) -> Option<Server> {
         Some(p) => p.iter().map(|&i| &table.columns()[i]).collect::<Vec<_>>(),
         None => table.columns().iter().collect(),
     };
-    if !read.iter().all(|c| c.kind.compares_alike() && !c.unsigned) {
+    let mysql = matches!(remote, Remote::MySql(_));
+    // MySQL's text takes part: every comparison of it is written over its bytes (`dialect`).
+    if !read
+        .iter()
+        .all(|c| (c.kind.compares_alike() || (mysql && c.kind == Kind::LooseText)) && !c.unsigned)
+    {
         return None;
     }
     Some(Server {
@@ -259,9 +270,7 @@ fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
         }
         LogicalPlan::Sort(sort) => {
             let schema = input_schema();
-            sort.expr
-                .iter()
-                .all(|s| orderable(&s.expr, &schema) && sendable(&s.expr, &schema))
+            sort.expr.iter().all(|s| sendable(&s.expr, &schema))
         }
         LogicalPlan::Aggregate(agg) => {
             let schema = agg.input.schema();
@@ -320,14 +329,20 @@ fn node_sendable(plan: &LogicalPlan) -> DfResult<bool> {
 /// computed alike by `server`'s engine. MySQL differs in more: it has no FULL JOIN and no
 /// `NULLS FIRST/LAST` in window orderings (windows stay here), it divides integers into
 /// decimals and gives NULL for `% 0`, it averages into decimals of four places, it has no
-/// aggregate FILTER, and it compares text under its collation (no text at all is sent).
+/// aggregate FILTER, and it compares text under its collation: text is compared by its bytes
+/// (`dialect`), and what cannot be so written (DISTINCT rows of text, `count(DISTINCT text)`,
+/// `nullif`, min/max of text, LIKE with `_` or a backslash) stays here.
 fn engine_sendable(plan: &LogicalPlan, server: &Server) -> DfResult<bool> {
     if let Remote::Postgres(_) = server.remote {
         return Ok(true);
     }
-    let text =
-        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
-    if plan.schema().fields().iter().any(|f| text(f.data_type())) {
+    if matches!(plan, LogicalPlan::Distinct(_))
+        && plan
+            .schema()
+            .fields()
+            .iter()
+            .any(|f| is_text_type(f.data_type()))
+    {
         return Ok(false);
     }
     let schema = match plan {
@@ -362,7 +377,6 @@ fn engine_sendable(plan: &LogicalPlan, server: &Server) -> DfResult<bool> {
                 // about 30 digits it is clipped (1e100 becomes 1e65, 1e-100 zero).
                 Expr::Literal(ScalarValue::Float64(Some(v)), _) => v.to_string().len() > 30,
                 Expr::Literal(ScalarValue::Float32(Some(_)), _) => true,
-                Expr::Literal(value, _) => text(&value.data_type()),
                 Expr::BinaryExpr(b) => {
                     matches!(b.op, Operator::Divide | Operator::Modulo)
                         // Dates are numbers there (20240131 - 20231231): no date arithmetic.
@@ -398,13 +412,17 @@ fn engine_sendable(plan: &LogicalPlan, server: &Server) -> DfResult<bool> {
                 }
                 Expr::TryCast(_) => true,
 
-                Expr::Like(_) | Expr::SimilarTo(_) => true,
+                Expr::Like(like) => !mysql_like_pattern(&like.pattern),
+                Expr::SimilarTo(_) => true,
                 Expr::ScalarFunction(f) => {
-                    matches!(f.func.name(), "date_part" | "character_length")
+                    f.func.name() == "nullif" && f.args.iter().any(|a| is_text(a, &schema))
                 }
-                Expr::AggregateFunction(a) => a.func.name() == "avg" || a.params.filter.is_some(),
-                Expr::Alias(_) | Expr::Column(_) => false,
-                other => is_text(other, &schema),
+                Expr::AggregateFunction(a) => {
+                    a.func.name() == "avg"
+                        || a.params.filter.is_some()
+                        || (a.params.distinct && a.params.args.iter().any(|a| is_text(a, &schema)))
+                }
+                _ => false,
             })
         })
         .unwrap_or(true)
@@ -434,11 +452,6 @@ fn is_integer(t: &DataType) -> bool {
         t,
         DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
     )
-}
-
-/// Whether ordering by `expr` means the same remotely: not for text (collations).
-fn orderable(expr: &Expr, schema: &DFSchema) -> bool {
-    !is_text(expr, schema)
 }
 
 fn literal_sendable(value: &ScalarValue) -> bool {
@@ -495,9 +508,8 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
                 | Operator::Or
                 | Operator::IsDistinctFrom
                 | Operator::IsNotDistinctFrom => true,
-                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
-                    orderable(left, schema) && orderable(right, schema)
-                }
+                // Text is ordered by its bytes there too (`dialect::exact_text`).
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => true,
                 Operator::Plus | Operator::Minus | Operator::Multiply => matches!(
                     result,
                     Some(
@@ -543,7 +555,7 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
                 )
             ) && ok(e)
         }
-        Expr::Between(b) => orderable(&b.expr, schema) && ok(&b.expr) && ok(&b.low) && ok(&b.high),
+        Expr::Between(b) => ok(&b.expr) && ok(&b.low) && ok(&b.high),
         Expr::InList(list) => ok(&list.expr) && list.list.iter().all(ok),
         Expr::Like(like) => {
             !like.case_insensitive
@@ -655,7 +667,7 @@ fn window_sendable(expr: &Expr, schema: &DFSchema) -> bool {
                 && params
                     .order_by
                     .iter()
-                    .all(|s| orderable(&s.expr, schema) && sendable(&s.expr, schema));
+                    .all(|s| sendable(&s.expr, schema));
             parts_ok
                 && match fun {
                     WindowFunctionDefinition::AggregateUDF(f) => {
@@ -701,12 +713,14 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
     if mysql && !fits_mysql(plan)? {
         return Ok(None);
     }
+    let dialect = if mysql {
+        Dialect::MySql
+    } else {
+        Dialect::Postgres
+    };
     let mut writer = Writer {
-        unparser: if mysql {
-            Unparser::new(&MySqlDialect {})
-        } else {
-            Unparser::new(&PostgreSqlDialect {})
-        },
+        unparser: dialect.unparser(),
+        dialect,
         remote: &server.remote,
         params: Vec::new(),
         aliases: 0,
@@ -733,7 +747,8 @@ fn into_remote(plan: &LogicalPlan, server: &Server) -> DfResult<Option<LogicalPl
             }
         }
     };
-    // MySQL reads are not prepared: nothing may be bound (no text is sent there).
+    // MySQL reads are not prepared: nothing may be bound (its text literals are written
+    // out, in hexadecimal).
     if writer.params.len() > MAX_PARAMS || (mysql && !writer.params.is_empty()) {
         return Ok(None);
     }
@@ -789,7 +804,8 @@ fn fits_mysql(plan: &LogicalPlan) -> DfResult<bool> {
 /// into its ON, an aggregate's keys after its values, a sort's fetch over a LIMIT's, the
 /// select lists of semi joins). PostgreSQL flattens the derived tables when it plans.
 struct Writer<'a> {
-    unparser: Unparser<'a>,
+    unparser: Unparser<'static>,
+    dialect: Dialect,
     /// Whose SQL is written (quoting, NULL ordering, LIMIT forms).
     remote: &'a Remote,
     /// Text values, bound as `$1`, `$2`, … in order.
@@ -806,7 +822,12 @@ impl Writer<'_> {
     /// `expr` over inputs whose columns are `sides` (each: its alias and schema, in order),
     /// as SQL: columns become `tN.cI`, text values placeholders.
     fn expr(&mut self, expr: &Expr, sides: &[(&str, &DFSchema)]) -> DfResult<String> {
-        self.write(expr, |c| {
+        let expr = match sides {
+            [(_, schema)] => exact_text(expr.clone(), schema, self.dialect)?,
+            [(_, left), (_, right)] => exact_text(expr.clone(), &left.join(right)?, self.dialect)?,
+            _ => expr.clone(),
+        };
+        self.write(&expr, |c| {
             for (alias, schema) in sides {
                 if let Some(i) = schema.maybe_index_of_column(c) {
                     return Ok(DfColumn::new(
@@ -830,6 +851,8 @@ impl Writer<'_> {
         column: impl Fn(&DfColumn) -> DfResult<DfColumn>,
     ) -> DfResult<String> {
         let params = &mut self.params;
+        // MySQL's reads are not prepared: its text is written out (`dialect`).
+        let bind_text = self.dialect == Dialect::Postgres;
         let rewritten = expr
             .clone()
             .transform_up(|e| match e {
@@ -839,7 +862,7 @@ impl Writer<'_> {
                     | ScalarValue::LargeUtf8(Some(text))
                     | ScalarValue::Utf8View(Some(text)),
                     _,
-                ) => {
+                ) if bind_text => {
                     params.push(Some(text));
                     let slot = Expr::Placeholder(Placeholder::new_with_field(
                         format!("${}", params.len()),
@@ -877,7 +900,11 @@ impl Writer<'_> {
         let keys = sorts
             .iter()
             .map(|s| {
-                let key = self.expr(&s.expr, &[side])?;
+                // Text in byte order, as DataFusion sorts it.
+                let key = match s.expr.get_type(side.1) {
+                    Ok(t) if is_text_type(&t) => self.expr(&exact(s.expr.clone()), &[side])?,
+                    _ => self.expr(&s.expr, &[side])?,
+                };
                 let direction = if s.asc { "ASC" } else { "DESC" };
                 Ok(match (mysql, s.nulls_first) {
                     // MySQL has no NULLS FIRST/LAST (it puts NULLs first when ascending):
@@ -1036,6 +1063,17 @@ impl Writer<'_> {
                     .iter()
                     .map(|e| self.expr(e, &side))
                     .collect::<DfResult<Vec<_>>>()?;
+                // MySQL groups text under its collation ('a' with 'A '): each text key is
+                // grouped by its bytes too, which splits such groups, and is still a key
+                // the select list may name.
+                let mut grouped_by = groups.clone();
+                if self.dialect == Dialect::MySql {
+                    for e in &agg.group_expr {
+                        if e.get_type(schema).is_ok_and(|t| is_text_type(&t)) {
+                            grouped_by.push(self.expr(&exact(e.clone()), &side)?);
+                        }
+                    }
+                }
                 let values = agg
                     .aggr_expr
                     .iter()
@@ -1051,8 +1089,8 @@ impl Writer<'_> {
                     "SELECT {} FROM ({input}) AS {alias}",
                     self.select_list(&columns)
                 );
-                if !groups.is_empty() {
-                    sql.push_str(&format!(" GROUP BY {}", groups.join(", ")));
+                if !grouped_by.is_empty() {
+                    sql.push_str(&format!(" GROUP BY {}", grouped_by.join(", ")));
                 }
                 Ok(sql)
             }
@@ -1084,7 +1122,8 @@ impl Writer<'_> {
     /// A scan's filter over the whole table's columns (`whole`), as a condition on `alias`'s
     /// columns by their names in the table.
     fn scan_condition(&mut self, filter: &Expr, alias: &str, whole: &DFSchema) -> DfResult<String> {
-        self.write(filter, |c| {
+        let filter = exact_text(filter.clone(), whole, self.dialect)?;
+        self.write(&filter, |c| {
             let i = whole.index_of_column(c)?;
             Ok(DfColumn::new(
                 Some(TableReference::bare(alias)),
@@ -1102,14 +1141,21 @@ impl Writer<'_> {
             (l.as_str(), join.left.schema().as_ref()),
             (r.as_str(), join.right.schema().as_ref()),
         ];
+        let both = join.left.schema().join(join.right.schema())?;
+        let mysql = self.dialect == Dialect::MySql;
         let mut conditions = join
             .on
             .iter()
             .map(|(a, b)| {
+                // MySQL's text keys are compared by their bytes.
+                let (a, b) = match a.get_type(&both) {
+                    Ok(t) if mysql && is_text_type(&t) => (exact(a.clone()), exact(b.clone())),
+                    _ => (a.clone(), b.clone()),
+                };
                 Ok(format!(
                     "{} = {}",
-                    self.expr(a, &sides)?,
-                    self.expr(b, &sides)?
+                    self.expr(&a, &sides)?,
+                    self.expr(&b, &sides)?
                 ))
             })
             .collect::<DfResult<Vec<_>>>()?;
