@@ -6,6 +6,7 @@
 # Every statement the server receives goes to DIR/general.log (the general query log): the tests
 # read it to prove what was pushed down. The tests log in as `mindlite` with a password, over
 # TCP, as a user's datasource would.
+# MARIADB_BUFFER_POOL sets innodb_buffer_pool_size (256M; the TPC-H bench gives it more).
 set -euo pipefail
 
 if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ] && [ "${1:-}" = start ]; then
@@ -35,7 +36,7 @@ case "${1:-}" in
       --port="$port" --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" \
       --general-log=1 --general-log-file="$dir/general.log" --log-error="$dir/error.log" \
       --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
-      --innodb-flush-log-at-trx-commit=0 --innodb-buffer-pool-size=256M \
+      --innodb-flush-log-at-trx-commit=0 --innodb-buffer-pool-size="${MARIADB_BUFFER_POOL:-256M}" \
       --skip-name-resolve >/dev/null 2>&1 &
     for _ in $(seq 1 100); do
       if mariadb --no-defaults -uroot --socket="$dir/mysqld.sock" -e 'SELECT 1' >/dev/null 2>&1; then

@@ -121,6 +121,20 @@ fn joins_aggregates_windows_topk_and_subqueries_go_to_postgres_whole() {
     };
     let engine = engine(&config, SCHEMA);
 
+    // Uncorrelated scalar subqueries are written inside the statement, and a mean of decimals
+    // is truncated at its scale, as here.
+    let sql = "SELECT region, avg(score) AS a FROM pg.fd_customers \
+               WHERE score > (SELECT avg(score) FROM pg.fd_customers WHERE id < 30) \
+               GROUP BY region ORDER BY region";
+    compared(&engine, sql, false);
+    let sent = last_sent(&log, SCHEMA, "fd_customers");
+    assert!(
+        sent.contains("> (SELECT t")
+            && sent.contains("div((sum(")
+            && sent.contains(r#"COLLATE "C" ASC NULLS LAST) AS q"#),
+        "{sent}"
+    );
+
     // A join with GROUP BY and HAVING: one statement, one row per group back (HAVING is a
     // WHERE over the grouped rows).
     let sql = "SELECT c.region, count(*) AS n, sum(o.qty) AS q FROM pg.fd_orders o \
@@ -479,6 +493,13 @@ impl Gen {
                  count(*), sum(o.qty * 2 + 1), sum(o.qty / 2), sum(o.qty % 4), coalesce(max(o.amount), -1) \
                  FROM pg.fd_orders o WHERE {cond} GROUP BY 1",
                 self.below(250)
+            ),
+            11 => format!(
+                "SELECT c.region, avg(c.score), count(*) FROM pg.fd_customers c \
+                 WHERE c.score > (SELECT avg(c2.score) FROM pg.fd_customers c2 WHERE c2.id < {}) \
+                 OR c.id = {k} GROUP BY c.region \
+                 HAVING sum(c.score) > (SELECT sum(o.qty) * 0.5 FROM pg.fd_orders o WHERE {cond})",
+                10 + self.below(50)
             ),
             12 => format!(
                 "SELECT o.qty, max(o.id), min(o.placed), sum(o.amount) FROM pg.fd_orders o \

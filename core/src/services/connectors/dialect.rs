@@ -25,7 +25,7 @@ use std::sync::{Arc, LazyLock};
 use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, DataFusionError, Result as DfResult};
+use datafusion::common::{DFSchema, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::{InList, ScalarFunction, WindowFunction};
 use datafusion::logical_expr::{
     Between, BinaryExpr, ColumnarValue, Expr, ExprSchemable, Like, Operator, ScalarFunctionArgs,
@@ -76,15 +76,20 @@ fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
 /// The name of the marker function [`exact`] wraps text in; it is only ever written as SQL.
 const EXACT: &str = "mindlite_exact_text";
 
-/// The marker: a text value compared by its bytes. Never evaluated.
+/// The name of the marker function [`raw_sql`] holds its SQL in.
+const RAW: &str = "mindlite_raw_sql";
+
+/// A function that is only written into a remote statement, never evaluated here: our
+/// markers ([`EXACT`], [`RAW`]) and the server's own functions ([`remote_function`]).
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct ExactText {
+struct Marker {
+    name: &'static str,
     signature: Signature,
 }
 
-impl ScalarUDFImpl for ExactText {
+impl ScalarUDFImpl for Marker {
     fn name(&self) -> &str {
-        EXACT
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -97,20 +102,39 @@ impl ScalarUDFImpl for ExactText {
 
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
         Err(DataFusionError::Internal(format!(
-            "{EXACT} is only written into a remote statement"
+            "{} is only written into a remote statement",
+            self.name
         )))
     }
 }
 
-static EXACT_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    Arc::new(ScalarUDF::from(ExactText {
-        signature: Signature::any(1, Volatility::Immutable),
+fn marker(name: &'static str) -> Arc<ScalarUDF> {
+    Arc::new(ScalarUDF::from(Marker {
+        name,
+        signature: Signature::variadic_any(Volatility::Immutable),
     }))
-});
+}
+
+static EXACT_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| marker(EXACT));
+static RAW_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| marker(RAW));
+static DIV_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| marker("div"));
 
 /// `expr` (text) compared by its bytes wherever it is written.
 pub(crate) fn exact(expr: Expr) -> Expr {
     Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&EXACT_UDF), vec![expr]))
+}
+
+/// A piece of SQL written by us (a subquery's statement), placed in an expression as it is.
+pub(crate) fn raw_sql(sql: String) -> Expr {
+    Expr::ScalarFunction(ScalarFunction::new_udf(
+        Arc::clone(&RAW_UDF),
+        vec![Expr::Literal(ScalarValue::Utf8(Some(sql)), None)],
+    ))
+}
+
+/// PostgreSQL's `div(a, b)`: the integer quotient of numerics, truncated toward zero.
+pub(crate) fn postgres_div(a: Expr, b: Expr) -> Expr {
+    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&DIV_UDF), vec![a, b]))
 }
 
 /// `expr` over `schema` with every comparison of text written to compare as DataFusion does
@@ -129,18 +153,18 @@ pub(crate) fn exact_text(expr: Expr, schema: &DFSchema, dialect: Dialect) -> DfR
         .transform_up(|e| {
             Ok(match e {
                 Expr::BinaryExpr(BinaryExpr { left, op, right })
-                    if (is_text(&left, schema) || is_text(&right, schema))
-                        && (matches!(
+                    if (matches!(
+                        op,
+                        Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+                    ) || (mysql
+                        && matches!(
                             op,
-                            Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-                        ) || (mysql
-                            && matches!(
-                                op,
-                                Operator::Eq
-                                    | Operator::NotEq
-                                    | Operator::IsDistinctFrom
-                                    | Operator::IsNotDistinctFrom
-                            ))) =>
+                            Operator::Eq
+                                | Operator::NotEq
+                                | Operator::IsDistinctFrom
+                                | Operator::IsNotDistinctFrom
+                        )))
+                        && (is_text(&left, schema) || is_text(&right, schema)) =>
                 {
                     Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
                         Box::new(wrap(*left)),
@@ -206,9 +230,9 @@ pub(crate) fn exact_text(expr: Expr, schema: &DFSchema, dialect: Dialect) -> DfR
 pub(crate) fn mysql_like_pattern(pattern: &Expr) -> bool {
     matches!(
         pattern,
-        Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(p))
-            | datafusion::common::ScalarValue::LargeUtf8(Some(p))
-            | datafusion::common::ScalarValue::Utf8View(Some(p)), _)
+        Expr::Literal(ScalarValue::Utf8(Some(p))
+            | ScalarValue::LargeUtf8(Some(p))
+            | ScalarValue::Utf8View(Some(p)), _)
             if !p.contains(['_', '\\'])
     )
 }
@@ -317,6 +341,12 @@ impl Written for Sql {
         func_name: &str,
         args: &[Expr],
     ) -> DfResult<Option<ast::Expr>> {
+        if func_name == RAW {
+            let [Expr::Literal(ScalarValue::Utf8(Some(sql)), _)] = args else {
+                return Err(DataFusionError::Internal(format!("{RAW} holds its SQL")));
+            };
+            return Ok(Some(raw(sql.clone())));
+        }
         if func_name != EXACT {
             return self
                 .inner()

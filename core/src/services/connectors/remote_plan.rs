@@ -73,7 +73,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::Session;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{
     Column as DfColumn, DFSchema, DFSchemaRef, NullEquality, ScalarValue, TableReference,
 };
@@ -92,7 +92,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use datafusion::sql::unparser::Unparser;
 
-use super::dialect::{exact, exact_text, is_text_type, mysql_like_pattern, Dialect};
+use super::dialect::{
+    exact, exact_text, is_text_type, mysql_like_pattern, postgres_div, raw_sql, Dialect,
+};
 use super::postgres::Kind;
 use super::remote::Remote;
 use super::table::{RemoteScanExec, RemoteTable};
@@ -206,7 +208,13 @@ fn visit(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool, Option<Server>)> {
         Some(server) if same => engine_sendable(&plan, server)?,
         _ => false,
     };
-    if same && engine_ok && node_sendable(&plan)? {
+    if same
+        && engine_ok
+        && node_sendable(&plan)?
+        && first
+            .as_deref()
+            .is_some_and(|key| subqueries_sendable(&plan, key).unwrap_or(false))
+    {
         let server = children.swap_remove(0).2;
         return Ok((plan, false, server));
     }
@@ -229,6 +237,35 @@ fn visit(plan: LogicalPlan) -> DfResult<(LogicalPlan, bool, Option<Server>)> {
     }
     let exprs = plan.expressions();
     Ok((plan.with_new_exprs(exprs, inputs)?, true, None))
+}
+
+/// Whether every subquery in `plan`'s expressions is a scalar one that reads no column of the
+/// query around it and can be sent whole to the server `key`: it is then written inside the
+/// statement. (EXISTS and IN subqueries are joins by now.)
+fn subqueries_sendable(plan: &LogicalPlan, key: &str) -> DfResult<bool> {
+    let mut ok = true;
+    for expr in plan.expressions() {
+        expr.apply(|e| {
+            match e {
+                Expr::ScalarSubquery(sub) => {
+                    let (_, changed, server) = visit(sub.subquery.as_ref().clone())?;
+                    ok &= sub.outer_ref_columns.is_empty()
+                        && !changed
+                        && server.is_some_and(|s| s.key == key);
+                }
+                Expr::Exists(_) | Expr::InSubquery(_) | Expr::OuterReferenceColumn(..) => {
+                    ok = false
+                }
+                _ => {}
+            }
+            Ok(if ok {
+                TreeNodeRecursion::Continue
+            } else {
+                TreeNodeRecursion::Stop
+            })
+        })?;
+    }
+    Ok(ok)
 }
 
 /// `plan` (sendable whole to `server`) as a [`RemoteQuery`] when it can be written so, else
@@ -543,6 +580,8 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
         | Expr::IsNotTrue(e)
         | Expr::IsNotFalse(e)
         | Expr::IsNotUnknown(e) => ok(e),
+        // Its plan is checked with the node's (`subqueries_sendable`).
+        Expr::ScalarSubquery(_) => true,
         Expr::Negative(e) => {
             matches!(
                 type_of(e, schema),
@@ -619,10 +658,59 @@ fn aggregate_sendable(expr: &Expr, schema: &DFSchema) -> bool {
             }
             let args_ok = params.args.iter().all(|a| sendable(a, schema))
                 && params.filter.as_deref().is_none_or(|f| sendable(f, schema));
-            args_ok && aggregate_name_sendable(func.name(), &params.args, schema)
+            args_ok
+                && (aggregate_name_sendable(func.name(), &params.args, schema)
+                    || decimal_avg_scale(expr, schema).is_some())
         }
         _ => false,
     }
+}
+
+/// The scale of DataFusion's mean when `expr` is a plain `avg` of decimals: DataFusion
+/// truncates it at that scale (the sum scaled up, divided by the count as integers), which
+/// [`Writer`] writes as `div(sum(x) * 10^scale, count(x)) / 10^scale`, exact in PostgreSQL.
+fn decimal_avg_scale(expr: &Expr, schema: &DFSchema) -> Option<i8> {
+    let expr = match expr {
+        Expr::Alias(a) => a.expr.as_ref(),
+        other => other,
+    };
+    let Expr::AggregateFunction(AggregateFunction { func, params }) = expr else {
+        return None;
+    };
+    if func.name() != "avg"
+        || params.distinct
+        || params.filter.is_some()
+        || !params.order_by.is_empty()
+        || params.args.len() != 1
+    {
+        return None;
+    }
+    let Ok(DataType::Decimal128(_, input_scale)) = params.args[0].get_type(schema) else {
+        return None;
+    };
+    let Ok(DataType::Decimal128(_, scale)) = expr.get_type(schema) else {
+        return None;
+    };
+    (input_scale >= 0 && scale >= input_scale && scale <= 30).then_some(scale)
+}
+
+/// `avg(x)` of decimals as DataFusion computes it (see [`decimal_avg_scale`]), in PostgreSQL.
+fn avg_as_division(expr: &Expr, scale: i8) -> Expr {
+    let inner = match expr {
+        Expr::Alias(a) => a.expr.as_ref(),
+        other => other,
+    };
+    let Expr::AggregateFunction(AggregateFunction { params, .. }) = inner else {
+        return expr.clone();
+    };
+    let x = params.args[0].clone();
+    let power = Expr::Literal(
+        ScalarValue::Decimal128(Some(10i128.pow(u32::from(scale.unsigned_abs()))), 38, 0),
+        None,
+    );
+    let sum = datafusion::functions_aggregate::expr_fn::sum(x.clone());
+    let count = datafusion::functions_aggregate::expr_fn::count(x);
+    postgres_div(sum * power.clone(), count) / power
 }
 
 /// Whether the aggregate `name` over `args` computes alike.
@@ -790,9 +878,9 @@ fn fits_mysql(plan: &LogicalPlan) -> DfResult<bool> {
         1 + plan.inputs().iter().map(|p| depth(p)).max().unwrap_or(0)
     }
     let mut tables = 0;
-    plan.apply(|p| {
+    plan.apply_with_subqueries(|p| {
         tables += usize::from(matches!(p, LogicalPlan::TableScan(_)));
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        Ok(TreeNodeRecursion::Continue)
     })?;
     Ok(tables <= MYSQL_MAX_TABLES && depth(plan) <= MYSQL_MAX_DEPTH)
 }
@@ -883,6 +971,19 @@ impl Writer<'_> {
                     Ok(Transformed::yes(Expr::Cast(Cast::new(
                         Box::new(Expr::Literal(value, None)),
                         data_type,
+                    ))))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        // Each scalar subquery (sendable whole: `subqueries_sendable`) as its own SELECT.
+        let rewritten = rewritten
+            .transform_up(|e| match e {
+                Expr::ScalarSubquery(sub) => {
+                    let inner = self.select(&sub.subquery)?;
+                    let alias = self.alias();
+                    Ok(Transformed::yes(raw_sql(format!(
+                        "(SELECT {alias}.c0 FROM ({inner}) AS {alias})"
                     ))))
                 }
                 other => Ok(Transformed::no(other)),
@@ -1077,7 +1178,10 @@ impl Writer<'_> {
                 let values = agg
                     .aggr_expr
                     .iter()
-                    .map(|e| self.expr(e, &side))
+                    .map(|e| match decimal_avg_scale(e, schema) {
+                        Some(scale) => self.expr(&avg_as_division(e, scale), &side),
+                        None => self.expr(e, &side),
+                    })
                     .collect::<DfResult<Vec<_>>>()?;
                 let columns: Vec<String> = groups
                     .iter()
