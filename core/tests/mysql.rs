@@ -912,6 +912,11 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
     );
     // What an attack found MySQL computing differently, or refusing: each stays here (or is
     // split) and answers as computed here.
+    // Scalar subqueries nested past MySQL's 64 levels of SELECT if sent as one.
+    let mut nested = "SELECT max(v) FROM {db}.gp_a".to_string();
+    for _ in 0..16 {
+        nested = format!("SELECT max(v) FROM {{db}}.gp_a WHERE v < ({nested}) AND g IS NOT NULL");
+    }
     let joined: String = (1..21)
         .map(|i| format!(" JOIN {{db}}.gp_b x{i} ON x{i}.id = x0.id"))
         .collect();
@@ -924,6 +929,7 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         "SELECT CAST(v AS DECIMAL(20, 0)), count(*) FROM {db}.gp_a GROUP BY 1 ORDER BY 1 LIMIT 3"
             .to_string(),
         format!("SELECT count(*), sum(x20.w) FROM {{db}}.gp_b x0{joined}"),
+        nested,
     ] {
         assert_eq!(
             rows(&engine, &query.replace("{db}", "my")),

@@ -874,8 +874,18 @@ const MYSQL_MAX_DEPTH: usize = 24;
 
 /// Whether `plan` is small enough to send to MySQL as one statement; larger parts are split.
 fn fits_mysql(plan: &LogicalPlan) -> DfResult<bool> {
+    // A scalar subquery's SELECTs nest inside the node's.
     fn depth(plan: &LogicalPlan) -> usize {
-        1 + plan.inputs().iter().map(|p| depth(p)).max().unwrap_or(0)
+        let mut deepest = plan.inputs().iter().map(|p| depth(p)).max().unwrap_or(0);
+        for expr in plan.expressions() {
+            let _ = expr.apply(|e| {
+                if let Expr::ScalarSubquery(sub) = e {
+                    deepest = deepest.max(depth(&sub.subquery));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        1 + deepest
     }
     let mut tables = 0;
     plan.apply_with_subqueries(|p| {
