@@ -2131,10 +2131,13 @@ fn an_insert_in_batches_killed_midway_resumes_after_its_last_batch() {
         "{recorded}"
     );
     let stored = kb_ids(&engine, "docs_kb");
-    assert_eq!(
-        stored,
-        (1..=done).collect::<Vec<_>>(),
-        "the batches done, whole"
+    // In pgvector a batch commits there before it is recorded here: a kill between the two
+    // leaves one batch more stored than recorded, which the resume writes again (by chunk id,
+    // so once).
+    let also_next = on_pgvector() && stored == (1..=done + 1).collect::<Vec<_>>();
+    assert!(
+        stored == (1..=done).collect::<Vec<_>>() || also_next,
+        "the batches done, whole: {stored:?}, {done} recorded"
     );
 
     let before = embedder.requests.lock().unwrap().len();
