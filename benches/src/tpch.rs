@@ -1,16 +1,18 @@
-//! TPC-H over PostgreSQL: the 22 queries of `benches/tpch/qN.sql` read tables of a PostgreSQL
+//! TPC-H over PostgreSQL or MariaDB: the 22 queries of `benches/tpch/qN.sql` read tables of the
 //! server through a datasource with push-down (whole sub-plans sent as one statement) and
 //! through one with `"push_down": false` (rows read whole, computed here). For each: rows
-//! transferred (the output rows of every `PostgresScan` in `EXPLAIN ANALYZE`), wall time (median
-//! of `--runs`, one run past 60 s, `--timeout` seconds a statement), the operators left in
-//! mindlite (the query was sent whole when none but plumbing is), and whether both return the
-//! same rows (sorted, numbers to 6 significant digits; a difference is printed loudly).
-//! `benches/tpch.sh` loads the data, times the queries on PostgreSQL itself (psql) into the file
-//! given by `--postgres-times`, and runs this program, which reads `PGTEST_URL`. Prints a JSON
-//! object per query as it goes, then a Markdown table.
+//! transferred (the output rows of every `PostgresScan` or `MySqlScan` in `EXPLAIN ANALYZE`),
+//! wall time (median of `--runs`, one run past 60 s, `--timeout` seconds a statement), the
+//! operators left in mindlite (the query was sent whole when none but plumbing is), and whether
+//! both return the same rows (sorted, numbers to 6 significant digits; a difference is printed
+//! loudly). `benches/tpch.sh` loads the data, times the queries on the server itself into the
+//! file given by `--server-times`, and runs this program, which reads `PGTEST_URL` (PostgreSQL)
+//! or `MYTEST_URL` (`--server mariadb`). Prints a JSON object per query as it goes, then a
+//! Markdown table.
 //!
 //! ```text
-//! tpch [--queries 1,2,…] [--runs 3] [--timeout 300] [--postgres-times FILE] [--dir benches/tpch]
+//! tpch [--server postgres|mariadb] [--queries 1,2,…] [--runs 3] [--timeout 300]
+//!      [--server-times FILE] [--dir benches/tpch]
 //! ```
 
 use std::collections::BTreeSet;
@@ -29,7 +31,7 @@ fn arg(name: &str) -> Option<String> {
 }
 
 /// Operators that only move rows between threads or rename columns: a plan with nothing but
-/// these above one `PostgresScan` was sent whole.
+/// these above one scan of the server was sent whole.
 const PLUMBING: [&str; 5] = [
     "ProjectionExec",
     "CoalesceBatchesExec",
@@ -40,7 +42,7 @@ const PLUMBING: [&str; 5] = [
 
 /// What `EXPLAIN ANALYZE` tells of one run.
 struct Explained {
-    /// Sum of the output rows of every `PostgresScan`.
+    /// Sum of the output rows of every scan of the server.
     rows_transferred: u64,
     scans: usize,
     /// Operators that ran in mindlite, plumbing left out.
@@ -64,7 +66,7 @@ fn count(shown: &str) -> u64 {
     (number * scale).round() as u64
 }
 
-fn explain(plan_text: &Collected) -> Explained {
+fn explain(plan_text: &Collected, scan: &str) -> Explained {
     let mut explained = Explained {
         rows_transferred: 0,
         scans: 0,
@@ -83,7 +85,7 @@ fn explain(plan_text: &Collected) -> Explained {
                     .split([':', ' ', ','])
                     .next()
                     .unwrap_or("");
-                if name == "PostgresScan" {
+                if name == scan {
                     // The metrics come last; the statement before them may hold anything.
                     let shown = line.rsplit("output_rows=").next().expect("output_rows");
                     explained.rows_transferred += count(shown);
@@ -136,7 +138,14 @@ struct Run {
     error: Option<String>,
 }
 
-fn run(engine: &Engine, db: &str, sql: &str, runs: usize, timeout: Duration) -> Run {
+fn run(
+    engine: &Engine,
+    server: &Server,
+    db: &str,
+    sql: &str,
+    runs: usize,
+    timeout: Duration,
+) -> Run {
     let execute = |text: &str| {
         let mut request = QueryRequest::new(text).with_db(db);
         request.timeout = Some(timeout);
@@ -177,7 +186,7 @@ fn run(engine: &Engine, db: &str, sql: &str, runs: usize, timeout: Duration) -> 
     }
     times.sort_by(f64::total_cmp);
     let explained = execute(&format!("EXPLAIN ANALYZE {sql}"))
-        .map(|plan| explain(&plan))
+        .map(|plan| explain(&plan, server.scan))
         .map_err(|e| eprintln!("{db}: EXPLAIN ANALYZE failed: {e}"))
         .ok();
     let seconds = Some(times[times.len() / 2]);
@@ -189,16 +198,51 @@ fn run(engine: &Engine, db: &str, sql: &str, runs: usize, timeout: Duration) -> 
     }
 }
 
-/// `{"host", "port", "database", "user"}` from a `postgresql://user@host:port/db` URL.
+/// The server the tables are in.
+struct Server {
+    /// The datasource engine.
+    engine: &'static str,
+    /// Its name in the table.
+    name: &'static str,
+    /// The scan operator reading from it.
+    scan: &'static str,
+    parameters: serde_json::Value,
+}
+
+impl Server {
+    /// `--server`'s, from the URL its script exported.
+    fn from_args() -> Server {
+        let (engine, name, scan, variable) = match arg("--server").as_deref() {
+            None | Some("postgres") => ("postgres", "PostgreSQL", "PostgresScan", "PGTEST_URL"),
+            Some("mariadb") => ("mariadb", "MariaDB", "MySqlScan", "MYTEST_URL"),
+            Some(other) => panic!("--server is postgres or mariadb, not {other}"),
+        };
+        let url = std::env::var(variable)
+            .unwrap_or_else(|_| panic!("{variable} (benches/tpch.sh sets it)"));
+        Server {
+            engine,
+            name,
+            scan,
+            parameters: parameters(&url),
+        }
+    }
+}
+
+/// `{"host", "port", "database", "user"[, "password"]}` from a `scheme://user[:password]@host:port/db`
+/// URL.
 fn parameters(url: &str) -> serde_json::Value {
-    let rest = url
-        .strip_prefix("postgresql://")
-        .expect("a postgresql:// URL");
-    let (user, rest) = rest.split_once('@').expect("user@host");
+    let (_, rest) = url.split_once("://").expect("a scheme://… URL");
+    let (credentials, rest) = rest.split_once('@').expect("user@host");
     let (host_port, database) = rest.split_once('/').expect("host:port/db");
     let (host, port) = host_port.split_once(':').expect("host:port");
     let port: u16 = port.parse().expect("a port number");
-    serde_json::json!({"host": host, "port": port, "database": database, "user": user})
+    let mut parameters =
+        serde_json::json!({"host": host, "port": port, "database": database, "user": credentials});
+    if let Some((user, password)) = credentials.split_once(':') {
+        parameters["user"] = serde_json::json!(user);
+        parameters["password"] = serde_json::json!(password);
+    }
+    parameters
 }
 
 fn seconds(time: Option<f64>) -> String {
@@ -214,24 +258,26 @@ pub fn main() {
             .map(|q| q.parse().expect("a query number"))
             .collect()
     });
+    let server = Server::from_args();
     // `q1 0.123` or `q17 timeout` lines, from benches/tpch.sh.
-    let postgres_times = arg("--postgres-times")
-        .map(|file| std::fs::read_to_string(file).expect("reads the PostgreSQL times"))
+    let server_times = arg("--server-times")
+        .or_else(|| arg("--postgres-times"))
+        .map(|file| std::fs::read_to_string(file).expect("reads the server's times"))
         .unwrap_or_default();
-    let url = std::env::var("PGTEST_URL").expect("PGTEST_URL (benches/tpch.sh sets it)");
     let engine = Engine::open_in_memory(Config::default()).expect("opens");
-    let on = parameters(&url);
+    let on = server.parameters.clone();
     let mut off = on.clone();
     off["push_down"] = serde_json::json!(false);
     for (name, params) in [("pg", &on), ("pg_all", &off)] {
         engine
             .sql_blocking(&format!(
-                "CREATE DATABASE {name} ENGINE = 'postgres', PARAMETERS = {params}"
+                "CREATE DATABASE {name} ENGINE = '{}', PARAMETERS = {params}",
+                server.engine
             ))
             .expect("connects");
     }
     let mut table = vec![
-        "| query | rows transferred, push-down | rows transferred, no push-down | time, push-down | time, no push-down | time, PostgreSQL | sent | left in mindlite |".to_string(),
+        format!("| query | rows transferred, push-down | rows transferred, no push-down | time, push-down | time, no push-down | time, {} | sent | left in mindlite |", server.name),
         "|---|---:|---:|---:|---:|---:|---|---|".to_string(),
     ];
     let mut mismatches = Vec::new();
@@ -240,8 +286,8 @@ pub fn main() {
         let text = std::fs::read_to_string(&path).expect("reads the query");
         let sql = text.trim().trim_end_matches(';');
         eprintln!("q{q} …");
-        let pushed = run(&engine, "pg", sql, runs, timeout);
-        let all = run(&engine, "pg_all", sql, runs, timeout);
+        let pushed = run(&engine, &server, "pg", sql, runs, timeout);
+        let all = run(&engine, &server, "pg_all", sql, runs, timeout);
         let same = pushed.seconds.is_some() && all.seconds.is_some();
         if same && pushed.rows != all.rows {
             let only_pushed: Vec<&String> = pushed
@@ -263,7 +309,7 @@ pub fn main() {
             );
             mismatches.push(q);
         }
-        let postgres = postgres_times
+        let remote = server_times
             .lines()
             .find_map(|l| l.strip_prefix(&format!("q{q} ")))
             .unwrap_or("-")
@@ -287,13 +333,13 @@ pub fn main() {
             "same_rows": if same { Some(pushed.rows == all.rows) } else { None },
             "push_down": {"seconds": pushed.seconds, "rows_transferred": transferred(&pushed), "error": pushed.error},
             "no_push_down": {"seconds": all.seconds, "rows_transferred": transferred(&all), "error": all.error},
-            "postgres_seconds": postgres,
+            "server_seconds": remote,
             "sent": sent,
             "local_operators": local,
         });
         println!("{report}");
         table.push(format!(
-            "| Q{q} | {} | {} | {} | {} | {postgres} | {sent} | {local} |",
+            "| Q{q} | {} | {} | {} | {} | {remote} | {sent} | {local} |",
             transferred(&pushed),
             transferred(&all),
             pushed
