@@ -7,8 +7,8 @@
 //! The table holds `id, chunk_id (primary key), chunk_content, metadata`, the metadata columns
 //! (typed as they are here), `embedding vector(d)` under an HNSW index (cosine), and
 //! `content_tsv`, a generated `tsvector` under a GIN index for the keyword side. The insert
-//! that makes the table builds its indexes last, in the same transaction, over the rows it
-//! wrote: in bulk, several times faster than pgvector's row-by-row insertion. A search is
+//! that makes the table builds those two indexes last, in the same transaction, over the rows
+//! it wrote: in bulk, several times faster than pgvector's row-by-row insertion. A search is
 //! one statement: `ORDER BY embedding <=> question LIMIT n` when nothing filters (the index,
 //! its `hnsw.ef_search` raised to the rows asked for), else every distance (pgvector 0.6
 //! filters after its index walk, which would lose rows); keywords are scored by BM25 written
@@ -227,8 +227,8 @@ pub(crate) struct PgWriter {
     committed: bool,
     /// HNSW's M and efConstruction for an index this writer makes.
     hnsw: (usize, usize),
-    /// The indexes of a table this writer made, built just before the commit: over rows
-    /// already there, an index is built in bulk, many times faster than row by row.
+    /// The HNSW and GIN indexes of a table this writer made, built just before the commit:
+    /// over rows already there, an index is built in bulk, many times faster than row by row.
     indexes: Vec<String>,
 }
 
@@ -463,7 +463,15 @@ impl PgWriter {
                 "CREATE INDEX ON {table} USING gin ({})",
                 quote(CONTENT_TSV)
             ));
-            statements.push(format!("CREATE INDEX ON {table} ({})", quote(ID)));
+            // The index on id serves each batch's DELETE of its documents' old chunks, so it
+            // is made now; the others are built last, over the rows written.
+            self.client
+                .execute(
+                    format!("CREATE INDEX ON {table} ({})", quote(ID)).as_str(),
+                    &[],
+                )
+                .await
+                .map_err(|e| store.error(&e))?;
             self.indexes = statements;
         } else {
             let needed: Vec<&str> = chunk_columns
