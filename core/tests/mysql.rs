@@ -115,6 +115,17 @@ impl Server {
         engine
     }
 
+    /// Adds `myoff` to `engine`: the same server with `push_down` off, which computes every
+    /// query here, to compare with.
+    fn add_unpushed(&self, engine: &Engine) {
+        let mut off = self.parameters();
+        off["push_down"] = json!(false);
+        ok(
+            engine,
+            &format!("CREATE DATABASE myoff WITH ENGINE = 'mysql', PARAMETERS = {off}"),
+        );
+    }
+
     /// The statements the server logged that mention `needle`.
     fn logged(&self, needle: &str) -> Vec<String> {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap())
@@ -706,12 +717,7 @@ fn generated_filters_answer_as_computed_here() {
         inserts.join(", ")
     ));
     let engine = server.engine();
-    let mut off = server.parameters();
-    off["push_down"] = json!(false);
-    ok(
-        &engine,
-        &format!("CREATE DATABASE myoff WITH ENGINE = 'mysql', PARAMETERS = {off}"),
-    );
+    server.add_unpushed(&engine);
     fn condition(rng: &mut rand::rngs::StdRng, depth: u32) -> String {
         let ops = ["=", "<>", "<", "<=", ">", ">="];
         let op = ops[rng.gen_range(0..ops.len())];
@@ -838,12 +844,7 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         b_rows.join(", ")
     ));
     let engine = server.engine();
-    let mut off = server.parameters();
-    off["push_down"] = json!(false);
-    ok(
-        &engine,
-        &format!("CREATE DATABASE myoff WITH ENGINE = 'mysql', PARAMETERS = {off}"),
-    );
+    server.add_unpushed(&engine);
     let mut whole = 0;
     let (mut text_queries, mut text_whole) = (0, 0);
     for i in 0..count {
