@@ -34,6 +34,8 @@ INSERT INTO fd_orders
          TIMESTAMP '2024-01-01 00:00:00' + (i * 5417) * INTERVAL '1 second'
   FROM generate_series(1, 400) i;
 INSERT INTO "fd odd ""t""" VALUES (1, 'a''b'), (2, 'c"d'), (3, NULL), (2, 'e\f');
+CREATE TABLE fd_wide (x numeric(20,10));
+INSERT INTO fd_wide VALUES (12345.0000000001), (12345.0000000002), (12345.0000000002), (-0.0000000001);
 "#;
 
 /// Makes the tables in the schema `schema` (each test has its own), and returns an engine
@@ -134,6 +136,10 @@ fn joins_aggregates_windows_topk_and_subqueries_go_to_postgres_whole() {
             && sent.contains(r#"COLLATE "C" ASC NULLS LAST) AS q"#),
         "{sent}"
     );
+
+    // A mean of 14 decimal places: past the 16 digits PostgreSQL keeps of a quotient.
+    compared(&engine, "SELECT avg(x) FROM pg.fd_wide", false);
+    assert!(last_sent(&log, SCHEMA, "fd_wide").contains("div((sum("));
 
     // A join with GROUP BY and HAVING: one statement, one row per group back (HAVING is a
     // WHERE over the grouped rows).

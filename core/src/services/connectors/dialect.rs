@@ -24,7 +24,7 @@ use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::{InList, ScalarFunction, WindowFunction};
 use datafusion::logical_expr::{
@@ -68,7 +68,7 @@ pub(crate) fn is_text_type(data_type: &DataType) -> bool {
     )
 }
 
-/// Whether `expr` over `schema` is text (an expression whose type is unknown counts).
+/// Whether `expr` over `schema` is text ([`exact_text`] has checked every operand's type).
 fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
     expr.get_type(schema).is_ok_and(|t| is_text_type(&t))
 }
@@ -142,6 +142,25 @@ pub(crate) fn postgres_div(a: Expr, b: Expr) -> Expr {
 /// group keys are the caller's to wrap ([`exact`]).
 pub(crate) fn exact_text(expr: Expr, schema: &DFSchema, dialect: Dialect) -> DfResult<Expr> {
     let mysql = dialect == Dialect::MySql;
+    // An operand whose type is unknown cannot be written exactly (on MySQL it would compare
+    // under the collation): the error keeps the expression here.
+    expr.apply(|e| {
+        let operands: Vec<&Expr> = match e {
+            Expr::BinaryExpr(b) => vec![&b.left, &b.right],
+            Expr::Between(b) => vec![&b.expr],
+            Expr::InList(list) => vec![&list.expr],
+            Expr::Like(like) => vec![&like.expr],
+            Expr::Case(case) => case.expr.iter().map(AsRef::as_ref).collect(),
+            Expr::WindowFunction(window) => {
+                window.params.order_by.iter().map(|s| &s.expr).collect()
+            }
+            _ => Vec::new(),
+        };
+        for operand in operands {
+            operand.get_type(schema)?;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
     let wrap = |e: Expr| -> Expr {
         if is_text(&e, schema) {
             exact(e)

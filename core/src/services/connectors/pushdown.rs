@@ -95,8 +95,11 @@ fn literal_ok(value: &ScalarValue) -> bool {
         | ScalarValue::UInt32(_)
         | ScalarValue::Date32(_)
         | ScalarValue::Decimal128(_, _, _) => true,
-        // Written by `dialect`, escaped for the server whatever it holds.
-        ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_) => true,
+        // Written by `dialect`, escaped for the server whatever it holds; but PostgreSQL's text
+        // holds no NUL, and would refuse what compares here.
+        ScalarValue::Utf8(v) | ScalarValue::LargeUtf8(v) | ScalarValue::Utf8View(v) => {
+            v.as_deref().is_none_or(|t| !t.contains('\0'))
+        }
         // NaN and infinities compare differently in PostgreSQL. A real (f32) literal would be
         // written as a decimal that PostgreSQL compares as numeric, not as real.
         ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),

@@ -451,9 +451,13 @@ fn engine_sendable(plan: &LogicalPlan, server: &Server) -> DfResult<bool> {
 
                 Expr::Like(like) => !mysql_like_pattern(&like.pattern),
                 Expr::SimilarTo(_) => true,
+                // Text from two columns of different collations is an error there
+                // ("Illegal mix of collations"): what merges text values stays here.
                 Expr::ScalarFunction(f) => {
-                    f.func.name() == "nullif" && f.args.iter().any(|a| is_text(a, &schema))
+                    matches!(f.func.name(), "nullif" | "coalesce")
+                        && f.args.iter().any(|a| is_text(a, &schema))
                 }
+                Expr::Case(_) => is_text(e, &schema),
                 Expr::AggregateFunction(a) => {
                     a.func.name() == "avg"
                         || a.params.filter.is_some()
@@ -499,11 +503,12 @@ fn literal_sendable(value: &ScalarValue) -> bool {
         | ScalarValue::Int16(_)
         | ScalarValue::Int32(_)
         | ScalarValue::Int64(_)
-        | ScalarValue::Utf8(_)
-        | ScalarValue::LargeUtf8(_)
-        | ScalarValue::Utf8View(_)
         | ScalarValue::Date32(_)
         | ScalarValue::Decimal128(_, _, _) => true,
+        // PostgreSQL's text holds no NUL: it would refuse what compares here.
+        ScalarValue::Utf8(v) | ScalarValue::LargeUtf8(v) | ScalarValue::Utf8View(v) => {
+            v.as_deref().is_none_or(|t| !t.contains('\0'))
+        }
         // NaN and infinities compare differently in PostgreSQL.
         ScalarValue::Float64(v) => v.is_none_or(|v| v.is_finite()),
         ScalarValue::TimestampMicrosecond(_, None) => true,
@@ -710,7 +715,10 @@ fn avg_as_division(expr: &Expr, scale: i8) -> Expr {
     );
     let sum = datafusion::functions_aggregate::expr_fn::sum(x.clone());
     let count = datafusion::functions_aggregate::expr_fn::count(x);
-    postgres_div(sum * power.clone(), count) / power
+    // Times 10^-s, not divided by 10^s: PostgreSQL keeps some 16 digits of a quotient, while
+    // a product of numerics is exact.
+    let unit = Expr::Literal(ScalarValue::Decimal128(Some(1), 38, scale), None);
+    postgres_div(sum * power, count) * unit
 }
 
 /// Whether the aggregate `name` over `args` computes alike.
@@ -923,7 +931,11 @@ impl Writer<'_> {
         let expr = match sides {
             [(_, schema)] => exact_text(expr.clone(), schema, self.dialect)?,
             [(_, left), (_, right)] => exact_text(expr.clone(), &left.join(right)?, self.dialect)?,
-            _ => expr.clone(),
+            _ => {
+                return Err(DataFusionError::Plan(
+                    "an expression over one or two inputs".into(),
+                ))
+            }
         };
         self.write(&expr, |c| {
             for (alias, schema) in sides {
