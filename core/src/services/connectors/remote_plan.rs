@@ -673,7 +673,7 @@ fn aggregate_sendable(expr: &Expr, schema: &DFSchema) -> bool {
 
 /// The scale of DataFusion's mean when `expr` is a plain `avg` of decimals: DataFusion
 /// truncates it at that scale (the sum scaled up, divided by the count as integers), which
-/// [`Writer`] writes as `div(sum(x) * 10^scale, count(x)) / 10^scale`, exact in PostgreSQL.
+/// [`Writer`] writes as `div(sum(x) * 10^scale, count(x)) * 10^-scale`, exact in PostgreSQL.
 fn decimal_avg_scale(expr: &Expr, schema: &DFSchema) -> Option<i8> {
     let expr = match expr {
         Expr::Alias(a) => a.expr.as_ref(),
