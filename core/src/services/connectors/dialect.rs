@@ -80,7 +80,7 @@ const EXACT: &str = "mindlite_exact_text";
 const RAW: &str = "mindlite_raw_sql";
 
 /// A function that is only written into a remote statement, never evaluated here: our
-/// markers ([`EXACT`], [`RAW`]) and the server's own functions ([`remote_function`]).
+/// markers ([`EXACT`], [`RAW`]) and the server's own functions ([`postgres_div`]).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Marker {
     name: &'static str,
