@@ -2473,7 +2473,8 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
             .any(|s| s.contains("ORDER BY t.\"embedding\" <=> $1::vector LIMIT 2")),
         "{sent:?}"
     );
-    // A metadata condition goes into the same statement, which ranks every row it keeps.
+    // A metadata condition goes into the same statement, which walks the index and ranks
+    // every row the condition keeps when the walk finds too few.
     let from = pg_log_lines();
     assert_eq!(
         ids(
@@ -2484,9 +2485,52 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     );
     let sent = pg_logged(from, "<=>");
     assert!(
-        sent.iter()
-            .any(|s| s.contains("\"category\" = E'finance'") && s.contains("ORDER BY 7, ")),
+        sent.iter().any(|s| s.contains("\"category\" = E'finance'")
+            && s.contains("WITH ml_walk AS (")
+            && s.contains("UNION ALL")),
         "{sent:?}"
+    );
+    // 3,000 chunks as near the question as document 1 (its vector scaled: the same cosine
+    // distance, yet not a copy pgvector would fold into one index entry) fill the widest
+    // walk (1,000), so the walk alone finds no finance chunk; the exact ranking in the same
+    // statement does.
+    pg_admin(
+        &url,
+        &format!(
+            "INSERT INTO \"{table}\" (id, chunk_id, chunk_content, metadata, category, year, embedding) \
+             SELECT 'b' || g, 'b' || g || ':0', 'bulk', '{{}}', 'bulk', 2000, \
+               (SELECT ('[' || string_agg((x * (1 + g * 1e-5))::text, ',' ORDER BY i) || ']')::vector \
+                FROM unnest((SELECT embedding::real[] FROM \"{table}\" WHERE id = '1')) WITH ORDINALITY u(x, i)) \
+             FROM generate_series(1, 3000) g; \
+             ANALYZE \"{table}\""
+        ),
+    );
+    let walked = pg_admin(
+        &url,
+        &format!(
+            "SET enable_seqscan = off; SET hnsw.ef_search = 1000; \
+             SELECT id FROM \"{table}\" WHERE category = 'finance' \
+             ORDER BY embedding <=> (SELECT embedding FROM \"{table}\" WHERE id = '1') LIMIT 1"
+        ),
+    );
+    assert!(walked.is_empty(), "the walk alone finds {walked:?}");
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM kb WHERE content = 'cats purr' AND category = 'finance' LIMIT 1"
+        ),
+        ["3"]
+    );
+    // Where enough of the walk passes the conditions, it is the answer.
+    let found = ids(
+        &engine,
+        "SELECT id FROM kb WHERE content = 'cats purr' AND category = 'bulk' LIMIT 2",
+    );
+    assert!(found.iter().all(|id| id.starts_with('b')), "{found:?}");
+    assert_eq!(found.len(), 2);
+    pg_admin(
+        &url,
+        &format!("DELETE FROM \"{table}\" WHERE category = 'bulk'"),
     );
     // Keywords rank in PostgreSQL's full text search.
     let from = pg_log_lines();
@@ -2515,7 +2559,7 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     let sent = pg_logged(from, "<=>");
     assert!(
         sent.iter()
-            .any(|s| s.contains("ORDER BY 7, ") && !s.contains("LIMIT")),
+            .any(|s| s.contains("ORDER BY ml_distance, ") && !s.contains("LIMIT")),
         "{sent:?}"
     );
     // Conditions on scores hold for the final distances.

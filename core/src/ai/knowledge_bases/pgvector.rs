@@ -9,9 +9,10 @@
 //! `content_tsv`, a generated `tsvector` under a GIN index for the keyword side. The insert
 //! that makes the table builds those two indexes last, in the same transaction, over the rows
 //! it wrote: in bulk, several times faster than pgvector's row-by-row insertion. A search is
-//! one statement: `ORDER BY embedding <=> question LIMIT n` when nothing filters (the index,
-//! its `hnsw.ef_search` raised to the rows asked for), else every distance (pgvector 0.6
-//! filters after its index walk, which would lose rows); keywords are scored by BM25 written
+//! one statement: `ORDER BY embedding <=> question LIMIT n` (the index, its `hnsw.ef_search`
+//! raised to the rows asked for); under metadata conditions the widest walk, and every
+//! distance computed in the same statement when fewer rows than asked pass them (pgvector
+//! 0.6 filters after its index walk, which would lose rows); keywords are scored by BM25 written
 //! in SQL (see [`bm25`]); metadata conditions PostgreSQL computes alike go into the same
 //! statement, others are checked on the rows as they stream back. Every name the statements
 //! use of their own starts `ml_` and is qualified, and such names are refused as metadata
@@ -643,7 +644,14 @@ impl PgSearch<'_> {
                 conditions.join(" AND ")
             ),
         };
-        let exact = exhaustive || filtered || self.pool > MAX_EF_SEARCH;
+        // The index is walked for at most pgvector's largest ef_search rows; under conditions,
+        // guarded (see `nearest`), as pgvector 0.6 filters only what its walk found.
+        let walk = match (exhaustive, self.pool > MAX_EF_SEARCH, filtered) {
+            (true, _, _) => Walk::Exact(None),
+            (false, true, _) => Walk::Exact(Some(self.pool)),
+            (false, false, false) => Walk::Index(self.pool),
+            (false, false, true) => Walk::Guarded(self.pool),
+        };
         let limit = match exhaustive {
             true => String::new(),
             false => format!(" LIMIT {}", self.pool),
@@ -656,14 +664,8 @@ impl PgSearch<'_> {
             .map(|question| bm25(question, &table, &rows, &limit));
         let sql = match (&vector, &keywords) {
             (Some(vector), None) => {
-                let order = match exact {
-                    true => format!("{distance}, t.{chunk_id}"),
-                    false => format!("t.{embedding} <=> {vector}::vector"),
-                };
-                format!(
-                    "SELECT {}, (t.{embedding} <=> {vector}::vector)::float8 AS ml_distance FROM {rows} ORDER BY {order}{limit}",
-                    select_list(self.columns, Some("t")),
-                )
+                let items = select_list(self.columns, Some("t"));
+                nearest(&items, &rows, vector, walk)
             }
             (None, Some(keywords)) => format!(
                 "WITH {keywords} \
@@ -672,14 +674,11 @@ impl PgSearch<'_> {
                 select_list(self.columns, Some("t")),
             ),
             (Some(vector), Some(keywords)) => {
-                let nearest = match exact {
-                    true => format!("(t.{embedding} <=> {vector}::vector)::float8, t.{chunk_id}"),
-                    false => format!("t.{embedding} <=> {vector}::vector"),
-                };
                 let alpha = self.alpha;
+                let near = nearest(&format!("t.{chunk_id}"), &rows, vector, walk);
                 format!(
                     "WITH {keywords}, \
-                     v AS (SELECT t.{chunk_id} FROM {rows} ORDER BY {nearest}{limit}), \
+                     v AS ({near}), \
                      b AS (SELECT max(k.ml_score) AS ml_best FROM k), \
                      c AS (SELECT v.{chunk_id} FROM v UNION SELECT k.{chunk_id} FROM k) \
                      SELECT {items}, ({alpha}::float8 * (t.{embedding} <=> {vector}::vector) + (1 - {alpha}::float8) * \
@@ -694,13 +693,16 @@ impl PgSearch<'_> {
                 select_list(self.columns, Some("t")),
             ),
         };
-        let settings = match exact {
-            true => self.store.settings.clone(),
-            false => self
+        let settings = match walk {
+            Walk::Exact(_) => self.store.settings.clone(),
+            Walk::Index(_) => self
                 .store
                 .settings
                 .clone()
                 .with_ef_search(self.ef_search.max(self.pool)),
+            // The widest walk, so that conditions passing one row in a hundred still leave
+            // enough of it and the exact ranking is seldom needed.
+            Walk::Guarded(_) => self.store.settings.clone().with_ef_search(MAX_EF_SEARCH),
         };
         let mut fields: Vec<Field> = self
             .columns
@@ -718,6 +720,55 @@ impl PgSearch<'_> {
             kinds,
             all_pushed,
         }
+    }
+}
+
+/// How the rows nearest a question's vector are found, and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// Every distance computed: the first n rows (more than the index walks) or every row.
+    Exact(Option<usize>),
+    /// The first n rows the HNSW index walk finds.
+    Index(usize),
+    /// The first n rows the index walk finds passing the conditions, or, when fewer than n
+    /// of what it found pass them, the first n by every distance computed: one statement,
+    /// the exact ranking run only then (its gate a constant PostgreSQL checks before reading
+    /// a row).
+    Guarded(usize),
+}
+
+/// `SELECT {items}, ml_distance` of the rows of `rows` (the rows searched, as `t`) nearest
+/// the vector in placeholder `vector`, best first, found as `walk` says.
+fn nearest(items: &str, rows: &str, vector: &str, walk: Walk) -> String {
+    let embedding = quote(EMBEDDING);
+    let chunk_id = quote(CHUNK_ID);
+    let distance = format!("(t.{embedding} <=> {vector}::vector)::float8");
+    // Exactly ranked rows tie by chunk id, so the ranking is the same every time; names
+    // starting ml_ are never a metadata column's.
+    let exact = |gate: &str, limit: Option<usize>| {
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        format!(
+            "SELECT {items}, {distance} AS ml_distance FROM {rows}{gate} ORDER BY ml_distance, t.{chunk_id}{limit}"
+        )
+    };
+    let walked = |n: usize| {
+        format!(
+            "SELECT {items}, {distance} AS ml_distance FROM {rows} ORDER BY t.{embedding} <=> {vector}::vector LIMIT {n}"
+        )
+    };
+    match walk {
+        Walk::Exact(limit) => exact("", limit),
+        Walk::Index(n) => walked(n),
+        Walk::Guarded(n) => format!(
+            "WITH ml_walk AS ({}) \
+             SELECT * FROM ml_walk WHERE (SELECT count(*) FROM ml_walk) = {n} \
+             UNION ALL ({}) ORDER BY ml_distance, {chunk_id}",
+            walked(n),
+            exact(
+                &format!(" WHERE (SELECT count(*) FROM ml_walk) < {n}"),
+                Some(n)
+            )
+        ),
     }
 }
 
