@@ -2410,6 +2410,20 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
             "CREATE KNOWLEDGE_BASE kb USING storage = 'vec.{table}', metadata_columns = ['category', 'year']"
         ),
     );
+    // The datasource holds the knowledge base's vectors: it stays while the knowledge base does.
+    let e = error(&engine, "DROP DATABASE vec");
+    assert!(
+        e.contains("keeps the chunks of knowledge base 'mindsdb.kb'"),
+        "{e}"
+    );
+    // Renamed, the datasource takes the knowledge base with it.
+    for (from, to) in [("vec", "vec_renamed"), ("vec_renamed", "vec")] {
+        engine
+            .block_on(engine.update_datasource(from, serde_json::json!({"name": to})))
+            .unwrap();
+        let described = engine.get_knowledge_base("mindsdb", "kb").unwrap().wire();
+        assert_eq!(described["vector_database"], to);
+    }
     let described = engine.get_knowledge_base("mindsdb", "kb").unwrap().wire();
     assert_eq!(described["vector_database"], "vec");
     assert_eq!(described["vector_database_table"], table.as_str());
@@ -2577,6 +2591,44 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     // The datasource's table is the user's: dropping the knowledge base leaves it.
     exec(&engine, "DROP KNOWLEDGE_BASE kb");
     assert_eq!(count(&format!("SELECT count(*) FROM \"{table}\"")), "3");
+    // A knowledge base made over a table with rows searches them from the start, its
+    // metadata columns the table's (or those named, which it must have).
+    exec(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE again USING storage = 'vec.{table}'"),
+    );
+    assert_eq!(
+        ids(
+            &engine,
+            "SELECT id FROM again WHERE content = 'stock market' AND year > 2010 LIMIT 1"
+        ),
+        ["3"]
+    );
+    let listed = rows(&engine, "SELECT id, category FROM again ORDER BY id");
+    assert_eq!(
+        listed,
+        serde_json::json!([["1", "pets"], ["3", "finance"], ["4", "pets"]])
+    );
+    exec(&engine, "DROP KNOWLEDGE_BASE again");
+    let e = error(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE again USING storage = 'vec.{table}', metadata_columns = ['colour']"),
+    );
+    assert!(e.contains("has no column 'colour'"), "{e}");
+    let other = format!("{table} other");
+    pg_admin(
+        &url,
+        &format!("CREATE TABLE \"{other}\" (id text, body text)"),
+    );
+    let e = error(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE again USING storage = 'vec.{other}'"),
+    );
+    assert!(e.contains("has no column 'chunk_id'"), "{e}");
+    pg_admin(&url, &format!("DROP TABLE \"{other}\""));
+    assert!(!rows(&engine, "SHOW KNOWLEDGE_BASES")
+        .to_string()
+        .contains("again"));
     // A table there whose vectors are not the model's is refused by name.
     pg_admin(&url, &format!("DROP TABLE \"{table}\""));
     pg_admin(

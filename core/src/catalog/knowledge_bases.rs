@@ -702,13 +702,15 @@ pub(crate) fn named(
 
 /// Stores a new knowledge base; with `if_not_exists` an existing one is kept as it is. The
 /// caller checks that the project exists and that no table or view has the name; its models'
-/// URLs are checked here, under `egress`.
+/// URLs are checked here, under `egress`. `chunks` is the schema of the chunk table of one
+/// made over a PostgreSQL table that exists already, whose record is then made with it.
 pub(crate) fn create(
     txn: &WriteTransaction,
     tenant: TenantId,
     kb: KnowledgeBase,
     if_not_exists: bool,
     egress: &Egress,
+    chunks: Option<&Schema>,
 ) -> Result<()> {
     kb.check_urls(egress)?;
     let key = kb.name.to_ascii_lowercase();
@@ -730,6 +732,68 @@ pub(crate) fn create(
         (tenant.0, kb.project.as_str(), key.as_str()),
         serde_json::to_string(&kb)?.as_str(),
     )?;
+    if let Some(schema) = chunks {
+        let db = chunk_db(&kb.project);
+        tables::create(txn, tenant, &db, &key, schema, Default::default())?;
+    }
+    Ok(())
+}
+
+/// Every knowledge base of `tenant`, in every project.
+fn of_tenant(txn: &WriteTransaction, tenant: TenantId) -> Result<Vec<KnowledgeBase>> {
+    let table = txn.open_table(KNOWLEDGE_BASES)?;
+    let mut out = Vec::new();
+    for entry in table.range((tenant.0, "", "")..(tenant.0 + 1, "", ""))? {
+        let (_, value) = entry?;
+        out.push(serde_json::from_str(value.value())?);
+    }
+    Ok(out)
+}
+
+/// Fails with Conflict when a knowledge base keeps its chunks in datasource `name`: dropped,
+/// the datasource would leave it with no way to its vectors.
+pub(crate) fn check_storage_unused(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    name: &str,
+) -> Result<()> {
+    let key = name.to_ascii_lowercase();
+    let users = of_tenant(txn, tenant)?;
+    match users.iter().find(|kb| {
+        kb.storage
+            .as_ref()
+            .is_some_and(|s| s.database.as_deref() == Some(key.as_str()))
+    }) {
+        Some(kb) => Err(Error::conflict(format!(
+            "Datasource '{key}' keeps the chunks of knowledge base '{}.{}'; drop the knowledge base first",
+            kb.project, kb.name
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Points the knowledge bases that keep their chunks in datasource `old` at its new name.
+pub(crate) fn rename_storage(
+    txn: &WriteTransaction,
+    tenant: TenantId,
+    old: &str,
+    new: &str,
+) -> Result<()> {
+    let kept = of_tenant(txn, tenant)?;
+    let mut table = txn.open_table(KNOWLEDGE_BASES)?;
+    for mut kb in kept {
+        match kb.storage.as_mut() {
+            Some(storage) if storage.database.as_deref() == Some(old) => {
+                storage.database = Some(new.to_string());
+            }
+            _ => continue,
+        }
+        let key = kb.name.to_ascii_lowercase();
+        table.insert(
+            (tenant.0, kb.project.as_str(), key.as_str()),
+            serde_json::to_string(&kb)?.as_str(),
+        )?;
+    }
     Ok(())
 }
 
@@ -893,7 +957,14 @@ mod tests {
             tables::init(txn)?;
             init(txn)?;
             let kb = using(json!({}))?;
-            create(txn, tenant, kb, false, &crate::Config::default().egress()?)?;
+            create(
+                txn,
+                tenant,
+                kb,
+                false,
+                &crate::Config::default().egress()?,
+                None,
+            )?;
             let text = |name: &str| Field::new(name, DataType::Utf8, true);
             let item = Arc::new(Field::new("item", DataType::Float32, true));
             let schema = Arc::new(Schema::new(vec![

@@ -64,6 +64,7 @@ pub(crate) fn create_knowledge_base(
     kb: knowledge_bases::KnowledgeBase,
     if_not_exists: bool,
     egress: &crate::egress::Egress,
+    chunks: Option<&datafusion::arrow::datatypes::Schema>,
 ) -> Result<()> {
     if projects::get(&txn.open_table(PROJECTS)?, tenant, &kb.project)?.is_none() {
         return Err(Error::not_found(format!(
@@ -81,7 +82,16 @@ pub(crate) fn create_knowledge_base(
         name_is_no_table(txn, tenant, &kb.project, &kb.name)?;
         name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
     }
-    knowledge_bases::create(txn, tenant, kb, if_not_exists, egress)
+    // Checked again here: the datasource may have gone since the caller looked.
+    if let Some(database) = kb.storage.as_ref().and_then(|s| s.database.as_deref()) {
+        if datasources::named(txn, tenant, database)?.is_none() {
+            return Err(Error::not_found(format!(
+                "Knowledge base '{}' keeps its chunks in datasource '{database}', which does not exist",
+                kb.name
+            )));
+        }
+    }
+    knowledge_bases::create(txn, tenant, kb, if_not_exists, egress, chunks)
 }
 
 /// `DROP KNOWLEDGE_BASE` (see [`knowledge_bases::drop_kb`]): one a mind searches stays.
@@ -143,7 +153,8 @@ pub(crate) fn name_is_no_view(
     Ok(())
 }
 
-/// Removes a datasource; true when it existed. One a mind reads is refused with Conflict.
+/// Removes a datasource; true when it existed. One a mind reads or a knowledge base keeps
+/// its chunks in is refused with Conflict.
 pub(crate) fn remove_datasource(
     txn: &WriteTransaction,
     tenant: TenantId,
@@ -151,11 +162,14 @@ pub(crate) fn remove_datasource(
 ) -> Result<bool> {
     let key = name.to_ascii_lowercase();
     minds::check_unused(txn, tenant, &key)?;
+    if datasources::named(txn, tenant, &key)?.is_some() {
+        knowledge_bases::check_storage_unused(txn, tenant, &key)?;
+    }
     datasources::remove(txn, tenant, &key)
 }
 
-/// Applies a Minds API change to a datasource; a rename points the minds that read it at the
-/// new name.
+/// Applies a Minds API change to a datasource; a rename points the minds that read it and
+/// the knowledge bases kept in it at the new name.
 pub(crate) fn update_datasource(
     txn: &WriteTransaction,
     tenant: TenantId,
@@ -166,6 +180,7 @@ pub(crate) fn update_datasource(
     let updated = datasources::update(txn, tenant, &old, change)?;
     if updated.name != old {
         minds::rename_datasource(txn, tenant, &old, &updated.name)?;
+        knowledge_bases::rename_storage(txn, tenant, &old, &updated.name)?;
     }
     Ok(updated)
 }

@@ -30,6 +30,7 @@ use futures::{StreamExt, TryStreamExt};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
+use super::table::{NODE, RESERVED};
 use crate::catalog::knowledge_bases::{
     KnowledgeBase, CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA,
 };
@@ -157,6 +158,78 @@ impl PgStore {
             sql.push_str(&pushed.join(" AND "));
         }
         sql
+    }
+
+    /// The chunk table's schema (node last) for a table there already when a knowledge base
+    /// is made over it, so that its rows are searched before anything is inserted; `None`
+    /// when there is no such table. Its metadata columns are `declared` (which it must
+    /// have), else every column but a knowledge base's own; a table without those is refused
+    /// by name.
+    pub(crate) async fn existing_chunks(&self, declared: &[String]) -> Result<Option<SchemaRef>> {
+        let Some(columns) = postgres::table_columns(&self.settings, &self.table).await? else {
+            return Ok(None);
+        };
+        let own = [
+            ID,
+            CHUNK_ID,
+            CHUNK_CONTENT,
+            METADATA,
+            EMBEDDING,
+            CONTENT_TSV,
+        ];
+        for name in own {
+            if !columns.iter().any(|c| c.name == name) {
+                return Err(self.missing_column(name));
+            }
+        }
+        let extra: Vec<&Column> = columns
+            .iter()
+            .filter(|c| !own.contains(&c.name.as_str()))
+            .collect();
+        let metadata: Vec<&Column> = match declared.is_empty() {
+            true => extra,
+            false => declared
+                .iter()
+                .map(|name| {
+                    extra
+                        .iter()
+                        .find(|c| c.name.eq_ignore_ascii_case(name))
+                        .copied()
+                        .ok_or_else(|| self.missing_column(name))
+                })
+                .collect::<Result<_>>()?,
+        };
+        for column in &metadata {
+            let name = column.name.as_str();
+            if name.starts_with("ml_") || RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+                return Err(Error::invalid(format!(
+                    "Column '{name}' of PostgreSQL table {} cannot be a metadata column of knowledge base '{}' (names starting ml_ and {} are its own); name the metadata columns with metadata_columns",
+                    self.qualified(),
+                    self.kb,
+                    RESERVED.join(", ")
+                )));
+            }
+        }
+        let mut fields: Vec<Field> = [ID, CHUNK_ID, CHUNK_CONTENT, METADATA]
+            .iter()
+            .map(|name| Field::new(*name, DataType::Utf8, true))
+            .collect();
+        fields.extend(
+            metadata
+                .iter()
+                .map(|c| Field::new(&c.name, c.kind.data_type(), true)),
+        );
+        fields.push(Field::new(NODE, DataType::UInt32, true));
+        Ok(Some(Arc::new(Schema::new(fields))))
+    }
+
+    /// The table lacks column `name` a knowledge base's table has.
+    fn missing_column(&self, name: &str) -> Error {
+        Error::invalid(format!(
+            "Knowledge base '{}': PostgreSQL table {} has no column '{name}' (a knowledge base's table holds id, chunk_id, chunk_content, metadata, its metadata columns, embedding and content_tsv)",
+            self.kb,
+            self.qualified()
+        ))
     }
 
     /// Removes every chunk of the documents `ids`, in one remote transaction.
@@ -356,14 +429,9 @@ impl PgWriter {
 
     /// Checks that the table's columns `found` include `needed`, its vectors pgvector's.
     fn check_layout(&self, found: &[(String, String)], needed: &[&str]) -> Result<()> {
-        let store = &self.store;
         for name in needed {
             if !found.iter().any(|(column, _)| column == name) {
-                return Err(Error::invalid(format!(
-                    "Knowledge base '{}': PostgreSQL table {} has no column '{name}' (a knowledge base's table holds id, chunk_id, chunk_content, metadata, its metadata columns, embedding and content_tsv)",
-                    store.kb,
-                    store.qualified()
-                )));
+                return Err(self.store.missing_column(name));
             }
         }
         Ok(())

@@ -262,9 +262,16 @@ impl SqlRunner {
                 table: owned_table(&kb.name)?,
             });
         }
+        // A datasource's table with rows already is searched from the start: its columns
+        // are the chunk table's.
+        let mut chunks = None;
         if kb.storage.is_some() {
             let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
-            PgStore::of(&kb, &snapshot, &self.services.net, storage_url)?;
+            let store = PgStore::of(&kb, &snapshot, &self.services.net, storage_url)?;
+            let theirs = kb.storage.as_ref().is_some_and(|s| !s.owned());
+            if let Some(store) = store.filter(|_| theirs) {
+                chunks = store.existing_chunks(&kb.metadata_columns).await?;
+            }
         }
         let stored = kb.clone();
         let egress = self.services.net.egress.clone();
@@ -277,6 +284,7 @@ impl SqlRunner {
                     kb,
                     if_not_exists,
                     &egress,
+                    chunks.as_deref(),
                 )
             })
             .await?;
