@@ -853,7 +853,7 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         let m = rng.gen_range(0..10);
         let nulls = ["NULLS FIRST", "NULLS LAST"][rng.gen_range(0..2)];
         let dir = ["ASC", "DESC"][rng.gen_range(0..2)];
-        let template = rng.gen_range(0..19);
+        let template = rng.gen_range(0..22);
         let text = [
             "abc", "ABC", "abc ", "é", "E", "", "a'b", "a\\b", "zz", "b_",
         ];
@@ -884,7 +884,11 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
             15 => format!("SELECT tag, count(*), min(id) FROM {db}.gp_a GROUP BY tag HAVING count(*) > {} ORDER BY tag", k / 5),
             16 => format!("SELECT extract(year FROM day), extract(month FROM day), count(*) FROM {db}.gp_a WHERE name {cond} GROUP BY 1, 2 ORDER BY 1, 2 {nulls}"),
             17 => format!("SELECT DISTINCT label FROM {db}.gp_b WHERE label {cond} ORDER BY label {nulls}"),
-            _ => format!("SELECT CASE name WHEN 'abc' THEN 1 WHEN 'é' THEN 2 ELSE 0 END AS k, count(DISTINCT tag), sum(character_length(name)) FROM {db}.gp_a WHERE id IN (SELECT a_id FROM {db}.gp_b WHERE label {cond}) GROUP BY 1 ORDER BY 1"),
+            18 => format!("SELECT CASE name WHEN 'abc' THEN 1 WHEN 'é' THEN 2 ELSE 0 END AS k, count(DISTINCT tag), sum(character_length(name)) FROM {db}.gp_a WHERE id IN (SELECT a_id FROM {db}.gp_b WHERE label {cond}) GROUP BY 1 ORDER BY 1"),
+            // Keys that are never NULL: NOT IN for NOT EXISTS, a condition on both sides.
+            19 => format!("SELECT id FROM {db}.gp_a a WHERE NOT EXISTS (SELECT 1 FROM {db}.gp_b b WHERE b.id = a.id AND b.w > {n} AND a.g <> b.w) ORDER BY id"),
+            20 => format!("SELECT a.id, a.name FROM {db}.gp_a a WHERE EXISTS (SELECT 1 FROM {db}.gp_b b WHERE b.label = a.name AND b.w < {n}) ORDER BY a.id"),
+            _ => format!("SELECT id FROM {db}.gp_a WHERE id NOT IN (SELECT id FROM {db}.gp_b WHERE w {} {n}) ORDER BY id", ["=", "<", ">"][m % 3]),
         }
         };
         let pushed = rows(&engine, &query("my"));
@@ -911,6 +915,34 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         text_whole * 10 >= text_queries * 6,
         "only {text_whole} of {text_queries} queries over text were sent whole"
     );
+    // A semi or anti join over a table's rows goes as IN, which MariaDB makes a semi join;
+    // over an aggregate, as EXISTS; an anti join with a key that may be NULL, as NOT EXISTS.
+    for (query, says, not) in [
+        (
+            "SELECT id FROM my.gp_a a WHERE EXISTS (SELECT 1 FROM my.gp_b b WHERE b.a_id = a.id AND b.w > 3)",
+            " IN (SELECT ",
+            "EXISTS",
+        ),
+        (
+            "SELECT id FROM my.gp_a a WHERE NOT EXISTS (SELECT 1 FROM my.gp_b b WHERE b.id = a.id)",
+            " NOT IN (SELECT ",
+            "EXISTS",
+        ),
+        (
+            "SELECT id FROM my.gp_a a WHERE NOT EXISTS (SELECT 1 FROM my.gp_b b WHERE b.a_id = a.id)",
+            "NOT EXISTS",
+            " IN (SELECT ",
+        ),
+        (
+            "SELECT id FROM my.gp_a a WHERE id IN (SELECT a_id FROM my.gp_b GROUP BY a_id HAVING count(*) > 1)",
+            "EXISTS",
+            " IN (SELECT ",
+        ),
+    ] {
+        rows(&engine, query);
+        let last = server.logged("gp_").pop().unwrap_or_default();
+        assert!(last.contains(says) && !last.contains(not), "{query}\nsent: {last}");
+    }
     // What an attack found MySQL computing differently, or refusing: each stays here (or is
     // split) and answers as computed here.
     // Scalar subqueries nested past MySQL's 64 levels of SELECT if sent as one.
