@@ -387,7 +387,7 @@ impl Gen {
     /// A condition on the orders table `o`.
     fn order_condition(&mut self) -> String {
         let one = |g: &mut Gen| -> String {
-            match g.below(10) {
+            match g.below(11) {
                 0 => format!("o.qty > {}", g.below(9)),
                 1 => format!(
                     "o.status = '{}'",
@@ -415,6 +415,11 @@ impl Gen {
                 6 => "o.amount IS NULL".to_string(),
                 7 => format!("o.customer_id % {} = 0", 2 + g.below(5)),
                 8 => format!("o.at < TIMESTAMP '2024-01-{:02} 00:00:00'", 2 + g.below(20)),
+                9 => format!(
+                    "substr(o.status, {}{}) IN ('p', 'pa', 'ü', 'n', '', 'it''s', 'nïc')",
+                    1 + g.below(3),
+                    g.pick(&["", ", 0", ", 1", ", 3"])
+                ),
                 _ => format!(
                     "o.status {} '{}'",
                     g.pick(&["<", ">=", "BETWEEN 'P' AND"]),

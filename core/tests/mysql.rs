@@ -853,7 +853,7 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
         let m = rng.gen_range(0..10);
         let nulls = ["NULLS FIRST", "NULLS LAST"][rng.gen_range(0..2)];
         let dir = ["ASC", "DESC"][rng.gen_range(0..2)];
-        let template = rng.gen_range(0..22);
+        let template = rng.gen_range(0..23);
         let text = [
             "abc", "ABC", "abc ", "é", "E", "", "a'b", "a\\b", "zz", "b_",
         ];
@@ -888,13 +888,14 @@ fn generated_plans_are_sent_whole_and_answer_as_computed_here() {
             // Keys that are never NULL: NOT IN for NOT EXISTS, a condition on both sides.
             19 => format!("SELECT id FROM {db}.gp_a a WHERE NOT EXISTS (SELECT 1 FROM {db}.gp_b b WHERE b.id = a.id AND b.w > {n} AND a.g <> b.w) ORDER BY id"),
             20 => format!("SELECT a.id, a.name FROM {db}.gp_a a WHERE EXISTS (SELECT 1 FROM {db}.gp_b b WHERE b.label = a.name AND b.w < {n}) ORDER BY a.id"),
-            _ => format!("SELECT id FROM {db}.gp_a WHERE id NOT IN (SELECT id FROM {db}.gp_b WHERE w {} {n}) ORDER BY id", ["=", "<", ">"][m % 3]),
+            21 => format!("SELECT id FROM {db}.gp_a WHERE id NOT IN (SELECT id FROM {db}.gp_b WHERE w {} {n}) ORDER BY id", ["=", "<", ">"][m % 3]),
+            _ => format!("SELECT substr(name, {}, {}) AS s, count(*) FROM {db}.gp_a WHERE substr(tag, 1, 1) {cond} GROUP BY 1 ORDER BY 1 {nulls}", 1 + m % 3, k % 4),
         }
         };
         let pushed = rows(&engine, &query("my"));
         let last = server.logged("gp_").pop().unwrap_or_default();
         whole += usize::from(last.contains(" AS q"));
-        if (12..=16).contains(&template) || template == 18 {
+        if (12..=16).contains(&template) || template == 18 || template == 22 {
             text_queries += 1;
             text_whole += usize::from(last.contains(" AS q") && last.contains("AS BINARY"));
         }

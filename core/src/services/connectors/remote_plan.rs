@@ -23,9 +23,9 @@
 //! - **Functions and operators** from a short list whose PostgreSQL meaning is DataFusion's
 //!   (comparisons, AND/OR/NOT, `IS [NOT] NULL`, IN, BETWEEN, LIKE, CASE, `+ - *` on numbers,
 //!   `/` on integers and doubles, `%` on integers, `coalesce`, `nullif`, `abs`,
-//!   `character_length`, the year, month or day of a date or timestamp; `count`, `sum`,
-//!   `min`, `max`, `avg` and `row_number`, `rank`, `dense_rank`). Our own functions (models,
-//!   knowledge-base conditions), and every other, stay local.
+//!   `character_length`, `substr` from position 1 on, the year, month or day of a date or
+//!   timestamp; `count`, `sum`, `min`, `max`, `avg` and `row_number`, `rank`, `dense_rank`).
+//!   Our own functions (models, knowledge-base conditions), and every other, stay local.
 //! - **Text in byte order**: a remote collation may sort differently from DataFusion's byte
 //!   order, so ORDER BY, `<`, BETWEEN and window orderings over text are written under
 //!   `COLLATE "C"` (`dialect::exact_text`); `min`/`max` over text stay local. Equality, GROUP
@@ -669,6 +669,20 @@ fn sendable(expr: &Expr, schema: &DFSchema) -> bool {
                         )
                     }),
                     "character_length" => true,
+                    // Characters from a position on, counted alike from position 1 with a
+                    // length that is not negative (before it, each counts its own way).
+                    "substr" => {
+                        let whole = |a: &Expr, least: i64| {
+                            matches!(a, Expr::Literal(ScalarValue::Int64(Some(v)), _)
+                                if (least..=i64::from(i32::MAX)).contains(v))
+                        };
+                        matches!(
+                            f.args.first().and_then(|a| type_of(a, schema)),
+                            Some(DataType::Utf8)
+                        ) && f.args.get(1).is_some_and(|a| whole(a, 1))
+                            && f.args.get(2).is_none_or(|a| whole(a, 0))
+                            && f.args.len() <= 3
+                    }
                     // A date's year, month or day: whole numbers alike (finer parts and
                     // epochs differ in fractions and types).
                     "date_part" => {
@@ -998,8 +1012,25 @@ impl Writer<'_> {
         let params = &mut self.params;
         // MySQL's reads are not prepared: its text is written out (`dialect`).
         let bind_text = self.dialect == Dialect::Postgres;
-        let rewritten = expr
+        // substr's positions as plain integers: PostgreSQL has no substr(text, bigint, …).
+        let expr = expr
             .clone()
+            .transform_down(|e| match e {
+                Expr::ScalarFunction(mut f) if f.func.name() == "substr" => {
+                    for arg in f.args.iter_mut().skip(1) {
+                        if let Expr::Literal(ScalarValue::Int64(Some(v)), _) = arg {
+                            let v = i32::try_from(*v).map_err(|_| {
+                                DataFusionError::Plan("a substr position past i32".into())
+                            })?;
+                            *arg = Expr::Literal(ScalarValue::Int32(Some(v)), None);
+                        }
+                    }
+                    Ok(Transformed::yes(Expr::ScalarFunction(f)))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        let rewritten = expr
             .transform_up(|e| match e {
                 Expr::Column(c) => Ok(Transformed::yes(Expr::Column(column(&c)?))),
                 Expr::Literal(
