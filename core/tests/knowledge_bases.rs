@@ -2573,7 +2573,8 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
     let sent = pg_logged(from, "<=>");
     assert!(
         sent.iter()
-            .any(|s| s.contains("ORDER BY ml_distance, ") && !s.contains("LIMIT")),
+            .any(|s| s.contains("OFFSET 0) ml_e ORDER BY ml_e.ml_distance, ")
+                && !s.contains("LIMIT")),
         "{sent:?}"
     );
     // Conditions on scores hold for the final distances.
@@ -2625,6 +2626,28 @@ fn storage_names_a_pgvector_table_that_holds_the_chunks_and_answers_the_searches
         &format!("CREATE KNOWLEDGE_BASE again USING storage = 'vec.{other}'"),
     );
     assert!(e.contains("has no column 'chunk_id'"), "{e}");
+    pg_admin(&url, &format!("DROP TABLE \"{other}\""));
+    // A column whose comparisons PostgreSQL makes otherwise (char's padding) is refused as
+    // metadata, so no condition on it is sent; left out by metadata_columns, it is fine.
+    pg_admin(
+        &url,
+        &format!("CREATE TABLE \"{other}\" (id text, chunk_id text PRIMARY KEY, chunk_content text, metadata text, embedding vector(64), content_tsv tsvector, tag text, code char(3))"),
+    );
+    let e = error(
+        &engine,
+        &format!("CREATE KNOWLEDGE_BASE again USING storage = 'vec.{other}'"),
+    );
+    assert!(
+        e.contains("'code'") && e.contains("compares otherwise"),
+        "{e}"
+    );
+    exec(
+        &engine,
+        &format!(
+            "CREATE KNOWLEDGE_BASE again USING storage = 'vec.{other}', metadata_columns = ['tag']"
+        ),
+    );
+    exec(&engine, "DROP KNOWLEDGE_BASE again");
     pg_admin(&url, &format!("DROP TABLE \"{other}\""));
     assert!(!rows(&engine, "SHOW KNOWLEDGE_BASES")
         .to_string()

@@ -83,7 +83,10 @@ pub(crate) fn create_knowledge_base(
         name_is_no_view(txn, tenant, &kb.project, &kb.name)?;
     }
     // Checked again here: the datasource may have gone since the caller looked.
-    if let Some(database) = kb.storage.as_ref().and_then(|s| s.database.as_deref()) {
+    if let (None, Some(database)) = (
+        &exists,
+        kb.storage.as_ref().and_then(|s| s.database.as_deref()),
+    ) {
         if datasources::named(txn, tenant, database)?.is_none() {
             return Err(Error::not_found(format!(
                 "Knowledge base '{}' keeps its chunks in datasource '{database}', which does not exist",

@@ -201,6 +201,17 @@ impl PgStore {
         };
         for column in &metadata {
             let name = column.name.as_str();
+            // Searches read a metadata column as its Arrow type says (`columns`): a type
+            // read as one that compares otherwise (case-blind collations, char padding,
+            // json, uuid, unbounded numerics as doubles) would have its conditions sent.
+            let read_as = Kind::for_result(&column.kind.data_type()).unwrap_or(Kind::AsText);
+            if read_as.compares_alike() && read_as != column.kind {
+                return Err(Error::invalid(format!(
+                    "Column '{name}' of PostgreSQL table {} cannot be a metadata column of knowledge base '{}': its type compares otherwise in PostgreSQL than as it is read here (a collation that ignores case, char padding, json, uuid, numeric without a precision); name the metadata columns with metadata_columns",
+                    self.qualified(),
+                    self.kb
+                )));
+            }
             if name.starts_with("ml_") || RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
                 return Err(Error::invalid(format!(
                     "Column '{name}' of PostgreSQL table {} cannot be a metadata column of knowledge base '{}' (names starting ml_ and {} are its own); name the metadata columns with metadata_columns",
@@ -812,11 +823,15 @@ fn nearest(items: &str, rows: &str, vector: &str, walk: Walk) -> String {
     let chunk_id = quote(CHUNK_ID);
     let distance = format!("(t.{embedding} <=> {vector}::vector)::float8");
     // Exactly ranked rows tie by chunk id, so the ranking is the same every time; names
-    // starting ml_ are never a metadata column's.
+    // starting ml_ are never a metadata column's. The distances are computed in a subquery
+    // PostgreSQL keeps apart (OFFSET 0), so no index can serve the order: PostgreSQL 17 may
+    // walk an index for the first key of an ORDER BY and sort the rest, and a walk would
+    // lose rows here.
     let exact = |gate: &str, limit: Option<usize>| {
         let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
         format!(
-            "SELECT {items}, {distance} AS ml_distance FROM {rows}{gate} ORDER BY ml_distance, t.{chunk_id}{limit}"
+            "SELECT * FROM (SELECT {items}, {distance} AS ml_distance FROM {rows}{gate} OFFSET 0) ml_e \
+             ORDER BY ml_e.ml_distance, ml_e.{chunk_id}{limit}"
         )
     };
     let walked = |n: usize| {

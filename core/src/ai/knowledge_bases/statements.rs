@@ -268,8 +268,10 @@ impl SqlRunner {
         if kb.storage.is_some() {
             let snapshot = Snapshot::new(Arc::clone(&self.services.store), tenant)?;
             let store = PgStore::of(&kb, &snapshot, &self.services.net, storage_url)?;
+            // IF NOT EXISTS over one that exists does nothing, and asks the server nothing.
+            let kept = if_not_exists && snapshot.knowledge_base(&kb.project, &kb.name)?.is_some();
             let theirs = kb.storage.as_ref().is_some_and(|s| !s.owned());
-            if let Some(store) = store.filter(|_| theirs) {
+            if let Some(store) = store.filter(|_| theirs && !kept) {
                 chunks = store.existing_chunks(&kb.metadata_columns).await?;
             }
         }
