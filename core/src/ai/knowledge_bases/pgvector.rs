@@ -30,7 +30,6 @@ use futures::{StreamExt, TryStreamExt};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
-use super::table::{NODE, RESERVED};
 use crate::catalog::knowledge_bases::{
     KnowledgeBase, CHUNK_CONTENT, CHUNK_ID, ID, LEADING, METADATA,
 };
@@ -160,12 +159,15 @@ impl PgStore {
         sql
     }
 
-    /// The chunk table's schema (node last) for a table there already when a knowledge base
-    /// is made over it, so that its rows are searched before anything is inserted; `None`
-    /// when there is no such table. Its metadata columns are `declared` (which it must
+    /// The metadata columns of a table there already when a knowledge base is made over it
+    /// (see `write::chunk_schema`), so that its rows are searched before anything is
+    /// inserted; `None` when there is no such table. They are `declared` (which it must
     /// have), else every column but a knowledge base's own; a table without those is refused
     /// by name.
-    pub(crate) async fn existing_chunks(&self, declared: &[String]) -> Result<Option<SchemaRef>> {
+    pub(crate) async fn existing_metadata(
+        &self,
+        declared: &[String],
+    ) -> Result<Option<Vec<Field>>> {
         let Some(columns) = postgres::table_columns(&self.settings, &self.table).await? else {
             return Ok(None);
         };
@@ -212,26 +214,20 @@ impl PgStore {
                     self.kb
                 )));
             }
-            if name.starts_with("ml_") || RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+            if name.starts_with("ml_") {
                 return Err(Error::invalid(format!(
-                    "Column '{name}' of PostgreSQL table {} cannot be a metadata column of knowledge base '{}' (names starting ml_ and {} are its own); name the metadata columns with metadata_columns",
+                    "Column '{name}' of PostgreSQL table {} cannot be a metadata column of knowledge base '{}' (names starting ml_ are its searches' own); name the metadata columns with metadata_columns",
                     self.qualified(),
-                    self.kb,
-                    RESERVED.join(", ")
+                    self.kb
                 )));
             }
         }
-        let mut fields: Vec<Field> = [ID, CHUNK_ID, CHUNK_CONTENT, METADATA]
-            .iter()
-            .map(|name| Field::new(*name, DataType::Utf8, true))
-            .collect();
-        fields.extend(
+        Ok(Some(
             metadata
                 .iter()
-                .map(|c| Field::new(&c.name, c.kind.data_type(), true)),
-        );
-        fields.push(Field::new(NODE, DataType::UInt32, true));
-        Ok(Some(Arc::new(Schema::new(fields))))
+                .map(|c| Field::new(&c.name, c.kind.data_type(), true))
+                .collect(),
+        ))
     }
 
     /// The table lacks column `name` a knowledge base's table has.

@@ -272,7 +272,9 @@ impl SqlRunner {
             let kept = if_not_exists && snapshot.knowledge_base(&kb.project, &kb.name)?.is_some();
             let theirs = kb.storage.as_ref().is_some_and(|s| !s.owned());
             if let Some(store) = store.filter(|_| theirs && !kept) {
-                chunks = store.existing_chunks(&kb.metadata_columns).await?;
+                if let Some(metadata) = store.existing_metadata(&kb.metadata_columns).await? {
+                    chunks = Some(write::chunk_schema(metadata)?);
+                }
             }
         }
         let stored = kb.clone();

@@ -684,19 +684,12 @@ impl Ingest<'_> {
         let schema = match &self.schema {
             Some(schema) => Arc::clone(schema),
             None => {
-                let mut fields = vec![
-                    Field::new(ID, DataType::Utf8, true),
-                    Field::new(CHUNK_ID, DataType::Utf8, true),
-                    Field::new(CHUNK_CONTENT, DataType::Utf8, true),
-                    Field::new(METADATA, DataType::Utf8, true),
-                ];
-                fields.extend(
+                let schema = chunk_schema(
                     metadata_columns
                         .iter()
-                        .map(|(name, array)| Field::new(name, array.data_type().clone(), true)),
-                );
-                fields.push(Field::new(NODE, DataType::UInt32, true));
-                let schema = Arc::new(Schema::new(fields));
+                        .map(|(name, array)| Field::new(name, array.data_type().clone(), true))
+                        .collect(),
+                )?;
                 self.schema = Some(Arc::clone(&schema));
                 schema
             }
@@ -843,6 +836,29 @@ impl Ingest<'_> {
             })
             .collect())
     }
+}
+
+/// The schema of a knowledge base's chunk table with the metadata columns `metadata`: its
+/// own columns first, each chunk's node in the indexes last. A metadata column may not take
+/// a name of its own columns.
+pub(crate) fn chunk_schema(metadata: Vec<Field>) -> Result<SchemaRef> {
+    if let Some(field) = metadata
+        .iter()
+        .find(|f| RESERVED.iter().any(|r| r.eq_ignore_ascii_case(f.name())))
+    {
+        return Err(Error::invalid(format!(
+            "Column '{}' cannot be a metadata column of a knowledge base: the name is one of its own columns ({}); name the metadata columns with metadata_columns",
+            field.name(),
+            RESERVED.join(", ")
+        )));
+    }
+    let mut fields: Vec<Field> = [ID, CHUNK_ID, CHUNK_CONTENT, METADATA]
+        .iter()
+        .map(|name| Field::new(*name, DataType::Utf8, true))
+        .collect();
+    fields.extend(metadata);
+    fields.push(Field::new(NODE, DataType::UInt32, true));
+    Ok(Arc::new(Schema::new(fields)))
 }
 
 /// `array` as `to`, failing (naming the values) where a value does not convert, never NULL.
