@@ -94,7 +94,9 @@ def test_a_condition_gates_a_job_a_one_time_job_is_gone_and_failures_are_kept(st
 
     server.sql_ok("CREATE JOB broken (INSERT INTO ticks SELECT 200; SELECT * FROM nowhere; "
                   "INSERT INTO ticks SELECT 201)")
-    [(_, _, error, query)] = wait_for(lambda: runs(server, "broken"), "the failed run")
+    # A run is listed from its start, without an end until it ends.
+    [(_, _, error, query)] = wait_for(
+        lambda: [run for run in runs(server, "broken") if run[1] is not None], "the failed run")
     assert "nowhere" in error and query.endswith("SELECT * FROM nowhere"), (error, query)
     assert 200 in ids(server, "ticks") and 201 not in ids(server, "ticks")
 
